@@ -1,0 +1,39 @@
+"""asyncnet: parallel and asynchronous neural-network execution and training.
+
+    >>> import numpy as np, asyncnet as an
+    >>> ws = an.Workspace()
+    >>> ws.feed("x", np.ones((2, 3), np.float32))
+    >>> net = an.Net("forward")
+    >>> _ = net.Relu("x", "y")
+    >>> ws.run_net_once(net)
+    >>> ws.fetch("y").sum()
+    np.float32(6.0)
+"""
+
+from asyncnet.errors import (
+    AsyncNetError,
+    BlobNotFoundError,
+    ExecutionError,
+    NetBusyError,
+    NetDefinitionError,
+    OperatorError,
+    SyncAbortedError,
+    SyncError,
+    SyncMismatchError,
+    SyncTimeoutError,
+)
+from asyncnet.core.defs import DeviceOption, NetDef, OperatorDef
+from asyncnet.core.registry import Arg, get_schema, register_gradient, register_op, registered_ops
+from asyncnet.core.workspace import Workspace
+from asyncnet.core.net import BlobRef, Net
+import asyncnet.ops  # noqa: F401  (registers the operators)
+import asyncnet.exec  # noqa: F401  (registers the executors)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AsyncNetError", "BlobNotFoundError", "ExecutionError", "NetBusyError", "NetDefinitionError",
+    "OperatorError", "SyncAbortedError", "SyncError", "SyncMismatchError", "SyncTimeoutError",
+    "DeviceOption", "NetDef", "OperatorDef", "Arg", "get_schema", "register_gradient", "register_op",
+    "registered_ops", "Workspace", "BlobRef", "Net", "__version__",
+]

@@ -1,0 +1,125 @@
+"""The net builder users write nets with: ``net.FC(["x", "w", "b"], "h")``.
+
+Any registered operator type is a method of :class:`Net`; calling it appends an
+:class:`OperatorDef` and returns references to its outputs::
+
+    >>> import asyncnet as an
+    >>> net = an.Net("mlp", type="async_scheduling", num_workers=2)
+    >>> h = net.FC(["x", "w", "b"], "h")
+    >>> r = net.Relu(h, h)
+    >>> [op.type for op in net.to_def().ops]
+    ['FC', 'Relu']
+
+Outputs may be names, a list of names, or a count (names are generated, unique in the net).
+Op types, argument names and arities are checked as each op is added.
+"""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from asyncnet.core.defs import DeviceOption, NetDef, OperatorDef
+from asyncnet.core.registry import get_schema, validate_op
+
+__all__ = ["Net", "BlobRef"]
+
+
+class BlobRef(str):
+    """A blob name returned by the builder (a ``str``, so it goes wherever a name does)."""
+
+    __slots__ = ()
+
+
+BlobsArg = str | Sequence[str] | None
+
+
+def _names(blobs: BlobsArg) -> list[str]:
+    if blobs is None:
+        return []
+    if isinstance(blobs, str):
+        return [str(blobs)]
+    return [str(b) for b in blobs]
+
+
+def _arg(value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        return [_arg(v) for v in value.tolist()]
+    if isinstance(value, (list, tuple)):
+        return [_arg(v) for v in value]
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        return float(value)
+    return value
+
+
+class Net:
+    """Builds a :class:`NetDef`. ``type`` is "simple" (default) or "async_scheduling"."""
+
+    def __init__(self, name: str, type: str = "simple", num_workers: int | None = None,
+                 device_option: DeviceOption | None = None, own_pool: bool = False):
+        self._def = NetDef(name, type=type, num_workers=num_workers, device_option=device_option, own_pool=own_pool)
+        self._auto = 0
+
+    @property
+    def name(self) -> str:
+        return self._def.name
+
+    @property
+    def ops(self) -> list[OperatorDef]:
+        """The ops added so far (the live list)."""
+        return self._def.ops
+
+    def to_def(self) -> NetDef:
+        """A copy of the definition built so far."""
+        return NetDef.from_dict(self._def.to_dict())
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return self._def.to_json(indent)
+
+    def add_external_inputs(self, *names: str) -> None:
+        self._def.external_inputs.extend(names)
+
+    def add_external_outputs(self, *names: str) -> None:
+        self._def.external_outputs.extend(names)
+
+    def add_op(self, op_type: str, inputs: BlobsArg = None, outputs: BlobsArg | int = None, *,
+               name: str = "", device_option: DeviceOption | None = None,
+               control_inputs: BlobsArg = None, **args: Any) -> BlobRef | tuple[BlobRef, ...] | None:
+        """Append one op; returns its output reference, a tuple of them, or None."""
+        schema = get_schema(op_type)
+        if outputs is None:
+            outputs = schema.min_outputs
+        if isinstance(outputs, int) and not isinstance(outputs, bool):
+            outputs = [self._fresh(op_type) for _ in range(outputs)]
+        op = OperatorDef(op_type, _names(inputs), _names(outputs), {k: _arg(v) for k, v in args.items()},
+                         name, device_option, _names(control_inputs))
+        validate_op(op, len(self._def.ops), self._def.device_option)
+        self._def.ops.append(op)
+        refs = tuple(BlobRef(o) for o in op.outputs)
+        if not refs:
+            return None
+        return refs[0] if len(refs) == 1 else refs
+
+    def _fresh(self, op_type: str) -> str:
+        self._auto += 1
+        return f"{self.name}/{op_type}_{self._auto}"
+
+    def __getattr__(self, op_type: str) -> Callable[..., Any]:
+        if op_type.startswith("_"):
+            raise AttributeError(op_type)
+        get_schema(op_type)  # unknown types fail here, with near names
+
+        def add(inputs: BlobsArg = None, outputs: BlobsArg | int = None, **kwargs: Any) -> Any:
+            return self.add_op(op_type, inputs, outputs, **kwargs)
+
+        add.__name__ = op_type
+        return add
+
+    def __repr__(self) -> str:
+        return f"Net({self.name!r}, type={self._def.type!r}, ops={len(self._def.ops)})"

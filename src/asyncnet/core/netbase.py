@@ -1,0 +1,76 @@
+"""What every executor provides, and the table from net type names to executor classes.
+
+Executors live in :mod:`asyncnet.exec` and register themselves here with
+:func:`register_net_type`, so the core never imports them::
+
+    register_net_type(("simple",), SimpleNet)
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable, MutableMapping, Protocol, Sequence
+
+from asyncnet.core.defs import NetDef
+from asyncnet.core.operator import Operator
+from asyncnet.errors import NetDefinitionError, NetBusyError
+
+__all__ = ["NetBase", "RunHandle", "register_net_type", "net_class"]
+
+
+class RunHandle(Protocol):
+    """A run in flight: ``wait(timeout)`` returns when it ended (raising its error), or raises TimeoutError."""
+
+    def wait(self, timeout: float | None = None) -> None: ...
+    def done(self) -> bool: ...
+    def cancel(self) -> bool: ...
+
+
+class NetBase:
+    """A net instantiated in a workspace: its ops, bound to the workspace's blobs.
+
+    Subclasses implement :meth:`run_async`; :meth:`run` is run-async plus wait. A net refuses a
+    second concurrent run of itself with :class:`~asyncnet.NetBusyError`.
+    """
+
+    def __init__(self, net_def: NetDef, operators: Sequence[Operator], blobs: MutableMapping[str, Any]):
+        self.definition = net_def
+        self.name = net_def.name
+        self.operators = list(operators)
+        self.blobs = blobs
+        self._busy = threading.Lock()
+        self.recorder: Callable[[Operator, float, float], None] | None = None
+
+    def _claim(self) -> None:
+        if not self._busy.acquire(blocking=False):
+            raise NetBusyError(f"net {self.name!r} is already running; a net instance runs one run at a time")
+
+    def _release(self) -> None:
+        self._busy.release()
+
+    def run(self, timeout: float | None = None) -> None:
+        """Run every op once and wait for the end; the first failure is raised."""
+        self.run_async().wait(timeout)
+
+    def run_async(self) -> RunHandle:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release executor resources (pools owned by this net)."""
+
+
+_NET_TYPES: dict[str, type[NetBase]] = {}
+
+
+def register_net_type(names: Sequence[str], cls: type[NetBase]) -> None:
+    """Make net types ``names`` run with executor class ``cls``."""
+    for n in names:
+        _NET_TYPES[n] = cls
+
+
+def net_class(net_type: str) -> type[NetBase]:
+    """The executor class of ``net_type``; raises :class:`NetDefinitionError` when none is loaded."""
+    try:
+        return _NET_TYPES[net_type]
+    except KeyError:
+        raise NetDefinitionError(f"no executor is available for net type {net_type!r}; known: {sorted(_NET_TYPES)}", "type") from None

@@ -1,0 +1,93 @@
+"""An instantiated operator: a validated :class:`OperatorDef` bound to its kernel.
+
+Executors call :meth:`Operator.run` with the workspace's blob dict; it is the hot path of
+every net, so it does only the work that must happen per run: gather inputs, call the
+kernel, store outputs, and turn any failure into an :class:`~asyncnet.OperatorError`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, MutableMapping
+
+from asyncnet.core.defs import DeviceOption, NetDef, OperatorDef
+from asyncnet.core.registry import OpContext, OpSchema, validate_op
+from asyncnet.errors import BlobNotFoundError, OperatorError
+
+__all__ = ["Operator", "build_operators"]
+
+
+class Operator:
+    """One runnable op of a net. ``op.run(blobs)`` reads inputs and writes outputs in ``blobs``."""
+
+    __slots__ = ("index", "definition", "schema", "type", "name", "inputs", "outputs", "device", "fn", "ctx", "net_name", "_store")
+
+    def __init__(self, definition: OperatorDef, index: int, schema: OpSchema, args: dict[str, Any],
+                 device: DeviceOption, blobs: MutableMapping[str, Any], net_name: str = ""):
+        self.index = index
+        self.definition = definition
+        self.schema = schema
+        self.type = definition.type
+        self.name = definition.name
+        self.inputs = tuple(definition.inputs)
+        self.outputs = tuple(definition.outputs)
+        self.device = device
+        self.fn = schema.fn
+        self.ctx = OpContext(definition, index, args, device, blobs)
+        self.net_name = net_name
+        self._store = _store_none if not self.outputs else (_store_one if len(self.outputs) == 1 else _store_many)
+
+    def run(self, blobs: MutableMapping[str, Any]) -> None:
+        """Run the kernel once against ``blobs``; failures raise :class:`OperatorError`."""
+        try:
+            args = [blobs[n] for n in self.inputs]
+        except KeyError:
+            missing = next(n for n in self.inputs if n not in blobs)
+            raise self.error(f"input blob {missing!r} does not exist") from BlobNotFoundError(missing, list(blobs))
+        try:
+            result = self.fn(self.ctx, *args)
+        except Exception as exc:  # noqa: BLE001 - every kernel failure becomes an OperatorError
+            raise self.error(_reason(exc)) from exc
+        self._store(self, blobs, result)
+
+    def error(self, message: str) -> OperatorError:
+        """An :class:`OperatorError` that names this op."""
+        return OperatorError(message, op_index=self.index, op_type=self.type, op_name=self.name or None,
+                             inputs=self.inputs, net_name=self.net_name or None)
+
+    def __repr__(self) -> str:
+        return f"Operator(#{self.index} {self.type} {list(self.inputs)} -> {list(self.outputs)})"
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, OperatorError):
+        return str(exc)
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _store_none(op: Operator, blobs: MutableMapping[str, Any], result: Any) -> None:
+    if result is not None:
+        raise op.error(f"the kernel returned {type(result).__name__} but the op has no outputs")
+
+
+def _store_one(op: Operator, blobs: MutableMapping[str, Any], result: Any) -> None:
+    if result is None:
+        raise op.error("the kernel returned None for its one output")
+    blobs[op.outputs[0]] = result
+
+
+def _store_many(op: Operator, blobs: MutableMapping[str, Any], result: Any) -> None:
+    if not isinstance(result, (tuple, list)) or len(result) != len(op.outputs):
+        got = len(result) if isinstance(result, (tuple, list)) else type(result).__name__
+        raise op.error(f"the kernel returned {got} values for {len(op.outputs)} outputs")
+    for name, value in zip(op.outputs, result):
+        blobs[name] = value
+
+
+def build_operators(net_def: NetDef, blobs: MutableMapping[str, Any]) -> list[Operator]:
+    """Validate every op of ``net_def`` and bind it to its kernel (errors name the op index)."""
+    ops = []
+    for i, op_def in enumerate(net_def.ops):
+        schema, args = validate_op(op_def, i, net_def.device_option)
+        device = op_def.device_option or net_def.device_option or DeviceOption()
+        ops.append(Operator(op_def, i, schema, args, device, blobs, net_def.name))
+    return ops

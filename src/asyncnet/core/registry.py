@@ -1,0 +1,265 @@
+"""The operator registry: schemas (arity, in-place rules, typed args, devices, docs) and kernels.
+
+An operator is a plain function ``fn(ctx, *inputs)`` registered with its schema::
+
+    from asyncnet.core.registry import register_op, Arg
+
+    @register_op("Scale", inputs=1, outputs=1, allow_inplace={0: 0},
+                 args=[Arg("scale", float, 1.0, "multiplier")], doc="y = scale * x")
+    def scale(ctx, x):
+        return x * ctx.args["scale"]
+
+Schemas are checked once, when a net is created (:func:`validate_op`), so a running net never
+meets a malformed op. Gradients are registered beside the op with :func:`register_gradient`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+from asyncnet.core.defs import DeviceOption, OperatorDef
+from asyncnet.errors import NetDefinitionError, near_names
+
+__all__ = ["Arg", "OpSchema", "OpContext", "register_op", "register_gradient", "get_schema", "registered_ops", "validate_op"]
+
+_MISSING = object()
+
+
+@dataclass(frozen=True)
+class Arg:
+    """A typed operator argument. ``Arg("axis", int, 1, "flatten from this axis")``.
+
+    ``default=Arg.REQUIRED`` makes it mandatory; ``choices`` restricts values; ``type`` may be a
+    tuple such as ``(int, float)``, or ``list`` for list-valued args (``item_type`` checks items).
+    """
+
+    REQUIRED = _MISSING
+    name: str
+    type: type | tuple[type, ...]
+    default: Any = None
+    doc: str = ""
+    choices: Sequence[Any] | None = None
+    item_type: type | tuple[type, ...] | None = None
+
+    @property
+    def required(self) -> bool:
+        return self.default is _MISSING
+
+    def coerce(self, value: Any, path: str) -> Any:
+        """Check ``value`` against the arg's type (ints are accepted for floats)."""
+        types = self.type if isinstance(self.type, tuple) else (self.type,)
+        if float in types and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if bool not in types and isinstance(value, bool) and int in types:
+            raise NetDefinitionError(f"expected {_names_of(types)}, got bool {value!r}", path)
+        if bool in types and isinstance(value, int) and not isinstance(value, bool) and value in (0, 1):
+            value = bool(value)
+        if not isinstance(value, types):
+            raise NetDefinitionError(f"expected {_names_of(types)}, got {type(value).__name__} {value!r}", path)
+        if isinstance(value, list) and self.item_type is not None:
+            items = self.item_type if isinstance(self.item_type, tuple) else (self.item_type,)
+            for i, v in enumerate(value):
+                if not isinstance(v, items) or (isinstance(v, bool) and bool not in items):
+                    raise NetDefinitionError(f"expected {_names_of(items)} items, got {v!r}", f"{path}[{i}]")
+            if float in items:
+                value = [float(v) for v in value]
+        if self.choices is not None and value not in self.choices:
+            raise NetDefinitionError(f"expected one of {list(self.choices)}, got {value!r}", path)
+        return value
+
+
+def _names_of(types: Iterable[type]) -> str:
+    return " or ".join(t.__name__ for t in types)
+
+
+InplaceRule = Mapping[int, int] | Callable[[int, int], bool] | None
+
+
+@dataclass
+class OpSchema:
+    """Everything the registry knows about one operator type."""
+
+    type: str
+    fn: Callable[..., Any]
+    min_inputs: int
+    max_inputs: int | None
+    min_outputs: int
+    max_outputs: int | None
+    allow_inplace: InplaceRule = None
+    enforce_inplace: InplaceRule = None
+    args: dict[str, Arg] = field(default_factory=dict)
+    devices: tuple[str, ...] = ("cpu",)
+    differentiable: bool = False
+    doc: str = ""
+    gradient: Callable[..., Any] | None = None
+    inputs_doc: Sequence[str] = ()
+    outputs_doc: Sequence[str] = ()
+
+    def arity_text(self) -> str:
+        return f"{_range_text(self.min_inputs, self.max_inputs)} -> {_range_text(self.min_outputs, self.max_outputs)}"
+
+
+def _range_text(lo: int, hi: int | None) -> str:
+    if hi == lo:
+        return str(lo)
+    return f"{lo}+" if hi is None else f"{lo}..{hi}"
+
+
+def _inplace_allowed(rule: InplaceRule, i: int, o: int) -> bool:
+    if rule is None:
+        return False
+    if callable(rule):
+        return bool(rule(i, o))
+    return rule.get(i) == o
+
+
+def _enforced_pairs(rule: InplaceRule, n_in: int, n_out: int) -> list[tuple[int, int]]:
+    if rule is None:
+        return []
+    if callable(rule):
+        return [(i, o) for i in range(n_in) for o in range(n_out) if rule(i, o)]
+    return [(i, o) for i, o in rule.items() if i < n_in and o < n_out]
+
+
+_REGISTRY: dict[str, OpSchema] = {}
+
+
+def _arity(spec: int | tuple[int, int | None]) -> tuple[int, int | None]:
+    if isinstance(spec, int):
+        return spec, spec
+    lo, hi = spec
+    return lo, hi
+
+
+def register_op(
+    op_type: str,
+    *,
+    inputs: int | tuple[int, int | None] = 1,
+    outputs: int | tuple[int, int | None] = 1,
+    allow_inplace: InplaceRule = None,
+    enforce_inplace: InplaceRule = None,
+    args: Sequence[Arg] = (),
+    devices: Sequence[str] = ("cpu",),
+    differentiable: bool = False,
+    doc: str = "",
+    inputs_doc: Sequence[str] = (),
+    outputs_doc: Sequence[str] = (),
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorator registering ``fn(ctx, *inputs)`` as operator ``op_type`` with its schema."""
+
+    def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
+        if op_type in _REGISTRY:
+            raise ValueError(f"operator {op_type!r} is already registered")
+        lo_i, hi_i = _arity(inputs)
+        lo_o, hi_o = _arity(outputs)
+        _REGISTRY[op_type] = OpSchema(
+            type=op_type, fn=fn, min_inputs=lo_i, max_inputs=hi_i, min_outputs=lo_o, max_outputs=hi_o,
+            allow_inplace=allow_inplace, enforce_inplace=enforce_inplace, args={a.name: a for a in args},
+            devices=tuple(devices), differentiable=differentiable, doc=doc or (fn.__doc__ or "").strip(),
+            inputs_doc=tuple(inputs_doc), outputs_doc=tuple(outputs_doc),
+        )
+        return fn
+
+    return deco
+
+
+def register_gradient(op_type: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorator attaching a gradient maker to an already registered operator."""
+
+    def deco(maker: Callable[..., Any]) -> Callable[..., Any]:
+        schema = get_schema(op_type)
+        schema.gradient = maker
+        schema.differentiable = True
+        return maker
+
+    return deco
+
+
+def get_schema(op_type: str) -> OpSchema:
+    """The schema of ``op_type``; unknown types raise :class:`NetDefinitionError` with near names."""
+    try:
+        return _REGISTRY[op_type]
+    except KeyError:
+        near = near_names(op_type, _REGISTRY)
+        hint = f" Did you mean {', '.join(repr(n) for n in near)}?" if near else ""
+        raise NetDefinitionError(f"unknown operator type {op_type!r}.{hint}") from None
+
+
+def registered_ops() -> dict[str, OpSchema]:
+    """A snapshot of every registered schema, by type name."""
+    return dict(sorted(_REGISTRY.items()))
+
+
+def validate_op(op: OperatorDef, index: int, net_device: DeviceOption | None = None) -> tuple[OpSchema, dict[str, Any]]:
+    """Check ``op`` against its schema; return the schema and the typed args with defaults filled.
+
+    Every failure is a :class:`NetDefinitionError` naming ``ops[index]``, the type and the rule.
+    """
+    where = f"ops[{index}] ({op.type}{' ' + repr(op.name) if op.name else ''})"
+    try:
+        schema = get_schema(op.type)
+    except NetDefinitionError as e:
+        raise NetDefinitionError(str(e), f"ops[{index}].type") from None
+    n_in, n_out = len(op.inputs), len(op.outputs)
+    _check_count("inputs", n_in, schema.min_inputs, schema.max_inputs, where)
+    _check_count("outputs", n_out, schema.min_outputs, schema.max_outputs, where)
+    _check_inplace(op, schema, where)
+    device = op.device_option or net_device or DeviceOption()
+    if device.device_type not in schema.devices:
+        raise NetDefinitionError(f"device {device.device_type!r} not supported; the op runs on {list(schema.devices)}", where)
+    return schema, _typed_args(op, schema, where)
+
+
+def _check_count(kind: str, n: int, lo: int, hi: int | None, where: str) -> None:
+    if n < lo or (hi is not None and n > hi):
+        raise NetDefinitionError(f"expected {_range_text(lo, hi)} {kind}, got {n}", where)
+
+
+def _check_inplace(op: OperatorDef, schema: OpSchema, where: str) -> None:
+    for i, o in _enforced_pairs(schema.enforce_inplace, len(op.inputs), len(op.outputs)):
+        if op.inputs[i] != op.outputs[o]:
+            raise NetDefinitionError(
+                f"input {i} {op.inputs[i]!r} and output {o} {op.outputs[o]!r} must be the same blob (in-place enforced)", where
+            )
+    for o, out in enumerate(op.outputs):
+        for i, inp in enumerate(op.inputs):
+            if inp == out and not (_inplace_allowed(schema.allow_inplace, i, o) or _inplace_allowed(schema.enforce_inplace, i, o)):
+                raise NetDefinitionError(f"output {o} {out!r} may not overwrite input {i} in place", where)
+    if len(set(op.outputs)) != len(op.outputs):
+        raise NetDefinitionError(f"outputs must be distinct blobs, got {op.outputs}", where)
+
+
+def _typed_args(op: OperatorDef, schema: OpSchema, where: str) -> dict[str, Any]:
+    unknown = [k for k in op.args if k not in schema.args]
+    if unknown:
+        k = unknown[0]
+        near = near_names(k, schema.args)
+        hint = f"; did you mean {near[0]!r}?" if near else f"; it takes {sorted(schema.args) or 'no arguments'}"
+        raise NetDefinitionError(f"unknown argument {k!r}{hint}", where)
+    typed: dict[str, Any] = {}
+    for name, spec in schema.args.items():
+        if name in op.args:
+            typed[name] = spec.coerce(op.args[name], f"{where}.args.{name}")
+        elif spec.required:
+            raise NetDefinitionError(f"missing required argument {name!r}", where)
+        else:
+            typed[name] = spec.default
+    return typed
+
+
+class OpContext:
+    """What a kernel sees besides its inputs: typed args, its def, index, device, output lookup."""
+
+    __slots__ = ("args", "op", "index", "device", "_blobs")
+
+    def __init__(self, op: OperatorDef, index: int, args: dict[str, Any], device: DeviceOption, blobs: Mapping[str, Any]):
+        self.op = op
+        self.index = index
+        self.args = args
+        self.device = device
+        self._blobs = blobs
+
+    def output(self, i: int) -> Any:
+        """The current value of output blob ``i``, or None if it does not exist yet."""
+        return self._blobs.get(self.op.outputs[i])

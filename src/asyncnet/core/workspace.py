@@ -1,0 +1,183 @@
+"""The workspace: a thread-safe store of named blobs, and the nets created against it.
+
+    >>> import numpy as np, asyncnet as an
+    >>> ws = an.Workspace()
+    >>> ws.feed("x", np.arange(3.0))
+    >>> net = an.Net("double")
+    >>> _ = net.Scale("x", "y", scale=2.0)
+    >>> ws.run_net_once(net)
+    >>> ws.fetch("y")
+    array([0., 2., 4.])
+
+Blobs hold numpy arrays, torch tensors or opaque objects (mutexes, atomics, gradient syncs).
+Executors read and write the blob dict directly: single dict reads and writes are atomic in
+CPython, with or without the GIL, so the hot path takes no workspace lock; the lock guards
+the operations that look at more than one entry (listing, reset, net creation).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Any, Iterator
+
+import numpy as np
+
+from asyncnet.core.defs import NetDef, OperatorDef
+from asyncnet.core.netbase import NetBase, RunHandle, net_class
+from asyncnet.core.operator import build_operators
+from asyncnet.errors import BlobNotFoundError, ExecutionError, NetDefinitionError, near_names
+
+if TYPE_CHECKING:
+    from asyncnet.core.net import Net
+
+__all__ = ["Workspace"]
+
+
+def _as_def(net: "Net | NetDef") -> NetDef:
+    if isinstance(net, NetDef):
+        return net
+    to_def = getattr(net, "to_def", None)
+    if to_def is None:
+        raise TypeError(f"expected a Net or NetDef, got {type(net).__name__}")
+    return to_def()
+
+
+class Workspace:
+    """Named blobs plus the nets that run against them. Safe to share between threads."""
+
+    def __init__(self) -> None:
+        self._blobs: dict[str, Any] = {}
+        self._nets: dict[str, NetBase] = {}
+        self._lock = threading.RLock()
+
+    # -- blobs ---------------------------------------------------------------------------
+    def feed(self, name: str, value: Any) -> None:
+        """Store ``value`` under ``name``. Lists and Python scalars become numpy arrays;
+        arrays, tensors and other objects are stored as they are (not copied)."""
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"blob name must be a non-empty string, got {name!r}")
+        if isinstance(value, (list, tuple, int, float, bool, np.generic)):
+            value = np.asarray(value)
+        self._blobs[name] = value
+
+    def fetch(self, name: str, copy: bool = False) -> Any:
+        """The value of blob ``name`` (a copy of an array when ``copy``); unknown names raise
+        :class:`~asyncnet.BlobNotFoundError` suggesting near names."""
+        try:
+            value = self._blobs[name]
+        except KeyError:
+            raise BlobNotFoundError(name, list(self._blobs)) from None
+        return value.copy() if copy and isinstance(value, np.ndarray) else value
+
+    def has(self, name: str) -> bool:
+        """Whether blob ``name`` exists."""
+        return name in self._blobs
+
+    def blobs(self) -> list[str]:
+        """Sorted names of every blob."""
+        with self._lock:
+            return sorted(self._blobs)
+
+    def remove(self, name: str) -> None:
+        """Delete blob ``name`` (raises :class:`~asyncnet.BlobNotFoundError` if absent)."""
+        try:
+            del self._blobs[name]
+        except KeyError:
+            raise BlobNotFoundError(name, list(self._blobs)) from None
+
+    def reset(self) -> None:
+        """Remove every blob and close every net."""
+        with self._lock:
+            for net in self._nets.values():
+                net.close()
+            self._nets.clear()
+            self._blobs.clear()
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._blobs
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.blobs())
+
+    @property
+    def blob_dict(self) -> dict[str, Any]:
+        """The live blob dict executors run against (advanced use)."""
+        return self._blobs
+
+    # -- nets ------------------------------------------------------------------------------
+    def instantiate(self, net: "Net | NetDef") -> NetBase:
+        """Validate ``net`` and build an executor instance for it, without registering it."""
+        net_def = _as_def(net)
+        cls = net_class(net_def.type)
+        return cls(net_def, build_operators(net_def, self._blobs), self._blobs)
+
+    def create_net(self, net: "Net | NetDef", overwrite: bool = False) -> NetBase:
+        """Validate and instantiate ``net`` under its name; every op is checked against its
+        schema here, so a bad net fails now with :class:`~asyncnet.NetDefinitionError`."""
+        instance = self.instantiate(net)
+        with self._lock:
+            old = self._nets.get(instance.name)
+            if old is not None and not overwrite:
+                instance.close()
+                raise NetDefinitionError(f"a net named {instance.name!r} already exists; pass overwrite=True to replace it", "name")
+            self._nets[instance.name] = instance
+        if old is not None:
+            old.close()
+        return instance
+
+    def net(self, name: str) -> NetBase:
+        """The created net called ``name``."""
+        try:
+            return self._nets[name]
+        except KeyError:
+            near = near_names(name, self._nets)
+            hint = f" Did you mean {', '.join(repr(n) for n in near)}?" if near else ""
+            raise ExecutionError(f"no net named {name!r} was created in this workspace.{hint}") from None
+
+    def nets(self) -> list[str]:
+        """Sorted names of the created nets."""
+        with self._lock:
+            return sorted(self._nets)
+
+    def run_net(self, name: str, num_iter: int = 1, timeout: float | None = None) -> None:
+        """Run created net ``name`` ``num_iter`` times; the first failure is raised."""
+        if isinstance(num_iter, bool) or not isinstance(num_iter, int) or num_iter < 0:
+            raise ValueError(f"num_iter must be a non-negative int, got {num_iter!r}")
+        instance = self.net(name)
+        for _ in range(num_iter):
+            instance.run(timeout)
+
+    def run_net_async(self, name: str) -> RunHandle:
+        """Start one run of created net ``name``; returns a handle with ``wait(timeout)``, ``done()``, ``cancel()``."""
+        return self.net(name).run_async()
+
+    def run_net_once(self, net: "Net | NetDef", timeout: float | None = None) -> None:
+        """Instantiate ``net``, run it once and discard the instance."""
+        instance = self.instantiate(net)
+        try:
+            instance.run(timeout)
+        finally:
+            instance.close()
+
+    def run_operator_once(self, op: OperatorDef) -> None:
+        """Run a single :class:`OperatorDef` against the workspace."""
+        self.run_net_once(NetDef(op.name or op.type, ops=[op]))
+
+    def run_plan(self, plan: Any, timeout: float | None = None) -> None:
+        """Run an execution :class:`~asyncnet.Plan` against this workspace."""
+        run = getattr(plan, "run", None)
+        if run is None:
+            raise TypeError(f"expected a Plan, got {type(plan).__name__}")
+        run(self) if timeout is None else run(self, timeout=timeout)
+
+    def close(self) -> None:
+        """Close every net (their executor pools); blobs stay."""
+        with self._lock:
+            for net in self._nets.values():
+                net.close()
+
+    def __enter__(self) -> "Workspace":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

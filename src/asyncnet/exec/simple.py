@@ -1,0 +1,74 @@
+"""The sequential executor (net type "simple"): ops in order, on the caller's thread.
+
+The first failing op stops the run and raises its :class:`~asyncnet.OperatorError`; blobs
+written by earlier ops stay. ``run_async`` runs to the end before it returns and hands back a
+handle that is already done, so code written against the async API works with either type.
+"""
+
+from __future__ import annotations
+
+import time
+
+from asyncnet.core.netbase import NetBase, register_net_type
+from asyncnet.errors import NetBusyError
+
+__all__ = ["SimpleNet", "DoneHandle"]
+
+
+class DoneHandle:
+    """The handle of a run that has already ended; ``wait`` re-raises its error, if any."""
+
+    __slots__ = ("_error",)
+
+    def __init__(self, error: BaseException | None = None):
+        self._error = error
+
+    def wait(self, timeout: float | None = None) -> None:
+        if self._error is not None:
+            raise self._error
+
+    def done(self) -> bool:
+        return True
+
+    def cancel(self) -> bool:
+        return False
+
+    def exception(self) -> BaseException | None:
+        return self._error
+
+
+class SimpleNet(NetBase):
+    """Runs ops one after another on the calling thread."""
+
+    def run(self, timeout: float | None = None) -> None:
+        self._claim()
+        try:
+            if self.recorder is None:
+                blobs = self.blobs
+                for op in self.operators:
+                    op.run(blobs)
+            else:
+                self._run_recorded()
+        finally:
+            self._release()
+
+    def _run_recorded(self) -> None:
+        blobs, record = self.blobs, self.recorder
+        for op in self.operators:
+            start = time.perf_counter()
+            try:
+                op.run(blobs)
+            finally:
+                record(op, start, time.perf_counter())  # type: ignore[misc]
+
+    def run_async(self) -> DoneHandle:
+        try:
+            self.run()
+        except NetBusyError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - handed to the caller through wait()
+            return DoneHandle(exc)
+        return DoneHandle()
+
+
+register_net_type(("simple",), SimpleNet)

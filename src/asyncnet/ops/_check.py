@@ -1,0 +1,59 @@
+"""Input checks shared by operator kernels: messages say what was expected and what was found."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+FLOAT_DTYPES = (np.float16, np.float32, np.float64)
+
+
+def array(ctx: Any, x: Any, i: int) -> np.ndarray:
+    """``x`` if it is a numpy array, else a TypeError naming input ``i``."""
+    if not isinstance(x, np.ndarray):
+        raise TypeError(f"expected a numpy array in input {i} {ctx.op.inputs[i]!r}, got {type(x).__name__}")
+    return x
+
+
+def float_array(ctx: Any, x: Any, i: int) -> np.ndarray:
+    """``x`` if it is a floating-point numpy array."""
+    x = array(ctx, x, i)
+    if x.dtype.type not in FLOAT_DTYPES:
+        raise TypeError(f"expected a float array in input {i} {ctx.op.inputs[i]!r}, got dtype {x.dtype}")
+    return x
+
+
+def same_dtype(ctx: Any, arrays: list[np.ndarray]) -> None:
+    """All ``arrays`` share one dtype."""
+    dtypes = [a.dtype for a in arrays]
+    if any(d != dtypes[0] for d in dtypes):
+        found = ", ".join(f"{n!r}: {d}" for n, d in zip(ctx.op.inputs, dtypes))
+        raise TypeError(f"expected inputs of one dtype, got {found}")
+
+
+def ndim(ctx: Any, x: np.ndarray, i: int, expected: int) -> None:
+    if x.ndim != expected:
+        raise ValueError(f"expected a {expected}-D array in input {i} {ctx.op.inputs[i]!r}, got shape {x.shape}")
+
+
+def broadcast_shape(ctx: Any, a: np.ndarray, b: np.ndarray) -> tuple[int, ...]:
+    try:
+        return np.broadcast_shapes(a.shape, b.shape)
+    except ValueError:
+        raise ValueError(
+            f"shapes {a.shape} ({ctx.op.inputs[0]!r}) and {b.shape} ({ctx.op.inputs[1]!r}) do not broadcast"
+        ) from None
+
+
+def flatten_2d(x: np.ndarray, axis: int) -> np.ndarray:
+    """View ``x`` as 2-D: dims before ``axis`` become rows, the rest columns (Caffe2's rule)."""
+    rows = int(np.prod(x.shape[:axis], dtype=np.int64))
+    return x.reshape(rows, -1) if x.size or rows else x.reshape(0, 0)
+
+
+def axis_of(ctx: Any, x: np.ndarray, axis: int, name: str = "axis") -> int:
+    a = axis + x.ndim if axis < 0 else axis
+    if not 0 <= a <= x.ndim:
+        raise ValueError(f"argument {name}={axis} is out of range for an input of shape {x.shape}")
+    return a

@@ -1,0 +1,90 @@
+"""Fill operators: create tensors from constants or seeded random distributions.
+
+Each takes either ``shape`` or, with ``input_as_shape=1``, an input holding the shape, or an
+input whose shape it copies. A ``seed`` >= 0 makes a random fill give the same values on
+every run; ``seed=-1`` (the default) draws fresh entropy.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from asyncnet.core.registry import Arg, register_op
+from asyncnet.ops._check import array
+
+DTYPES = {"float32": np.float32, "float64": np.float64, "float16": np.float16, "int32": np.int32,
+          "int64": np.int64, "bool": np.bool_, "uint8": np.uint8}
+FLOAT_NAMES = ["float32", "float64", "float16"]
+
+_SHAPE_ARGS = [
+    Arg("shape", list, [], "output shape (ignored when an input is given)", item_type=int),
+    Arg("input_as_shape", bool, False, "when set, input 0 holds the output shape as 1-D ints"),
+    Arg("extra_shape", list, [], "dims appended to the shape taken from the input", item_type=int),
+]
+_SEED = Arg("seed", int, -1, "random seed; -1 draws fresh entropy on every run")
+
+
+def _shape(ctx: Any, inputs: tuple[Any, ...]) -> tuple[int, ...]:
+    a = ctx.args
+    if inputs:
+        x = array(ctx, inputs[0], 0)
+        if a["input_as_shape"]:
+            if x.ndim != 1 or x.dtype.kind not in "iu":
+                raise ValueError(f"expected a 1-D int array as shape in input 0, got {x.dtype} {x.shape}")
+            base = tuple(int(d) for d in x)
+        else:
+            base = x.shape
+        shape = base + tuple(a["extra_shape"])
+    else:
+        if a["input_as_shape"]:
+            raise ValueError("input_as_shape=1 needs an input holding the shape")
+        shape = tuple(a["shape"])
+    if any(d < 0 for d in shape):
+        raise ValueError(f"expected non-negative dims, got shape {shape}")
+    return shape
+
+
+def _rng(ctx: Any) -> np.random.Generator:
+    seed = ctx.args["seed"]
+    return np.random.default_rng(None if seed < 0 else seed)
+
+
+@register_op("ConstantFill", inputs=(0, 1), outputs=1, doc="Fill a tensor of `shape` with `value`.",
+             args=[*_SHAPE_ARGS, Arg("value", (float, int, bool), 0.0, "fill value"),
+                   Arg("dtype", str, "float32", "output dtype", choices=sorted(DTYPES))])
+def constant_fill(ctx: Any, *inputs: Any) -> np.ndarray:
+    return np.full(_shape(ctx, inputs), ctx.args["value"], dtype=DTYPES[ctx.args["dtype"]])
+
+
+@register_op("GaussianFill", inputs=(0, 1), outputs=1, doc="Fill with samples of N(mean, std^2).",
+             args=[*_SHAPE_ARGS, Arg("mean", float, 0.0), Arg("std", float, 1.0), _SEED,
+                   Arg("dtype", str, "float32", "output dtype", choices=FLOAT_NAMES)])
+def gaussian_fill(ctx: Any, *inputs: Any) -> np.ndarray:
+    a = ctx.args
+    if a["std"] < 0:
+        raise ValueError(f"expected std >= 0, got {a['std']}")
+    return _rng(ctx).normal(a["mean"], a["std"], _shape(ctx, inputs)).astype(DTYPES[a["dtype"]])
+
+
+@register_op("UniformFill", inputs=(0, 1), outputs=1, doc="Fill with samples of U[min, max).",
+             args=[*_SHAPE_ARGS, Arg("min", float, 0.0), Arg("max", float, 1.0), _SEED,
+                   Arg("dtype", str, "float32", "output dtype", choices=FLOAT_NAMES)])
+def uniform_fill(ctx: Any, *inputs: Any) -> np.ndarray:
+    a = ctx.args
+    if a["min"] > a["max"]:
+        raise ValueError(f"expected min <= max, got min={a['min']} max={a['max']}")
+    return _rng(ctx).uniform(a["min"], a["max"], _shape(ctx, inputs)).astype(DTYPES[a["dtype"]])
+
+
+@register_op("XavierFill", inputs=(0, 1), outputs=1,
+             doc="Fill with U[-s, s], s = sqrt(3 / fan_in), fan_in = size / shape[0] (Caffe2's Xavier).",
+             args=[*_SHAPE_ARGS, _SEED, Arg("dtype", str, "float32", "output dtype", choices=FLOAT_NAMES)])
+def xavier_fill(ctx: Any, *inputs: Any) -> np.ndarray:
+    shape = _shape(ctx, inputs)
+    size = int(np.prod(shape, dtype=np.int64))
+    if not shape or shape[0] == 0 or size == 0:
+        raise ValueError(f"XavierFill needs a non-empty shape with shape[0] > 0, got {shape}")
+    scale = np.sqrt(3.0 / (size / shape[0]))
+    return _rng(ctx).uniform(-scale, scale, shape).astype(DTYPES[ctx.args["dtype"]])
