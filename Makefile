@@ -1,0 +1,26 @@
+# Two entry points that work from nothing: `make train` (the main job) and `make test`.
+# Each creates the virtual environment .venv on first use and installs the pinned versions.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+ARGS ?=
+
+.PHONY: train test bench clean
+
+$(STAMP): pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[test,torch,cli]"
+	touch $(STAMP)
+
+train: $(STAMP)
+	$(BIN)/asyncnet train $(ARGS)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q $(ARGS)
+
+bench: $(STAMP)
+	$(BIN)/asyncnet bench executor && $(BIN)/asyncnet bench atomics && $(BIN)/asyncnet bench allreduce && $(BIN)/asyncnet bench train
+
+clean:
+	rm -rf $(VENV) runs

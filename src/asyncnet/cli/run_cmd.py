@@ -1,0 +1,38 @@
+"""``asyncnet run NET.json``: run a net once (or N times) and print or save fetched blobs."""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+
+from asyncnet.cli.common import CLIError, load_net, parse_feeds
+from asyncnet.core.workspace import Workspace
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("run", help="run a net from a JSON file", description="Run NET.json against fed blobs.")
+    p.add_argument("net", metavar="NET.json")
+    p.add_argument("--feed", action="append", metavar="NAME=FILE.npy", help="blob to feed (repeatable)")
+    p.add_argument("--fetch", action="append", metavar="NAME", help="blob to print after the run (repeatable)")
+    p.add_argument("--save", metavar="OUT.npz", help="save the fetched blobs to an npz file")
+    p.add_argument("--iters", type=int, default=1, help="number of runs (default 1)")
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    net_def = load_net(args.net)
+    if args.iters < 0:
+        raise CLIError(f"--iters must be >= 0, got {args.iters}")
+    ws = Workspace()
+    for name, value in parse_feeds(args.feed).items():
+        ws.feed(name, value)
+    with ws:
+        ws.create_net(net_def)
+        ws.run_net(net_def.name, num_iter=args.iters)
+        fetched = {name: ws.fetch(name) for name in args.fetch or []}
+    for name, value in fetched.items():
+        print(f"{name} = {np.array2string(np.asarray(value), threshold=50)}" if isinstance(value, np.ndarray) else f"{name} = {value!r}")
+    if args.save:
+        np.savez(args.save, **{k: np.asarray(v) for k, v in fetched.items()})
+    return 0

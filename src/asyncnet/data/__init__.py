@@ -1,0 +1,1 @@
+"""Data files shipped inside the package (see ``LICENSE-digits.txt`` beside this file)."""

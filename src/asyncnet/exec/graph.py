@@ -1,0 +1,163 @@
+"""The dependency graph of a net, from blob hazards, and its chains.
+
+Walking the ops in order, op ``j`` depends on op ``i < j`` when
+
+- read-after-write: ``j`` reads (an input or a control input of ``j``) a blob ``i`` last wrote;
+- write-after-write: ``j`` writes a blob whose previous writer is ``i``;
+- write-after-read: ``j`` writes a blob ``i`` read since that blob's last write.
+
+Control inputs only order (they are not registered as reads for write-after-read). Duplicate
+and self edges are dropped, then every edge implied by a longer path (transitive reduction).
+Every edge goes from a lower to a higher op index, so op order is a topological order.
+
+A *chain* is a maximal linear run of ops where each op after the first has exactly one parent,
+that parent has exactly one child, and both run on the same device. A chain runs start to end
+on one thread with no scheduling in between::
+
+    >>> g = build_graph([(["x"], ["y"], []), (["y"], ["z"], []), (["x"], ["w"], [])])
+    >>> g.parents, g.chains
+    ([[], [0], []], [[0, 1], [2]])
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Hashable, Sequence
+
+__all__ = ["Graph", "hazard_edges", "transitive_reduction", "form_chains", "build_graph", "graph_of_net"]
+
+OpIO = tuple[Sequence[str], Sequence[str], Sequence[str]]  # (inputs, outputs, control_inputs)
+
+
+@dataclass
+class Graph:
+    """Op-level and chain-level adjacency, as plain lists of ints (op and chain indices)."""
+
+    parents: list[list[int]]
+    children: list[list[int]]
+    chains: list[list[int]]
+    chain_of: list[int]
+    chain_parents: list[list[int]]
+    chain_children: list[list[int]]
+
+    @property
+    def num_ops(self) -> int:
+        return len(self.parents)
+
+    def edges(self) -> list[tuple[int, int]]:
+        """Every op edge ``(parent, child)``, sorted."""
+        return [(p, c) for c, ps in enumerate(self.parents) for p in ps]
+
+    def roots(self) -> list[int]:
+        """Chains with no parent chain (they start a run)."""
+        return [c for c, ps in enumerate(self.chain_parents) if not ps]
+
+
+def hazard_edges(ops: Sequence[OpIO]) -> list[list[int]]:
+    """Parents of each op from RAW, WAW and WAR hazards plus control inputs (deduplicated, sorted).
+
+    >>> hazard_edges([([], ["a"], []), (["a"], ["b"], []), ([], ["a"], [])])
+    [[], [0], [0, 1]]
+    """
+    last_writer: dict[str, int] = {}
+    readers: dict[str, list[int]] = {}
+    parents: list[list[int]] = []
+    for j, (inputs, outputs, control) in enumerate(ops):
+        deps: set[int] = set()
+        for blob in inputs:
+            w = last_writer.get(blob)
+            if w is not None:
+                deps.add(w)
+            readers.setdefault(blob, []).append(j)
+        for blob in control:
+            w = last_writer.get(blob)
+            if w is not None:
+                deps.add(w)
+        for blob in outputs:
+            w = last_writer.get(blob)
+            if w is not None:
+                deps.add(w)
+            deps.update(readers.get(blob, ()))
+            last_writer[blob] = j
+            readers[blob] = []
+        deps.discard(j)
+        parents.append(sorted(deps))
+    return parents
+
+
+def transitive_reduction(parents: Sequence[Sequence[int]]) -> list[list[int]]:
+    """Drop every edge implied by a longer path; ``parents[j]`` must only hold indices < j.
+
+    Ancestor sets are Python ints used as bitsets. Parents are visited from the highest index
+    down, so a parent that is an ancestor of a kept (later) parent is redundant.
+
+    >>> transitive_reduction([[], [0], [0, 1]])
+    [[], [0], [1]]
+    """
+    ancestors: list[int] = []
+    reduced: list[list[int]] = []
+    for j, ps in enumerate(parents):
+        covered = 0
+        kept: list[int] = []
+        for p in sorted(set(ps), reverse=True):
+            if p >= j:
+                raise ValueError(f"op {j} has parent {p}; parents must precede their children")
+            if not (covered >> p) & 1:
+                kept.append(p)
+                covered |= ancestors[p] | (1 << p)
+        ancestors.append(covered)
+        kept.reverse()
+        reduced.append(kept)
+    return reduced
+
+
+def children_of(parents: Sequence[Sequence[int]]) -> list[list[int]]:
+    """Invert a parents list."""
+    children: list[list[int]] = [[] for _ in parents]
+    for c, ps in enumerate(parents):
+        for p in ps:
+            children[p].append(c)
+    return children
+
+
+def form_chains(parents: Sequence[Sequence[int]], children: Sequence[Sequence[int]],
+                devices: Sequence[Hashable] | None = None) -> tuple[list[list[int]], list[int]]:
+    """Group ops into chains; returns ``(chains, chain_of)``.
+
+    >>> form_chains([[], [0], [1]], [[1], [2], []])
+    ([[0, 1, 2]], [0, 0, 0])
+    """
+    chains: list[list[int]] = []
+    chain_of: list[int] = []
+    for j, ps in enumerate(parents):
+        if len(ps) == 1:
+            p = ps[0]
+            if len(children[p]) == 1 and (devices is None or devices[p] == devices[j]):
+                c = chain_of[p]
+                chains[c].append(j)
+                chain_of.append(c)
+                continue
+        chain_of.append(len(chains))
+        chains.append([j])
+    return chains, chain_of
+
+
+def build_graph(ops: Sequence[OpIO], devices: Sequence[Hashable] | None = None) -> Graph:
+    """The reduced dependency graph and chains of ``ops`` (``(inputs, outputs, control_inputs)``)."""
+    parents = transitive_reduction(hazard_edges(ops))
+    children = children_of(parents)
+    chains, chain_of = form_chains(parents, children, devices)
+    chain_parents = [sorted({chain_of[p] for p in parents[ch[0]]}) for ch in chains]
+    chain_children = [sorted({chain_of[c] for c in children[ch[-1]]}) for ch in chains]
+    return Graph(parents, children, chains, chain_of, chain_parents, chain_children)
+
+
+def graph_of_net(net_def: object) -> Graph:
+    """The graph of a :class:`~asyncnet.NetDef`; chains never cross pools (see :func:`~asyncnet.exec.pools.device_key`)."""
+    from asyncnet.core.defs import DeviceOption
+    from asyncnet.exec.pools import device_key
+
+    net_dev = getattr(net_def, "device_option", None)
+    ops = net_def.ops  # type: ignore[attr-defined]
+    devices = [device_key(op.device_option or net_dev or DeviceOption()) for op in ops]
+    return build_graph([(op.inputs, op.outputs, op.control_inputs) for op in ops], devices)

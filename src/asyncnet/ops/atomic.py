@@ -1,0 +1,213 @@
+"""Atomic operators with Caffe2's semantics: mutexes, atomic fetch-add, atomic bools, iteration counters.
+
+Mutex and atomic-bool blobs are opaque objects (:class:`asyncnet.atomic.Mutex`,
+:class:`asyncnet.atomic.AtomicBool`; the shared-memory versions are accepted too). None of
+these ops has a gradient.
+
+Why the counters are updated *in place*: an executor gathers an op's inputs before calling it
+and stores its outputs after it returns, both outside the op's mutex. If ``AtomicFetchAdd``
+returned a fresh array, two nets could read the same old array and the later store would
+lose the other's update. So the op reads and writes the existing array's memory while it
+holds the mutex and returns a view of that same memory; whatever object the blob holds, every
+net then updates one buffer. (Caffe2 does the same: the output tensor reuses the input's
+storage.)
+
+    >>> import numpy as np, asyncnet as an
+    >>> ws = an.Workspace()
+    >>> init = an.Net("init")
+    >>> _ = init.CreateMutex([], "mutex")
+    >>> _ = init.ConstantFill([], "count", shape=[], value=10, dtype="int32")
+    >>> _ = init.ConstantFill([], "step", shape=[], value=-1, dtype="int32")
+    >>> ws.run_net_once(init)
+    >>> net = an.Net("tick")
+    >>> _ = net.AtomicFetchAdd(["mutex", "count", "step"], ["count", "fetched"])
+    >>> _ = ws.create_net(net)
+    >>> ws.run_net("tick", num_iter=3)
+    >>> int(ws.fetch("count")), int(ws.fetch("fetched"))
+    (7, 8)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from asyncnet.atomic import AtomicBool, Mutex, SharedAtomicBool, SharedMutex
+from asyncnet.atomic._intmath import wrap
+from asyncnet.core.registry import register_op
+
+__all__ = ["increment_iter"]
+
+_MUTEX_TYPES = (Mutex, SharedMutex)
+_BOOL_TYPES = (AtomicBool, SharedAtomicBool)
+_INT64_MAX = np.iinfo(np.int64).max
+
+
+def _mutex(ctx: Any, x: Any, i: int) -> Any:
+    if not isinstance(x, _MUTEX_TYPES):
+        raise TypeError(
+            f"expected a Mutex (made by CreateMutex) in input {i} {ctx.op.inputs[i]!r}, got {type(x).__name__}"
+        )
+    return x
+
+
+def _atomic_bool(ctx: Any, x: Any, i: int) -> Any:
+    if not isinstance(x, _BOOL_TYPES):
+        raise TypeError(
+            f"expected an AtomicBool (made by CreateAtomicBool) in input {i} {ctx.op.inputs[i]!r}, "
+            f"got {type(x).__name__}"
+        )
+    return x
+
+
+def _tensor(ctx: Any, x: Any, i: int, dtype: type, what: str = "input") -> np.ndarray:
+    """``x`` if it is a numpy array of ``dtype`` with at least one element, else a clear error."""
+    name = ctx.op.inputs[i] if what == "input" else ctx.op.outputs[i]
+    if not isinstance(x, np.ndarray):
+        raise TypeError(f"expected a {np.dtype(dtype)} tensor in {what} {i} {name!r}, got {type(x).__name__}")
+    if x.dtype != dtype:
+        raise TypeError(f"expected a {np.dtype(dtype)} tensor in {what} {i} {name!r}, got dtype {x.dtype}")
+    if x.size == 0:
+        raise ValueError(f"expected at least one element in {what} {i} {name!r}, got shape {x.shape}")
+    return x
+
+
+def _element0(ctx: Any, x: np.ndarray, i: int) -> np.ndarray:
+    """A writable 0-d view of ``x``'s first element (shares memory with ``x``)."""
+    if not x.flags.writeable:
+        raise ValueError(f"input {i} {ctx.op.inputs[i]!r} is updated in place but its array is read-only")
+    return x if x.ndim == 0 else x[(slice(0, 1),) * x.ndim].reshape(())
+
+
+def _fetch_add(ctx: Any, mutex: Any, value: Any, increment: Any, dtype: type, bits: int) -> tuple[np.ndarray, np.ndarray]:
+    mutex = _mutex(ctx, mutex, 0)
+    value = _tensor(ctx, value, 1, dtype)
+    inc = int(_tensor(ctx, increment, 2, dtype).flat[0])
+    inplace = ctx.op.outputs[0] == ctx.op.inputs[1]
+    target = _element0(ctx, value, 1) if inplace else None
+    with mutex:
+        if target is not None:
+            fetched = int(target[()])
+            target[()] = wrap(fetched + inc, bits)
+            new = target
+        else:
+            fetched = int(value.flat[0])
+            new = np.array(wrap(fetched + inc, bits), dtype=dtype)
+    return new, np.array(fetched, dtype=dtype)
+
+
+_FETCH_ADD_DOC = (
+    "Under the mutex (input 0): fetched_value = mut_value[0]; mut_value = mut_value[0] + increment[0]. "
+    "{width} scalars, both outputs 0-d; output 0 may be input 1 in place (the normal use, atomic "
+    "across concurrent nets). Overflow wraps around (two's complement)."
+)
+
+
+@register_op(
+    "AtomicFetchAdd", inputs=3, outputs=2, allow_inplace={1: 0},
+    doc=_FETCH_ADD_DOC.format(width="int32"),
+    inputs_doc=("mutex", "mut_value (int32)", "increment (int32)"),
+    outputs_doc=("mut_value (int32, 0-d)", "fetched_value (int32, 0-d)"),
+)
+def atomic_fetch_add(ctx: Any, mutex: Any, value: Any, increment: Any) -> tuple[np.ndarray, np.ndarray]:
+    return _fetch_add(ctx, mutex, value, increment, np.int32, 32)
+
+
+@register_op(
+    "AtomicFetchAdd64", inputs=3, outputs=2, allow_inplace={1: 0},
+    doc=_FETCH_ADD_DOC.format(width="int64"),
+    inputs_doc=("mutex", "mut_value (int64)", "increment (int64)"),
+    outputs_doc=("mut_value (int64, 0-d)", "fetched_value (int64, 0-d)"),
+)
+def atomic_fetch_add64(ctx: Any, mutex: Any, value: Any, increment: Any) -> tuple[np.ndarray, np.ndarray]:
+    return _fetch_add(ctx, mutex, value, increment, np.int64, 64)
+
+
+@register_op("CreateMutex", inputs=0, outputs=1, doc="Store a new, unlocked Mutex in the output blob.",
+             outputs_doc=("mutex",))
+def create_mutex(ctx: Any) -> Mutex:
+    return Mutex()
+
+
+@register_op("CreateAtomicBool", inputs=0, outputs=1, doc="Store a new AtomicBool, initially false.",
+             outputs_doc=("atomic_bool",))
+def create_atomic_bool(ctx: Any) -> AtomicBool:
+    return AtomicBool(False)
+
+
+@register_op(
+    "ConditionalSetAtomicBool", inputs=2, outputs=0,
+    doc="If condition[0] is true, set the atomic bool to true; never resets it to false.",
+    inputs_doc=("atomic_bool", "condition (bool tensor)"),
+)
+def conditional_set_atomic_bool(ctx: Any, flag: Any, condition: Any) -> None:
+    flag = _atomic_bool(ctx, flag, 0)
+    if _tensor(ctx, condition, 1, np.bool_).flat[0]:
+        flag.store(True)
+    return None
+
+
+@register_op(
+    "CheckAtomicBool", inputs=1, outputs=1,
+    doc="Copy the atomic bool's current value into a bool tensor of shape [1].",
+    inputs_doc=("atomic_bool",), outputs_doc=("value (bool, shape [1])",),
+)
+def check_atomic_bool(ctx: Any, flag: Any) -> np.ndarray:
+    return np.array([_atomic_bool(ctx, flag, 0).load()], dtype=np.bool_)
+
+
+def increment_iter(counter: np.ndarray) -> None:
+    """Add one to an int64 iteration counter in place, with Caffe2's three checks.
+
+        >>> it = np.zeros(1, np.int64); increment_iter(it); it
+        array([1])
+    """
+    if counter.size != 1:
+        raise ValueError(f"The output of IterOp exists, but not of the right size (it has shape {counter.shape}, expected 1 element).")
+    cell = counter.reshape(())  # a view: size-1 arrays always reshape without a copy
+    value = int(cell[()])
+    if value < 0:
+        raise ValueError(f"Previous iteration number is negative ({value}).")
+    if value >= _INT64_MAX:
+        raise ValueError(f"Overflow will happen! (iteration number {value} is the int64 maximum)")
+    cell[()] = value + 1
+
+
+def _iter_tensor(ctx: Any, x: Any, i: int, what: str) -> np.ndarray:
+    name = ctx.op.inputs[i] if what == "input" else ctx.op.outputs[i]
+    if not isinstance(x, np.ndarray):
+        raise TypeError(f"expected an int64 iteration tensor in {what} {i} {name!r}, got {type(x).__name__}")
+    if x.dtype != np.int64:
+        raise TypeError(f"expected an int64 iteration tensor in {what} {i} {name!r}, got dtype {x.dtype}")
+    if not x.flags.writeable:
+        raise ValueError(f"{what} {i} {name!r} is updated in place but its array is read-only")
+    return x
+
+
+@register_op(
+    "Iter", inputs=(0, 1), outputs=1, enforce_inplace={0: 0},
+    doc="Increment an int64 counter in place; created at 0 (shape [1]) if absent, so the first value is 1.",
+    inputs_doc=("iter (int64, optional; same blob as the output)",), outputs_doc=("iter (int64)",),
+)
+def iter_op(ctx: Any, *inputs: Any) -> np.ndarray:
+    if inputs:
+        counter = _iter_tensor(ctx, inputs[0], 0, "input")
+    else:
+        current = ctx.output(0)
+        counter = np.zeros(1, np.int64) if current is None else _iter_tensor(ctx, current, 0, "output")
+    increment_iter(counter)
+    return counter
+
+
+@register_op(
+    "AtomicIter", inputs=2, outputs=1, enforce_inplace={1: 0},
+    doc="Under the mutex (input 0), increment the int64 counter in input 1 in place (output 0 is the same blob).",
+    inputs_doc=("mutex", "iter (int64, 1 element)"), outputs_doc=("iter (int64)",),
+)
+def atomic_iter(ctx: Any, mutex: Any, counter: Any) -> np.ndarray:
+    mutex = _mutex(ctx, mutex, 0)
+    counter = _iter_tensor(ctx, counter, 1, "input")
+    with mutex:
+        increment_iter(counter)
+    return counter

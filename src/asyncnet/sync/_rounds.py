@@ -1,0 +1,334 @@
+"""The round protocol that the threaded and the process backends share.
+
+A *round* is one collective call by every worker (an all-reduce of the mean, or a broadcast).
+All group state lives in one flat byte buffer, :class:`Control` (private memory for threads, a
+shared-memory segment for processes), guarded by one condition variable
+(``threading.Condition`` or ``multiprocessing.Condition``). Each worker keeps its own round
+number; the buffer holds the group's.
+
+A round, for worker ``w`` in round ``r``:
+
+1. **Arrival.** Under the lock ``w`` publishes the fingerprint of its bucket (layout and
+   operation) and its layout text, and counts itself in. The last to arrive compares the
+   fingerprints: if they differ the round fails for everyone with a
+   :class:`~asyncnet.errors.SyncMismatchError` naming every worker's layout, and no buffer has
+   been touched. Otherwise the phase becomes REDUCE and everyone is woken. A worker that waits
+   longer than the timeout fails the round with a :class:`~asyncnet.errors.SyncTimeoutError`
+   naming the missing ids; a worker that arrives after its round failed (``r`` is behind the
+   group's round) gets a ``SyncTimeoutError`` too and rejoins at the group's round.
+2. **Reduce.** Outside the lock, every worker reduces its own slice of the flat bucket (the
+   backend's ``reduce`` callable), so the work is spread over all workers.
+3. **Departure.** Each worker counts itself done; the last one closes the round (the group's
+   round number moves on) and wakes the rest. Nobody returns before every slice is written,
+   and nobody can start round ``r + 1`` while a peer still reduces round ``r``.
+
+``abort(reason)`` marks the whole group dead: every pending and future call raises
+:class:`~asyncnet.errors.SyncAbortedError`. A backend whose workers can die mid-round (processes)
+passes ``peer_dead``, checked on every poll tick.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+from asyncnet.errors import SyncAbortedError, SyncError, SyncMismatchError, SyncTimeoutError
+
+# Header fields (int64 slots).
+ROUND, PHASE, ARRIVED, DONE, ABORTED, FAIL_ROUND, FAIL_KIND, REDUCE_FAILED = range(8)
+HEADER = 16
+# Per-worker fields.
+W_ARRIVED, W_DONE, W_DIGEST, W_PID, W_SEG_GEN, W_SEG_CAP = range(6)
+PER_WORKER = 8
+
+GATHER, REDUCE = 0, 1
+KIND_MISMATCH, KIND_TIMEOUT, KIND_FAILED = 1, 2, 3
+
+FAIL_CAP = 64 * 1024
+ABORT_CAP = 16 * 1024
+META_CAP = 64 * 1024
+
+
+class Control:
+    """Group state in one byte buffer: int64 fields, then text regions.
+
+        >>> c = Control(2)
+        >>> c.ints[ROUND], c.read_text(c.abort_region)
+        (0, '')
+    """
+
+    def __init__(self, n: int, buf: Any = None):
+        self.n = n
+        size = self.nbytes(n)
+        self.raw = np.zeros(size, np.uint8) if buf is None else np.frombuffer(buf, np.uint8, size)
+        ints_end = (HEADER + PER_WORKER * n) * 8
+        self.ints = self.raw[:ints_end].view(np.int64)
+        self.fail_region = (ints_end, FAIL_CAP)
+        self.abort_region = (ints_end + FAIL_CAP, ABORT_CAP)
+        self._meta_base = ints_end + FAIL_CAP + ABORT_CAP
+        if buf is None:
+            self.init()
+
+    @staticmethod
+    def nbytes(n: int) -> int:
+        return (HEADER + PER_WORKER * n) * 8 + FAIL_CAP + ABORT_CAP + META_CAP * n
+
+    def init(self) -> None:
+        self.ints[:] = 0
+        self.ints[FAIL_ROUND] = -1
+        for i in range(self.n):
+            self.ints[self.w(i, W_ARRIVED)] = -1
+            self.ints[self.w(i, W_DONE)] = -1
+
+    def release(self) -> None:
+        """Drop the views into the buffer (needed before a shared segment can be closed)."""
+        self.raw = self.ints = None  # type: ignore[assignment]
+
+    @staticmethod
+    def w(worker: int, field: int) -> int:
+        return HEADER + worker * PER_WORKER + field
+
+    def meta_region(self, worker: int) -> tuple[int, int]:
+        return (self._meta_base + worker * META_CAP, META_CAP)
+
+    def write_text(self, region: tuple[int, int], text: str) -> None:
+        off, cap = region
+        data = text.encode()
+        if len(data) > cap - 8:
+            data = data[: cap - 8 - 3] + b"..."
+        self.raw[off : off + 8].view(np.int64)[0] = len(data)
+        self.raw[off + 8 : off + 8 + len(data)] = np.frombuffer(data, np.uint8)
+
+    def read_text(self, region: tuple[int, int]) -> str:
+        off, _ = region
+        n = int(self.raw[off : off + 8].view(np.int64)[0])
+        return self.raw[off + 8 : off + 8 + n].tobytes().decode(errors="replace")
+
+
+class RoundEngine:
+    """One worker's side of the round protocol (see the module doc).
+
+    ``cond`` is the group's condition variable; ``timeout`` (seconds or None) bounds the wait
+    for peers; ``poll`` is how often a waiter wakes to check ``peer_dead`` and the abort flag;
+    ``can_die`` tells whether peers may vanish mid-round (processes), in which case the
+    departure wait gives up on an abort or a dead peer instead of waiting for it.
+    """
+
+    def __init__(
+        self,
+        control: Control,
+        cond: Any,
+        worker_id: int,
+        timeout: float | None,
+        *,
+        poll: float = 0.25,
+        peer_dead: Callable[[int], bool] | None = None,
+        can_die: bool = False,
+    ):
+        self.c = control
+        self.cond = cond
+        self.wid = worker_id
+        self.n = control.n
+        self.timeout = timeout
+        self.poll = poll
+        self.peer_dead = peer_dead
+        self.can_die = can_die
+        self.round = 0
+        self._published_digest: int | None = None
+
+    # -- public ------------------------------------------------------------------------------
+
+    def run(self, digest: int, meta_text: str, reduce: Callable[[], None], what: str = "round") -> None:
+        """Run one round: arrive, call ``reduce`` when everyone is there, wait for the rest."""
+        r = self.round
+        deadline = None if self.timeout is None else time.monotonic() + self.timeout
+        self._acquire(deadline)
+        try:
+            self._arrive(r, digest, meta_text, deadline, what)
+        finally:
+            self.cond.release()
+        err: BaseException | None = None
+        try:
+            reduce()
+        except BaseException as exc:  # noqa: BLE001 - re-raised below, after the departure
+            err = exc
+        self._acquire(None)
+        try:
+            self._depart(r, err)
+        finally:
+            self.cond.release()
+        if err is not None:
+            raise err
+
+    def abort(self, reason: str) -> None:
+        """Mark the group dead and wake every waiter; later calls raise ``SyncAbortedError``."""
+        got = self.cond.acquire(True, 2.0)
+        try:
+            if not self.c.ints[ABORTED]:
+                self.c.write_text(self.c.abort_region, reason)
+                self.c.ints[ABORTED] = 1
+            if got:
+                self.cond.notify_all()
+        finally:
+            if got:
+                self.cond.release()
+
+    @property
+    def aborted(self) -> bool:
+        return bool(self.c.ints[ABORTED])
+
+    # -- arrival -----------------------------------------------------------------------------
+
+    def _arrive(self, r: int, digest: int, meta_text: str, deadline: float | None, what: str) -> None:
+        c, ints = self.c, self.c.ints
+        self._check_abort()
+        group_round = int(ints[ROUND])
+        if r < group_round:
+            self.round = group_round
+            raise self._late_error(r, group_round)
+        if ints[c.w(self.wid, W_DIGEST)] != digest or self._published_digest != digest:
+            c.write_text(c.meta_region(self.wid), meta_text)
+            ints[c.w(self.wid, W_DIGEST)] = digest
+            self._published_digest = digest
+        ints[c.w(self.wid, W_ARRIVED)] = r
+        ints[ARRIVED] += 1
+        if ints[ARRIVED] == self.n:
+            digests = {int(ints[c.w(i, W_DIGEST)]) for i in range(self.n)}
+            if len(digests) > 1:
+                lines = [f"worker {i}: {c.read_text(c.meta_region(i))}" for i in range(self.n)]
+                msg = f"{what} {r}: workers passed different gradients; " + "; ".join(lines)
+                self._fail_round(r, KIND_MISMATCH, msg, [])
+                raise SyncMismatchError(msg + ". No gradient was changed.")
+            ints[PHASE] = REDUCE
+            ints[DONE] = 0
+            self.cond.notify_all()
+            return
+        self._wait_arrival(r, deadline, what)
+
+    def _wait_arrival(self, r: int, deadline: float | None, what: str) -> None:
+        c, ints = self.c, self.c.ints
+        while True:
+            if ints[ROUND] != r:
+                self.round = r + 1
+                raise self._stored_error(r)
+            if ints[PHASE] == REDUCE:
+                return
+            self._check_abort()
+            missing = [i for i in range(self.n) if ints[c.w(i, W_ARRIVED)] != r]
+            if self.peer_dead is not None:
+                dead = [i for i in missing if self.peer_dead(i)]
+                if dead:
+                    self._abort_locked(f"worker(s) {dead} died before {what} {r}")
+                    self._check_abort()
+            wait = self.poll
+            if deadline is not None:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    msg = (
+                        f"{what} {r}: worker(s) {missing} did not arrive within {self.timeout:g} s "
+                        f"(arrived: {[i for i in range(self.n) if i not in missing]}); the round "
+                        "was aborted for every worker and no gradient was changed"
+                    )
+                    self._fail_round(r, KIND_TIMEOUT, msg, missing)
+                    raise SyncTimeoutError(msg, missing)
+                wait = min(wait, remaining)
+            self.cond.wait(wait)
+
+    # -- departure ---------------------------------------------------------------------------
+
+    def _depart(self, r: int, err: BaseException | None) -> None:
+        c, ints = self.c, self.c.ints
+        ints[c.w(self.wid, W_DONE)] = r
+        if err is not None:
+            ints[REDUCE_FAILED] = 1
+        ints[DONE] += 1
+        if ints[DONE] == self.n:
+            failed = bool(ints[REDUCE_FAILED])
+            ints[REDUCE_FAILED] = 0
+            if failed:
+                self._fail_round(r, KIND_FAILED, f"round {r}: a worker failed while reducing", [])
+            else:
+                self._next_round(r)
+        else:
+            while ints[ROUND] == r:
+                if self.can_die:
+                    self._check_abort()
+                    if self.peer_dead is not None:
+                        dead = [i for i in range(self.n) if ints[c.w(i, W_DONE)] != r and self.peer_dead(i)]
+                        if dead:
+                            self._abort_locked(f"worker(s) {dead} died during round {r}")
+                            self._check_abort()
+                self.cond.wait(self.poll)
+        self.round = r + 1
+        if err is None and ints[FAIL_ROUND] == r and ints[FAIL_KIND] == KIND_FAILED:
+            raise SyncError(f"round {r}: a peer failed while reducing; gradients are undefined")
+
+    # -- helpers (all called with the lock held) -----------------------------------------------
+
+    def _next_round(self, r: int) -> None:
+        ints = self.c.ints
+        ints[PHASE] = GATHER
+        ints[ARRIVED] = 0
+        ints[DONE] = 0
+        ints[ROUND] = r + 1
+        self.cond.notify_all()
+
+    def _fail_round(self, r: int, kind: int, msg: str, missing: list[int]) -> None:
+        c = self.c
+        c.write_text(c.fail_region, json.dumps({"msg": msg, "missing": missing}))
+        c.ints[FAIL_KIND] = kind
+        c.ints[FAIL_ROUND] = r
+        self.round = r + 1
+        self._next_round(r)
+
+    def _stored_error(self, r: int) -> SyncError:
+        c = self.c
+        if c.ints[FAIL_ROUND] != r:
+            return SyncAbortedError(f"round {r} was aborted")
+        info = json.loads(c.read_text(c.fail_region))
+        kind = int(c.ints[FAIL_KIND])
+        if kind == KIND_MISMATCH:
+            return SyncMismatchError(info["msg"] + ". No gradient was changed.")
+        if kind == KIND_TIMEOUT:
+            return SyncTimeoutError(info["msg"], info["missing"])
+        return SyncError(info["msg"])
+
+    def _late_error(self, r: int, group_round: int) -> SyncTimeoutError:
+        c = self.c
+        why = ""
+        if c.ints[FAIL_ROUND] == r:
+            why = ": " + json.loads(c.read_text(c.fail_region))["msg"]
+        return SyncTimeoutError(
+            f"worker {self.wid} arrived late for round {r}, which was aborted without it{why}. "
+            f"Its gradients were not changed; its next call joins round {group_round}.",
+            [self.wid],
+        )
+
+    def _check_abort(self) -> None:
+        if self.c.ints[ABORTED]:
+            raise SyncAbortedError(
+                f"worker {self.wid}: the group was aborted: {self.c.read_text(self.c.abort_region)}"
+            )
+
+    def _abort_locked(self, reason: str) -> None:
+        if not self.c.ints[ABORTED]:
+            self.c.write_text(self.c.abort_region, reason)
+            self.c.ints[ABORTED] = 1
+        self.cond.notify_all()
+
+    def _acquire(self, deadline: float | None) -> None:
+        while True:
+            wait = 1.0 if deadline is None else max(0.0, min(1.0, deadline - time.monotonic()))
+            if self.cond.acquire(True, wait):
+                return
+            if self.can_die:
+                self._check_abort()
+            if deadline is not None and time.monotonic() >= deadline:
+                raise SyncTimeoutError(
+                    f"worker {self.wid}: could not take the group lock within {self.timeout:g} s "
+                    "(a peer may have died while holding it)",
+                    [],
+                )

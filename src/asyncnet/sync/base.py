@@ -1,0 +1,80 @@
+"""The ``GradientSync`` protocol and its trivial implementation, ``LocalGradientSync``.
+
+A gradient sync is one worker's handle on a group of data-parallel workers.
+``sync_gradients(grads)`` blocks until every worker of the group made the same call, then
+replaces ``grads`` in place with the mean over the workers. ``grads`` is a float numpy array, a
+CPU torch tensor, or a list of them, treated as one flat bucket.
+
+    >>> import numpy as np
+    >>> g = np.array([1.0, 2.0])
+    >>> LocalGradientSync().sync_gradients(g)
+    >>> g
+    array([1., 2.])
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+
+from asyncnet.sync._bucket import as_list, is_torch_tensor
+
+__all__ = ["GradientSync", "LocalGradientSync"]
+
+
+@runtime_checkable
+class GradientSync(Protocol):
+    """What every backend provides (local, threaded, processes, torch.distributed)."""
+
+    @property
+    def is_distributed(self) -> bool:
+        """True when more than one worker takes part."""
+        ...
+
+    @property
+    def num_workers(self) -> int:
+        """How many workers the group has."""
+        ...
+
+    @property
+    def worker_id(self) -> int:
+        """This worker's id (rank), ``0 <= worker_id < num_workers``."""
+        ...
+
+    def sync_gradients(self, grads: Any) -> None:
+        """Replace ``grads`` in place with their mean over all workers."""
+        ...
+
+    def broadcast(self, tensors: Any, root: int = 0) -> None:
+        """Overwrite ``tensors`` in place on every worker with worker ``root``'s values."""
+        ...
+
+
+class LocalGradientSync:
+    """The identity sync of a single worker: changes nothing and allocates nothing."""
+
+    __slots__ = ()
+
+    @property
+    def is_distributed(self) -> bool:
+        return False
+
+    @property
+    def num_workers(self) -> int:
+        return 1
+
+    @property
+    def worker_id(self) -> int:
+        return 0
+
+    def sync_gradients(self, grads: Any) -> None:
+        """The mean over one worker is the gradient itself: only the argument is checked."""
+        for i, g in enumerate(as_list(grads)):
+            if not (hasattr(g, "dtype") and hasattr(g, "shape")) and not is_torch_tensor(g):
+                raise TypeError(f"gradient {i}: expected a numpy array or torch tensor, got {type(g).__name__}")
+
+    def broadcast(self, tensors: Any, root: int = 0) -> None:
+        if root != 0:
+            raise ValueError(f"root must be 0 for a single worker, got {root}")
+
+    def __repr__(self) -> str:
+        return "LocalGradientSync()"

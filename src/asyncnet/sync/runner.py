@@ -1,0 +1,119 @@
+"""``run_parallel_workers``: run one function per worker, structured like a Trio nursery.
+
+    >>> import numpy as np
+    >>> def work(sync):
+    ...     g = np.full(3, float(sync.worker_id))
+    ...     sync.sync_gradients(g)
+    ...     return g[0]
+    >>> run_parallel_workers(4, work, timeout=10)
+    [1.5, 1.5, 1.5, 1.5]
+
+Rules:
+
+- ``fn(sync)`` runs once per worker, each with its own handle; results come back in worker order.
+- When a worker raises (or, with processes, dies), the group is aborted: its peers' pending and
+  future ``sync_gradients`` calls raise ``SyncAbortedError`` instead of waiting.
+- Every worker is joined before the call returns or raises; nothing is left running and, with
+  processes, no shared-memory segment is left behind.
+- On failure the *first* error (in time) is raised. Every worker's error is attached to it:
+  ``err.worker_errors`` is a dict ``{worker_id: exception}``, ``err.worker_id`` is the id of the
+  worker that raised it, and a note per other failed worker is added to ``err.__notes__``
+  (shown in tracebacks on Python 3.11+).
+- ``backend="processes"`` spawns processes: ``fn`` must be picklable (a module-level function
+  or a ``functools.partial`` of one, not a lambda or a closure), and so must its results and
+  errors. Its handles are :class:`~asyncnet.sync.process.ProcessGradientSync`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from typing import Any, Callable, TypeVar
+
+from asyncnet.sync.threaded import ThreadedGradientSync
+
+__all__ = ["run_parallel_workers", "attach_errors"]
+
+T = TypeVar("T")
+_BACKENDS = ("threads", "processes")
+
+
+def attach_errors(errors: dict[int, tuple[int, BaseException]]) -> BaseException:
+    """Pick the first error (lowest sequence number) and attach all others to it."""
+    order = sorted(errors.items(), key=lambda kv: kv[1][0])
+    first_id, (_, first) = order[0]
+    first.worker_id = first_id  # type: ignore[attr-defined]
+    first.worker_errors = {wid: exc for wid, (_, exc) in sorted(errors.items())}  # type: ignore[attr-defined]
+    notes = list(getattr(first, "__notes__", []))
+    notes.append(f"raised in worker {first_id}")
+    for wid, (_, exc) in order[1:]:
+        notes.append(f"worker {wid} also failed: {type(exc).__name__}: {exc}")
+    first.__notes__ = notes  # type: ignore[attr-defined]
+    return first
+
+
+def run_parallel_workers(
+    n: int,
+    fn: Callable[[Any], T],
+    backend: str = "threads",
+    timeout: float | None = None,
+) -> list[T]:
+    """Run ``fn(sync)`` on ``n`` workers and return their results in worker order.
+
+    ``backend`` is ``"threads"`` (one thread per worker, :class:`ThreadedGradientSync`) or
+    ``"processes"`` (one spawned process per worker, shared memory); ``timeout`` is the
+    per-round wait for peers in seconds (None: no limit). See the module doc for failures.
+    """
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"n must be an int >= 1, got {n!r}")
+    if backend not in _BACKENDS:
+        raise ValueError(f"backend must be one of {_BACKENDS}, got {backend!r}")
+    if not callable(fn):
+        raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+    if backend == "processes":
+        from asyncnet.sync.process import run_process_workers
+
+        return run_process_workers(n, fn, timeout)
+    return _run_threads(n, fn, timeout)
+
+
+def _run_threads(n: int, fn: Callable[[Any], T], timeout: float | None) -> list[T]:
+    syncs = ThreadedGradientSync.new_workers(n, timeout)
+    results: list[Any] = [None] * n
+    errors: dict[int, tuple[int, BaseException]] = {}
+    seq = itertools.count()
+    lock = threading.Lock()
+
+    def body(i: int) -> None:
+        try:
+            results[i] = fn(syncs[i])
+        except BaseException as exc:  # noqa: BLE001 - collected and re-raised by the caller
+            with lock:
+                errors[i] = (next(seq), exc)
+            syncs[i].abort(f"worker {i} raised {type(exc).__name__}: {exc}")
+
+    threads = [
+        threading.Thread(target=body, args=(i,), name=f"asyncnet-sync-worker-{i}", daemon=True)
+        for i in range(n)
+    ]
+    started = []
+    try:
+        for t in threads:
+            t.start()
+            started.append(t)
+        _join_all(started)
+    except BaseException:
+        # KeyboardInterrupt while joining (or a failed start): stop the peers, then join.
+        syncs[0].abort("interrupted in the parent")
+        for t in started:
+            t.join()
+        raise
+    if errors:
+        raise attach_errors(errors)
+    return results
+
+
+def _join_all(threads: list[threading.Thread]) -> None:
+    for t in threads:
+        while t.is_alive():
+            t.join(0.5)  # short joins keep Ctrl-C responsive
