@@ -29,6 +29,7 @@ __all__ = [
     "SyncMismatchError",
     "SyncTimeoutError",
     "SyncAbortedError",
+    "CheckpointError",
     "near_names",
 ]
 
@@ -118,6 +119,10 @@ class ExecutionError(AsyncNetError):
 
 class NetBusyError(ExecutionError):
     """A second concurrent run of the same net instance was refused."""
+
+
+class CheckpointError(AsyncNetError, ValueError):
+    """A checkpoint file is missing, unreadable, or does not match the model."""
 
 
 class SyncError(AsyncNetError):

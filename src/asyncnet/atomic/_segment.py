@@ -32,7 +32,7 @@ import _posixshmem
 
 __all__ = ["Segment", "KIND_MUTEX", "KIND_INT", "KIND_BOOL", "PREFIX"]
 
-PREFIX = "asyncnet_"  # every segment name starts with this (tests filter /dev/shm on it)
+PREFIX = "asyncnet_atomic_"  # every segment name starts with this (tests filter /dev/shm on it)
 SIZE = 128
 VALUE_OFFSET = 8
 MUTEX_OFFSET = 64

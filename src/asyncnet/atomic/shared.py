@@ -1,6 +1,6 @@
 """Shared-memory atomics for processes: ``SharedMutex``, ``SharedAtomicInt``, ``SharedAtomicBool``.
 
-Each object is one small POSIX shared-memory segment (``/dev/shm/asyncnet_*``) holding the
+Each object is one small POSIX shared-memory segment (``/dev/shm/asyncnet_atomic_*``) holding the
 value and a robust, process-shared pthread mutex that guards it. They have the same methods
 as the in-process :class:`~asyncnet.atomic.Mutex`, :class:`~asyncnet.atomic.AtomicInt` and
 :class:`~asyncnet.atomic.AtomicBool`, plus:
@@ -11,11 +11,14 @@ as the in-process :class:`~asyncnet.atomic.Mutex`, :class:`~asyncnet.atomic.Atom
 - ``close()`` drops this handle's mapping; the *creating* handle owns the name and its
   ``close()`` (or ``with`` block, garbage collection, normal exit) also unlinks it;
   ``unlink()`` removes the name now. Keep the owner open until the children have attached.
+  ``with`` on a ``SharedAtomicInt``/``SharedAtomicBool`` closes it at the end; ``with`` on a
+  ``SharedMutex`` locks and unlocks it (as for every mutex): use
+  ``contextlib.closing(SharedMutex())`` to scope its lifetime.
 
 Crashes: attached handles register nothing, so a child that dies leaves nothing in /dev/shm;
-if it died holding a lock, the next locker recovers it (robust mutex). A ``SharedMutex``
-recovered that way emits :class:`OwnerDiedWarning` because the data it guarded may be
-half-updated; an atomic int or bool is always consistent (one aligned store). If the owner
+if it died holding a lock, the next locker recovers it (robust mutex). The call that takes
+over a ``SharedMutex`` that way (``acquire``, ``with`` or ``locked``) emits
+:class:`OwnerDiedWarning`, because the data it guarded may be half-updated; an atomic int or bool is always consistent (one aligned store). If the owner
 process itself is killed, multiprocessing's resource tracker unlinks the name once the
 process tree has exited.
 
@@ -148,7 +151,8 @@ class _SharedPrimitive:
 class SharedMutex(_SharedPrimitive):
     """A mutex shared between processes (and threads), robust to a holder that dies.
 
-    Unlike ``threading.Lock``, only the thread that acquired it may release it.
+    Unlike ``threading.Lock``, only the thread that acquired it may release it. ``with m:``
+    locks it (it does not close it: call ``close()``, or use ``contextlib.closing``).
 
         >>> m = SharedMutex()
         >>> with m:

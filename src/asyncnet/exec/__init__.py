@@ -1,3 +1,12 @@
-"""Executors: they run a net's operators. Importing this package registers the net types."""
+"""Executors: they run a net's operators. Importing this package registers the net types.
+
+"simple" runs ops in order on the caller's thread; "async_scheduling" (also "dag",
+"async_dag") runs chains of the dependency graph on per-device worker pools. Execution plans
+(:class:`Plan`, :class:`ExecutionStep`) run nets in loops and concurrent substeps.
+"""
 
 from asyncnet.exec import simple  # noqa: F401  (registers "simple")
+from asyncnet.exec import scheduling  # noqa: F401  (registers "async_scheduling", "dag", "async_dag")
+from asyncnet.exec.plan import ExecutionStep, Plan, execution_step  # noqa: E402
+
+__all__ = ["ExecutionStep", "Plan", "execution_step"]

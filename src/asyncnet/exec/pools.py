@@ -10,9 +10,11 @@ outlives its owner::
 
     >>> from asyncnet.core.defs import DeviceOption
     >>> lease = acquire_pool(DeviceOption(), size=2)
-    >>> lease.pool.submit(print, "hello from a worker")
-    >>> lease.release()          # joins the threads
-    hello from a worker
+    >>> done = threading.Event()
+    >>> lease.pool.submit(lambda ev: ev.set(), done)
+    >>> done.wait(5)
+    True
+    >>> lease.release()          # the last lease joins the threads
 
 Work items are ``(fn, arg)`` pairs; ``fn`` must not raise (the executor catches everything).
 """

@@ -2,7 +2,7 @@
 
 import importlib
 
-_FAMILIES = ["fill", "math", "nn", "atomic", "barrier", "collective", "loss", "optim"]
+_FAMILIES = ["fill", "math", "nn", "grad", "atomic", "barrier", "collective", "loss", "optim"]
 
 for _name in _FAMILIES:
     try:

@@ -64,10 +64,12 @@ def _atomic_bool(ctx: Any, x: Any, i: int) -> Any:
 def _tensor(ctx: Any, x: Any, i: int, dtype: type, what: str = "input") -> np.ndarray:
     """``x`` if it is a numpy array of ``dtype`` with at least one element, else a clear error."""
     name = ctx.op.inputs[i] if what == "input" else ctx.op.outputs[i]
+    kind = str(np.dtype(dtype))
+    kind = ("an " if kind[0] in "aeiou" else "a ") + kind
     if not isinstance(x, np.ndarray):
-        raise TypeError(f"expected a {np.dtype(dtype)} tensor in {what} {i} {name!r}, got {type(x).__name__}")
+        raise TypeError(f"expected {kind} tensor in {what} {i} {name!r}, got {type(x).__name__}")
     if x.dtype != dtype:
-        raise TypeError(f"expected a {np.dtype(dtype)} tensor in {what} {i} {name!r}, got dtype {x.dtype}")
+        raise TypeError(f"expected {kind} tensor in {what} {i} {name!r}, got dtype {x.dtype}")
     if x.size == 0:
         raise ValueError(f"expected at least one element in {what} {i} {name!r}, got shape {x.shape}")
     return x

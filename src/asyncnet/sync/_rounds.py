@@ -41,7 +41,7 @@ from asyncnet.errors import SyncAbortedError, SyncError, SyncMismatchError, Sync
 ROUND, PHASE, ARRIVED, DONE, ABORTED, FAIL_ROUND, FAIL_KIND, REDUCE_FAILED = range(8)
 HEADER = 16
 # Per-worker fields.
-W_ARRIVED, W_DONE, W_DIGEST, W_PID, W_SEG_GEN, W_SEG_CAP = range(6)
+W_ARRIVED, W_DONE, W_DIGEST, W_PID, W_SEG_GEN, W_SEG_CAP, W_ARENAS = range(7)
 PER_WORKER = 8
 
 GATHER, REDUCE = 0, 1
@@ -50,6 +50,7 @@ KIND_MISMATCH, KIND_TIMEOUT, KIND_FAILED = 1, 2, 3
 FAIL_CAP = 64 * 1024
 ABORT_CAP = 16 * 1024
 META_CAP = 64 * 1024
+LOC_CAP = 64 * 1024  # per worker: (segment id, offset) int64 pairs, for the process backend
 
 
 class Control:
@@ -69,12 +70,13 @@ class Control:
         self.fail_region = (ints_end, FAIL_CAP)
         self.abort_region = (ints_end + FAIL_CAP, ABORT_CAP)
         self._meta_base = ints_end + FAIL_CAP + ABORT_CAP
+        self._loc_base = self._meta_base + META_CAP * n
         if buf is None:
             self.init()
 
     @staticmethod
     def nbytes(n: int) -> int:
-        return (HEADER + PER_WORKER * n) * 8 + FAIL_CAP + ABORT_CAP + META_CAP * n
+        return (HEADER + PER_WORKER * n) * 8 + FAIL_CAP + ABORT_CAP + (META_CAP + LOC_CAP) * n
 
     def init(self) -> None:
         self.ints[:] = 0
@@ -93,6 +95,11 @@ class Control:
 
     def meta_region(self, worker: int) -> tuple[int, int]:
         return (self._meta_base + worker * META_CAP, META_CAP)
+
+    def locations(self, worker: int) -> np.ndarray:
+        """Worker's table of ``(segment id, byte offset)`` rows, one per bucket member."""
+        off = self._loc_base + worker * LOC_CAP
+        return self.raw[off : off + LOC_CAP].view(np.int64).reshape(-1, 2)
 
     def write_text(self, region: tuple[int, int], text: str) -> None:
         off, cap = region

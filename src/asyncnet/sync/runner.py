@@ -15,7 +15,8 @@ Rules:
   future ``sync_gradients`` calls raise ``SyncAbortedError`` instead of waiting.
 - Every worker is joined before the call returns or raises; nothing is left running and, with
   processes, no shared-memory segment is left behind.
-- On failure the *first* error (in time) is raised. Every worker's error is attached to it:
+- On failure the *first* error is raised: the earliest root cause, that is the earliest error
+  that is not a ``SyncAbortedError`` (an abort only reports that a peer failed), if any. Every worker's error is attached to it:
   ``err.worker_errors`` is a dict ``{worker_id: exception}``, ``err.worker_id`` is the id of the
   worker that raised it, and a note per other failed worker is added to ``err.__notes__``
   (shown in tracebacks on Python 3.11+).
@@ -30,6 +31,7 @@ import itertools
 import threading
 from typing import Any, Callable, TypeVar
 
+from asyncnet.errors import SyncAbortedError
 from asyncnet.sync.threaded import ThreadedGradientSync
 
 __all__ = ["run_parallel_workers", "attach_errors"]
@@ -39,8 +41,11 @@ _BACKENDS = ("threads", "processes")
 
 
 def attach_errors(errors: dict[int, tuple[int, BaseException]]) -> BaseException:
-    """Pick the first error (lowest sequence number) and attach all others to it."""
-    order = sorted(errors.items(), key=lambda kv: kv[1][0])
+    """Pick the first root-cause error and attach all others to it.
+
+    Root causes come before ``SyncAbortedError`` (which only says a peer failed), then time order.
+    """
+    order = sorted(errors.items(), key=lambda kv: (isinstance(kv[1][1], SyncAbortedError), kv[1][0]))
     first_id, (_, first) = order[0]
     first.worker_id = first_id  # type: ignore[attr-defined]
     first.worker_errors = {wid: exc for wid, (_, exc) in sorted(errors.items())}  # type: ignore[attr-defined]

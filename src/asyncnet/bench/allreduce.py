@@ -1,0 +1,205 @@
+"""Benchmark: all-reduce of float32 gradients, asyncnet's backends against torch gloo, in one run.
+
+For each size (1M and 10M float32) and worker count (2 and 4), the time of one mean all-reduce:
+
+- ``limit``: the machine's memory bound. An in-place all-reduce of ``n`` buffers reads and writes
+  each once: ``2 x n x bytes`` moved, at the copy bandwidth numpy measures here (``np.copyto``,
+  one thread), i.e. ``n`` x the time of one copy;
+- ``threads``: :class:`~asyncnet.sync.ThreadedGradientSync` through ``run_parallel_workers``;
+- ``procs``: :class:`~asyncnet.sync.ProcessGradientSync`, gradients in private memory (copied
+  into shared memory and back every round);
+- ``procs-shm``: the same with gradients allocated in the shared arena (``shared_empty``), no copy;
+- ``gloo``: ``torch.distributed.all_reduce`` (SUM, then divide) with the gloo backend on
+  127.0.0.1, the same number of spawned processes.
+
+Targets (issue 5): threads >= 60% of the limit, threads >= 3x gloo, processes >= 2x gloo.
+
+    asyncnet bench allreduce [--quick] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import multiprocessing as mp
+import os
+import socket
+import time
+from typing import Any
+
+import numpy as np
+
+__all__ = ["main"]
+
+
+def _timed_rounds(sync: Any, grads: np.ndarray, reps: int) -> float:
+    """Seconds per round on this worker (after a warm-up round), best of two batches."""
+    sync.sync_gradients(grads)
+    best = float("inf")
+    for _ in range(2):
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            sync.sync_gradients(grads)
+        best = min(best, (time.perf_counter() - t0) / reps)
+    return best
+
+
+def _sync_worker(sync: Any, size: int, reps: int, arena: bool = False) -> float:
+    if arena:
+        g = sync.shared_empty(size, np.float32)
+        g[:] = sync.worker_id
+    else:
+        g = np.full(size, float(sync.worker_id), np.float32)
+    return _timed_rounds(sync, g, reps)
+
+
+def _gloo_worker(rank: int, world: int, port: int, size: int, reps: int, queue: Any) -> None:
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    try:
+        t = torch.full((size,), float(rank))
+
+        class _Sync:
+            def sync_gradients(self, x: Any) -> None:
+                dist.all_reduce(x)
+                x.div_(world)
+
+        dist.barrier()
+        queue.put((rank, _timed_rounds(_Sync(), t, reps)))
+    finally:
+        dist.destroy_process_group()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def measure_copy(size: int, reps: int) -> float:
+    """Seconds for one ``np.copyto`` of ``size`` float32 (best of ``reps``)."""
+    a = np.ones(size, np.float32)
+    b = np.empty_like(a)
+    np.copyto(b, a)
+    best = float("inf")
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        np.copyto(b, a)
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def measure_sync(backend: str, workers: int, size: int, reps: int, arena: bool = False) -> float:
+    from asyncnet.sync import run_parallel_workers
+
+    fn = functools.partial(_sync_worker, size=size, reps=reps, arena=arena)
+    return max(run_parallel_workers(workers, fn, backend=backend, timeout=120))
+
+
+def measure_gloo(workers: int, size: int, reps: int) -> float | None:
+    try:
+        import torch.distributed as dist  # noqa: F401
+    except ImportError:
+        return None
+    ctx = mp.get_context("spawn")
+    queue = ctx.SimpleQueue()
+    port = _free_port()
+    procs = [ctx.Process(target=_gloo_worker, args=(r, workers, port, size, reps, queue)) for r in range(workers)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(300)
+        if p.is_alive():
+            p.kill()
+            p.join()
+    times = []
+    while not queue.empty():
+        times.append(queue.get()[1])
+    if len(times) != workers:
+        return None
+    return max(times)
+
+
+def run(sizes: list[int], worker_counts: list[int], reps: int, gloo: bool) -> list[dict[str, Any]]:
+    rows = []
+    for size in sizes:
+        copy_s = measure_copy(size, max(5, reps))
+        for n in worker_counts:
+            row: dict[str, Any] = {"size": size, "workers": n, "bytes": size * 4}
+            row["limit_ms"] = n * copy_s * 1e3
+            row["bandwidth_gbs"] = 2 * size * 4 / copy_s / 1e9
+            row["threads_ms"] = measure_sync("threads", n, size, reps) * 1e3
+            row["procs_ms"] = measure_sync("processes", n, size, reps) * 1e3
+            row["procs_shm_ms"] = measure_sync("processes", n, size, reps, arena=True) * 1e3
+            g = measure_gloo(n, size, reps) if gloo else None
+            row["gloo_ms"] = None if g is None else g * 1e3
+            row["threads_pct_of_limit"] = 100 * row["limit_ms"] / row["threads_ms"]
+            if g is not None:
+                row["threads_vs_gloo"] = row["gloo_ms"] / row["threads_ms"]
+                row["procs_vs_gloo"] = row["gloo_ms"] / row["procs_ms"]
+                row["procs_shm_vs_gloo"] = row["gloo_ms"] / row["procs_shm_ms"]
+            rows.append(row)
+    return rows
+
+
+def _fmt(v: Any, spec: str) -> str:
+    return "n/a" if v is None else format(v, spec)
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    head = (f"{'size':>6} {'n':>2} {'limit ms':>9} {'threads ms':>11} {'% limit':>8} {'procs ms':>9} "
+            f"{'procs-shm ms':>13} {'gloo ms':>8} {'thr/gloo':>9} {'procs/gloo':>11} {'shm/gloo':>9}")
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        size = f"{r['size'] / 1e6:g}M"
+        lines.append(
+            f"{size:>6} {r['workers']:>2} {r['limit_ms']:>9.2f} {r['threads_ms']:>11.2f} "
+            f"{r['threads_pct_of_limit']:>7.0f}% {r['procs_ms']:>9.2f} {r['procs_shm_ms']:>13.2f} "
+            f"{_fmt(r['gloo_ms'], '8.2f'):>8} {_fmt(r.get('threads_vs_gloo'), '8.1f') + 'x':>9} "
+            f"{_fmt(r.get('procs_vs_gloo'), '10.1f') + 'x':>11} {_fmt(r.get('procs_shm_vs_gloo'), '8.1f') + 'x':>9}"
+        )
+    return "\n".join(lines)
+
+
+def targets(rows: list[dict[str, Any]]) -> dict[str, bool | None]:
+    """The issue's targets, checked on every row (None where gloo could not be measured)."""
+    have_gloo = all(r.get("threads_vs_gloo") is not None for r in rows)
+    return {
+        "threads >= 60% of limit": all(r["threads_pct_of_limit"] >= 60 for r in rows),
+        "threads >= 3x gloo": all(r["threads_vs_gloo"] >= 3 for r in rows) if have_gloo else None,
+        "processes (copy) >= 2x gloo": all(r["procs_vs_gloo"] >= 2 for r in rows) if have_gloo else None,
+        "processes (shm arena) >= 2x gloo": all(r["procs_shm_vs_gloo"] >= 2 for r in rows) if have_gloo else None,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="asyncnet bench allreduce", description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="one small size, 2 workers, no gloo: a smoke run")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument("--no-gloo", action="store_true", help="skip the torch gloo peer")
+    args = parser.parse_args(argv)
+    if args.quick:
+        sizes, counts, reps, gloo = [100_000], [2], 3, False
+    else:
+        sizes, counts, reps, gloo = [1_000_000, 10_000_000], [2, 4], 10, not args.no_gloo
+    started = time.perf_counter()
+    rows = run(sizes, counts, reps, gloo)
+    result = {
+        "benchmark": "allreduce",
+        "dtype": "float32",
+        "cpus": os.cpu_count(),
+        "rows": rows,
+        "targets": targets(rows),
+        "seconds": time.perf_counter() - started,
+    }
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print(f"all-reduce (mean) of float32 gradients, {os.cpu_count()} CPUs; times per round, best of 2x{reps}")
+        print(table(rows))
+        for name, ok in result["targets"].items():
+            print(f"  {name}: {'n/a' if ok is None else ('met' if ok else 'NOT met')}")
+    return 0

@@ -1,0 +1,352 @@
+"""Execution plans: steps that run nets in loops and concurrent substeps (Caffe2's ExecutionStep).
+
+A :class:`Plan` is a list of :class:`ExecutionStep` run in order against a workspace. A step
+holds either nets (run in order, once per iteration) or substeps:
+
+- ``num_iter``: iterations (default 1; with a ``should_stop_blob`` and no ``num_iter`` the step
+  loops until the blob says stop);
+- ``concurrent_substeps``: each substep runs on its own thread, every iteration; the first
+  failure stops the others (at their next net boundary) and is raised after all are joined,
+  with the others attached as ``error.other_errors``;
+- ``should_stop_blob``: a bool blob (bool, numpy bool/size-1 array, or anything with
+  ``load()`` such as an AtomicBool) checked after every iteration;
+- ``only_once``: run the step at most once per plan run, even inside a looping parent.
+
+Nets may be given as :class:`~asyncnet.Net` builders, :class:`~asyncnet.NetDef` s (each step
+instantiates its own instances when the plan runs and closes them at the end) or names of nets
+already created in the workspace::
+
+    >>> import numpy as np, asyncnet as an
+    >>> ws = an.Workspace(); ws.feed("x", np.zeros(1))
+    >>> inc = an.Net("inc"); _ = inc.Add(["x", "one"], "x")
+    >>> ws.feed("one", np.ones(1))
+    >>> plan = an.Plan("p", [an.ExecutionStep("loop", nets=[inc], num_iter=5)])
+    >>> ws.run_plan(plan); ws.fetch("x")
+    array([5.])
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+from asyncnet.core.defs import NetDef
+from asyncnet.core.netbase import NetBase
+from asyncnet.errors import ExecutionError, NetDefinitionError
+
+__all__ = ["ExecutionStep", "Plan", "execution_step"]
+
+NetSpec = Any  # Net builder | NetDef | str (name of a created net)
+UNTIL_STOP = 2**62  # num_iter of a step that loops until its stop blob is set
+
+
+class ExecutionStep:
+    """One step of a plan: nets or substeps, iterated ``num_iter`` times."""
+
+    def __init__(self, name: str, nets: NetSpec | Sequence[NetSpec] | None = None,
+                 substeps: Sequence["ExecutionStep"] | None = None, num_iter: int | None = None,
+                 concurrent_substeps: bool = False, should_stop_blob: str | None = None,
+                 only_once: bool = False):
+        if not isinstance(name, str) or not name:
+            raise NetDefinitionError(f"expected a non-empty step name, got {name!r}", "step.name")
+        if nets is not None and not isinstance(nets, (list, tuple)):
+            nets = [nets]
+        self.name = name
+        self.nets: list[NetSpec] = list(nets or [])
+        self.substeps: list[ExecutionStep] = list(substeps or [])
+        if self.nets and self.substeps:
+            raise NetDefinitionError("a step holds nets or substeps, not both", f"step {name!r}")
+        for i, s in enumerate(self.substeps):
+            if not isinstance(s, ExecutionStep):
+                raise NetDefinitionError(f"expected an ExecutionStep, got {type(s).__name__}", f"step {name!r}.substeps[{i}]")
+        for i, n in enumerate(self.nets):
+            if not (isinstance(n, (str, NetDef)) or hasattr(n, "to_def")):
+                raise NetDefinitionError(f"expected a Net, NetDef or net name, got {type(n).__name__}", f"step {name!r}.nets[{i}]")
+        if num_iter is not None and (isinstance(num_iter, bool) or not isinstance(num_iter, int) or num_iter < 0):
+            raise NetDefinitionError(f"expected a non-negative int, got {num_iter!r}", f"step {name!r}.num_iter")
+        self.num_iter = num_iter
+        self.concurrent_substeps = bool(concurrent_substeps)
+        self.should_stop_blob = should_stop_blob or None
+        self.only_once = bool(only_once)
+
+    @property
+    def iterations(self) -> int:
+        """How many iterations run when no stop blob intervenes."""
+        if self.num_iter is not None:
+            return self.num_iter
+        return UNTIL_STOP if self.should_stop_blob else 1
+
+    # -- JSON ---------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"name": self.name}
+        if self.nets:
+            d["nets"] = [_net_to_json(n) for n in self.nets]
+        if self.substeps:
+            d["substeps"] = [s.to_dict() for s in self.substeps]
+        if self.num_iter is not None:
+            d["num_iter"] = self.num_iter
+        if self.concurrent_substeps:
+            d["concurrent_substeps"] = True
+        if self.should_stop_blob:
+            d["should_stop_blob"] = self.should_stop_blob
+        if self.only_once:
+            d["only_once"] = True
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Any, path: str = "step", depth: int = 0) -> "ExecutionStep":
+        if depth > 64:
+            raise NetDefinitionError("steps nested too deeply (more than 64 levels)", path)
+        if not isinstance(d, dict):
+            raise NetDefinitionError(f"expected an object, got {type(d).__name__}", path)
+        allowed = {"name", "nets", "substeps", "num_iter", "concurrent_substeps", "should_stop_blob", "only_once"}
+        extra = sorted(str(k) for k in d if k not in allowed)
+        if extra:
+            raise NetDefinitionError(f"unknown field(s) {extra}; expected some of {sorted(allowed)}", path)
+        nets = _expect(d.get("nets", []), list, f"{path}.nets")
+        subs = _expect(d.get("substeps", []), list, f"{path}.substeps")
+        num_iter = d.get("num_iter")
+        if num_iter is not None and (isinstance(num_iter, bool) or not isinstance(num_iter, int)):
+            raise NetDefinitionError(f"expected an integer, got {num_iter!r}", f"{path}.num_iter")
+        stop = d.get("should_stop_blob")
+        if stop is not None and (not isinstance(stop, str) or not stop):
+            raise NetDefinitionError(f"expected a blob name, got {stop!r}", f"{path}.should_stop_blob")
+        try:
+            return cls(
+                _expect(d.get("name"), str, f"{path}.name"),
+                nets=[_net_from_json(n, f"{path}.nets[{i}]") for i, n in enumerate(nets)],
+                substeps=[cls.from_dict(s, f"{path}.substeps[{i}]", depth + 1) for i, s in enumerate(subs)],
+                num_iter=num_iter,
+                concurrent_substeps=_expect(d.get("concurrent_substeps", False), bool, f"{path}.concurrent_substeps"),
+                should_stop_blob=stop,
+                only_once=_expect(d.get("only_once", False), bool, f"{path}.only_once"),
+            )
+        except NetDefinitionError as e:
+            if e.path and e.path.startswith(path):
+                raise
+            raise NetDefinitionError(str(e), path) from None
+
+    def __repr__(self) -> str:
+        what = f"nets={len(self.nets)}" if self.nets else f"substeps={len(self.substeps)}"
+        return f"ExecutionStep({self.name!r}, {what}, num_iter={self.num_iter})"
+
+
+def execution_step(name: str, nets_or_steps: Any, **kwargs: Any) -> ExecutionStep:
+    """Caffe2's helper: a step of nets, or of substeps when given ExecutionSteps."""
+    items = nets_or_steps if isinstance(nets_or_steps, (list, tuple)) else [nets_or_steps]
+    if items and all(isinstance(s, ExecutionStep) for s in items):
+        return ExecutionStep(name, substeps=items, **kwargs)
+    return ExecutionStep(name, nets=items, **kwargs)
+
+
+class Plan:
+    """A named list of steps run in order by ``ws.run_plan(plan)`` (or ``plan.run(ws)``)."""
+
+    def __init__(self, name: str, steps: Iterable[ExecutionStep] = ()):
+        if not isinstance(name, str) or not name:
+            raise NetDefinitionError(f"expected a non-empty plan name, got {name!r}", "plan.name")
+        self.name = name
+        self.steps: list[ExecutionStep] = []
+        for s in steps:
+            self.add_step(s)
+
+    def add_step(self, step: ExecutionStep) -> ExecutionStep:
+        if not isinstance(step, ExecutionStep):
+            raise NetDefinitionError(f"expected an ExecutionStep, got {type(step).__name__}", f"plan {self.name!r}.steps")
+        self.steps.append(step)
+        return step
+
+    AddStep = add_step
+
+    def run(self, ws: Any, timeout: float | None = None) -> None:
+        """Run every step in order against workspace ``ws``; raise the first failure.
+
+        ``timeout`` bounds the whole plan: it is checked between net runs and passed to each
+        net run; on expiry every thread is stopped and joined and TimeoutError is raised.
+        """
+        runner = _PlanRun(ws, None if timeout is None else time.perf_counter() + timeout, timeout)
+        try:
+            for step in self.steps:
+                runner.run_step(step, "")
+        finally:
+            runner.close()
+
+    # -- JSON ---------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "steps": [s.to_dict() for s in self.steps]}
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
+
+    @classmethod
+    def from_dict(cls, d: Any) -> "Plan":
+        if not isinstance(d, dict):
+            raise NetDefinitionError(f"expected an object, got {type(d).__name__}", "plan")
+        extra = sorted(str(k) for k in d if k not in {"name", "steps"})
+        if extra:
+            raise NetDefinitionError(f"unknown field(s) {extra}; expected some of ['name', 'steps']", "plan")
+        steps = _expect(d.get("steps", []), list, "steps")
+        return cls(_expect(d.get("name"), str, "name"), [ExecutionStep.from_dict(s, f"steps[{i}]") for i, s in enumerate(steps)])
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> "Plan":
+        """Parse and validate JSON text; any defect raises :class:`NetDefinitionError`."""
+        try:
+            data = json.loads(text, parse_constant=_reject_constant)
+        except NetDefinitionError:
+            raise
+        except (ValueError, TypeError, RecursionError) as e:
+            raise NetDefinitionError(f"invalid JSON: {e}") from None
+        return cls.from_dict(data)
+
+    def __repr__(self) -> str:
+        return f"Plan({self.name!r}, steps={len(self.steps)})"
+
+
+class _PlanRun:
+    """The state of one plan run: net instances, steps already run once, the stop signal."""
+
+    def __init__(self, ws: Any, deadline: float | None, timeout: float | None):
+        self.ws = ws
+        self.deadline = deadline
+        self.timeout = timeout
+        self.stop = threading.Event()  # set by the first failure: every thread winds down
+        self.done_once: set[int] = set()
+        self.owned: dict[tuple[int, int], NetBase] = {}
+        self.lock = threading.Lock()
+
+    def close(self) -> None:
+        for net in self.owned.values():
+            net.close()
+
+    def remaining(self) -> float | None:
+        if self.deadline is None:
+            return None
+        left = self.deadline - time.perf_counter()
+        if left <= 0:
+            raise TimeoutError(f"plan did not finish within {self.timeout} s")
+        return left
+
+    def nets_of(self, step: ExecutionStep) -> list[NetBase]:
+        """Instances for a step's nets: created once per plan run, per (step, position)."""
+        out = []
+        for i, spec in enumerate(step.nets):
+            if isinstance(spec, str):
+                out.append(self.ws.net(spec))
+                continue
+            key = (id(step), i)
+            with self.lock:
+                net = self.owned.get(key)
+                if net is None:
+                    net = self.owned[key] = self.ws.instantiate(spec)
+            out.append(net)
+        return out
+
+    def run_step(self, step: ExecutionStep, path: str) -> None:
+        where = f"{path}/{step.name}" if path else step.name
+        if step.only_once:
+            with self.lock:
+                if id(step) in self.done_once:
+                    return
+                self.done_once.add(id(step))
+        nets = self.nets_of(step) if step.nets else []
+        for _ in range(step.iterations):
+            if self.stop.is_set():
+                return
+            if nets:
+                for net in nets:
+                    net.run(self.remaining())
+            elif step.concurrent_substeps:
+                self.run_concurrent(step.substeps, where)
+            else:
+                for sub in step.substeps:
+                    self.run_step(sub, where)
+            if step.should_stop_blob and self.should_stop(step.should_stop_blob, where):
+                return
+
+    def run_concurrent(self, substeps: Sequence[ExecutionStep], where: str) -> None:
+        """Each substep on its own thread; all joined; the first failure in time is raised."""
+        errors: list[tuple[float, BaseException]] = []
+        elock = threading.Lock()
+
+        def body(sub: ExecutionStep) -> None:
+            try:
+                self.run_step(sub, where)
+            except BaseException as exc:  # noqa: BLE001 - raised by the parent after the join
+                with elock:
+                    errors.append((time.perf_counter(), exc))
+                self.stop.set()
+
+        threads = [threading.Thread(target=body, args=(s,), name=f"asyncnet-step-{where}/{s.name}") for s in substeps]
+        started = []
+        try:
+            for t in threads:
+                t.start()
+                started.append(t)
+        finally:
+            if len(started) < len(threads):
+                self.stop.set()
+            for t in started:
+                t.join()
+        if errors:
+            errors.sort(key=lambda e: e[0])
+            first = errors[0][1]
+            others = [e for _, e in errors[1:]]
+            first.other_errors = others  # type: ignore[attr-defined]
+            if others and hasattr(first, "add_note"):
+                first.add_note(f"{len(others)} other concurrent substep(s) of {where!r} failed too: "
+                               + "; ".join(f"{type(e).__name__}: {e}" for e in others[:3]))
+            raise first
+
+    def should_stop(self, blob: str, where: str) -> bool:
+        try:
+            value = self.ws.fetch(blob)
+        except KeyError:
+            raise ExecutionError(f"step {where!r}: should_stop_blob {blob!r} does not exist") from None
+        return _truthy(value, blob, where)
+
+
+def _truthy(value: Any, blob: str, where: str) -> bool:
+    load = getattr(value, "load", None)
+    if callable(load):
+        return bool(load())
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    arr = np.asarray(value) if not hasattr(value, "numel") else value
+    size = arr.numel() if hasattr(arr, "numel") else arr.size
+    if size != 1:
+        raise ExecutionError(f"step {where!r}: should_stop_blob {blob!r} must hold one bool, got shape {tuple(arr.shape)}")
+    return bool(arr.reshape(()).item() if hasattr(arr, "reshape") else arr)
+
+
+def _net_to_json(spec: NetSpec) -> Any:
+    if isinstance(spec, str):
+        return spec
+    if isinstance(spec, NetDef):
+        return spec.to_dict()
+    return spec.to_def().to_dict()
+
+
+def _net_from_json(d: Any, path: str) -> NetSpec:
+    if isinstance(d, str) and d:
+        return d
+    if isinstance(d, dict):
+        try:
+            return NetDef.from_dict(d)
+        except NetDefinitionError as e:
+            raise NetDefinitionError(str(e), path) from None
+    raise NetDefinitionError(f"expected a net name or a net object, got {type(d).__name__}", path)
+
+
+def _expect(v: Any, typ: type, path: str) -> Any:
+    if not isinstance(v, typ) or (typ is not bool and isinstance(v, bool)):
+        raise NetDefinitionError(f"expected {typ.__name__}, got {type(v).__name__}", path)
+    return v
+
+
+def _reject_constant(name: str) -> Any:
+    raise NetDefinitionError(f"invalid JSON: {name} is not allowed")

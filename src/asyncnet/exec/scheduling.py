@@ -1,0 +1,363 @@
+"""The asynchronous scheduling executor (net types "async_scheduling", "dag", "async_dag").
+
+Policy
+------
+The net's ops form a dependency graph (:mod:`asyncnet.exec.graph`: blob hazards plus control
+inputs, reduced) whose linear runs are grouped into *chains*. A chain is the unit of
+scheduling: one thread runs it from its first op to its last with no scheduler in between, so
+a chain of small ops costs barely more than the simple executor.
+
+A run starts every root chain (no parents). When a chain ends, each child whose parents have
+all ended becomes *ready*. The thread that ended the chain keeps one ready child and runs it
+next (a continuation: no queue, no wake-up), and hands the others to the pool of their device
+through a per-run ready queue. A worker woken by a pool token drains that queue until it is
+empty, continuing through children the same way. ``net.run()`` without a timeout lets the
+caller's thread take part: it takes root chains itself instead of sleeping, and counts as one
+of the ``num_workers`` when the roots are handed out.
+
+When an op raises, the run *stops*: chains not yet started are skipped (walked, not run, so
+the bookkeeping still reaches its end), running ops finish, and the error that happened
+first in time is what ``wait`` raises. ``cancel()`` stops a run the same way. ``wait`` returns
+as soon as the outcome is known: it then gives running ops a short grace period to end, but
+an op that never ends cannot make it hang. The net is busy (refuses another run with
+:class:`~asyncnet.NetBusyError`) until its last running op ended.
+
+State
+-----
+Static, computed once when the net is created and never changed afterwards::
+
+    chain_ops       list[list[Operator]]  each chain's ops, in order
+    chain_children  list[list[int]]       chains waiting on each chain
+    num_parents     list[int]             how many chains each chain waits on
+    roots           list[int]             chains with no parents, in op order
+    chain_pool      list[int]             index into ``pools`` of each chain's device pool
+    pools           list[WorkerPool]      one leased pool per device key
+
+Per run (a :class:`_Run`, reset by copying ``num_parents``)::
+
+    waiting  list[int]          parents not yet ended, per chain; ready at 0
+    ready    list[deque[int]]   per pool: chains ready to start that no thread took yet
+    left     int                chains not yet ended or skipped; the run ends at 0
+    stop     bool               set by the first error or cancel(); unstarted chains skip
+    errors   list[(t, exc)]     failures with their ``perf_counter`` time
+    lock     Lock               guards waiting, left, errors (held for a few list writes)
+    decided  Event              the outcome is known: ended, first error, or cancel
+    ended    Event              left reached 0: no op of this run is running
+
+Example::
+
+    >>> import numpy as np, asyncnet as an
+    >>> ws = an.Workspace()
+    >>> ws.feed("x", np.ones(3))
+    >>> net = an.Net("n", type="async_scheduling", num_workers=2)
+    >>> a = net.Scale("x", "a", scale=2.0); b = net.Scale("x", "b", scale=3.0)
+    >>> _ = net.Add([a, b], "y")
+    >>> _ = ws.create_net(net)
+    >>> h = ws.run_net_async("n"); h.wait(timeout=10)
+    >>> ws.fetch("y")
+    array([5., 5., 5.])
+    >>> ws.close()
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import weakref
+from collections import deque
+from typing import Any, MutableMapping, Sequence
+
+from asyncnet.core.defs import NetDef
+from asyncnet.core.netbase import NetBase, register_net_type
+from asyncnet.core.operator import Operator
+from asyncnet.errors import ExecutionError
+from asyncnet.exec.graph import build_graph
+from asyncnet.exec.pools import PoolLease, acquire_pool, device_key
+
+__all__ = ["AsyncSchedulingNet", "AsyncRunHandle", "SETTLE_GRACE"]
+
+SETTLE_GRACE = 1.0  # seconds wait() gives running ops to end after a failure or cancel
+
+_perf = time.perf_counter
+
+
+class _Run:
+    """The mutable state of one run (see the module docstring)."""
+
+    __slots__ = ("net", "waiting", "ready", "left", "stop", "cancelled", "errors", "lock",
+                 "decided", "ended", "record")
+
+    def __init__(self, net: "AsyncSchedulingNet"):
+        self.net = net
+        self.waiting = net.num_parents.copy()
+        self.ready: list[deque[int]] = [deque() for _ in net.pools]
+        self.left = len(net.chain_ops)
+        self.stop = False
+        self.cancelled = False
+        self.errors: list[tuple[float, BaseException]] = []
+        self.lock = threading.Lock()
+        self.decided = threading.Event()
+        self.ended = threading.Event()
+        self.record = net.recorder
+
+
+# -- the state machine, one step per function ------------------------------------------------
+
+def start_run(net: "AsyncSchedulingNet", caller_helps: bool) -> _Run:
+    """Claim the net, reset the per-run state and queue the root chains."""
+    if net.closed:
+        raise ExecutionError(f"net {net.name!r} is closed")
+    net._claim()
+    run = _Run(net)
+    if run.left == 0:
+        end_run(run)
+        return run
+    for c in net.roots:
+        run.ready[net.chain_pool[c]].append(c)
+    helper = 1 if caller_helps else 0  # a helping caller counts as one of the workers
+    for p, q in enumerate(run.ready):
+        for _ in range(min(len(q), net.pools[p].size) - helper):
+            net.pools[p].submit(drain, (run, p))
+    return run
+
+
+def drain(token: tuple[_Run, int]) -> None:
+    """A pool worker's entry: take chains from this run's ready queue until it is empty."""
+    run, p = token
+    q = run.ready[p]
+    while True:
+        try:
+            c = q.popleft()
+        except IndexError:
+            return
+        execute(run, c, p)
+
+
+def help_run(run: _Run) -> None:
+    """The caller's thread takes ready chains from every queue until none is left."""
+    for p, q in enumerate(run.ready):
+        while True:
+            try:
+                c = q.popleft()
+            except IndexError:
+                break
+            execute(run, c, p)
+
+
+def execute(run: _Run, c: int, p: int) -> None:
+    """Run chain ``c``, then the ready children this thread keeps, until none is left."""
+    net = run.net
+    chain_ops, blobs = net.chain_ops, net.blobs
+    todo = [c]
+    while todo:
+        c = todo.pop()
+        if not run.stop:
+            try:
+                if run.record is None:
+                    for op in chain_ops[c]:
+                        if run.stop:
+                            break
+                        op.run(blobs)
+                else:
+                    run_recorded(run, chain_ops[c], blobs)
+            except BaseException as exc:  # noqa: BLE001 - recorded, raised by wait()
+                fail(run, exc)
+        newly = complete(run, c)
+        if newly:
+            if run.stop:
+                todo.extend(newly)  # skipped chains are walked here, never queued
+            else:
+                todo.append(hand_out(run, newly, p))
+
+
+def run_recorded(run: _Run, ops: Sequence[Operator], blobs: MutableMapping[str, Any]) -> None:
+    """The chain loop with a timing record per op (profiling on)."""
+    record = run.record
+    for op in ops:
+        if run.stop:
+            break
+        start = _perf()
+        try:
+            op.run(blobs)
+        finally:
+            record(op, start, _perf())  # type: ignore[misc]
+
+
+def complete(run: _Run, c: int) -> list[int] | None:
+    """Chain ``c`` ended (or was skipped): count down its children; end the run at the last chain."""
+    children = run.net.chain_children[c]
+    newly = None
+    with run.lock:
+        if children:
+            waiting = run.waiting
+            for k in children:
+                n = waiting[k] - 1
+                waiting[k] = n
+                if n == 0:
+                    if newly is None:
+                        newly = [k]
+                    else:
+                        newly.append(k)
+        run.left -= 1
+        last = run.left == 0
+    if last:
+        end_run(run)
+    return newly
+
+
+def hand_out(run: _Run, newly: list[int], p: int) -> int:
+    """Keep one ready chain (preferring this thread's pool), queue the rest with pool tokens."""
+    pools = run.net.chain_pool
+    keep = next((k for k in newly if pools[k] == p), newly[0])
+    if len(newly) > 1:
+        counts: dict[int, int] = {}
+        for k in newly:
+            if k != keep:
+                run.ready[pools[k]].append(k)
+                counts[pools[k]] = counts.get(pools[k], 0) + 1
+        for q, n in counts.items():
+            pool = run.net.pools[q]
+            for _ in range(min(n, pool.size)):
+                pool.submit(drain, (run, q))
+    return keep
+
+
+def fail(run: _Run, exc: BaseException) -> None:
+    """Record a failure; the first one stops the run."""
+    t = _perf()
+    with run.lock:
+        run.errors.append((t, exc))
+        run.stop = True
+    run.decided.set()
+
+
+def cancel_run(run: _Run) -> bool:
+    """Stop a run in flight; False when it had already ended or stopped."""
+    with run.lock:
+        if run.left == 0 or run.stop:
+            return False
+        run.stop = True
+        run.cancelled = True
+    run.decided.set()
+    return True
+
+
+def end_run(run: _Run) -> None:
+    """The last chain ended: free the net for its next run, then wake the waiters."""
+    run.net._release()
+    run.ended.set()
+    run.decided.set()
+
+
+def outcome(run: _Run) -> BaseException | None:
+    """The error ``wait`` raises: the first failure in time, else a cancellation, else None."""
+    if run.errors:
+        with run.lock:
+            return min(run.errors, key=lambda e: e[0])[1]
+    if run.cancelled:
+        return ExecutionError(f"the run of net {run.net.name!r} was cancelled")
+    return None
+
+
+def wait_run(run: _Run, timeout: float | None) -> None:
+    """Block until the outcome is known (or ``timeout``), give stragglers a grace, raise."""
+    deadline = None if timeout is None else _perf() + timeout
+    if not run.decided.wait(timeout):
+        raise TimeoutError(f"net {run.net.name!r} did not finish within {timeout} s")
+    if not run.ended.is_set():
+        grace = SETTLE_GRACE if deadline is None else max(0.0, min(SETTLE_GRACE, deadline - _perf()))
+        run.ended.wait(grace)
+    err = outcome(run)
+    if err is not None:
+        raise err
+
+
+# -- the public objects ------------------------------------------------------------------------
+
+class AsyncRunHandle:
+    """A run in flight: ``wait(timeout)``, ``done()``, ``cancel()``, ``join(timeout)``."""
+
+    __slots__ = ("_run",)
+
+    def __init__(self, run: _Run):
+        self._run = run
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Return when the run ended; raise its first error, or TimeoutError after ``timeout`` s."""
+        wait_run(self._run, timeout)
+
+    def done(self) -> bool:
+        """Whether the outcome is known (``wait`` would not block)."""
+        return self._run.decided.is_set()
+
+    def cancel(self) -> bool:
+        """Skip every chain not started yet; running ops finish. True if the run was stopped."""
+        return cancel_run(self._run)
+
+    def join(self, timeout: float | None = None) -> bool:
+        """Wait until no op of this run is running (even after a failure); True when so."""
+        return self._run.ended.wait(timeout)
+
+    def exception(self) -> BaseException | None:
+        """The error ``wait`` would raise, once done."""
+        return outcome(self._run) if self.done() else None
+
+
+class AsyncSchedulingNet(NetBase):
+    """Runs a net's chains on per-device worker pools (see the module docstring)."""
+
+    def __init__(self, net_def: NetDef, operators: Sequence[Operator], blobs: MutableMapping[str, Any]):
+        super().__init__(net_def, operators, blobs)
+        ops = self.operators
+        keys = [device_key(op.device) for op in ops]
+        graph = build_graph([(op.inputs, op.outputs, op.definition.control_inputs) for op in ops], keys)
+        self.graph = graph
+        self.chain_ops: list[list[Operator]] = [[ops[i] for i in ch] for ch in graph.chains]
+        self.chain_children: list[list[int]] = graph.chain_children
+        self.num_parents: list[int] = [len(ps) for ps in graph.chain_parents]
+        self.roots: list[int] = graph.roots()
+        self.closed = False
+        self._leases: list[PoolLease] = []
+        pool_index: dict[Any, int] = {}
+        try:
+            for ch in graph.chains:
+                key = keys[ch[0]]
+                if key not in pool_index:
+                    pool_index[key] = len(self._leases)
+                    self._leases.append(acquire_pool(ops[ch[0]].device, net_def.num_workers, net_def.own_pool))
+        except BaseException:
+            _release_all(self._leases)
+            raise
+        self.chain_pool: list[int] = [pool_index[keys[ch[0]]] for ch in graph.chains]
+        self.pools = [lease.pool for lease in self._leases]
+        self._finalizer = weakref.finalize(self, _release_all, self._leases)
+
+    def run_async(self) -> AsyncRunHandle:
+        """Start a run and return at once (NetBusyError if this instance is already running)."""
+        return AsyncRunHandle(start_run(self, caller_helps=False))
+
+    def run(self, timeout: float | None = None) -> None:
+        """Run once and wait. Without a timeout the caller's thread runs chains too."""
+        if timeout is not None:
+            wait_run(start_run(self, caller_helps=False), timeout)
+            return
+        run = start_run(self, caller_helps=True)
+        help_run(run)
+        wait_run(run, None)
+
+    def close(self) -> None:
+        """Give back the pools (the last net using a shared pool joins its threads)."""
+        self.closed = True
+        self._finalizer()
+
+    @property
+    def num_chains(self) -> int:
+        return len(self.chain_ops)
+
+
+def _release_all(leases: list[PoolLease]) -> None:
+    for lease in leases:
+        lease.release()
+
+
+register_net_type(("async_scheduling", "dag", "async_dag"), AsyncSchedulingNet)

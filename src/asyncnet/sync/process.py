@@ -1,0 +1,491 @@
+"""``ProcessGradientSync``: an all-reduce between spawned processes, through shared memory.
+
+Same protocol, semantics and errors as :class:`~asyncnet.sync.ThreadedGradientSync` (the round
+logic is shared, :mod:`asyncnet.sync._rounds`), with the group state in a shared-memory control
+segment guarded by a ``multiprocessing.Condition``.
+
+Data path of one round, worker ``w``:
+
+1. unless its gradients already live in its shared arena (:meth:`ProcessGradientSync.shared_empty`),
+   copy them into its own staging segment (grown when a bigger bucket comes);
+2. publish where each member lies (segment, offset) and arrive (layout check, timeout);
+3. reduce its slice: sum every worker's slice in worker order, divide, write the mean back into
+   every worker's buffer; in cache-sized blocks, all workers at once;
+4. depart (everyone's slice is written), then copy the mean out of its staging segment.
+
+A worker's staging segment is only written by peers while that worker is inside the round, so a
+fast worker can start the next round while a slow one still copies out. Peers that die are
+noticed: a waiter checks, on every poll tick, whether the missing workers' processes still
+exist, and :func:`run_process_workers` (used by ``run_parallel_workers(..., backend="processes")``)
+aborts the group as soon as a child exits early. The parent that created the group unlinks every
+segment when it closes, crash or not.
+
+Handles must reach their processes as ``Process`` arguments (the condition variable can only be
+pickled while spawning)::
+
+    syncs = ProcessGradientSync.new_workers(2, timeout=10)
+    procs = [ctx.Process(target=train, args=(s,)) for s in syncs]   # ctx = get_context("spawn")
+    ...
+    ProcessGradientSync.close_group(syncs)                           # after joining them
+"""
+
+from __future__ import annotations
+
+import itertools
+import multiprocessing as mp
+import os
+import secrets
+import time
+import traceback
+import weakref
+from multiprocessing.connection import wait as mp_wait
+from typing import Any, Callable
+
+import numpy as np
+
+from asyncnet.errors import SyncError
+from asyncnet.sync._bucket import Bucket, format_layout, open_bucket, slice_bounds
+from asyncnet.sync._reduce import reduce_slice
+from asyncnet.sync._rounds import W_ARENAS, W_PID, W_SEG_CAP, W_SEG_GEN, Control, RoundEngine
+from asyncnet.sync._shm import close_segment, open_segment, unlink_segment
+
+__all__ = ["ProcessGradientSync", "WorkerDiedError", "run_process_workers"]
+
+_ALIGN = 64
+_MIN_SEGMENT = 1 << 20
+_POLL = 0.05
+
+
+class WorkerDiedError(SyncError):
+    """A worker process exited (killed, crashed, or ``os._exit``) without returning."""
+
+
+def _pid_dead(pid: int) -> bool:
+    """True when ``pid`` is gone or a zombie (a dead sibling stays a zombie until reaped)."""
+    if pid <= 0:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rsplit(b")", 1)[1].split()[0]
+        return state in (b"Z", b"X")
+    except FileNotFoundError:
+        return True
+    except OSError:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False
+        return False
+
+
+def _address(seg: Any) -> int:
+    return np.frombuffer(seg.buf, np.uint8, 1).__array_interface__["data"][0]
+
+
+def _layout_offsets(bucket: Bucket) -> tuple[list[int], int]:
+    offsets, pos = [], 0
+    for v in bucket.views:
+        offsets.append(pos)
+        pos += -(-v.nbytes // _ALIGN) * _ALIGN
+    return offsets, pos
+
+
+class _Group:
+    """The parent's ownership of a group: unlinks every segment on close (or at exit)."""
+
+    def __init__(self, prefix: str, n: int, cond: Any):
+        self.prefix = prefix
+        self.n = n
+        self.cond = cond
+        self.ctl_seg = open_segment(f"{prefix}_ctl", create=True, size=Control.nbytes(n))
+        self.control = Control(n, self.ctl_seg.buf)
+        self.control.init()
+        self._finalizer = weakref.finalize(self, _cleanup_group, prefix, n, self.ctl_seg, self.control)
+
+    def close(self) -> None:
+        self._finalizer()
+
+    def set_pid(self, worker: int, pid: int) -> None:
+        self.control.ints[self.control.w(worker, W_PID)] = pid
+
+    def abort(self, reason: str) -> None:
+        """Abort the group from the parent (wakes every waiting worker)."""
+        if self._finalizer.alive:
+            RoundEngine(self.control, self.cond, -1, None).abort(reason)
+
+
+def _cleanup_group(prefix: str, n: int, ctl_seg: Any, control: Control) -> None:
+    for i in range(n):
+        gen = int(control.ints[control.w(i, W_SEG_GEN)])
+        for g in range(max(1, gen - 1), gen + 1):
+            unlink_segment(f"{prefix}_w{i}_g{g}")
+        for k in range(1, int(control.ints[control.w(i, W_ARENAS)]) + 1):
+            unlink_segment(f"{prefix}_w{i}_a{k}")
+    control.release()
+    close_segment(ctl_seg)
+    unlink_segment(f"{prefix}_ctl")
+
+
+class ProcessGradientSync:
+    """One worker's handle on a group of processes; create the group with :meth:`new_workers`."""
+
+    def __init__(self, prefix: str, n: int, worker_id: int, timeout: float | None, cond: Any, owner: _Group | None):
+        self._prefix = prefix
+        self._n = n
+        self._id = worker_id
+        self._timeout = timeout
+        self._cond = cond
+        self._owner = owner
+        self._ctl_seg: Any = None
+        self._control: Control | None = None
+        self._engine: RoundEngine | None = None
+        self._segs: dict[tuple[int, int], Any] = {}  # (worker, segment id) -> SharedMemory
+        self._arena: tuple[int, Any] | None = None
+        self._arena_used = 0
+        self._scratch: dict = {}
+
+    # -- construction ---------------------------------------------------------------------------
+
+    @classmethod
+    def new_workers(cls, n: int, timeout: float | None = None) -> list["ProcessGradientSync"]:
+        """``n`` handles on a new group (ids ``0 .. n-1``), to pass to spawned processes.
+
+        The caller owns the group: call :meth:`close_group` after the processes are joined (it
+        also runs at interpreter exit). ``n < 1`` raises ``ValueError``.
+        """
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"num_workers must be an int >= 1, got {n!r}")
+        if timeout is not None and not timeout > 0:
+            raise ValueError(f"timeout must be > 0 seconds or None, got {timeout!r}")
+        prefix = "asyncnet_sync_" + secrets.token_hex(5)
+        ctx = mp.get_context("spawn")
+        cond = ctx.Condition(ctx.Lock())
+        owner = _Group(prefix, n, cond)
+        return [cls(prefix, n, i, timeout, cond, owner) for i in range(n)]
+
+    @staticmethod
+    def close_group(syncs: list["ProcessGradientSync"]) -> None:
+        """Unlink every shared-memory segment of the group (call it in the creating process)."""
+        for s in syncs:
+            s._detach()
+        owners = {id(s._owner): s._owner for s in syncs if s._owner is not None}
+        for owner in owners.values():
+            owner.close()
+
+    def __getstate__(self) -> dict:
+        return {"prefix": self._prefix, "n": self._n, "id": self._id, "timeout": self._timeout, "cond": self._cond}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["prefix"], state["n"], state["id"], state["timeout"], state["cond"], None)  # type: ignore[misc]
+
+    # -- properties -----------------------------------------------------------------------------
+
+    @property
+    def is_distributed(self) -> bool:
+        return self._n > 1
+
+    @property
+    def num_workers(self) -> int:
+        return self._n
+
+    @property
+    def worker_id(self) -> int:
+        return self._id
+
+    @property
+    def timeout(self) -> float | None:
+        return self._timeout
+
+    # -- collectives ----------------------------------------------------------------------------
+
+    def sync_gradients(self, grads: Any) -> None:
+        """Replace ``grads`` (array, tensor or list of them) in place with the mean over workers."""
+        self._collective(grads, "mean", 0)
+
+    def broadcast(self, tensors: Any, root: int = 0) -> None:
+        """Overwrite ``tensors`` in place on every worker with worker ``root``'s values."""
+        if not 0 <= root < self._n:
+            raise ValueError(f"root must be in [0, {self._n}), got {root}")
+        self._collective(tensors, "broadcast", root)
+
+    def abort(self, reason: str = "aborted") -> None:
+        """Abort the whole group: pending and future calls of every worker raise ``SyncAbortedError``."""
+        self._bind().abort(reason)
+
+    def shared_empty(self, shape: Any, dtype: Any = np.float32) -> np.ndarray:
+        """A new array in this worker's shared arena (contents undefined).
+
+        Gradients that live in the arena are reduced in place, with no copy in or out: peers
+        read and write them directly, as the threaded backend does. Allocate them once and reuse
+        them for every round. The arena is freed when the group closes.
+        """
+        dt = np.dtype(dtype)
+        count = int(np.prod(shape, dtype=np.int64))
+        nbytes = -(-max(count * dt.itemsize, 1) // _ALIGN) * _ALIGN
+        self._bind()
+        if self._arena is None or self._arena_used + nbytes > self._arena[1].size:
+            self._new_arena(nbytes)
+        k, seg = self._arena  # type: ignore[misc]
+        arr = np.frombuffer(seg.buf, dt, count, self._arena_used).reshape(shape)
+        self._arena_used += nbytes
+        return arr
+
+    def _collective(self, grads: Any, op: str, root: int) -> None:
+        engine = self._bind()
+        bucket = open_bucket(grads)
+        locs = self._arena_locations(bucket)
+        staged: list[np.ndarray] = []
+        if locs is None:  # copy into this worker's staging segment
+            offsets, total = _layout_offsets(bucket)
+            gen = self._ensure_staging(total)
+            locs = [(gen, off) for off in offsets]
+            staged = self._views_at(self._id, bucket, locs)
+            for dst, src in zip(staged, bucket.views):
+                np.copyto(dst, src)
+        table = self._control.locations(self._id)  # type: ignore[union-attr]
+        if len(locs) > len(table):
+            raise ValueError(f"a bucket may hold at most {len(table)} arrays, got {len(locs)}")
+        table[: len(locs)] = locs
+        tag = op if op == "mean" else f"{op}:{root}"
+
+        def reduce() -> None:
+            if self._n == 1:
+                return
+            views = [
+                self._views_at(i, bucket, self._control.locations(i)[: len(bucket.views)].tolist())  # type: ignore[union-attr]
+                for i in range(self._n)
+            ]
+            lo, hi = slice_bounds(bucket.size, self._n, self._id)
+            reduce_slice(views, views, lo, hi, op, root, self._scratch)  # type: ignore[arg-type]
+
+        engine.run(bucket.digest(tag), f"{format_layout(bucket.layout)} ({tag})", reduce,
+                   what="sync round" if op == "mean" else "broadcast round")
+        for dst, src in zip(bucket.views, staged):
+            np.copyto(dst, src)
+        bucket.close()
+
+    # -- segments -------------------------------------------------------------------------------
+    # A segment id > 0 is staging generation g of a worker ("_w{i}_g{g}"); an id < 0 is its
+    # arena number -id ("_w{i}_a{k}"). The parent's close_group unlinks all of them.
+
+    def _bind(self) -> RoundEngine:
+        if self._engine is None:
+            self._ctl_seg = open_segment(f"{self._prefix}_ctl")
+            self._control = Control(self._n, self._ctl_seg.buf)
+            self._control.ints[self._control.w(self._id, W_PID)] = os.getpid()
+            self._engine = RoundEngine(
+                self._control, self._cond, self._id, self._timeout,
+                poll=_POLL, peer_dead=self._peer_dead, can_die=True,
+            )
+        return self._engine
+
+    def _peer_dead(self, worker: int) -> bool:
+        assert self._control is not None
+        return _pid_dead(int(self._control.ints[self._control.w(worker, W_PID)]))
+
+    def _seg_name(self, worker: int, segid: int) -> str:
+        kind = f"g{segid}" if segid > 0 else f"a{-segid}"
+        return f"{self._prefix}_w{worker}_{kind}"
+
+    def _ensure_staging(self, nbytes: int) -> int:
+        c = self._control
+        assert c is not None
+        gen_idx, cap_idx = c.w(self._id, W_SEG_GEN), c.w(self._id, W_SEG_CAP)
+        gen = int(c.ints[gen_idx])
+        if gen and int(c.ints[cap_idx]) >= nbytes:
+            return gen
+        cap = max(_MIN_SEGMENT, -(-int(nbytes * 1.25) // _MIN_SEGMENT) * _MIN_SEGMENT)
+        c.ints[gen_idx] = gen + 1  # published first, so a crash right after create is cleaned
+        self._segs[(self._id, gen + 1)] = open_segment(self._seg_name(self._id, gen + 1), create=True, size=cap)
+        c.ints[cap_idx] = cap
+        if gen:
+            close_segment(self._segs.pop((self._id, gen), None))
+            unlink_segment(self._seg_name(self._id, gen))
+        return gen + 1
+
+    def _new_arena(self, nbytes: int) -> None:
+        c = self._control
+        assert c is not None
+        k = int(c.ints[c.w(self._id, W_ARENAS)]) + 1
+        size = max(_MIN_SEGMENT * 16, -(-nbytes // _MIN_SEGMENT) * _MIN_SEGMENT)
+        c.ints[c.w(self._id, W_ARENAS)] = k
+        seg = open_segment(self._seg_name(self._id, -k), create=True, size=size)
+        self._segs[(self._id, -k)] = seg
+        self._arena = (k, seg)
+        self._arena_used = 0
+
+    def _arena_locations(self, bucket: Bucket) -> list[tuple[int, int]] | None:
+        """``(segment id, offset)`` of each member when all of them live in this worker's arena."""
+        arenas = [(key[1], seg) for key, seg in self._segs.items() if key[0] == self._id and key[1] < 0]
+        if not arenas:
+            return None
+        bases = [(segid, _address(seg), seg.size) for segid, seg in arenas]
+        locs = []
+        for v in bucket.views:
+            addr = v.__array_interface__["data"][0]
+            for segid, base, size in bases:
+                if base <= addr and addr + v.nbytes <= base + size:
+                    locs.append((segid, addr - base))
+                    break
+            else:
+                return None
+        return locs
+
+    def _attach(self, worker: int, segid: int) -> Any:
+        seg = self._segs.get((worker, segid))
+        if seg is None:
+            if segid > 0:  # a newer staging generation replaces the older ones
+                for key in [k for k in self._segs if k[0] == worker and 0 < k[1] < segid]:
+                    close_segment(self._segs.pop(key))
+            seg = self._segs[(worker, segid)] = open_segment(self._seg_name(worker, segid))
+        return seg
+
+    def _views_at(self, worker: int, bucket: Bucket, locs: list) -> list[np.ndarray]:
+        return [
+            np.frombuffer(self._attach(worker, int(segid)).buf, v.dtype, v.size, int(off))
+            for v, (segid, off) in zip(bucket.views, locs)
+        ]
+
+    def _detach(self) -> None:
+        """Unmap this handle's segments (they stay until the group's owner unlinks them)."""
+        for seg in self._segs.values():
+            close_segment(seg)
+        self._segs.clear()
+        self._arena = None
+        self._scratch.clear()
+        if self._control is not None:
+            self._control.release()
+            self._control = None
+        self._engine = None
+        close_segment(self._ctl_seg)
+        self._ctl_seg = None
+
+    def __repr__(self) -> str:
+        return f"ProcessGradientSync(worker_id={self._id}, num_workers={self._n})"
+
+
+# -- running workers in processes ---------------------------------------------------------------
+
+
+def _child_main(fn: Callable[[Any], Any], sync: ProcessGradientSync, conn: Any) -> None:
+    try:
+        sync._bind()
+        try:
+            result = fn(sync)
+        except BaseException as exc:  # noqa: BLE001 - shipped to the parent
+            tb = traceback.format_exc()
+            try:
+                sync.abort(f"worker {sync.worker_id} raised {type(exc).__name__}: {exc}")
+            finally:
+                _send(conn, ("err", exc, tb))
+        else:
+            _send(conn, ("ok", result))
+    finally:
+        sync._detach()
+        conn.close()
+
+
+def _send(conn: Any, msg: tuple) -> None:
+    try:
+        conn.send(msg)
+    except Exception as exc:  # the result or error did not pickle
+        what = "error" if msg[0] == "err" else "result"
+        original = msg[1]
+        detail = msg[2] if msg[0] == "err" else ""
+        conn.send(("err", RuntimeError(
+            f"the worker's {what} could not be sent to the parent ({exc}): {type(original).__name__}: {original}"
+        ), detail))
+
+
+def run_process_workers(n: int, fn: Callable[[Any], Any], timeout: float | None) -> list[Any]:
+    """The ``backend="processes"`` half of :func:`~asyncnet.sync.run_parallel_workers`."""
+    from asyncnet.sync.runner import attach_errors
+
+    ctx = mp.get_context("spawn")
+    syncs = ProcessGradientSync.new_workers(n, timeout)
+    group = syncs[0]._owner
+    assert group is not None
+    results: list[Any] = [None] * n
+    errors: dict[int, tuple[int, BaseException]] = {}
+    seq = itertools.count()
+    procs: list[Any] = []
+    conns: list[Any] = []
+    try:
+        for i in range(n):
+            r, w = ctx.Pipe(duplex=False)
+            p = ctx.Process(target=_child_main, args=(fn, syncs[i], w), name=f"asyncnet-sync-worker-{i}", daemon=True)
+            p.start()
+            w.close()
+            procs.append(p)
+            conns.append(r)
+            group.set_pid(i, p.pid)
+        _supervise(procs, conns, group, results, errors, seq)
+    except BaseException:
+        group.abort("interrupted in the parent")
+        raise
+    finally:
+        _reap(procs)
+        for c in conns:
+            c.close()
+        ProcessGradientSync.close_group(syncs)
+    if errors:
+        raise attach_errors(errors)
+    return results
+
+
+def _supervise(procs, conns, group: _Group, results, errors, seq) -> None:
+    """Collect results; abort the group at the first error or early exit."""
+    done = [False] * len(procs)
+
+    def take(i: int) -> None:
+        try:
+            msg = conns[i].recv()
+        except (EOFError, OSError):
+            return
+        done[i] = True
+        if msg[0] == "ok":
+            results[i] = msg[1]
+        else:
+            exc = msg[1]
+            notes = list(getattr(exc, "__notes__", []))
+            notes.append(f"traceback in worker process {i}:\n{msg[2]}")
+            exc.__notes__ = notes
+            errors[i] = (next(seq), exc)
+            group.abort(f"worker {i} raised {type(exc).__name__}: {exc}")
+
+    alive = set(range(len(procs)))
+    while alive:
+        waitables = {procs[i].sentinel: i for i in alive}
+        waitables.update({conns[i]: i for i in alive if not done[i]})
+        for obj in mp_wait(list(waitables), timeout=0.5):
+            i = waitables[obj]
+            if obj is conns[i]:
+                if not done[i]:
+                    take(i)
+                continue
+            if i not in alive:
+                continue
+            if not done[i] and conns[i].poll():
+                take(i)
+            procs[i].join()
+            alive.discard(i)
+            if not done[i]:
+                code = procs[i].exitcode
+                exc = WorkerDiedError(f"worker {i} (pid {procs[i].pid}) died with exit code {code} before returning")
+                errors[i] = (next(seq), exc)
+                group.abort(str(exc))
+
+
+def _reap(procs) -> None:
+    deadline = time.monotonic() + 5.0
+    for p in procs:
+        p.join(max(0.0, deadline - time.monotonic()))
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+            p.join(2.0)
+        if p.is_alive():
+            p.kill()
+            p.join()

@@ -1,0 +1,150 @@
+"""The ``hogwild`` trainer: W workers update one set of parameters without locks.
+
+The parameters (and the optimizer state) exist once: with threads, every worker's workspace
+holds the *same* numpy arrays; with processes, views of one shared-memory segment. Each
+worker trains on its own disjoint part of every epoch's data and its update net writes the
+shared arrays in place, racing with the others by design (Niu et al., 2011: sparse-ish updates
+make the races harmless). The only synchronized state:
+
+- the step counter, one int64 blob incremented by the ``AtomicIter`` op under a shared mutex
+  (it feeds the learning-rate policy and counts the steps of all workers together);
+- the stop flag, an atomic bool checked before every step; worker 0 sets it when the test
+  accuracy reaches the target, and every worker stops at the end of that epoch.
+
+At each epoch end the workers meet through the GradientSync (a 4-number round), worker 0
+evaluates the shared parameters, and a second round hands its figures to everyone.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+import numpy as np
+
+import asyncnet as an
+from asyncnet.train.data import Dataset, epoch_batches, num_batches, worker_samples
+from asyncnet.train.report import EpochMetrics
+from asyncnet.train.trainers._common import EpochClock, TrainConfig, WorkerNets, WorkerResult, build_model
+from asyncnet.train.trainers.sync import TRACE_STEP
+
+__all__ = ["run_hogwild", "hogwild_worker", "ITER_BLOB"]
+
+ITER_BLOB = "iter"
+
+
+def initial_state(cfg: TrainConfig, ds: Dataset) -> dict[str, np.ndarray]:
+    """Every array the init net makes (parameters, optimizer state), plus the step counter."""
+    model = build_model(cfg, ds.input_dim, ds.num_classes)
+    ws = an.Workspace()
+    ws.run_net_once(model.init_net)
+    state = {k: np.ascontiguousarray(ws.fetch(k)) for k in ws.blobs() if isinstance(ws.fetch(k), np.ndarray)}
+    state.setdefault(_iter_blob(model), np.zeros(1, np.int64))
+    return state
+
+
+def _iter_blob(model: Any) -> str:
+    return getattr(model, "iter_blob", ITER_BLOB)
+
+
+def hogwild_worker(cfg: TrainConfig, ds: Dataset, state: dict[str, np.ndarray], mutex: Any, stop: Any,
+                   sync: Any, reporter: Any = None) -> WorkerResult:
+    """One Hogwild worker: train on the shared ``state`` until the epochs end or ``stop`` is set."""
+    world, rank = sync.num_workers, sync.worker_id
+    model = build_model(cfg, ds.input_dim, ds.num_classes)
+    nets = WorkerNets(cfg, model, shared=state, iter_op="AtomicIter", mutex=mutex)
+    result = WorkerResult(rank)
+    try:
+        for epoch in range(1, cfg.epochs + 1):
+            metrics = _epoch(cfg, ds, nets, sync, stop, epoch, result, reporter)
+            result.epochs.append(metrics)
+            if reporter is not None:
+                reporter.epoch_end(metrics)
+            if stop.load():
+                break
+        if rank == 0:
+            result.params = nets.params()
+    except BaseException:
+        stop.store(True)  # the others stop at their next step; the runner aborts their syncs
+        raise
+    finally:
+        nets.close()
+    return result
+
+
+def _epoch(cfg: TrainConfig, ds: Dataset, nets: WorkerNets, sync: Any, stop: Any, epoch: int,
+           result: WorkerResult, reporter: Any) -> EpochMetrics:
+    world, rank = sync.num_workers, sync.worker_id
+    xw, yw = worker_samples(ds.x_train, ds.y_train, epoch, cfg.seed, world, rank)
+    if reporter is not None:
+        reporter.epoch_start(epoch, num_batches(len(xw), cfg.batch_size))
+    clock = EpochClock()
+    clock.start()
+    for b, (xb, yb) in enumerate(epoch_batches(xw, yw, cfg.batch_size, epoch, cfg.seed + 1 + rank)):
+        if stop.load():
+            break
+        if cfg.trace and rank == 0 and result.trace_events is None and b == TRACE_STEP:
+            (loss, acc), result.trace_events = nets.traced_step(xb, yb)
+        else:
+            loss, acc = nets.step(xb, yb)
+        clock.add(loss, acc, len(xb))
+        result.steps += 1
+        if reporter is not None:
+            reporter.batch(loss, acc, len(xb))
+    stats = clock.stats()
+    sync.sync_gradients(stats)  # everyone finished the epoch: the shared parameters hold still
+    clock.stop()
+    figures = np.zeros(2, np.float64)
+    if rank == 0:
+        figures[:] = nets.evaluate(ds.x_test, ds.y_test)
+        if cfg.target_accuracy is not None and figures[1] >= cfg.target_accuracy:
+            stop.store(True)
+        figures *= world  # the mean of (world * x, 0, ..., 0) is x: rank 0's figures reach all
+    sync.sync_gradients(figures)
+    batches = max(stats[2], 1.0)
+    return EpochMetrics(epoch=epoch, train_loss=float(stats[0] / batches), train_accuracy=float(stats[1] / batches),
+                        test_loss=float(figures[0]), test_accuracy=float(figures[1]),
+                        samples=int(round(stats[3] * world)), seconds=clock.seconds)
+
+
+def _process_worker(cfg: TrainConfig, ds: Dataset, spec: Any, mutex: Any, stop: Any, sync: Any) -> WorkerResult:
+    from asyncnet.train.trainers._shm import SharedArrays
+
+    shared = SharedArrays.attach(spec)
+    try:
+        return hogwild_worker(cfg, ds, shared.arrays, mutex, stop, sync)
+    finally:
+        shared.close()
+
+
+def run_hogwild(cfg: TrainConfig, ds: Dataset, reporter: Any = None) -> list[WorkerResult]:
+    """Run the Hogwild trainer on threads or processes; results in worker order."""
+    from asyncnet.sync import run_parallel_workers
+
+    state = initial_state(cfg, ds)
+    if cfg.backend == "threads":
+        from asyncnet.atomic import AtomicBool, Mutex
+
+        mutex, stop = Mutex(), AtomicBool(False)
+
+        def fn(sync: Any) -> WorkerResult:
+            return hogwild_worker(cfg, ds, state, mutex, stop, sync, reporter if sync.worker_id == 0 else None)
+
+        return run_parallel_workers(cfg.num_workers, fn, backend="threads", timeout=cfg.timeout)
+    if cfg.backend == "processes":
+        from asyncnet.atomic import SharedAtomicBool, SharedMutex
+        from asyncnet.train.trainers._shm import SharedArrays
+
+        mutex = SharedMutex()  # its ``with`` locks it, so it is closed explicitly
+        try:
+            with SharedArrays.create(state) as shared, SharedAtomicBool(False) as stop:
+                fn = partial(_process_worker, cfg, ds, shared.spec, mutex, stop)
+                results = run_parallel_workers(cfg.num_workers, fn, backend="processes", timeout=cfg.timeout)
+        finally:
+            mutex.close()
+        if reporter is not None:
+            for m in results[0].epochs:
+                reporter.epoch_end(m)
+        return results
+    raise ValueError(f"hogwild runs on the threads or processes backend, not {cfg.backend!r} "
+                     "(lock-free shared parameters need shared memory)")

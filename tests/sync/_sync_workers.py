@@ -1,0 +1,88 @@
+"""Module-level worker functions for the process tests (spawned processes must import them)."""
+
+import os
+import signal
+import time
+
+import numpy as np
+
+from asyncnet.errors import SyncAbortedError, SyncMismatchError, SyncTimeoutError
+
+
+def mean_of_ids(sync):
+    g = np.full(5, float(sync.worker_id), np.float32)
+    h = [np.full((2, 3), 2.0 * sync.worker_id), np.arange(4.0) * sync.worker_id]
+    sync.sync_gradients(g)
+    sync.sync_gradients(h)
+    return g, h
+
+
+def seeded_rounds(sync, rounds=3, size=1000):
+    """Random gradients (seeded per worker and round); returns every round's result."""
+    out = []
+    for r in range(rounds):
+        g = np.random.default_rng(1000 * r + sync.worker_id).standard_normal(size).astype(np.float32)
+        sync.sync_gradients(g)
+        out.append(g)
+    return out
+
+
+def arena_rounds(sync, rounds=3, size=1000):
+    out = []
+    g = sync.shared_empty(size, np.float32)
+    for r in range(rounds):
+        g[:] = np.random.default_rng(1000 * r + sync.worker_id).standard_normal(size).astype(np.float32)
+        sync.sync_gradients(g)
+        out.append(g.copy())
+    return out
+
+
+def mismatch_then_recover(sync):
+    g = np.zeros([4, 7, 4][sync.worker_id], np.float32)
+    try:
+        sync.sync_gradients(g)
+        first = "no error"
+    except SyncMismatchError as exc:
+        first = str(exc)
+    h = np.full(3, float(sync.worker_id))
+    sync.sync_gradients(h)
+    return first, g, h
+
+
+def one_raises(sync):
+    if sync.worker_id == 1:
+        raise ValueError("worker one failed")
+    sync.sync_gradients(np.ones(8))
+    return "unreachable"
+
+
+def one_killed(sync):
+    if sync.worker_id == 1:
+        time.sleep(0.2)
+        os.kill(os.getpid(), signal.SIGKILL)
+    sync.sync_gradients(np.ones(8))
+    return "unreachable"
+
+
+def one_never_comes(sync):
+    """Worker 2 skips the first round; the others must time out naming it."""
+    g = np.full(4, float(sync.worker_id))
+    if sync.worker_id == 2:
+        time.sleep(1.0)
+    try:
+        sync.sync_gradients(g)
+        return ("ok", None, g)
+    except SyncTimeoutError as exc:
+        return ("timeout", exc.missing, g)
+
+
+def dies_mid_training(sync):
+    g = np.ones(1000)
+    sync.sync_gradients(g)
+    if sync.worker_id == 0:
+        os._exit(3)
+    try:
+        sync.sync_gradients(g)
+    except SyncAbortedError:
+        raise
+    return "unreachable"

@@ -1,0 +1,147 @@
+"""The reference's helpers: partition_indices, average_gradients, sgd_step, SharedGradientStore,
+DataParallelModel, DistributedConfig."""
+
+import threading
+
+import numpy as np
+import pytest
+
+from asyncnet.errors import SyncMismatchError, SyncTimeoutError
+from asyncnet.sync import (
+    CommBackend,
+    DataParallelModel,
+    DistributedConfig,
+    GradientStrategy,
+    SharedGradientStore,
+    ThreadedGradientSync,
+    average_gradients,
+    partition_indices,
+    run_parallel_workers,
+    sgd_step,
+)
+
+pytestmark = pytest.mark.timeout(30)
+
+
+def test_partition_indices_round_robin_covers_everything_once():
+    parts = [partition_indices(10, 3, r) for r in range(3)]
+    assert parts == [[0, 3, 6, 9], [1, 4, 7], [2, 5, 8]]
+    assert sorted(sum(parts, [])) == list(range(10))
+    for bad in [(10, 0, 0), (10, 2, 2), (10, 2, -1), (-1, 2, 0)]:
+        with pytest.raises(ValueError):
+            partition_indices(*bad)
+
+
+def test_average_gradients_reference_and_mismatch():
+    avg = average_gradients([{"w": np.array([2.0, 4.0]), "b": np.array([1.0])},
+                             {"w": np.array([4.0, 8.0]), "b": np.array([3.0])}])
+    assert avg["w"].tolist() == [3.0, 6.0] and avg["b"].tolist() == [2.0]
+    with pytest.raises(SyncMismatchError, match="worker 1"):
+        average_gradients([{"w": np.zeros(4)}, {"w": np.zeros(7)}, {"w": np.zeros(4)}])
+    with pytest.raises(ValueError):
+        average_gradients([])
+
+
+def test_sgd_step_skips_unknown_names():
+    w = {"w": np.array([1.0, 1.0])}
+    assert sgd_step(w, {"w": np.array([1.0, 2.0]), "ghost": np.ones(3)}, 0.5) == ["w"]
+    assert w["w"].tolist() == [0.5, 0.0]
+    with pytest.raises(ValueError, match="shape"):
+        sgd_step(w, {"w": np.ones(3)}, 0.1)
+
+
+def _threads(n, fn):
+    out, errs = [None] * n, [None] * n
+
+    def body(i):
+        try:
+            out[i] = fn(i)
+        except BaseException as e:  # noqa: BLE001
+            errs[i] = e
+
+    ts = [threading.Thread(target=body, args=(i,)) for i in range(n)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(20)
+    return out, errs
+
+
+def test_shared_gradient_store_rounds_and_mismatch():
+    store = SharedGradientStore(3, timeout=5)
+
+    def rank(r):
+        results = []
+        for k in range(5):  # the store drains itself: several rounds in a row
+            store.push(r, {"w": np.full(2, float(r + k)), "b": np.array([float(r)])})
+            results.append(store.all_reduce_mean(r))
+        return results
+
+    out, errs = _threads(3, rank)
+    assert errs == [None] * 3
+    for k in range(5):
+        assert all(o[k]["w"].tolist() == [1.0 + k] * 2 and o[k]["b"].tolist() == [1.0] for o in out)
+    # different names with the same shapes are a mismatch too
+    store2 = SharedGradientStore(2, timeout=5)
+
+    def named(r):
+        store2.push(r, {"w" if r == 0 else "v": np.ones(2)})
+        return store2.all_reduce_mean(r)
+
+    _, errs = _threads(2, named)
+    assert all(isinstance(e, SyncMismatchError) for e in errs)
+
+
+def test_shared_gradient_store_missing_rank_times_out():
+    store = SharedGradientStore(2, timeout=0.2)
+    store.push(0, {"w": np.ones(2)})
+    with pytest.raises(SyncTimeoutError) as info:
+        store.all_reduce_mean(0)
+    assert info.value.missing == [1]
+
+
+def test_data_parallel_model_replicas_stay_identical_and_sync_biases():
+    rng = np.random.default_rng(0)
+    init = [{"w": rng.standard_normal(3), "b": rng.standard_normal(1)} for _ in range(3)]
+
+    def worker(sync):
+        model = DataParallelModel(init[sync.worker_id], sync)  # replicas start different
+        model.broadcast_weights(root=0)  # a real broadcast
+        assert np.array_equal(model.weights["w"], init[0]["w"])
+        for step in range(3):
+            g = {"w": np.full(3, float(sync.worker_id + step)), "b": np.array([float(sync.worker_id)])}
+            model.step(g, lr=0.1)
+        return model.weights
+
+    results = run_parallel_workers(3, worker, timeout=10)
+    for r in results[1:]:
+        for k in ("w", "b"):
+            assert r[k].tobytes() == results[0][k].tobytes()
+    expected_b = init[0]["b"] - 3 * 0.1 * 1.0
+    assert np.allclose(results[0]["b"], expected_b)
+
+
+def test_data_parallel_model_single_rank_never_blocks():
+    m = DataParallelModel({"w": np.ones(2)})
+    m.broadcast_weights()
+    m.step({"w": np.ones(2)}, lr=1.0)
+    assert m.weights["w"].tolist() == [0.0, 0.0] and m.world_size == 1
+    with pytest.raises(ValueError):
+        m.step({"x": np.ones(2)}, lr=1.0)
+
+
+def test_distributed_config(monkeypatch):
+    c = DistributedConfig(world_size=4, rank=3, strategy="no_sync")
+    assert c.is_distributed and c.strategy is GradientStrategy.NO_SYNC
+    with pytest.raises(ValueError):
+        DistributedConfig(world_size=2, rank=2)
+    with pytest.raises(ValueError):
+        DistributedConfig(world_size=0)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    env = DistributedConfig.from_env()
+    assert (env.world_size, env.rank, env.backend) == (2, 1, CommBackend.EXTERNAL)
+
+
+def test_threaded_handles_usable_by_store_and_model_types():
+    assert ThreadedGradientSync.new_workers(2)[1].worker_id == 1

@@ -1,0 +1,126 @@
+"""ProcessGradientSync through run_parallel_workers(backend="processes"), with fault tests."""
+
+import os
+import time
+
+import numpy as np
+import pytest
+
+import _sync_workers as W
+from asyncnet.errors import SyncAbortedError, SyncMismatchError
+from asyncnet.sync import ProcessGradientSync, WorkerDiedError, run_parallel_workers
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def our_segments():
+    return {n for n in os.listdir("/dev/shm") if n.startswith("asyncnet_sync_")}
+
+
+@pytest.fixture(autouse=True)
+def no_leaked_segments():
+    before = our_segments()
+    yield
+    assert our_segments() - before == set(), "shared-memory segments leaked"
+
+
+def expected_rounds(n, rounds=3, size=1000):
+    out = []
+    for r in range(rounds):
+        gs = [np.random.default_rng(1000 * r + i).standard_normal(size).astype(np.float32) for i in range(n)]
+        acc = gs[0].copy()
+        for g in gs[1:]:
+            acc = acc + g
+        out.append(acc / n)
+    return out
+
+
+def test_mean_lists_and_dtypes():
+    results = run_parallel_workers(3, W.mean_of_ids, backend="processes", timeout=20)
+    for g, h in results:
+        assert np.array_equal(g, np.full(5, 1.0, np.float32)) and g.dtype == np.float32
+        assert np.array_equal(h[0], np.full((2, 3), 2.0))
+        assert np.array_equal(h[1], np.arange(4.0))
+
+
+@pytest.mark.parametrize("worker", [W.seeded_rounds, W.arena_rounds])
+def test_bitwise_equal_to_worker_order_sum_and_to_threads(worker):
+    expected = expected_rounds(3)
+    procs = run_parallel_workers(3, worker, backend="processes", timeout=20)
+    threads = run_parallel_workers(3, W.seeded_rounds, backend="threads", timeout=20)
+    for p, t in zip(procs, threads):
+        for got, thr, exp in zip(p, t, expected):
+            assert got.tobytes() == exp.tobytes() == thr.tobytes()
+
+
+def test_mismatch_everyone_errors_nothing_changed_then_recovers():
+    results = run_parallel_workers(3, W.mismatch_then_recover, backend="processes", timeout=20)
+    for i, (msg, g, h) in enumerate(results):
+        assert "worker 0: float32[4]" in msg and "worker 1: float32[7]" in msg and "worker 2: float32[4]" in msg
+        assert not g.any()
+        assert np.array_equal(h, np.full(3, 1.0))
+
+
+def test_raising_worker_aborts_peers():
+    start = time.monotonic()
+    with pytest.raises(ValueError, match="worker one failed") as info:
+        run_parallel_workers(3, W.one_raises, backend="processes")  # no timeout: the abort frees them
+    assert time.monotonic() - start < 20
+    errs = info.value.worker_errors
+    assert isinstance(errs[0], SyncAbortedError) and isinstance(errs[2], SyncAbortedError)
+    assert any("traceback in worker process 1" in n for n in info.value.__notes__)
+
+
+def test_killed_worker_is_noticed():
+    start = time.monotonic()
+    with pytest.raises(WorkerDiedError, match="exit code -9") as info:
+        run_parallel_workers(3, W.one_killed, backend="processes")
+    assert time.monotonic() - start < 20
+    assert all(isinstance(info.value.worker_errors[i], SyncAbortedError) for i in (0, 2))
+
+
+def test_worker_exits_mid_training():
+    with pytest.raises(WorkerDiedError, match="exit code 3"):
+        run_parallel_workers(2, W.dies_mid_training, backend="processes", timeout=10)
+
+
+def test_worker_that_never_comes_times_out():
+    results = run_parallel_workers(3, W.one_never_comes, backend="processes", timeout=0.4)
+    for i in (0, 1):
+        kind, missing, g = results[i]
+        assert kind == "timeout" and missing == [2]
+        assert np.array_equal(g, np.full(4, float(i)))
+    assert results[2][0] == "timeout"  # the late arrival errors too
+
+
+def test_handles_outside_the_runner_and_close_group():
+    syncs = ProcessGradientSync.new_workers(1, timeout=5)
+    g = np.array([1.0, 2.0])
+    syncs[0].sync_gradients(g)
+    assert g.tolist() == [1.0, 2.0]
+    assert our_segments()
+    ProcessGradientSync.close_group(syncs)
+    with pytest.raises(ValueError):
+        ProcessGradientSync.new_workers(0)
+
+
+def test_killed_peer_noticed_without_the_runner():
+    """A sibling killed outside run_parallel_workers: the waiter notices it through /proc."""
+    import multiprocessing as mp
+    import signal
+
+    ctx = mp.get_context("spawn")
+    syncs = ProcessGradientSync.new_workers(2, timeout=30)
+    try:
+        p = ctx.Process(target=time.sleep, args=(30,))
+        p.start()
+        syncs[0]._bind()
+        syncs[0]._control.ints[syncs[0]._control.w(1, 3)] = p.pid  # W_PID of worker 1
+        os.kill(p.pid, signal.SIGKILL)
+        start = time.monotonic()
+        with pytest.raises(SyncAbortedError, match="died"):
+            syncs[0].sync_gradients(np.ones(4))
+        assert time.monotonic() - start < 5
+        p.join()
+    finally:
+        ProcessGradientSync.close_group(syncs)
