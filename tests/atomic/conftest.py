@@ -12,11 +12,25 @@ from atomic_workers import shm_entries
 
 
 @pytest.fixture
-def no_shm_leak():
-    """Fail the test if it leaves a segment in /dev/shm."""
-    before = shm_entries()
-    yield
-    leaked = shm_entries() - before
+def no_shm_leak(monkeypatch):
+    """Fail the test if a segment it created is still in /dev/shm afterwards.
+
+    Only segments created by this test are checked (recorded by wrapping ``Segment.create``),
+    so a benchmark or another test run on the same machine cannot make it fail.
+    """
+    from asyncnet.atomic._segment import Segment
+
+    created: list[str] = []
+    original = Segment.create.__func__
+
+    def recording_create(cls, *args, **kwargs):
+        seg, mm = original(cls, *args, **kwargs)
+        created.append(seg.name)
+        return seg, mm
+
+    monkeypatch.setattr(Segment, "create", classmethod(recording_create))
+    yield created
+    leaked = shm_entries() & set(created)
     assert not leaked, f"shared-memory segments leaked: {sorted(leaked)}"
 
 

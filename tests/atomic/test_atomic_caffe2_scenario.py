@@ -18,7 +18,7 @@ import asyncnet as an
 
 N_NETS, N_ITER, START = 100, 200, 20000
 CHECKSUM = START * (START + 1) // 2  # 200010000
-REPEATS = 5
+REPEATS = 8
 
 
 def init_net() -> an.Net:
@@ -71,7 +71,10 @@ def test_caffe2_scenario_with_execution_plan(net_type, repeat, no_thread_leak):
 
 @pytest.mark.timeout(90)
 @pytest.mark.parametrize("repeat", range(REPEATS))
-def test_caffe2_scenario_with_100_threads(repeat, no_thread_leak):
+@pytest.mark.parametrize("switching", ["default", "fast"])
+def test_caffe2_scenario_with_100_threads(switching, repeat, no_thread_leak, request):
+    if switching == "fast":
+        request.getfixturevalue("fast_switching")  # switch threads every microsecond: races show sooner
     ws = an.Workspace()
     try:
         ws.run_net_once(init_net())

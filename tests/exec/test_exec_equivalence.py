@@ -79,3 +79,22 @@ def test_async_equals_simple_bit_for_bit(ops, mode, seed):
             assert ref.keys() == got.keys()
             for k in ref:
                 assert ref[k].dtype == got[k].dtype and ref[k].tobytes() == got[k].tobytes(), k
+
+
+@settings(max_examples=30, deadline=None)
+@given(random_nets(), st.integers(0, 29), st.integers(0, 2**31 - 1))
+def test_a_failing_op_is_reported_like_simple_and_the_net_recovers(ops, where, seed):
+    where = min(where, len(ops))
+    bad = an.OperatorDef("ExecTestWork", [ops[where - 1].outputs[0]] if where else [], ["failed_out"], {"fail": True}, name="bad")
+    ops = ops[:where] + [bad] + ops[where:]
+    rng = np.random.default_rng(seed)
+    inits = {f"b{i}": rng.standard_normal((3, 3)) for i in range(3)}
+    with np.errstate(all="ignore"), an.Workspace() as ws:
+        for k, v in inits.items():
+            ws.feed(k, v)
+        ws.create_net(an.NetDef("r", ops=ops, type="async_scheduling", num_workers=2))
+        for _ in range(3):
+            with pytest.raises(an.OperatorError) as ei:
+                ws.run_net("r", timeout=30)
+            assert ei.value.op_index == where and ei.value.op_name == "bad"
+        assert not ws.has("failed_out")

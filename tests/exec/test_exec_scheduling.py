@@ -270,3 +270,23 @@ def test_no_thread_outlives_the_interpreter():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"
+
+
+def test_close_during_a_run_cancels_and_joins():
+    before = threading.active_count()
+    ws = an.Workspace()
+    net = an.Net("closing", type="async_scheduling", num_workers=2, own_pool=True)
+    net.ExecTestWork([], ["a"], name="head", block=True)
+    for i in range(6):
+        net.ExecTestWork(["a"], [f"b{i}"], name=f"tail{i}")
+    ws.create_net(net)
+    h = ws.run_net_async("closing")
+    assert tops.STARTED.wait(10)
+    threading.Timer(0.1, tops.RELEASE.set).start()
+    ws.close()  # cancels, waits for the running op, joins the pool
+    assert h.join(0)
+    with pytest.raises(an.ExecutionError, match="cancelled"):
+        h.wait(1)
+    assert [n for n, *_ in tops.LOG] == ["head"]
+    time.sleep(0.05)
+    assert threading.active_count() == before

@@ -86,3 +86,10 @@ def dies_mid_training(sync):
     except SyncAbortedError:
         raise
     return "unreachable"
+
+
+def one_stuck_forever(sync):
+    """Worker 1 hangs in user code; the others time out; the runner must still return."""
+    if sync.worker_id == 1:
+        time.sleep(3600)
+    sync.sync_gradients(np.ones(4))

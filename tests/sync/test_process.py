@@ -124,3 +124,13 @@ def test_killed_peer_noticed_without_the_runner():
         p.join()
     finally:
         ProcessGradientSync.close_group(syncs)
+
+
+def test_worker_stuck_in_user_code_is_terminated_after_peers_fail():
+    start = time.monotonic()
+    with pytest.raises(Exception) as info:
+        run_parallel_workers(2, W.one_stuck_forever, backend="processes", timeout=0.5)
+    assert time.monotonic() - start < 15
+    errs = info.value.worker_errors
+    assert type(errs[0]).__name__ == "SyncTimeoutError" and errs[0].missing == [1]
+    assert isinstance(errs[1], SyncAbortedError) and "terminated" in str(errs[1])

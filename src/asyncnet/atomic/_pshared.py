@@ -23,6 +23,7 @@ import ctypes.util
 import errno
 import time
 import warnings
+from typing import Any
 
 __all__ = ["MUTEX_BYTES", "PSharedMutex", "OwnerDiedWarning"]
 
@@ -42,23 +43,41 @@ class _Timespec(ctypes.Structure):
     _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
 
 
-def _load_libc() -> ctypes.CDLL:
-    libc = ctypes.CDLL(None, use_errno=True)
+class _Unsupported:
+    """Stands in for libc where process-shared robust mutexes are missing: fails on first use."""
+
+    def __init__(self, why: str) -> None:
+        self.why = why
+
+    def __getattr__(self, name: str) -> object:
+        raise OSError(f"asyncnet shared atomics are not supported on this platform: {self.why}")
+
+
+def _load_libc() -> object:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+    except OSError as e:  # pragma: no cover - Windows
+        return _Unsupported(str(e))
     if not hasattr(libc, "pthread_mutex_timedlock"):  # glibc < 2.34 keeps them in libpthread
         name = ctypes.util.find_library("pthread")
         if name is None:
-            raise OSError("asyncnet.atomic shared primitives need POSIX threads (libpthread)")
+            return _Unsupported("no pthread_mutex_timedlock in the C library")
         libc = ctypes.CDLL(name, use_errno=True)
+        if not hasattr(libc, "pthread_mutex_timedlock"):  # pragma: no cover - macOS
+            return _Unsupported("no pthread_mutex_timedlock in the C library")
     return libc
 
 
-_libc = _load_libc()
-_lock = _libc.pthread_mutex_lock
-_trylock = _libc.pthread_mutex_trylock
-_timedlock = _libc.pthread_mutex_timedlock
-_unlock = _libc.pthread_mutex_unlock
-_consistent = getattr(_libc, "pthread_mutex_consistent", None)
-_HAS_ROBUST = hasattr(_libc, "pthread_mutexattr_setrobust") and _consistent is not None
+_libc: Any = _load_libc()
+if isinstance(_libc, _Unsupported):  # pragma: no cover
+    _trylock = _timedlock = _unlock = _consistent = None
+    _HAS_ROBUST = False
+else:
+    _HAS_ROBUST = hasattr(_libc, "pthread_mutexattr_setrobust") and hasattr(_libc, "pthread_mutex_consistent")
+    _trylock = _libc.pthread_mutex_trylock
+    _timedlock = _libc.pthread_mutex_timedlock
+    _unlock = _libc.pthread_mutex_unlock
+    _consistent = getattr(_libc, "pthread_mutex_consistent", None)
 
 
 def _init_mutex(addr: ctypes.Array) -> None:

@@ -28,7 +28,10 @@ import struct
 import weakref
 from multiprocessing import resource_tracker
 
-import _posixshmem
+try:
+    import _posixshmem
+except ImportError:  # pragma: no cover - not a POSIX system: fail when a segment is made, not on import
+    _posixshmem = None
 
 __all__ = ["Segment", "KIND_MUTEX", "KIND_INT", "KIND_BOOL", "PREFIX"]
 
@@ -40,6 +43,11 @@ _MAGIC = b"ANAT"
 _HEADER = struct.Struct("<4sBB")
 KIND_MUTEX, KIND_INT, KIND_BOOL = 1, 2, 3
 KIND_NAMES = {KIND_MUTEX: "SharedMutex", KIND_INT: "SharedAtomicInt", KIND_BOOL: "SharedAtomicBool"}
+
+
+def _require_posix() -> None:
+    if _posixshmem is None:  # pragma: no cover
+        raise OSError("asyncnet shared atomics need POSIX shared memory (Linux)")
 
 
 def _unlink_name(tracked_name: str) -> None:
@@ -78,6 +86,7 @@ class Segment:
 
         The caller initialises the payload, then calls :meth:`publish`.
         """
+        _require_posix()
         flags = os.O_CREAT | os.O_EXCL | os.O_RDWR
         for _ in range(100):
             nm = name if name is not None else PREFIX + secrets.token_hex(8)
@@ -108,6 +117,7 @@ class Segment:
     @classmethod
     def attach(cls, name: str, kind: int) -> Segment:
         """Map the existing segment ``name``; check it holds a primitive of ``kind``."""
+        _require_posix()
         try:
             fd = _posixshmem.shm_open("/" + name, os.O_RDWR, mode=0o600)
         except FileNotFoundError:

@@ -100,10 +100,11 @@ class AtomicInt:
         (True, -2147483648)
     """
 
-    __slots__ = ("_lock", "_value", "_bits", "__weakref__")
+    __slots__ = ("_lock", "_value", "_bits", "_half", "__weakref__")
 
     def __init__(self, value: int = 0, bits: int = 64) -> None:
         self._bits = check_bits(bits)
+        self._half = 1 << (bits - 1)
         self._value = check_fits(value, bits, "initial value")
         self._lock = threading.Lock()
 
@@ -125,19 +126,23 @@ class AtomicInt:
 
     def fetch_add(self, delta: int) -> int:
         """Add ``delta`` (wrapping) and return the value from before the addition."""
-        d = as_int(delta, "delta")
-        bits = self._bits
+        d = delta if type(delta) is int else as_int(delta, "delta")
+        half = self._half
         with self._lock:
             old = self._value
-            self._value = wrap(old + d, bits)
+            new = old + d
+            self._value = new if -half <= new < half else wrap(new, self._bits)
         return old
 
     def add_fetch(self, delta: int) -> int:
         """Add ``delta`` (wrapping) and return the new value."""
-        d = as_int(delta, "delta")
-        bits = self._bits
+        d = delta if type(delta) is int else as_int(delta, "delta")
+        half = self._half
         with self._lock:
-            new = self._value = wrap(self._value + d, bits)
+            new = self._value + d
+            if not -half <= new < half:
+                new = wrap(new, self._bits)
+            self._value = new
         return new
 
     def exchange(self, value: int) -> int:

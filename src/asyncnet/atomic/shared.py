@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from typing import Any, TypeVar
 
-from asyncnet.atomic._intmath import as_int, check_bits, check_fits
+from asyncnet.atomic._intmath import as_int, check_bits, check_fits, wrap
 from asyncnet.atomic._pshared import OwnerDiedWarning, PSharedMutex
 from asyncnet.atomic._segment import KIND_BOOL, KIND_INT, KIND_MUTEX, MUTEX_OFFSET, VALUE_OFFSET, Segment
 
@@ -245,25 +245,29 @@ class SharedAtomicInt(_SharedPrimitive):
 
     def fetch_add(self, delta: int) -> int:
         """Add ``delta`` (wrapping) and return the previous value."""
-        d = as_int(delta, "delta")
+        d = delta if type(delta) is int else as_int(delta, "delta")
         half = self._half
         mx, v = self._mx, self._v
         mx.lock()
         try:
             old = v[0]
-            v[0] = ((old + d + half) & (2 * half - 1)) - half
+            new = old + d
+            v[0] = new if -half <= new < half else wrap(new, self._bits)
         finally:
             mx.unlock()
         return old
 
     def add_fetch(self, delta: int) -> int:
         """Add ``delta`` (wrapping) and return the new value."""
-        d = as_int(delta, "delta")
+        d = delta if type(delta) is int else as_int(delta, "delta")
         half = self._half
         mx, v = self._mx, self._v
         mx.lock()
         try:
-            new = v[0] = ((v[0] + d + half) & (2 * half - 1)) - half
+            new = v[0] + d
+            if not -half <= new < half:
+                new = wrap(new, self._bits)
+            v[0] = new
         finally:
             mx.unlock()
         return new

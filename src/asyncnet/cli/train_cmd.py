@@ -12,6 +12,7 @@ Bad options print one line and exit with status 2.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -85,7 +86,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from asyncnet.train.trainers import TrainConfig, train
+    from asyncnet.train.trainers import TrainConfig, under_torchrun
 
     try:
         cfg = TrainConfig(mode=args.mode, workers=args.workers, backend=args.backend, epochs=args.epochs,
@@ -95,6 +96,9 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError("--mode hogwild needs shared memory: use --backend threads or processes")
         if cfg.backend == "torch" and cfg.mode == "local":
             raise ValueError("--mode local has one worker: use --mode sync with --backend torch")
+        if cfg.backend == "torch" and not under_torchrun():
+            raise ValueError("--backend torch runs under torchrun, e.g. "
+                             "torchrun --nproc-per-node 2 -m asyncnet train --backend torch")
     except ValueError as e:
         return _usage_error(args, str(e))
     out = Path(args.out) if args.out else Path("runs") / time.strftime("%Y%m%d-%H%M%S")
@@ -121,7 +125,7 @@ def _train(cfg: Any, quiet: bool) -> Any:
     from asyncnet.train.report import Reporter
     from asyncnet.train.trainers import train, under_torchrun
 
-    rank0 = not (cfg.backend == "torch" and under_torchrun() and __import__("os").environ.get("RANK", "0") != "0")
+    rank0 = not (cfg.backend == "torch" and os.environ.get("RANK", "0") != "0")
     reporter = Reporter(quiet=quiet or not rank0)
     reporter.print(f"training {cfg.mode} mode, {cfg.num_workers if cfg.backend != 'torch' else 'torchrun'} "
                    f"worker(s) on {cfg.backend}, hidden {','.join(map(str, cfg.hidden))}, "

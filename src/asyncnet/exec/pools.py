@@ -199,4 +199,9 @@ def _shutdown_all() -> None:
 
 
 # Runs before the interpreter joins non-daemon threads (the way concurrent.futures does it).
-threading._register_atexit(_shutdown_all)  # type: ignore[attr-defined]
+try:
+    threading._register_atexit(_shutdown_all)  # type: ignore[attr-defined]
+except AttributeError:  # pragma: no cover - other Python implementations
+    import atexit
+
+    atexit.register(_shutdown_all)

@@ -70,13 +70,14 @@ from typing import Any, MutableMapping, Sequence
 from asyncnet.core.defs import NetDef
 from asyncnet.core.netbase import NetBase, register_net_type
 from asyncnet.core.operator import Operator
-from asyncnet.errors import ExecutionError
+from asyncnet.errors import ExecutionError, NetDefinitionError
 from asyncnet.exec.graph import build_graph
-from asyncnet.exec.pools import PoolLease, acquire_pool, device_key
+from asyncnet.exec.pools import PoolLease, acquire_pool, check_device, device_key
 
 __all__ = ["AsyncSchedulingNet", "AsyncRunHandle", "SETTLE_GRACE"]
 
 SETTLE_GRACE = 1.0  # seconds wait() gives running ops to end after a failure or cancel
+CLOSE_TIMEOUT = 10.0  # seconds close() waits for the running ops of a cancelled run
 
 _perf = time.perf_counter
 
@@ -108,16 +109,18 @@ def start_run(net: "AsyncSchedulingNet", caller_helps: bool) -> _Run:
     if net.closed:
         raise ExecutionError(f"net {net.name!r} is closed")
     net._claim()
-    run = _Run(net)
+    run = net._current = _Run(net)
     if run.left == 0:
         end_run(run)
         return run
     for c in net.roots:
         run.ready[net.chain_pool[c]].append(c)
-    helper = 1 if caller_helps else 0  # a helping caller counts as one of the workers
+    helper = 1 if caller_helps else 0  # a helping caller counts as one worker of the first pool
     for p, q in enumerate(run.ready):
-        for _ in range(min(len(q), net.pools[p].size) - helper):
-            net.pools[p].submit(drain, (run, p))
+        if q:
+            for _ in range(min(len(q), net.pools[p].size) - helper):
+                net.pools[p].submit(drain, (run, p))
+            helper = 0
     return run
 
 
@@ -125,12 +128,15 @@ def drain(token: tuple[_Run, int]) -> None:
     """A pool worker's entry: take chains from this run's ready queue until it is empty."""
     run, p = token
     q = run.ready[p]
-    while True:
-        try:
-            c = q.popleft()
-        except IndexError:
-            return
-        execute(run, c, p)
+    try:
+        while True:
+            try:
+                c = q.popleft()
+            except IndexError:
+                return
+            execute(run, c, p)
+    except BaseException as exc:  # noqa: BLE001 - a bug here must not kill the worker or hang wait()
+        fail(run, exc)
 
 
 def help_run(run: _Run) -> None:
@@ -167,7 +173,7 @@ def execute(run: _Run, c: int, p: int) -> None:
             if run.stop:
                 todo.extend(newly)  # skipped chains are walked here, never queued
             else:
-                todo.append(hand_out(run, newly, p))
+                todo.extend(hand_out(run, newly, p))
 
 
 def run_recorded(run: _Run, ops: Sequence[Operator], blobs: MutableMapping[str, Any]) -> None:
@@ -205,10 +211,14 @@ def complete(run: _Run, c: int) -> list[int] | None:
     return newly
 
 
-def hand_out(run: _Run, newly: list[int], p: int) -> int:
-    """Keep one ready chain (preferring this thread's pool), queue the rest with pool tokens."""
+def hand_out(run: _Run, newly: list[int], p: int) -> list[int]:
+    """Keep one ready chain (preferring this thread's pool), queue the rest with pool tokens.
+
+    Returns the chains this thread runs next: the kept one, plus any a closed pool refused.
+    """
     pools = run.net.chain_pool
     keep = next((k for k in newly if pools[k] == p), newly[0])
+    mine = [keep]
     if len(newly) > 1:
         counts: dict[int, int] = {}
         for k in newly:
@@ -217,9 +227,21 @@ def hand_out(run: _Run, newly: list[int], p: int) -> int:
                 counts[pools[k]] = counts.get(pools[k], 0) + 1
         for q, n in counts.items():
             pool = run.net.pools[q]
-            for _ in range(min(n, pool.size)):
-                pool.submit(drain, (run, q))
-    return keep
+            try:
+                for _ in range(min(n, pool.size)):
+                    pool.submit(drain, (run, q))
+            except ExecutionError:  # the net is being closed: run them here rather than lose them
+                mine.extend(_take_all(run.ready[q]))
+    return mine
+
+
+def _take_all(q: deque[int]) -> list[int]:
+    out = []
+    while True:
+        try:
+            out.append(q.popleft())
+        except IndexError:
+            return out
 
 
 def fail(run: _Run, exc: BaseException) -> None:
@@ -244,7 +266,10 @@ def cancel_run(run: _Run) -> bool:
 
 def end_run(run: _Run) -> None:
     """The last chain ended: free the net for its next run, then wake the waiters."""
-    run.net._release()
+    net = run.net
+    if net._current is run:
+        net._current = None  # no net <-> run cycle outlives the run
+    net._release()
     run.ended.set()
     run.decided.set()
 
@@ -309,6 +334,7 @@ class AsyncSchedulingNet(NetBase):
     def __init__(self, net_def: NetDef, operators: Sequence[Operator], blobs: MutableMapping[str, Any]):
         super().__init__(net_def, operators, blobs)
         ops = self.operators
+        _check_placements(ops)
         keys = [device_key(op.device) for op in ops]
         graph = build_graph([(op.inputs, op.outputs, op.definition.control_inputs) for op in ops], keys)
         self.graph = graph
@@ -317,6 +343,7 @@ class AsyncSchedulingNet(NetBase):
         self.num_parents: list[int] = [len(ps) for ps in graph.chain_parents]
         self.roots: list[int] = graph.roots()
         self.closed = False
+        self._current: _Run | None = None
         self._leases: list[PoolLease] = []
         pool_index: dict[Any, int] = {}
         try:
@@ -345,14 +372,34 @@ class AsyncSchedulingNet(NetBase):
         help_run(run)
         wait_run(run, None)
 
-    def close(self) -> None:
-        """Give back the pools (the last net using a shared pool joins its threads)."""
+    def close(self, timeout: float = CLOSE_TIMEOUT) -> None:
+        """Cancel a run in flight (waiting up to ``timeout`` s for its running ops), then give
+        back the pools (the last net using a shared pool joins its threads)."""
         self.closed = True
+        run = self._current
+        if run is not None and not run.ended.is_set():
+            cancel_run(run)
+            run.ended.wait(timeout)
+        self._current = None
         self._finalizer()
 
     @property
     def num_chains(self) -> int:
         return len(self.chain_ops)
+
+
+def _check_placements(ops: Sequence[Operator]) -> None:
+    """Every device a cross-device AsyncNetBarrier places an input on must exist."""
+    for op in ops:
+        if op.type == "AsyncNetBarrier" and op.ctx.args.get("cross_device") == 1:
+            from asyncnet.ops.barrier import barrier_devices
+
+            for dev in barrier_devices(op.definition, op.device)[0]:
+                try:
+                    check_device(dev)
+                except NetDefinitionError as e:
+                    raise NetDefinitionError(f"{e} (AsyncNetBarrier cross_device=1 places input i on device i)",
+                                             f"ops[{op.index}]") from None
 
 
 def _release_all(leases: list[PoolLease]) -> None:

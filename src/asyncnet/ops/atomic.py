@@ -63,6 +63,8 @@ def _atomic_bool(ctx: Any, x: Any, i: int) -> Any:
 
 def _tensor(ctx: Any, x: Any, i: int, dtype: type, what: str = "input") -> np.ndarray:
     """``x`` if it is a numpy array of ``dtype`` with at least one element, else a clear error."""
+    if type(x) is np.ndarray and x.dtype.type is dtype and x.size:  # the hot path: no string work
+        return x
     name = ctx.op.inputs[i] if what == "input" else ctx.op.outputs[i]
     kind = str(np.dtype(dtype))
     kind = ("an " if kind[0] in "aeiou" else "a ") + kind
@@ -88,14 +90,17 @@ def _fetch_add(ctx: Any, mutex: Any, value: Any, increment: Any, dtype: type, bi
     inc = int(_tensor(ctx, increment, 2, dtype).flat[0])
     inplace = ctx.op.outputs[0] == ctx.op.inputs[1]
     target = _element0(ctx, value, 1) if inplace else None
+    half = 1 << (bits - 1)
     with mutex:
+        fetched = int(target[()] if target is not None else value.flat[0])
+        total = fetched + inc
+        if not -half <= total < half:
+            total = wrap(total, bits)
         if target is not None:
-            fetched = int(target[()])
-            target[()] = wrap(fetched + inc, bits)
+            target[()] = total
             new = target
         else:
-            fetched = int(value.flat[0])
-            new = np.array(wrap(fetched + inc, bits), dtype=dtype)
+            new = np.array(total, dtype=dtype)
     return new, np.array(fetched, dtype=dtype)
 
 

@@ -124,8 +124,8 @@ def slice_bounds(total: int, parts: int, index: int, align: int = 16) -> tuple[i
 
     Alignment keeps two workers from writing the same cache line.
 
-        >>> [slice_bounds(100, 3, i) for i in range(3)]
-        [(0, 32), (32, 64), (64, 100)]
+        >>> [slice_bounds(1000, 3, i) for i in range(3)]
+        [(0, 336), (336, 672), (672, 1000)]
     """
     if total <= 0:
         return (0, 0)

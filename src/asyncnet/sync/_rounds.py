@@ -57,7 +57,7 @@ class Control:
     """Group state in one byte buffer: int64 fields, then text regions.
 
         >>> c = Control(2)
-        >>> c.ints[ROUND], c.read_text(c.abort_region)
+        >>> int(c.ints[ROUND]), c.read_text(c.abort_region)
         (0, '')
     """
 

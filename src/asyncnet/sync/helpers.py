@@ -158,7 +158,7 @@ class DataParallelModel:
 
         >>> import numpy as np
         >>> m = DataParallelModel({"w": np.ones(2)})
-        >>> m.step({"w": np.array([1.0, 2.0])}, lr=0.5)
+        >>> _ = m.step({"w": np.array([1.0, 2.0])}, lr=0.5)
         >>> m.weights["w"]
         array([0.5, 0. ])
     """

@@ -43,7 +43,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from asyncnet.errors import SyncError
+from asyncnet.errors import SyncAbortedError, SyncError
 from asyncnet.sync._bucket import Bucket, format_layout, open_bucket, slice_bounds
 from asyncnet.sync._reduce import reduce_slice
 from asyncnet.sync._rounds import W_ARENAS, W_PID, W_SEG_CAP, W_SEG_GEN, Control, RoundEngine
@@ -421,7 +421,8 @@ def run_process_workers(n: int, fn: Callable[[Any], Any], timeout: float | None)
             procs.append(p)
             conns.append(r)
             group.set_pid(i, p.pid)
-        _supervise(procs, conns, group, results, errors, seq)
+        grace = 5.0 if timeout is None else max(1.0, 2 * timeout)
+        _supervise(procs, conns, group, results, errors, seq, grace)
     except BaseException:
         group.abort("interrupted in the parent")
         raise
@@ -435,9 +436,15 @@ def run_process_workers(n: int, fn: Callable[[Any], Any], timeout: float | None)
     return results
 
 
-def _supervise(procs, conns, group: _Group, results, errors, seq) -> None:
-    """Collect results; abort the group at the first error or early exit."""
+def _supervise(procs, conns, group: _Group, results, errors, seq, grace: float) -> None:
+    """Collect results; abort the group at the first error or early exit.
+
+    Like a nursery cancelling its children: workers still running ``grace`` seconds after the
+    first failure (stuck outside any sync call, where the abort cannot reach them) are terminated.
+    """
     done = [False] * len(procs)
+    terminated: set[int] = set()
+    failed_at: float | None = None
 
     def take(i: int) -> None:
         try:
@@ -457,6 +464,12 @@ def _supervise(procs, conns, group: _Group, results, errors, seq) -> None:
 
     alive = set(range(len(procs)))
     while alive:
+        if errors and failed_at is None:
+            failed_at = time.monotonic()
+        if failed_at is not None and time.monotonic() - failed_at > grace:
+            for i in alive - terminated:
+                procs[i].terminate()
+                terminated.add(i)
         waitables = {procs[i].sentinel: i for i in alive}
         waitables.update({conns[i]: i for i in alive if not done[i]})
         for obj in mp_wait(list(waitables), timeout=0.5):
@@ -471,7 +484,10 @@ def _supervise(procs, conns, group: _Group, results, errors, seq) -> None:
                 take(i)
             procs[i].join()
             alive.discard(i)
-            if not done[i]:
+            if not done[i] and i in terminated:
+                errors[i] = (next(seq), SyncAbortedError(
+                    f"worker {i} was terminated: still running {grace:g} s after a peer failed"))
+            elif not done[i]:
                 code = procs[i].exitcode
                 exc = WorkerDiedError(f"worker {i} (pid {procs[i].pid}) died with exit code {code} before returning")
                 errors[i] = (next(seq), exc)

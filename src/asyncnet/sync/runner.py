@@ -4,7 +4,7 @@
     >>> def work(sync):
     ...     g = np.full(3, float(sync.worker_id))
     ...     sync.sync_gradients(g)
-    ...     return g[0]
+    ...     return float(g[0])
     >>> run_parallel_workers(4, work, timeout=10)
     [1.5, 1.5, 1.5, 1.5]
 
@@ -14,7 +14,10 @@ Rules:
 - When a worker raises (or, with processes, dies), the group is aborted: its peers' pending and
   future ``sync_gradients`` calls raise ``SyncAbortedError`` instead of waiting.
 - Every worker is joined before the call returns or raises; nothing is left running and, with
-  processes, no shared-memory segment is left behind.
+  processes, no shared-memory segment is left behind. A worker process still running ``2 x
+  timeout`` seconds (5 s without a timeout) after the first failure is stuck outside any sync
+  call, where the abort cannot reach it: it is terminated. A thread cannot be: a worker thread
+  stuck in user code delays the return until it finishes.
 - On failure the *first* error is raised: the earliest root cause, that is the earliest error
   that is not a ``SyncAbortedError`` (an abort only reports that a peer failed), if any. Every worker's error is attached to it:
   ``err.worker_errors`` is a dict ``{worker_id: exception}``, ``err.worker_id`` is the id of the

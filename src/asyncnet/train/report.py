@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
@@ -139,7 +140,10 @@ def plot_history(history: History, path: str | Path, title: str = "") -> Path:
         ax_acc.plot(ep, [m.train_accuracy for m in history], "o-", label="train")
         ax_acc.plot(ep, [m.test_accuracy for m in history], "s-", label="test")
         ax_acc.set(xlabel="epoch", ylabel="accuracy", title="accuracy", ylim=(0, 1.02))
+        from matplotlib.ticker import MaxNLocator
+
         for ax in (ax_loss, ax_acc):
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
             ax.grid(alpha=0.3)
             ax.legend()
         if title:
@@ -183,8 +187,9 @@ class Reporter:
         self._console = console
         self._progress: Any = None
         self._task: Any = None
-        self._samples = 0
-        self._t0 = 0.0
+        self._samples = self._batches = self._pending = 0
+        self._loss = self._acc = 0.0
+        self._t0 = self._shown = 0.0
 
     @property
     def console(self) -> Any:
@@ -201,37 +206,49 @@ class Reporter:
     def epoch_start(self, epoch: int, total_batches: int | None) -> None:
         if self.quiet:
             return
-        import time
-
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
         self._progress = Progress(
             TextColumn("epoch {task.fields[epoch]:>3}"), BarColumn(), MofNCompleteColumn(),
-            TextColumn("loss {task.fields[loss]:.4f}  acc {task.fields[acc]:6.2%}  {task.fields[sps]:>9,.0f} samples/s"),
+            TextColumn("{task.fields[what]} loss {task.fields[loss]:.4f} acc {task.fields[acc]:6.2%}  "
+                       "{task.fields[sps]:>9,.0f} samples/s"),
             TimeElapsedColumn(), console=self.console, transient=False,
         )
         self._progress.start()
-        self._task = self._progress.add_task("train", total=total_batches, epoch=epoch, loss=math.nan, acc=0.0, sps=0.0)
-        self._samples, self._t0 = 0, time.perf_counter()
+        self._task = self._progress.add_task("train", total=total_batches, epoch=epoch, what="train",
+                                             loss=math.nan, acc=0.0, sps=0.0)
+        self._samples, self._batches, self._loss, self._acc, self._pending = 0, 0, 0.0, 0.0, 0
+        self._t0 = self._shown = time.perf_counter()
 
     def batch(self, loss: float, accuracy: float, samples: int) -> None:
+        """One step of worker 0: running means of the epoch so far; redrawn at most 10 times a second."""
         if self._progress is None:
             return
-        import time
-
         self._samples += samples
-        dt = time.perf_counter() - self._t0
-        self._progress.update(self._task, advance=1, loss=loss, acc=accuracy, sps=self._samples / dt if dt > 0 else 0.0)
+        self._batches += 1
+        self._loss += loss
+        self._acc += accuracy
+        self._pending += 1
+        now = time.perf_counter()
+        if now - self._shown < 0.1:
+            return
+        self._shown = now
+        dt = now - self._t0
+        self._progress.update(self._task, advance=self._pending, loss=self._loss / self._batches,
+                              acc=self._acc / self._batches, sps=self._samples / dt if dt > 0 else 0.0)
+        self._pending = 0
 
     def epoch_end(self, m: EpochMetrics) -> None:
+        """Show the epoch's figures: train loss, test accuracy, samples/s."""
         if self._progress is not None:
-            self._progress.update(self._task, loss=m.train_loss, acc=m.test_accuracy, sps=m.samples_per_sec,
-                                  completed=self._progress.tasks[0].total or 0)
+            total = self._progress.tasks[0].total
+            self._progress.update(self._task, what="test", loss=m.test_loss, acc=m.test_accuracy,
+                                  sps=m.samples_per_sec, completed=total if total is not None else self._batches)
             self._progress.stop()
             self._progress = None
         elif not self.quiet:
-            self.console.print(f"epoch {m.epoch:>3}  loss {m.train_loss:.4f}  test acc {m.test_accuracy:6.2%}  "
-                               f"{m.samples_per_sec:,.0f} samples/s")
+            self.console.print(f"epoch {m.epoch:>3}  train loss {m.train_loss:.4f}  test loss {m.test_loss:.4f}  "
+                               f"test acc {m.test_accuracy:6.2%}  {m.samples_per_sec:,.0f} samples/s")
 
     def close(self) -> None:
         if self._progress is not None:

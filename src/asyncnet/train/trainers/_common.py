@@ -39,12 +39,12 @@ class TrainConfig:
     mode: str = "sync"
     workers: int = 2
     backend: str = "threads"
-    epochs: int = 12
+    epochs: int = 10
     batch_size: int = 32
-    lr: float = 0.05
+    lr: float = 0.2
     optimizer: str = "sgd"
     momentum: float = 0.9
-    hidden: tuple[int, ...] = (64,)
+    hidden: tuple[int, ...] = (128,)
     seed: int = 0
     net_type: str = "async_scheduling"
     net_threads: int = 1
@@ -105,6 +105,15 @@ def build_model(cfg: TrainConfig, input_dim: int, num_classes: int) -> Any:
                lr=cfg.lr, momentum=cfg.momentum, net_type=cfg.net_type, num_workers=cfg.net_threads)
 
 
+def _private_pool(net: Any) -> Any:
+    """The net's definition with a pool of its own: workers of one process must not share
+    executor threads, or one worker's blocked ``Allreduce`` could hold the thread a peer's
+    ``Allreduce`` needs."""
+    net_def = net.to_def()
+    net_def.own_pool = True
+    return net_def
+
+
 class WorkerNets:
     """One worker's workspace, with its train and eval nets created.
 
@@ -130,23 +139,23 @@ class WorkerNets:
         if mutex is not None:
             mutex_blob = "iter_mutex"
             self.ws.feed(mutex_blob, mutex)
-        self.train_net = self.ws.create_net(model.train_net("train", sync_blob=sync_blob, iter_op=iter_op,
-                                                            mutex_blob=mutex_blob))
-        self.eval_net = self.ws.create_net(model.forward_net("eval"))
+        self.train_net = self.ws.create_net(_private_pool(model.train_net("train", sync_blob=sync_blob, iter_op=iter_op,
+                                                                          mutex_blob=mutex_blob)))
+        self.eval_net = self.ws.create_net(_private_pool(model.forward_net("eval")))
 
     def step(self, xb: np.ndarray, yb: np.ndarray) -> tuple[float, float]:
         """One training step on this batch; returns its (loss, accuracy)."""
         ws = self.ws
         ws.feed("data", xb)
         ws.feed("label", yb)
-        self.train_net.run(self.cfg.timeout)
+        self.train_net.run()  # no timeout: this thread runs the chains itself; syncs have their own
         return float(np.asarray(ws.fetch("loss"))), float(np.asarray(ws.fetch("accuracy")))
 
     def evaluate(self, x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
         """(loss, accuracy) of the current parameters on ``x, y``."""
         self.ws.feed("data", x)
         self.ws.feed("label", y)
-        self.eval_net.run(self.cfg.timeout)
+        self.eval_net.run()
         return float(np.asarray(self.ws.fetch("loss"))), float(np.asarray(self.ws.fetch("accuracy")))
 
     def params(self) -> dict[str, np.ndarray]:

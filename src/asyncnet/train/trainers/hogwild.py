@@ -55,6 +55,7 @@ def hogwild_worker(cfg: TrainConfig, ds: Dataset, state: dict[str, np.ndarray], 
     nets = WorkerNets(cfg, model, shared=state, iter_op="AtomicIter", mutex=mutex)
     result = WorkerResult(rank)
     try:
+        sync.sync_gradients(np.zeros(1))  # start together: no epoch times a peer's start-up
         for epoch in range(1, cfg.epochs + 1):
             metrics = _epoch(cfg, ds, nets, sync, stop, epoch, result, reporter)
             result.epochs.append(metrics)

@@ -20,6 +20,8 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
+import numpy as np
+
 from asyncnet.train.data import Dataset, epoch_batches, num_batches, shard
 from asyncnet.train.report import EpochMetrics
 from asyncnet.train.trainers._common import EpochClock, TrainConfig, WorkerNets, WorkerResult, build_model
@@ -36,6 +38,8 @@ def sync_worker(cfg: TrainConfig, ds: Dataset, sync: Any, reporter: Any = None) 
     nets = WorkerNets(cfg, model, sync=sync)
     result = WorkerResult(rank)
     try:
+        if world > 1:
+            sync.sync_gradients(np.zeros(1))  # start together: no epoch times a peer's start-up
         for epoch in range(1, cfg.epochs + 1):
             metrics = _epoch(cfg, ds, nets, sync, epoch, result, reporter)
             result.epochs.append(metrics)

@@ -1,0 +1,19 @@
+"""The examples in the sync modules' docstrings run and print what they say."""
+
+import doctest
+import importlib
+
+import pytest
+
+MODULES = [
+    "asyncnet.sync._bucket", "asyncnet.sync._rounds", "asyncnet.sync._reduce", "asyncnet.sync._shm",
+    "asyncnet.sync.base", "asyncnet.sync.threaded", "asyncnet.sync.runner", "asyncnet.sync.helpers",
+    "asyncnet.ops.collective",
+]
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("name", MODULES)
+def test_docstring_examples(name):
+    result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    assert result.attempted > 0 and result.failed == 0

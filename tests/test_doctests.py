@@ -1,0 +1,22 @@
+"""The examples in docstrings run and print what they say."""
+
+import doctest
+import importlib
+
+import pytest
+
+MODULES = [
+    "asyncnet",
+    "asyncnet.errors",
+    "asyncnet.core.defs",
+    "asyncnet.core.workspace",
+    "asyncnet.core.net",
+    "asyncnet.autodiff",
+]
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_docstring_examples(name):
+    module = importlib.import_module(name)
+    result = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    assert result.attempted > 0 and result.failed == 0
