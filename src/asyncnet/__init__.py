@@ -29,6 +29,7 @@ from asyncnet.core.workspace import Workspace
 from asyncnet.core.net import BlobRef, Net
 import asyncnet.ops  # noqa: F401  (registers the operators)
 import asyncnet.exec  # noqa: F401  (registers the executors)
+from asyncnet.exec import ExecutionStep, Plan, execution_step
 from asyncnet.autodiff import add_gradient_ops
 
 __version__ = "0.1.0"
@@ -37,5 +38,5 @@ __all__ = [
     "AsyncNetError", "BlobNotFoundError", "CheckpointError", "ExecutionError", "NetBusyError", "NetDefinitionError",
     "OperatorError", "SyncAbortedError", "SyncError", "SyncMismatchError", "SyncTimeoutError",
     "DeviceOption", "NetDef", "OperatorDef", "Arg", "get_schema", "register_gradient", "register_op",
-    "registered_ops", "Workspace", "BlobRef", "Net", "add_gradient_ops", "__version__",
+    "registered_ops", "Workspace", "BlobRef", "Net", "add_gradient_ops", "ExecutionStep", "Plan", "execution_step", "__version__",
 ]

@@ -1,7 +1,5 @@
 """Dependency graph: each hazard kind, control inputs, dedupe, reduction, chains."""
 
-import itertools
-
 import pytest
 from hypothesis import given, strategies as st
 

@@ -16,7 +16,7 @@ def _model(seed: int = 0) -> torch.nn.Module:
 
 
 def _data(worker: int) -> tuple[torch.Tensor, torch.Tensor]:
-    g = torch.Generator().manual_seed(100 + worker)
+    g = torch.Generator().manual_seed(100 + worker)  # a private generator: safe in threads
     return torch.randn(5, 8, generator=g), torch.randint(0, 3, (5,), generator=g)
 
 
@@ -32,8 +32,10 @@ def _grads_of(worker: int) -> list[torch.Tensor]:
 def test_threaded_sync_matches_hand_average(workers: int) -> None:
     reference = [sum(gs) / workers for gs in zip(*(_grads_of(w) for w in range(workers)))]
 
+    models = [_model() for _ in range(workers)]  # torch's global RNG is not for threads to share
+
     def worker(sync):
-        model = _model()
+        model = models[sync.worker_id]
         x, y = _data(sync.worker_id)
         torch.nn.functional.cross_entropy(model(x), y).backward()
         sync_module_gradients(model, sync)
@@ -60,8 +62,10 @@ def test_training_with_synced_gradients_equals_full_batch_training() -> None:
         torch.nn.functional.cross_entropy(ref(full_x), full_y).backward()
         opt.step()
 
+    models = [_model() for _ in range(2)]
+
     def worker(sync):
-        model = _model()
+        model = models[sync.worker_id]
         o = torch.optim.SGD(model.parameters(), lr=0.5)
         x, y = xs[sync.worker_id]
         for _ in range(3):

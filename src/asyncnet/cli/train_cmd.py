@@ -123,12 +123,12 @@ def _usage_error(args: argparse.Namespace, message: str) -> int:
 
 def _train(cfg: Any, quiet: bool) -> Any:
     from asyncnet.train.report import Reporter
-    from asyncnet.train.trainers import train, under_torchrun
+    from asyncnet.train.trainers import train
 
     rank0 = not (cfg.backend == "torch" and os.environ.get("RANK", "0") != "0")
     reporter = Reporter(quiet=quiet or not rank0)
-    reporter.print(f"training {cfg.mode} mode, {cfg.num_workers if cfg.backend != 'torch' else 'torchrun'} "
-                   f"worker(s) on {cfg.backend}, hidden {','.join(map(str, cfg.hidden))}, "
+    workers = os.environ.get("WORLD_SIZE", "?") if cfg.backend == "torch" else cfg.num_workers
+    reporter.print(f"training {cfg.mode} mode, {workers} worker(s) on {cfg.backend}, hidden {','.join(map(str, cfg.hidden))}, "
                    f"{cfg.optimizer} lr {cfg.lr}, batch {cfg.batch_size}, {cfg.epochs} epochs")
     try:
         return train(cfg, reporter=reporter)

@@ -95,6 +95,7 @@ class OpSchema:
     gradient: Callable[..., Any] | None = None
     inputs_doc: Sequence[str] = ()
     outputs_doc: Sequence[str] = ()
+    validate: Callable[[OperatorDef], None] | None = None
 
     def arity_text(self) -> str:
         return f"{_range_text(self.min_inputs, self.max_inputs)} -> {_range_text(self.min_outputs, self.max_outputs)}"
@@ -145,8 +146,13 @@ def register_op(
     doc: str = "",
     inputs_doc: Sequence[str] = (),
     outputs_doc: Sequence[str] = (),
+    validate: Callable[[OperatorDef], None] | None = None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Decorator registering ``fn(ctx, *inputs)`` as operator ``op_type`` with its schema."""
+    """Decorator registering ``fn(ctx, *inputs)`` as operator ``op_type`` with its schema.
+
+    ``validate(op_def)`` checks rules the other fields cannot express (such as "as many outputs
+    as inputs"); it raises ValueError, which becomes a :class:`NetDefinitionError` at net creation.
+    """
 
     def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
         if op_type in _REGISTRY:
@@ -157,7 +163,7 @@ def register_op(
             type=op_type, fn=fn, min_inputs=lo_i, max_inputs=hi_i, min_outputs=lo_o, max_outputs=hi_o,
             allow_inplace=allow_inplace, enforce_inplace=enforce_inplace, args={a.name: a for a in args},
             devices=tuple(devices), differentiable=differentiable, doc=doc or (fn.__doc__ or "").strip(),
-            inputs_doc=tuple(inputs_doc), outputs_doc=tuple(outputs_doc),
+            inputs_doc=tuple(inputs_doc), outputs_doc=tuple(outputs_doc), validate=validate,
         )
         return fn
 
@@ -205,6 +211,11 @@ def validate_op(op: OperatorDef, index: int, net_device: DeviceOption | None = N
     _check_count("inputs", n_in, schema.min_inputs, schema.max_inputs, where)
     _check_count("outputs", n_out, schema.min_outputs, schema.max_outputs, where)
     _check_inplace(op, schema, where)
+    if schema.validate is not None:
+        try:
+            schema.validate(op)
+        except ValueError as e:
+            raise NetDefinitionError(str(e), where) from None
     device = op.device_option or net_device or DeviceOption()
     if device.device_type not in schema.devices:
         raise NetDefinitionError(f"device {device.device_type!r} not supported; the op runs on {list(schema.devices)}", where)

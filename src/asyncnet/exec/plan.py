@@ -17,10 +17,11 @@ instantiates its own instances when the plan runs and closes them at the end) or
 already created in the workspace::
 
     >>> import numpy as np, asyncnet as an
+    >>> from asyncnet.exec import ExecutionStep, Plan
     >>> ws = an.Workspace(); ws.feed("x", np.zeros(1))
     >>> inc = an.Net("inc"); _ = inc.Add(["x", "one"], "x")
     >>> ws.feed("one", np.ones(1))
-    >>> plan = an.Plan("p", [an.ExecutionStep("loop", nets=[inc], num_iter=5)])
+    >>> plan = Plan("p", [ExecutionStep("loop", nets=[inc], num_iter=5)])
     >>> ws.run_plan(plan); ws.fetch("x")
     array([5.])
 """

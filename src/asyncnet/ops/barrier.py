@@ -57,6 +57,11 @@ def _copy(value: Any) -> Any:
     return value
 
 
+def _same_count(op: OperatorDef) -> None:
+    if len(op.outputs) != len(op.inputs):
+        raise ValueError(f"expected as many outputs as inputs ({len(op.inputs)}), got {len(op.outputs)}")
+
+
 @register_op(
     "AsyncNetBarrier",
     inputs=(1, None),
@@ -65,13 +70,12 @@ def _copy(value: Any) -> Any:
     args=[Arg("cross_device", int, 0, "1: input i lives on device i of the op's device type", choices=(0, 1))],
     devices=("cpu", "cuda"),
     differentiable=False,
+    validate=_same_count,
     doc=("Pass N inputs through to N outputs (in place when names match, a copy otherwise). It reads and "
          "writes every listed blob, so the async scheduler finishes every earlier producer of those blobs "
          "before any later consumer starts. No gradient."),
 )
 def async_net_barrier(ctx: Any, *inputs: Any) -> Any:
     op = ctx.op
-    if len(op.outputs) != len(inputs):
-        raise ValueError(f"expected as many outputs as inputs ({len(inputs)}), got {len(op.outputs)}")
     values = [x if op.inputs[i] == op.outputs[i] else _copy(x) for i, x in enumerate(inputs)]
     return values[0] if len(values) == 1 else tuple(values)

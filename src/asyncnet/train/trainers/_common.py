@@ -139,8 +139,12 @@ class WorkerNets:
         if mutex is not None:
             mutex_blob = "iter_mutex"
             self.ws.feed(mutex_blob, mutex)
-        self.train_net = self.ws.create_net(_private_pool(model.train_net("train", sync_blob=sync_blob, iter_op=iter_op,
-                                                                          mutex_blob=mutex_blob)))
+        train = _private_pool(model.train_net("train", sync_blob=sync_blob, iter_op=iter_op, mutex_blob=mutex_blob))
+        # Train accuracy is read off the softmax in step(): an Accuracy op would be a side branch
+        # that the executor hands to a pool thread, which then competes for a core with the
+        # other workers' kernels while every worker waits for the slowest at the Allreduce.
+        train.ops = [op for op in train.ops if op.type != "Accuracy"]
+        self.train_net = self.ws.create_net(train)
         self.eval_net = self.ws.create_net(_private_pool(model.forward_net("eval")))
 
     def step(self, xb: np.ndarray, yb: np.ndarray) -> tuple[float, float]:
@@ -149,7 +153,9 @@ class WorkerNets:
         ws.feed("data", xb)
         ws.feed("label", yb)
         self.train_net.run()  # no timeout: this thread runs the chains itself; syncs have their own
-        return float(np.asarray(ws.fetch("loss"))), float(np.asarray(ws.fetch("accuracy")))
+        # argmax takes the first of tied scores, as the Accuracy op does
+        accuracy = float(np.mean(np.argmax(ws.fetch("softmax"), axis=1) == yb))
+        return float(np.asarray(ws.fetch("loss"))), accuracy
 
     def evaluate(self, x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
         """(loss, accuracy) of the current parameters on ``x, y``."""
