@@ -57,6 +57,7 @@ def test_train_options_reach_the_trainer(tmp_path: Path) -> None:
     ["--batch-size", "0"], ["--lr", "0"], ["--lr", "nan"], ["--optimizer", "lbfgs"], ["--hidden", "64,x"],
     ["--hidden", "0"], ["--seed", "x"], ["--bogus"], ["--mode", "hogwild", "--backend", "torch"],
     ["--mode", "local", "--backend", "torch"], ["--batch-size", "2", "--workers", "4"],
+    ["--target-accuracy", "95"], ["--target-accuracy", "x"],
 ])
 def test_bad_options_give_one_line_and_exit_2(args: list[str], capsys, monkeypatch, tmp_path: Path) -> None:
     monkeypatch.chdir(tmp_path)

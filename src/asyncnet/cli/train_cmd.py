@@ -51,6 +51,16 @@ def _hidden(text: str) -> tuple[int, ...]:
     return sizes
 
 
+def _accuracy(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        v = -1.0
+    if not 0.0 < v <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected an accuracy in (0, 1], e.g. 0.95, got {text!r}")
+    return v
+
+
 def _int(text: str) -> int:
     try:
         return int(text)
@@ -78,7 +88,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--hidden", type=_hidden, default=d.hidden,
                    help=f"hidden layer sizes, comma-separated (default {','.join(map(str, d.hidden))})")
     p.add_argument("--seed", type=_int, default=d.seed, help=f"random seed (default {d.seed})")
-    p.add_argument("--target-accuracy", type=_positive_float, default=None, metavar="ACC",
+    p.add_argument("--target-accuracy", type=_accuracy, default=None, metavar="ACC",
                    help="stop after the first epoch whose test accuracy reaches ACC (e.g. 0.95)")
     p.add_argument("--out", default=None, help="run directory (default runs/<timestamp>)")
     p.add_argument("--quiet", action="store_true", help="no progress bars or table")

@@ -31,7 +31,8 @@ class TrainConfig:
     """Everything that defines a run; plain data, so it pickles into worker processes.
 
     ``batch_size`` is the global batch of one step: sync mode splits it over the workers,
-    Hogwild gives each worker batches of this size from its own part of the data.
+    Hogwild gives each worker steps of ``batch_size / workers`` samples from its own part of
+    the data.
     ``target_accuracy`` stops the run (through the shared stop flag) at the end of the first
     epoch whose test accuracy reaches it.
     """

@@ -4,7 +4,8 @@ The parameters (and the optimizer state) exist once: with threads, every worker'
 holds the *same* numpy arrays; with processes, views of one shared-memory segment. Each
 worker trains on its own disjoint part of every epoch's data and its update net writes the
 shared arrays in place, racing with the others by design (Niu et al., 2011: sparse-ish updates
-make the races harmless). The only synchronized state:
+make the races harmless). A worker's step takes ``batch_size / W`` samples, so W workers have
+as many samples in flight as one sync step. The only synchronized state:
 
 - the step counter, one int64 blob incremented by the ``AtomicIter`` op under a shared mutex
   (it feeds the learning-rate policy and counts the steps of all workers together);
@@ -77,11 +78,12 @@ def _epoch(cfg: TrainConfig, ds: Dataset, nets: WorkerNets, sync: Any, stop: Any
            result: WorkerResult, reporter: Any) -> EpochMetrics:
     world, rank = sync.num_workers, sync.worker_id
     xw, yw = worker_samples(ds.x_train, ds.y_train, epoch, cfg.seed, world, rank)
+    batch = max(1, cfg.batch_size // world)  # as many samples in flight as one sync step
     if reporter is not None:
-        reporter.epoch_start(epoch, num_batches(len(xw), cfg.batch_size))
+        reporter.epoch_start(epoch, num_batches(len(xw), batch))
     clock = EpochClock()
     clock.start()
-    for b, (xb, yb) in enumerate(epoch_batches(xw, yw, cfg.batch_size, epoch, cfg.seed + 1 + rank)):
+    for b, (xb, yb) in enumerate(epoch_batches(xw, yw, batch, epoch, cfg.seed + 1 + rank)):
         if stop.load():
             break
         if cfg.trace and rank == 0 and result.trace_events is None and b == TRACE_STEP:
