@@ -28,13 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"asyncnet {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name in SUBCOMMANDS:
-        try:
-            module = importlib.import_module(f"asyncnet.cli.{name}")
-        except ModuleNotFoundError as e:  # a subcommand whose module is not written yet
-            if e.name != f"asyncnet.cli.{name}":
-                raise
-            continue
-        module.add_parser(sub)
+        importlib.import_module(f"asyncnet.cli.{name}").add_parser(sub)
     return parser
 
 
