@@ -63,3 +63,16 @@ def test_every_registered_op_has_doc():
     for name, schema in an.registered_ops().items():
         if not name.startswith("_"):
             assert schema.doc, name
+
+
+def test_int_args_keep_precision_and_bools_are_not_numbers():
+    big = 2**62 + 1
+    _, args = validate_op(OperatorDef("ConstantFill", [], ["y"], {"value": big, "dtype": "int64"}), 0)
+    assert args["value"] == big and isinstance(args["value"], int)
+    ws = an.Workspace()
+    ws.run_operator_once(OperatorDef("ConstantFill", [], ["y"], {"shape": [1], "value": big, "dtype": "int64"}))
+    assert int(ws.fetch("y")[0]) == big
+    with pytest.raises(NetDefinitionError, match="got bool"):
+        validate_op(OperatorDef("Scale", ["x"], ["y"], {"scale": True}), 0)
+    _, args = validate_op(OperatorDef("MatMul", ["a", "b"], ["c"], {"trans_a": 1}), 0)
+    assert args["trans_a"] is True

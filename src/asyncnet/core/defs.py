@@ -230,12 +230,10 @@ def _arg_value(v: Any, path: str) -> ArgValue:
             raise NetDefinitionError(f"expected a finite number, got {v!r}", path)
         return v
     if isinstance(v, list):
-        return [_arg_value(x, f"{path}[{i}]") for i, x in enumerate(v) if not isinstance(x, list) or _reject_nested(path)]
+        if any(isinstance(x, list) for x in v):
+            raise NetDefinitionError("nested lists are not allowed in arguments", path)
+        return [_arg_value(x, f"{path}[{i}]") for i, x in enumerate(v)]
     raise NetDefinitionError(f"expected a number, string, bool or list of those, got {_describe(v)}", path)
-
-
-def _reject_nested(path: str) -> bool:
-    raise NetDefinitionError("nested lists are not allowed in arguments", path)
 
 
 def _arg_to_json(v: ArgValue) -> Any:

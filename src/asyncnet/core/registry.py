@@ -49,12 +49,13 @@ class Arg:
     def coerce(self, value: Any, path: str) -> Any:
         """Check ``value`` against the arg's type (ints are accepted for floats)."""
         types = self.type if isinstance(self.type, tuple) else (self.type,)
-        if float in types and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
-        if bool not in types and isinstance(value, bool) and int in types:
+        if isinstance(value, int) and not isinstance(value, bool) and int not in types:
+            if float in types:
+                value = float(value)
+            elif bool in types and value in (0, 1):
+                value = bool(value)
+        if isinstance(value, bool) and bool not in types:
             raise NetDefinitionError(f"expected {_names_of(types)}, got bool {value!r}", path)
-        if bool in types and isinstance(value, int) and not isinstance(value, bool) and value in (0, 1):
-            value = bool(value)
         if not isinstance(value, types):
             raise NetDefinitionError(f"expected {_names_of(types)}, got {type(value).__name__} {value!r}", path)
         if isinstance(value, list) and self.item_type is not None:

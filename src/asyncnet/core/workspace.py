@@ -165,10 +165,9 @@ class Workspace:
 
     def run_plan(self, plan: Any, timeout: float | None = None) -> None:
         """Run an execution :class:`~asyncnet.Plan` against this workspace."""
-        run = getattr(plan, "run", None)
-        if run is None:
+        if not callable(getattr(plan, "run", None)):
             raise TypeError(f"expected a Plan, got {type(plan).__name__}")
-        run(self) if timeout is None else run(self, timeout=timeout)
+        plan.run(self, timeout=timeout)
 
     def close(self) -> None:
         """Close every net (their executor pools); blobs stay."""
