@@ -142,3 +142,25 @@ def test_builder_outputs_and_refs():
     assert len(net.ops) == 3
     net.Scale("x", "s", scale=np.float32(2))
     assert net.to_def().ops[-1].args == {"scale": 2.0}
+
+
+def test_run_net_timeout_bounds_all_iterations():
+    import time as _time
+
+    from asyncnet.core.registry import register_op
+
+    @register_op("_TestSleep", inputs=1, outputs=1, allow_inplace={0: 0})
+    def _sleep(ctx, x):
+        _time.sleep(0.02)
+        return x
+
+    ws = an.Workspace()
+    ws.feed("x", np.ones(1))
+    net = an.Net("slow")
+    net.add_op("_TestSleep", "x", "x")
+    ws.create_net(net)
+    t = _time.monotonic()
+    with pytest.raises(TimeoutError, match="iterations done"):
+        ws.run_net("slow", num_iter=1000, timeout=0.2)
+    assert _time.monotonic() - t < 5
+    ws.run_net("slow", num_iter=2, timeout=10)

@@ -191,3 +191,44 @@ def test_json_round_trip_and_rejects_bad_documents():
             Plan.from_json(bad)
         if where:
             assert ei.value.path.startswith(where), (ei.value.path, where)
+
+
+def test_same_step_object_listed_several_times_among_concurrent_substeps():
+    # one instance per (step, lane): the copies must not collide with NetBusyError
+    with an.Workspace() as ws:
+        net = an.Net("w", type="async_scheduling", num_workers=2)
+        net.ExecTestWork([], ["o"], sleep=0.01)
+        worker = ExecutionStep("worker", net, num_iter=3)
+        ws.run_plan(Plan("p", [ExecutionStep("par", substeps=[worker] * 4, concurrent_substeps=True, num_iter=2)]))
+        assert len(tops.LOG) == 4 * 3 * 2
+
+
+def test_failure_cancels_the_async_runs_of_siblings():
+    with an.Workspace() as ws:
+        long = an.Net("long", type="async_scheduling", num_workers=1)
+        long.ExecTestWork([], ["a0"], name="c0", sleep=0.02)
+        for i in range(1, 100):  # one chain of 100 ops: ~2 s if nothing stops it
+            long.ExecTestWork([f"a{i - 1}"], [f"a{i}"], name=f"c{i}", sleep=0.02)
+        bad = an.Net("bad")
+        bad.ExecTestWork([], ["o"], name="boom", fail=True, sleep=0.1)
+        step = ExecutionStep("par", substeps=[ExecutionStep("long", long), ExecutionStep("bad", bad)],
+                             concurrent_substeps=True)
+        with pytest.raises(an.OperatorError, match="boom") as ei:
+            ws.run_plan(Plan("p", [step]))
+        assert ei.value.other_errors == []  # the sibling's cancellation is not another failure
+        ran = [n for n, *_ in tops.LOG if n.startswith("c")]
+        assert 0 < len(ran) < 100 and not ws.has("a99")
+
+
+@pytest.mark.timeout(20)
+def test_plan_timeout_bounds_steps_that_run_no_net():
+    # an empty step looping on a stop blob that stays false, and a loop whose only substep is
+    # only_once: neither runs a net, where the deadline used to be checked, so both spun forever
+    with an.Workspace() as ws:
+        ws.feed("never", np.array([False])); ws.feed("x", np.zeros(1)); ws.feed("one", np.ones(1))
+        with pytest.raises(TimeoutError):
+            ws.run_plan(Plan("p", [ExecutionStep("idle", should_stop_blob="never")]), timeout=0.3)
+        once = ExecutionStep("once", _inc(), only_once=True)
+        with pytest.raises(TimeoutError):
+            ws.run_plan(Plan("p", [ExecutionStep("loop", substeps=[once], num_iter=10**12)]), timeout=0.3)
+        assert ws.fetch("x")[0] == 1

@@ -290,3 +290,60 @@ def test_close_during_a_run_cancels_and_joins():
     assert [n for n, *_ in tops.LOG] == ["head"]
     time.sleep(0.05)
     assert threading.active_count() == before
+
+
+def test_run_timeout_cancels_the_rest_of_the_run():
+    # run(timeout) leaves the caller no handle: on expiry the run must not go on writing blobs
+    with an.Workspace() as ws:
+        net = an.Net("late", type="async_scheduling", num_workers=2)
+        net.ExecTestWork([], ["a"], name="head", block=True)
+        net.ExecTestWork(["a"], ["b"], name="tail")
+        inst = ws.create_net(net)
+        with pytest.raises(TimeoutError, match="cancelled"):
+            ws.run_net("late", timeout=0.2)
+        tops.RELEASE.set()
+        deadline = time.monotonic() + 10
+        while inst._current is not None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert [n for n, *_ in tops.LOG] == ["head"] and not ws.has("b")
+        ws.run_net("late", timeout=10)  # free and runs normally again
+        assert ws.has("b")
+
+
+def test_net_cancel_without_a_run_is_a_no_op():
+    with an.Workspace() as ws:
+        inst = ws.create_net(_diamond())
+        assert inst.cancel() is False
+
+
+def test_a_shut_down_pool_fails_the_run_without_leaving_the_net_busy():
+    with an.Workspace() as ws:
+        ws.feed("x", np.ones(2))
+        net = an.Net("orphan", type="async_scheduling", num_workers=2, own_pool=True)
+        for i in range(4):
+            net.Scale("x", f"y{i}", scale=2.0)
+        inst = ws.create_net(net)
+        inst.pools[0].shutdown()  # what the interpreter-exit hook does
+        for _ in range(2):  # the second run used to get NetBusyError: the first never ended
+            with pytest.raises(an.ExecutionError, match="shut down") as ei:
+                ws.run_net("orphan", timeout=5)
+            assert not isinstance(ei.value, an.NetBusyError)
+
+
+def test_a_pool_that_cannot_start_a_thread_fails_the_run_cleanly(monkeypatch):
+    with an.Workspace() as ws:
+        ws.feed("x", np.ones(2))
+        net = an.Net("nothreads", type="async_scheduling", num_workers=2, own_pool=True)
+        for i in range(4):
+            net.Scale("x", f"y{i}", scale=2.0)
+        ws.create_net(net)
+
+        def refuse(self):
+            raise RuntimeError("can't start new thread")
+
+        monkeypatch.setattr(threading.Thread, "start", refuse)
+        with pytest.raises(an.ExecutionError, match="cannot start a worker thread"):
+            ws.run_net("nothreads", timeout=5)
+        monkeypatch.undo()
+        ws.run_net("nothreads", timeout=5)  # not left busy; threads start again
+        np.testing.assert_array_equal(ws.fetch("y3"), [2.0, 2.0])

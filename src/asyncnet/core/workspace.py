@@ -18,6 +18,7 @@ the operations that look at more than one entry (listing, reset, net creation).
 from __future__ import annotations
 
 import threading
+import time
 from typing import TYPE_CHECKING, Any, Iterator
 
 import numpy as np
@@ -140,12 +141,22 @@ class Workspace:
             return sorted(self._nets)
 
     def run_net(self, name: str, num_iter: int = 1, timeout: float | None = None) -> None:
-        """Run created net ``name`` ``num_iter`` times; the first failure is raised."""
+        """Run created net ``name`` ``num_iter`` times; the first failure is raised.
+
+        ``timeout`` bounds all the iterations together (TimeoutError when it expires)."""
         if isinstance(num_iter, bool) or not isinstance(num_iter, int) or num_iter < 0:
             raise ValueError(f"num_iter must be a non-negative int, got {num_iter!r}")
         instance = self.net(name)
-        for _ in range(num_iter):
-            instance.run(timeout)
+        if timeout is None:
+            for _ in range(num_iter):
+                instance.run()
+            return
+        deadline = time.monotonic() + timeout
+        for i in range(num_iter):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"net {name!r}: {i} of {num_iter} iterations done when the {timeout:g} s timeout expired")
+            instance.run(left)
 
     def run_net_async(self, name: str) -> RunHandle:
         """Start one run of created net ``name``; returns a handle with ``wait(timeout)``, ``done()``, ``cancel()``."""

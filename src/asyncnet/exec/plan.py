@@ -6,8 +6,9 @@ holds either nets (run in order, once per iteration) or substeps:
 - ``num_iter``: iterations (default 1; with a ``should_stop_blob`` and no ``num_iter`` the step
   loops until the blob says stop);
 - ``concurrent_substeps``: each substep runs on its own thread, every iteration; the first
-  failure stops the others (at their next net boundary) and is raised after all are joined,
-  with the others attached as ``error.other_errors``;
+  failure stops the others (async runs in flight are cancelled, every thread stops at its next
+  net) and is raised after all are joined, with the others attached as ``error.other_errors``;
+  a step object listed several times gets its own net instances on each thread;
 - ``should_stop_blob``: a bool blob (bool, numpy bool/size-1 array, or anything with
   ``load()`` such as an AtomicBool) checked after every iteration;
 - ``only_once``: run the step at most once per plan run, even inside a looping parent.
@@ -37,7 +38,7 @@ import numpy as np
 
 from asyncnet.core.defs import NetDef
 from asyncnet.core.netbase import NetBase
-from asyncnet.errors import ExecutionError, NetDefinitionError
+from asyncnet.errors import ExecutionError, NetBusyError, NetDefinitionError
 
 __all__ = ["ExecutionStep", "Plan", "execution_step"]
 
@@ -172,7 +173,7 @@ class Plan:
         runner = _PlanRun(ws, None if timeout is None else time.perf_counter() + timeout, timeout)
         try:
             for step in self.steps:
-                runner.run_step(step, "")
+                runner.run_step(step, "", ())
         finally:
             runner.close()
 
@@ -209,7 +210,13 @@ class Plan:
 
 
 class _PlanRun:
-    """The state of one plan run: net instances, steps already run once, the stop signal."""
+    """The state of one plan run: net instances, steps already run once, the stop signal.
+
+    A *lane* is the position of a thread in the tree of concurrent substeps (a tuple of substep
+    indices). Net instances are per (step, net position, lane), so one step object listed
+    several times among concurrent substeps gets one instance per thread instead of a
+    NetBusyError, while the iterations of one lane reuse theirs.
+    """
 
     def __init__(self, ws: Any, deadline: float | None, timeout: float | None):
         self.ws = ws
@@ -217,7 +224,9 @@ class _PlanRun:
         self.timeout = timeout
         self.stop = threading.Event()  # set by the first failure: every thread winds down
         self.done_once: set[int] = set()
-        self.owned: dict[tuple[int, int], NetBase] = {}
+        self.owned: dict[tuple[int, int, tuple[int, ...]], NetBase] = {}
+        self.running: set[NetBase] = set()    # nets running now on behalf of this plan
+        self.cancelled: set[NetBase] = set()  # runs cancelled by the stop (their error is not news)
         self.lock = threading.Lock()
 
     def close(self) -> None:
@@ -232,14 +241,14 @@ class _PlanRun:
             raise TimeoutError(f"plan did not finish within {self.timeout} s")
         return left
 
-    def nets_of(self, step: ExecutionStep) -> list[NetBase]:
-        """Instances for a step's nets: created once per plan run, per (step, position)."""
+    def nets_of(self, step: ExecutionStep, lane: tuple[int, ...]) -> list[NetBase]:
+        """Instances for a step's nets: created once per plan run, per (step, position, lane)."""
         out = []
         for i, spec in enumerate(step.nets):
             if isinstance(spec, str):
                 out.append(self.ws.net(spec))
                 continue
-            key = (id(step), i)
+            key = (id(step), i, lane)
             with self.lock:
                 net = self.owned.get(key)
                 if net is None:
@@ -247,42 +256,76 @@ class _PlanRun:
             out.append(net)
         return out
 
-    def run_step(self, step: ExecutionStep, path: str) -> None:
+    def run_net(self, net: NetBase) -> None:
+        """One run of ``net``, cancellable by :meth:`stop_all` while it runs."""
+        with self.lock:
+            if self.stop.is_set():
+                return
+            self.running.add(net)
+        try:
+            net.run(self.remaining())
+        except NetBusyError:
+            raise
+        except ExecutionError:
+            with self.lock:
+                stopped = net in self.cancelled
+            if not stopped:
+                raise
+        finally:
+            with self.lock:
+                self.running.discard(net)
+                self.cancelled.discard(net)
+
+    def stop_all(self) -> None:
+        """The first failure: stop every thread at its next net, and cancel the async runs in flight."""
+        with self.lock:
+            self.stop.set()
+            running = list(self.running)
+        for net in running:
+            cancel = getattr(net, "cancel", None)
+            if cancel is not None:
+                with self.lock:
+                    self.cancelled.add(net)
+                cancel()
+
+    def run_step(self, step: ExecutionStep, path: str, lane: tuple[int, ...]) -> None:
         where = f"{path}/{step.name}" if path else step.name
         if step.only_once:
             with self.lock:
                 if id(step) in self.done_once:
                     return
                 self.done_once.add(id(step))
-        nets = self.nets_of(step) if step.nets else []
+        nets = self.nets_of(step, lane) if step.nets else []
         for _ in range(step.iterations):
             if self.stop.is_set():
                 return
+            self.remaining()  # the deadline also bounds steps that run no net (empty, only_once done)
             if nets:
                 for net in nets:
-                    net.run(self.remaining())
+                    self.run_net(net)
             elif step.concurrent_substeps:
-                self.run_concurrent(step.substeps, where)
+                self.run_concurrent(step.substeps, where, lane)
             else:
                 for sub in step.substeps:
-                    self.run_step(sub, where)
+                    self.run_step(sub, where, lane)
             if step.should_stop_blob and self.should_stop(step.should_stop_blob, where):
                 return
 
-    def run_concurrent(self, substeps: Sequence[ExecutionStep], where: str) -> None:
+    def run_concurrent(self, substeps: Sequence[ExecutionStep], where: str, lane: tuple[int, ...]) -> None:
         """Each substep on its own thread; all joined; the first failure in time is raised."""
         errors: list[tuple[float, BaseException]] = []
         elock = threading.Lock()
 
-        def body(sub: ExecutionStep) -> None:
+        def body(sub: ExecutionStep, k: int) -> None:
             try:
-                self.run_step(sub, where)
+                self.run_step(sub, where, lane + (k,))
             except BaseException as exc:  # noqa: BLE001 - raised by the parent after the join
                 with elock:
                     errors.append((time.perf_counter(), exc))
-                self.stop.set()
+                self.stop_all()
 
-        threads = [threading.Thread(target=body, args=(s,), name=f"asyncnet-step-{where}/{s.name}") for s in substeps]
+        threads = [threading.Thread(target=body, args=(s, k), name=f"asyncnet-step-{where}/{s.name}")
+                   for k, s in enumerate(substeps)]
         started = []
         try:
             for t in threads:
@@ -290,7 +333,7 @@ class _PlanRun:
                 started.append(t)
         finally:
             if len(started) < len(threads):
-                self.stop.set()
+                self.stop_all()
             for t in started:
                 t.join()
         if errors:

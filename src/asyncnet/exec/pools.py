@@ -97,7 +97,12 @@ class WorkerPool:
                 return
             t = threading.Thread(target=_worker, args=(self._queue, self._idle),
                                  name=f"{self.name}-{len(self._threads)}")
-            t.start()
+            try:
+                t.start()
+            except RuntimeError as e:  # thread limit, or interpreter shutdown
+                if not self._threads:  # nobody will ever take the item: the caller must know
+                    raise ExecutionError(f"pool {self.name!r} cannot start a worker thread: {e}") from e
+                return  # the running workers will take it
             self._threads.append(t)
 
     @property

@@ -116,11 +116,17 @@ def start_run(net: "AsyncSchedulingNet", caller_helps: bool) -> _Run:
     for c in net.roots:
         run.ready[net.chain_pool[c]].append(c)
     helper = 1 if caller_helps else 0  # a helping caller counts as one worker of the first pool
-    for p, q in enumerate(run.ready):
-        if q:
-            for _ in range(min(len(q), net.pools[p].size) - helper):
-                net.pools[p].submit(drain, (run, p))
-            helper = 0
+    try:
+        for p, q in enumerate(run.ready):
+            if q:
+                for _ in range(min(len(q), net.pools[p].size) - helper):
+                    net.pools[p].submit(drain, (run, p))
+                helper = 0
+    except ExecutionError as exc:  # a pool shut down (net closing, interpreter exit): fail the run
+        fail(run, exc)  # and walk what no worker will take, so the run ends and frees the net
+        for p, q in enumerate(run.ready):
+            for c in _take_all(q):
+                execute(run, c, p)
     return run
 
 
@@ -364,13 +370,26 @@ class AsyncSchedulingNet(NetBase):
         return AsyncRunHandle(start_run(self, caller_helps=False))
 
     def run(self, timeout: float | None = None) -> None:
-        """Run once and wait. Without a timeout the caller's thread runs chains too."""
+        """Run once and wait. Without a timeout the caller's thread runs chains too. When the
+        timeout expires the run is cancelled (chains not started are skipped, running ops
+        finish) and TimeoutError is raised: the caller holds no handle to stop it later."""
         if timeout is not None:
-            wait_run(start_run(self, caller_helps=False), timeout)
+            run = start_run(self, caller_helps=False)
+            try:
+                wait_run(run, timeout)
+            except TimeoutError as e:
+                if cancel_run(run):
+                    raise TimeoutError(f"{e}; the run was cancelled (ops not started are skipped)") from None
+                wait_run(run, 1.0)  # it ended or failed just as the time ran out: report that outcome
             return
         run = start_run(self, caller_helps=True)
         help_run(run)
         wait_run(run, None)
+
+    def cancel(self) -> bool:
+        """Cancel the run in flight, if any (as its handle's ``cancel()``); True if one was stopped."""
+        run = self._current
+        return run is not None and cancel_run(run)
 
     def close(self, timeout: float = CLOSE_TIMEOUT) -> None:
         """Cancel a run in flight (waiting up to ``timeout`` s for its running ops), then give

@@ -16,6 +16,12 @@ def array(ctx: Any, x: Any, i: int) -> np.ndarray:
     return x
 
 
+def as_array(x: Any) -> np.ndarray:
+    """A kernel result as an ndarray: numpy ufuncs return scalars (``np.float64``) for 0-d inputs,
+    and a scalar blob would be refused by the next op. Example: ``as_array(np.tanh(np.array(0.5)))``."""
+    return x if isinstance(x, np.ndarray) else np.asarray(x)
+
+
 def float_array(ctx: Any, x: Any, i: int) -> np.ndarray:
     """``x`` if it is a floating-point numpy array."""
     x = array(ctx, x, i)
@@ -49,7 +55,8 @@ def broadcast_shape(ctx: Any, a: np.ndarray, b: np.ndarray) -> tuple[int, ...]:
 def flatten_2d(x: np.ndarray, axis: int) -> np.ndarray:
     """View ``x`` as 2-D: dims before ``axis`` become rows, the rest columns (Caffe2's rule)."""
     rows = int(np.prod(x.shape[:axis], dtype=np.int64))
-    return x.reshape(rows, -1) if x.size or rows else x.reshape(0, 0)
+    cols = int(np.prod(x.shape[axis:], dtype=np.int64))
+    return x.reshape(rows, cols)  # explicit cols: an empty batch [0, K] keeps its K
 
 
 def axis_of(ctx: Any, x: np.ndarray, axis: int, name: str = "axis") -> int:

@@ -25,7 +25,7 @@ import numpy as np
 from asyncnet.core.defs import OperatorDef
 from asyncnet.core.registry import Arg, register_gradient, register_op
 from asyncnet.errors import NetDefinitionError
-from asyncnet.ops._check import axis_of, flatten_2d, float_array, same_dtype
+from asyncnet.ops._check import as_array, axis_of, flatten_2d, float_array, same_dtype
 
 GradOut = list[str | None]
 MakerResult = tuple[list[OperatorDef], list[str | None]]
@@ -53,7 +53,8 @@ def reduce_to_shape(x: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     lead = x.ndim - len(shape)
     if lead < 0:
         raise ValueError(f"cannot reduce shape {x.shape} to the larger rank shape {shape}")
-    y = x.sum(axis=tuple(range(lead))) if lead else x
+    y = np.sum(x, axis=tuple(range(lead)), keepdims=False) if lead else x
+    y = as_array(y)  # a sum over every axis is a numpy scalar
     axes = tuple(i for i, d in enumerate(shape) if d == 1 and y.shape[i] != 1)
     y = y.sum(axis=axes, keepdims=True) if axes else y
     if y.shape != tuple(shape):
@@ -69,7 +70,7 @@ def sum_reduce_like(ctx: Any, x: Any, like: Any) -> np.ndarray:
     shape = like.shape if hasattr(like, "shape") else np.shape(like)
     y = reduce_to_shape(x, tuple(shape))
     s = ctx.args["scale"]
-    return y * x.dtype.type(s) if s != 1.0 else (y.copy() if y is x else y)
+    return as_array(y * x.dtype.type(s)) if s != 1.0 else (y.copy() if y is x else as_array(y))
 
 
 # -- Add, Sub: C = A + B, C = A - B;  dA = reduce(dC), dB = +-reduce(dC) ---------------------
@@ -183,7 +184,7 @@ def relu_gradient(ctx: Any, y: Any, dy: Any) -> np.ndarray:
              doc="Gradient of Sigmoid from its output: dX = dY * Y * (1 - Y).")
 def sigmoid_gradient(ctx: Any, y: Any, dy: Any) -> np.ndarray:
     y, dy = _pair(ctx, y, dy)
-    return dy * y * (1 - y)
+    return as_array(dy * y * (1 - y))
 
 
 # -- Tanh: Y = tanh(X);  dX = dY * (1 - Y^2) -------------------------------------------------
@@ -191,7 +192,7 @@ def sigmoid_gradient(ctx: Any, y: Any, dy: Any) -> np.ndarray:
              doc="Gradient of Tanh from its output: dX = dY * (1 - Y^2).")
 def tanh_gradient(ctx: Any, y: Any, dy: Any) -> np.ndarray:
     y, dy = _pair(ctx, y, dy)
-    return dy * (1 - y * y)
+    return as_array(dy * (1 - y * y))
 
 
 # -- Softmax: Y = softmax(X) per row;  dX = Y * (dY - sum_row(dY * Y)) -----------------------

@@ -12,7 +12,7 @@ from typing import Any, Callable
 import numpy as np
 
 from asyncnet.core.registry import Arg, register_op
-from asyncnet.ops._check import array, broadcast_shape, float_array, ndim, same_dtype
+from asyncnet.ops._check import array, as_array, broadcast_shape, float_array, ndim, same_dtype
 
 
 def _binary(op_type: str, fn: Callable[[np.ndarray, np.ndarray], np.ndarray], doc: str) -> None:
@@ -22,7 +22,7 @@ def _binary(op_type: str, fn: Callable[[np.ndarray, np.ndarray], np.ndarray], do
         a, b = array(ctx, a, 0), array(ctx, b, 1)
         same_dtype(ctx, [a, b])
         broadcast_shape(ctx, a, b)
-        return fn(a, b)
+        return as_array(fn(a, b))
 
     kernel.__name__ = op_type.lower()
 
@@ -40,8 +40,22 @@ def div(ctx: Any, a: Any, b: Any) -> np.ndarray:
     if a.dtype.kind in "iu":
         if np.any(b == 0):
             raise ZeroDivisionError("integer division by zero")
-        return (np.trunc(a / b)).astype(a.dtype)
-    return np.divide(a, b)
+        return as_array(_trunc_divide(a, b))
+    return as_array(np.divide(a, b))
+
+
+def _trunc_divide(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Integer division rounding toward zero, exact for every int64 (no float round trip); the
+    one overflow, INT_MIN / -1, wraps to INT_MIN as in two's complement.
+
+    >>> _trunc_divide(np.array([7, -7, 2**62 + 1]), np.array([2, 2, 1]))
+    array([                  3,                  -3, 4611686018427387905])
+    """
+    with np.errstate(over="ignore", divide="ignore"):
+        q = np.floor_divide(a, b)
+        if a.dtype.kind == "i":  # floor differs from trunc when the signs differ and it is inexact
+            q = q + ((np.remainder(a, b) != 0) & ((a < 0) != (b < 0))).astype(q.dtype)
+    return q
 
 
 @register_op("Sum", inputs=(1, None), outputs=1, allow_inplace={0: 0}, doc="Elementwise sum of one or more inputs of the same shape and dtype.")
@@ -61,7 +75,13 @@ def sum_(ctx: Any, *xs: Any) -> np.ndarray:
              doc="Y = scale * X, keeping X's dtype.")
 def scale(ctx: Any, x: Any) -> np.ndarray:
     x = array(ctx, x, 0)
-    return (x * x.dtype.type(ctx.args["scale"])) if x.dtype.kind == "f" else (x * ctx.args["scale"]).astype(x.dtype)
+    s = ctx.args["scale"]
+    if x.dtype.kind == "f":
+        return as_array(x * x.dtype.type(s))
+    if x.dtype.kind in "iu" and float(s).is_integer() and abs(s) < 2**63:
+        # exact (wrapping) integer product: a float round trip loses int64 values above 2**53
+        return as_array(x * np.array(int(s)).astype(x.dtype))
+    return as_array(x * s).astype(x.dtype)
 
 
 @register_op("Copy", inputs=1, outputs=1, devices=("cpu", "cuda"), doc="Y = a copy of X (arrays are copied; other objects passed through).")

@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from asyncnet.core.registry import Arg, register_op
-from asyncnet.ops._check import axis_of, flatten_2d, float_array, same_dtype
+from asyncnet.ops._check import as_array, axis_of, flatten_2d, float_array, same_dtype
 
 
 @register_op("FC", inputs=3, outputs=1, args=[Arg("axis", int, 1, "X is flattened to 2-D from this axis")],
@@ -33,7 +33,7 @@ def _activation(op_type: str, doc: str):  # type: ignore[no-untyped-def]
 @_activation("Relu", "Y = max(X, 0).")
 def relu(ctx: Any, x: Any) -> np.ndarray:
     x = float_array(ctx, x, 0)
-    return np.maximum(x, x.dtype.type(0))
+    return as_array(np.maximum(x, x.dtype.type(0)))
 
 
 @_activation("Sigmoid", "Y = 1 / (1 + exp(-X)), computed without overflow.")
@@ -45,7 +45,7 @@ def sigmoid(ctx: Any, x: Any) -> np.ndarray:
 
 @_activation("Tanh", "Y = tanh(X).")
 def tanh(ctx: Any, x: Any) -> np.ndarray:
-    return np.tanh(float_array(ctx, x, 0))
+    return as_array(np.tanh(float_array(ctx, x, 0)))
 
 
 @register_op("Softmax", inputs=1, outputs=1, allow_inplace={0: 0}, args=[Arg("axis", int, 1, "X is flattened to 2-D from this axis; softmax runs over the columns")],

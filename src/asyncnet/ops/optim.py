@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from asyncnet.core.registry import Arg, register_op
-from asyncnet.ops._check import array, float_array
+from asyncnet.ops._check import array, as_array, float_array
 
 _WEIGHT_DECAY = Arg("weight_decay", float, 0.0, "L2 penalty: the gradient used is g + weight_decay * param")
 
@@ -80,7 +80,7 @@ def weighted_sum(ctx: Any, *inputs: Any) -> np.ndarray:
         out = _writable(ctx, inputs[0], 0)
         np.copyto(out, total)
         return out
-    return total
+    return as_array(total)  # 0-d inputs give a numpy scalar
 
 
 # -- SGD: param -= lr * (grad + wd * param) --------------------------------------------------
