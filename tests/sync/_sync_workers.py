@@ -93,3 +93,35 @@ def one_stuck_forever(sync):
     if sync.worker_id == 1:
         time.sleep(3600)
     sync.sync_gradients(np.ones(4))
+
+
+class NeedsTwoArgs(Exception):
+    """Pickles (as ``cls(*args)``) but cannot be rebuilt: ``__init__`` takes other arguments."""
+
+    def __init__(self, a, b):
+        super().__init__(f"{a}+{b}")
+
+
+def raises_unrebuildable(sync):
+    raise NeedsTwoArgs(1, 2)
+
+
+def leaves_a_thread_running(sync):
+    import threading
+
+    threading.Thread(target=time.sleep, args=(60,)).start()  # non-daemon: the child cannot exit
+    return sync.worker_id
+
+
+class UnloadableFn:
+    """Pickles in the parent but fails to unpickle in the child."""
+
+    def __reduce__(self):
+        return (UnloadableFn, (1, 2))
+
+    def __call__(self, sync):
+        return 0
+
+
+def sum_of(data, sync):
+    return float(data.sum())

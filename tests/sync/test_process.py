@@ -10,18 +10,24 @@ import _sync_workers as W
 from asyncnet.errors import SyncAbortedError, SyncMismatchError
 from asyncnet.sync import ProcessGradientSync, WorkerDiedError, run_parallel_workers
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.timeout(60), pytest.mark.usefixtures("no_leaked_segments")]
 
 
-def our_segments():
-    return {n for n in os.listdir("/dev/shm") if n.startswith("asyncnet_sync_")}
+def test_leak_check_ignores_other_runs_but_catches_ours(recorder):
+    """A segment of another test run (same prefix family) is not ours; an unclosed group is."""
+    from asyncnet.sync._shm import open_segment, unlink_segment
 
-
-@pytest.fixture(autouse=True)
-def no_leaked_segments():
-    before = our_segments()
-    yield
-    assert our_segments() - before == set(), "shared-memory segments leaked"
+    foreign = open_segment("asyncnet_sync_0000000000_ctl", create=True, size=64)
+    try:
+        syncs = ProcessGradientSync.new_workers(1, timeout=5)
+        syncs[0].sync_gradients(np.ones(2))
+        assert f"{syncs[0]._prefix}_ctl" in recorder.leaked()
+        assert "asyncnet_sync_0000000000_ctl" not in recorder.leaked()
+        ProcessGradientSync.close_group(syncs)
+        assert recorder.leaked() == []
+    finally:
+        foreign.close()
+        unlink_segment("asyncnet_sync_0000000000_ctl")
 
 
 def expected_rounds(n, rounds=3, size=1000):
@@ -93,12 +99,12 @@ def test_worker_that_never_comes_times_out():
     assert results[2][0] == "timeout"  # the late arrival errors too
 
 
-def test_handles_outside_the_runner_and_close_group():
+def test_handles_outside_the_runner_and_close_group(recorder):
     syncs = ProcessGradientSync.new_workers(1, timeout=5)
     g = np.array([1.0, 2.0])
     syncs[0].sync_gradients(g)
     assert g.tolist() == [1.0, 2.0]
-    assert our_segments()
+    assert recorder.leaked()
     ProcessGradientSync.close_group(syncs)
     with pytest.raises(ValueError):
         ProcessGradientSync.new_workers(0)

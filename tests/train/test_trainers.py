@@ -3,7 +3,6 @@ and stop flag, and nothing left running."""
 
 from __future__ import annotations
 
-import os
 import threading
 
 import numpy as np
@@ -15,11 +14,6 @@ from asyncnet.train.model import MLP
 from asyncnet.train.trainers import TrainConfig, train
 
 QUICK = dict(epochs=4, seed=0)
-
-
-def _shm() -> set[str]:
-    """Our shared parameter segments (other segments may belong to tests running beside us)."""
-    return {n for n in os.listdir("/dev/shm") if n.startswith("asyncnet_hw_")}
 
 
 def _reference_accuracy(params: dict[str, np.ndarray], cfg: TrainConfig) -> float:
@@ -37,8 +31,8 @@ def _reference_accuracy(params: dict[str, np.ndarray], cfg: TrainConfig) -> floa
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("mode,backend", [("local", "threads"), ("sync", "threads"), ("hogwild", "threads"),
                                           ("sync", "processes"), ("hogwild", "processes")])
-def test_every_mode_learns_the_digits(mode: str, backend: str) -> None:
-    shm_before, threads_before = _shm(), threading.active_count()
+def test_every_mode_learns_the_digits(mode: str, backend: str, created_segments) -> None:
+    threads_before = set(threading.enumerate())
     cfg = TrainConfig(mode=mode, backend=backend, workers=2, **QUICK)
     result = train(cfg)
     h = result.history
@@ -48,8 +42,10 @@ def test_every_mode_learns_the_digits(mode: str, backend: str) -> None:
     # the reported figure is what the parameters really do, checked with numpy
     assert abs(_reference_accuracy(result.params, cfg) - h.final.test_accuracy) < 1e-6  # one sample is 1/359
     assert result.trace_events and any(e.get("name") == "FC" for e in result.trace_events)
-    assert _shm() == shm_before
-    assert threading.active_count() <= threads_before
+    assert created_segments.leaked() == []
+    if backend == "processes":
+        assert created_segments.names or created_segments.prefixes  # the check saw this run's segments
+    assert [t for t in threading.enumerate() if t not in threads_before] == []
 
 
 @pytest.mark.timeout(60)

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import Any, Protocol, runtime_checkable
 
+import numpy as np
+
 from asyncnet.sync._bucket import as_list, is_torch_tensor
 
 __all__ = ["GradientSync", "LocalGradientSync"]
@@ -71,6 +73,9 @@ class LocalGradientSync:
         for i, g in enumerate(as_list(grads)):
             if not (hasattr(g, "dtype") and hasattr(g, "shape")) and not is_torch_tensor(g):
                 raise TypeError(f"gradient {i}: expected a numpy array or torch tensor, got {type(g).__name__}")
+            floating = g.is_floating_point() if is_torch_tensor(g) else np.dtype(g.dtype).kind == "f"
+            if not floating:  # as every other backend: an integer "gradient" is a caller's bug
+                raise TypeError(f"gradient {i}: expected a floating-point dtype, got {g.dtype}")
 
     def broadcast(self, tensors: Any, root: int = 0) -> None:
         if root != 0:

@@ -35,10 +35,14 @@ import itertools
 import multiprocessing as mp
 import os
 import secrets
+import shutil
+import tempfile
 import time
 import traceback
+import warnings
 import weakref
 from multiprocessing.connection import wait as mp_wait
+from multiprocessing.reduction import ForkingPickler
 from typing import Any, Callable
 
 import numpy as np
@@ -272,7 +276,11 @@ class ProcessGradientSync:
 
     def _bind(self) -> RoundEngine:
         if self._engine is None:
-            self._ctl_seg = open_segment(f"{self._prefix}_ctl")
+            try:
+                self._ctl_seg = open_segment(f"{self._prefix}_ctl")
+            except FileNotFoundError:
+                raise SyncError(f"worker {self._id}: the group {self._prefix} was closed "
+                                "(close_group ran); create a new one with new_workers") from None
             self._control = Control(self._n, self._ctl_seg.buf)
             self._control.ints[self._control.w(self._id, W_PID)] = os.getpid()
             self._engine = RoundEngine(
@@ -369,10 +377,51 @@ class ProcessGradientSync:
 # -- running workers in processes ---------------------------------------------------------------
 
 
-def _child_main(fn: Callable[[Any], Any], sync: ProcessGradientSync, conn: Any) -> None:
+class _Payload:
+    """``fn``, carried to a child beside the spawn pipe rather than through it.
+
+    ``Process.start()`` (spawn) writes the whole pickled process object into a pipe while it
+    still holds that pipe's read end itself. A child that dies before reading it all (it fails
+    importing the main module, e.g. a script without ``if __name__ == "__main__":``) leaves the
+    parent blocked in that write forever once the data outgrows the pipe buffer (64 KiB), and a
+    ``partial`` holding a dataset easily does. So ``fn`` is pickled while the process starts
+    (the spawning context is set, so locks and connections pickle as usual) into a file, and
+    the child loads it from there, inside its error handling.
+    """
+
+    def __init__(self, fn: Callable[[Any], Any], path: str):
+        self.fn = fn
+        self.path = path
+
+    def __reduce__(self) -> tuple:
+        with open(self.path, "wb") as f:
+            f.write(ForkingPickler.dumps(self.fn))
+        return (_PayloadRef, (self.path,))
+
+
+class _PayloadRef:
+    """The child's side of :class:`_Payload`: :meth:`load` reads ``fn`` and removes the file."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def load(self) -> Callable[[Any], Any]:
+        try:
+            with open(self.path, "rb") as f:
+                data = f.read()
+        finally:
+            try:
+                os.unlink(self.path)
+            except OSError:
+                pass
+        return ForkingPickler.loads(data)
+
+
+def _child_main(payload: _PayloadRef, sync: ProcessGradientSync, conn: Any) -> None:
     try:
         sync._bind()
         try:
+            fn = payload.load()
             result = fn(sync)
         except BaseException as exc:  # noqa: BLE001 - shipped to the parent
             tb = traceback.format_exc()
@@ -412,10 +461,13 @@ def run_process_workers(n: int, fn: Callable[[Any], Any], timeout: float | None)
     seq = itertools.count()
     procs: list[Any] = []
     conns: list[Any] = []
+    payload_dir = tempfile.mkdtemp(prefix="asyncnet_fn_")
     try:
         for i in range(n):
             r, w = ctx.Pipe(duplex=False)
-            p = ctx.Process(target=_child_main, args=(fn, syncs[i], w), name=f"asyncnet-sync-worker-{i}", daemon=True)
+            payload = _Payload(fn, os.path.join(payload_dir, f"worker{i}.pickle"))
+            p = ctx.Process(target=_child_main, args=(payload, syncs[i], w), name=f"asyncnet-sync-worker-{i}",
+                            daemon=True)
             p.start()
             w.close()
             procs.append(p)
@@ -430,28 +482,44 @@ def run_process_workers(n: int, fn: Callable[[Any], Any], timeout: float | None)
         _reap(procs)
         for c in conns:
             c.close()
+        shutil.rmtree(payload_dir, ignore_errors=True)
         ProcessGradientSync.close_group(syncs)
     if errors:
         raise attach_errors(errors)
     return results
 
 
+_EXIT_GRACE = 10.0  # seconds a worker may take to exit after it sent its result
+
+
 def _supervise(procs, conns, group: _Group, results, errors, seq, grace: float) -> None:
     """Collect results; abort the group at the first error or early exit.
 
     Like a nursery cancelling its children: workers still running ``grace`` seconds after the
-    first failure (stuck outside any sync call, where the abort cannot reach them) are terminated.
+    first failure (stuck outside any sync call, where the abort cannot reach them) are terminated,
+    and so is a worker still running ``_EXIT_GRACE`` seconds after it sent its result (something
+    in it, such as a non-daemon thread, keeps it from exiting); its result stands.
     """
-    done = [False] * len(procs)
+    n = len(procs)
+    done = [False] * n  # its message (result or error) arrived
+    closed = [False] * n  # its end of the pipe is closed: nothing more can come
+    done_at: dict[int, float] = {}
     terminated: set[int] = set()
     failed_at: float | None = None
 
     def take(i: int) -> None:
         try:
-            msg = conns[i].recv()
+            data = conns[i].recv_bytes()
         except (EOFError, OSError):
+            closed[i] = True
             return
-        done[i] = True
+        done[i] = closed[i] = True
+        done_at[i] = time.monotonic()
+        try:
+            msg = ForkingPickler.loads(data)
+        except Exception as exc:  # noqa: BLE001 - e.g. an exception class whose __init__ takes other args
+            msg = ("err", SyncError(f"worker {i}'s result or error could not be unpickled in the parent: "
+                                    f"{type(exc).__name__}: {exc}"), "")
         if msg[0] == "ok":
             results[i] = msg[1]
         else:
@@ -462,25 +530,31 @@ def _supervise(procs, conns, group: _Group, results, errors, seq, grace: float) 
             errors[i] = (next(seq), exc)
             group.abort(f"worker {i} raised {type(exc).__name__}: {exc}")
 
-    alive = set(range(len(procs)))
+    alive = set(range(n))
     while alive:
+        now = time.monotonic()
         if errors and failed_at is None:
-            failed_at = time.monotonic()
-        if failed_at is not None and time.monotonic() - failed_at > grace:
-            for i in alive - terminated:
+            failed_at = now
+        for i in alive - terminated:
+            stuck_after_failure = failed_at is not None and now - failed_at > grace
+            stuck_after_result = done[i] and now - done_at[i] > _EXIT_GRACE
+            if stuck_after_failure or stuck_after_result:
+                if stuck_after_result and not stuck_after_failure:
+                    warnings.warn(f"worker {i} sent its result but was still running {_EXIT_GRACE:g} s later "
+                                  "(a non-daemon thread?); it was terminated", RuntimeWarning, stacklevel=4)
                 procs[i].terminate()
                 terminated.add(i)
         waitables = {procs[i].sentinel: i for i in alive}
-        waitables.update({conns[i]: i for i in alive if not done[i]})
+        waitables.update({conns[i]: i for i in alive if not closed[i]})
         for obj in mp_wait(list(waitables), timeout=0.5):
             i = waitables[obj]
             if obj is conns[i]:
-                if not done[i]:
+                if not closed[i]:
                     take(i)
                 continue
             if i not in alive:
                 continue
-            if not done[i] and conns[i].poll():
+            if not closed[i] and conns[i].poll():
                 take(i)
             procs[i].join()
             alive.discard(i)
@@ -489,7 +563,13 @@ def _supervise(procs, conns, group: _Group, results, errors, seq, grace: float) 
                     f"worker {i} was terminated: still running {grace:g} s after a peer failed"))
             elif not done[i]:
                 code = procs[i].exitcode
-                exc = WorkerDiedError(f"worker {i} (pid {procs[i].pid}) died with exit code {code} before returning")
+                hint = ""
+                if code == 1:  # an uncaught exception outside fn: the child failed at start-up
+                    hint = (" (it failed at start-up, see its traceback on stderr: fn and its module must be "
+                            "importable in a fresh process, and a script must guard its entry point with "
+                            "if __name__ == '__main__':)")
+                exc = WorkerDiedError(f"worker {i} (pid {procs[i].pid}) died with exit code {code} before "
+                                      f"returning{hint}")
                 errors[i] = (next(seq), exc)
                 group.abort(str(exc))
 
