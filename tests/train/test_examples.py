@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from _torchrun import run_torchrun
 
 pytest.importorskip("torch")
 
@@ -30,6 +31,5 @@ def test_torchrun_example() -> None:
         port = s.getsockname()[1]
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
            "--master-port", str(port), str(EXAMPLES / "torch_torchrun.py")]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=80)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    proc = run_torchrun(cmd, "test accuracy")
     assert proc.stdout.count("test accuracy") == 2, proc.stdout + proc.stderr[-2000:]

@@ -1,0 +1,32 @@
+"""Run a 2-rank torchrun job in a subprocess, tolerating one known torch teardown crash.
+
+torch 2.13 with gloo: about 1 run in 15 on a loaded 2-core machine, a rank that has finished
+its work, printed its result and destroyed its process group aborts during interpreter
+finalization ("terminate called without an active exception", SIGABRT, no Python frame; see
+pytorch/pytorch PR 179291 on gloo threads at finalization). That is a crash after the job
+succeeded, inside torch; anything else (a non-zero exit before the results, a Python error,
+wrong results, a hang) still fails the test.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import warnings
+
+TEARDOWN_ABORT = "terminate called without an active exception"
+
+
+def run_torchrun(cmd: list[str], done_marker: str, ranks: int = 2, timeout: float = 80, **kw) -> subprocess.CompletedProcess:
+    """Run ``cmd``; require exit 0, or the teardown abort after every rank printed ``done_marker``."""
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, **kw)
+    out = proc.stdout + proc.stderr
+    if proc.returncode != 0:
+        teardown_only = TEARDOWN_ABORT in proc.stderr and "(SIGABRT)" in proc.stderr and "Traceback (most recent call last)" not in _rank_output(proc.stderr)
+        assert teardown_only and out.count(done_marker) >= ranks, proc.stdout[-2000:] + proc.stderr[-3000:]
+        warnings.warn(f"torchrun job succeeded but a rank aborted in torch teardown: {TEARDOWN_ABORT!r}")
+    return proc
+
+
+def _rank_output(stderr: str) -> str:
+    """The ranks' own stderr: what precedes the launcher's report of the failure."""
+    return stderr.split("Traceback (most recent call last)", 1)[0] if "ChildFailedError" in stderr else stderr
