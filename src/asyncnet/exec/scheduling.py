@@ -10,7 +10,13 @@ a chain of small ops costs barely more than the simple executor.
 A run starts every root chain (no parents). When a chain ends, each child whose parents have
 all ended becomes *ready*. The thread that ended the chain keeps one ready child and runs it
 next (a continuation: no queue, no wake-up), and hands the others to the pool of their device
-through a per-run ready queue. A worker woken by a pool token drains that queue until it is
+through a per-run ready queue, except *cheap* ones: a chain whose last run took less than
+:data:`HANDOFF_MIN` seconds is kept too and run by this thread after the others. Waking another
+thread costs tens of microseconds of latency, and two threads running Python bounce the GIL
+at every kernel call that releases it; a branch of a few small ops (an Accuracy beside the
+backward pass) ran about twice as slow handed off as run in line. A chain not yet measured
+counts as costly, so the first run hands everything out. Roots follow the same rule: only
+costly roots get pool tokens beyond the one a run needs when the caller does not help. A worker woken by a pool token drains that queue until it is
 empty, continuing through children the same way. ``net.run()`` without a timeout lets the
 caller's thread take part: it takes root chains itself instead of sleeping, and counts as one
 of the ``num_workers`` when the roots are handed out.
@@ -32,6 +38,13 @@ Static, computed once when the net is created and never changed afterwards::
     roots           list[int]             chains with no parents, in op order
     chain_pool      list[int]             index into ``pools`` of each chain's device pool
     pools           list[WorkerPool]      one leased pool per device key
+
+Learned across runs (plain list writes, atomic under the GIL; a stale value costs only speed)::
+
+    chain_last      list[float]           seconds the chain's last complete run took (inf: unknown)
+    chain_cost      list[float]           the smaller of its last two (a preempted run is no sign)
+    runs            int                   runs started; costs are measured in runs 1, 2 and every
+                                          MEASURE_EVERY-th (two clock reads per chain otherwise saved)
 
 Per run (a :class:`_Run`, reset by copying ``num_parents``)::
 
@@ -63,6 +76,7 @@ from __future__ import annotations
 
 import threading
 import time
+import warnings
 import weakref
 from collections import deque
 from typing import Any, MutableMapping, Sequence
@@ -72,12 +86,14 @@ from asyncnet.core.netbase import NetBase, register_net_type
 from asyncnet.core.operator import Operator
 from asyncnet.errors import ExecutionError, NetDefinitionError
 from asyncnet.exec.graph import build_graph
-from asyncnet.exec.pools import PoolLease, acquire_pool, check_device, device_key
+from asyncnet.exec.pools import PoolLease, acquire_pool, activity, check_device, device_key
 
-__all__ = ["AsyncSchedulingNet", "AsyncRunHandle", "SETTLE_GRACE"]
+__all__ = ["AsyncSchedulingNet", "AsyncRunHandle", "SETTLE_GRACE", "HANDOFF_MIN"]
 
+HANDOFF_MIN = 100e-6  # seconds: chains that ran faster are not worth waking another thread for
+MEASURE_EVERY = 8  # runs: chain costs are measured in the first two runs and every 8th after
 SETTLE_GRACE = 1.0  # seconds wait() gives running ops to end after a failure or cancel
-CLOSE_TIMEOUT = 10.0  # seconds close() waits for the running ops of a cancelled run
+CLOSE_TIMEOUT = 10.0  # seconds close() waits for the running ops of a cancelled run and its pool threads
 
 _perf = time.perf_counter
 
@@ -86,7 +102,7 @@ class _Run:
     """The mutable state of one run (see the module docstring)."""
 
     __slots__ = ("net", "waiting", "ready", "left", "stop", "cancelled", "errors", "lock",
-                 "decided", "ended", "record")
+                 "decided", "ended", "record", "measure")
 
     def __init__(self, net: "AsyncSchedulingNet"):
         self.net = net
@@ -100,6 +116,8 @@ class _Run:
         self.decided = threading.Event()
         self.ended = threading.Event()
         self.record = net.recorder
+        net.runs += 1
+        self.measure = net.runs <= 2 or net.runs % MEASURE_EVERY == 0  # chain costs: sampled
 
 
 # -- the state machine, one step per function ------------------------------------------------
@@ -116,10 +134,12 @@ def start_run(net: "AsyncSchedulingNet", caller_helps: bool) -> _Run:
     for c in net.roots:
         run.ready[net.chain_pool[c]].append(c)
     helper = 1 if caller_helps else 0  # a helping caller counts as one worker of the first pool
+    cost = net.chain_cost
     try:
         for p, q in enumerate(run.ready):
             if q:
-                for _ in range(min(len(q), net.pools[p].size) - helper):
+                costly = sum(1 for c in q if cost[c] >= HANDOFF_MIN)  # cheap roots: one thread drains them
+                for _ in range(min(len(q), net.pools[p].size, max(costly, 1)) - helper):
                     net.pools[p].submit(drain, (run, p))
                 helper = 0
     except ExecutionError as exc:  # a pool shut down (net closing, interpreter exit): fail the run
@@ -157,23 +177,36 @@ def help_run(run: _Run) -> None:
 
 
 def execute(run: _Run, c: int, p: int) -> None:
-    """Run chain ``c``, then the ready children this thread keeps, until none is left."""
+    """Run chain ``c``, then the ready children this thread keeps, until none is left.
+
+    The op running is written to this thread's :class:`~asyncnet.exec.pools.Activity`, so a
+    thread stuck in an op can be reported by name when its pool is shut down.
+    """
     net = run.net
     chain_ops, blobs = net.chain_ops, net.blobs
+    cost, last = net.chain_cost, net.chain_last
+    act = activity()
     todo = [c]
     while todo:
         c = todo.pop()
         if not run.stop:
+            start = _perf() if run.measure else 0.0
             try:
                 if run.record is None:
                     for op in chain_ops[c]:
                         if run.stop:
                             break
+                        act.op = op
                         op.run(blobs)
                 else:
-                    run_recorded(run, chain_ops[c], blobs)
+                    run_recorded(run, chain_ops[c], blobs, act)
+                if run.measure and not run.stop:  # a chain cut short says nothing about its cost
+                    took = _perf() - start
+                    cost[c] = min(took, last[c])  # one slow run (preempted) does not make it costly
+                    last[c] = took
             except BaseException as exc:  # noqa: BLE001 - recorded, raised by wait()
                 fail(run, exc)
+            act.op = None
         newly = complete(run, c)
         if newly:
             if run.stop:
@@ -182,12 +215,13 @@ def execute(run: _Run, c: int, p: int) -> None:
                 todo.extend(hand_out(run, newly, p))
 
 
-def run_recorded(run: _Run, ops: Sequence[Operator], blobs: MutableMapping[str, Any]) -> None:
+def run_recorded(run: _Run, ops: Sequence[Operator], blobs: MutableMapping[str, Any], act: Any) -> None:
     """The chain loop with a timing record per op (profiling on)."""
     record = run.record
     for op in ops:
         if run.stop:
             break
+        act.op = op
         start = _perf()
         try:
             op.run(blobs)
@@ -218,17 +252,24 @@ def complete(run: _Run, c: int) -> list[int] | None:
 
 
 def hand_out(run: _Run, newly: list[int], p: int) -> list[int]:
-    """Keep one ready chain (preferring this thread's pool), queue the rest with pool tokens.
+    """Keep one ready chain (preferring this thread's pool) and the cheap ones of this pool;
+    queue the rest with pool tokens.
 
-    Returns the chains this thread runs next: the kept one, plus any a closed pool refused.
+    Returns the chains this thread runs next, the last one first: the kept one, the cheap
+    ones, and any a closed pool refused.
     """
     pools = run.net.chain_pool
     keep = next((k for k in newly if pools[k] == p), newly[0])
     mine = [keep]
     if len(newly) > 1:
+        cost = run.net.chain_cost
         counts: dict[int, int] = {}
         for k in newly:
-            if k != keep:
+            if k == keep:
+                continue
+            if pools[k] == p and cost[k] < HANDOFF_MIN:
+                mine.append(k)
+            else:
                 run.ready[pools[k]].append(k)
                 counts[pools[k]] = counts.get(pools[k], 0) + 1
         for q, n in counts.items():
@@ -347,6 +388,9 @@ class AsyncSchedulingNet(NetBase):
         self.chain_ops: list[list[Operator]] = [[ops[i] for i in ch] for ch in graph.chains]
         self.chain_children: list[list[int]] = graph.chain_children
         self.num_parents: list[int] = [len(ps) for ps in graph.chain_parents]
+        self.chain_cost: list[float] = [float("inf")] * len(graph.chains)
+        self.chain_last: list[float] = [float("inf")] * len(graph.chains)
+        self.runs = 0
         self.roots: list[int] = graph.roots()
         self.closed = False
         self._current: _Run | None = None
@@ -392,15 +436,29 @@ class AsyncSchedulingNet(NetBase):
         return run is not None and cancel_run(run)
 
     def close(self, timeout: float = CLOSE_TIMEOUT) -> None:
-        """Cancel a run in flight (waiting up to ``timeout`` s for its running ops), then give
-        back the pools (the last net using a shared pool joins its threads)."""
+        """Cancel a run in flight, then give back the pools (the last net using a shared pool
+        joins its threads), within ``timeout`` s in total (plus up to 1 s for the joins when the
+        run used it all). Ops still running then are reported with a RuntimeWarning naming
+        them and left behind (see :mod:`asyncnet.exec.pools`)."""
         self.closed = True
+        deadline = _perf() + timeout
         run = self._current
+        stuck = False
         if run is not None and not run.ended.is_set():
             cancel_run(run)
-            run.ended.wait(timeout)
+            if not run.ended.wait(timeout):
+                stuck = True
+                warnings.warn(f"asyncnet: net {self.name!r} closed with op(s) still running after {timeout:g} s; "
+                              f"left behind: {'; '.join(self._running()) or 'unknown'}", RuntimeWarning, stacklevel=2)
         self._current = None
-        self._finalizer()
+        if self._finalizer.detach() is not None:
+            _release_all(self._leases, max(1.0, deadline - _perf()), warn=not stuck)
+
+    def _running(self) -> list[str]:
+        """The ops of this net pool threads are running now, described."""
+        mine = {id(op) for op in self.operators}
+        seen = {id(a): a for pool in self.pools for a in pool.running()}
+        return [a.describe() for a in seen.values() if a.op is not None and id(a.op) in mine]
 
     @property
     def num_chains(self) -> int:
@@ -421,9 +479,10 @@ def _check_placements(ops: Sequence[Operator]) -> None:
                                              f"ops[{op.index}]") from None
 
 
-def _release_all(leases: list[PoolLease]) -> None:
+def _release_all(leases: list[PoolLease], timeout: float = CLOSE_TIMEOUT, warn: bool = True) -> None:
+    deadline = _perf() + timeout
     for lease in leases:
-        lease.release()
+        lease.release(max(0.5, deadline - _perf()), warn)  # a floor: just-stopped threads need a moment
 
 
 register_net_type(("async_scheduling", "dag", "async_dag"), AsyncSchedulingNet)
