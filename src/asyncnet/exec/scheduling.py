@@ -16,8 +16,10 @@ thread costs tens of microseconds of latency, and two threads running Python bou
 at every kernel call that releases it; a branch of a few small ops (an Accuracy beside the
 backward pass) ran about twice as slow handed off as run in line. A chain not yet measured
 counts as costly, so the first run hands everything out. Roots follow the same rule: only
-costly roots get pool tokens beyond the one a run needs when the caller does not help. A worker woken by a pool token drains that queue until it is
-empty, continuing through children the same way. ``net.run()`` without a timeout lets the
+costly roots get pool tokens beyond the one a run needs when the caller does not help.
+
+A worker woken by a pool token drains the ready queue until it is empty, continuing through
+children the same way. ``net.run()`` without a timeout lets the
 caller's thread take part: it takes root chains itself instead of sleeping, and counts as one
 of the ``num_workers`` when the roots are handed out.
 
