@@ -82,17 +82,22 @@ def _threads_rate(make: Callable[[], tuple[Callable[[], Any], Callable[[], None]
     """fetch_adds per second with ``threads`` threads each doing ``n`` on one shared counter."""
     inc, cleanup = make()
     try:
-        start = threading.Barrier(threads + 1, timeout=60)
-        workers = [threading.Thread(target=lambda: (start.wait(), _loop(inc, n))) for _ in range(threads)]
-        for w in workers:
-            w.start()
-        start.wait()
-        t0 = time.perf_counter()
-        for w in workers:
-            w.join()
-        return threads * n / (time.perf_counter() - t0)
+        return threads * n / _run_together([lambda: _loop(inc, n)] * threads)
     finally:
         cleanup()
+
+
+def _run_together(bodies: list[Callable[[], Any]]) -> float:
+    """Run each body on its own thread, all released at once; seconds until the last ends."""
+    start = threading.Barrier(len(bodies) + 1, timeout=60)
+    workers = [threading.Thread(target=lambda b=b: (start.wait(), b())) for b in bodies]
+    for w in workers:
+        w.start()
+    start.wait()
+    t0 = time.perf_counter()
+    for w in workers:
+        w.join()
+    return time.perf_counter() - t0
 
 
 # -- processes ---------------------------------------------------------------------------------------
@@ -168,15 +173,7 @@ def _op_rate(threads: int, n: int) -> float:
             net = an.Net(f"fetch_add_{i}")
             net.AtomicFetchAdd(["mutex", "value", "one"], ["value", f"fetched_{i}"])
             names.append(ws.create_net(net).name)
-        start = threading.Barrier(threads + 1, timeout=60)
-        workers = [threading.Thread(target=lambda nm=nm: (start.wait(), ws.run_net(nm, num_iter=n))) for nm in names]
-        for w in workers:
-            w.start()
-        start.wait()
-        t0 = time.perf_counter()
-        for w in workers:
-            w.join()
-        rate = threads * n / (time.perf_counter() - t0)
+        rate = threads * n / _run_together([lambda nm=nm: ws.run_net(nm, num_iter=n) for nm in names])
         if int(ws.fetch("value")) != threads * n:
             raise RuntimeError("AtomicFetchAdd lost an update")
         return rate
