@@ -109,6 +109,12 @@ def _rng(ctx: Any) -> np.random.Generator:
              args=[*_SHAPE_ARGS, Arg("value", (float, int, bool), 0.0, "fill value"),
                    Arg("dtype", str, "float32", "output dtype", choices=sorted(DTYPES))])
 def constant_fill(ctx: Any, *inputs: Any) -> np.ndarray:
+    a = ctx.args
+    if (len(inputs) == 1 and type(inputs[0]) is np.ndarray and not a["input_as_shape"] and not a["extra_shape"]
+            and not a["library"] and ctx.device.device_type == "cpu"):  # a host array shaped like a host input
+        value = np.empty(inputs[0].shape, DTYPES[a["dtype"]])
+        np.copyto(value, a["value"], casting="unsafe")  # np.full's own two steps
+        return value
     return _out(ctx, inputs, np.full(_shape(ctx, inputs), ctx.args["value"], dtype=DTYPES[ctx.args["dtype"]]))
 
 

@@ -25,7 +25,7 @@ from asyncnet.core.defs import OperatorDef
 from asyncnet.core.registry import Arg, register_gradient, register_op
 from asyncnet.errors import NetDefinitionError
 from asyncnet.ops import grad as _grad  # also registers the gradient ops the makers below emit
-from asyncnet.ops._check import array, float_array, same_dtype
+from asyncnet.ops._check import FLOAT_DTYPES, array, float_array, same_dtype
 from asyncnet.ops.math import CPU_CUDA
 from asyncnet.tensor.namespace import namespace
 
@@ -79,6 +79,8 @@ _ONLY_LOSS = Arg("only_loss", bool, False, "the softmax output is read by nothin
              outputs_doc=("softmax P [N, D]", "loss (0-d)"), args=[_ONLY_LOSS],
              doc="Softmax of the logits and the mean cross-entropy against integer labels (log-sum-exp, no overflow).")
 def softmax_with_loss(ctx: Any, x: Any, label: Any) -> tuple[np.ndarray, np.ndarray]:
+    if _plain(x, label):
+        return _softmax_with_loss_np(x, label)
     x = _matrix(ctx, x, 0)
     xp = namespace(ctx, x, label)
     n, d = x.shape
@@ -94,11 +96,43 @@ def softmax_with_loss(ctx: Any, x: Any, label: Any) -> tuple[np.ndarray, np.ndar
     return xp.exp(log_p), xp.scalar_like(loss, x)
 
 
+_nd = np.ndarray
+_FLOATS = frozenset(np.dtype(t) for t in (np.float32, np.float64))
+_UNSIGNED = {np.dtype(np.int32): np.uint32, np.dtype(np.int64): np.uint64}
+
+
+def _plain(x: Any, label: Any) -> bool:
+    """numpy logits [N, D] (N > 0, float32/64) and int32/int64 labels [N] all in [0, D): the
+    short path of the loss ops (the general path's math, without its per-step overhead). The
+    range check is one reduction: a negative id viewed as unsigned is above every D."""
+    return (type(x) is _nd and type(label) is _nd and x.ndim == 2 and x.dtype in _FLOATS and label.dtype in _UNSIGNED
+            and label.shape == x.shape[:1] and x.shape[0] > 0
+            and bool(np.maximum.reduce(label.view(_UNSIGNED[label.dtype])) < x.shape[1]))
+
+
+def _softmax_with_loss_np(x: np.ndarray, label: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The general numpy math in place where it can be (same bits): log_p = z - log(sum(exp(z)))
+    with z = x - rowmax, P = exp(log_p), loss = -mean(log_p[i, label_i])."""
+    n = x.shape[0]
+    z = x - np.maximum.reduce(x, axis=1, keepdims=True)
+    e = np.exp(z)
+    z -= np.log(np.add.reduce(e, axis=1, keepdims=True))  # z is now log_p
+    picked = z[np.arange(n), label]
+    loss = -(np.add.reduce(picked) / n)  # ndarray.mean's own steps for a float32/64 array
+    return np.exp(z, out=e), np.asarray(loss, dtype=x.dtype)
+
+
 @register_op("SoftmaxWithLossGradient", inputs=3, outputs=1, devices=CPU_CUDA, inputs_doc=("softmax P", "label", "dloss"), outputs_doc=("dX",),
              args=[_ONLY_LOSS],
              doc="Gradient of SoftmaxWithLoss: dX = (P - onehot(label)) * dloss / N; with only_loss it is computed in "
                  "P's array (Caffe2's dX->ShareData(P)), so P is overwritten.")
 def softmax_with_loss_gradient(ctx: Any, p: Any, label: Any, dloss: Any) -> np.ndarray:
+    if _plain(p, label) and type(dloss) is _nd and dloss.size == 1 and dloss.dtype.type in FLOAT_DTYPES:
+        n = p.shape[0]
+        dx = p if ctx.args["only_loss"] else p.copy()
+        dx[np.arange(n), label] -= 1
+        dx *= p.dtype.type(dloss.reshape(())) / n
+        return dx
     p = _matrix(ctx, p, 0)
     xp = namespace(ctx, p, label, dloss)
     n, d = p.shape
@@ -215,6 +249,13 @@ def _squared_l2_grad(op: OperatorDef, gout: list[str | None]) -> tuple[list[Oper
              doc="Fraction of rows whose label scores among the top_k predictions (ties go to the lower index; "
                  "a NaN ranks above every number, and a NaN at the label counts the row as wrong).")
 def accuracy(ctx: Any, pred: Any, label: Any) -> np.ndarray:
+    if ctx.args["top_k"] == 1 and _plain(pred, label):
+        # the first maximum is the prediction (ties go to the lower index, NaN ranks above every
+        # number, as numpy's argmax does); a NaN at the label is wrong even when it is the first NaN
+        n = pred.shape[0]
+        at_label = pred[np.arange(n), label]
+        correct = np.count_nonzero((np.argmax(pred, axis=1) == label) & (at_label == at_label))
+        return np.asarray(correct / n, dtype=np.float32)
     pred = _matrix(ctx, pred, 0)
     xp = namespace(ctx, pred, label)
     n, d = pred.shape
