@@ -110,6 +110,20 @@ def _plain(x: Any, label: Any) -> bool:
             and bool(np.maximum.reduce(label.view(_UNSIGNED[label.dtype])) < x.shape[1]))
 
 
+_ARANGE: dict[int, np.ndarray] = {}
+
+
+def _arange(n: int) -> np.ndarray:
+    """``np.arange(n)``, read-only and kept for the next batch of the same size (a few distinct sizes at most)."""
+    rows = _ARANGE.get(n)
+    if rows is None:
+        rows = np.arange(n)
+        rows.flags.writeable = False
+        if len(_ARANGE) < 64:
+            _ARANGE[n] = rows
+    return rows
+
+
 def _softmax_with_loss_np(x: np.ndarray, label: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The general numpy math in place where it can be (same bits): log_p = z - log(sum(exp(z)))
     with z = x - rowmax, P = exp(log_p), loss = -mean(log_p[i, label_i])."""
@@ -117,7 +131,7 @@ def _softmax_with_loss_np(x: np.ndarray, label: np.ndarray) -> tuple[np.ndarray,
     z = x - np.maximum.reduce(x, axis=1, keepdims=True)
     e = np.exp(z)
     z -= np.log(np.add.reduce(e, axis=1, keepdims=True))  # z is now log_p
-    picked = z[np.arange(n), label]
+    picked = z[_arange(n), label]
     loss = -(np.add.reduce(picked) / n)  # ndarray.mean's own steps for a float32/64 array
     return np.exp(z, out=e), np.asarray(loss, dtype=x.dtype)
 
@@ -130,7 +144,7 @@ def softmax_with_loss_gradient(ctx: Any, p: Any, label: Any, dloss: Any) -> np.n
     if _plain(p, label) and type(dloss) is _nd and dloss.size == 1 and dloss.dtype.type in FLOAT_DTYPES:
         n = p.shape[0]
         dx = p if ctx.args["only_loss"] else p.copy()
-        dx[np.arange(n), label] -= 1
+        dx[_arange(n), label] -= 1
         dx *= p.dtype.type(dloss.reshape(())) / n
         return dx
     p = _matrix(ctx, p, 0)
@@ -253,7 +267,7 @@ def accuracy(ctx: Any, pred: Any, label: Any) -> np.ndarray:
         # the first maximum is the prediction (ties go to the lower index, NaN ranks above every
         # number, as numpy's argmax does); a NaN at the label is wrong even when it is the first NaN
         n = pred.shape[0]
-        at_label = pred[np.arange(n), label]
+        at_label = pred[_arange(n), label]
         correct = np.count_nonzero((np.argmax(pred, axis=1) == label) & (at_label == at_label))
         return np.asarray(correct / n, dtype=np.float32)
     pred = _matrix(ctx, pred, 0)
