@@ -72,7 +72,7 @@ def compile_ops(operators: Sequence[Operator]) -> Callable[[MutableMapping[str, 
         >>> compile_ops([]).__name__
         'run'
     """
-    lines = ["def run(blobs, fns, ctxs):", "    i = -1", "    try:"]
+    lines = ["def run(blobs, fns, ctxs):", "    i = -1", "    try:", "        pass"]
     for k, op in enumerate(operators):
         call = f"fns[{k}](ctxs[{k}]" + "".join(f", blobs[{n!r}]" for n in op.inputs) + ")"
         lines.append(f"        i = {k}")

@@ -36,7 +36,7 @@ LOG_THRESHOLD = 1e-20  # probabilities are clamped here before the log, as Caffe
 def _labels(ctx: Any, label: Any, i: int, n: int, d: int) -> np.ndarray:
     """``label`` as a 1-D int array of n class ids in [0, d)."""
     label = array(ctx, label, i)
-    if not (label.dtype.type in _INT_IDS if type(label) is np.ndarray else str(label.dtype) in ("torch.int32", "torch.int64")):
+    if not (label.dtype.type in _INT_IDS if isinstance(label, np.ndarray) else str(label.dtype) in ("torch.int32", "torch.int64")):
         raise TypeError(f"expected int32 or int64 class ids in input {i} {ctx.op.inputs[i]!r}, got dtype {label.dtype}")
     if label.shape not in ((n,), (n, 1)):
         raise ValueError(f"expected labels of shape ({n},) or ({n}, 1) in input {i} {ctx.op.inputs[i]!r}, got {label.shape}")
@@ -79,8 +79,12 @@ _ONLY_LOSS = Arg("only_loss", bool, False, "the softmax output is read by nothin
              outputs_doc=("softmax P [N, D]", "loss (0-d)"), args=[_ONLY_LOSS],
              doc="Softmax of the logits and the mean cross-entropy against integer labels (log-sum-exp, no overflow).")
 def softmax_with_loss(ctx: Any, x: Any, label: Any) -> tuple[np.ndarray, np.ndarray]:
-    if _plain(x, label):
-        return _softmax_with_loss_np(x, label)
+    index = _plain(x, label)
+    if index is not None:
+        try:
+            return _softmax_with_loss_np(x, index)
+        except IndexError:
+            pass  # an id out of range: the general path says which
     x = _matrix(ctx, x, 0)
     xp = namespace(ctx, x, label)
     n, d = x.shape
@@ -98,16 +102,23 @@ def softmax_with_loss(ctx: Any, x: Any, label: Any) -> tuple[np.ndarray, np.ndar
 
 _nd = np.ndarray
 _FLOATS = frozenset(np.dtype(t) for t in (np.float32, np.float64))
-_UNSIGNED = {np.dtype(np.int32): np.uint32, np.dtype(np.int64): np.uint64}
+_INT32, _INT64 = np.dtype(np.int32), np.dtype(np.int64)
 
 
-def _plain(x: Any, label: Any) -> bool:
-    """numpy logits [N, D] (N > 0, float32/64) and int32/int64 labels [N] all in [0, D): the
-    short path of the loss ops (the general path's math, without its per-step overhead). The
-    range check is one reduction: a negative id viewed as unsigned is above every D."""
-    return (type(x) is _nd and type(label) is _nd and x.ndim == 2 and x.dtype in _FLOATS and label.dtype in _UNSIGNED
-            and label.shape == x.shape[:1] and x.shape[0] > 0
-            and bool(np.maximum.reduce(label.view(_UNSIGNED[label.dtype])) < x.shape[1]))
+def _plain(x: Any, label: Any) -> np.ndarray | None:
+    """For numpy logits [N, D] (N > 0, float32/64) and int32/int64 labels [N]: the labels as a
+    column index for the short path of the loss ops (the general path's math without its per-step
+    overhead), else None. An id outside [0, D) makes that indexing raise IndexError (the kernel
+    then takes the general path, whose message names it): int32 ids are viewed as uint32, so a
+    negative one is above every D; int64 ids (a view could wrap) are range-checked in one reduction."""
+    if not (type(x) is _nd and type(label) is _nd and x.ndim == 2 and x.dtype in _FLOATS
+            and label.shape == x.shape[:1] and x.shape[0] > 0):
+        return None
+    if label.dtype is _INT32:
+        return label.view(np.uint32)
+    if label.dtype is _INT64 and np.maximum.reduce(label.view(np.uint64)) < x.shape[1]:
+        return label
+    return None
 
 
 _ARANGE: dict[int, np.ndarray] = {}
@@ -141,12 +152,17 @@ def _softmax_with_loss_np(x: np.ndarray, label: np.ndarray) -> tuple[np.ndarray,
              doc="Gradient of SoftmaxWithLoss: dX = (P - onehot(label)) * dloss / N; with only_loss it is computed in "
                  "P's array (Caffe2's dX->ShareData(P)), so P is overwritten.")
 def softmax_with_loss_gradient(ctx: Any, p: Any, label: Any, dloss: Any) -> np.ndarray:
-    if _plain(p, label) and type(dloss) is _nd and dloss.size == 1 and dloss.dtype.type in FLOAT_DTYPES:
+    index = _plain(p, label)
+    if index is not None and type(dloss) is _nd and dloss.size == 1 and dloss.dtype.type in FLOAT_DTYPES:
         n = p.shape[0]
         dx = p if ctx.args["only_loss"] else p.copy()
-        dx[_arange(n), label] -= 1
-        dx *= p.dtype.type(dloss.reshape(())) / n
-        return dx
+        try:
+            dx[_arange(n), index] -= 1  # an id out of range raises in the read, before any write
+        except IndexError:
+            pass  # the general path says which
+        else:
+            dx *= p.dtype.type(dloss.reshape(())) / n
+            return dx
     p = _matrix(ctx, p, 0)
     xp = namespace(ctx, p, label, dloss)
     n, d = p.shape
@@ -263,13 +279,18 @@ def _squared_l2_grad(op: OperatorDef, gout: list[str | None]) -> tuple[list[Oper
              doc="Fraction of rows whose label scores among the top_k predictions (ties go to the lower index; "
                  "a NaN ranks above every number, and a NaN at the label counts the row as wrong).")
 def accuracy(ctx: Any, pred: Any, label: Any) -> np.ndarray:
-    if ctx.args["top_k"] == 1 and _plain(pred, label):
+    index = _plain(pred, label) if ctx.args["top_k"] == 1 else None
+    if index is not None:
         # the first maximum is the prediction (ties go to the lower index, NaN ranks above every
         # number, as numpy's argmax does); a NaN at the label is wrong even when it is the first NaN
         n = pred.shape[0]
-        at_label = pred[_arange(n), label]
-        correct = np.count_nonzero((np.argmax(pred, axis=1) == label) & (at_label == at_label))
-        return np.asarray(correct / n, dtype=np.float32)
+        try:
+            at_label = pred[_arange(n), index]
+        except IndexError:
+            pass  # an id out of range: the general path says which
+        else:
+            correct = np.count_nonzero((np.argmax(pred, axis=1) == label) & (at_label == at_label))
+            return np.asarray(correct / n, dtype=np.float32)
     pred = _matrix(ctx, pred, 0)
     xp = namespace(ctx, pred, label)
     n, d = pred.shape
