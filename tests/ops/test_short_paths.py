@@ -141,3 +141,47 @@ def test_learning_rate_constant_fill_and_iter_short_paths_match_the_general_ones
         ws.feed("iter", np.array([np.iinfo(np.int64).max], np.int64))
         with pytest.raises(an.OperatorError, match="Overflow"):
             ws.run_net_once(net)
+
+
+# -- torch CPU tensors: fused native calls, numpy's values within float tolerance -------------
+@settings(max_examples=30, deadline=None)
+@given(fc_case(), loss_case())
+def test_torch_short_paths_give_numpy_values(fc, loss):
+    torch = pytest.importorskip("torch")
+    t = torch.from_numpy
+    x, w, b, dy = (np.nan_to_num(a, posinf=7.0, neginf=-7.0) for a in fc)
+    tol = dict(rtol=1e-5, atol=1e-4) if x.dtype == np.float32 else dict(rtol=1e-12, atol=1e-10)
+    np.testing.assert_allclose(run("FC", [t(x), t(w), t(b)]).numpy(), run("FC", [x, w, b]), **tol)
+    for got, want in zip(run("FCGradient", [t(x), t(w), t(dy)], n_out=3), run("FCGradient", [x, w, dy], n_out=3)):
+        np.testing.assert_allclose(got.numpy(), want, **tol)
+    np.testing.assert_allclose(run("Relu", [t(x)]).numpy(), run("Relu", [x]))
+    logits, label, dloss = loss
+    logits = np.nan_to_num(logits)
+    label = label.astype(np.int32)
+    p, l = run("SoftmaxWithLoss", [t(logits), t(label)], n_out=2)
+    p_ref, l_ref = run("SoftmaxWithLoss", [logits, label], n_out=2)
+    np.testing.assert_allclose(p.numpy(), p_ref, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(l.numpy(), l_ref, rtol=1e-5, atol=1e-5)
+    assert l.dtype == p.dtype and l.shape == ()
+    dx = run("SoftmaxWithLossGradient", [p, t(label), t(dloss)])
+    np.testing.assert_allclose(dx.numpy(), run("SoftmaxWithLossGradient", [p_ref, label, dloss]), rtol=1e-5, atol=1e-6)
+    fill = run("ConstantFill", [l], value=1.0)
+    assert isinstance(fill, torch.Tensor) and fill.dtype == torch.float32 and fill.shape == () and float(fill) == 1.0
+
+
+def test_torch_short_paths_refuse_labels_out_of_range_and_update_shared_memory():
+    torch = pytest.importorskip("torch")
+    x = torch.full((3, 4), 0.25)
+    for bad in (-1, 4):
+        label = torch.tensor([0, bad, 1], dtype=torch.int32)
+        for op, inputs in (("SoftmaxWithLoss", [x, label]), ("SoftmaxWithLossGradient", [x, label, torch.tensor(1.0)])):
+            with pytest.raises(an.OperatorError, match=r"expected class ids in \[0, 4\) in input 1 'in1'"):
+                run(op, inputs, n_out=2 if op == "SoftmaxWithLoss" else 1)
+    assert bool((x == 0.25).all())
+    w = np.ones((2, 3), np.float32)
+    with an.Workspace() as ws:  # a torch view of a numpy array (Hogwild's shared parameters)
+        ws.feed("w", torch.from_numpy(w)); ws.feed("g", torch.full((2, 3), 2.0)); ws.feed("lr", np.array(0.25, np.float32))
+        net = an.Net("n")
+        net.SGD(["w", "g", "lr"], "w")
+        ws.run_net_once(net)
+    assert w.tolist() == [[0.5] * 3] * 2

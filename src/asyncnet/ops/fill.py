@@ -26,13 +26,14 @@ torch net.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import numpy as np
 
 from asyncnet.core.registry import Arg, register_op
 from asyncnet.ops._check import array
-from asyncnet.tensor.namespace import is_torch, to_numpy
+from asyncnet.tensor.namespace import cpu_tensors, is_torch, to_numpy
 from asyncnet.tensor.place import device_name, place, place_like
 
 DTYPES = {"float32": np.float32, "float64": np.float64, "float16": np.float16, "int32": np.int32,
@@ -115,6 +116,10 @@ def constant_fill(ctx: Any, *inputs: Any) -> np.ndarray:
         value = np.empty(inputs[0].shape, DTYPES[a["dtype"]])
         np.copyto(value, a["value"], casting="unsafe")  # np.full's own two steps
         return value
+    if (len(inputs) == 1 and cpu_tensors(inputs[0]) and a["dtype"] in FLOAT_NAMES and not a["input_as_shape"]
+            and not a["extra_shape"] and not a["library"] and ctx.device.device_type == "cpu"):
+        torch = sys.modules["torch"]  # a tensor exists: torch is imported
+        return torch.full(tuple(inputs[0].shape), float(a["value"]), dtype=getattr(torch, a["dtype"]))
     return _out(ctx, inputs, np.full(_shape(ctx, inputs), ctx.args["value"], dtype=DTYPES[ctx.args["dtype"]]))
 
 

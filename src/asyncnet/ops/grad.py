@@ -28,7 +28,7 @@ from asyncnet.core.registry import Arg, register_gradient, register_op
 from asyncnet.errors import NetDefinitionError
 from asyncnet.ops._check import as_array, axis_of, flatten_2d, float_array, same_dtype
 from asyncnet.ops.math import CPU_CUDA, legacy_axis, legacy_shape, matmul_operands
-from asyncnet.ops.nn import _ZERO, _nd, fc_shapes, plain_fc
+from asyncnet.ops.nn import _ZERO, _nd, fc_shapes, plain_fc, plain_fc_torch
 from asyncnet.tensor.namespace import namespace
 
 GradOut = list[str | None]
@@ -224,6 +224,9 @@ def fc_gradient(ctx: Any, x: Any, w: Any, dy: Any) -> tuple[np.ndarray, ...]:
     if plain_fc(ctx, x, w, dy, 2):  # the general path's math without its reshapes
         dw, db = dy.T @ x, np.add.reduce(dy, axis=0)
         return (dw, db) if len(ctx.op.outputs) == 2 else (dw, db, dy @ w)
+    if plain_fc_torch(ctx, x, w, dy, 2):
+        dw, db = dy.t().mm(x), dy.sum(0)
+        return (dw, db) if len(ctx.op.outputs) == 2 else (dw, db, dy.mm(w))
     return _fc_gradient(ctx, x, w, dy, transposed=False)
 
 

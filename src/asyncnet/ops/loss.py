@@ -27,7 +27,7 @@ from asyncnet.errors import NetDefinitionError
 from asyncnet.ops import grad as _grad  # also registers the gradient ops the makers below emit
 from asyncnet.ops._check import FLOAT_DTYPES, array, float_array, same_dtype
 from asyncnet.ops.math import CPU_CUDA
-from asyncnet.tensor.namespace import namespace
+from asyncnet.tensor.namespace import cpu_tensors, namespace, torch_namespace
 
 _INT_IDS = (np.int32, np.int64)
 LOG_THRESHOLD = 1e-20  # probabilities are clamped here before the log, as Caffe2 does
@@ -85,6 +85,14 @@ def softmax_with_loss(ctx: Any, x: Any, label: Any) -> tuple[np.ndarray, np.ndar
             return _softmax_with_loss_np(x, index)
         except IndexError:
             pass  # an id out of range: the general path says which
+    elif _plain_torch(x, label):
+        log_p = x.log_softmax(1)
+        try:  # nll_loss refuses an id out of range (int32 ids never equal the ignore_index)
+            loss = torch_namespace().lib.nn.functional.nll_loss(log_p, label.long(), ignore_index=_NEVER)
+        except (IndexError, RuntimeError):
+            pass  # the general path says which
+        else:
+            return log_p.exp(), loss
     x = _matrix(ctx, x, 0)
     xp = namespace(ctx, x, label)
     n, d = x.shape
@@ -119,6 +127,29 @@ def _plain(x: Any, label: Any) -> np.ndarray | None:
     if label.dtype is _INT64 and np.maximum.reduce(label.view(np.uint64)) < x.shape[1]:
         return label
     return None
+
+
+_NEVER = -(2**62)
+
+
+def _plain_torch(x: Any, label: Any) -> bool:
+    """torch CPU logits [N, D] (N > 0, float32/64) and int32 labels [N]: the torch short path."""
+    return (cpu_tensors(x, label) and x.dim() == 2 and label.dim() == 1 and str(label.dtype) == "torch.int32"
+            and str(x.dtype) in ("torch.float32", "torch.float64") and x.shape[0] == label.shape[0] and x.shape[0] > 0)
+
+
+_MINUS_ONES: dict[Any, Any] = {}
+
+
+def _minus_ones(n: int, like: Any) -> Any:
+    """A [n, 1] column of -1 in ``like``'s dtype (CPU), kept for the next batch; kernels only read it."""
+    key = (n, like.dtype)
+    col = _MINUS_ONES.get(key)
+    if col is None:
+        col = torch_namespace().lib.full((n, 1), -1, dtype=like.dtype)
+        if len(_MINUS_ONES) < 64:
+            _MINUS_ONES[key] = col
+    return col
 
 
 _ARANGE: dict[int, np.ndarray] = {}
@@ -163,6 +194,16 @@ def softmax_with_loss_gradient(ctx: Any, p: Any, label: Any, dloss: Any) -> np.n
         else:
             dx *= p.dtype.type(dloss.reshape(())) / n
             return dx
+    elif (not ctx.args["only_loss"] and _plain_torch(p, label) and cpu_tensors(dloss) and dloss.numel() == 1
+          and dloss.is_floating_point()):
+        n = p.shape[0]
+        dx = p.clone()
+        try:  # scatter_add_ refuses an id out of range (in the clone: P is untouched)
+            dx.scatter_add_(1, label.long().view(n, 1), _minus_ones(n, p))
+        except RuntimeError:
+            pass  # the general path says which
+        else:
+            return dx.mul_(float(dloss) / n)
     p = _matrix(ctx, p, 0)
     xp = namespace(ctx, p, label, dloss)
     n, d = p.shape

@@ -10,7 +10,7 @@ import numpy as np
 from asyncnet.core.registry import Arg, register_op
 from asyncnet.ops._check import as_array, axis_of, flatten_2d, float_array, same_dtype
 from asyncnet.ops.math import CPU_CUDA, canonical_axis
-from asyncnet.tensor.namespace import namespace
+from asyncnet.tensor.namespace import cpu_tensors, namespace
 
 
 def _fc_args(default_axis_w: int) -> list[Arg]:
@@ -45,6 +45,14 @@ def plain_fc(ctx: Any, x: Any, w: Any, v: Any, v_ndim: int) -> bool:
             and ctx.args["axis"] == 1 and ctx.args["axis_w"] == 1)
 
 
+def plain_fc_torch(ctx: Any, x: Any, w: Any, v: Any, v_ndim: int) -> bool:
+    """:func:`plain_fc` for torch CPU tensors (the kernels then call torch's fused addmm / mm)."""
+    return (cpu_tensors(x, w, v) and x.dim() == 2 and w.dim() == 2 and x.dtype is w.dtype is v.dtype
+            and x.is_floating_point() and x.shape[1] == w.shape[1] and v.dim() == v_ndim
+            and v.shape[-1] == w.shape[0] and (v_ndim == 1 or v.shape[0] == x.shape[0])
+            and ctx.args["axis"] == 1 and ctx.args["axis_w"] == 1)
+
+
 def _fc(ctx: Any, x: Any, w: Any, b: Any, transposed: bool) -> np.ndarray:
     x, w, b = float_array(ctx, x, 0), float_array(ctx, w, 1), float_array(ctx, b, 2)
     xp = namespace(ctx, x, w, b)
@@ -67,6 +75,8 @@ def fc(ctx: Any, x: Any, w: Any, b: Any) -> np.ndarray:
         y = x @ w.T
         y += b
         return y
+    if plain_fc_torch(ctx, x, w, b, 1):
+        return b.addmm(x, w.t())  # b + X W^T in one call (torch.nn.Linear's)
     return _fc(ctx, x, w, b, transposed=False)
 
 
@@ -85,6 +95,8 @@ def _activation(op_type: str, doc: str):  # type: ignore[no-untyped-def]
 def relu(ctx: Any, x: Any) -> np.ndarray:
     if type(x) is _nd and x.dtype in _ZERO:  # a 0 of X's dtype: numpy skips the Python-int conversion
         return as_array(np.maximum(x, _ZERO[x.dtype]))
+    if cpu_tensors(x) and x.is_floating_point():
+        return x.relu()
     x = float_array(ctx, x, 0)
     return as_array(namespace(ctx, x).maximum(x, 0))
 

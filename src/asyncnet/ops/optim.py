@@ -38,7 +38,7 @@ from asyncnet.core.registry import Arg, register_gradient, register_op
 from asyncnet.errors import NetDefinitionError
 from asyncnet.ops._check import FLOAT_DTYPES, array, as_array, float_array
 from asyncnet.ops.math import CPU_CUDA
-from asyncnet.tensor.namespace import namespace
+from asyncnet.tensor.namespace import cpu_tensors, namespace
 
 _nd = np.ndarray
 _WEIGHT_DECAY = Arg("weight_decay", float, 0.0, "L2 penalty: the gradient used is g + weight_decay * param")
@@ -153,6 +153,9 @@ def sgd(ctx: Any, param: Any, grad: Any, lr: Any) -> np.ndarray:
             and param.flags.writeable and ctx.args["weight_decay"] == 0.0):
         # the general path's two roundings (g * lr, then p - that), the product in a new array
         return np.subtract(param, np.multiply(grad, lr.item(0)), out=param)
+    if (cpu_tensors(param, grad) and param.dtype is grad.dtype and param.shape == grad.shape and param.is_floating_point()
+            and ctx.args["weight_decay"] == 0.0 and type(lr) is _nd and lr.size == 1):
+        return param.add_(grad, alpha=-lr.item(0))  # one fused in-place call (torch.optim.SGD's)
     p = _writable(ctx, param, 0)
     g = _decayed(_like(ctx, grad, 1, p, "a gradient"), p, ctx.args["weight_decay"])
     step = g * _scalar(ctx, lr, 2)

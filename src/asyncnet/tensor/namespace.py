@@ -43,13 +43,37 @@ import numpy as np
 
 _ndarray = np.ndarray
 
-__all__ = ["NUMPY", "namespace", "library_of", "device_of", "is_array", "is_torch", "to_numpy", "torch_namespace"]
+__all__ = ["NUMPY", "namespace", "library_of", "device_of", "is_array", "is_torch", "to_numpy", "torch_namespace",
+           "cpu_tensors"]
 
 
 def is_torch(x: Any) -> bool:
     """True for a torch tensor (without importing torch)."""
     torch = sys.modules.get("torch")
     return torch is not None and isinstance(x, torch.Tensor)
+
+
+_TENSOR: Any = None  # torch.Tensor once torch is imported
+
+
+def cpu_tensors(*xs: Any) -> bool:
+    """True when every ``x`` is a plain torch CPU tensor (type ``torch.Tensor``, no autograd):
+    the case the hot kernels' torch short paths take (fused native calls, no namespace dispatch).
+
+    >>> cpu_tensors(np.zeros(2))
+    False
+    """
+    global _TENSOR
+    t = _TENSOR
+    if t is None:
+        torch = sys.modules.get("torch")
+        if torch is None:
+            return False
+        t = _TENSOR = torch.Tensor
+    for x in xs:
+        if type(x) is not t or not x.is_cpu or x.requires_grad:
+            return False
+    return True
 
 
 def is_array(x: Any) -> bool:

@@ -303,6 +303,16 @@ def _tensor_placer(cfg: TrainConfig, ws: Any, blobs: list[str]) -> Any:
     return lambda a: torch.from_numpy(a).to(device, non_blocking=True)
 
 
+def _host_view(x: Any) -> np.ndarray:
+    """A blob as a numpy array to read at once: numpy arrays as they are, torch CPU tensors as a
+    view of their memory (no copy), others copied to the host."""
+    from asyncnet.tensor.namespace import cpu_tensors, to_numpy
+
+    if type(x) is np.ndarray:
+        return x
+    return x.numpy() if cpu_tensors(x) else to_numpy(x)
+
+
 class WorkerNets:
     """One worker's workspace, with its train and eval nets created.
 
@@ -355,14 +365,14 @@ class WorkerNets:
         for name, value in self._feeds(xb, yb).items():
             ws.feed(name, to(value))
         self.train_net.run()  # no timeout: this thread runs the chains itself; syncs have their own
-        return float(ws.fetch("loss", host=True)), self._accuracy(yb)
+        return float(ws.fetch("loss")), self._accuracy(yb)  # float() of a 0-d array or tensor, no host copy
 
     def _accuracy(self, y: np.ndarray) -> float:
         if self._binary:  # a click predicted when its probability is above one half
             return float(np.mean((self.ws.fetch("prob", host=True)[:, 0] > 0.5) == (y > 0)))
         # argmax takes the first of tied scores, as the Accuracy op does; the count over the
         # length is np.mean's value (an exact sum of 0s and 1s, one division) at a third of its cost
-        return np.count_nonzero(np.argmax(self.ws.fetch("softmax", host=True), axis=1) == y) / len(y)
+        return np.count_nonzero(np.argmax(_host_view(self.ws.fetch("softmax")), axis=1) == y) / len(y)
 
     def evaluate(self, x: np.ndarray, y: np.ndarray) -> tuple[float, float, float]:
         """(loss, accuracy, AUC) of the current parameters on ``x, y``; the AUC of a click model
