@@ -9,7 +9,7 @@ code in which every op is a single statement with its input and output blob name
 constants::
 
     i = 3
-    r = fns[3](ctxs[3], blobs['logits'], blobs['label'])
+    r = f3(c3, blobs['logits'], blobs['label'])
     if type(r) not in SEQUENCES or len(r) != 2: raise BadResult(3, r)
     blobs['softmax'], blobs['loss'] = r
 
@@ -21,8 +21,8 @@ State
 -----
 Static, computed once when the net is created::
 
-    _code     the compiled function run(blobs, fns, ctxs) -> None
-    _fns      list: each op's kernel;  _ctxs: each op's OpContext (as Operator holds them)
+    _code     the compiled function run(blobs) -> None; op k's kernel and OpContext (as its
+              Operator holds them) are the closure cells f{k} and c{k}
 
 Per run there is no state besides the local ``i`` (the index of the running op), which turns a
 failure into the same :class:`~asyncnet.OperatorError` the simple net raises: a missing input
@@ -64,31 +64,33 @@ class BadResult(Exception):
 SEQUENCES = (tuple, list)
 
 
-def compile_ops(operators: Sequence[Operator]) -> Callable[[MutableMapping[str, Any], list, list], None]:
-    """The function ``run(blobs, fns, ctxs)`` that runs ``operators`` in order as straight-line code.
+def compile_ops(operators: Sequence[Operator]) -> Callable[[MutableMapping[str, Any]], None]:
+    """The function ``run(blobs)`` that runs ``operators`` in order as straight-line code.
 
     Blob names enter the source only through ``repr`` (a str literal), so any name is safe.
 
         >>> compile_ops([]).__name__
         'run'
     """
-    lines = ["def run(blobs, fns, ctxs):", "    i = -1", "    try:", "        pass"]
-    for k, op in enumerate(operators):
-        call = f"fns[{k}](ctxs[{k}]" + "".join(f", blobs[{n!r}]" for n in op.inputs) + ")"
-        lines.append(f"        i = {k}")
+    n = len(operators)
+    bind = "".join(f"    f{k}, c{k} = fns[{k}], ctxs[{k}]\n" for k in range(n))
+    lines = ["def make(fns, ctxs):", bind, "    def run(blobs):", "        i = -1", "        try:", "            pass"]
+    for k, op in enumerate(operators):  # f{k}, c{k}: closure cells, cheaper to load than list items
+        call = f"f{k}(c{k}" + "".join(f", blobs[{b!r}]" for b in op.inputs) + ")"
+        lines.append(f"            i = {k}")
         if not op.outputs:
-            lines += [f"        r = {call}", f"        if r is not None: raise BadResult({k}, r)"]
+            lines += [f"            r = {call}", f"            if r is not None: raise BadResult({k}, r)"]
         elif len(op.outputs) == 1:
-            lines += [f"        r = {call}", f"        if r is None: raise BadResult({k}, r)",
-                      f"        blobs[{op.outputs[0]!r}] = r"]
+            lines += [f"            r = {call}", f"            if r is None: raise BadResult({k}, r)",
+                      f"            blobs[{op.outputs[0]!r}] = r"]
         else:
-            n = len(op.outputs)
-            lines += [f"        r = {call}", f"        if type(r) not in SEQUENCES or len(r) != {n}: raise BadResult({k}, r)",
-                      "        " + ", ".join(f"blobs[{o!r}]" for o in op.outputs) + " = r"]
-    lines += ["    except Exception as exc:", "        raise Failed(i, exc) from exc"]
+            lines += [f"            r = {call}",
+                      f"            if type(r) not in SEQUENCES or len(r) != {len(op.outputs)}: raise BadResult({k}, r)",
+                      "            " + ", ".join(f"blobs[{o!r}]" for o in op.outputs) + " = r"]
+    lines += ["        except Exception as exc:", "            raise Failed(i, exc) from exc", "    return run"]
     namespace: dict[str, Any] = {"BadResult": BadResult, "SEQUENCES": SEQUENCES, "Failed": Failed}
-    exec(compile("\n".join(lines), f"<straight net of {len(operators)} ops>", "exec"), namespace)  # noqa: S102
-    return namespace["run"]
+    exec(compile("\n".join(lines), f"<straight net of {n} ops>", "exec"), namespace)  # noqa: S102
+    return namespace["make"]([op.fn for op in operators], [op.ctx for op in operators])
 
 
 class Failed(Exception):
@@ -106,15 +108,13 @@ class StraightNet(SimpleNet):
     def __init__(self, net_def: NetDef, operators: Sequence[Operator], blobs: MutableMapping[str, Any]):
         super().__init__(net_def, operators, blobs)
         self._code = compile_ops(self.operators)
-        self._fns = [op.fn for op in self.operators]
-        self._ctxs = [op.ctx for op in self.operators]
 
     def run(self, timeout: float | None = None) -> None:
         if self.recorder is not None:
             return super().run(timeout)
         self._claim()
         try:
-            self._code(self.blobs, self._fns, self._ctxs)
+            self._code(self.blobs)
         except Failed as failed:
             err, cause = self._error(failed.index, failed.exc)
             raise err from cause

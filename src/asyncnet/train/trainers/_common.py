@@ -20,6 +20,7 @@ import numpy as np
 import asyncnet as an
 from asyncnet.errors import TrainConfigError, TrainingDivergedError
 from asyncnet.train.report import EpochMetrics
+from asyncnet.tensor.namespace import cpu_tensors, to_numpy
 
 __all__ = ["MODELS", "TrainConfig", "Resume", "WorkerResult", "WorkerNets", "MODES", "BACKENDS", "OPTIMIZERS", "LR_POLICIES", "DEFAULT_LR"]
 
@@ -306,8 +307,6 @@ def _tensor_placer(cfg: TrainConfig, ws: Any, blobs: list[str]) -> Any:
 def _host_view(x: Any) -> np.ndarray:
     """A blob as a numpy array to read at once: numpy arrays as they are, torch CPU tensors as a
     view of their memory (no copy), others copied to the host."""
-    from asyncnet.tensor.namespace import cpu_tensors, to_numpy
-
     if type(x) is np.ndarray:
         return x
     return x.numpy() if cpu_tensors(x) else to_numpy(x)
@@ -372,7 +371,7 @@ class WorkerNets:
             return float(np.mean((self.ws.fetch("prob", host=True)[:, 0] > 0.5) == (y > 0)))
         # argmax takes the first of tied scores, as the Accuracy op does; the count over the
         # length is np.mean's value (an exact sum of 0s and 1s, one division) at a third of its cost
-        return np.count_nonzero(np.argmax(_host_view(self.ws.fetch("softmax")), axis=1) == y) / len(y)
+        return np.count_nonzero(_host_view(self.ws.fetch("softmax")).argmax(axis=1) == y) / len(y)
 
     def evaluate(self, x: np.ndarray, y: np.ndarray) -> tuple[float, float, float]:
         """(loss, accuracy, AUC) of the current parameters on ``x, y``; the AUC of a click model
