@@ -41,6 +41,7 @@ from asyncnet.ops.math import CPU_CUDA
 from asyncnet.tensor.namespace import cpu_tensors, namespace
 
 _nd = np.ndarray
+_LR_DTYPES = {"float32": np.float32, "float64": np.float64}
 _WEIGHT_DECAY = Arg("weight_decay", float, 0.0, "L2 penalty: the gradient used is g + weight_decay * param")
 
 
@@ -293,7 +294,7 @@ def learning_rate(ctx: Any, it: Any) -> np.ndarray:
     if a["policy"] == "fixed" and type(it) is _nd and it.size == 1 and it.dtype.kind in "iu":
         if it.item(0) < 0:
             raise ValueError(f"expected a non-negative iteration count in {ctx.op.inputs[0]!r}, got {it.item(0)}")
-        return np.asarray(a["base_lr"], dtype=a["dtype"])
+        return np.array(a["base_lr"], dtype=_LR_DTYPES[a["dtype"]])
     t = int(_scalar(ctx, it, 0, "i"))
     if t < 0:
         raise ValueError(f"expected a non-negative iteration count in {ctx.op.inputs[0]!r}, got {t}")
