@@ -27,6 +27,11 @@ Rules every kernel keeps (so converting an op is mechanical):
   mixed dtypes are refused (no promotion), Python scalars take the array's dtype.
 - Where a library has no function (convolution, pooling, LSTM), the op's file holds one
   implementation per library beside each other, picked by ``xp.name``.
+- A hot kernel (the MLP's: FC, Relu, the softmax loss, SGD ...) may open with a *short path*:
+  one guard of type and shape tests for its common case (plain ``np.ndarray`` inputs, or
+  :func:`cpu_tensors`) that runs the general path's math without its dispatch and per-input
+  checks, the same bits on numpy; anything else, errors included, falls through to the general
+  path and its messages. ``tests/ops/test_short_paths.py`` holds each to the general path.
 
 torch is never imported here: a torch tensor can only exist once the user imported torch, so
 the dispatch looks it up in ``sys.modules``. numpy inputs take a fast path of one type check
