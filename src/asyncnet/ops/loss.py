@@ -192,7 +192,7 @@ def softmax_with_loss_gradient(ctx: Any, p: Any, label: Any, dloss: Any) -> np.n
         except IndexError:
             pass  # the general path says which
         else:
-            dx *= p.dtype.type(dloss.reshape(())) / n
+            dx *= p.dtype.type(dloss.item(0)) / n  # item: a Python float holds any float dtype's value exactly
             return dx
     elif (not ctx.args["only_loss"] and _plain_torch(p, label) and cpu_tensors(dloss) and dloss.numel() == 1
           and dloss.is_floating_point()):
