@@ -30,8 +30,10 @@ from typing import Any
 
 import numpy as np
 
-from asyncnet.core.registry import Arg, register_op
+from asyncnet.core.defs import OperatorDef
+from asyncnet.core.registry import Arg, register_no_gradient, register_op
 from asyncnet.ops._check import array
+from asyncnet.ops.logic import CAFFE2_DTYPES, cast_dtype
 from asyncnet.tensor.namespace import is_torch, to_numpy
 from asyncnet.tensor.place import device_name, place, place_like
 
@@ -105,11 +107,44 @@ def _rng(ctx: Any) -> np.random.Generator:
     return stream
 
 
-@register_op("ConstantFill", inputs=(0, 1), outputs=1, devices=("cpu", "cuda"), doc="Fill a tensor of `shape` with `value`.",
+def fill_dtype(dtype: str | int, value: Any = 0.0) -> np.dtype:
+    """The numpy dtype a fill's ``dtype`` arg names: a name of :data:`DTYPES`, a Caffe2 name
+    (``"FLOAT"``, any case) or TensorProto.DataType number; ``""`` infers it from ``value`` as
+    Caffe2's ConstantFill does (an int, or a bool, gives int64; a float gives float32).
+
+    >>> fill_dtype(""), fill_dtype("", 3), fill_dtype(10), fill_dtype("DOUBLE")
+    (dtype('float32'), dtype('int64'), dtype('int64'), dtype('float64'))
+    """
+    if dtype == "":
+        return np.dtype(np.int64 if isinstance(value, (int, np.integer, bool, np.bool_)) else np.float32)
+    if isinstance(dtype, str) and dtype in DTYPES:
+        return np.dtype(DTYPES[dtype])
+    try:
+        return cast_dtype(dtype)
+    except ValueError:
+        raise ValueError(f"dtype {dtype!r}: expected one of {sorted(DTYPES)}, a Caffe2 name such as 'FLOAT' or a "
+                         f"TensorProto.DataType number in {sorted(CAFFE2_DTYPES)}") from None
+
+
+_DTYPE_KEY = "_fill_dtype"  # the resolved dtype, cached in the op instance's own args dict
+
+
+def _validate_dtype(op: OperatorDef) -> None:
+    fill_dtype(op.args.get("dtype", ""), op.args.get("value", 0.0))
+
+
+@register_op("ConstantFill", inputs=(0, 1), outputs=1, devices=("cpu", "cuda"), validate=_validate_dtype,
+             doc="Fill a tensor of `shape` with `value`. Without `dtype` the value's type decides, as in "
+                 "Caffe2: an int (or bool) gives int64, a float float32.",
              args=[*_SHAPE_ARGS, Arg("value", (float, int, bool), 0.0, "fill value"),
-                   Arg("dtype", str, "float32", "output dtype", choices=sorted(DTYPES))])
+                   Arg("dtype", (str, int), "", "output dtype: a numpy name, a Caffe2 name or TensorProto.DataType "
+                       "number; empty: from `value`")])
 def constant_fill(ctx: Any, *inputs: Any) -> np.ndarray:
-    return _out(ctx, inputs, np.full(_shape(ctx, inputs), ctx.args["value"], dtype=DTYPES[ctx.args["dtype"]]))
+    a = ctx.args
+    dtype = a.get(_DTYPE_KEY)
+    if dtype is None:
+        dtype = a[_DTYPE_KEY] = fill_dtype(a["dtype"], a["value"])
+    return _out(ctx, inputs, np.full(_shape(ctx, inputs), a["value"], dtype=dtype))
 
 
 @register_op("GaussianFill", inputs=(0, 1), outputs=1, devices=("cpu", "cuda"), doc="Fill with samples of N(mean, std^2).",
@@ -142,3 +177,67 @@ def xavier_fill(ctx: Any, *inputs: Any) -> np.ndarray:
         raise ValueError(f"XavierFill needs a non-empty shape with shape[0] > 0, got {shape}")
     scale = np.sqrt(3.0 / (size / shape[0]))
     return _out(ctx, inputs, _rng(ctx).uniform(-scale, scale, shape).astype(DTYPES[ctx.args["dtype"]]))
+
+
+# -- GivenTensorFill and its typed variants: the tensor's values spelled out in the op ----------
+_GIVEN_TYPES = {  # op type -> (dtype, value item types)
+    "GivenTensorFill": (None, (float, int)),
+    "GivenTensorDoubleFill": (np.float64, (float, int)),
+    "GivenTensorBoolFill": (np.bool_, (bool, int)),
+    "GivenTensorInt16Fill": (np.int16, (int,)),
+    "GivenTensorIntFill": (np.int32, (int,)),
+    "GivenTensorInt64Fill": (np.int64, (int,)),
+}
+_VALUES_KEY = "_given_values"  # the values as an array, cached in the op instance's own args dict
+
+
+def _given_dtype(op_type: str, args: dict[str, Any]) -> np.dtype:
+    fixed, asked = _GIVEN_TYPES[op_type][0], args.get("dtype", "")
+    if fixed is None:
+        return fill_dtype(asked or "float32")
+    if asked not in ("", None) and fill_dtype(asked) != fixed:  # Caffe2 ignores it; a contradiction is refused here
+        raise ValueError(f"{op_type} fills {np.dtype(fixed).name}, but dtype={asked!r} asks for {fill_dtype(asked).name}")
+    return np.dtype(fixed)
+
+
+def _validate_given(op: OperatorDef) -> None:
+    dtype, items = _given_dtype(op.type, op.args), _GIVEN_TYPES[op.type][1]
+    values = op.args.get("values", [])
+    bad = next((v for v in values if not isinstance(v, items) or (op.type != "GivenTensorBoolFill" and isinstance(v, bool))), None)
+    if bad is not None:
+        raise ValueError(f"{op.type}: expected {' or '.join(t.__name__ for t in items)} values, got {bad!r}")
+    if dtype == np.bool_ and any(v not in (0, 1) for v in values):
+        raise ValueError(f"{op.type}: expected bool values (or 0/1), got {[v for v in values if v not in (0, 1)][:3]}")
+    if not op.inputs:
+        shape = op.args.get("shape", [])
+        size = int(np.prod(shape, dtype=np.int64))
+        if size != len(values):
+            raise ValueError(f"{op.type}: shape {list(shape)} holds {size} values, but `values` has {len(values)}")
+
+
+def _register_given(op_type: str) -> None:
+    fixed = _GIVEN_TYPES[op_type][0]
+    dtype_arg = Arg("dtype", (str, int), "float32" if fixed is None else "",
+                    "output dtype (a numpy name, Caffe2 name or TensorProto.DataType number)" if fixed is None else
+                    f"optional; if given it must name {np.dtype(fixed).name} (Caffe2 ignores it)")
+    what = "float32 unless `dtype` says" if fixed is None else np.dtype(fixed).name
+
+    @register_op(op_type, inputs=(0, 1), outputs=1, devices=("cpu", "cuda"), validate=_validate_given,
+                 args=[*_SHAPE_ARGS, Arg("values", list, Arg.REQUIRED, "the values, row-major (flattened)"), dtype_arg],
+                 doc=f"Fill a tensor of `shape` with the given `values` ({what}); its size must equal len(values).")
+    def given_tensor_fill(ctx: Any, *inputs: Any) -> np.ndarray:
+        a = ctx.args
+        values = a.get(_VALUES_KEY)
+        if values is None:
+            values = a[_VALUES_KEY] = np.asarray(a["values"], dtype=_given_dtype(op_type, a))
+        shape = _shape(ctx, inputs)
+        if values.size != int(np.prod(shape, dtype=np.int64)):
+            raise ValueError(f"shape {shape} holds {int(np.prod(shape, dtype=np.int64))} values, but `values` has {values.size}")
+        return _out(ctx, inputs, values.reshape(shape).copy())
+
+
+for _t in _GIVEN_TYPES:
+    _register_given(_t)
+
+# Caffe2's NO_GRADIENT: on the path to a loss a fill cuts the gradient (its input only gives a shape).
+register_no_gradient("ConstantFill", "GaussianFill", "UniformFill", "XavierFill", *_GIVEN_TYPES)
