@@ -179,3 +179,74 @@ def test_typed_given_fill_refuses_a_contradicting_dtype() -> None:
     assert run_fill("GivenTensorInt64Fill", shape=[1], values=[3], dtype=INT64).dtype == np.int64
     with pytest.raises(an.NetDefinitionError, match="fills int32, but dtype=1 asks for float32"):
         an.Net("bad").GivenTensorIntFill([], "Y", shape=[1], values=[3], dtype=FLOAT)
+
+
+# -- the other fills of Caffe2's filler_op.cc (tests after caffe2/python/operator_test/filler_ops_test.py)
+@pytest.mark.parametrize("shape", [[3, 3], [5, 5, 5], [7, 7, 7, 7], [3, 5], [5, 3]])
+def test_diagonal_fill_float_as_caffe2(shape: list[int]) -> None:
+    expect = np.zeros(shape)
+    np.fill_diagonal(expect, 2.5, wrap=True)  # Caffe2's test reference (wrap: its flat stride on tall 2-D)
+    y = run_fill("DiagonalFill", shape=shape, value=2.5)
+    assert y.dtype == np.float32
+    np.testing.assert_array_equal(y, expect)
+
+
+def test_diagonal_fill_int_and_bad_shapes() -> None:
+    y = run_fill("DiagonalFill", shape=[3, 3], dtype=INT32, value=2)
+    assert y.dtype == np.int32 and y.tolist() == [[2, 0, 0], [0, 2, 0], [0, 0, 2]]
+    for shape in ([3], [2, 2, 3]):
+        with pytest.raises(an.OperatorError, match="DiagonalFill"):
+            run_fill("DiagonalFill", shape=shape, value=1.0)
+
+
+@settings(max_examples=30, deadline=None)
+@given(lengths=st.lists(st.integers(0, 10), max_size=10))
+def test_lengths_range_fill_as_caffe2(lengths: list[int]) -> None:
+    y = run_fill("LengthsRangeFill", {"lengths": np.array(lengths, np.int32)})
+    assert y.dtype == np.int32
+    np.testing.assert_array_equal(y, [i for n in lengths for i in range(n)])
+
+
+@settings(max_examples=30, deadline=None)
+@given(shape=st.lists(st.integers(0, 20), min_size=1, max_size=3), a=st.integers(0, 100), b=st.integers(0, 100))
+def test_uniform_int_fill_blob_input_as_caffe2(shape: list[int], a: int, b: int) -> None:
+    y = run_fill("UniformIntFill", {"shape": np.array(shape, np.int64), "a": np.array(a, np.int32),
+                                    "b": np.array(b, np.int32)}, input_as_shape=True)
+    if b < a:
+        assert list(y.shape) == [0, *shape[1:]]
+    else:
+        assert list(y.shape) == shape and y.dtype == np.int32
+        assert ((y >= a) & (y <= b)).all()
+
+
+def test_uniform_int_fill_using_args_covers_both_ends() -> None:
+    y = run_fill("UniformIntFill", shape=[2 ** 3, 5], min=-100, max=100, seed=3)
+    assert y.shape == (8, 5) and y.min() >= -100 and y.max() <= 100 and y.min() != y.max()
+    z = run_fill("UniformIntFill", shape=[2000], min=0, max=1, seed=1)
+    assert set(np.unique(z).tolist()) == {0, 1}  # max is included, as Caffe2's uniform_int_distribution
+
+
+def test_uniform_fill_bounds_from_inputs_and_bad_arities() -> None:
+    y = run_fill("UniformFill", {"s": np.array([50], np.int64), "lo": np.array([2.0], np.float32),
+                                 "hi": np.array([3.0], np.float32)}, input_as_shape=True)
+    assert y.shape == (50,) and ((y >= 2.0) & (y < 3.0)).all()
+    with pytest.raises(an.NetDefinitionError, match="0 or 1 inputs"):
+        an.Net("bad").UniformFill(["s", "lo"], "Y", input_as_shape=True)
+    with pytest.raises(an.NetDefinitionError, match="cannot be set as well"):
+        an.Net("bad").UniformIntFill(["s", "lo", "hi"], "Y", input_as_shape=True, min=0)
+
+
+def test_msra_and_range_fill() -> None:
+    y = run_fill("MSRAFill", shape=[150, 50, 3], seed=0)
+    assert np.count_nonzero(y) > 0
+    assert abs(float(y.std()) - np.sqrt(2.0 / (150 * 3))) < 0.01  # fan_out = size / shape[1]
+    np.testing.assert_array_equal(run_fill("RangeFill", shape=[2, 3]), np.arange(6, dtype=np.float32).reshape(2, 3))
+    with pytest.raises(an.OperatorError, match="at least 2 dims"):
+        run_fill("MSRAFill", shape=[4])
+
+
+def test_shape_must_be_a_list_and_scalar_shape_is_allowed() -> None:
+    with pytest.raises(an.NetDefinitionError):
+        an.Net("bad").GaussianFill([], "out", shape=32, mean=0.0, std=1.0)  # Caffe2's test_shape_error
+    y = run_fill("ConstantFill", shape=[], value=2.0)
+    assert y.shape == () and y == 2.0
