@@ -250,3 +250,20 @@ def test_shape_must_be_a_list_and_scalar_shape_is_allowed() -> None:
         an.Net("bad").GaussianFill([], "out", shape=32, mean=0.0, std=1.0)  # Caffe2's test_shape_error
     y = run_fill("ConstantFill", shape=[], value=2.0)
     assert y.shape == () and y == 2.0
+
+
+def test_new_fills_and_stop_gradient_on_torch_give_the_numpy_values() -> None:
+    torch = pytest.importorskip("torch")
+    fills = {"GivenTensorFill": {"values": [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]}, "GivenTensorInt64Fill": {"values": list(range(6))},
+             "MSRAFill": {"seed": 2}, "UniformIntFill": {"min": -3, "max": 3, "seed": 2}, "RangeFill": {},
+             "DiagonalFill": {"value": 1.5}}
+    for op_type, args in fills.items():
+        a = run_fill(op_type, shape=[2, 3], **args)
+        b = run_fill(op_type, shape=[2, 3], library="torch", **args)
+        assert isinstance(b, torch.Tensor) and str(b.dtype).endswith(a.dtype.name), op_type
+        np.testing.assert_array_equal(b.numpy(), a, err_msg=op_type)
+    y = run_fill("LengthsRangeFill", {"lengths": torch.tensor([2, 0, 3], dtype=torch.int32)})
+    assert isinstance(y, torch.Tensor) and y.dtype == torch.int32 and y.tolist() == [0, 1, 0, 1, 2]
+    x = torch.arange(4.0)
+    y = run_fill("StopGradient", {"x": x})
+    assert isinstance(y, torch.Tensor) and torch.equal(y, x) and y.data_ptr() != x.data_ptr()

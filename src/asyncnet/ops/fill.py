@@ -257,15 +257,17 @@ def diagonal_fill(ctx: Any, *inputs: Any) -> np.ndarray:
 @register_op("LengthsRangeFill", inputs=1, outputs=1, devices=("cpu",),
              inputs_doc=("lengths: 1-D int32 or int64 segment lengths",), outputs_doc=("the ranges, int32",),
              doc="[4, 3, 1] -> [0, 1, 2, 3, 0, 1, 2, 0]: one range(0, length) per segment (Caffe2's).")
-def lengths_range_fill(ctx: Any, lengths: Any) -> np.ndarray:
-    lengths = to_numpy(array(ctx, lengths, 0))
+def lengths_range_fill(ctx: Any, lengths: Any) -> Any:
+    given = array(ctx, lengths, 0)
+    lengths = to_numpy(given)
     if lengths.ndim != 1 or lengths.dtype.kind not in "iu":
         raise ValueError(f"expected 1-D int lengths in input 0, got {lengths.dtype} {lengths.shape}")
     if (lengths < 0).any():
         raise ValueError(f"expected lengths >= 0, got {lengths[lengths < 0][:3].tolist()}")
     total = int(lengths.sum())
     starts = np.repeat(np.cumsum(lengths) - lengths, lengths)
-    return (np.arange(total, dtype=np.int64) - starts).astype(np.int32)
+    ranges = (np.arange(total, dtype=np.int64) - starts).astype(np.int32)
+    return place_like(ranges, given) if is_torch(given) else ranges
 
 
 # -- GivenTensorFill and its typed variants: the tensor's values spelled out in the op ----------
