@@ -36,7 +36,7 @@ def test_args_defaults_and_coercion():
     _, args = validate_op(OperatorDef("Scale", ["x"], ["x"], {"scale": 2}), 0)
     assert args == {"scale": 2.0} and isinstance(args["scale"], float)
     _, args = validate_op(OperatorDef("ConstantFill", [], ["y"]), 0)
-    assert args["dtype"] == "float32" and args["shape"] == []
+    assert args["dtype"] == "" and args["shape"] == []  # "": from the value's type, as Caffe2 (float32 here)
 
 
 def test_enforced_inplace_and_required_args():

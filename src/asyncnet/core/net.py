@@ -53,8 +53,8 @@ def _names(blobs: BlobsArg) -> list[str]:
 
 
 def _arg(value: Any) -> Any:
-    if isinstance(value, np.ndarray):
-        return [_arg(v) for v in value.tolist()]
+    if isinstance(value, np.ndarray):  # flattened, as Caffe2's utils.MakeArgument does
+        return [_arg(v) for v in value.ravel().tolist()]
     if isinstance(value, (list, tuple)):
         return [_arg(v) for v in value]
     if isinstance(value, (bool, np.bool_)):

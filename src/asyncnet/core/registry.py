@@ -21,7 +21,8 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from asyncnet.core.defs import DeviceOption, OperatorDef
 from asyncnet.errors import NetDefinitionError, near_names
 
-__all__ = ["Arg", "OpSchema", "OpContext", "register_op", "register_gradient", "get_schema", "registered_ops", "validate_op"]
+__all__ = ["Arg", "OpSchema", "OpContext", "register_op", "register_gradient", "register_no_gradient", "get_schema",
+           "registered_ops", "validate_op"]
 
 _MISSING = object()
 
@@ -181,6 +182,21 @@ def register_gradient(op_type: str) -> Callable[[Callable[..., Any]], Callable[.
         return maker
 
     return deco
+
+
+def _no_gradient_maker(op: OperatorDef, output_grads: list[Any]) -> tuple[list[OperatorDef], list[None]]:
+    return [], [None] * len(op.inputs)
+
+
+def register_no_gradient(*op_types: str) -> None:
+    """Caffe2's ``NO_GRADIENT``: the gradient stops at these ops (no backward op, no input gradient).
+
+    Unlike an op with no gradient registered at all (an error when it lies on the path to the
+    loss, as Caffe2's "gradient maker is not implemented"), a fill or ``StopGradient`` on that
+    path just cuts it: autodiff gives its inputs no gradient.
+    """
+    for op_type in op_types:
+        get_schema(op_type).gradient = _no_gradient_maker
 
 
 def get_schema(op_type: str) -> OpSchema:

@@ -31,8 +31,10 @@ from typing import Any
 
 import numpy as np
 
-from asyncnet.core.registry import Arg, register_op
+from asyncnet.core.defs import OperatorDef
+from asyncnet.core.registry import Arg, register_no_gradient, register_op
 from asyncnet.ops._check import array
+from asyncnet.ops.logic import CAFFE2_DTYPES, cast_dtype
 from asyncnet.tensor.namespace import cpu_tensors, is_torch, to_numpy
 from asyncnet.tensor.place import device_name, place, place_like
 
@@ -106,21 +108,53 @@ def _rng(ctx: Any) -> np.random.Generator:
     return stream
 
 
-@register_op("ConstantFill", inputs=(0, 1), outputs=1, devices=("cpu", "cuda"), doc="Fill a tensor of `shape` with `value`.",
+def fill_dtype(dtype: str | int, value: Any = 0.0) -> np.dtype:
+    """The numpy dtype a fill's ``dtype`` arg names: a name of :data:`DTYPES`, a Caffe2 name
+    (``"FLOAT"``, any case) or TensorProto.DataType number; ``""`` infers it from ``value`` as
+    Caffe2's ConstantFill does (an int, or a bool, gives int64; a float gives float32).
+
+    >>> fill_dtype(""), fill_dtype("", 3), fill_dtype(10), fill_dtype("DOUBLE")
+    (dtype('float32'), dtype('int64'), dtype('int64'), dtype('float64'))
+    """
+    if dtype == "":
+        return np.dtype(np.int64 if isinstance(value, (int, np.integer, bool, np.bool_)) else np.float32)
+    if isinstance(dtype, str) and dtype in DTYPES:
+        return np.dtype(DTYPES[dtype])
+    try:
+        return cast_dtype(dtype)
+    except ValueError:
+        raise ValueError(f"dtype {dtype!r}: expected one of {sorted(DTYPES)}, a Caffe2 name such as 'FLOAT' or a "
+                         f"TensorProto.DataType number in {sorted(CAFFE2_DTYPES)}") from None
+
+
+_DTYPE_KEY = "_fill_dtype"  # the resolved dtype, cached in the op instance's own args dict
+
+
+def _validate_dtype(op: OperatorDef) -> None:
+    fill_dtype(op.args.get("dtype", ""), op.args.get("value", 0.0))
+
+
+@register_op("ConstantFill", inputs=(0, 1), outputs=1, devices=("cpu", "cuda"), validate=_validate_dtype,
+             doc="Fill a tensor of `shape` with `value`. Without `dtype` the value's type decides, as in "
+                 "Caffe2: an int (or bool) gives int64, a float float32.",
              args=[*_SHAPE_ARGS, Arg("value", (float, int, bool), 0.0, "fill value"),
-                   Arg("dtype", str, "float32", "output dtype", choices=sorted(DTYPES))])
+                   Arg("dtype", (str, int), "", "output dtype: a numpy name, a Caffe2 name or TensorProto.DataType "
+                       "number; empty: from `value`")])
 def constant_fill(ctx: Any, *inputs: Any) -> np.ndarray:
     a = ctx.args
-    if (len(inputs) == 1 and type(inputs[0]) is np.ndarray and not a["input_as_shape"] and not a["extra_shape"]
-            and not a["library"] and ctx.device.device_type == "cpu"):  # a host array shaped like a host input
-        value = np.empty(inputs[0].shape, DTYPES[a["dtype"]])
-        np.copyto(value, a["value"], casting="unsafe")  # np.full's own two steps
-        return value
-    if (len(inputs) == 1 and cpu_tensors(inputs[0]) and a["dtype"] in FLOAT_NAMES and not a["input_as_shape"]
-            and not a["extra_shape"] and not a["library"] and ctx.device.device_type == "cpu"):
-        torch = sys.modules["torch"]  # a tensor exists: torch is imported
-        return torch.full(tuple(inputs[0].shape), float(a["value"]), dtype=getattr(torch, a["dtype"]))
-    return _out(ctx, inputs, np.full(_shape(ctx, inputs), ctx.args["value"], dtype=DTYPES[ctx.args["dtype"]]))
+    dtype = a.get(_DTYPE_KEY)
+    if dtype is None:
+        dtype = a[_DTYPE_KEY] = fill_dtype(a["dtype"], a["value"])
+    if len(inputs) == 1 and not a["input_as_shape"] and not a["extra_shape"] and not a["library"] and ctx.device.device_type == "cpu":
+        x = inputs[0]  # shaped like a host input: the result in its library, without _shape and _out
+        if type(x) is np.ndarray:
+            value = np.empty(x.shape, dtype)
+            np.copyto(value, a["value"], casting="unsafe")  # np.full's own two steps
+            return value
+        if cpu_tensors(x) and dtype.kind == "f":
+            torch = sys.modules["torch"]  # a tensor exists: torch is imported
+            return torch.full(tuple(x.shape), float(a["value"]), dtype=getattr(torch, dtype.name))
+    return _out(ctx, inputs, np.full(_shape(ctx, inputs), a["value"], dtype=dtype))
 
 
 @register_op("GaussianFill", inputs=(0, 1), outputs=1, devices=("cpu", "cuda"), doc="Fill with samples of N(mean, std^2).",
@@ -133,14 +167,50 @@ def gaussian_fill(ctx: Any, *inputs: Any) -> np.ndarray:
     return _out(ctx, inputs, _rng(ctx).normal(a["mean"], a["std"], _shape(ctx, inputs)).astype(DTYPES[a["dtype"]]))
 
 
-@register_op("UniformFill", inputs=(0, 1), outputs=1, devices=("cpu", "cuda"), doc="Fill with samples of U[min, max).",
+def _validate_uniform(op: OperatorDef) -> None:
+    if len(op.inputs) == 2:
+        raise ValueError(f"{op.type} takes 0 or 1 inputs (the shape), or 3 (shape, min, max); got 2")
+    if len(op.inputs) == 3 and ({"min", "max"} & set(op.args)):
+        raise ValueError(f"{op.type}: min and max come from inputs 1 and 2 here; the args cannot be set as well")
+
+
+def _bounds(ctx: Any, inputs: tuple[Any, ...]) -> tuple[tuple[Any, ...], Any, Any]:
+    """The shape inputs and (min, max): from the args, or (Caffe2) from scalar inputs 1 and 2."""
+    if len(inputs) < 3:
+        return inputs, ctx.args["min"], ctx.args["max"]
+    lo, hi = (to_numpy(array(ctx, inputs[i], i)) for i in (1, 2))
+    for i, v in ((1, lo), (2, hi)):
+        if v.size != 1:
+            raise ValueError(f"expected a scalar {'min' if i == 1 else 'max'} in input {i}, got shape {v.shape}")
+    return inputs[:1], lo.reshape(()).item(), hi.reshape(()).item()
+
+
+def _uniform(ctx: Any, inputs: tuple[Any, ...], draw: Any, dtype: Any) -> Any:
+    """Shared body of UniformFill / UniformIntFill: min > max from inputs gives dim 0 of size 0 (Caffe2)."""
+    shape_in, lo, hi = _bounds(ctx, inputs)
+    shape = _shape(ctx, shape_in)
+    if lo > hi:
+        if len(inputs) < 3:
+            raise ValueError(f"expected min <= max, got min={lo} max={hi}")
+        return _out(ctx, shape_in, np.zeros((0, *shape[1:]), dtype))
+    return _out(ctx, shape_in, draw(_rng(ctx), lo, hi, shape).astype(dtype))
+
+
+@register_op("UniformFill", inputs=(0, 3), outputs=1, devices=("cpu", "cuda"), validate=_validate_uniform,
+             doc="Fill with samples of U[min, max); min and max may be scalar inputs 1 and 2 (then min > max "
+                 "gives an empty dim 0, as Caffe2).",
              args=[*_SHAPE_ARGS, Arg("min", float, 0.0), Arg("max", float, 1.0), _SEED,
                    Arg("dtype", str, "float32", "output dtype", choices=FLOAT_NAMES)])
 def uniform_fill(ctx: Any, *inputs: Any) -> np.ndarray:
-    a = ctx.args
-    if a["min"] > a["max"]:
-        raise ValueError(f"expected min <= max, got min={a['min']} max={a['max']}")
-    return _out(ctx, inputs, _rng(ctx).uniform(a["min"], a["max"], _shape(ctx, inputs)).astype(DTYPES[a["dtype"]]))
+    return _uniform(ctx, inputs, lambda g, lo, hi, shape: g.uniform(lo, hi, shape), DTYPES[ctx.args["dtype"]])
+
+
+@register_op("UniformIntFill", inputs=(0, 3), outputs=1, devices=("cpu", "cuda"), validate=_validate_uniform,
+             doc="Fill with int32 samples uniform on [min, max], both ends included (Caffe2's); min and max "
+                 "may be scalar inputs 1 and 2.",
+             args=[*_SHAPE_ARGS, Arg("min", int, 0), Arg("max", int, 1), _SEED])
+def uniform_int_fill(ctx: Any, *inputs: Any) -> np.ndarray:
+    return _uniform(ctx, inputs, lambda g, lo, hi, shape: g.integers(int(lo), int(hi), shape, endpoint=True), np.int32)
 
 
 @register_op("XavierFill", inputs=(0, 1), outputs=1, devices=("cpu", "cuda"),
@@ -153,3 +223,123 @@ def xavier_fill(ctx: Any, *inputs: Any) -> np.ndarray:
         raise ValueError(f"XavierFill needs a non-empty shape with shape[0] > 0, got {shape}")
     scale = np.sqrt(3.0 / (size / shape[0]))
     return _out(ctx, inputs, _rng(ctx).uniform(-scale, scale, shape).astype(DTYPES[ctx.args["dtype"]]))
+
+
+@register_op("MSRAFill", inputs=(0, 1), outputs=1, devices=("cpu", "cuda"),
+             doc="Fill with N(0, 2 / fan_out), fan_out = size / shape[1] (Caffe2's MSRAFill; at least 2-D).",
+             args=[*_SHAPE_ARGS, _SEED, Arg("dtype", str, "float32", "output dtype", choices=FLOAT_NAMES)])
+def msra_fill(ctx: Any, *inputs: Any) -> np.ndarray:
+    shape = _shape(ctx, inputs)
+    if len(shape) < 2 or shape[1] == 0:
+        raise ValueError(f"MSRAFill needs a shape of at least 2 dims with shape[1] > 0, got {shape}")
+    fan_out = int(np.prod(shape, dtype=np.int64)) // shape[1]
+    std = np.sqrt(2.0 / fan_out) if fan_out else 0.0
+    return _out(ctx, inputs, _rng(ctx).normal(0.0, std, shape).astype(DTYPES[ctx.args["dtype"]]))
+
+
+@register_op("RangeFill", inputs=(0, 1), outputs=1, devices=("cpu", "cuda"),
+             doc="Fill with 0, 1, 2, ... in row-major order (float32, as Caffe2's; for checking reshapes).",
+             args=[*_SHAPE_ARGS])
+def range_fill(ctx: Any, *inputs: Any) -> np.ndarray:
+    shape = _shape(ctx, inputs)
+    return _out(ctx, inputs, np.arange(int(np.prod(shape, dtype=np.int64)), dtype=np.float32).reshape(shape))
+
+
+@register_op("DiagonalFill", inputs=(0, 1), outputs=1, devices=("cpu", "cuda"), validate=_validate_dtype,
+             doc="Zeros with `value` on the diagonal: every (shape[1] + 1)-th element of the flat array in 2-D "
+                 "(a tall matrix wraps, as Caffe2's), the entries [i, i, ..., i] past 2-D (all dims equal). "
+                 "`dtype` as ConstantFill's.",
+             args=[*_SHAPE_ARGS, Arg("value", (float, int, bool), 0.0, "diagonal value"),
+                   Arg("dtype", (str, int), "", "as ConstantFill's")])
+def diagonal_fill(ctx: Any, *inputs: Any) -> np.ndarray:
+    a, shape = ctx.args, _shape(ctx, inputs)
+    if len(shape) < 2:
+        raise ValueError(f"DiagonalFill needs a shape of at least 2 dims, got {shape}")
+    if len(shape) > 2 and len(set(shape)) != 1:
+        raise ValueError(f"DiagonalFill: all dims must be equal past 2-D, got {shape}")
+    y = np.zeros(shape, fill_dtype(a["dtype"], a["value"]))
+    # Caffe2's stride over the flat array: a tall 2-D matrix wraps (5x3: [0,0] [1,1] [2,2] [4,0])
+    step = shape[1] + 1 if len(shape) == 2 else 1 + int(np.cumprod(shape[:-1]).sum())
+    y.reshape(-1)[::step] = a["value"]
+    return _out(ctx, inputs, y)
+
+
+@register_op("LengthsRangeFill", inputs=1, outputs=1, devices=("cpu",),
+             inputs_doc=("lengths: 1-D int32 or int64 segment lengths",), outputs_doc=("the ranges, int32",),
+             doc="[4, 3, 1] -> [0, 1, 2, 3, 0, 1, 2, 0]: one range(0, length) per segment (Caffe2's).")
+def lengths_range_fill(ctx: Any, lengths: Any) -> Any:
+    given = array(ctx, lengths, 0)
+    lengths = to_numpy(given)
+    if lengths.ndim != 1 or lengths.dtype.kind not in "iu":
+        raise ValueError(f"expected 1-D int lengths in input 0, got {lengths.dtype} {lengths.shape}")
+    if (lengths < 0).any():
+        raise ValueError(f"expected lengths >= 0, got {lengths[lengths < 0][:3].tolist()}")
+    total = int(lengths.sum())
+    starts = np.repeat(np.cumsum(lengths) - lengths, lengths)
+    ranges = (np.arange(total, dtype=np.int64) - starts).astype(np.int32)
+    return place_like(ranges, given) if is_torch(given) else ranges
+
+
+# -- GivenTensorFill and its typed variants: the tensor's values spelled out in the op ----------
+_GIVEN_TYPES = {  # op type -> (dtype, value item types)
+    "GivenTensorFill": (None, (float, int)),
+    "GivenTensorDoubleFill": (np.float64, (float, int)),
+    "GivenTensorBoolFill": (np.bool_, (bool, int)),
+    "GivenTensorInt16Fill": (np.int16, (int,)),
+    "GivenTensorIntFill": (np.int32, (int,)),
+    "GivenTensorInt64Fill": (np.int64, (int,)),
+}
+_VALUES_KEY = "_given_values"  # the values as an array, cached in the op instance's own args dict
+
+
+def _given_dtype(op_type: str, args: dict[str, Any]) -> np.dtype:
+    fixed, asked = _GIVEN_TYPES[op_type][0], args.get("dtype", "")
+    if fixed is None:
+        return fill_dtype(asked or "float32")
+    if asked not in ("", None) and fill_dtype(asked) != fixed:  # Caffe2 ignores it; a contradiction is refused here
+        raise ValueError(f"{op_type} fills {np.dtype(fixed).name}, but dtype={asked!r} asks for {fill_dtype(asked).name}")
+    return np.dtype(fixed)
+
+
+def _validate_given(op: OperatorDef) -> None:
+    dtype, items = _given_dtype(op.type, op.args), _GIVEN_TYPES[op.type][1]
+    values = op.args.get("values", [])
+    bad = next((v for v in values if not isinstance(v, items) or (op.type != "GivenTensorBoolFill" and isinstance(v, bool))), None)
+    if bad is not None:
+        raise ValueError(f"{op.type}: expected {' or '.join(t.__name__ for t in items)} values, got {bad!r}")
+    if dtype == np.bool_ and any(v not in (0, 1) for v in values):
+        raise ValueError(f"{op.type}: expected bool values (or 0/1), got {[v for v in values if v not in (0, 1)][:3]}")
+    if not op.inputs:
+        shape = op.args.get("shape", [])
+        size = int(np.prod(shape, dtype=np.int64))
+        if size != len(values):
+            raise ValueError(f"{op.type}: shape {list(shape)} holds {size} values, but `values` has {len(values)}")
+
+
+def _register_given(op_type: str) -> None:
+    fixed = _GIVEN_TYPES[op_type][0]
+    dtype_arg = Arg("dtype", (str, int), "float32" if fixed is None else "",
+                    "output dtype (a numpy name, Caffe2 name or TensorProto.DataType number)" if fixed is None else
+                    f"optional; if given it must name {np.dtype(fixed).name} (Caffe2 ignores it)")
+    what = "float32 unless `dtype` says" if fixed is None else np.dtype(fixed).name
+
+    @register_op(op_type, inputs=(0, 1), outputs=1, devices=("cpu", "cuda"), validate=_validate_given,
+                 args=[*_SHAPE_ARGS, Arg("values", list, Arg.REQUIRED, "the values, row-major (flattened)"), dtype_arg],
+                 doc=f"Fill a tensor of `shape` with the given `values` ({what}); its size must equal len(values).")
+    def given_tensor_fill(ctx: Any, *inputs: Any) -> np.ndarray:
+        a = ctx.args
+        values = a.get(_VALUES_KEY)
+        if values is None:
+            values = a[_VALUES_KEY] = np.asarray(a["values"], dtype=_given_dtype(op_type, a))
+        shape = _shape(ctx, inputs)
+        if values.size != int(np.prod(shape, dtype=np.int64)):
+            raise ValueError(f"shape {shape} holds {int(np.prod(shape, dtype=np.int64))} values, but `values` has {values.size}")
+        return _out(ctx, inputs, values.reshape(shape).copy())
+
+
+for _t in _GIVEN_TYPES:
+    _register_given(_t)
+
+# Caffe2's NO_GRADIENT: on the path to a loss a fill cuts the gradient (its input only gives a shape).
+register_no_gradient("ConstantFill", "GaussianFill", "UniformFill", "UniformIntFill", "XavierFill", "MSRAFill",
+                     "RangeFill", "DiagonalFill", "LengthsRangeFill", *_GIVEN_TYPES)

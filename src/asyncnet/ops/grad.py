@@ -24,12 +24,12 @@ from typing import Any
 import numpy as np
 
 from asyncnet.core.defs import OperatorDef
-from asyncnet.core.registry import Arg, register_gradient, register_op
+from asyncnet.core.registry import Arg, register_gradient, register_no_gradient, register_op
 from asyncnet.errors import NetDefinitionError
 from asyncnet.ops._check import as_array, axis_of, flatten_2d, float_array, same_dtype
 from asyncnet.ops.math import CPU_CUDA, legacy_axis, legacy_shape, matmul_operands
 from asyncnet.ops.nn import _ZERO, _nd, fc_shapes, plain_fc, plain_fc_torch
-from asyncnet.tensor.namespace import namespace
+from asyncnet.tensor.namespace import is_torch, namespace
 
 GradOut = list[str | None]
 MakerResult = tuple[list[OperatorDef], list[str | None]]
@@ -310,4 +310,19 @@ register_gradient("Sigmoid")(_from_output("SigmoidGradient"))
 register_gradient("Tanh")(_from_output("TanhGradient"))
 register_gradient("Softmax")(_from_output("SoftmaxGradient", axis=1))
 
-__all__ = ["g", "reduce_to_shape", "fc_gradient", "fc_transposed_gradient", "relu_gradient", "sigmoid_gradient", "tanh_gradient", "softmax_gradient", "sum_reduce_like"]
+
+# -- StopGradient: Y = X in the forward pass; autodiff stops here (Caffe2's NO_GRADIENT) ---------
+@register_op("StopGradient", inputs=1, outputs=1, allow_inplace={0: 0}, devices=CPU_CUDA,
+             doc="Y = X (a copy, or X itself in place); the gradient stops here: ops before it get none "
+                 "through it (Caffe2's StopGradient).")
+def stop_gradient(ctx: Any, x: Any) -> Any:
+    if ctx.op.outputs[0] == ctx.op.inputs[0]:
+        return x
+    if isinstance(x, np.ndarray):
+        return x.copy()
+    return x.clone() if is_torch(x) else x
+
+
+register_no_gradient("StopGradient")
+
+__all__ = ["g", "reduce_to_shape", "fc_gradient", "fc_transposed_gradient", "relu_gradient", "sigmoid_gradient", "tanh_gradient", "softmax_gradient", "sum_reduce_like", "stop_gradient"]
