@@ -92,3 +92,15 @@ def test_odd_blob_names_are_safe_in_the_compiled_code_and_profiling_times_every_
             ws.run_net("odd")
         assert [e.op_index for e in timeline.events] == [0, 1, 2, 3]  # (OpEvent.op_index)
         assert ws.fetch(names[-1]).tolist() == [0.0, 16.0, 32.0]  # the recorded path ran the same ops
+
+
+def test_chunks_of_compiled_code_run_in_order_and_name_the_failing_op(monkeypatch):
+    from asyncnet.exec import straight
+
+    monkeypatch.setattr(straight, "CHUNK", 4)  # 11 ops: chunks of 4, 4 and 3
+    ops = [an.OperatorDef("Scale", [f"x{i}"], [f"x{i + 1}"], {"scale": 2.0}) for i in range(10)]
+    feeds = {"x0": np.array([1.0])}
+    assert _blobs(ops, "straight", feeds, iters=1)["x10"].tolist() == [1024.0]
+    bad = ops[:6] + [an.OperatorDef("ExecTestWork", ["x6"], ["y"], {"fail": True}, name="bad")] + ops[6:]
+    assert _failure("straight", bad, feeds) == _failure("simple", bad, feeds)
+    assert _failure("straight", bad, feeds)[1] == 6

@@ -4,8 +4,8 @@ Policy
 ------
 Ops run one after another on the calling thread, in net order, exactly as on the simple net
 (:mod:`asyncnet.exec.simple`): same kernels, same blobs, same errors. What differs is the cost
-per op. When the net is created, its ops are compiled into one Python function of straight-line
-code in which every op is a single statement with its input and output blob names bound as
+per op. When the net is created, its ops are compiled into Python functions of straight-line
+code (one per 256 ops) in which every op is a single statement with its input and output blob names bound as
 constants::
 
     i = 3
@@ -21,8 +21,8 @@ State
 -----
 Static, computed once when the net is created::
 
-    _code     the compiled function run(blobs) -> None; op k's kernel and OpContext (as its
-              Operator holds them) are the closure cells f{k} and c{k}
+    _code     the compiled functions run(blobs) -> None, one per CHUNK ops; op k's kernel and
+              OpContext (as its Operator holds them) are the closure cells f{k} and c{k}
 
 Per run there is no state besides the local ``i`` (the index of the running op), which turns a
 failure into the same :class:`~asyncnet.OperatorError` the simple net raises: a missing input
@@ -64,18 +64,26 @@ class BadResult(Exception):
 SEQUENCES = (tuple, list)
 
 
-def compile_ops(operators: Sequence[Operator]) -> Callable[[MutableMapping[str, Any]], None]:
-    """The function ``run(blobs)`` that runs ``operators`` in order as straight-line code.
+CHUNK = 256  # ops per compiled function: compiling one function costs more than linear time in its size
+
+
+def compile_ops(operators: Sequence[Operator]) -> list[Callable[[MutableMapping[str, Any]], None]]:
+    """Functions ``run(blobs)`` that together run ``operators`` in order as straight-line code, one
+    per :data:`CHUNK` ops (a net of 20,000 ops as one function took 18 s to compile).
 
     Blob names enter the source only through ``repr`` (a str literal), so any name is safe.
 
-        >>> compile_ops([]).__name__
-        'run'
+        >>> [f.__name__ for f in compile_ops([])]
+        []
     """
-    n = len(operators)
-    bind = "".join(f"    f{k}, c{k} = fns[{k}], ctxs[{k}]\n" for k in range(n))
-    lines = ["def make(fns, ctxs):", bind, "    def run(blobs):", "        i = -1", "        try:", "            pass"]
-    for k, op in enumerate(operators):  # f{k}, c{k}: closure cells, cheaper to load than list items
+    return [_compile_chunk(operators, lo, min(lo + CHUNK, len(operators))) for lo in range(0, len(operators), CHUNK)]
+
+
+def _compile_chunk(operators: Sequence[Operator], lo: int, hi: int) -> Callable[[MutableMapping[str, Any]], None]:
+    bind = "".join(f"    f{k}, c{k} = fns[{k - lo}], ctxs[{k - lo}]\n" for k in range(lo, hi))
+    lines = ["def make(fns, ctxs):", bind, "    def run(blobs):", "        i = -1", "        try:"]
+    for k in range(lo, hi):  # f{k}, c{k}: closure cells, cheaper to load than list items
+        op = operators[k]
         call = f"f{k}(c{k}" + "".join(f", blobs[{b!r}]" for b in op.inputs) + ")"
         lines.append(f"            i = {k}")
         if not op.outputs:
@@ -89,8 +97,9 @@ def compile_ops(operators: Sequence[Operator]) -> Callable[[MutableMapping[str, 
                       "            " + ", ".join(f"blobs[{o!r}]" for o in op.outputs) + " = r"]
     lines += ["        except Exception as exc:", "            raise Failed(i, exc) from exc", "    return run"]
     namespace: dict[str, Any] = {"BadResult": BadResult, "SEQUENCES": SEQUENCES, "Failed": Failed}
-    exec(compile("\n".join(lines), f"<straight net of {n} ops>", "exec"), namespace)  # noqa: S102
-    return namespace["make"]([op.fn for op in operators], [op.ctx for op in operators])
+    exec(compile("\n".join(lines), f"<straight net ops {lo}..{hi - 1}>", "exec"), namespace)  # noqa: S102
+    ops = operators[lo:hi]
+    return namespace["make"]([op.fn for op in ops], [op.ctx for op in ops])
 
 
 class Failed(Exception):
@@ -114,7 +123,9 @@ class StraightNet(SimpleNet):
             return super().run(timeout)
         self._claim()
         try:
-            self._code(self.blobs)
+            blobs = self.blobs
+            for chunk in self._code:
+                chunk(blobs)
         except Failed as failed:
             err, cause = self._error(failed.index, failed.exc)
             raise err from cause
