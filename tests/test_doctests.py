@@ -12,6 +12,7 @@ MODULES = [
     "asyncnet.core.workspace",
     "asyncnet.core.net",
     "asyncnet.exec.simple",
+    "asyncnet.exec.straight",
     "asyncnet.exec.draw",
     "asyncnet.cli.common",
     "asyncnet.autodiff",

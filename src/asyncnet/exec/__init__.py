@@ -8,6 +8,7 @@ of the dependency graph on per-device worker pools. Execution plans
 
 from asyncnet.exec import simple  # noqa: F401  (registers "simple")
 from asyncnet.exec import scheduling  # noqa: F401  (registers "async_scheduling", "dag", "async_dag")
+from asyncnet.exec import straight  # noqa: F401  (registers "straight")
 from asyncnet.exec.plan import ExecutionStep, Plan, execution_step  # noqa: E402
 from asyncnet.core.netbase import register_net_type  # noqa: E402
 

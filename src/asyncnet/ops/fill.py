@@ -26,6 +26,7 @@ torch net.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import numpy as np
@@ -34,7 +35,7 @@ from asyncnet.core.defs import OperatorDef
 from asyncnet.core.registry import Arg, register_no_gradient, register_op
 from asyncnet.ops._check import array
 from asyncnet.ops.logic import CAFFE2_DTYPES, cast_dtype
-from asyncnet.tensor.namespace import is_torch, to_numpy
+from asyncnet.tensor.namespace import cpu_tensors, is_torch, to_numpy
 from asyncnet.tensor.place import device_name, place, place_like
 
 DTYPES = {"float32": np.float32, "float64": np.float64, "float16": np.float16, "int32": np.int32,
@@ -144,6 +145,15 @@ def constant_fill(ctx: Any, *inputs: Any) -> np.ndarray:
     dtype = a.get(_DTYPE_KEY)
     if dtype is None:
         dtype = a[_DTYPE_KEY] = fill_dtype(a["dtype"], a["value"])
+    if len(inputs) == 1 and not a["input_as_shape"] and not a["extra_shape"] and not a["library"] and ctx.device.device_type == "cpu":
+        x = inputs[0]  # shaped like a host input: the result in its library, without _shape and _out
+        if type(x) is np.ndarray:
+            value = np.empty(x.shape, dtype)
+            np.copyto(value, a["value"], casting="unsafe")  # np.full's own two steps
+            return value
+        if cpu_tensors(x) and dtype.kind == "f":
+            torch = sys.modules["torch"]  # a tensor exists: torch is imported
+            return torch.full(tuple(x.shape), float(a["value"]), dtype=getattr(torch, dtype.name))
     return _out(ctx, inputs, np.full(_shape(ctx, inputs), a["value"], dtype=dtype))
 
 

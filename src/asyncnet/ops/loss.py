@@ -25,9 +25,9 @@ from asyncnet.core.defs import OperatorDef
 from asyncnet.core.registry import Arg, register_gradient, register_op
 from asyncnet.errors import NetDefinitionError
 from asyncnet.ops import grad as _grad  # also registers the gradient ops the makers below emit
-from asyncnet.ops._check import array, float_array, same_dtype
+from asyncnet.ops._check import FLOAT_DTYPES, array, float_array, same_dtype
 from asyncnet.ops.math import CPU_CUDA
-from asyncnet.tensor.namespace import namespace
+from asyncnet.tensor.namespace import cpu_tensors, namespace, torch_namespace
 
 _INT_IDS = (np.int32, np.int64)
 LOG_THRESHOLD = 1e-20  # probabilities are clamped here before the log, as Caffe2 does
@@ -36,7 +36,7 @@ LOG_THRESHOLD = 1e-20  # probabilities are clamped here before the log, as Caffe
 def _labels(ctx: Any, label: Any, i: int, n: int, d: int) -> np.ndarray:
     """``label`` as a 1-D int array of n class ids in [0, d)."""
     label = array(ctx, label, i)
-    if not (label.dtype.type in _INT_IDS if type(label) is np.ndarray else str(label.dtype) in ("torch.int32", "torch.int64")):
+    if not (label.dtype.type in _INT_IDS if isinstance(label, np.ndarray) else str(label.dtype) in ("torch.int32", "torch.int64")):
         raise TypeError(f"expected int32 or int64 class ids in input {i} {ctx.op.inputs[i]!r}, got dtype {label.dtype}")
     if label.shape not in ((n,), (n, 1)):
         raise ValueError(f"expected labels of shape ({n},) or ({n}, 1) in input {i} {ctx.op.inputs[i]!r}, got {label.shape}")
@@ -79,6 +79,20 @@ _ONLY_LOSS = Arg("only_loss", bool, False, "the softmax output is read by nothin
              outputs_doc=("softmax P [N, D]", "loss (0-d)"), args=[_ONLY_LOSS],
              doc="Softmax of the logits and the mean cross-entropy against integer labels (log-sum-exp, no overflow).")
 def softmax_with_loss(ctx: Any, x: Any, label: Any) -> tuple[np.ndarray, np.ndarray]:
+    index = _plain(x, label)
+    if index is not None:
+        try:
+            return _softmax_with_loss_np(x, index)
+        except IndexError:
+            pass  # an id out of range: the general path says which
+    elif _plain_torch(x, label):
+        log_p = x.log_softmax(1)
+        try:  # nll_loss refuses an id out of range (int32 ids never equal the ignore_index)
+            loss = torch_namespace().lib.nn.functional.nll_loss(log_p, label.long(), ignore_index=_NEVER)
+        except (IndexError, RuntimeError):
+            pass  # the general path says which
+        else:
+            return log_p.exp(), loss
     x = _matrix(ctx, x, 0)
     xp = namespace(ctx, x, label)
     n, d = x.shape
@@ -94,11 +108,102 @@ def softmax_with_loss(ctx: Any, x: Any, label: Any) -> tuple[np.ndarray, np.ndar
     return xp.exp(log_p), xp.scalar_like(loss, x)
 
 
+_nd = np.ndarray
+_FLOATS = frozenset(np.dtype(t) for t in (np.float32, np.float64))
+_INT32, _INT64 = np.dtype(np.int32), np.dtype(np.int64)
+
+
+def _plain(x: Any, label: Any) -> np.ndarray | None:
+    """For numpy logits [N, D] (N > 0, float32/64) and int32/int64 labels [N]: the labels as a
+    column index for the short path of the loss ops (the general path's math without its per-step
+    overhead), else None. An id outside [0, D) makes that indexing raise IndexError (the kernel
+    then takes the general path, whose message names it): int32 ids are viewed as uint32, so a
+    negative one is above every D; int64 ids (a view could wrap) are range-checked in one reduction."""
+    if not (type(x) is _nd and type(label) is _nd and x.ndim == 2 and x.dtype in _FLOATS
+            and label.shape == x.shape[:1] and x.shape[0] > 0):
+        return None
+    if label.dtype is _INT32:
+        return label.view(np.uint32)
+    if label.dtype is _INT64 and np.maximum.reduce(label.view(np.uint64)) < x.shape[1]:
+        return label
+    return None
+
+
+_NEVER = -(2**62)
+
+
+def _plain_torch(x: Any, label: Any) -> bool:
+    """torch CPU logits [N, D] (N > 0, float32/64) and int32 labels [N]: the torch short path."""
+    return (cpu_tensors(x, label) and x.dim() == 2 and label.dim() == 1 and str(label.dtype) == "torch.int32"
+            and str(x.dtype) in ("torch.float32", "torch.float64") and x.shape[0] == label.shape[0] and x.shape[0] > 0)
+
+
+_MINUS_ONES: dict[Any, Any] = {}
+
+
+def _minus_ones(n: int, like: Any) -> Any:
+    """A [n, 1] column of -1 in ``like``'s dtype (CPU), kept for the next batch; kernels only read it."""
+    key = (n, like.dtype)
+    col = _MINUS_ONES.get(key)
+    if col is None:
+        col = torch_namespace().lib.full((n, 1), -1, dtype=like.dtype)
+        if len(_MINUS_ONES) < 64:
+            _MINUS_ONES[key] = col
+    return col
+
+
+_ARANGE: dict[int, np.ndarray] = {}
+
+
+def _arange(n: int) -> np.ndarray:
+    """``np.arange(n)``, read-only and kept for the next batch of the same size (a few distinct sizes at most)."""
+    rows = _ARANGE.get(n)
+    if rows is None:
+        rows = np.arange(n)
+        rows.flags.writeable = False
+        if len(_ARANGE) < 64:
+            _ARANGE[n] = rows
+    return rows
+
+
+def _softmax_with_loss_np(x: np.ndarray, label: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The general numpy math in place where it can be (same bits): log_p = z - log(sum(exp(z)))
+    with z = x - rowmax, P = exp(log_p), loss = -mean(log_p[i, label_i])."""
+    n = x.shape[0]
+    z = x - np.maximum.reduce(x, axis=1, keepdims=True)
+    e = np.exp(z)
+    z -= np.log(np.add.reduce(e, axis=1, keepdims=True))  # z is now log_p
+    picked = z[_arange(n), label]
+    loss = -(np.add.reduce(picked) / n)  # ndarray.mean's own steps for a float32/64 array
+    return np.exp(z, out=e), np.asarray(loss, dtype=x.dtype)
+
+
 @register_op("SoftmaxWithLossGradient", inputs=3, outputs=1, devices=CPU_CUDA, inputs_doc=("softmax P", "label", "dloss"), outputs_doc=("dX",),
              args=[_ONLY_LOSS],
              doc="Gradient of SoftmaxWithLoss: dX = (P - onehot(label)) * dloss / N; with only_loss it is computed in "
                  "P's array (Caffe2's dX->ShareData(P)), so P is overwritten.")
 def softmax_with_loss_gradient(ctx: Any, p: Any, label: Any, dloss: Any) -> np.ndarray:
+    index = _plain(p, label)
+    if index is not None and type(dloss) is _nd and dloss.size == 1 and dloss.dtype.type in FLOAT_DTYPES:
+        n = p.shape[0]
+        dx = p if ctx.args["only_loss"] else p.copy()
+        try:
+            dx[_arange(n), index] -= 1  # an id out of range raises in the read, before any write
+        except IndexError:
+            pass  # the general path says which
+        else:
+            dx *= p.dtype.type(dloss.item(0)) / n  # item: a Python float holds any float dtype's value exactly
+            return dx
+    elif (not ctx.args["only_loss"] and _plain_torch(p, label) and cpu_tensors(dloss) and dloss.numel() == 1
+          and dloss.is_floating_point()):
+        n = p.shape[0]
+        dx = p.clone()
+        try:  # scatter_add_ refuses an id out of range (in the clone: P is untouched)
+            dx.scatter_add_(1, label.long().view(n, 1), _minus_ones(n, p))
+        except RuntimeError:
+            pass  # the general path says which
+        else:
+            return dx.mul_(float(dloss) / n)
     p = _matrix(ctx, p, 0)
     xp = namespace(ctx, p, label, dloss)
     n, d = p.shape
@@ -215,6 +320,18 @@ def _squared_l2_grad(op: OperatorDef, gout: list[str | None]) -> tuple[list[Oper
              doc="Fraction of rows whose label scores among the top_k predictions (ties go to the lower index; "
                  "a NaN ranks above every number, and a NaN at the label counts the row as wrong).")
 def accuracy(ctx: Any, pred: Any, label: Any) -> np.ndarray:
+    index = _plain(pred, label) if ctx.args["top_k"] == 1 else None
+    if index is not None:
+        # the first maximum is the prediction (ties go to the lower index, NaN ranks above every
+        # number, as numpy's argmax does); a NaN at the label is wrong even when it is the first NaN
+        n = pred.shape[0]
+        try:
+            at_label = pred[_arange(n), index]
+        except IndexError:
+            pass  # an id out of range: the general path says which
+        else:
+            correct = np.count_nonzero((np.argmax(pred, axis=1) == label) & (at_label == at_label))
+            return np.asarray(correct / n, dtype=np.float32)
     pred = _matrix(ctx, pred, 0)
     xp = namespace(ctx, pred, label)
     n, d = pred.shape

@@ -10,7 +10,7 @@ import numpy as np
 from asyncnet.core.registry import Arg, register_op
 from asyncnet.ops._check import as_array, axis_of, flatten_2d, float_array, same_dtype
 from asyncnet.ops.math import CPU_CUDA, canonical_axis
-from asyncnet.tensor.namespace import namespace
+from asyncnet.tensor.namespace import cpu_tensors, namespace
 
 
 def _fc_args(default_axis_w: int) -> list[Arg]:
@@ -28,6 +28,29 @@ def fc_shapes(ctx: Any, x: np.ndarray, w: np.ndarray, transposed: bool) -> tuple
         raise ValueError(f"expected W flattened at axis_w={ctx.args['axis_w']} to be {expected} for X {x.shape} flattened "
                          f"at axis={ctx.args['axis']} to {x2.shape}, got W {w.shape} -> {w2.shape}")
     return x2, w2, axis
+
+
+_nd = np.ndarray
+_ZERO = {np.dtype(t): np.dtype(t).type(0) for t in (np.float16, np.float32, np.float64)}
+
+
+def plain_fc(ctx: Any, x: Any, w: Any, v: Any, v_ndim: int) -> bool:
+    """True for the common FC of a numpy MLP: X [M, K], W [N, K] and ``v`` (b [N] for FC, dY [M, N]
+    for its gradient; ``v_ndim`` 1 or 2) numpy arrays of one float dtype, default axes. The kernels then take a
+    short path with the same math (same bits) and no flattening; anything else takes the general
+    path and its checks."""
+    return (type(x) is _nd and type(w) is _nd and type(v) is _nd and x.ndim == 2 and w.ndim == 2
+            and x.dtype is w.dtype is v.dtype and x.dtype in _ZERO and x.shape[1] == w.shape[1]
+            and v.ndim == v_ndim and v.shape[-1] == w.shape[0] and (v_ndim == 1 or v.shape[0] == x.shape[0])
+            and ctx.args["axis"] == 1 and ctx.args["axis_w"] == 1)
+
+
+def plain_fc_torch(ctx: Any, x: Any, w: Any, v: Any, v_ndim: int) -> bool:
+    """:func:`plain_fc` for torch CPU tensors (the kernels then call torch's fused addmm / mm)."""
+    return (cpu_tensors(x, w, v) and x.dim() == 2 and w.dim() == 2 and x.dtype is w.dtype is v.dtype
+            and x.is_floating_point() and x.shape[1] == w.shape[1] and v.dim() == v_ndim
+            and v.shape[-1] == w.shape[0] and (v_ndim == 1 or v.shape[0] == x.shape[0])
+            and ctx.args["axis"] == 1 and ctx.args["axis_w"] == 1)
 
 
 def _fc(ctx: Any, x: Any, w: Any, b: Any, transposed: bool) -> np.ndarray:
@@ -48,6 +71,12 @@ def _fc(ctx: Any, x: Any, w: Any, b: Any, transposed: bool) -> np.ndarray:
              doc="Fully connected layer: Y = X W^T + b, X flattened to [M, K] at `axis`, W to [N, K] at `axis_w`; "
                  "Y keeps X's dims before `axis` (Caffe2's FC).")
 def fc(ctx: Any, x: Any, w: Any, b: Any) -> np.ndarray:
+    if plain_fc(ctx, x, w, b, 1):
+        y = x @ w.T
+        y += b
+        return y
+    if plain_fc_torch(ctx, x, w, b, 1):
+        return b.addmm(x, w.t())  # b + X W^T in one call (torch.nn.Linear's)
     return _fc(ctx, x, w, b, transposed=False)
 
 
@@ -64,6 +93,10 @@ def _activation(op_type: str, doc: str):  # type: ignore[no-untyped-def]
 
 @_activation("Relu", "Y = max(X, 0).")
 def relu(ctx: Any, x: Any) -> np.ndarray:
+    if type(x) is _nd and x.dtype in _ZERO:  # a 0 of X's dtype: numpy skips the Python-int conversion
+        return as_array(np.maximum(x, _ZERO[x.dtype]))
+    if cpu_tensors(x) and x.is_floating_point():
+        return x.relu()
     x = float_array(ctx, x, 0)
     return as_array(namespace(ctx, x).maximum(x, 0))
 

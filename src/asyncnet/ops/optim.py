@@ -36,10 +36,12 @@ import numpy as np
 from asyncnet.core.defs import OperatorDef
 from asyncnet.core.registry import Arg, register_gradient, register_op
 from asyncnet.errors import NetDefinitionError
-from asyncnet.ops._check import array, as_array, float_array
+from asyncnet.ops._check import FLOAT_DTYPES, array, as_array, float_array
 from asyncnet.ops.math import CPU_CUDA
-from asyncnet.tensor.namespace import namespace
+from asyncnet.tensor.namespace import cpu_tensors, namespace
 
+_nd = np.ndarray
+_LR_DTYPES = {"float32": np.float32, "float64": np.float64}
 _WEIGHT_DECAY = Arg("weight_decay", float, 0.0, "L2 penalty: the gradient used is g + weight_decay * param")
 
 
@@ -147,6 +149,14 @@ def _weighted_sum_grad(op: OperatorDef, gout: list[str | None]) -> tuple[list[Op
              inputs_doc=("param", "grad", "lr (1 element)"), outputs_doc=("param (same blob, updated in place)",),
              doc="Plain SGD step written into the parameter's array: param -= lr * (grad + weight_decay * param).")
 def sgd(ctx: Any, param: Any, grad: Any, lr: Any) -> np.ndarray:
+    if (type(param) is _nd and type(grad) is _nd and type(lr) is _nd and param.dtype is grad.dtype
+            and param.shape == grad.shape and lr.size == 1 and param.dtype.type in FLOAT_DTYPES
+            and param.flags.writeable and ctx.args["weight_decay"] == 0.0):
+        # the general path's two roundings (g * lr, then p - that), the product in a new array
+        return np.subtract(param, np.multiply(grad, lr.item(0)), out=param)
+    if (cpu_tensors(param, grad) and param.dtype is grad.dtype and param.shape == grad.shape and param.is_floating_point()
+            and ctx.args["weight_decay"] == 0.0 and type(lr) is _nd and lr.size == 1):
+        return param.add_(grad, alpha=-lr.item(0))  # one fused in-place call (torch.optim.SGD's)
     p = _writable(ctx, param, 0)
     g = _decayed(_like(ctx, grad, 1, p, "a gradient"), p, ctx.args["weight_decay"])
     step = g * _scalar(ctx, lr, 2)
@@ -281,6 +291,10 @@ def adam(ctx: Any, param: Any, m1: Any, m2: Any, grad: Any, lr: Any, it: Any) ->
                  "or exp (base_lr * gamma^iter), as a 0-d array.")
 def learning_rate(ctx: Any, it: Any) -> np.ndarray:
     a = ctx.args
+    if a["policy"] == "fixed" and type(it) is _nd and it.size == 1 and it.dtype.kind in "iu":
+        if it.item(0) < 0:
+            raise ValueError(f"expected a non-negative iteration count in {ctx.op.inputs[0]!r}, got {it.item(0)}")
+        return np.array(a["base_lr"], dtype=_LR_DTYPES[a["dtype"]])
     t = int(_scalar(ctx, it, 0, "i"))
     if t < 0:
         raise ValueError(f"expected a non-negative iteration count in {ctx.op.inputs[0]!r}, got {t}")

@@ -27,6 +27,11 @@ Rules every kernel keeps (so converting an op is mechanical):
   mixed dtypes are refused (no promotion), Python scalars take the array's dtype.
 - Where a library has no function (convolution, pooling, LSTM), the op's file holds one
   implementation per library beside each other, picked by ``xp.name``.
+- A hot kernel (the MLP's: FC, Relu, the softmax loss, SGD ...) may open with a *short path*:
+  one guard of type and shape tests for its common case (plain ``np.ndarray`` inputs, or
+  :func:`cpu_tensors`) that runs the general path's math without its dispatch and per-input
+  checks, the same bits on numpy; anything else, errors included, falls through to the general
+  path and its messages. ``tests/ops/test_short_paths.py`` holds each to the general path.
 
 torch is never imported here: a torch tensor can only exist once the user imported torch, so
 the dispatch looks it up in ``sys.modules``. numpy inputs take a fast path of one type check
@@ -43,13 +48,37 @@ import numpy as np
 
 _ndarray = np.ndarray
 
-__all__ = ["NUMPY", "namespace", "library_of", "device_of", "is_array", "is_torch", "to_numpy", "torch_namespace"]
+__all__ = ["NUMPY", "namespace", "library_of", "device_of", "is_array", "is_torch", "to_numpy", "torch_namespace",
+           "cpu_tensors"]
 
 
 def is_torch(x: Any) -> bool:
     """True for a torch tensor (without importing torch)."""
     torch = sys.modules.get("torch")
     return torch is not None and isinstance(x, torch.Tensor)
+
+
+_TENSOR: Any = None  # torch.Tensor once torch is imported
+
+
+def cpu_tensors(*xs: Any) -> bool:
+    """True when every ``x`` is a plain torch CPU tensor (type ``torch.Tensor``, no autograd):
+    the case the hot kernels' torch short paths take (fused native calls, no namespace dispatch).
+
+    >>> cpu_tensors(np.zeros(2))
+    False
+    """
+    global _TENSOR
+    t = _TENSOR
+    if t is None:
+        torch = sys.modules.get("torch")
+        if torch is None:
+            return False
+        t = _TENSOR = torch.Tensor
+    for x in xs:
+        if type(x) is not t or not x.is_cpu or x.requires_grad:
+            return False
+    return True
 
 
 def is_array(x: Any) -> bool:
