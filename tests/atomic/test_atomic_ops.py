@@ -289,3 +289,14 @@ def test_atomic_iter_wrong_mutex(ws):
     ws.feed("iter", np.zeros(1, np.int64))
     with pytest.raises(an.OperatorError, match="expected a Mutex .*got AtomicBool"):
         run(ws, lambda n: n.AtomicIter(["m", "iter"], "iter"))
+
+
+def test_iter_counter_may_be_a_numpy_subclass(ws):
+    class Counter(np.ndarray):
+        pass
+
+    ws.feed("it", np.zeros(1, np.int64).view(Counter))
+    net = an.Net("n")
+    net.Iter("it", "it")
+    ws.run_net_once(net)
+    assert int(ws.fetch("it")[0]) == 1

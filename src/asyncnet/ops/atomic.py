@@ -172,7 +172,7 @@ def increment_iter(counter: np.ndarray) -> None:
         >>> it = np.zeros(1, np.int64); increment_iter(it); it
         array([1])
     """
-    size = counter.size if type(counter) is np.ndarray else counter.numel()  # numpy array or torch tensor
+    size = counter.size if isinstance(counter, np.ndarray) else counter.numel()  # numpy array (or subclass) or torch tensor
     if size != 1:
         raise ValueError(f"The output of IterOp exists, but not of the right size (it has shape {tuple(counter.shape)}, expected 1 element).")
     cell = counter.reshape(-1)  # a view (numpy array or torch tensor): size-1 arrays reshape without a copy
