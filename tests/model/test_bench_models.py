@@ -24,7 +24,10 @@ def test_every_row_of_each_model(result):
     assert ("dlrm", "local simple", "numpy") in got and ("cnn", "local simple", "numpy") not in got
     assert all(r["samples_per_sec"] > 0 for r in result["rows"])
     assert set(result["targets"]) == {"cnn_best_mode_at_least_1.0x_torch_eager", "dlrm_best_mode_at_least_1.0x_torch_eager",
-                                      "dlrm_async_scheduling_at_least_1.3x_simple"}
+                                      "dlrm_async_scheduling_at_least_1.3x_simple",
+                                      "dlrm_large_async_scheduling_at_least_1.3x_simple"}
+    assert [r["net_type"] for r in result["executor_pair"]] == ["simple", "async_scheduling"]
+    assert all(r["samples_per_sec"] > 0 for r in result["executor_pair"])
 
 
 def test_torch_eager_is_the_same_training_as_asyncnet_local(result):
