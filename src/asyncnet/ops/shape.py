@@ -18,6 +18,7 @@ shows through it; an in-place Reshape, ExpandDims or Squeeze is a view and costs
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -84,15 +85,15 @@ def new_shape(old: tuple[int, ...], spec: list[int]) -> tuple[int, ...]:
         elif d < -1:
             raise ValueError(f"expected dims >= -1 in shape {spec}, got {d}")
         dims.append(d)
-    size = int(np.prod(old, dtype=np.int64))
+    size = math.prod(old)
     if dims.count(-1) > 1:
         raise ValueError(f"expected at most one -1 in shape {spec}")
     if -1 in dims:
-        known = int(np.prod([d for d in dims if d != -1], dtype=np.int64))
+        known = math.prod(d for d in dims if d != -1)
         if known == 0 or size % known:
             raise ValueError(f"cannot infer the -1 of shape {spec} for an input of shape {old} ({size} elements)")
         dims[dims.index(-1)] = size // known
-    if int(np.prod(dims, dtype=np.int64)) != size:
+    if math.prod(dims) != size:
         raise ValueError(f"cannot reshape an input of shape {old} ({size} elements) to {tuple(dims)}")
     return tuple(dims)
 
