@@ -147,3 +147,13 @@ def test_hogwild_staleness_warning_names_dlrm_sparse_tables(caplog) -> None:
               dataset=load_clicks(360, 100))
     text = " ".join(r.getMessage() for r in caplog.records if "updates old" in r.getMessage())
     assert "its MLPs (only its embedding tables are updated by row)" in text and "dense model" not in text
+
+
+@pytest.mark.parametrize("model", ["cnn", "lstm", "dlrm"])
+def test_hidden_is_refused_in_one_line_for_the_fixed_zoo_models(model: str, capsys, tmp_path) -> None:
+    from asyncnet.cli.main import main
+
+    assert main(["train", "--model", model, "--hidden", "64", "--epochs", "1", "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"--hidden sets the hidden layers of --model mlp; the {model}" in err[0]
+    assert not (tmp_path / "run").exists()
