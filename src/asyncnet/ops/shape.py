@@ -245,8 +245,10 @@ def split_pieces(x: np.ndarray, axis: int, sizes: list[int], add_axis: bool) -> 
     if is_torch(x):
         pieces = [p.clone() for p in x.split(sizes, dim=axis)]
         return [p.squeeze(axis) for p in pieces] if add_axis else pieces
-    bounds = np.cumsum([0, *sizes])
-    pieces = [np.take(x, np.arange(lo, hi), axis=axis) for lo, hi in zip(bounds[:-1], bounds[1:])]
+    lead, pieces, lo = (slice(None),) * axis, [], 0
+    for size in sizes:
+        pieces.append(x[(*lead, slice(lo, lo + size))].copy())
+        lo += size
     return [np.squeeze(p, axis=axis) for p in pieces] if add_axis else pieces
 
 
