@@ -67,7 +67,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--quick", action="store_true", help="a smoke run: 1 epoch, a small click log, one round")
     p.add_argument("--model", choices=MODELS, action="append", help="only this model (repeatable; default all)")
-    p.add_argument("--repeat", type=int, default=None, help="rounds over the rows; the fastest samples/s is kept (default 2, quick 1)")
+    p.add_argument("--repeat", type=int, default=None, help="rounds over the rows; the fastest samples/s is kept (default 3, quick 1)")
     args = p.parse_args(argv)
     if args.repeat is not None and args.repeat < 1:
         p.error(f"--repeat must be >= 1, got {args.repeat}")
@@ -213,7 +213,7 @@ def _torch_optimizer(torch: Any, net: Any, cfg: Any) -> Any:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     models = list(dict.fromkeys(args.model or MODELS))
-    repeat = args.repeat or (1 if args.quick else 2)
+    repeat = args.repeat or (1 if args.quick else 3)
     settings = QUICK if args.quick else FULL
     plan: list[tuple[str, Any]] = []
     for model in models:
