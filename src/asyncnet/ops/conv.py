@@ -199,10 +199,10 @@ def conv_forward(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, g: Geometry
         return _conv_torch(x, w, b, g, grp)
     n, m = x.shape[0], w.shape[0]
     y = np.matmul(w.reshape(grp, m // grp, -1), im2col(x, g, grp))  # group, M/group, OH*OW*N
-    y = np.ascontiguousarray(y.reshape(m, *g.out, n).transpose(3, 0, 1, 2))
-    if b is not None:
-        y += b.reshape(1, m, 1, 1)
-    return y
+    yv = y.reshape(m, *g.out, n).transpose(3, 0, 1, 2)
+    if b is None:
+        return np.ascontiguousarray(yv)
+    return np.add(yv, b.reshape(1, m, 1, 1), out=np.empty(yv.shape, y.dtype))  # NCHW and bias in one pass
 
 
 def _conv_torch(x: Any, w: Any, b: Any, g: Geometry, grp: int) -> Any:
