@@ -10,7 +10,8 @@ trains, with the trainers' default optimizer and learning rate of each mode
   CPU tensors (``tensor="torch"``);
 - the model's torch twin (:mod:`asyncnet.model.zoo.torch_twins`) in a plain PyTorch eager loop:
   the same initial weights, the same batches (:func:`asyncnet.train.data.epoch_batches`, same
-  seed) and ``torch.optim`` with the local mode's optimizer and learning rate;
+  seed) and ``torch.optim`` with the local mode's optimizer and learning rate; a step is timed
+  as the trainers time theirs: the batch's feeds made from its rows, the step, the loss read;
 - for dlrm also asyncnet local on the simple executor: the async_scheduling row beside it shows
   what running the embedding lookups beside the bottom MLP buys. The zoo's dlrm is tiny (tables
   of 100 rows of dim 8), so the pair is also measured on a large DLRM (:data:`LARGE_DLRM`:
@@ -146,11 +147,13 @@ def torch_eager(model: str, settings: dict[str, Any], ds: Any) -> dict[str, Any]
         for epoch in range(1, cfg.epochs + 1):
             t, n = 0.0, 0
             for xb, yb in epoch_batches(ds.x_train, ds.y_train, cfg.batch_size, epoch, cfg.seed):
+                start = time.perf_counter()  # timed as the trainers time a step: from the batch's rows to its loss
                 feeds = ds.feeds(xb, yb)
-                start = time.perf_counter()
                 opt.zero_grad(set_to_none=True)
-                net.loss(feeds).backward()
+                loss = net.loss(feeds)
+                loss.backward()
                 opt.step()
+                loss.item()
                 t += time.perf_counter() - start
                 n += len(yb)
             scores = net.predict(test_feeds).numpy()
