@@ -72,10 +72,11 @@ class ClickLog:
 
     def batch(self, rows: Iterable[int]) -> dict[str, np.ndarray]:
         """The feeds of the examples ``rows`` for :func:`dlrm`."""
-        rows = np.asarray(list(rows), np.int64)
+        rows = np.asarray(rows if isinstance(rows, np.ndarray) else list(rows), np.int64)
         out = {"dense": self.dense[rows], "click": self.clicks[rows, None].astype(np.float32)}
+        lengths = self.lengths[rows]
         for k, ids in enumerate(self.ids):
-            lens = self.lengths[rows, k]
+            lens = lengths[:, k]
             out[f"lengths{k}"] = lens.astype(np.int32)
             out[f"ids{k}"] = ids[rows][np.arange(ids.shape[1])[None, :] < lens[:, None]]  # row-major: bag by bag
         return out
