@@ -143,7 +143,7 @@ def segment_sum(rows: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     if rows.shape[0] == 0 or lengths.size == 0:
         return np.zeros(out_shape, dtype=rows.dtype)
     starts = np.zeros(lengths.size, dtype=np.int64)
-    np.cumsum(lengths[:-1], out=starts[1:])
+    np.add.accumulate(lengths[:-1], out=starts[1:], dtype=np.int64)  # the ufunc: np.cumsum's wrapper costs ~5 us
     if lengths.min() > 0:  # the usual case: no empty run, nothing to pad or clear
         return np.add.reduceat(rows, starts, axis=0)
     padded = np.concatenate([rows, np.zeros((1, *rows.shape[1:]), dtype=rows.dtype)])
