@@ -42,6 +42,15 @@ def test_lstm_learns_digits():
     assert _train(lstm(), 6, "adam", 0.01) >= 0.93
 
 
+@pytest.fixture(autouse=True)
+def _one_torch_thread():
+    """torch's intra-op threads on tiny tensors of a loaded 2-core machine cost up to ~100x."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 def _twin_run(name, build, batches, perturb=None):
     """(asyncnet's, the torch twin's) losses over ``batches`` of SGD 0.1 from the same weights,
     and both models' parameters after them; ``perturb`` changes the twin's copy of one weight."""
