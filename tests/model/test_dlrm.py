@@ -1,4 +1,4 @@
-"""DLRM: AUC against the generated log's known optimum, the same losses as a torch DLRM, and the AUC helper."""
+"""DLRM: AUC against the generated log's known optimum and the AUC helper (its torch twin: test_zoo.py)."""
 
 import numpy as np
 import pytest
@@ -8,7 +8,6 @@ from hypothesis import strategies as st
 import asyncnet as an
 from asyncnet.model.zoo.dlrm import auc, click_log, dlrm, log_loss
 
-torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.timeout(120)
 
 
@@ -35,62 +34,6 @@ def test_dlrm_auc_near_the_optimum():
     prob = ws.fetch("prob")
     assert auc(te.clicks, prob) >= auc(te.clicks, te.p) - 0.02
     assert log_loss(te.clicks, prob) <= log_loss(te.clicks, te.p) + 0.05
-
-
-class _TorchDLRM(torch.nn.Module):
-    """facebookresearch/dlrm's forward (sum EmbeddingBags, dot interaction without self terms) with our weights."""
-
-    def __init__(self, ws, tables):
-        super().__init__()
-        lin = lambda n: self._linear(ws, n)  # noqa: E731
-        self.bot, self.top = torch.nn.ModuleList([lin("bot1"), lin("bot2")]), torch.nn.ModuleList([lin("top1"), lin("top2")])
-        self.emb = torch.nn.ModuleList(
-            torch.nn.EmbeddingBag.from_pretrained(torch.tensor(ws.fetch(f"emb{k}_table")), freeze=False, mode="sum", sparse=True)
-            for k in range(tables))
-
-    @staticmethod
-    def _linear(ws, name):
-        w = ws.fetch(f"{name}_w")
-        layer = torch.nn.Linear(w.shape[1], w.shape[0])
-        with torch.no_grad():
-            layer.weight.copy_(torch.tensor(w))
-            layer.bias.copy_(torch.tensor(ws.fetch(f"{name}_b")))
-        return layer
-
-    def forward(self, f):
-        x = torch.tensor(f["dense"])
-        for layer in self.bot:
-            x = torch.relu(layer(x))
-        ly = [e(torch.tensor(f[f"ids{k}"]), torch.tensor(np.r_[0, np.cumsum(f[f"lengths{k}"])[:-1]])) for k, e in enumerate(self.emb)]
-        t = torch.stack([x, *ly], dim=1)
-        z = torch.bmm(t, t.transpose(1, 2))
-        li, lj = zip(*[(i, j) for i in range(t.shape[1]) for j in range(i)])
-        r = torch.cat([x, z[:, li, lj]], dim=1)
-        return self.top[1](torch.relu(self.top[0](r)))
-
-
-def test_same_losses_as_torch_after_20_sgd_steps():
-    log = click_log(20 * 64, seed=3)
-    m = dlrm()
-    train = m.train_net(optimizer="sgd", lr=0.1)
-    ws = an.Workspace()
-    ws.run_net_once(m.init_net)
-    ws.create_net(train)
-    ref = _TorchDLRM(ws, 3)
-    opt = torch.optim.SGD(ref.parameters(), lr=0.1)
-    ours, theirs = [], []
-    for step in range(20):
-        f = log.batch(range(step * 64, step * 64 + 64))
-        _feed(ws, f)
-        ws.run_net("train")
-        ours.append(float(ws.fetch("loss")))
-        opt.zero_grad()
-        loss = torch.nn.functional.binary_cross_entropy_with_logits(ref(f), torch.tensor(f["click"]))
-        loss.backward()
-        opt.step()
-        theirs.append(loss.item())
-    np.testing.assert_allclose(ours, theirs, rtol=1e-4)
-    np.testing.assert_allclose(ws.fetch("emb0_table"), ref.emb[0].weight.detach().numpy(), rtol=1e-4, atol=1e-6)
 
 
 @settings(max_examples=50, deadline=None)

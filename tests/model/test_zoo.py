@@ -1,12 +1,15 @@
-"""The zoo: cnn and lstm learn the digits, and follow PyTorch's losses step by step with the same weights."""
+"""The zoo: cnn and lstm learn the digits, and every model follows its torch twin's losses step by step."""
+
+import itertools
 
 import numpy as np
 import pytest
 
 import asyncnet as an
 from asyncnet.model import ModelHelper
-from asyncnet.model.zoo import cnn, dlrm, lstm
+from asyncnet.model.zoo import cnn, dlrm, lstm, mlp
 from asyncnet.model.zoo.dlrm import click_log
+from asyncnet.model.zoo.torch_twins import torch_twin
 from asyncnet.train.data import epoch_batches, load_digits
 
 torch = pytest.importorskip("torch")
@@ -39,58 +42,73 @@ def test_lstm_learns_digits():
     assert _train(lstm(), 6, "adam", 0.01) >= 0.93
 
 
-def _torch_cnn(ws):
-    t = lambda n: torch.tensor(ws.fetch(n))  # noqa: E731
-    net = torch.nn.Sequential(torch.nn.Unflatten(1, (1, 8, 8)), torch.nn.Conv2d(1, 16, 3, padding=1), torch.nn.ReLU(),
-                              torch.nn.MaxPool2d(2), torch.nn.Conv2d(16, 32, 3, padding=1), torch.nn.ReLU(),
-                              torch.nn.MaxPool2d(2), torch.nn.Flatten(), torch.nn.Linear(128, 10))
-    with torch.no_grad():
-        for layer, name in ((net[1], "conv1"), (net[4], "conv2"), (net[8], "logits")):
-            layer.weight.copy_(t(f"{name}_w"))
-            layer.bias.copy_(t(f"{name}_b"))
-    return net
+@pytest.fixture(autouse=True)
+def _one_torch_thread():
+    """torch's intra-op threads on tiny tensors of a loaded 2-core machine cost up to ~100x."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
-class _TorchLSTM(torch.nn.Module):
-    def __init__(self, ws):
-        super().__init__()
-        self.rnn, self.fc = torch.nn.LSTM(8, 32), torch.nn.Linear(32, 10)
-        with torch.no_grad():
-            for p in ("w_ih", "w_hh", "b_ih", "b_hh"):
-                getattr(self.rnn, f"{p.replace('w_', 'weight_').replace('b_', 'bias_')}_l0").copy_(torch.tensor(ws.fetch(f"rnn_{p}")))
-            self.fc.weight.copy_(torch.tensor(ws.fetch("logits_w")))
-            self.fc.bias.copy_(torch.tensor(ws.fetch("logits_b")))
-
-    def forward(self, x):
-        _, (h, _) = self.rnn(x.view(-1, 8, 8).transpose(0, 1))
-        return self.fc(h[0])
-
-
-@pytest.mark.parametrize("build, make_torch", [(cnn, _torch_cnn), (lstm, _TorchLSTM)], ids=["cnn", "lstm"])
-def test_same_losses_as_torch_after_20_sgd_steps(build, make_torch):
-    ds = load_digits()
+def _twin_run(name, build, batches, perturb=None):
+    """(asyncnet's, the torch twin's) losses over ``batches`` of SGD 0.1 from the same weights,
+    and both models' parameters after them; ``perturb`` changes the twin's copy of one weight."""
     m = build()
     train = m.train_net(optimizer="sgd", lr=0.1)
     ws = an.Workspace()
     ws.run_net_once(m.init_net)
     ws.create_net(train)
-    ref = make_torch(ws)
+    params = {p: np.array(ws.fetch(p), copy=True) for p in m.params}
+    if perturb:
+        params[perturb] = params[perturb] * np.float32(1.01)
+    ref = torch_twin(name, params)
     opt = torch.optim.SGD(ref.parameters(), lr=0.1)
     ours, theirs = [], []
-    for step, (xb, yb) in enumerate(epoch_batches(ds.x_train, ds.y_train, 32, 0)):
-        if step == 20:
-            break
-        ws.feed("data", xb)
-        ws.feed("label", yb)
+    for feeds in batches:
+        for k, v in feeds.items():
+            ws.feed(k, v)
         ws.run_net("train")
         ours.append(float(ws.fetch("loss")))
         opt.zero_grad()
-        loss = torch.nn.functional.cross_entropy(ref(torch.tensor(xb)), torch.tensor(yb, dtype=torch.long))
+        loss = ref.loss(feeds)
         loss.backward()
         opt.step()
         theirs.append(loss.item())
+    return ours, theirs, ws, ref
+
+
+def _twin_batches(name, steps=20):
+    if name == "dlrm":
+        log = click_log(steps * 64, seed=3)
+        return [log.batch(range(s * 64, s * 64 + 64)) for s in range(steps)]
+    ds = load_digits()
+    return [{"data": x, "label": y} for x, y in itertools.islice(epoch_batches(ds.x_train, ds.y_train, 32, 0), steps)]
+
+
+_ZOO = {"mlp": lambda: mlp(64, (32,), 10), "cnn": cnn, "lstm": lstm, "dlrm": dlrm}
+
+
+@pytest.mark.parametrize("name", list(_ZOO))
+def test_same_losses_as_the_torch_twin_after_20_sgd_steps(name):
+    ours, theirs, ws, ref = _twin_run(name, _ZOO[name], _twin_batches(name))
     np.testing.assert_allclose(ours, theirs, rtol=1e-4)
     assert ours[-1] < ours[0]
+    if name == "dlrm":  # the sparse updates touched the same rows by the same amounts
+        np.testing.assert_allclose(ws.fetch("emb0_table"), ref.emb[0].weight.detach().numpy(), rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("name, weight", [("cnn", "conv2_w"), ("dlrm", "top1_w")])
+def test_the_twin_comparison_sees_a_changed_weight(name, weight):
+    """The equivalence test can fail: a twin with one weight 1% off gives other losses."""
+    ours, theirs, _, _ = _twin_run(name, _ZOO[name], _twin_batches(name, steps=3), perturb=weight)
+    with pytest.raises(AssertionError):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-4)
+
+
+def test_torch_twin_refuses_an_unknown_model():
+    with pytest.raises(an.NetDefinitionError, match="expected a zoo model"):
+        torch_twin("resnet", {})
 
 
 def _losses(build, net_type, steps=6):

@@ -116,6 +116,20 @@ def test_max_pool(case):
               lambda x, r: (F.max_pool2d(x, case["k"], case["s"], case["pad"]) * r).mean(), feeds, ["x"])
 
 
+@pytest.mark.parametrize("k, hw", [(2, (8, 8)), (2, (4, 6)), (3, (6, 3)), (1, (2, 2))])
+def test_max_pool_tiling_windows_and_ties(k, hw):
+    """Windows that tile the image (the 2x2 pool of the cnn) take a shorter path: same maxima as
+    torch, and Caffe2's tie rule (every input equal to its window's maximum gets the whole dY)."""
+    rng = np.random.default_rng(k)
+    x = rng.integers(0, 3, (3, 2, *hw)).astype(np.float32)  # many ties
+    y = run("MaxPool", [x], kernel=k, stride=k)
+    np.testing.assert_array_equal(y, F.max_pool2d(torch.tensor(x), k, k).numpy())
+    dy = rng.normal(size=y.shape).astype(np.float32)
+    dx = run("MaxPoolGradient", [x, y, dy], kernel=k, stride=k)
+    up = lambda a: a.repeat(k, axis=2).repeat(k, axis=3)  # noqa: E731
+    np.testing.assert_array_equal(dx, np.where(x == up(y), up(dy), 0))
+
+
 @FEW
 @given(case=pool_case(), include=st.booleans())
 def test_average_pool(case, include):

@@ -136,3 +136,24 @@ def test_every_zoo_model_trains_on_torch_tensors_as_on_numpy(model: str) -> None
     a, b = runs["numpy"].history.final, runs["torch"].history.final
     assert b.test_loss == pytest.approx(a.test_loss, rel=1e-4)
     assert b.test_accuracy == pytest.approx(a.test_accuracy, abs=0.01)
+
+
+def test_hogwild_staleness_warning_names_dlrm_sparse_tables(caplog) -> None:
+    """Past 8 Hogwild workers the warning says what an update touches: for dlrm, its MLPs, not the tables."""
+    from asyncnet.train.data import load_clicks
+
+    with caplog.at_level("WARNING", logger="asyncnet.train"):
+        train(TrainConfig(mode="hogwild", model="dlrm", workers=9, epochs=1, batch_size=36, trace=False, threads=1),
+              dataset=load_clicks(360, 100))
+    text = " ".join(r.getMessage() for r in caplog.records if "updates old" in r.getMessage())
+    assert "its MLPs (only its embedding tables are updated by row)" in text and "dense model" not in text
+
+
+@pytest.mark.parametrize("model", ["cnn", "lstm", "dlrm"])
+def test_hidden_is_refused_in_one_line_for_the_fixed_zoo_models(model: str, capsys, tmp_path) -> None:
+    from asyncnet.cli.main import main
+
+    assert main(["train", "--model", model, "--hidden", "64", "--epochs", "1", "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"--hidden sets the hidden layers of --model mlp; the {model}" in err[0]
+    assert not (tmp_path / "run").exists()

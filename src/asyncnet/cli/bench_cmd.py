@@ -15,7 +15,7 @@ def available() -> list[str]:
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("bench", help="run a benchmark (executor, atomics, allreduce, train)",
+    p = sub.add_parser("bench", help="run a benchmark (executor, atomics, allreduce, train, models, ...)",
                        description="Run a benchmark; arguments after NAME go to it (try NAME --help).")
     p.add_argument("name", help=f"one of: {', '.join(available())}")
     p.add_argument("bench_args", nargs=argparse.REMAINDER, help="arguments for the benchmark, e.g. --json --quick")

@@ -95,7 +95,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
       help=f"learning-rate schedule: fixed, step (lr * gamma^floor(iter/step)) or exp (lr * gamma^iter) (default {d.lr_policy})")
     a("--lr-step", type=_int, help=f"steps between decays of --lr-policy step (default {d.lr_step})")
     a("--lr-gamma", type=_float, help="decay factor (default 0.1 for step, 0.999 for exp)")
-    a("--hidden", type=_hidden, help=f"hidden layer sizes, comma-separated (default {','.join(map(str, d.hidden))})")
+    a("--hidden", type=_hidden, help=f"hidden layer sizes of --model mlp, comma-separated (default {','.join(map(str, d.hidden))})")
     a("--seed", type=_int, help=f"random seed (default {d.seed})")
     a("--target-accuracy", type=_float, metavar="ACC",
       help="stop after the first epoch whose test accuracy reaches ACC (e.g. 0.95)")
@@ -196,6 +196,9 @@ def _config(args: argparse.Namespace, base: dict[str, Any]) -> Any:
     if "optimizer" in given and given["optimizer"] != base.get("optimizer") and "lr" not in given:
         merged.pop("lr", None)  # another optimizer: its own default rate, not the file's
     merged.update(given)
+    if "hidden" in given and merged.get("model", "mlp") != "mlp":
+        raise _UsageError(f"--hidden sets the hidden layers of --model mlp; the {merged['model']} of the zoo has fixed "
+                          "sizes (asyncnet.model.zoo): drop --hidden")
     if merged.get("backend") == "torch" and "workers" in given:
         merged["threads_per_rank"] = given["workers"]  # W threads per rank x R ranks (torchrun's)
     where = f"--config {args.config}" if args.config else (f"--resume {args.resume}" if args.resume else "train")

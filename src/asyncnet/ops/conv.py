@@ -168,6 +168,20 @@ def batch_last(x: np.ndarray, g: Geometry) -> np.ndarray:
     return xt
 
 
+def batch_last_copy(a: np.ndarray) -> np.ndarray:
+    """a [N, ...] as a contiguous [..., N]. One example a page or more apart is copied example
+    by example: a single transposing copy would read with a stride of a multiple of 4 KiB, which
+    maps every read to the same cache sets (it was 2x slower for dY [32, 16, 8, 8])."""
+    n = a.shape[0]
+    if a[0].nbytes < 4096 or n > 256:
+        return np.ascontiguousarray(np.moveaxis(a, 0, -1))
+    out = np.empty((*a.shape[1:], n), a.dtype)
+    flat, src = out.reshape(-1, n), a.reshape(n, -1)
+    for i in range(n):
+        flat[:, i] = src[i]
+    return out
+
+
 def im2col(x: np.ndarray, g: Geometry, grp: int) -> np.ndarray:
     """[group, C/group*kh*kw, OH*OW*N]: column (y, x, n) of a group holds the receptive field of
     output pixel (y, x) of example n. ``as_strided`` gives all fields as one view; one copy."""
@@ -185,10 +199,10 @@ def conv_forward(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, g: Geometry
         return _conv_torch(x, w, b, g, grp)
     n, m = x.shape[0], w.shape[0]
     y = np.matmul(w.reshape(grp, m // grp, -1), im2col(x, g, grp))  # group, M/group, OH*OW*N
-    y = np.ascontiguousarray(y.reshape(m, *g.out, n).transpose(3, 0, 1, 2))
-    if b is not None:
-        y += b.reshape(1, m, 1, 1)
-    return y
+    yv = y.reshape(m, *g.out, n).transpose(3, 0, 1, 2)
+    if b is None:
+        return np.ascontiguousarray(yv)
+    return np.add(yv, b.reshape(1, m, 1, 1), out=np.empty(yv.shape, y.dtype))  # NCHW and bias in one pass
 
 
 def _conv_torch(x: Any, w: Any, b: Any, g: Geometry, grp: int) -> Any:
@@ -227,7 +241,7 @@ def conv_backward(x: np.ndarray, w: np.ndarray, dy: np.ndarray, g: Geometry, grp
         return _conv_backward_torch(x, w, dy, g, grp, want_dx)
     n, c, h, wd = x.shape
     m, cg = w.shape[0], c // grp
-    dyt = dy.transpose(1, 2, 3, 0).reshape(grp, m // grp, -1)  # group, M/g, OH*OW*N
+    dyt = batch_last_copy(dy).reshape(grp, m // grp, -1)  # group, M/g, OH*OW*N
     dw = np.matmul(dyt, im2col(x, g, grp).transpose(0, 2, 1)).reshape(w.shape)
     if not want_dx:
         return dw, None

@@ -18,6 +18,7 @@ shows through it; an in-place Reshape, ExpandDims or Squeeze is a view and costs
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -84,15 +85,15 @@ def new_shape(old: tuple[int, ...], spec: list[int]) -> tuple[int, ...]:
         elif d < -1:
             raise ValueError(f"expected dims >= -1 in shape {spec}, got {d}")
         dims.append(d)
-    size = int(np.prod(old, dtype=np.int64))
+    size = math.prod(old)
     if dims.count(-1) > 1:
         raise ValueError(f"expected at most one -1 in shape {spec}")
     if -1 in dims:
-        known = int(np.prod([d for d in dims if d != -1], dtype=np.int64))
+        known = math.prod(d for d in dims if d != -1)
         if known == 0 or size % known:
             raise ValueError(f"cannot infer the -1 of shape {spec} for an input of shape {old} ({size} elements)")
         dims[dims.index(-1)] = size // known
-    if int(np.prod(dims, dtype=np.int64)) != size:
+    if math.prod(dims) != size:
         raise ValueError(f"cannot reshape an input of shape {old} ({size} elements) to {tuple(dims)}")
     return tuple(dims)
 
@@ -244,8 +245,10 @@ def split_pieces(x: np.ndarray, axis: int, sizes: list[int], add_axis: bool) -> 
     if is_torch(x):
         pieces = [p.clone() for p in x.split(sizes, dim=axis)]
         return [p.squeeze(axis) for p in pieces] if add_axis else pieces
-    bounds = np.cumsum([0, *sizes])
-    pieces = [np.take(x, np.arange(lo, hi), axis=axis) for lo, hi in zip(bounds[:-1], bounds[1:])]
+    lead, pieces, lo = (slice(None),) * axis, [], 0
+    for size in sizes:
+        pieces.append(x[(*lead, slice(lo, lo + size))].copy())
+        lo += size
     return [np.squeeze(p, axis=axis) for p in pieces] if add_axis else pieces
 
 

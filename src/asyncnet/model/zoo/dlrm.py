@@ -47,8 +47,9 @@ def dlrm(num_dense: int = 8, table_sizes: Sequence[int] = (100, 100, 100), dim: 
     feats = m.op("Concat", [x, *pooled], ["feats", "feats_split"], axis=1, add_axis=True)[0]   # [B, F, d]
     z = m.op("BatchMatMul", [feats, feats], "z", trans_b=True)                                  # [B, F, F]
     f = len(table_sizes) + 1
-    pairs = [m.op("Slice", z, f"z_{i}_{j}", starts=[0, i, j], ends=[-1, i + 1, j + 1]) for i in range(f) for j in range(i)]
-    zflat = m.flatten(m.concat(pairs, "z_pairs", axis=1), "z_flat")                              # [B, F(F-1)/2]
+    # row i of the strict lower triangle is one slice Z[:, i, :i]: F-1 slices, not F(F-1)/2
+    rows = [m.op("Slice", z, f"z_row{i}", starts=[0, i, 0], ends=[-1, i + 1, i]) for i in range(1, f)]      # [B, 1, i]
+    zflat = m.flatten(m.concat(rows, "z_pairs", axis=2), "z_flat")                               # [B, F(F-1)/2]
     r = m.concat([x, zflat], "interaction", axis=1)
     logit = _mlp(m, r, "top", [dim + f * (f - 1) // 2, *top, 1], relu_last=False)
     m.sigmoid_xent_loss(logit, "click")
@@ -71,10 +72,11 @@ class ClickLog:
 
     def batch(self, rows: Iterable[int]) -> dict[str, np.ndarray]:
         """The feeds of the examples ``rows`` for :func:`dlrm`."""
-        rows = np.asarray(list(rows), np.int64)
+        rows = np.asarray(rows if isinstance(rows, np.ndarray) else list(rows), np.int64)
         out = {"dense": self.dense[rows], "click": self.clicks[rows, None].astype(np.float32)}
+        lengths = self.lengths[rows]
         for k, ids in enumerate(self.ids):
-            lens = self.lengths[rows, k]
+            lens = lengths[:, k]
             out[f"lengths{k}"] = lens.astype(np.int32)
             out[f"ids{k}"] = ids[rows][np.arange(ids.shape[1])[None, :] < lens[:, None]]  # row-major: bag by bag
         return out

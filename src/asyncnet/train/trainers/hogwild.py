@@ -143,9 +143,11 @@ def run_hogwild(cfg: TrainConfig, ds: Dataset, reporter: Any = None, resume: Res
     from asyncnet.sync import run_parallel_workers
 
     if cfg.workers > HOGWILD_STALE_WORKERS:
+        touched = ("of dlrm touches every parameter of its MLPs (only its embedding tables are updated by row)"
+                   if cfg.model == "dlrm" else "of this dense model touches every parameter")
         log.warning("hogwild with %d workers: every step reads parameters up to %d updates old, and every update "
-                    "of this dense model touches every parameter; expect stale gradients to slow training or make it "
-                    "diverge (use fewer workers, a lower lr, or --mode sync)", cfg.workers, cfg.workers - 1)
+                    "%s; expect stale gradients to slow training or make it diverge (use fewer workers, a lower lr, "
+                    "or --mode sync)", cfg.workers, cfg.workers - 1, touched)
     if cfg.optimizer == "adam":
         log.warning("hogwild with adam: the workers race on its two moment arrays, and one worker's first moment over "
                     "another's near-zero second moment can make a huge step; use --optimizer sgd or momentum")

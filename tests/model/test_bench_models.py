@@ -1,0 +1,51 @@
+"""``asyncnet bench models --quick``: every row trains, and the torch eager peer is the same run as asyncnet local."""
+
+import json
+
+import pytest
+
+pytest.importorskip("torch")
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture(scope="module")
+def result():
+    from asyncnet.bench.models import _parse, run
+
+    return run(_parse(["--quick", "--model", "cnn", "--model", "dlrm"]))
+
+
+def test_every_row_of_each_model(result):
+    got = [(r["model"], r["mode"], r["tensor"]) for r in result["rows"]]
+    for model in ("cnn", "dlrm"):
+        for mode in ("local", "sync 2", "hogwild 2"):
+            assert (model, mode, "numpy") in got and (model, mode, "torch") in got
+        assert (model, "torch eager", "torch") in got
+    assert ("dlrm", "local simple", "numpy") in got and ("cnn", "local simple", "numpy") not in got
+    assert all(r["samples_per_sec"] > 0 for r in result["rows"])
+    assert set(result["targets"]) == {"cnn_best_mode_at_least_1.0x_torch_eager", "dlrm_best_mode_at_least_1.0x_torch_eager",
+                                      "dlrm_async_scheduling_at_least_1.3x_simple",
+                                      "dlrm_large_async_scheduling_at_least_1.3x_simple"}
+    assert [r["net_type"] for r in result["executor_pair"]] == ["simple", "async_scheduling"]
+    assert all(r["samples_per_sec"] > 0 for r in result["executor_pair"])
+
+
+def test_torch_eager_is_the_same_training_as_asyncnet_local(result):
+    """Same weights, batches and optimizer: the peer ends where asyncnet local on numpy does."""
+    for model in ("cnn", "dlrm"):
+        by = {(r["mode"], r["tensor"]): r for r in result["rows"] if r["model"] == model}
+        mine, eager = by[("local", "numpy")], by[("torch eager", "torch")]
+        assert (eager["optimizer"], eager["lr"]) == (mine["optimizer"], mine["lr"])
+        assert eager["final_test_accuracy"] == pytest.approx(mine["final_test_accuracy"], abs=0.006)
+        if model == "dlrm":
+            assert eager["final_test_auc"] == pytest.approx(mine["final_test_auc"], abs=1e-3)
+
+
+def test_registered_and_printed(result):
+    from asyncnet.bench.models import table
+    from asyncnet.cli.bench_cmd import available
+
+    assert "models" in available()
+    text = table(result)
+    assert "dlrm  local simple  numpy" in text and "load average: " in text and "dlrm_async_vs_simple" in text
+    json.dumps(result)  # --json prints it
