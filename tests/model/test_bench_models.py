@@ -22,6 +22,7 @@ def test_every_row_of_each_model(result):
             assert (model, mode, "numpy") in got and (model, mode, "torch") in got
         assert (model, "torch eager", "torch") in got
     assert ("dlrm", "local simple", "numpy") in got and ("cnn", "local simple", "numpy") not in got
+    assert ("dlrm", "local async", "numpy") in got
     assert all(r["samples_per_sec"] > 0 for r in result["rows"])
     assert set(result["targets"]) == {"cnn_best_mode_at_least_1.0x_torch_eager", "dlrm_best_mode_at_least_1.0x_torch_eager",
                                       "dlrm_async_scheduling_at_least_1.3x_simple",

@@ -124,3 +124,17 @@ def test_torch_backend_outside_torchrun_is_a_clear_error(monkeypatch) -> None:
         monkeypatch.delenv(k, raising=False)
     with pytest.raises(ValueError, match="torchrun"):
         train(TrainConfig(backend="torch", epochs=1))
+
+
+def test_net_type_default_is_straight_for_local_and_explicit_types_are_kept() -> None:
+    assert TrainConfig(mode="local").net_type == "straight"
+    assert TrainConfig(mode="local", net_threads=2).net_type == "async_scheduling"
+    assert TrainConfig().net_type == "async_scheduling"  # sync, the default mode
+    assert TrainConfig(mode="local", net_type="simple").net_type == "simple"
+    ds = load_digits()
+    kw = dict(mode="local", epochs=1, batch_size=64, hidden=(16,), seed=3, trace=False)
+    runs = {t: train(TrainConfig(net_type=t, **kw), dataset=ds) for t in (None, "simple", "async_scheduling")}
+    for name in runs[None].params:  # the same ops: the same bits on every executor
+        assert np.array_equal(runs[None].params[name], runs["simple"].params[name]), name
+        assert np.array_equal(runs[None].params[name], runs["async_scheduling"].params[name]), name
+    assert [m.train_loss for m in runs[None].history] == [m.train_loss for m in runs["simple"].history]

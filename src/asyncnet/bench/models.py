@@ -7,13 +7,14 @@ trains, with the trainers' default optimizer and learning rate of each mode
 (:data:`asyncnet.train.trainers._common.MODEL_DEFAULTS`):
 
 - asyncnet local, sync with 2 threads and Hogwild with 2 threads, on numpy arrays and on torch
-  CPU tensors (``tensor="torch"``);
+  CPU tensors (``tensor="torch"``), each on the trainer's default executor (local: "straight",
+  the others: "async_scheduling");
 - the model's torch twin (:mod:`asyncnet.model.zoo.torch_twins`) in a plain PyTorch eager loop:
   the same initial weights, the same batches (:func:`asyncnet.train.data.epoch_batches`, same
   seed) and ``torch.optim`` with the local mode's optimizer and learning rate; a step is timed
   as the trainers time theirs: the batch's feeds made from its rows, the step, the loss read;
-- for dlrm also asyncnet local on the simple executor: the async_scheduling row beside it shows
-  what running the embedding lookups beside the bottom MLP buys. The zoo's dlrm is tiny (tables
+- for dlrm also asyncnet local on async_scheduling ("local async") and on the simple executor
+  ("local simple"): the pair shows what running the embedding lookups beside the bottom MLP buys. The zoo's dlrm is tiny (tables
   of 100 rows of dim 8), so the pair is also measured on a large DLRM (:data:`LARGE_DLRM`:
   3 tables of 100,000 rows of dim 64, 20 ids per bag, bottom and top MLP of 512, batch 512):
   the same train net run for a fixed number of steps on each executor.
@@ -56,9 +57,12 @@ LARGE = dict(batch_size=512, max_ids=20, steps=20)
 QUICK_LARGE = dict(batch_size=128, max_ids=20, steps=4, table_sizes=(10000, 10000, 10000))
 QUICK_CLICKS = (2000, 1000)  # --quick: a small click log, so dlrm's rows take a fraction of a second
 #: (label, mode, workers, tensor, net_type)
-ROWS = [("local", "local", 1, "numpy", "async_scheduling"), ("sync 2", "sync", 2, "numpy", "async_scheduling"),
-        ("hogwild 2", "hogwild", 2, "numpy", "async_scheduling"), ("local", "local", 1, "torch", "async_scheduling"),
-        ("sync 2", "sync", 2, "torch", "async_scheduling"), ("hogwild 2", "hogwild", 2, "torch", "async_scheduling")]
+#: net_type None: the trainer's default (local: "straight", the others: "async_scheduling")
+ROWS = [("local", "local", 1, "numpy", None), ("sync 2", "sync", 2, "numpy", None),
+        ("hogwild 2", "hogwild", 2, "numpy", None), ("local", "local", 1, "torch", None),
+        ("sync 2", "sync", 2, "torch", None), ("hogwild 2", "hogwild", 2, "torch", None)]
+#: dlrm's executor pair: the local trainer on async_scheduling (lookups beside the bottom MLP) and on simple
+ASYNC_ROW = ("local async", "local", 1, "numpy", "async_scheduling")
 SIMPLE_ROW = ("local simple", "local", 1, "numpy", "simple")
 EAGER = "torch eager"
 
@@ -117,7 +121,7 @@ def measure(model: str, row: tuple[str, str, int, str, str], settings: dict[str,
     epochs = [{"epoch": m.epoch, "seconds": m.seconds, "samples": m.samples, "test_accuracy": m.test_accuracy,
                "test_auc": m.test_auc, "optimal_auc": m.optimal_auc} for m in h.epochs]
     out = _figures(model, label, tensor, epochs)
-    out.update(optimizer=cfg.optimizer, lr=cfg.lr, net_type=net_type)
+    out.update(optimizer=cfg.optimizer, lr=cfg.lr, net_type=cfg.net_type)
     return out
 
 
@@ -202,7 +206,7 @@ def executor_pair(quick: bool, repeat: int) -> list[dict[str, Any]]:
     finally:
         for w in workers.values():
             w.close()
-    return [{"model": "dlrm large", "mode": "local" if t == "async_scheduling" else "local simple", "tensor": "numpy",
+    return [{"model": "dlrm large", "mode": "local async" if t == "async_scheduling" else "local simple", "tensor": "numpy",
              "net_type": t, "samples_per_sec": best[t], "batch_size": bs, "steps": steps} for t in best]
 
 
@@ -220,7 +224,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     settings = QUICK if args.quick else FULL
     plan: list[tuple[str, Any]] = []
     for model in models:
-        plan += [(model, r) for r in ROWS] + [(model, EAGER)] + ([(model, SIMPLE_ROW)] if model == "dlrm" else [])
+        plan += [(model, r) for r in ROWS] + [(model, EAGER)] + ([(model, ASYNC_ROW), (model, SIMPLE_ROW)] if model == "dlrm" else [])
     data = {m: _dataset(m, args.quick) for m in models}
     runs: list[list[dict[str, Any]]] = [[] for _ in plan]
     for _ in range(repeat):  # rounds interleave the rows, so a noisy spell hits them all
@@ -244,7 +248,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         targets[f"{model}_best_mode_at_least_1.0x_torch_eager"] = best["vs_torch_eager"] >= 1.0
         if model == "dlrm":
             by = {(r["mode"], r["tensor"]): r["samples_per_sec"] for r in mine}
-            ratios["dlrm_async_vs_simple"] = by[("local", "numpy")] / by[("local simple", "numpy")]
+            ratios["dlrm_async_vs_simple"] = by[("local async", "numpy")] / by[("local simple", "numpy")]
     large = []
     if "dlrm" in models:
         large = executor_pair(args.quick, repeat)

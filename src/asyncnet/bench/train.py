@@ -17,9 +17,10 @@ Peers in the same run (issue 9; ``--no-peers`` skips them): a hand-written numpy
 floor), plain PyTorch eager, and asyncnet local on torch CPU tensors, on the same MLP, data,
 batches and initial weights.
 
-The local rows run the trainer as users get it: with one executor thread per net it runs its
-nets on the straight-line executor (net type "straight": same ops, order and bits as "simple",
-compiled once), whatever ``--net-type`` says; the other modes use ``--net-type``.
+The rows run the trainer as users get it: by default (no ``--net-type``) local runs its nets
+on the straight-line executor (net type "straight": same ops, order and bits as "simple",
+compiled once; one executor thread has nothing to overlap) and the other modes on
+async_scheduling; ``--net-type`` sets one type for every mode.
 
 Targets (issue 6): test accuracy >= 95% in every mode; sync with 2 workers >= 1.6x the
 samples/s of local; Hogwild reaches the same accuracy. Issue 9: asyncnet local on numpy >= 0.75x
@@ -59,7 +60,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--hidden", default=None, help="hidden sizes, e.g. 1024 or 512,512")
     p.add_argument("--batch-size", type=int, default=None)
     p.add_argument("--lr", type=float, default=None)
-    p.add_argument("--net-type", default="async_scheduling", help="executor of the workers' nets (default async_scheduling)")
+    p.add_argument("--net-type", default=None,
+                   help="executor of every mode's nets (default: straight for local, async_scheduling for the others)")
     p.add_argument("--repeat", type=int, default=None,
                    help="rounds over the modes; each mode's fastest samples/s is kept (default 3, quick 1)")
     p.add_argument("--no-peers", action="store_true", help="skip the numpy loop, torch eager and torch-tensor rows")
@@ -168,7 +170,7 @@ def _fmt(v: Any, spec: str) -> str:
 def table(result: dict[str, Any]) -> str:
     s = result["settings"]
     lines = [f"training benchmark: MLP 64-{'-'.join(map(str, s['hidden']))}-10 on {result['dataset']}, "
-             f"batch {s['batch_size']}, sgd lr {s['lr']}, {s['epochs']} epochs, {s['net_type']} nets (local: straight), "
+             f"batch {s['batch_size']}, sgd lr {s['lr']}, {s['epochs']} epochs, {s['net_type'] or 'straight (local) / async_scheduling'} nets, "
              "single-threaded BLAS",
              f"{'mode':<8} {'backend':<10} {'workers':>7} {'samples/s':>11} {'vs local':>9} "
              f"{'epochs to 95%':>14} {'s to 95%':>9} {'final acc':>10} {'best acc':>9}"]

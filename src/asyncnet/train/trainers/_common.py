@@ -77,7 +77,7 @@ class TrainConfig:
     lr_gamma: float | None = None
     hidden: tuple[int, ...] = (128,)
     seed: int = 0
-    net_type: str = "async_scheduling"
+    net_type: str | None = None  # None: "straight" for local with one net thread, else "async_scheduling"
     net_threads: int = 1
     threads: int | None = None
     timeout: float = 120.0
@@ -96,6 +96,9 @@ class TrainConfig:
         if self.optimizer is None:
             object.__setattr__(self, "optimizer", default_opt)
         _check(self.mode in MODES, f"mode must be one of {', '.join(MODES)}, got {self.mode!r}")
+        if self.net_type is None:  # one executor thread has nothing to overlap: the cheapest runner, same bits
+            object.__setattr__(self, "net_type", "straight" if self.mode == "local" and self.net_threads == 1
+                               else "async_scheduling")
         _check(self.backend in BACKENDS, f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
         _check(self.optimizer in OPTIMIZERS, f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}")
         _check(self.lr_policy in LR_POLICIES, f"lr_policy must be one of {', '.join(LR_POLICIES)}, got {self.lr_policy!r}")
@@ -349,10 +352,6 @@ class WorkerNets:
         train.ops = [op for op in train.ops if op.type != "Accuracy"]
         self._to_tensor = _tensor_placer(cfg, self.ws, model.checkpoint_blobs)
         evaluate = _private_pool(model.forward_net("eval"))
-        if cfg.mode == "local" and cfg.net_threads == 1:
-            # one executor thread has nothing to overlap: the straight-line runner gives the same
-            # bits (the same ops, in net order) for a fraction of the scheduler's cost per op
-            train.type = evaluate.type = "straight"
         self.train_net = self.ws.create_net(train)
         self.eval_net = self.ws.create_net(evaluate)
         # released in close(); an automatic share is a ceiling the user's environment may lower
