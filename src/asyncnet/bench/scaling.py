@@ -5,7 +5,9 @@ gloo ranks on 127.0.0.1 (one BLAS thread each, async_scheduling nets), with and 
 overlap, and compares each median step time with what :mod:`asyncnet.simulate` predicts from
 inputs measured in the same run: the compute of one step (forward, backward, update: the
 1-rank run's forward, gradient and train nets without sync) and the network's latency and
-bandwidth (2 ranks: a 4-byte and a 4 MiB all-reduce; ring, p = 2). The machine's cores bound
+bandwidth (2 ranks: a 4-byte and a 4 MiB all-reduce; ring, p = 2), and the CPU time those take
+from their rank (process CPU time, gloo's threads included: ``cpu_per_message``,
+``cpu_per_byte``), which competes with the compute when the ranks fill the cores. The machine's cores bound
 the ranks' compute (4 ranks on 2 cores run at half speed). A second prediction takes the
 compute profiled in the R-rank run itself (its nets without sync), which also counts the cores
 other jobs take from the ranks; the model then predicts only the communication and overlap. Target: every prediction within
@@ -121,8 +123,9 @@ def measure_network(steps: int = 15) -> Any:
 def _network(r: dict[str, Any]) -> Any:
     from asyncnet.simulate import Network
 
-    alpha = r["small_s"] / 2
-    return Network(bandwidth=PROBE_BYTES / max(r["big_s"] - 2 * alpha, 1e-9), latency=alpha)
+    alpha, cpu_msg = r["small_s"] / 2, r["small_cpu_s"] / 2
+    return Network(bandwidth=PROBE_BYTES / max(r["big_s"] - 2 * alpha, 1e-9), latency=alpha,
+                   cpu_per_byte=max(r["big_cpu_s"] - 2 * cpu_msg, 0.0) / PROBE_BYTES, cpu_per_message=cpu_msg)
 
 
 def validate(ranks: list[int], batch: int, bucket_mb: float, steps: int) -> dict[str, Any]:
@@ -150,7 +153,8 @@ def _table(res: dict[str, Any]) -> str:
     lines = [f"inputs: forward {w['forward'] * 1e3:.2f} ms, backward {w['backward'] * 1e3:.2f} ms, update "
              f"{w['update'] * 1e3:.2f} ms, {w['grad_bytes'] / 2**20:.2f} MiB of gradients in buckets of "
              f"{w['bucket_bytes'] / 2**20:g} MiB; gloo 127.0.0.1: latency {n['latency'] * 1e6:.0f} us, bandwidth "
-             f"{n['bandwidth'] / 1e9:.2f} GB/s; {res['cores']} cores; load average {la[0]:.2f} {la[1]:.2f} {la[2]:.2f}",
+             f"{n['bandwidth'] / 1e9:.2f} GB/s, CPU {n['cpu_per_message'] * 1e6:.0f} us per message + "
+             f"{n['cpu_per_byte'] * 2**20 * 1e3:.2f} ms per MiB; {res['cores']} cores; load average {la[0]:.2f} {la[1]:.2f} {la[2]:.2f}",
              f"{'ranks':>5s} {'overlap':>7s} {'measured ms':>11s} {'predicted ms':>12s} {'error':>7s} "
              f"{'predicted (R-rank compute) ms':>29s} {'error':>7s}"]
     for r in res["rows"]:
