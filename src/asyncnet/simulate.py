@@ -135,7 +135,7 @@ def _buckets(w: Workload) -> list[int]:
 
 
 def step_seconds(w: Workload, ranks: int, net: Network, algorithm: str = "ring", overlap: bool = False,
-                 threads: int = 1, cores_per_host: int | None = None, ranks_per_host: int | None = None) -> float:
+                 threads: int = 1, cores_per_host: float | None = None, ranks_per_host: int | None = None) -> float:
     """Predicted seconds of one data-parallel step (see the module docstring)."""
     host_ranks = min(ranks, ranks_per_host or ranks)
     on_host = host_ranks * threads
