@@ -240,22 +240,21 @@ def _where(op: OperatorDef, index: int) -> str:
 
 
 def _check_inplace(op: OperatorDef, schema: OpSchema, index: int) -> None:
-    outs = op.outputs
-    if schema.enforce_inplace is None and (outs[0] not in op.inputs if len(outs) == 1
-                                           else len(set(outs)) == len(outs) and set(outs).isdisjoint(op.inputs)):
-        return  # the common case: no blob both read and written, nothing enforced, outputs distinct
-    where = _where(op, index)
-    for i, o in _enforced_pairs(schema.enforce_inplace, len(op.inputs), len(op.outputs)):
-        if op.inputs[i] != op.outputs[o]:
-            raise NetDefinitionError(
-                f"input {i} {op.inputs[i]!r} and output {o} {op.outputs[o]!r} must be the same blob (in-place enforced)", where
-            )
-    for o, out in enumerate(op.outputs):
-        for i, inp in enumerate(op.inputs):
-            if inp == out and not (_inplace_allowed(schema.allow_inplace, i, o) or _inplace_allowed(schema.enforce_inplace, i, o)):
-                raise NetDefinitionError(f"output {o} {out!r} may not overwrite input {i} in place", where)
-    if len(set(op.outputs)) != len(op.outputs):
-        raise NetDefinitionError(f"outputs must be distinct blobs, got {op.outputs}", where)
+    ins, outs = op.inputs, op.outputs
+    enforce = schema.enforce_inplace
+    if enforce is not None:
+        for i, o in _enforced_pairs(enforce, len(ins), len(outs)):
+            if ins[i] != outs[o]:
+                raise NetDefinitionError(f"input {i} {ins[i]!r} and output {o} {outs[o]!r} must be the same blob "
+                                         "(in-place enforced)", _where(op, index))
+    for o, out in enumerate(outs):
+        if out not in ins:  # the common case, one C-level scan: no pair to check
+            continue
+        for i, inp in enumerate(ins):
+            if inp == out and not (_inplace_allowed(schema.allow_inplace, i, o) or _inplace_allowed(enforce, i, o)):
+                raise NetDefinitionError(f"output {o} {out!r} may not overwrite input {i} in place", _where(op, index))
+    if len(outs) > 1 and len(set(outs)) != len(outs):
+        raise NetDefinitionError(f"outputs must be distinct blobs, got {outs}", _where(op, index))
 
 
 def _typed_args(op: OperatorDef, schema: OpSchema, index: int) -> dict[str, Any]:
