@@ -16,6 +16,20 @@ bucket k starts when it is ready and the previous one is done, and the update wa
 last one. When the ranks x threads of one host outnumber its cores, compute slows in
 proportion (``cores_per_host``; None means enough cores).
 
+Communication is not free CPU time on a TCP network: gloo's threads copy, sum and push every
+byte through the kernel. ``Network.cpu_per_byte`` and ``cpu_per_message`` give that cost (CPU
+seconds per byte and per message, in the alpha-beta form: ring ``2 (p-1)`` messages and
+``2 (p-1)/p n`` bytes per rank; measured with gloo by ``asyncnet simulate --measure-network``;
+0 for an RDMA network, where the NIC moves the data). With ``cores_per_host``, a host whose
+ranks x threads and their communication need more CPU than it has pays for it:
+
+- no overlap: the all-reduce phase takes at least ``ranks_on_host x comm_cpu / cores``;
+- overlap: the step takes at least ``(ranks_on_host x threads x compute + ranks_on_host x
+  comm_cpu) / cores`` (every CPU second of the host, compute and communication, is spent
+  somewhere in the step), e.g. ``compute + comm_cpu`` for 2 ranks on 2 cores.
+
+When the cores are enough these floors are below the other terms and change nothing.
+
     >>> net = Network(bandwidth=12.5e9, latency=5e-6)          # 100 Gb/s, 5 us
     >>> w = Workload(forward=0.010, backward=0.020, update=0.002, grad_bytes=100 * 2**20)
     >>> round(allreduce_seconds(2**20, 8, net, "ring") * 1e6, 1)
@@ -23,6 +37,9 @@ proportion (``cores_per_host``; None means enough cores).
     >>> s0, s1 = step_seconds(w, 64, net), step_seconds(w, 64, net, overlap=True)
     >>> round(s0 * 1e3, 2), round(s1 * 1e3, 2)
     (49.15, 36.76)
+    >>> tcp = Network(bandwidth=1e9, latency=100e-6, cpu_per_byte=0.5e-9, cpu_per_message=20e-6)
+    >>> round(allreduce_cpu_seconds(2**20, 2, tcp) * 1e6, 1)            # 2 messages + 1 MiB
+    564.3
 """
 
 from __future__ import annotations
@@ -31,22 +48,29 @@ import math
 import re
 from dataclasses import dataclass
 
-__all__ = ["Network", "Workload", "allreduce_seconds", "step_seconds", "scaling_curve", "parse_bandwidth",
-           "ALGORITHMS"]
+__all__ = ["Network", "Workload", "allreduce_seconds", "allreduce_cpu_seconds", "step_seconds", "scaling_curve",
+           "parse_bandwidth", "ALGORITHMS"]
 
 ALGORITHMS = ("ring", "tree")
 
 
 @dataclass(frozen=True)
 class Network:
-    """Link ``bandwidth`` in bytes/s and per-message ``latency`` in seconds."""
+    """Link ``bandwidth`` in bytes/s and per-message ``latency`` in seconds; the CPU time
+    the all-reduce takes from its rank, ``cpu_per_byte`` and ``cpu_per_message`` seconds
+    (0: the network moves the data without the host's CPU, as RDMA)."""
 
     bandwidth: float
     latency: float
+    cpu_per_byte: float = 0.0
+    cpu_per_message: float = 0.0
 
     def __post_init__(self) -> None:
         if not self.bandwidth > 0 or not self.latency >= 0:
             raise ValueError(f"expected bandwidth > 0 and latency >= 0, got {self.bandwidth!r} B/s, {self.latency!r} s")
+        if not self.cpu_per_byte >= 0 or not self.cpu_per_message >= 0:
+            raise ValueError(f"expected cpu_per_byte >= 0 and cpu_per_message >= 0, got {self.cpu_per_byte!r} s/B, "
+                             f"{self.cpu_per_message!r} s")
 
 
 @dataclass(frozen=True)
@@ -83,18 +107,26 @@ def parse_bandwidth(text: str) -> float:
     return value
 
 
-def allreduce_seconds(nbytes: float, ranks: int, net: Network, algorithm: str = "ring") -> float:
-    """Alpha-beta time of one all-reduce of ``nbytes`` over ``ranks`` ranks."""
+def _alpha_beta(nbytes: float, ranks: int, alpha: float, beta: float, algorithm: str) -> float:
     if ranks < 1:
         raise ValueError(f"expected ranks >= 1, got {ranks}")
     if ranks == 1 or nbytes == 0:
         return 0.0
-    beta = 1.0 / net.bandwidth
     if algorithm == "ring":
-        return 2 * (ranks - 1) * net.latency + 2 * (ranks - 1) / ranks * nbytes * beta
+        return 2 * (ranks - 1) * alpha + 2 * (ranks - 1) / ranks * nbytes * beta
     if algorithm == "tree":
-        return math.ceil(math.log2(ranks)) * (net.latency + nbytes * beta)
+        return math.ceil(math.log2(ranks)) * (alpha + nbytes * beta)
     raise ValueError(f"expected algorithm one of {ALGORITHMS}, got {algorithm!r}")
+
+
+def allreduce_seconds(nbytes: float, ranks: int, net: Network, algorithm: str = "ring") -> float:
+    """Alpha-beta time of one all-reduce of ``nbytes`` over ``ranks`` ranks."""
+    return _alpha_beta(nbytes, ranks, net.latency, 1.0 / net.bandwidth, algorithm)
+
+
+def allreduce_cpu_seconds(nbytes: float, ranks: int, net: Network, algorithm: str = "ring") -> float:
+    """CPU seconds one rank spends in that all-reduce (same message and byte counts)."""
+    return _alpha_beta(nbytes, ranks, net.cpu_per_message, net.cpu_per_byte, algorithm)
 
 
 def _buckets(w: Workload) -> list[int]:
@@ -103,9 +135,10 @@ def _buckets(w: Workload) -> list[int]:
 
 
 def step_seconds(w: Workload, ranks: int, net: Network, algorithm: str = "ring", overlap: bool = False,
-                 threads: int = 1, cores_per_host: int | None = None, ranks_per_host: int | None = None) -> float:
+                 threads: int = 1, cores_per_host: float | None = None, ranks_per_host: int | None = None) -> float:
     """Predicted seconds of one data-parallel step (see the module docstring)."""
-    on_host = min(ranks, ranks_per_host or ranks) * threads
+    host_ranks = min(ranks, ranks_per_host or ranks)
+    on_host = host_ranks * threads
     slow = max(1.0, on_host / cores_per_host) if cores_per_host else 1.0
     fwd, bwd, upd = w.forward * slow, w.backward * slow, w.update * slow
 
@@ -113,14 +146,21 @@ def step_seconds(w: Workload, ranks: int, net: Network, algorithm: str = "ring",
         local = (threads - 1) * nbytes / w.local_bandwidth if threads > 1 else 0.0
         return local + allreduce_seconds(nbytes, ranks, net, algorithm)
 
+    def comm_cpu(sizes: list[int]) -> float:  # the host's ranks' CPU seconds of communication, per core
+        if not cores_per_host:
+            return 0.0
+        return host_ranks * sum(allreduce_cpu_seconds(n, ranks, net, algorithm) for n in sizes) / cores_per_host
+
     if not overlap:
-        return fwd + bwd + sync(w.grad_bytes) + upd
+        return fwd + bwd + max(sync(w.grad_bytes), comm_cpu([w.grad_bytes])) + upd
     end, produced = 0.0, 0
-    for size in _buckets(w):
+    buckets = _buckets(w)
+    for size in buckets:
         produced += size
         ready = fwd + bwd * produced / w.grad_bytes
         end = max(ready, end) + sync(size)
-    return max(fwd + bwd, end) + upd
+    cpu_floor = on_host * w.compute / cores_per_host + comm_cpu(buckets) if cores_per_host else 0.0
+    return max(max(fwd + bwd, end) + upd, cpu_floor)
 
 
 def scaling_curve(w: Workload, net: Network, ranks: list[int], algorithm: str = "ring", overlap: bool = False,

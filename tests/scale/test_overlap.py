@@ -8,7 +8,7 @@ import pytest
 
 import asyncnet as an
 from asyncnet.sync import run_parallel_workers
-from asyncnet.train.buckets import add_bucketed_allreduce, gradient_buckets
+from asyncnet.train.buckets import add_bucketed_allreduce, gradient_buckets, split_input_gradients
 from asyncnet.train.model import MLP
 
 import _overlap_workers as OW
@@ -43,6 +43,41 @@ def test_each_start_follows_its_last_producer_and_starts_are_chained():
     first_update = next(i for i, op in enumerate(ops) if op.type == "SGD")
     waits = [i for i, op in enumerate(ops) if op.type == "AllreduceWait"]
     assert len(waits) == len(starts) and max(waits) < first_update
+
+
+@pytest.mark.parametrize("op_type,x_shape,w_shape,axis,axis_w", [
+    ("FCGradient", (6, 5), (4, 5), 1, 1), ("FCGradient", (3, 2, 5, 2), (4, 5, 2), 2, 1),
+    ("FCTransposedGradient", (6, 5), (5, 4), 1, 1), ("FCGradient", (6, 10), (4, 5, 2), 1, 1)])
+def test_split_input_gradient_gives_fc_gradients_bits(op_type, x_shape, w_shape, axis, axis_w):
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    w = rng.standard_normal(w_shape).astype(np.float32)
+    m = int(np.prod(x_shape[:axis]))
+    dy = rng.standard_normal((*x_shape[:axis], 4)).astype(np.float32)
+    outs = {}
+    for split in (False, True):
+        ws = an.Workspace()
+        for k, v in (("x", x), ("w", w), ("dy", dy)):
+            ws.feed(k, v)
+        net = an.Net(f"g{split}", type="async_scheduling", num_workers=2)
+        net.add_op(op_type, ["x", "w", "dy"], ["dw", "db", "dx"], axis=axis, axis_w=axis_w)
+        if split:
+            assert split_input_gradients(net, ["dw"]) == 1
+            assert [op.type for op in net.ops] == [op_type, "MatMul", "ResizeLike"]
+            assert net.ops[1].control_inputs == ["dw"]          # dX after dW: the bucket starts first
+        ws.run_net_once(net)
+        outs[split] = [ws.fetch(k) for k in ("dw", "db", "dx")]
+        ws.close()
+    assert outs[True][2].shape == x_shape and m > 0
+    for a, b in zip(outs[False], outs[True]):
+        assert a.dtype == b.dtype and np.array_equal(a, b)
+
+
+def test_split_leaves_ops_without_a_bucketed_weight_gradient():
+    net = an.Net("t")
+    net.add_op("FCGradient", ["x", "w", "dy"], ["dw", "db"])         # no dX: nothing to split
+    net.add_op("FCGradient", ["x", "w2", "dy2"], ["dw2", "db2", "dx2"])
+    assert split_input_gradients(net, ["dw", "other"]) == 0 and len(net.ops) == 2
 
 
 def test_missing_gradient_producer_is_an_error_naming_it():

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from asyncnet.simulate import Network, Workload, allreduce_seconds, parse_bandwidth, scaling_curve, step_seconds
+from asyncnet.simulate import (Network, Workload, allreduce_cpu_seconds, allreduce_seconds, parse_bandwidth, scaling_curve,
+                               step_seconds)
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -64,6 +65,52 @@ def test_tree_formula_counts_recursive_doubling(p):
     assert allreduce_seconds(80, p + 1, net, "tree") == pytest.approx(math.ceil(math.log2(p + 1)) * (3e-6 + 40e-9))
 
 
+@pytest.mark.parametrize("p", [2, 3, 8])
+def test_cpu_cost_counts_the_ring_algorithms_messages_and_bytes(p):
+    n = 24 * p
+    _, steps, sent = ring_allreduce([np.zeros(n)] * p)
+    net = Network(1e9, 1e-5, cpu_per_byte=2e-9, cpu_per_message=7e-6)
+    assert allreduce_cpu_seconds(n * 8, p, net, "ring") == pytest.approx(steps * 7e-6 + sent * 2e-9)
+    assert allreduce_cpu_seconds(n * 8, p, Network(1e9, 1e-5), "ring") == 0.0   # RDMA: no CPU
+
+
+def test_communication_cpu_competes_with_compute_when_ranks_fill_the_cores():
+    w = Workload(0.010, 0.040, 0.0, 4 * 2**20, bucket_bytes=2**20)
+    fast = Network(1e12, 1e-6)                                   # the wire costs ~nothing
+    tcp = Network(1e12, 1e-6, cpu_per_byte=1e-3 / 2**20, cpu_per_message=0.0)   # 1 ms of CPU per MiB
+    comm_cpu = 4e-3                                              # 2 ranks: 2(p-1)/p n = n bytes each
+    # 2 ranks on 2 cores, overlapped: every CPU second is spent in the step: compute + comm_cpu
+    assert step_seconds(w, 2, tcp, overlap=True, cores_per_host=2) == pytest.approx(w.compute + comm_cpu)
+    # not overlapped: the all-reduce phase takes at least the ranks' CPU time over the cores
+    assert step_seconds(w, 2, tcp, cores_per_host=2) == pytest.approx(w.compute + comm_cpu)
+    # 4 ranks on 2 cores: compute twice as slow, and 4 ranks' communication on 2 cores
+    cpu4 = allreduce_cpu_seconds(4 * 2**20, 4, tcp)
+    assert step_seconds(w, 4, tcp, cores_per_host=2) == pytest.approx(2 * w.compute + 4 * cpu4 / 2)
+    # cores to spare (or unknown), or no CPU cost: the communication's CPU is free
+    for kw in ({"cores_per_host": 8}, {}):
+        assert step_seconds(w, 2, tcp, overlap=True, **kw) == pytest.approx(step_seconds(w, 2, fast, overlap=True, **kw))
+    assert step_seconds(w, 2, fast, overlap=True, cores_per_host=2) == pytest.approx(
+        step_seconds(w, 2, fast, overlap=True), abs=1e-5)
+    with pytest.raises(ValueError, match="cpu_per_byte >= 0"):
+        Network(1e9, 0.0, cpu_per_byte=-1.0)
+
+
+_works = st.builds(Workload, st.floats(0, 0.1), st.floats(1e-4, 0.1), st.floats(0, 0.01),
+                   st.integers(1, 2**28), st.integers(2**10, 2**26))
+
+
+@given(_works, st.integers(1, 64), st.integers(1, 8), st.integers(1, 16), st.floats(0, 1e-8), st.floats(0, 1e-4), st.booleans())
+def test_cpu_cost_never_lowers_a_step_and_bounds_it_by_the_hosts_cpu(w, p, threads, cores, per_byte, per_msg, overlap):
+    free, costly = Network(1e9, 1e-5), Network(1e9, 1e-5, per_byte, per_msg)
+    kw = dict(overlap=overlap, threads=threads, cores_per_host=cores)
+    s = step_seconds(w, p, costly, **kw)
+    assert s >= step_seconds(w, p, free, **kw) - 1e-12
+    if overlap:   # every CPU second of the host (p ranks on it) fits in the step
+        buckets = _bucket_sizes(w)
+        demand = p * threads * w.compute + p * sum(allreduce_cpu_seconds(b, p, costly) for b in buckets)
+        assert s >= demand / cores - 1e-12
+
+
 def test_one_rank_costs_nothing_and_bad_input_is_refused():
     net = Network(1e9, 1e-6)
     assert allreduce_seconds(10**9, 1, net) == 0.0
@@ -71,10 +118,6 @@ def test_one_rank_costs_nothing_and_bad_input_is_refused():
         allreduce_seconds(8, 4, net, "butterfly")
     with pytest.raises(ValueError, match="bandwidth > 0"):
         Network(0, 1e-6)
-
-
-_works = st.builds(Workload, st.floats(0, 0.1), st.floats(1e-4, 0.1), st.floats(0, 0.01),
-                   st.integers(1, 2**28), st.integers(2**10, 2**26))
 
 
 @given(_works, st.integers(1, 1024), st.floats(1e8, 1e11), st.floats(0, 1e-4))
@@ -127,5 +170,12 @@ def test_cli_prints_the_curve_to_1000_ranks_and_one_line_errors():
     assert r.returncode == 0, r.stderr
     lines = r.stdout.strip().splitlines()
     assert lines[-1].split()[0] == "1000" and lines[2].split()[0] == "1" and "ring+overlap" in lines[1]
+    cpu = _cli("--forward-ms", "10", "--backward-ms", "20", "--grad-mb", "4", "--bandwidth", "10Gb/s", "--latency-us", "5",
+               "--cpu-ms-per-mb", "1", "--cores-per-host", "2", "--ranks-per-host", "2", "--max-ranks", "2", "--json")
+    assert cpu.returncode == 0, cpu.stderr
+    import json
+    out = json.loads(cpu.stdout)
+    assert out["network"]["cpu_per_byte"] == pytest.approx(1e-3 / 2**20)
+    assert out["curves"]["ring+overlap"][1]["step_s"] == pytest.approx(0.030 + 4e-3)   # compute + comm CPU
     bad = _cli("--forward-ms", "10")
     assert bad.returncode == 1 and bad.stderr.count("\n") == 1 and "--profile" in bad.stderr

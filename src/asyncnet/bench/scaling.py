@@ -5,11 +5,15 @@ gloo ranks on 127.0.0.1 (one BLAS thread each, async_scheduling nets), with and 
 overlap, and compares each median step time with what :mod:`asyncnet.simulate` predicts from
 inputs measured in the same run: the compute of one step (forward, backward, update: the
 1-rank run's forward, gradient and train nets without sync) and the network's latency and
-bandwidth (2 ranks: a 4-byte and a 4 MiB all-reduce; ring, p = 2). The machine's cores bound
-the ranks' compute (4 ranks on 2 cores run at half speed). A second prediction takes the
-compute profiled in the R-rank run itself (its nets without sync), which also counts the cores
-other jobs take from the ranks; the model then predicts only the communication and overlap. Target: every prediction within
-25% of the measurement. The nets (and probes) take turns each round, a barrier starting each
+bandwidth (2 ranks: a 4-byte and a 4 MiB all-reduce; ring, p = 2), and the CPU time those take
+from their rank (process CPU time, gloo's threads included: ``cpu_per_message``,
+``cpu_per_byte``), which competes with the compute when the ranks fill the cores. The machine's cores bound
+the ranks' compute (4 ranks on 2 cores run at half speed). A second prediction counts the
+cores other jobs take from the ranks: its compute is the process CPU time of the R-rank run's
+nets without sync (what a rank's compute costs, whatever the load), and its cores are those
+the R ranks got while computing, ``R x compute CPU / compute wall`` (at most the machine's),
+so the model predicts the slowdown, the communication, its CPU cost and the overlap from
+them. Target: every prediction within 25% of the measurement. The nets (and probes) take turns each round, a barrier starting each
 on every rank together; medians of rank 0.
 
 The same helpers give :command:`asyncnet simulate` its measured inputs
@@ -27,7 +31,7 @@ from typing import Any
 
 from asyncnet.bench.overlap import BLAS_ENV, DIMS, _free_port, _interleaved_medians
 
-__all__ = ["main", "run_ranks", "profile_compute", "measure_network"]
+__all__ = ["main", "run_ranks", "profile_compute", "measure_network", "cores_got"]
 
 PROBE_BYTES = 4 * 2**20
 
@@ -103,13 +107,23 @@ def profile_compute(batch: int = 512, bucket_mb: float = 1.0, steps: int = 15) -
     return _workload(run_ranks(1, "steps", batch, bucket_mb, steps), batch, bucket_mb)
 
 
-def _workload(r: dict[str, Any], batch: int, bucket_mb: float) -> Any:
+def _workload(r: dict[str, Any], batch: int, bucket_mb: float, clock: str = "") -> Any:
+    """The step's parts from wall medians (``clock=""``) or process CPU medians (``"_cpu"``)."""
     from asyncnet.simulate import Workload
 
-    fwd = r["forward_s"]
-    bwd = max(0.0, r["gradient_s"] - fwd)
-    upd = max(0.0, r["compute_s"] - r["gradient_s"])
+    fwd = r[f"forward{clock}_s"]
+    bwd = max(0.0, r[f"gradient{clock}_s"] - fwd)
+    upd = max(0.0, r[f"compute{clock}_s"] - r[f"gradient{clock}_s"])
     return Workload(fwd, bwd, upd, r["grad_bytes"], int(bucket_mb * 2**20), batch)
+
+
+def cores_got(r: dict[str, Any], ranks: int, cores: int) -> float:
+    """Cores the ``ranks`` ranks had while computing: their CPU seconds per wall second.
+
+    >>> cores_got({"compute_s": 0.2, "compute_cpu_s": 0.05}, 4, 2)
+    1.0
+    """
+    return min(float(cores), ranks * r["compute_cpu_s"] / r["compute_s"])
 
 
 def measure_network(steps: int = 15) -> Any:
@@ -121,8 +135,9 @@ def measure_network(steps: int = 15) -> Any:
 def _network(r: dict[str, Any]) -> Any:
     from asyncnet.simulate import Network
 
-    alpha = r["small_s"] / 2
-    return Network(bandwidth=PROBE_BYTES / max(r["big_s"] - 2 * alpha, 1e-9), latency=alpha)
+    alpha, cpu_msg = r["small_s"] / 2, r["small_cpu_s"] / 2
+    return Network(bandwidth=PROBE_BYTES / max(r["big_s"] - 2 * alpha, 1e-9), latency=alpha,
+                   cpu_per_byte=max(r["big_cpu_s"] - 2 * cpu_msg, 0.0) / PROBE_BYTES, cpu_per_message=cpu_msg)
 
 
 def validate(ranks: list[int], batch: int, bucket_mb: float, steps: int) -> dict[str, Any]:
@@ -135,12 +150,13 @@ def validate(ranks: list[int], batch: int, bucket_mb: float, steps: int) -> dict
     cores = os.cpu_count() or 1
     rows = []
     for r, m in runs.items():
-        here = _workload(m, batch, bucket_mb)  # compute profiled with r ranks running at once
+        here, got = _workload(m, batch, bucket_mb, "_cpu"), cores_got(m, r, cores)  # as the r-rank run had them
         for overlap, key in ((False, "no_overlap_s"), (True, "overlap_s")):
             pred = step_seconds(work, r, net, overlap=overlap, cores_per_host=cores, ranks_per_host=r)
-            pred_here = step_seconds(here, r, net, overlap=overlap)
+            pred_here = step_seconds(here, r, net, overlap=overlap, cores_per_host=got, ranks_per_host=r)  # type: ignore[arg-type]
             rows.append({"ranks": r, "overlap": overlap, "measured_s": m[key], "predicted_s": pred,
-                         "error": pred / m[key] - 1, "predicted_here_s": pred_here, "error_here": pred_here / m[key] - 1})
+                         "error": pred / m[key] - 1, "predicted_here_s": pred_here, "error_here": pred_here / m[key] - 1,
+                         "cores_got": got, "compute_cpu_s": here.compute})
     return {"workload": work.__dict__, "network": net.__dict__, "cores": cores, "rows": rows,
             "load_average": os.getloadavg()}
 
@@ -150,16 +166,17 @@ def _table(res: dict[str, Any]) -> str:
     lines = [f"inputs: forward {w['forward'] * 1e3:.2f} ms, backward {w['backward'] * 1e3:.2f} ms, update "
              f"{w['update'] * 1e3:.2f} ms, {w['grad_bytes'] / 2**20:.2f} MiB of gradients in buckets of "
              f"{w['bucket_bytes'] / 2**20:g} MiB; gloo 127.0.0.1: latency {n['latency'] * 1e6:.0f} us, bandwidth "
-             f"{n['bandwidth'] / 1e9:.2f} GB/s; {res['cores']} cores; load average {la[0]:.2f} {la[1]:.2f} {la[2]:.2f}",
+             f"{n['bandwidth'] / 1e9:.2f} GB/s, CPU {n['cpu_per_message'] * 1e6:.0f} us per message + "
+             f"{n['cpu_per_byte'] * 2**20 * 1e3:.2f} ms per MiB; {res['cores']} cores; load average {la[0]:.2f} {la[1]:.2f} {la[2]:.2f}",
              f"{'ranks':>5s} {'overlap':>7s} {'measured ms':>11s} {'predicted ms':>12s} {'error':>7s} "
-             f"{'predicted (R-rank compute) ms':>29s} {'error':>7s}"]
+             f"{'predicted (cores got) ms':>24s} {'error':>7s} {'cores got':>9s}"]
     for r in res["rows"]:
         lines.append(f"{r['ranks']:5d} {('yes' if r['overlap'] else 'no'):>7s} {r['measured_s'] * 1e3:11.2f} "
-                     f"{r['predicted_s'] * 1e3:12.2f} {r['error'] * 100:+6.1f}% {r['predicted_here_s'] * 1e3:29.2f} "
-                     f"{r['error_here'] * 100:+6.1f}%")
+                     f"{r['predicted_s'] * 1e3:12.2f} {r['error'] * 100:+6.1f}% {r['predicted_here_s'] * 1e3:24.2f} "
+                     f"{r['error_here'] * 100:+6.1f}% {r['cores_got']:9.2f}")
     lines.append("target: every |error| <= 25%. 'predicted': compute from the 1-rank run, slowed when ranks "
-                 "outnumber cores; 'R-rank compute': compute profiled in the R-rank run itself (no sync), "
-                 "the model predicting the communication and overlap only")
+                 "outnumber the machine's cores; 'cores got': the R-rank run's compute CPU time, on the cores its "
+                 "ranks got (other jobs took the rest), the model predicting slowdown, communication and its CPU cost")
     return "\n".join(lines)
 
 

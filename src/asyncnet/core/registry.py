@@ -219,58 +219,77 @@ def validate_op(op: OperatorDef, index: int, net_device: DeviceOption | None = N
 
     Every failure is a :class:`NetDefinitionError` naming ``ops[index]``, the type and the rule.
     """
-    where = f"ops[{index}] ({op.type}{' ' + repr(op.name) if op.name else ''})"
     try:
-        schema = get_schema(op.type)
-    except NetDefinitionError as e:
-        raise NetDefinitionError(str(e), f"ops[{index}].type") from None
+        schema = _REGISTRY[op.type]
+    except KeyError:
+        try:
+            get_schema(op.type)
+        except NetDefinitionError as e:
+            raise NetDefinitionError(str(e), f"ops[{index}].type") from None
     n_in, n_out = len(op.inputs), len(op.outputs)
-    _check_count("inputs", n_in, schema.min_inputs, schema.max_inputs, where)
-    _check_count("outputs", n_out, schema.min_outputs, schema.max_outputs, where)
-    _check_inplace(op, schema, where)
+    lo, hi = schema.min_inputs, schema.max_inputs
+    if n_in < lo or (hi is not None and n_in > hi):
+        raise NetDefinitionError(f"expected {_range_text(lo, hi)} inputs, got {n_in}", _where(op, index))
+    lo, hi = schema.min_outputs, schema.max_outputs
+    if n_out < lo or (hi is not None and n_out > hi):
+        raise NetDefinitionError(f"expected {_range_text(lo, hi)} outputs, got {n_out}", _where(op, index))
+    _check_inplace(op, schema, index)
     if schema.validate is not None:
         try:
             schema.validate(op)
         except ValueError as e:
-            raise NetDefinitionError(str(e), where) from None
-    device = op.device_option or net_device or DeviceOption()
-    if device.device_type not in schema.devices:
-        raise NetDefinitionError(f"device {device.device_type!r} not supported; the op runs on {list(schema.devices)}", where)
-    return schema, _typed_args(op, schema, where)
+            raise NetDefinitionError(str(e), _where(op, index)) from None
+    device = op.device_option or net_device
+    device_type = _DEFAULT_DEVICE_TYPE if device is None else device.device_type
+    if device_type not in schema.devices:
+        raise NetDefinitionError(f"device {device_type!r} not supported; the op runs on {list(schema.devices)}",
+                                 _where(op, index))
+    return schema, _typed_args(op, schema, index)
 
 
-def _check_count(kind: str, n: int, lo: int, hi: int | None, where: str) -> None:
-    if n < lo or (hi is not None and n > hi):
-        raise NetDefinitionError(f"expected {_range_text(lo, hi)} {kind}, got {n}", where)
+_DEFAULT_DEVICE_TYPE = DeviceOption().device_type
 
 
-def _check_inplace(op: OperatorDef, schema: OpSchema, where: str) -> None:
-    for i, o in _enforced_pairs(schema.enforce_inplace, len(op.inputs), len(op.outputs)):
-        if op.inputs[i] != op.outputs[o]:
-            raise NetDefinitionError(
-                f"input {i} {op.inputs[i]!r} and output {o} {op.outputs[o]!r} must be the same blob (in-place enforced)", where
-            )
-    for o, out in enumerate(op.outputs):
-        for i, inp in enumerate(op.inputs):
-            if inp == out and not (_inplace_allowed(schema.allow_inplace, i, o) or _inplace_allowed(schema.enforce_inplace, i, o)):
-                raise NetDefinitionError(f"output {o} {out!r} may not overwrite input {i} in place", where)
-    if len(set(op.outputs)) != len(op.outputs):
-        raise NetDefinitionError(f"outputs must be distinct blobs, got {op.outputs}", where)
+def _where(op: OperatorDef, index: int) -> str:
+    """``ops[i] (Type 'name')``: built only for an error (a million-op net validates each op)."""
+    return f"ops[{index}] ({op.type}{' ' + repr(op.name) if op.name else ''})"
 
 
-def _typed_args(op: OperatorDef, schema: OpSchema, where: str) -> dict[str, Any]:
+def _check_inplace(op: OperatorDef, schema: OpSchema, index: int) -> None:
+    ins, outs = op.inputs, op.outputs
+    enforce = schema.enforce_inplace
+    if enforce is not None:
+        for i, o in _enforced_pairs(enforce, len(ins), len(outs)):
+            if ins[i] != outs[o]:
+                raise NetDefinitionError(f"input {i} {ins[i]!r} and output {o} {outs[o]!r} must be the same blob "
+                                         "(in-place enforced)", _where(op, index))
+    for o, out in enumerate(outs):
+        if out not in ins:  # the common case, one C-level scan: no pair to check
+            continue
+        for i, inp in enumerate(ins):
+            if inp == out and not (_inplace_allowed(schema.allow_inplace, i, o) or _inplace_allowed(enforce, i, o)):
+                raise NetDefinitionError(f"output {o} {out!r} may not overwrite input {i} in place", _where(op, index))
+    if len(outs) > 1 and len(set(outs)) != len(outs):
+        raise NetDefinitionError(f"outputs must be distinct blobs, got {outs}", _where(op, index))
+
+
+def _typed_args(op: OperatorDef, schema: OpSchema, index: int) -> dict[str, Any]:
     unknown = [k for k in op.args if k not in schema.args]
     if unknown:
         k = unknown[0]
         near = near_names(k, schema.args)
         hint = f"; did you mean {near[0]!r}?" if near else f"; it takes {sorted(schema.args) or 'no arguments'}"
-        raise NetDefinitionError(f"unknown argument {k!r}{hint}", where)
+        raise NetDefinitionError(f"unknown argument {k!r}{hint}", _where(op, index))
     typed: dict[str, Any] = {}
     for name, spec in schema.args.items():
         if name in op.args:
-            typed[name] = spec.coerce(op.args[name], f"{where}.args.{name}")
+            value = op.args[name]
+            if type(value) is spec.type and spec.choices is None and spec.item_type is None:
+                typed[name] = value  # what coerce returns for a value of exactly the arg's type
+            else:
+                typed[name] = spec.coerce(value, f"{_where(op, index)}.args.{name}")
         elif spec.required:
-            raise NetDefinitionError(f"missing required argument {name!r}", where)
+            raise NetDefinitionError(f"missing required argument {name!r}", _where(op, index))
         else:
             typed[name] = spec.default
     return typed

@@ -19,6 +19,13 @@ whatever order the async executor runs independent ops in.
     >>> [op.type for op in net.ops]
     ['Scale', 'AllreduceStart', 'Scale', 'AllreduceStart', 'AllreduceWait', 'AllreduceWait']
 
+An ``FCGradient`` computes a layer's weight gradient and its input gradient in one op, so
+its bucket could start only once both were done, with little backward pass left to hide the
+all-reduce behind (the wide MLP's 4 MiB layer is its second to last). :func:`split_input_gradients`
+(on by default in :func:`add_bucketed_allreduce`) splits such an op: ``FCGradient`` writes
+``dW`` and ``db`` only, and ``MatMul(dY, W)`` (then ``ResizeLike(., X)``) computes ``dX`` with
+the same BLAS call, so the bucket starts while ``dX`` and the layers below are computed.
+
 Gradient accumulation (DDP's ``no_sync``) is :func:`add_accumulate` and :func:`add_accumulated_mean`.
 """
 
@@ -28,8 +35,8 @@ from typing import Mapping, Sequence
 
 from asyncnet.errors import NetDefinitionError
 
-__all__ = ["DEFAULT_BUCKET_MB", "gradient_buckets", "add_bucketed_allreduce", "add_accumulate", "add_accumulated_mean",
-           "accumulator_name"]
+__all__ = ["DEFAULT_BUCKET_MB", "gradient_buckets", "add_bucketed_allreduce", "split_input_gradients", "add_accumulate",
+           "add_accumulated_mean", "accumulator_name"]
 
 DEFAULT_BUCKET_MB = 25.0
 
@@ -66,9 +73,50 @@ def gradient_buckets(net: object, grads: Sequence[str], nbytes: Mapping[str, int
     return [b for b in buckets if b]
 
 
-def add_bucketed_allreduce(net: object, sync_blob: str, buckets: Sequence[Sequence[str]], timeout: float = 300.0) -> None:
-    """Insert one ``AllreduceStart`` per bucket after its last producer, and the waits at the end."""
+_SPLIT_TRANS_B = {"FCGradient": False, "FCTransposedGradient": True}
+
+
+def split_input_gradients(net: object, grads: Sequence[str]) -> int:
+    """Split each FC gradient op writing one of ``grads`` and an input gradient ``dX`` in two:
+    the op keeps ``dW, db``; ``MatMul(dY, W)`` (flattened as FC flattens them) and
+    ``ResizeLike(., X)`` follow it and write ``dX`` (same values, bit for bit: the same
+    product of the same 2-D views). Returns the number of ops split.
+
+        >>> import asyncnet as an
+        >>> net = an.Net("t")
+        >>> _ = net.add_op("FCGradient", ["x", "w", "dy"], ["dw", "db", "dx"])
+        >>> split_input_gradients(net, ["dw"]), [op.type for op in net.ops]
+        (1, ['FCGradient', 'MatMul', 'ResizeLike'])
+    """
+    wanted = set(grads)
+    ops = net.ops  # type: ignore[attr-defined]
+    split = 0
+    for i in range(len(ops) - 1, -1, -1):
+        op = ops[i]
+        if op.type not in _SPLIT_TRANS_B or len(op.outputs) != 3 or not wanted.intersection(op.outputs[:2]):
+            continue
+        (x, w, dy), dx = op.inputs, op.outputs[2]
+        flat = f"{dx}/2d"
+        net.add_op(op.type, [x, w, dy], op.outputs[:2], name=op.name, device_option=op.device_option,  # type: ignore[attr-defined]
+                   control_inputs=op.control_inputs or None, **op.args)
+        # after dW (a control input): run beside it, dX would only delay the bucket's start
+        net.add_op("MatMul", [dy, w], [flat], device_option=op.device_option, control_inputs=[op.outputs[0]], axis_a=-1,  # type: ignore[attr-defined]
+                   axis_b=int(op.args.get("axis_w", 1)), trans_b=_SPLIT_TRANS_B[op.type])
+        net.add_op("ResizeLike", [flat, x], [dx], device_option=op.device_option)  # type: ignore[attr-defined]
+        made = ops[-3:]
+        del ops[-3:]
+        ops[i:i + 1] = made
+        split += 1
+    return split
+
+
+def add_bucketed_allreduce(net: object, sync_blob: str, buckets: Sequence[Sequence[str]], timeout: float = 300.0,
+                           split_inputs: bool = True) -> None:
+    """Insert one ``AllreduceStart`` per bucket after its last producer, and the waits at the end;
+    ``split_inputs`` first splits the FC gradient ops (:func:`split_input_gradients`)."""
     all_grads = [g for b in buckets for g in b]
+    if split_inputs:
+        split_input_gradients(net, all_grads)
     last = _last_writers(net, all_grads)
     starts = []
     prev_work = None
