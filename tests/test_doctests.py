@@ -20,6 +20,7 @@ MODULES = [
     "asyncnet.tensor.threads",
     "asyncnet.cleanup",
     "asyncnet.bench._single",
+    "asyncnet.bench._table",
 ]
 
 

@@ -35,6 +35,8 @@ from typing import Any
 
 import numpy as np
 
+from asyncnet.bench._table import cell
+
 __all__ = ["main"]
 
 
@@ -151,7 +153,7 @@ def run(sizes: list[int], worker_counts: list[int], reps: int, gloo: bool) -> li
     return rows
 
 
-def _fmt(v: Any, spec: str) -> str:
+def cell(v: Any, spec: str) -> str:
     return "n/a" if v is None else format(v, spec)
 
 
@@ -164,8 +166,8 @@ def table(rows: list[dict[str, Any]]) -> str:
         lines.append(
             f"{size:>6} {r['workers']:>2} {r['limit_ms']:>9.2f} {r['threads_ms']:>11.2f} "
             f"{r['threads_pct_of_limit']:>7.0f}% {r['procs_ms']:>9.2f} {r['procs_shm_ms']:>13.2f} "
-            f"{_fmt(r['gloo_ms'], '8.2f'):>8} {_fmt(r.get('threads_vs_gloo'), '8.1f') + 'x':>9} "
-            f"{_fmt(r.get('procs_vs_gloo'), '10.1f') + 'x':>11} {_fmt(r.get('procs_shm_vs_gloo'), '8.1f') + 'x':>9}"
+            f"{cell(r['gloo_ms'], '8.2f'):>8} {cell(r.get('threads_vs_gloo'), '8.1f') + 'x':>9} "
+            f"{cell(r.get('procs_vs_gloo'), '10.1f') + 'x':>11} {cell(r.get('procs_shm_vs_gloo'), '8.1f') + 'x':>9}"
         )
     return "\n".join(lines)
 
@@ -207,8 +209,8 @@ def latency_table(rows: list[dict[str, Any]]) -> str:
     lines = [head, "-" * len(head)]
     for r in rows:
         lines.append(f"{r['size']:>7} {r['workers']:>2} {r['threads_us']:>11.1f} {r['procs_us']:>9.1f} "
-                     f"{_fmt(r['gloo_us'], '8.1f'):>8} {r['procs_vs_threads']:>13.2f}x "
-                     f"{_fmt(r['procs_vs_gloo'], '10.3f') + 'x':>11}  {r['load_before']} -> {r['load_after']}")
+                     f"{cell(r['gloo_us'], '8.1f'):>8} {r['procs_vs_threads']:>13.2f}x "
+                     f"{cell(r['procs_vs_gloo'], '10.3f') + 'x':>11}  {r['load_before']} -> {r['load_after']}")
     return "\n".join(lines)
 
 

@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from asyncnet.bench._table import cell
 from asyncnet.bench._single import single_threaded_main
 
 MODELS = ("mlp", "cnn", "lstm", "dlrm")
@@ -261,10 +262,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "rows": rows, "ratios": ratios, "targets": targets}
 
 
-def _fmt(v: Any, spec: str) -> str:
-    return "-" if v is None else format(v, spec)
-
-
 def table(result: dict[str, Any]) -> str:
     s = result["settings"]
     lines = ["models benchmark: asyncnet's trainers vs the same model in PyTorch eager, single-threaded BLAS; "
@@ -275,8 +272,8 @@ def table(result: dict[str, Any]) -> str:
         final = (f"AUC {r['final_test_auc']:.4f}/{r['optimal_auc']:.4f}" if r["final_test_auc"] is not None
                  else f"acc {r['final_test_accuracy']:.2%}")
         lines.append(f"{r['model']:<5} {r['mode']:<13} {r['tensor']:<6} {r['optimizer'] + ' ' + format(r['lr'], 'g'):<11} "
-                     f"{r['samples_per_sec']:>10,.0f} {r['vs_torch_eager']:>8.2f}x {_fmt(r['epochs_to_target'], 'd'):>16} "
-                     f"{_fmt(r['seconds_to_target'], '.2f'):>11} {final:>16}")
+                     f"{r['samples_per_sec']:>10,.0f} {r['vs_torch_eager']:>8.2f}x {cell(r['epochs_to_target'], 'd'):>16} "
+                     f"{cell(r['seconds_to_target'], '.2f'):>11} {final:>16}")
     pair = result.get("executor_pair") or []
     if pair:
         d = result["large_dlrm"]

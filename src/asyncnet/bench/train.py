@@ -35,6 +35,7 @@ import os
 import sys
 from typing import Any
 
+from asyncnet.bench._table import cell
 from asyncnet.bench._single import single_threaded_main
 
 TARGET = 0.95
@@ -163,10 +164,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "rows": rows, "ratios": ratios, "targets": targets}
 
 
-def _fmt(v: Any, spec: str) -> str:
-    return "-" if v is None else format(v, spec)
-
-
 def table(result: dict[str, Any]) -> str:
     s = result["settings"]
     lines = [f"training benchmark: MLP 64-{'-'.join(map(str, s['hidden']))}-10 on {result['dataset']}, "
@@ -176,8 +173,8 @@ def table(result: dict[str, Any]) -> str:
              f"{'epochs to 95%':>14} {'s to 95%':>9} {'final acc':>10} {'best acc':>9}"]
     for r in result["rows"]:
         lines.append(f"{r['mode']:<8} {r['backend']:<10} {r['workers']:>7} {r['samples_per_sec']:>11,.0f} "
-                     f"{r['speedup_vs_local']:>8.2f}x {_fmt(r['epochs_to_95'], 'd'):>14} "
-                     f"{_fmt(r['seconds_to_95'], '.2f'):>9} {r['final_test_accuracy']:>10.2%} {r['best_test_accuracy']:>9.2%}")
+                     f"{r['speedup_vs_local']:>8.2f}x {cell(r['epochs_to_95'], 'd'):>14} "
+                     f"{cell(r['seconds_to_95'], '.2f'):>9} {r['final_test_accuracy']:>10.2%} {r['best_test_accuracy']:>9.2%}")
     if result.get("ratios"):
         lines.append("ratios: " + ", ".join(f"{k} {v:.2f}x" for k, v in result["ratios"].items()))
     lines.append("load average: " + " ".join(f"{x:.2f}" for x in result.get("load_average", [])))
