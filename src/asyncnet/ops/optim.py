@@ -278,17 +278,99 @@ def adam(ctx: Any, param: Any, m1: Any, m2: Any, grad: Any, lr: Any, it: Any) ->
     return p_out, m1_out, m2_out, as_array(ng)
 
 
-# -- LearningRate: fixed, step, exp schedules of the step counter ----------------------------
-@register_op("LearningRate", inputs=1, outputs=1, devices=CPU_CUDA,
-             args=[Arg("base_lr", float, Arg.REQUIRED, "the learning rate at iteration 0"),
-                   Arg("policy", str, "fixed", "fixed: base_lr; step: base_lr * gamma^floor(iter / stepsize); "
-                       "exp: base_lr * gamma^iter", choices=("fixed", "step", "exp")),
-                   Arg("stepsize", int, 1, "iterations per step (policy step)"),
-                   Arg("gamma", float, 1.0, "decay factor (policies step and exp)"),
-                   Arg("dtype", str, "float32", "output dtype", choices=("float32", "float64"))],
+# -- LearningRate: base_lr times the multiplier of Caffe2's policies (sgd/learning_rate_functors.h)
+def _step(a: dict[str, Any], t: int) -> float:
+    return a["gamma"] ** (t // a["stepsize"])
+
+
+def _inv(a: dict[str, Any], t: int) -> float:
+    return (1.0 + a["gamma"] * t) ** -a["power"]
+
+
+def _poly(a: dict[str, Any], t: int) -> float:
+    if t > a["max_iter"]:  # Caffe2 raises a negative base to the power (NaN): refused here
+        raise ValueError(f"policy 'poly': iteration {t} is past max_iter {a['max_iter']}")
+    return (1.0 - t / a["max_iter"]) ** a["power"]
+
+
+def _linear_warmup(a: dict[str, Any], t: int) -> float:
+    n, s0 = a["num_iter"], a["start_multiplier"]
+    return 1.0 if t >= n else s0 + (1.0 - s0) * t / n
+
+
+def _alter(a: dict[str, Any], t: int) -> float:
+    first = a["active_period"] if a["active_first"] else a["inactive_period"]
+    in_first = t % (a["active_period"] + a["inactive_period"]) < first
+    return float(in_first == a["active_first"])
+
+
+def _hill(a: dict[str, Any], t: int) -> float:
+    if t < a["num_iter"]:
+        return _linear_warmup(a, t)
+    return max(a["end_multiplier"], _inv(a, t - a["num_iter"]))
+
+
+LR_POLICIES: dict[str, Any] = {
+    "fixed": lambda a, t: 1.0,
+    "step": _step,
+    "exp": lambda a, t: a["gamma"] ** t,
+    "inv": _inv,
+    "poly": _poly,
+    "linearWarmup": _linear_warmup,
+    "constantWarmup": lambda a, t: 1.0 if t >= a["num_iter"] else a["multiplier"],
+    "alter": _alter,
+    "hill": _hill,
+}
+# what each policy needs, checked when the net is created: (arg, test, rule)
+_LR_NEEDS: dict[str, list[tuple[str, Any, str]]] = {
+    "step": [("stepsize", lambda v: v >= 1, ">= 1"), ("gamma", lambda v: v > 0, "> 0")],
+    "exp": [("gamma", lambda v: v > 0, "> 0")],
+    "inv": [("gamma", lambda v: v > 0, "> 0"), ("power", lambda v: v > 0, "> 0")],
+    "poly": [("power", lambda v: v > 0, "> 0"), ("max_iter", lambda v: v > 0, "> 0")],
+    "linearWarmup": [("start_multiplier", lambda v: v >= 0, ">= 0"), ("num_iter", lambda v: v >= 0, ">= 0")],
+    "constantWarmup": [("multiplier", lambda v: v >= 0, ">= 0"), ("num_iter", lambda v: v >= 0, ">= 0")],
+    "alter": [("active_period", lambda v: v >= 0, ">= 0"), ("inactive_period", lambda v: v >= 0, ">= 0")],
+    "hill": [("num_iter", lambda v: v >= 0, ">= 0"), ("start_multiplier", lambda v: v >= 0, ">= 0"),
+             ("gamma", lambda v: v > 0, "> 0"), ("power", lambda v: v > 0, "> 0")],
+}
+_LR_ARGS = [
+    Arg("base_lr", float, Arg.REQUIRED, "the learning rate the multiplier scales (Caffe2 feeds a negative one)"),
+    Arg("policy", str, "fixed", "Caffe2's: fixed 1; step gamma^floor(iter/stepsize); exp gamma^iter; inv "
+        "(1 + gamma iter)^-power; poly (1 - iter/max_iter)^power; linearWarmup start_multiplier + (1 - "
+        "start_multiplier) iter/num_iter until num_iter, then 1; constantWarmup multiplier until num_iter, then 1; "
+        "alter 1 for active_period iterations then 0 for inactive_period (the other way round with "
+        "active_first=0); hill linearWarmup for num_iter, then max(end_multiplier, inv of iter - num_iter)",
+        choices=tuple(LR_POLICIES)),
+    Arg("stepsize", int, 1, "iterations per step (step)"),
+    Arg("gamma", float, 1.0, "decay factor (step, exp, inv, hill)"),
+    Arg("power", float, 0.0, "exponent (inv, poly, hill)"),
+    Arg("max_iter", int, -1, "the iteration where poly reaches 0"),
+    Arg("start_multiplier", float, 0.0, "first multiplier of linearWarmup and hill"),
+    Arg("num_iter", int, 0, "warm-up iterations (linearWarmup, constantWarmup, hill)"),
+    Arg("multiplier", float, 0.5, "constantWarmup's multiplier"),
+    Arg("end_multiplier", float, 0.0, "hill's lower bound"),
+    Arg("active_first", bool, True, "alter: the active period comes first"),
+    Arg("active_period", int, -1, "alter: iterations with multiplier 1"),
+    Arg("inactive_period", int, -1, "alter: iterations with multiplier 0"),
+    Arg("dtype", str, "float32", "output dtype", choices=("float32", "float64")),
+]
+
+
+def _validate_lr(op: Any) -> None:
+    policy = op.args.get("policy", "fixed")
+    defaults = {arg.name: arg.default for arg in _LR_ARGS}
+    for name, ok, rule in _LR_NEEDS.get(policy, []):
+        value = op.args.get(name, defaults[name])
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not ok(value):
+            raise ValueError(f"policy {policy!r} needs {name} {rule}, got {value!r}")
+    if policy == "alter" and op.args.get("active_period", -1) + op.args.get("inactive_period", -1) <= 0:
+        raise ValueError("policy 'alter' needs active_period + inactive_period > 0")
+
+
+@register_op("LearningRate", inputs=1, outputs=1, devices=CPU_CUDA, args=_LR_ARGS, validate=_validate_lr,
              inputs_doc=("iter (int64 counter, 1 element)",), outputs_doc=("lr (0-d)",),
-             doc="The learning rate for the current iteration: fixed, step (base_lr * gamma^floor(iter/stepsize)) "
-                 "or exp (base_lr * gamma^iter), as a 0-d array.")
+             doc="The learning rate for the current iteration: base_lr times the multiplier of the policy "
+                 "(Caffe2's learning_rate_functors), as a 0-d array.")
 def learning_rate(ctx: Any, it: Any) -> np.ndarray:
     a = ctx.args
     if a["policy"] == "fixed" and type(it) is _nd and it.size == 1 and it.dtype.kind in "iu":
@@ -298,14 +380,7 @@ def learning_rate(ctx: Any, it: Any) -> np.ndarray:
     t = int(_scalar(ctx, it, 0, "i"))
     if t < 0:
         raise ValueError(f"expected a non-negative iteration count in {ctx.op.inputs[0]!r}, got {t}")
-    if a["policy"] == "fixed":
-        lr = a["base_lr"]
-    elif a["policy"] == "step":
-        if a["stepsize"] < 1:
-            raise ValueError(f"expected stepsize >= 1 for policy 'step', got {a['stepsize']}")
-        lr = a["base_lr"] * a["gamma"] ** (t // a["stepsize"])
-    else:
-        lr = a["base_lr"] * a["gamma"] ** t
+    lr = a["base_lr"] * LR_POLICIES[a["policy"]](a, t)
     return namespace(ctx, it).scalar(lr, a["dtype"], like=it)
 
 
