@@ -418,3 +418,45 @@ def _expand_dims_grad(op: OperatorDef, gout: GradOut) -> MakerResult:
 @register_gradient("Squeeze")
 def _squeeze_grad(op: OperatorDef, gout: GradOut) -> MakerResult:
     return [_op("ExpandDims", [output_grad(op, gout)], ["#dx"], dims=op.args["dims"])], ["#dx"]
+
+
+# -- Shape, Size, HasElements, IsEmpty: facts about a tensor, as tensors (Caffe2's; no gradient) --
+def _like_input(value: np.ndarray, x: Any) -> Any:
+    """``value`` in ``x``'s library (a torch input gives a torch tensor on its device)."""
+    from asyncnet.tensor.place import place_like
+
+    return place_like(value, x) if is_torch(x) else value
+
+
+@register_op("Shape", inputs=1, outputs=1, args=[Arg("axes", list, [], "only these dims (>= 0), in this order; "
+                                                     "empty: every dim", item_type=int)],
+             inputs_doc=("X",), outputs_doc=("X's dims, 1-D int64",),
+             doc="X's shape as a 1-D int64 tensor, or only the dims listed in `axes` (Caffe2's Shape).")
+def shape_op(ctx: Any, x: Any) -> Any:
+    x, axes = array(ctx, x, 0), ctx.args["axes"]
+    bad = [a for a in axes if not 0 <= a < x.ndim]
+    if bad:
+        raise ValueError(f"axes {bad} out of range for a {x.ndim}-D input (Caffe2's Shape takes axes >= 0)")
+    dims = tuple(x.shape)
+    return _like_input(np.array([dims[a] for a in axes] if axes else dims, np.int64), x)
+
+
+@register_op("Size", inputs=1, outputs=1, inputs_doc=("X",), outputs_doc=("the number of elements, 0-d int64",),
+             doc="The number of elements of X as a 0-d int64 tensor (Caffe2's Size).")
+def size_op(ctx: Any, x: Any) -> Any:
+    x = array(ctx, x, 0)
+    return _like_input(np.array(math.prod(x.shape), np.int64), x)
+
+
+@register_op("HasElements", inputs=1, outputs=1, inputs_doc=("X",), outputs_doc=("0-d bool",),
+             doc="True when X has at least one element (Caffe2's HasElements).")
+def has_elements(ctx: Any, x: Any) -> Any:
+    x = array(ctx, x, 0)
+    return _like_input(np.array(math.prod(x.shape) > 0), x)
+
+
+@register_op("IsEmpty", inputs=1, outputs=1, inputs_doc=("X",), outputs_doc=("0-d bool",),
+             doc="True when X has no element (Caffe2's IsEmpty).")
+def is_empty(ctx: Any, x: Any) -> Any:
+    x = array(ctx, x, 0)
+    return _like_input(np.array(math.prod(x.shape) == 0), x)
