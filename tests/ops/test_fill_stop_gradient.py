@@ -267,3 +267,10 @@ def test_new_fills_and_stop_gradient_on_torch_give_the_numpy_values() -> None:
     x = torch.arange(4.0)
     y = run_fill("StopGradient", {"x": x})
     assert isinstance(y, torch.Tensor) and torch.equal(y, x) and y.data_ptr() != x.data_ptr()
+
+
+def test_fill_follows_a_torch_shape_input() -> None:
+    torch = pytest.importorskip("torch")
+    y = run_fill("ConstantFill", {"s": torch.tensor([3], dtype=torch.int64)}, input_as_shape=True, extra_shape=[2],
+                 value=0.0, dtype="float32")
+    assert isinstance(y, torch.Tensor) and tuple(y.shape) == (3, 2) and y.dtype == torch.float32

@@ -161,11 +161,10 @@ class ModelHelper:
         ws = [self.param(f"{name}_{p}", shape, weight_init, **fill) for p, shape in
               (("w_ih", (4 * hidden, dim_in)), ("w_hh", (4 * hidden, hidden)), ("b_ih", (4 * hidden,)), ("b_hh", (4 * hidden,)))]
         f = self._fwd
-        # zero states [N, H] for the run's batch size: X[0] times a zero matrix. A ConstantFill
-        # would do, but autodiff has no StopGradient and refuses a fill on the loss's path.
-        zw, zb = self.buffer(f"{name}_zero_w", (hidden, dim_in)), self.buffer(f"{name}_zero_b", (hidden,))
-        x0 = f.Squeeze(f.Slice(x, f"{name}_x0", starts=[0, 0, 0], ends=[1, -1, -1]), f"{name}_x0_2d", dims=[0])
-        h0 = c0 = f.FC([x0, zw, zb], f"{name}_state0")
+        # zero states [N, H] for the run's batch size N = X.shape[1] (a fill cuts the gradient)
+        batch = f.Shape(x, f"{name}_batch", axes=[1])
+        h0 = c0 = f.ConstantFill(batch, f"{name}_state0", input_as_shape=True, extra_shape=[hidden], value=0.0,
+                                 dtype=self.dtype.name)
         y, h_t, _, _ = f.LSTM([x, h0, c0, *ws], [name, f"{name}_hT", f"{name}_cT", f"{name}_cache"])
         return y, h_t
 

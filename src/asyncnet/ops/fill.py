@@ -19,7 +19,7 @@ gives the same values on every run. With neither, every run draws fresh entropy:
 
 Where the result lives: a fill whose DeviceOption is ``cuda`` gives a torch tensor on that device;
 on the CPU it gives a numpy array unless ``library="torch"`` asks for a torch CPU tensor (or its
-input, whose shape it copies, is a torch tensor: the result follows it). The values are drawn by
+input, whose shape it copies or that holds the shape, is a torch tensor: the result follows it). The values are drawn by
 numpy's generator on every library, so one seed gives the same initial weights to a numpy and a
 torch net.
 """
@@ -79,7 +79,7 @@ def _out(ctx: Any, inputs: tuple[Any, ...], value: np.ndarray) -> Any:
     lib = ctx.args["library"]
     if not lib and not inputs and ctx.device.device_type == "cpu":
         return value  # the common case: a numpy array on the host
-    like = inputs[0] if inputs and not ctx.args["input_as_shape"] and is_torch(inputs[0]) else None
+    like = inputs[0] if inputs and is_torch(inputs[0]) else None  # whose shape it copies, or that holds the shape
     if not lib:
         lib = "torch" if ctx.device.device_type == "cuda" or like is not None else "numpy"
     if lib == "numpy":
