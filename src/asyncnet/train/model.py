@@ -1,4 +1,6 @@
-"""The model builder: an MLP classifier as an init net, forward/gradient/update/train nets and npz checkpoints.
+"""The trainers' MLP classifier: the builder's mlp (:func:`asyncnet.model.zoo.mlp`) plus optimizers,
+learning-rate schedules, gradient buckets, accumulation and npz checkpoints, as an init net and
+forward/gradient/update/train nets.
 
     >>> import numpy as np, asyncnet as an
     >>> from asyncnet.train.model import MLP
@@ -26,6 +28,7 @@ processes sharing those arrays (Hogwild) see each other's updates.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from typing import Any, Sequence
@@ -37,6 +40,7 @@ from asyncnet.autodiff import add_gradient_ops
 from asyncnet.core.net import Net
 from asyncnet.core.registry import registered_ops
 from asyncnet.errors import CheckpointError, NetDefinitionError
+from asyncnet.model.zoo import mlp
 from asyncnet.train.buckets import (DEFAULT_BUCKET_MB, add_accumulate, add_accumulated_mean, add_bucketed_allreduce,
                                     gradient_buckets)
 
@@ -86,11 +90,11 @@ class MLP:
         self.lr_gamma = float(_DEFAULT_GAMMA[lr_policy] if lr_gamma is None else lr_gamma)
         self.weight_decay, self.betas, self.eps = float(weight_decay), (float(betas[0]), float(betas[1])), float(eps)
         self.net_type, self.num_workers = net_type, num_workers
-        self.params: list[str] = []
-        self.shapes: dict[str, tuple[int, ...]] = {}
-        for i, (fan_in, fan_out) in enumerate(zip(self.dims, self.dims[1:]), 1):
-            self.params += [f"fc{i}_w", f"fc{i}_b"]
-            self.shapes.update({f"fc{i}_w": (fan_out, fan_in), f"fc{i}_b": (fan_out,)})
+        # the layers, parameters and their fills are the builder's (asyncnet.model.zoo.mlp); this
+        # class adds the trainers' optimizers, schedules, gradient buckets and checkpoints
+        self.model = mlp(self.dims[0], self.dims[1:-1], self.dims[-1], seed=self.seed, dtype=self.dtype)
+        self.params: list[str] = list(self.model.params)
+        self.shapes: dict[str, tuple[int, ...]] = dict(self.model.shapes)
         self.state = {p: self._state_names(p) for p in self.params}
         self.grads: dict[str, str] = add_gradient_ops(self._forward(Net("probe")), "loss", wrt=self.params, dtype=self.dtype.name)
         self.init_net = self._init()
@@ -111,27 +115,17 @@ class MLP:
     def _init(self) -> Net:
         net = Net("init")
         dt = self.dtype.name
-        for k, p in enumerate(self.params):
-            shape = list(self.shapes[p])
-            if p.endswith("_w"):
-                net.XavierFill([], p, shape=shape, seed=self.seed + k, dtype=dt)
-            else:
-                net.ConstantFill([], p, shape=shape, value=0.0, dtype=dt)
+        net.ops.extend(dataclasses.replace(op, args=dict(op.args)) for op in self.model.init_net.ops)
+        for p in self.params:
             for s in self.state[p]:
-                net.ConstantFill([], s, shape=shape, value=0.0, dtype=dt)
+                net.ConstantFill([], s, shape=list(self.shapes[p]), value=0.0, dtype=dt)
         net.ConstantFill([], "iter", shape=[1], value=0, dtype="int64")
         if "CreateMutex" in registered_ops():
             net.CreateMutex([], "iter_mutex")
         return net
 
     def _forward(self, net: Net) -> Net:
-        x = "data"
-        n_layers = len(self.dims) - 1
-        for i in range(1, n_layers + 1):
-            y = net.FC([x, f"fc{i}_w", f"fc{i}_b"], f"fc{i}" if i < n_layers else "logits")
-            x = net.Relu(y, f"relu{i}") if i < n_layers else y
-        net.SoftmaxWithLoss([x, "label"], ["softmax", "loss"])
-        net.Accuracy(["softmax", "label"], "accuracy")
+        net.ops.extend(self.model.forward_net().ops)  # fresh copies of the builder's ops
         return net
 
     def forward_net(self, name: str = "eval") -> Net:
