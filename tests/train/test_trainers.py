@@ -128,8 +128,9 @@ def test_torch_backend_outside_torchrun_is_a_clear_error(monkeypatch) -> None:
 
 def test_net_type_default_is_straight_for_local_and_explicit_types_are_kept() -> None:
     assert TrainConfig(mode="local").net_type == "straight"
+    assert TrainConfig(mode="hogwild", workers=2).net_type == "straight"
     assert TrainConfig(mode="local", net_threads=2).net_type == "async_scheduling"
-    assert TrainConfig().net_type == "async_scheduling"  # sync, the default mode
+    assert TrainConfig().net_type is None  # sync: decided by the number of all-reduces in the train net
     assert TrainConfig(mode="local", net_type="simple").net_type == "simple"
     ds = load_digits()
     kw = dict(mode="local", epochs=1, batch_size=64, hidden=(16,), seed=3, trace=False)
@@ -138,3 +139,26 @@ def test_net_type_default_is_straight_for_local_and_explicit_types_are_kept() ->
         assert np.array_equal(runs[None].params[name], runs["simple"].params[name]), name
         assert np.array_equal(runs[None].params[name], runs["async_scheduling"].params[name]), name
     assert [m.train_loss for m in runs[None].history] == [m.train_loss for m in runs["simple"].history]
+
+
+def test_sync_default_runs_straight_nets_unless_buckets_can_overlap() -> None:
+    from asyncnet.sync import ThreadedGradientSync
+    from asyncnet.train.trainers._common import WorkerNets, build_model
+
+    def types(cfg: TrainConfig) -> tuple[str, str]:
+        sync = ThreadedGradientSync.new_workers(2, timeout=30)[0]
+        nets = WorkerNets(cfg, build_model(cfg, 64, 10), sync=sync)
+        try:
+            return nets.train_net.definition.type, nets.eval_net.definition.type
+        finally:
+            nets.close()
+
+    one_bucket = TrainConfig(mode="sync", workers=2)
+    assert types(one_bucket) == ("straight", "straight")  # one all-reduce at the end: nothing to overlap
+    assert types(one_bucket.with_(bucket_mb=1e-9))[0] == "async_scheduling"  # a bucket per gradient: overlap
+    assert types(one_bucket.with_(net_type="simple")) == ("simple", "simple")
+    ds = load_digits()
+    kw = dict(mode="sync", workers=2, epochs=1, batch_size=64, hidden=(16,), seed=3, trace=False)
+    a, b = train(TrainConfig(**kw), dataset=ds), train(TrainConfig(net_type="async_scheduling", **kw), dataset=ds)
+    for name in a.params:
+        assert np.array_equal(a.params[name], b.params[name]), name

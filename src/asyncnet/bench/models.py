@@ -7,8 +7,8 @@ trains, with the trainers' default optimizer and learning rate of each mode
 (:data:`asyncnet.train.trainers._common.MODEL_DEFAULTS`):
 
 - asyncnet local, sync with 2 threads and Hogwild with 2 threads, on numpy arrays and on torch
-  CPU tensors (``tensor="torch"``), each on the trainer's default executor (local: "straight",
-  the others: "async_scheduling");
+  CPU tensors (``tensor="torch"``), each on the trainer's default executor
+  (:class:`~asyncnet.train.trainers.TrainConfig` ``net_type=None``);
 - the model's torch twin (:mod:`asyncnet.model.zoo.torch_twins`) in a plain PyTorch eager loop:
   the same initial weights, the same batches (:func:`asyncnet.train.data.epoch_batches`, same
   seed) and ``torch.optim`` with the local mode's optimizer and learning rate; a step is timed

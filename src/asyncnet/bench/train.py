@@ -17,10 +17,10 @@ Peers in the same run (issue 9; ``--no-peers`` skips them): a hand-written numpy
 floor), plain PyTorch eager, and asyncnet local on torch CPU tensors, on the same MLP, data,
 batches and initial weights.
 
-The rows run the trainer as users get it: by default (no ``--net-type``) local runs its nets
-on the straight-line executor (net type "straight": same ops, order and bits as "simple",
-compiled once; one executor thread has nothing to overlap) and the other modes on
-async_scheduling; ``--net-type`` sets one type for every mode.
+The rows run the trainer as users get it: by default (no ``--net-type``) the nets run on the
+straight-line executor (net type "straight": same ops, order and bits as "simple", compiled
+once) wherever one executor thread has nothing to overlap (local, Hogwild, sync with one
+all-reduce), else on async_scheduling; ``--net-type`` sets one type for every mode.
 
 Targets (issue 6): test accuracy >= 95% in every mode; sync with 2 workers >= 1.6x the
 samples/s of local; Hogwild reaches the same accuracy. Issue 9: asyncnet local on numpy >= 0.75x
@@ -62,7 +62,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--batch-size", type=int, default=None)
     p.add_argument("--lr", type=float, default=None)
     p.add_argument("--net-type", default=None,
-                   help="executor of every mode's nets (default: straight for local, async_scheduling for the others)")
+                   help="executor of every mode's nets (default: the trainers' choice, see TrainConfig.net_type)")
     p.add_argument("--repeat", type=int, default=None,
                    help="rounds over the modes; each mode's fastest samples/s is kept (default 3, quick 1)")
     p.add_argument("--no-peers", action="store_true", help="skip the numpy loop, torch eager and torch-tensor rows")
@@ -167,7 +167,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 def table(result: dict[str, Any]) -> str:
     s = result["settings"]
     lines = [f"training benchmark: MLP 64-{'-'.join(map(str, s['hidden']))}-10 on {result['dataset']}, "
-             f"batch {s['batch_size']}, sgd lr {s['lr']}, {s['epochs']} epochs, {s['net_type'] or 'straight (local) / async_scheduling'} nets, "
+             f"batch {s['batch_size']}, sgd lr {s['lr']}, {s['epochs']} epochs, {s['net_type'] or 'default'} nets, "
              "single-threaded BLAS",
              f"{'mode':<8} {'backend':<10} {'workers':>7} {'samples/s':>11} {'vs local':>9} "
              f"{'epochs to 95%':>14} {'s to 95%':>9} {'final acc':>10} {'best acc':>9}"]

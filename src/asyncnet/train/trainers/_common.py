@@ -77,7 +77,7 @@ class TrainConfig:
     lr_gamma: float | None = None
     hidden: tuple[int, ...] = (128,)
     seed: int = 0
-    net_type: str | None = None  # None: "straight" for local with one net thread, else "async_scheduling"
+    net_type: str | None = None  # None: the cheapest executor with the same bits (see __post_init__)
     net_threads: int = 1
     threads: int | None = None
     timeout: float = 120.0
@@ -96,9 +96,11 @@ class TrainConfig:
         if self.optimizer is None:
             object.__setattr__(self, "optimizer", default_opt)
         _check(self.mode in MODES, f"mode must be one of {', '.join(MODES)}, got {self.mode!r}")
-        if self.net_type is None:  # one executor thread has nothing to overlap: the cheapest runner, same bits
-            object.__setattr__(self, "net_type", "straight" if self.mode == "local" and self.net_threads == 1
-                               else "async_scheduling")
+        # net_type None: with one executor thread, "straight" (same ops in net order, same bits,
+        # cheapest per op) wherever nothing can overlap: local and Hogwild nets, and sync nets with
+        # at most one all-reduce (decided when the nets are built); else "async_scheduling"
+        if self.net_type is None and (self.net_threads > 1 or self.mode != "sync"):
+            object.__setattr__(self, "net_type", "straight" if self.net_threads == 1 else "async_scheduling")
         _check(self.backend in BACKENDS, f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
         _check(self.optimizer in OPTIMIZERS, f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}")
         _check(self.lr_policy in LR_POLICIES, f"lr_policy must be one of {', '.join(LR_POLICIES)}, got {self.lr_policy!r}")
@@ -273,11 +275,11 @@ def build_model(cfg: TrainConfig, input_dim: int, num_classes: int) -> Any:
         kw = {} if cfg.model == "dlrm" else {"num_classes": num_classes}
         return ZooModel(cfg.model, seed=cfg.seed, optimizer=cfg.optimizer, lr=cfg.lr, momentum=cfg.momentum,
                         lr_policy=cfg.lr_policy, lr_step=cfg.lr_step, lr_gamma=cfg.lr_gamma,
-                        weight_decay=cfg.weight_decay, net_type=cfg.net_type, num_workers=cfg.net_threads, **kw)
+                        weight_decay=cfg.weight_decay, net_type=cfg.net_type or "async_scheduling", num_workers=cfg.net_threads, **kw)
 
     return MLP(input_dim, hidden=tuple(cfg.hidden), num_classes=num_classes, seed=cfg.seed, optimizer=cfg.optimizer,
                lr=cfg.lr, momentum=cfg.momentum, lr_policy=cfg.lr_policy, lr_step=cfg.lr_step, lr_gamma=cfg.lr_gamma,
-               weight_decay=cfg.weight_decay, net_type=cfg.net_type, num_workers=cfg.net_threads)
+               weight_decay=cfg.weight_decay, net_type=cfg.net_type or "async_scheduling", num_workers=cfg.net_threads)
 
 
 def _private_pool(net: Any) -> Any:
@@ -352,6 +354,8 @@ class WorkerNets:
         train.ops = [op for op in train.ops if op.type != "Accuracy"]
         self._to_tensor = _tensor_placer(cfg, self.ws, model.checkpoint_blobs)
         evaluate = _private_pool(model.forward_net("eval"))
+        if cfg.net_type is None and sum(op.type in ("Allreduce", "AllreduceStart") for op in train.ops) <= 1:
+            train.type = evaluate.type = "straight"  # one all-reduce at the end: nothing to overlap it with
         self.train_net = self.ws.create_net(train)
         self.eval_net = self.ws.create_net(evaluate)
         # released in close(); an automatic share is a ceiling the user's environment may lower
