@@ -21,6 +21,7 @@ MODULES = [
     "asyncnet.cleanup",
     "asyncnet.bench._single",
     "asyncnet.bench._table",
+    "asyncnet.bench._ranks",
 ]
 
 

@@ -29,12 +29,12 @@ import functools
 import json
 import multiprocessing as mp
 import os
-import socket
 import time
 from typing import Any
 
 import numpy as np
 
+from asyncnet.bench._ranks import free_port
 from asyncnet.bench._table import cell
 
 __all__ = ["main"]
@@ -80,12 +80,6 @@ def _gloo_worker(rank: int, world: int, port: int, size: int, reps: int, queue: 
         dist.destroy_process_group()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def measure_bandwidth(reps: int, size: int = 16 * 2**20) -> float:
     """Copy bandwidth in bytes/s (read + write) of ``np.copyto`` on ``size`` float32, best of ``reps``."""
     a = np.ones(size, np.float32)
@@ -113,7 +107,7 @@ def measure_gloo(workers: int, size: int, reps: int, batches: int = 2) -> float 
         return None
     ctx = mp.get_context("spawn")
     queue = ctx.SimpleQueue()
-    port = _free_port()
+    port = free_port()
     procs = [ctx.Process(target=_gloo_worker, args=(r, workers, port, size, reps, queue, batches))
              for r in range(workers)]
     for p in procs:

@@ -26,23 +26,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import sys
-import tempfile
 import time
 from typing import Any
+
+from asyncnet.bench._ranks import spawn_ranks
 
 __all__ = ["main", "DIMS", "cpu_aware_bound"]
 
 DIMS = (64, 1024, 1024, 10)
-BLAS_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _interleaved_medians(parts: dict[str, Any], steps: int, warmup: int, barrier: Any) -> dict[str, float]:
@@ -116,21 +109,7 @@ def _rank(rank: int, world: int, port: int, out: str, batch: int, bucket_mb: flo
 
 def measure(batch: int = 512, bucket_mb: float = 1.0, steps: int = 20) -> dict[str, Any]:
     """Run the 2 ranks and return rank 0's figures plus the bound and ratios."""
-    import torch.multiprocessing as tmp
-
-    saved = {k: os.environ.get(k) for k in BLAS_ENV}
-    os.environ.update({k: "1" for k in BLAS_ENV})
-    try:
-        with tempfile.TemporaryDirectory(prefix="asyncnet-overlap-") as out:
-            tmp.spawn(_rank, args=(2, _free_port(), out, batch, bucket_mb, steps), nprocs=2, join=True)
-            with open(os.path.join(out, "rank0.json")) as f:
-                res = json.load(f)
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    res = spawn_ranks(_rank, 2, batch, bucket_mb, steps, prefix="asyncnet-overlap-")
     bound = max(res["compute_s"], res["comm_s"])
     cores = os.cpu_count() or 1
     cpu_bound = cpu_aware_bound(res["compute_s"], res["comm_s"], res["comm_cpu_s"], 2, cores)

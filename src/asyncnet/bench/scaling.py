@@ -26,10 +26,10 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 from typing import Any
 
-from asyncnet.bench.overlap import BLAS_ENV, DIMS, _free_port, _interleaved_medians
+from asyncnet.bench._ranks import spawn_ranks
+from asyncnet.bench.overlap import DIMS, _interleaved_medians
 
 __all__ = ["main", "run_ranks", "profile_compute", "measure_network", "cores_got"]
 
@@ -85,21 +85,7 @@ def _rank(rank: int, world: int, port: int, out: str, batch: int, bucket_mb: flo
 
 def run_ranks(world: int, what: str = "all", batch: int = 512, bucket_mb: float = 1.0, steps: int = 15) -> dict[str, Any]:
     """Spawn ``world`` gloo ranks on 127.0.0.1 (one BLAS thread each); rank 0's medians."""
-    import torch.multiprocessing as tmp
-
-    saved = {k: os.environ.get(k) for k in BLAS_ENV}
-    os.environ.update({k: "1" for k in BLAS_ENV})
-    try:
-        with tempfile.TemporaryDirectory(prefix="asyncnet-scaling-") as out:
-            tmp.spawn(_rank, args=(world, _free_port(), out, batch, bucket_mb, steps, what), nprocs=world, join=True)
-            with open(os.path.join(out, "rank0.json")) as f:
-                return json.load(f)
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    return spawn_ranks(_rank, world, batch, bucket_mb, steps, what, prefix="asyncnet-scaling-")
 
 
 def profile_compute(batch: int = 512, bucket_mb: float = 1.0, steps: int = 15) -> Any:
