@@ -1,12 +1,12 @@
 """Bucketed all-reduce overlapped with the backward pass: placement, same bits on every
 backend, async torch work handles, gradient accumulation equal to one big batch."""
 
-import socket
 
 import numpy as np
 import pytest
 
 import asyncnet as an
+from asyncnet.bench._ranks import free_port
 from asyncnet.sync import run_parallel_workers
 from asyncnet.train.buckets import add_bucketed_allreduce, gradient_buckets, split_input_gradients
 from asyncnet.train.model import MLP
@@ -97,17 +97,11 @@ def test_overlap_gives_the_same_bits_as_one_allreduce(backend):
         assert results[0][0][p].tobytes() == results[1][0][p].tobytes()
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_torch_async_work_handles_give_the_same_bits(tmp_path):
     pytest.importorskip("torch")
     import torch.multiprocessing as tmp
 
-    tmp.spawn(OW.torch_rank, args=(2, _free_port(), str(tmp_path)), nprocs=2, join=True)
+    tmp.spawn(OW.torch_rank, args=(2, free_port(), str(tmp_path)), nprocs=2, join=True)
     ranks = [np.load(tmp_path / f"rank{r}.npz") for r in range(2)]
     for d in ranks:
         for k in d.files:

@@ -1,19 +1,13 @@
 """W threads x R torch ranks train like W x R threads."""
 
-import socket
 
 import numpy as np
 import pytest
 
 import _overlap_workers as OW
+from asyncnet.bench._ranks import free_port
 
 pytestmark = pytest.mark.timeout(120)
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_two_threads_on_two_gloo_ranks_match_four_threaded_workers(tmp_path):
@@ -22,7 +16,7 @@ def test_two_threads_on_two_gloo_ranks_match_four_threaded_workers(tmp_path):
 
     from asyncnet.train.trainers import TrainConfig, train
 
-    tmp.spawn(OW.threads_x_ranks, args=(2, _free_port(), str(tmp_path)), nprocs=2, join=True)
+    tmp.spawn(OW.threads_x_ranks, args=(2, free_port(), str(tmp_path)), nprocs=2, join=True)
     ref = train(TrainConfig(mode="sync", workers=4, backend="threads", epochs=1, trace=False))
     got = [np.load(tmp_path / f"rank{r}.npz") for r in range(2)]
     assert all(int(g["workers"]) == 4 for g in got)

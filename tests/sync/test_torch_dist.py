@@ -1,6 +1,5 @@
 """TorchDistributedGradientSync on gloo over 127.0.0.1, compared with torch's own all_reduce."""
 
-import socket
 
 import numpy as np
 import pytest
@@ -9,16 +8,11 @@ torch = pytest.importorskip("torch")
 import torch.multiprocessing as tmp  # noqa: E402
 
 import _torch_workers as TW  # noqa: E402
+from asyncnet.bench._ranks import free_port  # noqa: E402
 from asyncnet.errors import SyncError  # noqa: E402
 from asyncnet.sync import TorchDistributedGradientSync  # noqa: E402
 
 pytestmark = pytest.mark.timeout(90)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_needs_an_initialized_group():

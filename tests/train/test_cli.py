@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +11,7 @@ import numpy as np
 import pytest
 from _torchrun import run_torchrun
 
+from asyncnet.bench._ranks import free_port
 from asyncnet.cli.main import main
 
 RUN_FILES = {"metrics.json", "loss_accuracy.png", "trace.json", "checkpoint.npz"}
@@ -77,18 +77,12 @@ def test_torch_backend_outside_torchrun_is_a_usage_error(capsys, monkeypatch) ->
     assert "torchrun" in capsys.readouterr().err
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.timeout(90)
 def test_torchrun_with_two_processes(tmp_path: Path) -> None:
     pytest.importorskip("torch.distributed")
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
-           "--master-port", str(_free_port()), "-m", "asyncnet", "train", "--backend", "torch", "--epochs", "1",
+           "--master-port", str(free_port()), "-m", "asyncnet", "train", "--backend", "torch", "--epochs", "1",
            "--out", str(out), "--quiet"]
     run_torchrun(cmd, "", ranks=0, cwd=tmp_path)
     metrics = _check_run_dir(out, 1)
