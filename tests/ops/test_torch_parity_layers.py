@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from test_torch_parity import assert_same, f32, one, pos, run
+from test_torch_parity import assert_same, check_in_place, check_same_values, f32, one, pos, run
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.timeout(120)
@@ -138,28 +138,13 @@ INPLACE = {
 @settings(max_examples=500, deadline=None)
 @given(case=st.sampled_from(sorted(CASES)), n=st.integers(1, 5), d=st.integers(1, 6), seed=st.integers(0, 2**32 - 1))
 def test_same_values_on_numpy_and_torch(case, n, d, seed):
-    make, n_out, args = CASES[case]
-    inputs = make(np.random.default_rng(seed), n, d)
-    outs = [f"out{i}" for i in range(n_out)]
-    _, np_outs = run(case, inputs, outs, args, as_torch=False)
-    _, t_outs = run(case, inputs, outs, args, as_torch=True)
-    for i, (a, b) in enumerate(zip(np_outs, t_outs)):
-        assert_same(a, b, f"{case} output {i}")
+    check_same_values(CASES, case, n, d, seed)
 
 
 @settings(max_examples=120, deadline=None)
 @given(case=st.sampled_from(sorted(INPLACE)), n=st.integers(1, 5), d=st.integers(1, 8), seed=st.integers(0, 2**32 - 1))
 def test_updates_stay_in_place_on_torch(case, n, d, seed):
-    make, outputs, args = INPLACE[case]
-    inputs = make(np.random.default_rng(seed), n, d)
-    np_fed, np_outs = run(case, inputs, outputs, args, as_torch=False)
-    t_fed, t_outs = run(case, inputs, outputs, args, as_torch=True)
-    for name, a, b in zip(outputs, np_outs, t_outs):
-        if name.startswith("in"):
-            i = int(name[2:])
-            assert b is t_fed[i], f"{case}: {name} was rebound, not updated in place"
-            assert a is np_fed[i]
-        assert_same(a, b, f"{case} {name}")
+    check_in_place(INPLACE, case, n, d, seed)
 
 
 def test_in_place_reshape_is_a_view_of_the_torch_tensor():
