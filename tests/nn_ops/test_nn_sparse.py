@@ -295,10 +295,14 @@ def test_sparse_sgd_is_scatter_weighted_sum_with_negative_lr():
     np.testing.assert_allclose(ws.fetch("t"), want, rtol=1e-12)
 
 
-def test_hogwild_threads_share_one_table():
-    """Four threads, each with its own net on one shared table, apply sparse updates to disjoint
-    rows concurrently: every update lands in the one array (nothing rebinds a worker's blob)."""
-    table = np.zeros((40, 4), np.float32)
+@pytest.mark.parametrize("library", ["numpy", "torch"])
+def test_hogwild_threads_share_one_table(library):
+    """Four threads, each with its own net on one shared table (a numpy array, or a torch tensor
+    wrapping one), apply sparse updates to disjoint rows concurrently: every update lands in the
+    one array's memory (nothing rebinds a worker's blob)."""
+    base = np.zeros((40, 4), np.float32)
+    lib = torch.from_numpy if library == "torch" else (lambda a: a)
+    table = lib(base)
     rounds, n = 50, 4
     start = threading.Barrier(n, timeout=30)
     errors: list[BaseException] = []
@@ -307,10 +311,10 @@ def test_hogwild_threads_share_one_table():
         try:
             ws = an.Workspace()
             ws.feed("t", table)
-            ws.feed("i", np.arange(w, 40, n))
-            ws.feed("v", np.ones((10, 4), np.float32))
-            ws.feed("one", np.array([1.0], np.float32))
-            ws.feed("lr", np.array([1.0], np.float32))
+            ws.feed("i", lib(np.arange(w, 40, n)))
+            ws.feed("v", lib(np.ones((10, 4), np.float32)))
+            ws.feed("one", lib(np.array([1.0], np.float32)))
+            ws.feed("lr", lib(np.array([1.0], np.float32)))
             net = an.Net(f"w{w}")
             net.ScatterWeightedSum(["t", "one", "i", "v", "lr"], "t")
             ws.create_net(net)
@@ -326,5 +330,5 @@ def test_hogwild_threads_share_one_table():
         t.start()
     for t in threads:
         t.join(timeout=30)
-    assert not errors and not any(t.is_alive() for t in threads)
-    np.testing.assert_array_equal(table, np.full((40, 4), rounds, np.float32))
+    assert not errors and not any(t.is_alive() for t in threads), errors
+    np.testing.assert_array_equal(base, np.full((40, 4), rounds, np.float32))
