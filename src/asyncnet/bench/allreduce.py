@@ -247,8 +247,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"all-reduce (mean) of float32 gradients, {os.cpu_count()} CPUs, copy bandwidth {bw:.1f} GB/s "
               f"(read + write); ms per round, best of 2 x {reps}")
         print(table(rows))
-        for name, ok in result["targets"].items():
-            print(f"  {name}: {'n/a' if ok is None else ('met' if ok else 'NOT met')}")
+        _print_targets(result["targets"])
     return 0
 
 
@@ -265,6 +264,10 @@ def _main_latency(args: argparse.Namespace) -> int:
     print(f"all-reduce (mean) round latency, {os.cpu_count()} CPUs; microseconds per round, best of "
           f"{batches} x {reps} rounds (gloo: x {max(1, reps // 10)})")
     print(latency_table(rows))
-    for name, ok in result["targets"].items():
-        print(f"  {name}: {'n/a' if ok is None else ('met' if ok else 'NOT met')}")
+    _print_targets(result["targets"])
     return 0
+
+
+def _print_targets(targets: dict[str, bool | None]) -> None:
+    for name, ok in targets.items():
+        print(f"  {name}: {'n/a' if ok is None else ('met' if ok else 'NOT met')}")

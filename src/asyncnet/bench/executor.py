@@ -130,12 +130,21 @@ def _calibrate(target_s: float) -> int:
 def bench_branches(n_branches: int, kernel_ms: float, repeats: int, workers: int = 2,
                    blas: str = "single-threaded") -> dict[str, Any]:
     """(c) ``n_branches`` independent MatMul branches: simple vs async with ``workers`` workers."""
-    import asyncnet as an
-
     n = _calibrate(kernel_ms / 1e3)
     a = np.random.default_rng(0).standard_normal((n, n)) / n
     res: dict[str, Any] = {"branches": n_branches, "workers": workers, "matrix": n}
     res["kernel_ms"] = _best(lambda: a @ a, 5) * 1e3
+    res["simple_ms"], res["async_ms"] = _branch_ms(a, n_branches, repeats, workers)
+    res["speedup"] = res["simple_ms"] / res["async_ms"]
+    res["blas"] = blas
+    res.update(_branches_torch(a, n_branches, repeats, workers))
+    return res
+
+
+def _branch_ms(a: Any, n_branches: int, repeats: int, workers: int) -> tuple[float, float]:
+    """Best ms of a net of ``n_branches`` independent ``a @ a`` on the simple and the async executor."""
+    import asyncnet as an
+
     with an.Workspace() as ws:
         ws.feed("a", a)
         for kind in ("simple", "async_scheduling"):
@@ -144,12 +153,8 @@ def bench_branches(n_branches: int, kernel_ms: float, repeats: int, workers: int
                 net.MatMul(["a", "a"], f"m{i}")
             ws.create_net(net)
             ws.run_net(f"br_{kind}")
-        res["simple_ms"] = _best(lambda: ws.run_net("br_simple"), repeats) * 1e3
-        res["async_ms"] = _best(lambda: ws.run_net("br_async_scheduling"), repeats) * 1e3
-    res["speedup"] = res["simple_ms"] / res["async_ms"]
-    res["blas"] = blas
-    res.update(_branches_torch(a, n_branches, repeats, workers))
-    return res
+        return (_best(lambda: ws.run_net("br_simple"), repeats) * 1e3,
+                _best(lambda: ws.run_net("br_async_scheduling"), repeats) * 1e3)
 
 
 def _branches_torch(a: np.ndarray, n_branches: int, repeats: int, workers: int) -> dict[str, Any]:
@@ -160,21 +165,10 @@ def _branches_torch(a: np.ndarray, n_branches: int, repeats: int, workers: int) 
         return {}
     import torch
 
-    import asyncnet as an
-
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        with an.Workspace() as ws:
-            ws.feed("a", torch.from_numpy(a))
-            for kind in ("simple", "async_scheduling"):
-                net = an.Net(f"brt_{kind}", type=kind, num_workers=workers)
-                for i in range(n_branches):
-                    net.MatMul(["a", "a"], f"m{i}")
-                ws.create_net(net)
-                ws.run_net(f"brt_{kind}")
-            simple = _best(lambda: ws.run_net("brt_simple"), repeats) * 1e3
-            asynchronous = _best(lambda: ws.run_net("brt_async_scheduling"), repeats) * 1e3
+        simple, asynchronous = _branch_ms(torch.from_numpy(a), n_branches, repeats, workers)
     finally:
         torch.set_num_threads(before)
     return {"torch_simple_ms": simple, "torch_async_ms": asynchronous, "torch_speedup": simple / asynchronous}
