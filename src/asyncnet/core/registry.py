@@ -220,12 +220,9 @@ def validate_op(op: OperatorDef, index: int, net_device: DeviceOption | None = N
     Every failure is a :class:`NetDefinitionError` naming ``ops[index]``, the type and the rule.
     """
     try:
-        schema = _REGISTRY[op.type]
-    except KeyError:
-        try:
-            get_schema(op.type)
-        except NetDefinitionError as e:
-            raise NetDefinitionError(str(e), f"ops[{index}].type") from None
+        schema = get_schema(op.type)
+    except NetDefinitionError as e:
+        raise NetDefinitionError(str(e), f"ops[{index}].type") from None
     n_in, n_out = len(op.inputs), len(op.outputs)
     lo, hi = schema.min_inputs, schema.max_inputs
     if n_in < lo or (hi is not None and n_in > hi):

@@ -28,6 +28,7 @@ from asyncnet.core.registry import Arg, register_gradient, register_op
 from asyncnet.ops._check import array, axis_of, flatten_2d
 from asyncnet.ops.grad import GradOut, MakerResult, output_grad
 from asyncnet.tensor.namespace import is_torch, namespace
+from asyncnet.tensor.place import place_like
 
 __all__ = ["reshape", "flatten", "resize_like", "transpose", "concat", "split", "slice_", "expand_dims", "squeeze"]
 
@@ -423,8 +424,6 @@ def _squeeze_grad(op: OperatorDef, gout: GradOut) -> MakerResult:
 # -- Shape, Size, HasElements, IsEmpty: facts about a tensor, as tensors (Caffe2's; no gradient) --
 def _like_input(value: np.ndarray, x: Any) -> Any:
     """``value`` in ``x``'s library (a torch input gives a torch tensor on its device)."""
-    from asyncnet.tensor.place import place_like
-
     return place_like(value, x) if is_torch(x) else value
 
 
