@@ -25,6 +25,7 @@ the same numpy generator on both libraries, so one seed gives one mask sequence 
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -33,7 +34,6 @@ from asyncnet.core.defs import OperatorDef
 from asyncnet.core.registry import Arg, register_gradient, register_op
 from asyncnet.errors import NetDefinitionError
 from asyncnet.ops._check import array, axis_of, float_array, same_dtype
-from asyncnet.ops.conv import ORDER
 from asyncnet.ops.grad import GradOut, MakerResult, output_grad
 from asyncnet.tensor.namespace import namespace
 
@@ -41,6 +41,7 @@ __all__ = ["spatial_bn", "spatial_bn_gradient", "layer_norm", "layer_norm_gradie
 
 _EPS = Arg("epsilon", float, 1e-5, "added to the variance before the square root")
 _IS_TEST = Arg("is_test", bool, False, "inference mode")
+_ORDER = Arg("order", str, "NCHW", "memory order: channels on axis 1 (NCHW) or last (NHWC)", choices=("NCHW", "NHWC"))
 
 
 def _vec(ctx: Any, x: Any, i: int, c: int, dtype: np.dtype) -> np.ndarray:
@@ -58,31 +59,30 @@ def _number(xp: Any, x: Any) -> Any:
 
 # -- SpatialBN: Y = (X - mean) * rstd * scale + bias, per channel (axis 1) ---------------------------
 @register_op("SpatialBN", inputs=5, outputs=(1, 5), allow_inplace={0: 0}, enforce_inplace={3: 1, 4: 2},
-             args=[_IS_TEST, _EPS, Arg("momentum", float, 0.9, "weight of the old running statistics"), ORDER],
+             args=[_IS_TEST, _EPS, Arg("momentum", float, 0.9, "weight of the old running statistics"), _ORDER],
              inputs_doc=("X [N, C, ...]", "scale [C]", "bias [C]", "mean [C] (running)", "var [C] (running)"),
              outputs_doc=("Y", "running_mean (in place)", "running_var (in place)", "saved_mean", "saved_inv_var"),
-             doc="Caffe2's spatial batch normalization over axis 1. Training (5 outputs): batch statistics, the running "
+             doc="Caffe2's spatial batch normalization per channel (axis 1, or the last with order=NHWC). Training (5 outputs): batch statistics, the running "
                  "ones updated in place, the batch mean and 1/sqrt(var + epsilon) saved for the gradient. "
                  "is_test=1 (1 output): the running statistics.")
 def spatial_bn(ctx: Any, x: Any, scale: Any, bias: Any, mean: Any, var: Any) -> Any:
     x = float_array(ctx, x, 0)
     xp = namespace(ctx, x, scale, bias, mean, var)
-    if x.ndim < 2:
-        raise ValueError(f"expected X of at least 2 dims [N, C, ...], got {tuple(x.shape)}")
-    c = x.shape[1]
+    c, x3 = _channels(x, ctx.args["order"])  # x3 [N, C, P]: sums over N and the spatial dims are einsums over n, p
     scale, bias, rm, rv = (_vec(ctx, v, i, c, x.dtype) for i, v in ((1, scale), (2, bias), (3, mean), (4, var)))
     f, eps = _number(xp, x), ctx.args["epsilon"]
-    x3 = x.reshape(x.shape[0], c, -1)  # sums over N and the spatial dims are einsums over n, p
     if ctx.args["is_test"]:
         if len(ctx.op.outputs) != 1:
             raise ValueError(f"expected 1 output with is_test=1, got {len(ctx.op.outputs)}")
         alpha = scale / xp.sqrt(rv + f(eps))
         y3 = x3 * alpha[:, None]
         y3 += (bias - rm * alpha)[:, None]
-        return y3.reshape(x.shape)
+        return _unchannels(y3, x.shape, ctx.args["order"])
     if len(ctx.op.outputs) != 5:
         raise ValueError(f"expected 5 outputs in training (is_test=0), got {len(ctx.op.outputs)}")
-    m = xp.size(x) // c
+    m = xp.size(x) // c if c else 0
+    if m == 0:  # Caffe2: an empty batch leaves the running statistics alone and saves zeros
+        return xp.copy(x), rm, rv, xp.zeros_like(rm), xp.zeros_like(rv)
     if m < 2:
         raise ValueError(f"expected more than one value per channel in training, got X of shape {tuple(x.shape)}")
     mu = xp.lib.einsum("ncp->c", x3) / f(m)
@@ -94,7 +94,22 @@ def spatial_bn(ctx: Any, x: Any, scale: Any, bias: Any, mean: Any, var: Any) -> 
     _update(ctx, xp, rv, 4, mom * rv + (1 - mom) * v * f(m / (m - 1)))
     y3 *= (rstd * scale)[:, None]
     y3 += bias[:, None]
-    return y3.reshape(x.shape), rm, rv, mu, rstd
+    return _unchannels(y3, x.shape, ctx.args["order"]), rm, rv, mu, rstd
+
+
+def _channels(x: Any, order: str) -> tuple[int, Any]:
+    """The channel count and X viewed as [N, C, P] (a strided view for NHWC, no copy)."""
+    if x.ndim < 2:
+        raise ValueError(f"expected X of at least 2 dims ({order}), got {tuple(x.shape)}")
+    if order == "NHWC":
+        c = x.shape[-1]
+        return c, x.reshape(x.shape[0], math.prod(x.shape[1:-1]), c).swapaxes(1, 2)
+    return x.shape[1], x.reshape(x.shape[0], x.shape[1], math.prod(x.shape[2:]))  # explicit P: -1 fails on empty X
+
+
+def _unchannels(y3: Any, shape: tuple[int, ...], order: str) -> Any:
+    """The inverse of :func:`_channels`: [N, C, P] back to X's shape and order."""
+    return (y3.swapaxes(1, 2) if order == "NHWC" else y3).reshape(shape)
 
 
 def _update(ctx: Any, xp: Any, running: np.ndarray, i: int, value: np.ndarray) -> None:
@@ -103,7 +118,7 @@ def _update(ctx: Any, xp: Any, running: np.ndarray, i: int, value: np.ndarray) -
     xp.copyto(running, value)
 
 
-@register_op("SpatialBNGradient", inputs=5, outputs=3, args=[_EPS, ORDER],
+@register_op("SpatialBNGradient", inputs=5, outputs=3, args=[_EPS, _ORDER],
              inputs_doc=("X", "scale", "dY", "saved_mean", "saved_inv_var"), outputs_doc=("dX", "dscale", "dbias"),
              doc="Gradient of SpatialBN in training: dbias = sum dY, dscale = sum dY * xhat, "
                  "dX = scale * rstd / M * (M dY - dbias - xhat dscale), sums over all but axis 1.")
@@ -113,10 +128,12 @@ def spatial_bn_gradient(ctx: Any, x: Any, scale: Any, dy: Any, mu: Any, rstd: An
     same_dtype(ctx, [x, dy])
     if dy.shape != x.shape:
         raise ValueError(f"expected dY of X's shape {tuple(x.shape)}, got {tuple(dy.shape)}")
-    c = x.shape[1]
+    order = ctx.args["order"]
+    (c, x3), (_, dy3) = _channels(x, order), _channels(dy, order)
     scale, mu, rstd = (_vec(ctx, v, i, c, x.dtype) for i, v in ((1, scale), (3, mu), (4, rstd)))
-    m = xp.size(x) // c
-    x3, dy3 = x.reshape(x.shape[0], c, -1), dy.reshape(x.shape[0], c, -1)
+    m = xp.size(x) // c if c else 0
+    if m == 0:
+        return xp.copy(dy), xp.zeros_like(scale), xp.zeros_like(scale)
     dbias = xp.lib.einsum("ncp->c", dy3)
     dscale = (xp.lib.einsum("ncp,ncp->c", dy3, x3) - mu * dbias) * rstd  # sum dY * xhat, xhat never stored
     # dX = scale rstd / M (M dY - dbias - xhat dscale) = a dY + b X + k per channel
@@ -126,7 +143,7 @@ def spatial_bn_gradient(ctx: Any, x: Any, scale: Any, dy: Any, mu: Any, rstd: An
     dx = dy3 * a[:, None]
     dx += x3 * b[:, None]
     dx += k[:, None]
-    return dx.reshape(x.shape), dscale, dbias
+    return _unchannels(dx, x.shape, order), dscale, dbias
 
 
 @register_gradient("SpatialBN")
