@@ -1,4 +1,4 @@
-"""2-D convolution (NCHW) beside its gradient, with Caffe2's arguments, and the window geometry
+"""2-D convolution (NCHW, or NHWC through in_order) beside its gradient, with Caffe2's arguments, and the window geometry
 that the pooling ops share.
 
 The kernel is im2col: the padded input is laid out batch-last ([C, H, W, N], so that every
@@ -32,8 +32,9 @@ the results agree with the numpy kernel within float rounding.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
@@ -44,9 +45,9 @@ from asyncnet.ops._check import float_array, ndim, same_dtype
 from asyncnet.ops.grad import GradOut, MakerResult, output_grad
 from asyncnet.tensor.namespace import is_torch, namespace
 
-__all__ = ["Geometry", "geometry", "taps", "im2col", "conv", "conv_gradient", "WINDOW_ARGS", "KERNEL_ARGS"]
+__all__ = ["Geometry", "geometry", "in_order", "taps", "im2col", "conv", "conv_gradient", "WINDOW_ARGS", "KERNEL_ARGS"]
 
-ORDER = Arg("order", str, "NCHW", "memory order; only NCHW is supported", choices=("NCHW",))
+ORDER = Arg("order", str, "NCHW", "memory order: NCHW, or NHWC (filters [M, kh, kw, C/group])", choices=("NCHW", "NHWC"))
 KERNEL_ARGS = [Arg("kernel", int, 0, "kernel size, both dims (0: not given)"),
                Arg("kernel_h", int, 0), Arg("kernel_w", int, 0), Arg("kernels", list, [], "[kernel_h, kernel_w]", item_type=int)]
 WINDOW_ARGS = [Arg("stride", int, 1), Arg("stride_h", int, 0, "0: use stride"), Arg("stride_w", int, 0, "0: use stride"),
@@ -55,6 +56,27 @@ WINDOW_ARGS = [Arg("stride", int, 1), Arg("stride_h", int, 0, "0: use stride"), 
                Arg("pads", list, [], "[pad_t, pad_l, pad_b, pad_r]", item_type=int), ORDER]
 DILATION_ARGS = [Arg("dilation", int, 1), Arg("dilation_h", int, 0, "0: use dilation"), Arg("dilation_w", int, 0, "0: use dilation"),
                  Arg("dilations", list, [], "[dilation_h, dilation_w]", item_type=int)]
+
+
+def _permuted(x: Any, axes: tuple[int, ...]) -> Any:
+    if is_torch(x):
+        return x.permute(*axes).contiguous() if x.dim() == 4 else x
+    return np.ascontiguousarray(x.transpose(axes)) if isinstance(x, np.ndarray) and x.ndim == 4 else x
+
+
+def in_order(kernel: Callable[..., Any]) -> Callable[..., Any]:
+    """Run an NCHW ``kernel`` under Caffe2's ``order`` argument: with order=NHWC every 4-D input
+    (X, a filter [M, kh, kw, C/group], dY) is permuted to NCHW and every 4-D result back, so one
+    kernel serves both orders (at the price of the copies)."""
+
+    @functools.wraps(kernel)
+    def run(ctx: Any, *arrays: Any) -> Any:
+        if ctx.args["order"] != "NHWC":
+            return kernel(ctx, *arrays)
+        out = kernel(ctx, *(_permuted(a, (0, 3, 1, 2)) for a in arrays))
+        return tuple(_permuted(o, (0, 2, 3, 1)) for o in out) if isinstance(out, tuple) else _permuted(out, (0, 2, 3, 1))
+
+    return run
 
 
 @dataclass(frozen=True)
@@ -223,8 +245,9 @@ def _conv_backward_torch(x: Any, w: Any, dy: Any, g: Geometry, grp: int, want_dx
 
 @register_op("Conv", inputs=(2, 3), outputs=1, args=CONV_ARGS,
              inputs_doc=("X [N, C, H, W]", "filter [M, C/group, kh, kw]", "bias [M] (optional)"), outputs_doc=("Y [N, M, OH, OW]",),
-             doc="Caffe2's 2-D convolution (cross-correlation) in NCHW with stride, pads, dilation and groups; "
+             doc="Caffe2's 2-D convolution (cross-correlation) in NCHW or NHWC with stride, pads, dilation and groups; "
                  "the bias is optional.")
+@in_order
 def conv(ctx: Any, x: Any, w: Any, b: Any = None) -> np.ndarray:
     x, w, grp, g = _conv_inputs(ctx, x, w)
     if b is not None:
@@ -259,6 +282,7 @@ def conv_backward(x: np.ndarray, w: np.ndarray, dy: np.ndarray, g: Geometry, grp
 @register_op("ConvGradient", inputs=3, outputs=(1, 3), args=[*CONV_ARGS, Arg("no_bias", bool, False, "the forward Conv had no bias")],
              inputs_doc=("X", "filter", "dY"), outputs_doc=("dfilter", "dbias (unless no_bias; optional)", "dX (optional)"),
              doc="Gradient of Conv: dfilter, then dbias unless no_bias=1, then dX when that output is given.")
+@in_order
 def conv_gradient(ctx: Any, x: Any, w: Any, dy: Any) -> Any:
     x, w, grp, g = _conv_inputs(ctx, x, w)
     dy = float_array(ctx, dy, 2)

@@ -1,0 +1,172 @@
+"""Conv, MaxPool and AveragePool against Caffe2's conv_test.py, group_conv_test.py and pooling_test.py.
+
+Sources: those tests draw stride, pad (or separate pad_t/pad_l/pad_b/pad_r), kernel, dilation,
+group, bias and the order (NCHW, NHWC: X [N, H, W, C], filter [M, kh, kw, C/group]) and check
+that both orders agree (test_convolution_layout) and that the gradients match finite
+differences; caffe2/operators/pool_op.cc (AveragePool's count_include_pad defaults to 0,
+global_pooling pools the whole image). The references here are torch.nn.functional on the
+explicitly padded NCHW input (Caffe2's asymmetric pads) and central differences.
+asyncnet's convolutions are 2-D only and have no `legacy_pad` (documented in the README).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import asyncnet as an
+from _gradcheck_helpers import check_all
+
+pytestmark = pytest.mark.timeout(60)
+FEW = settings(max_examples=12, deadline=None)
+
+
+def nhwc(x: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+
+
+def run(op: str, inputs: dict[str, np.ndarray], **args) -> np.ndarray:
+    ws = an.Workspace()
+    for k, v in inputs.items():
+        ws.feed(k, v)
+    net = an.Net("t")
+    getattr(net, op)(list(inputs), "out", **args)
+    ws.run_net_once(net)
+    return ws.fetch("out")
+
+
+def _pads(p):  # (t, l, b, r) -> torch's F.pad order
+    t, l, b, r = p
+    return (l, r, t, b)
+
+
+@FEW
+@given(stride_h=st.integers(1, 3), stride_w=st.integers(1, 3), pad_t=st.integers(0, 2), pad_l=st.integers(0, 2),
+       pad_b=st.integers(0, 2), pad_r=st.integers(0, 2), kernel=st.integers(1, 3), dilation=st.integers(1, 2),
+       group=st.sampled_from([1, 2]), use_bias=st.booleans(), seed=st.integers(0, 2**16))
+def test_conv_both_orders_against_torch(stride_h, stride_w, pad_t, pad_l, pad_b, pad_r, kernel, dilation, group, use_bias, seed):
+    rng = np.random.default_rng(seed)
+    n, c, m, size = 2, 2 * group, 2 * group, 7
+    x = rng.random((n, c, size, size)).astype(np.float32) - 0.5
+    w = rng.random((m, c // group, kernel, kernel)).astype(np.float32) - 0.5
+    b = rng.random(m).astype(np.float32) - 0.5
+    args = dict(stride_h=stride_h, stride_w=stride_w, pad_t=pad_t, pad_l=pad_l, pad_b=pad_b, pad_r=pad_r,
+                kernel=kernel, dilation=dilation, group=group)
+    want = F.conv2d(F.pad(torch.tensor(x), _pads((pad_t, pad_l, pad_b, pad_r))), torch.tensor(w),
+                    torch.tensor(b) if use_bias else None, stride=(stride_h, stride_w), dilation=dilation, groups=group).numpy()
+    ins = {"x": x, "w": w, **({"b": b} if use_bias else {})}
+    y = run("Conv", ins, **args)
+    np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-5)
+    ins_nhwc = {"x": nhwc(x), "w": nhwc(w), **({"b": b} if use_bias else {})}
+    y2 = run("Conv", ins_nhwc, order="NHWC", **args)
+    np.testing.assert_allclose(y2, nhwc(want), rtol=1e-4, atol=1e-5)  # test_convolution_layout
+
+
+@pytest.mark.parametrize("order", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("group,use_bias", [(1, True), (2, False)])
+def test_conv_gradients(order, group, use_bias):
+    rng = np.random.default_rng(3)
+    n, c, m, k = 2, 2 * group, 2 * group, 2
+    x = rng.normal(size=(n, c, 5, 4))
+    w = rng.normal(size=(m, c // group, k, k))
+    args = dict(stride=2, pad_t=1, pad_l=0, pad_b=0, pad_r=1, group=group, order=order)
+    oh, ow = (5 + 1 - k) // 2 + 1, (4 + 1 - k) // 2 + 1
+    r = rng.normal(size=(n, m, oh, ow))
+    to = nhwc if order == "NHWC" else (lambda a: a)
+    feeds = {"x": to(x), "w": to(w), "r": to(r)}
+    ins = ["x", "w"]
+    if use_bias:
+        feeds["b"] = rng.normal(size=m)
+        ins.append("b")
+
+    def build(net):
+        net.Conv(ins, "y", **args)
+        net.Mul(["y", "r"], "yr")
+        return net.AveragedLoss("yr", "loss")
+
+    def ref(x, w, r, b=None):
+        if order == "NHWC":
+            x, w = x.permute(0, 3, 1, 2), w.permute(0, 3, 1, 2)
+        y = F.conv2d(F.pad(x, _pads((1, 0, 0, 1))), w, b, stride=2, groups=group)
+        return ((y.permute(0, 2, 3, 1) if order == "NHWC" else y) * r).mean()
+
+    check_all(build, ref, feeds, ins)
+
+
+def _torch_pool(op, x, kernel, stride, pads, count_include_pad=False):
+    t = F.pad(torch.tensor(x), _pads(pads), value=-np.inf if op == "MaxPool" else 0.0)
+    if op == "MaxPool":
+        return F.max_pool2d(t, kernel, stride).numpy()
+    s = F.avg_pool2d(t, kernel, stride, divisor_override=1)
+    if count_include_pad:
+        return (s / (kernel[0] * kernel[1])).numpy()
+    ones = F.pad(torch.ones(1, 1, *x.shape[2:], dtype=t.dtype), _pads(pads))
+    return (s / F.avg_pool2d(ones, kernel, stride, divisor_override=1)).numpy()
+
+
+@FEW
+@given(op=st.sampled_from(["MaxPool", "AveragePool"]), stride_h=st.integers(1, 3), stride_w=st.integers(1, 3),
+       pad_t=st.integers(0, 1), pad_l=st.integers(0, 1), pad_b=st.integers(0, 1), pad_r=st.integers(0, 1),
+       kernel=st.integers(2, 3), order=st.sampled_from(["NCHW", "NHWC"]), count_include_pad=st.booleans(),
+       seed=st.integers(0, 2**16))
+def test_pooling_separate_stride_pad(op, stride_h, stride_w, pad_t, pad_l, pad_b, pad_r, kernel, order, count_include_pad, seed):
+    x = np.random.default_rng(seed).random((2, 3, 7, 6)).astype(np.float32)
+    pads = (pad_t, pad_l, pad_b, pad_r)
+    args = dict(stride_h=stride_h, stride_w=stride_w, pad_t=pad_t, pad_l=pad_l, pad_b=pad_b, pad_r=pad_r, kernel=kernel)
+    if op == "AveragePool":
+        args["count_include_pad"] = count_include_pad
+    want = _torch_pool(op, x, (kernel, kernel), (stride_h, stride_w), pads, count_include_pad)
+    fed = nhwc(x) if order == "NHWC" else x
+    y = run(op, {"x": fed}, order=order, **args)
+    np.testing.assert_allclose(y, nhwc(want) if order == "NHWC" else want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("order", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("op", ["MaxPool", "AveragePool"])
+def test_global_pooling(op, order):
+    x = np.random.default_rng(0).random((2, 3, 5, 4)).astype(np.float32)
+    red = x.max(axis=(2, 3), keepdims=True) if op == "MaxPool" else x.mean(axis=(2, 3), keepdims=True)
+    y = run(op, {"x": nhwc(x) if order == "NHWC" else x}, global_pooling=1, order=order)
+    np.testing.assert_allclose(y, nhwc(red) if order == "NHWC" else red, rtol=1e-6)
+
+
+@pytest.mark.parametrize("order", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("op", ["MaxPool", "AveragePool"])
+def test_pooling_gradients(op, order):
+    rng = np.random.default_rng(4)
+    x = rng.permutation(2 * 2 * 5 * 5).reshape(2, 2, 5, 5) / 10.0  # distinct values: no ties for MaxPool
+    args = dict(kernel=3, stride=2, pad_t=1, pad_l=0, pad_b=1, pad_r=1)
+    out = _torch_pool(op, x, (3, 3), (2, 2), (1, 0, 1, 1))
+    r = rng.normal(size=out.shape)
+    to = nhwc if order == "NHWC" else (lambda a: a)
+    feeds = {"x": to(x), "r": to(r)}
+
+    def build(net):
+        getattr(net, op)("x", "y", order=order, **args)
+        net.Mul(["y", "r"], "yr")
+        return net.AveragedLoss("yr", "loss")
+
+    def ref(x, r):
+        xc = x.permute(0, 3, 1, 2) if order == "NHWC" else x
+        if op == "MaxPool":
+            y = F.max_pool2d(F.pad(xc, (0, 1, 1, 1), value=-np.inf), 3, 2)
+        else:
+            ones = F.pad(torch.ones_like(xc[:1, :1]), (0, 1, 1, 1))
+            y = F.avg_pool2d(F.pad(xc, (0, 1, 1, 1)), 3, 2, divisor_override=1) / F.avg_pool2d(ones, 3, 2, divisor_override=1)
+        return ((y.permute(0, 2, 3, 1) if order == "NHWC" else y) * r).mean()
+
+    check_all(build, ref, feeds, ["x"])
+
+
+def test_what_asyncnet_does_not_take():
+    x = np.zeros((1, 1, 4, 4), np.float32)
+    with pytest.raises(an.NetDefinitionError, match="legacy_pad"):
+        run("MaxPool", {"x": x}, kernel=2, legacy_pad=3)
+    with pytest.raises(an.NetDefinitionError, match="order"):
+        run("MaxPool", {"x": x}, kernel=2, order="NCDHW")
+    with pytest.raises(an.OperatorError, match="4-D"):
+        run("Conv", {"x": np.zeros((1, 1, 4), np.float32), "w": np.zeros((1, 1, 2), np.float32)})  # 1-D conv
