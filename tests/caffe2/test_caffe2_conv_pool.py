@@ -170,3 +170,31 @@ def test_what_asyncnet_does_not_take():
         run("MaxPool", {"x": x}, kernel=2, order="NCDHW")
     with pytest.raises(an.OperatorError, match="4-D"):
         run("Conv", {"x": np.zeros((1, 1, 4), np.float32), "w": np.zeros((1, 1, 2), np.float32)})  # 1-D conv
+
+
+@pytest.mark.parametrize("op", ["Conv", "MaxPool", "AveragePool", "SpatialBN"])
+def test_nhwc_on_torch_tensors_matches_numpy(op):
+    rng = np.random.default_rng(5)
+    x = rng.random((2, 5, 4, 3)).astype(np.float32)  # NHWC, C = 3
+    ins = {"x": x}
+    outs, args = ["y"], {"order": "NHWC"}
+    if op == "Conv":
+        ins["w"] = rng.random((4, 2, 2, 3)).astype(np.float32)  # [M, kh, kw, C]
+        args.update(pad=1)
+    elif op == "SpatialBN":
+        ins.update(s=np.ones(3, np.float32), b=np.zeros(3, np.float32), m=np.zeros(3, np.float32), v=np.ones(3, np.float32))
+        outs = ["y", "m", "v", "sm", "sv"]
+    else:
+        args.update(kernel=2, stride=1)
+    got = {}
+    for lib in ("numpy", "torch"):
+        ws = an.Workspace()
+        for k, v in ins.items():
+            ws.feed(k, torch.tensor(v) if lib == "torch" else v.copy())
+        net = an.Net("t")
+        getattr(net, op)(list(ins), outs, **args)
+        ws.run_net_once(net)
+        y = ws.fetch("y")
+        assert isinstance(y, torch.Tensor) == (lib == "torch")
+        got[lib] = np.asarray(y)
+    np.testing.assert_allclose(got["torch"], got["numpy"], rtol=1e-5, atol=1e-5)
