@@ -115,6 +115,77 @@ def test_spatial_bn_train_mode_gradients(order, spatial):
     check_all(build, ref, feeds, ["x", "scale", "bias"])
 
 
+@FEW
+@given(n=st.integers(0, 4), c=st.integers(1, 5), h=st.integers(1, 3), w=st.integers(1, 3), epsilon=st.floats(1e-5, 1e-2),
+       momentum=st.floats(0.5, 0.9), order=st.sampled_from(["NCHW", "NHWC"]), num_batches=st.integers(2, 5),
+       in_place=st.booleans(), seed=st.integers(0, 2**16))
+def test_spatial_bn_multi_batch(n, c, h, w, epsilon, momentum, order, num_batches, in_place, seed):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, c, h, w)).astype(np.float32)
+    scale, bias, mean = (rng.normal(size=c).astype(np.float32) for _ in range(3))
+    var = rng.random(c).astype(np.float32)
+    batch_mean = rng.random(c).astype(np.float32) - 0.5  # sums over num_batches batches, as Caffe2's test feeds them
+    batch_var = rng.random(c).astype(np.float32) + 1.0
+    outs = ["y", "mean", "var", "bm", "bv"] if in_place else ["y", "mean", "var", "sm", "sv"]
+    feeds = {"x": _to_order(x, order), "scale": scale, "bias": bias, "mean": mean.copy(), "var": var.copy(),
+             "bm": batch_mean, "bv": batch_var}
+    y, rm, rv, sm, sv = run("SpatialBN", feeds, tuple(outs), order=order, epsilon=epsilon, momentum=momentum,
+                            num_batches=num_batches)
+    if n == 0:  # spatial_bn_multi_batch_ref
+        np.testing.assert_array_equal(rm, mean); np.testing.assert_array_equal(rv, var)
+        np.testing.assert_array_equal(sm, np.zeros(c)); np.testing.assert_array_equal(sv, np.zeros(c))
+        return
+    size = num_batches * n * h * w
+    mu = batch_mean / size
+    v = batch_var / size - np.square(mu)
+    np.testing.assert_allclose(rm, momentum * mean + (1 - momentum) * mu, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(rv, momentum * var + (1 - momentum) * size / (size - 1) * v, rtol=1e-4, atol=1e-5)
+    rstd = 1 / np.sqrt(v + epsilon)
+    np.testing.assert_allclose(sm, mu, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(sv, rstd, rtol=1e-4)
+    b = (1, c, 1, 1)
+    want = (x - mu.reshape(b)) * rstd.reshape(b) * scale.reshape(b) + bias.reshape(b)
+    np.testing.assert_allclose(y, _to_order(want, order), rtol=1e-4, atol=1e-4)
+
+
+@FEW
+@given(n=st.integers(0, 4), c=st.integers(1, 5), h=st.integers(1, 3), w=st.integers(1, 3), epsilon=st.floats(1e-5, 1e-2),
+       order=st.sampled_from(["NCHW", "NHWC"]), num_batches=st.integers(2, 5), in_place=st.booleans(),
+       seed=st.integers(0, 2**16))
+def test_spatial_bn_multi_batch_gradient(n, c, h, w, epsilon, order, num_batches, in_place, seed):
+    rng = np.random.default_rng(seed)
+    dy, x = (rng.normal(size=(n, c, h, w)).astype(np.float32) for _ in range(2))
+    scale, mean, dscale_sum, dbias_sum = (rng.normal(size=c).astype(np.float32) for _ in range(4))
+    rstd = rng.random(c).astype(np.float32)
+    outs = ("dx", "dscale_sum", "dbias_sum") if in_place else ("dx", "dscale", "dbias")
+    feeds = {"x": _to_order(x, order), "scale": scale, "dy": _to_order(dy, order), "mean": mean, "rstd": rstd,
+             "dscale_sum": dscale_sum, "dbias_sum": dbias_sum}
+    dx, dscale, dbias = run("SpatialBNGradient", feeds, outs, order=order, epsilon=epsilon, num_batches=num_batches)
+    if n == 0:  # spatial_bn_multi_batch_grad_ref
+        np.testing.assert_array_equal(dscale, np.zeros(c)); np.testing.assert_array_equal(dbias, np.zeros(c))
+        assert dx.shape == feeds["x"].shape
+        return
+    ds, db = dscale_sum / num_batches, dbias_sum / num_batches
+    alpha = scale * rstd
+    beta = -alpha * ds * rstd / (n * h * w)
+    gamma = alpha * (mean * ds * rstd - db) / (n * h * w)
+    b = (c, 1, 1)
+    want = alpha.reshape(b) * dy + beta.reshape(b) * x + gamma.reshape(b)
+    np.testing.assert_allclose(dscale, ds, rtol=1e-6); np.testing.assert_allclose(dbias, db, rtol=1e-6)
+    np.testing.assert_allclose(dx, _to_order(want, order), rtol=1e-4, atol=1e-5)
+
+
+def test_spatial_bn_multi_batch_rules():
+    with pytest.raises(an.NetDefinitionError, match="got 6"):
+        an.Net("n").SpatialBN(["x", "s", "b", "m", "v", "bm"], ["y", "m", "v", "sm", "sv"])
+    net = an.Net("g")
+    net.SpatialBN(["x", "s", "b", "m", "v", "bm", "bv"], ["y", "m", "v", "sm", "sv"], num_batches=2)
+    net.AveragedLoss("y", "loss")
+    from asyncnet.autodiff import add_gradient_ops
+    with pytest.raises(an.NetDefinitionError, match="7 inputs"):
+        add_gradient_ops(net, "loss", wrt=["x"])
+
+
 def ref_layer_norm(x: np.ndarray, axis: int, epsilon: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     left = int(np.prod(x.shape[:axis]))
     rows = x.reshape(left, -1)

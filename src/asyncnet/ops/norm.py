@@ -58,14 +58,27 @@ def _number(xp: Any, x: Any) -> Any:
 
 
 # -- SpatialBN: Y = (X - mean) * rstd * scale + bias, per channel (axis 1) ---------------------------
-@register_op("SpatialBN", inputs=5, outputs=(1, 5), allow_inplace={0: 0}, enforce_inplace={3: 1, 4: 2},
-             args=[_IS_TEST, _EPS, Arg("momentum", float, 0.9, "weight of the old running statistics"), _ORDER],
-             inputs_doc=("X [N, C, ...]", "scale [C]", "bias [C]", "mean [C] (running)", "var [C] (running)"),
+_NUM_BATCHES = Arg("num_batches", int, 1, "with inputs 5 and 6 (training): how many batches their sums cover")
+
+
+def _five_or_seven(op: OperatorDef) -> None:
+    if len(op.inputs) == 6:
+        raise ValueError("expected 5 inputs, or 7 with Caffe2's batch sums (inputs 5 and 6), got 6")
+    if len(op.inputs) == 7 and op.args.get("num_batches", 1) < 1:
+        raise ValueError(f"expected num_batches >= 1, got {op.args['num_batches']}")
+
+
+@register_op("SpatialBN", inputs=(5, 7), outputs=(1, 5), allow_inplace={0: 0, 5: 3, 6: 4}, enforce_inplace={3: 1, 4: 2},
+             args=[_IS_TEST, _EPS, Arg("momentum", float, 0.9, "weight of the old running statistics"), _ORDER, _NUM_BATCHES],
+             validate=_five_or_seven,
+             inputs_doc=("X [N, C, ...]", "scale [C]", "bias [C]", "mean [C] (running)", "var [C] (running)",
+                         "batch_mean_sum [C] (optional)", "batch_var_sum [C] (optional; sum of squares)"),
              outputs_doc=("Y", "running_mean (in place)", "running_var (in place)", "saved_mean", "saved_inv_var"),
              doc="Caffe2's spatial batch normalization per channel (axis 1, or the last with order=NHWC). Training (5 outputs): batch statistics, the running "
                  "ones updated in place, the batch mean and 1/sqrt(var + epsilon) saved for the gradient. "
-                 "is_test=1 (1 output): the running statistics.")
-def spatial_bn(ctx: Any, x: Any, scale: Any, bias: Any, mean: Any, var: Any) -> Any:
+                 "is_test=1 (1 output): the running statistics. Caffe2's multi-batch form: inputs 5 and 6 hold the sums of "
+                 "X and X^2 over num_batches batches, which give the statistics instead of X.")
+def spatial_bn(ctx: Any, x: Any, scale: Any, bias: Any, mean: Any, var: Any, *sums: Any) -> Any:
     x = float_array(ctx, x, 0)
     xp = namespace(ctx, x, scale, bias, mean, var)
     c, x3 = _channels(x, ctx.args["order"])  # x3 [N, C, P]: sums over N and the spatial dims are einsums over n, p
@@ -83,11 +96,18 @@ def spatial_bn(ctx: Any, x: Any, scale: Any, bias: Any, mean: Any, var: Any) -> 
     m = xp.size(x) // c if c else 0
     if m == 0:  # Caffe2: an empty batch leaves the running statistics alone and saves zeros
         return xp.copy(x), rm, rv, xp.zeros_like(rm), xp.zeros_like(rv)
+    if sums:  # the statistics of num_batches batches, from their sums (Caffe2's ComputeBatchMoments)
+        m *= ctx.args["num_batches"]
+        s1, s2 = (_vec(ctx, v, i, c, x.dtype) for i, v in ((5, sums[0]), (6, sums[1])))
+        mu = s1 / f(m)
+        v = s2 / f(m) - mu * mu
+        y3 = x3 - mu[:, None]
     if m < 2:
         raise ValueError(f"expected more than one value per channel in training, got X of shape {tuple(x.shape)}")
-    mu = xp.lib.einsum("ncp->c", x3) / f(m)
-    y3 = x3 - mu[:, None]
-    v = xp.lib.einsum("ncp,ncp->c", y3, y3) / f(m)  # biased: the normalization's variance
+    if not sums:
+        mu = xp.lib.einsum("ncp->c", x3) / f(m)
+        y3 = x3 - mu[:, None]
+        v = xp.lib.einsum("ncp,ncp->c", y3, y3) / f(m)  # biased: the normalization's variance
     rstd = 1 / xp.sqrt(v + f(eps))
     mom = f(ctx.args["momentum"])
     _update(ctx, xp, rm, 3, mom * rm + (1 - mom) * mu)
@@ -118,11 +138,14 @@ def _update(ctx: Any, xp: Any, running: np.ndarray, i: int, value: np.ndarray) -
     xp.copyto(running, value)
 
 
-@register_op("SpatialBNGradient", inputs=5, outputs=3, args=[_EPS, _ORDER],
-             inputs_doc=("X", "scale", "dY", "saved_mean", "saved_inv_var"), outputs_doc=("dX", "dscale", "dbias"),
+@register_op("SpatialBNGradient", inputs=(5, 7), outputs=3, args=[_EPS, _ORDER, _NUM_BATCHES], validate=_five_or_seven,
+             allow_inplace={5: 1, 6: 2},
+             inputs_doc=("X", "scale", "dY", "saved_mean", "saved_inv_var", "dscale_sum (optional)", "dbias_sum (optional)"),
+             outputs_doc=("dX", "dscale", "dbias"),
              doc="Gradient of SpatialBN in training: dbias = sum dY, dscale = sum dY * xhat, "
-                 "dX = scale * rstd / M * (M dY - dbias - xhat dscale), sums over all but axis 1.")
-def spatial_bn_gradient(ctx: Any, x: Any, scale: Any, dy: Any, mu: Any, rstd: Any) -> tuple[np.ndarray, ...]:
+                 "dX = scale * rstd / M * (M dY - dbias - xhat dscale), sums over all but axis 1. Caffe2's multi-batch "
+                 "form: dscale and dbias are inputs 5 and 6 divided by num_batches.")
+def spatial_bn_gradient(ctx: Any, x: Any, scale: Any, dy: Any, mu: Any, rstd: Any, *sums: Any) -> tuple[np.ndarray, ...]:
     x, dy = float_array(ctx, x, 0), float_array(ctx, dy, 2)
     xp = namespace(ctx, x, scale, dy, mu, rstd)
     same_dtype(ctx, [x, dy])
@@ -134,8 +157,12 @@ def spatial_bn_gradient(ctx: Any, x: Any, scale: Any, dy: Any, mu: Any, rstd: An
     m = xp.size(x) // c if c else 0
     if m == 0:
         return xp.copy(dy), xp.zeros_like(scale), xp.zeros_like(scale)
-    dbias = xp.lib.einsum("ncp->c", dy3)
-    dscale = (xp.lib.einsum("ncp,ncp->c", dy3, x3) - mu * dbias) * rstd  # sum dY * xhat, xhat never stored
+    if sums:  # spatial_bn_multi_batch_grad_ref: the sums of every batch, averaged
+        nb = _number(xp, x)(ctx.args["num_batches"])
+        dscale, dbias = (_vec(ctx, v, i, c, x.dtype) / nb for i, v in ((5, sums[0]), (6, sums[1])))
+    else:
+        dbias = xp.lib.einsum("ncp->c", dy3)
+        dscale = (xp.lib.einsum("ncp,ncp->c", dy3, x3) - mu * dbias) * rstd  # sum dY * xhat, xhat never stored
     # dX = scale rstd / M (M dY - dbias - xhat dscale) = a dY + b X + k per channel
     a = scale * rstd
     b = -a * rstd * dscale / _number(xp, x)(m)
@@ -150,6 +177,8 @@ def spatial_bn_gradient(ctx: Any, x: Any, scale: Any, dy: Any, mu: Any, rstd: An
 def _spatial_bn_grad(op: OperatorDef, gout: GradOut) -> MakerResult:
     if op.args.get("is_test") or len(op.outputs) != 5:
         raise NetDefinitionError("SpatialBN with is_test=1 has no gradient; differentiate the training-mode op")
+    if len(op.inputs) == 7:
+        raise NetDefinitionError("SpatialBN with batch sums (7 inputs) has no gradient maker; differentiate the 5-input op")
     if any(g is not None for g in gout[1:]):
         raise NetDefinitionError("SpatialBN: only output 0 (Y) is differentiable")
     x, scale = op.inputs[:2]
