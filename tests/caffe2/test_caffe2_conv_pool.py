@@ -198,3 +198,17 @@ def test_nhwc_on_torch_tensors_matches_numpy(op):
         assert isinstance(y, torch.Tensor) == (lib == "torch")
         got[lib] = np.asarray(y)
     np.testing.assert_allclose(got["torch"], got["numpy"], rtol=1e-5, atol=1e-5)
+
+
+def test_list_forms_of_the_window_arguments():
+    # Caffe2's ConvPoolOpBase: kernels [h, w], strides [h, w], pads [t, l, b, r], dilations [h, w]
+    rng = np.random.default_rng(6)
+    x = rng.random((1, 2, 7, 8)).astype(np.float32)
+    w = rng.random((3, 2, 2, 3)).astype(np.float32)
+    y = run("Conv", {"x": x, "w": w}, kernels=[2, 3], strides=[2, 1], pads=[1, 0, 0, 2], dilations=[2, 1])
+    want = F.conv2d(F.pad(torch.tensor(x), _pads((1, 0, 0, 2))), torch.tensor(w), stride=(2, 1), dilation=(2, 1)).numpy()
+    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-6)
+    p = run("MaxPool", {"x": x}, kernels=[3, 2], strides=[1, 2], pads=[0, 1, 1, 0])
+    np.testing.assert_allclose(p, _torch_pool("MaxPool", x, (3, 2), (1, 2), (0, 1, 1, 0)), rtol=1e-6)
+    with pytest.raises(an.OperatorError, match="kernel"):
+        run("Conv", {"x": x, "w": w}, kernel=3)  # the filter is 2 x 3
