@@ -6,7 +6,8 @@ that both orders agree (test_convolution_layout) and that the gradients match fi
 differences; caffe2/operators/pool_op.cc (AveragePool's count_include_pad defaults to 0,
 global_pooling pools the whole image). The references here are torch.nn.functional on the
 explicitly padded NCHW input (Caffe2's asymmetric pads) and central differences.
-asyncnet's convolutions are 2-D only and have no `legacy_pad` (documented in the README).
+Caffe2's 1-D forms (X [N, C, L], Conv1D, MaxPool1D...) and its 2-D names (Conv2D...) are
+checked too; asyncnet has no 3-D form and no `legacy_pad` (documented in the README).
 """
 
 from __future__ import annotations
@@ -169,7 +170,7 @@ def test_what_asyncnet_does_not_take():
     with pytest.raises(an.NetDefinitionError, match="order"):
         run("MaxPool", {"x": x}, kernel=2, order="NCDHW")
     with pytest.raises(an.OperatorError, match="4-D"):
-        run("Conv", {"x": np.zeros((1, 1, 4), np.float32), "w": np.zeros((1, 1, 2), np.float32)})  # 1-D conv
+        run("Conv", {"x": np.zeros((1, 1, 4, 4, 4), np.float32), "w": np.zeros((1, 1, 2, 2, 2), np.float32)})  # 3-D conv
 
 
 @pytest.mark.parametrize("op", ["Conv", "MaxPool", "AveragePool", "SpatialBN"])
@@ -212,3 +213,68 @@ def test_list_forms_of_the_window_arguments():
     np.testing.assert_allclose(p, _torch_pool("MaxPool", x, (3, 2), (1, 2), (0, 1, 1, 0)), rtol=1e-6)
     with pytest.raises(an.OperatorError, match="kernel"):
         run("Conv", {"x": x, "w": w}, kernel=3)  # the filter is 2 x 3
+
+
+@FEW
+@given(op=st.sampled_from(["Conv", "Conv1D"]), stride=st.integers(1, 3), pad=st.integers(0, 2), kernel=st.integers(1, 3),
+       order=st.sampled_from(["NCHW", "NHWC"]), use_bias=st.booleans(), seed=st.integers(0, 2**16))
+def test_1d_convolution(op, stride, pad, kernel, order, use_bias, seed):
+    # conv_test.py's test_1d_convolution: strides=[s], pads=[p, p], kernels=[k]; X [N, C, L] or [N, L, C]
+    rng = np.random.default_rng(seed)
+    x = rng.random((2, 3, 8)).astype(np.float32) - 0.5
+    w = rng.random((4, 3, kernel)).astype(np.float32) - 0.5
+    b = rng.random(4).astype(np.float32)
+    want = F.conv1d(F.pad(torch.tensor(x), (pad, pad)), torch.tensor(w), torch.tensor(b) if use_bias else None, stride=stride).numpy()
+    t = (lambda a: np.ascontiguousarray(a.transpose(0, 2, 1))) if order == "NHWC" else (lambda a: a)
+    ins = {"x": t(x), "w": t(w), **({"b": b} if use_bias else {})}
+    y = run(op, ins, strides=[stride], pads=[pad, pad], kernels=[kernel], order=order)
+    np.testing.assert_allclose(y, t(want), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("op", ["Conv1D", "MaxPool1D", "AveragePool1D"])
+@pytest.mark.parametrize("order", ["NCHW", "NHWC"])
+def test_1d_gradients(op, order):
+    rng = np.random.default_rng(8)
+    x = rng.permutation(2 * 2 * 7).reshape(2, 2, 7) / 7.0  # distinct: no MaxPool ties
+    t = (lambda a: np.ascontiguousarray(a.transpose(0, 2, 1))) if order == "NHWC" else (lambda a: a)
+    tt = (lambda a: a.transpose(1, 2)) if order == "NHWC" else (lambda a: a)
+    feeds, ins = {"x": t(x)}, ["x"]
+    args = dict(kernel=3, stride=2, pads=[1, 0], order=order)
+    if op == "Conv1D":
+        feeds["w"], ins = t(rng.normal(size=(3, 2, 3))), ["x", "w"]
+    out_len = (7 + 1 - 3) // 2 + 1
+    feeds["r"] = t(rng.normal(size=(2, 3 if op == "Conv1D" else 2, out_len)))
+
+    def build(net):
+        getattr(net, op)(ins, "y", **args)
+        net.Mul(["y", "r"], "yr")
+        return net.AveragedLoss("yr", "loss")
+
+    def ref(x, r, w=None):
+        xc = F.pad(tt(x), (1, 0), value=-np.inf if op == "MaxPool1D" else 0.0)
+        if op == "Conv1D":
+            y = F.conv1d(xc, tt(w), stride=2)
+        elif op == "MaxPool1D":
+            y = F.max_pool1d(xc, 3, 2)
+        else:  # count_include_pad=0: the divisor counts real inputs only
+            ones = F.pad(torch.ones_like(tt(x)[:1, :1]), (1, 0))
+            y = F.avg_pool1d(xc, 3, 2) / F.avg_pool1d(ones, 3, 2)
+        return (tt(y) * r).mean()
+
+    check_all(build, ref, feeds, ins)
+
+
+def test_2d_names_and_1d_argument_rules():
+    x = np.random.default_rng(9).random((1, 2, 5, 5)).astype(np.float32)
+    w = np.random.default_rng(10).random((3, 2, 2, 2)).astype(np.float32)
+    np.testing.assert_array_equal(run("Conv2D", {"x": x, "w": w}, pad=1), run("Conv", {"x": x, "w": w}, pad=1))
+    np.testing.assert_array_equal(run("MaxPool2D", {"x": x}, kernel=2), run("MaxPool", {"x": x}, kernel=2))
+    np.testing.assert_array_equal(run("AveragePool2D", {"x": x}, kernel=2), run("AveragePool", {"x": x}, kernel=2))
+    from asyncnet.autodiff import add_gradient_ops
+    net = an.Net("g"); net.Conv2D(["x", "w"], "y"); net.AveragedLoss("y", "loss")
+    add_gradient_ops(net, "loss", wrt=["x"])
+    assert "Conv2DGradient" in [op.type for op in net.to_def().ops]  # Caffe2's gradient name: type + "Gradient"
+    x1 = x[:, :, 0]
+    for bad, match in (({"kernel_h": 2}, "2-D inputs"), ({"kernels": [2, 2]}, "length 1"), ({"kernel": 2, "pads": [0, 1, 0, 1]}, "left, right")):
+        with pytest.raises(an.OperatorError, match=match):
+            run("MaxPool1D", {"x": x1}, **bad)

@@ -125,7 +125,7 @@ def max_pool_gradient(ctx: Any, x: Any, y: Any, dy: Any) -> np.ndarray:
 
 @register_gradient("MaxPool")
 def _max_pool_grad(op: OperatorDef, gout: GradOut) -> MakerResult:
-    gop = OperatorDef("MaxPoolGradient", [op.inputs[0], op.outputs[0], output_grad(op, gout)], ["#dx"], dict(op.args))
+    gop = OperatorDef(op.type + "Gradient", [op.inputs[0], op.outputs[0], output_grad(op, gout)], ["#dx"], dict(op.args))
     return [gop], ["#dx"]
 
 
@@ -171,5 +171,19 @@ def average_pool_gradient(ctx: Any, x: Any, *rest: Any) -> np.ndarray:
 @register_gradient("AveragePool")
 def _average_pool_grad(op: OperatorDef, gout: GradOut) -> MakerResult:
     # Y is not read, so a later in-place op on Y (Relu) does not block the gradient
-    gop = OperatorDef("AveragePoolGradient", [op.inputs[0], output_grad(op, gout)], ["#dx"], dict(op.args))
+    gop = OperatorDef(op.type + "Gradient", [op.inputs[0], output_grad(op, gout)], ["#dx"], dict(op.args))
     return [gop], ["#dx"]
+
+
+# Caffe2's names for the same ops (pool_op.cc: MaxPool1D/2D, AveragePool1D/2D and their gradients)
+for _d in ("1D", "2D"):
+    register_op("MaxPool" + _d, inputs=1, outputs=1, args=POOL_ARGS, doc="Caffe2's MaxPool" + _d + ": MaxPool under another name.",
+                inputs_doc=("X",), outputs_doc=("Y",))(max_pool)
+    register_op("MaxPool" + _d + "Gradient", inputs=3, outputs=1, args=POOL_ARGS, inputs_doc=("X", "Y", "dY"),
+                outputs_doc=("dX",), doc="Gradient of MaxPool" + _d + ".")(max_pool_gradient)
+    register_gradient("MaxPool" + _d)(_max_pool_grad)
+    register_op("AveragePool" + _d, inputs=1, outputs=1, args=AVG_ARGS, inputs_doc=("X",), outputs_doc=("Y",),
+                doc="Caffe2's AveragePool" + _d + ": AveragePool under another name.")(average_pool)
+    register_op("AveragePool" + _d + "Gradient", inputs=(2, 3), outputs=1, args=AVG_ARGS, inputs_doc=("X", "Y (optional)", "dY"),
+                outputs_doc=("dX",), doc="Gradient of AveragePool" + _d + ".")(average_pool_gradient)
+    register_gradient("AveragePool" + _d)(_average_pool_grad)
