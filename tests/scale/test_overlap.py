@@ -43,6 +43,9 @@ def test_each_start_follows_its_last_producer_and_starts_are_chained():
     first_update = next(i for i, op in enumerate(ops) if op.type == "SGD")
     waits = [i for i, op in enumerate(ops) if op.type == "AllreduceWait"]
     assert len(waits) == len(starts) and max(waits) < first_update
+    # every wait is ready only once the last bucket started (a wait taken early holds its thread)
+    last_work = f"sync/work{len(starts) - 1}"
+    assert [ops[i].control_inputs for i in waits] == [[last_work]] * (len(waits) - 1) + [[]]
 
 
 @pytest.mark.parametrize("op_type,x_shape,w_shape,axis,axis_w", [
@@ -63,7 +66,7 @@ def test_split_input_gradient_gives_fc_gradients_bits(op_type, x_shape, w_shape,
         net.add_op(op_type, ["x", "w", "dy"], ["dw", "db", "dx"], axis=axis, axis_w=axis_w)
         if split:
             assert split_input_gradients(net, ["dw"]) == 1
-            assert [op.type for op in net.ops] == [op_type, "MatMul", "ResizeLike"]
+            assert [op.type for op in net.ops] == [op_type, "MatMul", "Shape", "Reshape"]
             assert net.ops[1].control_inputs == ["dw"]          # dX after dW: the bucket starts first
         ws.run_net_once(net)
         outs[split] = [ws.fetch(k) for k in ("dw", "db", "dx")]
