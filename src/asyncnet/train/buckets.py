@@ -27,6 +27,14 @@ all-reduce behind (the wide MLP's 4 MiB layer is its second to last). :func:`spl
 computes ``dX`` with the same BLAS call, so the bucket starts while ``dX`` and the layers below
 are computed.
 
+With ``bucket_view`` (on by default, DDP's ``gradient_as_bucket_view``) a bucket's gradients
+become consecutive views of one flat buffer at its first ``AllreduceStart``; from then on the
+gradient ops that support it (numpy ``FCGradient``) write into those views
+(:mod:`asyncnet.core.bound`), and the all-reduce runs on the buffer itself: no concatenation
+before it, no copy back after it, the same bits. A gradient op that returns a fresh array
+instead just costs that bucket one copy into its buffer at the next start. The gradient blobs
+are then overwritten in place each step: copy a fetched gradient you want to keep.
+
 Gradient accumulation (DDP's ``no_sync``) is :func:`add_accumulate` and :func:`add_accumulated_mean`.
 """
 
@@ -114,9 +122,10 @@ def split_input_gradients(net: object, grads: Sequence[str]) -> int:
 
 
 def add_bucketed_allreduce(net: object, sync_blob: str, buckets: Sequence[Sequence[str]], timeout: float = 300.0,
-                           split_inputs: bool = True) -> None:
+                           split_inputs: bool = True, bucket_view: bool = True) -> None:
     """Insert one ``AllreduceStart`` per bucket after its last producer, and the waits at the end;
-    ``split_inputs`` first splits the FC gradient ops (:func:`split_input_gradients`)."""
+    ``split_inputs`` first splits the FC gradient ops (:func:`split_input_gradients`);
+    ``bucket_view`` keeps each bucket's gradients as views of one flat buffer (see the module doc)."""
     all_grads = [g for b in buckets for g in b]
     if split_inputs:
         split_input_gradients(net, all_grads)
@@ -126,7 +135,7 @@ def add_bucketed_allreduce(net: object, sync_blob: str, buckets: Sequence[Sequen
     for k, bucket in enumerate(buckets):
         work = f"{sync_blob}/work{k}"
         net.add_op("AllreduceStart", [sync_blob, *bucket], [*bucket, work],  # type: ignore[attr-defined]
-                   control_inputs=[prev_work] if prev_work else None)
+                   control_inputs=[prev_work] if prev_work else None, bucket_view=int(bucket_view))
         starts.append((max(last[g] for g in bucket), net.ops.pop()))  # type: ignore[attr-defined]
         prev_work = work
     for pos, op in reversed(starts):  # positions never decrease with k: insert from the end
