@@ -1,11 +1,14 @@
 """Bucketed all-reduce overlapped with the backward pass: placement, same bits on every
-backend, async torch work handles, gradient accumulation equal to one big batch."""
+backend, async torch work handles, gradients as bucket views, gradient accumulation equal to
+one big batch."""
 
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 import asyncnet as an
+from asyncnet.core.bound import bind_views, bound_flat, is_bound
 from asyncnet.bench._ranks import free_port
 from asyncnet.sync import run_parallel_workers
 from asyncnet.train.buckets import add_bucketed_allreduce, gradient_buckets, split_input_gradients
@@ -93,9 +96,10 @@ def test_missing_gradient_producer_is_an_error_naming_it():
 @pytest.mark.parametrize("backend", ["threads", "processes"])
 def test_overlap_gives_the_same_bits_as_one_allreduce(backend):
     results = run_parallel_workers(2, OW.overlap_and_not, backend=backend, timeout=90)
-    for over, plain in results:
+    for over, whole, plain in results:
+        assert whole.pop("bound").all() and over.pop("bound")[:-1].all()  # gradients stayed bucket views
         for p in plain:
-            assert over[p].tobytes() == plain[p].tobytes(), p
+            assert over[p].tobytes() == plain[p].tobytes() == whole[p].tobytes(), p
     for p in results[0][0]:  # replicas stay identical
         assert results[0][0][p].tobytes() == results[1][0][p].tobytes()
 
@@ -107,9 +111,10 @@ def test_torch_async_work_handles_give_the_same_bits(tmp_path):
     tmp.spawn(OW.torch_rank, args=(2, free_port(), str(tmp_path)), nprocs=2, join=True)
     ranks = [np.load(tmp_path / f"rank{r}.npz") for r in range(2)]
     for d in ranks:
+        assert d["whole_bound"].all() and d["over_bound"][:-1].all()  # gradients stayed bucket views
         for k in d.files:
-            if k.startswith("over_"):
-                assert d[k].tobytes() == d["plain_" + k[5:]].tobytes(), k
+            if k.startswith("plain_"):
+                assert d[k].tobytes() == d["over_" + k[6:]].tobytes() == d["whole_" + k[6:]].tobytes(), k
     for k in ranks[0].files:
         assert ranks[0][k].tobytes() == ranks[1][k].tobytes(), k
     # and the training moved the parameters: not a net that does nothing
@@ -186,3 +191,49 @@ def test_sync_trainer_with_buckets_matches_one_allreduce():
         assert a[k].tobytes() == b[k].tobytes(), k
     with pytest.raises(ValueError, match="bucket_mb must be a positive"):
         TrainConfig(bucket_mb=0)
+
+
+@settings(max_examples=25, deadline=None)
+@given(m=st.integers(1, 9), k=st.integers(1, 9), n=st.integers(1, 9), dtype=st.sampled_from([np.float32, np.float64]),
+       seed=st.integers(0, 2**16))
+def test_fc_gradient_writes_into_bound_outputs_with_the_same_bits(m, k, n, dtype, seed):
+    rng = np.random.default_rng(seed)
+    x, w, dy = (rng.standard_normal(s).astype(dtype) for s in ((m, k), (n, k), (m, n)))
+    outs = {}
+    for bound in (False, True):
+        ws = an.Workspace()
+        for name, v in (("x", x), ("w", w), ("dy", dy)):
+            ws.feed(name, v)
+        if bound:
+            views = bind_views([np.full((n, k), np.nan, dtype), np.full(n, np.nan, dtype)])
+            ws.feed("dw", views[0])
+            ws.feed("db", views[1])
+        net = an.Net("g")
+        net.add_op("FCGradient", ["x", "w", "dy"], ["dw", "db"])
+        ws.run_net_once(net)
+        outs[bound] = [ws.fetch("dw"), ws.fetch("db")]
+        if bound:  # written into the bucket's memory, not replaced
+            assert outs[bound][0] is views[0] and outs[bound][1] is views[1]
+        ws.close()
+    for a, b in zip(outs[False], outs[True]):
+        assert a.dtype == b.dtype and a.tobytes() == b.tobytes()
+
+
+def test_bound_outputs_only_for_views_of_one_bucket_in_order():
+    a, b = bind_views([np.ones((2, 3), np.float32), np.ones(3, np.float32)])
+    c, = bind_views([np.ones(3, np.float32)])
+    assert is_bound(a) and not is_bound(np.ones(3)) and not is_bound(a.copy())
+    assert bound_flat([a, b]).shape == (9,) and np.shares_memory(bound_flat([a, b]), b)
+    assert bound_flat([b, a]) is None and bound_flat([a, c]) is None and bound_flat([a.T, b]) is None
+    # a bound output of another shape or dtype is not written: the kernel returns a fresh array
+    for x, w, dy in ((np.ones((4, 2), np.float32), np.ones((3, 2), np.float32), np.ones((4, 3), np.float32)),
+                     (np.ones((4, 3)), np.ones((2, 3)), np.ones((4, 2)))):
+        ws = an.Workspace()
+        for name, v in (("x", x), ("w", w), ("dy", dy), ("dw", a), ("db", b)):
+            ws.feed(name, v)
+        net = an.Net("g")
+        net.add_op("FCGradient", ["x", "w", "dy"], ["dw", "db"])
+        ws.run_net_once(net)
+        assert ws.fetch("dw") is not a and (a == 1).all()
+        np.testing.assert_array_equal(ws.fetch("dw"), np.full(w.shape, 4.0))
+        assert (ws.fetch("db") is b) == (w.shape[0] == 3 and w.dtype == b.dtype)  # db [3] float32 fits b
