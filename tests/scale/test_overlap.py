@@ -237,3 +237,24 @@ def test_bound_outputs_only_for_views_of_one_bucket_in_order():
         assert ws.fetch("dw") is not a and (a == 1).all()
         np.testing.assert_array_equal(ws.fetch("dw"), np.full(w.shape, 4.0))
         assert (ws.fetch("db") is b) == (w.shape[0] == 3 and w.dtype == b.dtype)  # db [3] float32 fits b
+
+
+def test_bench_overlap_timeline_has_every_op_and_thread_cpu():
+    from asyncnet.bench.overlap import _thread_cpu, _timeline, _timeline_lines
+
+    m = MLP(**OW.DIMS, net_type="async_scheduling", num_workers=1)
+    ws = an.Workspace()
+    ws.run_net_once(m.init_net)
+    x, y = OW.batches(0, steps=1)[0]
+    ws.feed("data", x)
+    ws.feed("label", y)
+    net = m.train_net("t")
+    inst = ws.create_net(net)
+    tl = _timeline(ws, inst, "t", 3, lambda: None)
+    assert sorted(o[0] for o in tl["ops"]) == list(range(len(net.ops)))  # each op once, by index
+    assert all(0 <= start <= end for _, _, _, start, end in tl["ops"])
+    assert inst.recorder is None  # profiling is off again
+    assert "MainThread" in _thread_cpu() and all(v >= 0 for v in tl["thread_cpu_ms"].values())
+    lines = _timeline_lines([tl])
+    assert lines[0].startswith("rank 0") and lines[-1].startswith("  CPU ms per step by thread")
+    ws.close()
