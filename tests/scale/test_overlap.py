@@ -97,7 +97,8 @@ def test_missing_gradient_producer_is_an_error_naming_it():
 def test_overlap_gives_the_same_bits_as_one_allreduce(backend):
     results = run_parallel_workers(2, OW.overlap_and_not, backend=backend, timeout=90)
     for over, whole, plain in results:
-        assert whole.pop("bound").all() and over.pop("bound")[:-1].all()  # gradients stayed bucket views
+        # these backends reduce each gradient in place: no bucket views, no copy into them
+        assert not whole.pop("bound").any() and not over.pop("bound").any()
         for p in plain:
             assert over[p].tobytes() == plain[p].tobytes() == whole[p].tobytes(), p
     for p in results[0][0]:  # replicas stay identical
@@ -258,3 +259,30 @@ def test_bench_overlap_timeline_has_every_op_and_thread_cpu():
     lines = _timeline_lines([tl])
     assert lines[0].startswith("rank 0") and lines[-1].startswith("  CPU ms per step by thread")
     ws.close()
+
+
+def test_allreduce_start_binds_views_only_for_a_flattening_sync_and_not_a_mixed_bucket():
+    from asyncnet.sync import LocalGradientSync
+
+    class Flat(LocalGradientSync):
+        flattens_buckets = True
+
+    def start(sync, grads):
+        ws = an.Workspace()
+        ws.feed("sync", sync)
+        for k, g in grads.items():
+            ws.feed(k, g)
+        net = an.Net("s")
+        net.AllreduceStart(["sync", *grads], [*grads, "work"], bucket_view=1)
+        ws.run_net_once(net)
+        return ws, [ws.fetch(k) for k in grads]
+
+    a, b = np.ones((2, 2), np.float32), np.arange(3, dtype=np.float32)
+    _, out = start(LocalGradientSync(), {"a": a, "b": b})
+    assert out[0] is a and out[1] is b                          # no flat buffer to save: untouched
+    _, (va, vb) = start(Flat(), {"a": a, "b": b})
+    assert bound_flat([va, vb]) is not None and vb.tolist() == [0, 1, 2]  # bound: one copy, in order
+    _, out = start(Flat(), {"a": va, "b": b})                    # one view kept, one fresh array
+    assert out[0] is va and out[1] is b                          # mixed: left alone (the sync concatenates)
+    _, out = start(Flat(), {"a": a, "b": b.copy()})              # every producer made a fresh array
+    assert bound_flat(out) is not None

@@ -26,8 +26,10 @@ returns at once with ``async_op=True`` handles, the other backends reduce before
 ops reading the gradients depend on the wait. Every worker must start its buckets in the same
 order: chain the starts (``control_inputs``) as the train-net builder does.
 
-With ``bucket_view=1`` (what the train-net builder sets) ``AllreduceStart`` keeps its
-gradients as consecutive views of one flat buffer (DDP's ``gradient_as_bucket_view``,
+With ``bucket_view=1`` (what the train-net builder sets) and a sync that reduces a bucket as
+one flat buffer (``flattens_buckets``: torch.distributed; the threaded and process backends
+reduce each member in place and need no views), ``AllreduceStart`` keeps its gradients as
+consecutive views of one flat buffer (DDP's ``gradient_as_bucket_view``,
 :mod:`asyncnet.core.bound`): it binds them on its first run (one copy) and from then on the
 gradient ops write into the views and the buffer is reduced as one tensor, with no
 concatenation or copy back, for the same bits.
@@ -45,7 +47,7 @@ from typing import Any
 
 import numpy as np
 
-from asyncnet.core.bound import bind_views, bound_flat
+from asyncnet.core.bound import bind_views, is_bound
 from asyncnet.core.registry import Arg, register_op
 from asyncnet.sync.base import GradientSync, start_sync
 
@@ -108,16 +110,19 @@ def _wait_counts(op: Any) -> None:
 )
 def allreduce_start(ctx: Any, sync: Any, *grads: Any) -> Any:
     _check_sync(ctx, sync)
-    if ctx.args["bucket_view"] and _bindable(grads) and bound_flat(grads) is None:
-        grads = tuple(bind_views(grads))  # once (or after a producer replaced a view): one copy
+    if ctx.args["bucket_view"] and getattr(sync, "flattens_buckets", False) and _bindable(grads):
+        grads = tuple(bind_views(grads))  # the first run (or every producer made a fresh array): one copy
     work = start_sync(sync, list(grads))
     return (*grads, work)
 
 
 def _bindable(grads: tuple[Any, ...]) -> bool:
-    """numpy float arrays of one dtype: what a bucket view holds (torch tensors are left as they are)."""
+    """numpy float arrays of one dtype, none a bucket view yet: some still bound means some
+    producers write into their views and others do not, and binding again each step would
+    copy every time (the sync then concatenates, as without views)."""
     dtype = getattr(grads[0], "dtype", None)
-    return all(type(g) is np.ndarray and g.dtype == dtype for g in grads) and dtype.kind == "f"  # type: ignore[union-attr]
+    return (all(type(g) is np.ndarray and g.dtype == dtype and not is_bound(g) for g in grads)
+            and dtype.kind == "f")  # type: ignore[union-attr]
 
 
 @register_op(

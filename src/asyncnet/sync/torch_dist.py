@@ -47,6 +47,10 @@ def _torch():
 class TorchDistributedGradientSync:
     """One rank's handle on a torch.distributed process group (the default group if None)."""
 
+    #: a list is reduced as one flat buffer: gradients that are consecutive views of one
+    #: buffer (``AllreduceStart(bucket_view=1)``) save its concatenation and copy back
+    flattens_buckets = True
+
     def __init__(self, group: Any = None, bucket_mb: float = DEFAULT_BUCKET_MB, check: str = "always"):
         torch, dist = _torch()
         if not (dist.is_available() and dist.is_initialized()):

@@ -27,13 +27,14 @@ all-reduce behind (the wide MLP's 4 MiB layer is its second to last). :func:`spl
 computes ``dX`` with the same BLAS call, so the bucket starts while ``dX`` and the layers below
 are computed.
 
-With ``bucket_view`` (on by default, DDP's ``gradient_as_bucket_view``) a bucket's gradients
-become consecutive views of one flat buffer at its first ``AllreduceStart``; from then on the
+With ``bucket_view`` (on by default, DDP's ``gradient_as_bucket_view``) and a sync that
+reduces a bucket as one flat buffer (torch.distributed) a bucket's gradients become
+consecutive views of one flat buffer at its first ``AllreduceStart``; from then on the
 gradient ops that support it (numpy ``FCGradient``) write into those views
 (:mod:`asyncnet.core.bound`), and the all-reduce runs on the buffer itself: no concatenation
-before it, no copy back after it, the same bits. A gradient op that returns a fresh array
-instead just costs that bucket one copy into its buffer at the next start. The gradient blobs
-are then overwritten in place each step: copy a fetched gradient you want to keep.
+before it, no copy back after it, the same bits. Where some producers return fresh arrays
+instead, the bucket is not bound again (the sync concatenates it, as without views). The
+gradient blobs are then overwritten in place each step: copy a fetched gradient you want to keep.
 
 Gradient accumulation (DDP's ``no_sync``) is :func:`add_accumulate` and :func:`add_accumulated_mean`.
 """
