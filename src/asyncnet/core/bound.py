@@ -7,7 +7,7 @@ it, no copy back after it. :func:`bind_views` makes such views (the buffer's mem
 :meth:`~asyncnet.core.registry.OpContext.bound_output` for its output's current array and, when
 one is bound (same shape and dtype), writes its result there with ``out=`` (the same BLAS or
 ufunc call, so the same bits). Every other kernel returns a fresh array as always, which simply
-unbinds that blob: a bucket is then joined again by the next :func:`bind_views`.
+unbinds that blob (``AllreduceStart`` then leaves that bucket to the sync's concatenation).
 
     >>> import numpy as np
     >>> a, b = bind_views([np.ones((2, 2), np.float32), np.zeros(3, np.float32)])
