@@ -17,6 +17,7 @@ def batches(worker, steps=STEPS, size=12):
 def train_steps(sync, bucket_mb, optimizer="momentum"):
     """``STEPS`` data-parallel steps of a small MLP on this worker's batches; its parameters."""
     import asyncnet as an
+    from asyncnet.core.bound import bound_flat, is_bound
     from asyncnet.train.model import MLP
 
     model = MLP(**DIMS, optimizer=optimizer, lr=0.1, seed=3, net_type="async_scheduling", num_workers=2)
@@ -31,14 +32,19 @@ def train_steps(sync, bucket_mb, optimizer="momentum"):
             ws.feed("data", x)
             ws.feed("label", y)
             ws.run_net("train", timeout=60)
-        return {p: ws.fetch(p).copy() for p in model.params}
+        out = {p: ws.fetch(p).copy() for p in model.params}
+        if bucket_mb is not None:  # the gradients stayed views of one flat buffer (bucket_view)
+            grads = [ws.fetch(model.grads[p]) for p in model.params]
+            out["bound"] = np.array([is_bound(g) for g in grads] + [bound_flat(grads[::-1]) is not None])
+        return out
     finally:
         ws.close()
 
 
 def overlap_and_not(sync):
-    """(params with tiny buckets, params with one Allreduce at the end) on one worker."""
-    return train_steps(sync, 0.002), train_steps(sync, None)
+    """(params with tiny buckets, with one bucket of every gradient, with one Allreduce at the end)
+    on one worker."""
+    return train_steps(sync, 0.002), train_steps(sync, 1.0), train_steps(sync, None)
 
 
 def torch_rank(rank, world_size, port, out_dir):
@@ -49,9 +55,9 @@ def torch_rank(rank, world_size, port, out_dir):
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size)
     try:
         sync = TorchDistributedGradientSync()
-        over, plain = overlap_and_not(sync)
+        over, whole, plain = overlap_and_not(sync)
         np.savez(os.path.join(out_dir, f"rank{rank}.npz"), **{f"over_{k}": v for k, v in over.items()},
-                 **{f"plain_{k}": v for k, v in plain.items()})
+                 **{f"whole_{k}": v for k, v in whole.items()}, **{f"plain_{k}": v for k, v in plain.items()})
     finally:
         dist.destroy_process_group()
 

@@ -1,11 +1,14 @@
 """Bucketed all-reduce overlapped with the backward pass: placement, same bits on every
-backend, async torch work handles, gradient accumulation equal to one big batch."""
+backend, async torch work handles, gradients as bucket views, gradient accumulation equal to
+one big batch."""
 
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 import asyncnet as an
+from asyncnet.core.bound import bind_views, bound_flat, is_bound
 from asyncnet.bench._ranks import free_port
 from asyncnet.sync import run_parallel_workers
 from asyncnet.train.buckets import add_bucketed_allreduce, gradient_buckets, split_input_gradients
@@ -43,6 +46,9 @@ def test_each_start_follows_its_last_producer_and_starts_are_chained():
     first_update = next(i for i, op in enumerate(ops) if op.type == "SGD")
     waits = [i for i, op in enumerate(ops) if op.type == "AllreduceWait"]
     assert len(waits) == len(starts) and max(waits) < first_update
+    # every wait is ready only once the last bucket started (a wait taken early holds its thread)
+    last_work = f"sync/work{len(starts) - 1}"
+    assert [ops[i].control_inputs for i in waits] == [[last_work]] * (len(waits) - 1) + [[]]
 
 
 @pytest.mark.parametrize("op_type,x_shape,w_shape,axis,axis_w", [
@@ -63,7 +69,7 @@ def test_split_input_gradient_gives_fc_gradients_bits(op_type, x_shape, w_shape,
         net.add_op(op_type, ["x", "w", "dy"], ["dw", "db", "dx"], axis=axis, axis_w=axis_w)
         if split:
             assert split_input_gradients(net, ["dw"]) == 1
-            assert [op.type for op in net.ops] == [op_type, "MatMul", "ResizeLike"]
+            assert [op.type for op in net.ops] == [op_type, "MatMul", "Shape", "Reshape"]
             assert net.ops[1].control_inputs == ["dw"]          # dX after dW: the bucket starts first
         ws.run_net_once(net)
         outs[split] = [ws.fetch(k) for k in ("dw", "db", "dx")]
@@ -90,9 +96,11 @@ def test_missing_gradient_producer_is_an_error_naming_it():
 @pytest.mark.parametrize("backend", ["threads", "processes"])
 def test_overlap_gives_the_same_bits_as_one_allreduce(backend):
     results = run_parallel_workers(2, OW.overlap_and_not, backend=backend, timeout=90)
-    for over, plain in results:
+    for over, whole, plain in results:
+        # these backends reduce each gradient in place: no bucket views, no copy into them
+        assert not whole.pop("bound").any() and not over.pop("bound").any()
         for p in plain:
-            assert over[p].tobytes() == plain[p].tobytes(), p
+            assert over[p].tobytes() == plain[p].tobytes() == whole[p].tobytes(), p
     for p in results[0][0]:  # replicas stay identical
         assert results[0][0][p].tobytes() == results[1][0][p].tobytes()
 
@@ -104,9 +112,10 @@ def test_torch_async_work_handles_give_the_same_bits(tmp_path):
     tmp.spawn(OW.torch_rank, args=(2, free_port(), str(tmp_path)), nprocs=2, join=True)
     ranks = [np.load(tmp_path / f"rank{r}.npz") for r in range(2)]
     for d in ranks:
+        assert d["whole_bound"].all() and d["over_bound"][:-1].all()  # gradients stayed bucket views
         for k in d.files:
-            if k.startswith("over_"):
-                assert d[k].tobytes() == d["plain_" + k[5:]].tobytes(), k
+            if k.startswith("plain_"):
+                assert d[k].tobytes() == d["over_" + k[6:]].tobytes() == d["whole_" + k[6:]].tobytes(), k
     for k in ranks[0].files:
         assert ranks[0][k].tobytes() == ranks[1][k].tobytes(), k
     # and the training moved the parameters: not a net that does nothing
@@ -183,3 +192,97 @@ def test_sync_trainer_with_buckets_matches_one_allreduce():
         assert a[k].tobytes() == b[k].tobytes(), k
     with pytest.raises(ValueError, match="bucket_mb must be a positive"):
         TrainConfig(bucket_mb=0)
+
+
+@settings(max_examples=25, deadline=None)
+@given(m=st.integers(1, 9), k=st.integers(1, 9), n=st.integers(1, 9), dtype=st.sampled_from([np.float32, np.float64]),
+       seed=st.integers(0, 2**16))
+def test_fc_gradient_writes_into_bound_outputs_with_the_same_bits(m, k, n, dtype, seed):
+    rng = np.random.default_rng(seed)
+    x, w, dy = (rng.standard_normal(s).astype(dtype) for s in ((m, k), (n, k), (m, n)))
+    outs = {}
+    for bound in (False, True):
+        ws = an.Workspace()
+        for name, v in (("x", x), ("w", w), ("dy", dy)):
+            ws.feed(name, v)
+        if bound:
+            views = bind_views([np.full((n, k), np.nan, dtype), np.full(n, np.nan, dtype)])
+            ws.feed("dw", views[0])
+            ws.feed("db", views[1])
+        net = an.Net("g")
+        net.add_op("FCGradient", ["x", "w", "dy"], ["dw", "db"])
+        ws.run_net_once(net)
+        outs[bound] = [ws.fetch("dw"), ws.fetch("db")]
+        if bound:  # written into the bucket's memory, not replaced
+            assert outs[bound][0] is views[0] and outs[bound][1] is views[1]
+        ws.close()
+    for a, b in zip(outs[False], outs[True]):
+        assert a.dtype == b.dtype and a.tobytes() == b.tobytes()
+
+
+def test_bound_outputs_only_for_views_of_one_bucket_in_order():
+    a, b = bind_views([np.ones((2, 3), np.float32), np.ones(3, np.float32)])
+    c, = bind_views([np.ones(3, np.float32)])
+    assert is_bound(a) and not is_bound(np.ones(3)) and not is_bound(a.copy())
+    assert bound_flat([a, b]).shape == (9,) and np.shares_memory(bound_flat([a, b]), b)
+    assert bound_flat([b, a]) is None and bound_flat([a, c]) is None and bound_flat([a.T, b]) is None
+    # a bound output of another shape or dtype is not written: the kernel returns a fresh array
+    for x, w, dy in ((np.ones((4, 2), np.float32), np.ones((3, 2), np.float32), np.ones((4, 3), np.float32)),
+                     (np.ones((4, 3)), np.ones((2, 3)), np.ones((4, 2)))):
+        ws = an.Workspace()
+        for name, v in (("x", x), ("w", w), ("dy", dy), ("dw", a), ("db", b)):
+            ws.feed(name, v)
+        net = an.Net("g")
+        net.add_op("FCGradient", ["x", "w", "dy"], ["dw", "db"])
+        ws.run_net_once(net)
+        assert ws.fetch("dw") is not a and (a == 1).all()
+        np.testing.assert_array_equal(ws.fetch("dw"), np.full(w.shape, 4.0))
+        assert (ws.fetch("db") is b) == (w.shape[0] == 3 and w.dtype == b.dtype)  # db [3] float32 fits b
+
+
+def test_bench_overlap_timeline_has_every_op_and_thread_cpu():
+    from asyncnet.bench.overlap import _thread_cpu, _timeline, _timeline_lines
+
+    m = MLP(**OW.DIMS, net_type="async_scheduling", num_workers=1)
+    ws = an.Workspace()
+    ws.run_net_once(m.init_net)
+    x, y = OW.batches(0, steps=1)[0]
+    ws.feed("data", x)
+    ws.feed("label", y)
+    net = m.train_net("t")
+    inst = ws.create_net(net)
+    tl = _timeline(ws, inst, "t", 3, lambda: None)
+    assert sorted(o[0] for o in tl["ops"]) == list(range(len(net.ops)))  # each op once, by index
+    assert all(0 <= start <= end for _, _, _, start, end in tl["ops"])
+    assert inst.recorder is None  # profiling is off again
+    assert "MainThread" in _thread_cpu() and all(v >= 0 for v in tl["thread_cpu_ms"].values())
+    lines = _timeline_lines([tl])
+    assert lines[0].startswith("rank 0") and lines[-1].startswith("  CPU ms per step by thread")
+    ws.close()
+
+
+def test_allreduce_start_binds_views_only_for_a_flattening_sync_and_not_a_mixed_bucket():
+    from asyncnet.sync import LocalGradientSync
+
+    class Flat(LocalGradientSync):
+        flattens_buckets = True
+
+    def start(sync, grads):
+        ws = an.Workspace()
+        ws.feed("sync", sync)
+        for k, g in grads.items():
+            ws.feed(k, g)
+        net = an.Net("s")
+        net.AllreduceStart(["sync", *grads], [*grads, "work"], bucket_view=1)
+        ws.run_net_once(net)
+        return ws, [ws.fetch(k) for k in grads]
+
+    a, b = np.ones((2, 2), np.float32), np.arange(3, dtype=np.float32)
+    _, out = start(LocalGradientSync(), {"a": a, "b": b})
+    assert out[0] is a and out[1] is b                          # no flat buffer to save: untouched
+    _, (va, vb) = start(Flat(), {"a": a, "b": b})
+    assert bound_flat([va, vb]) is not None and vb.tolist() == [0, 1, 2]  # bound: one copy, in order
+    _, out = start(Flat(), {"a": va, "b": b})                    # one view kept, one fresh array
+    assert out[0] is va and out[1] is b                          # mixed: left alone (the sync concatenates)
+    _, out = start(Flat(), {"a": a, "b": b.copy()})              # every producer made a fresh array
+    assert bound_flat(out) is not None

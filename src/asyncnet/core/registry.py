@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+from asyncnet.core.bound import is_bound
 from asyncnet.core.defs import DeviceOption, OperatorDef
 from asyncnet.errors import NetDefinitionError, near_names
 
@@ -307,3 +308,12 @@ class OpContext:
     def output(self, i: int) -> Any:
         """The current value of output blob ``i``, or None if it does not exist yet."""
         return self._blobs.get(self.op.outputs[i])
+
+    def bound_output(self, i: int, shape: tuple[int, ...], dtype: Any) -> Any:
+        """Output blob ``i``'s current array when it is bound (a gradient bucket's view, see
+        :mod:`asyncnet.core.bound`), C-contiguous, of this ``shape`` and ``dtype``: the kernel
+        writes its result into it (``out=``). Else None: the kernel returns a fresh array."""
+        a = self._blobs.get(self.op.outputs[i])
+        if is_bound(a) and a.shape == shape and a.dtype == dtype and a.flags.c_contiguous:
+            return a
+        return None

@@ -26,6 +26,14 @@ returns at once with ``async_op=True`` handles, the other backends reduce before
 ops reading the gradients depend on the wait. Every worker must start its buckets in the same
 order: chain the starts (``control_inputs``) as the train-net builder does.
 
+With ``bucket_view=1`` (what the train-net builder sets) and a sync that reduces a bucket as
+one flat buffer (``flattens_buckets``: torch.distributed; the threaded and process backends
+reduce each member in place and need no views), ``AllreduceStart`` keeps its gradients as
+consecutive views of one flat buffer (DDP's ``gradient_as_bucket_view``,
+:mod:`asyncnet.core.bound`): it binds them on its first run (one copy) and from then on the
+gradient ops write into the views and the buffer is reduced as one tensor, with no
+concatenation or copy back, for the same bits.
+
     >>> net = an.Net("overlap")
     >>> _ = net.AllreduceStart(["sync", "dw"], ["dw", "dw_work"])
     >>> _ = net.AllreduceWait(["dw_work", "dw"], ["dw"])
@@ -37,6 +45,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
+from asyncnet.core.bound import bind_views, is_bound
 from asyncnet.core.registry import Arg, register_op
 from asyncnet.sync.base import GradientSync, start_sync
 
@@ -92,13 +103,26 @@ def _wait_counts(op: Any) -> None:
     devices=("cpu", "cuda"),
     differentiable=False,
     validate=_start_counts,
+    args=[Arg("bucket_view", int, 0, "1: keep the gradients as views of one flat buffer (DDP's "
+              "gradient_as_bucket_view), reduced as one tensor, no concatenation or copy back")],
     doc="Start averaging gradients over the workers (one bucket): inputs (sync, grad_1..grad_N) -> "
     "outputs (grad_1..grad_N in place, work handle); AllreduceWait finishes it.",
 )
 def allreduce_start(ctx: Any, sync: Any, *grads: Any) -> Any:
     _check_sync(ctx, sync)
+    if ctx.args["bucket_view"] and getattr(sync, "flattens_buckets", False) and _bindable(grads):
+        grads = tuple(bind_views(grads))  # the first run (or every producer made a fresh array): one copy
     work = start_sync(sync, list(grads))
     return (*grads, work)
+
+
+def _bindable(grads: tuple[Any, ...]) -> bool:
+    """numpy float arrays of one dtype, none a bucket view yet: some still bound means some
+    producers write into their views and others do not, and binding again each step would
+    copy every time (the sync then concatenates, as without views)."""
+    dtype = getattr(grads[0], "dtype", None)
+    return (all(type(g) is np.ndarray and g.dtype == dtype and not is_bound(g) for g in grads)
+            and dtype.kind == "f")  # type: ignore[union-attr]
 
 
 @register_op(

@@ -222,7 +222,9 @@ _FC_GRAD_ARGS = [Arg("axis", int, 1, "the forward op's axis"), Arg("axis_w", int
              doc="Gradient of FC: dW = dY^T X, db = column sums of dY, and (when a third output is given) dX = dY W.")
 def fc_gradient(ctx: Any, x: Any, w: Any, dy: Any) -> tuple[np.ndarray, ...]:
     if plain_fc(ctx, x, w, dy, 2):  # the general path's math without its reshapes
-        dw, db = dy.T @ x, np.add.reduce(dy, axis=0)
+        dw, db = ctx.bound_output(0, w.shape, w.dtype), ctx.bound_output(1, w.shape[:1], w.dtype)
+        dw = dy.T @ x if dw is None else np.matmul(dy.T, x, out=dw)  # into a bucket's view: no copy later
+        db = np.add.reduce(dy, axis=0, out=db)
         return (dw, db) if len(ctx.op.outputs) == 2 else (dw, db, dy @ w)
     if plain_fc_torch(ctx, x, w, dy, 2):
         dw, db = dy.t().mm(x), dy.sum(0)

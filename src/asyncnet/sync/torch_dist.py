@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from asyncnet.errors import SyncError, SyncMismatchError
-from asyncnet.sync._bucket import as_list, format_layout, is_torch_tensor
+from asyncnet.sync._bucket import as_list, contiguous_run, format_layout, is_torch_tensor
 
 __all__ = ["TorchDistributedGradientSync"]
 
@@ -46,6 +46,10 @@ def _torch():
 
 class TorchDistributedGradientSync:
     """One rank's handle on a torch.distributed process group (the default group if None)."""
+
+    #: a list is reduced as one flat buffer: gradients that are consecutive views of one
+    #: buffer (``AllreduceStart(bucket_view=1)``) save its concatenation and copy back
+    flattens_buckets = True
 
     def __init__(self, group: Any = None, bucket_mb: float = DEFAULT_BUCKET_MB, check: str = "always"):
         torch, dist = _torch()
@@ -90,9 +94,10 @@ class TorchDistributedGradientSync:
         if self._ws == 1:
             return
         _, dist = _torch()
-        for bucket in self._buckets(tensors):
-            self._apply(bucket, lambda flat: (dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=self._group),
-                                              flat.div_(self._ws)))
+        for flat, bucket in self._flats(grads, tensors):
+            dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=self._group)
+            flat.div_(self._ws)
+            _copy_back(flat, bucket)
 
     def start_sync_gradients(self, grads: Any) -> "TorchSyncWork":
         """Start :meth:`sync_gradients` with ``async_op=True``: one all-reduce per bucket is in
@@ -106,8 +111,7 @@ class TorchDistributedGradientSync:
             return TorchSyncWork([], self._ws, self._rank)
         _, dist = _torch()
         pending = []
-        for bucket in self._buckets(tensors):
-            flat = self._flat(bucket)
+        for flat, bucket in self._flats(grads, tensors):
             work = dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=self._group, async_op=True)
             pending.append((work, flat, bucket))
         return TorchSyncWork(pending, self._ws, self._rank)
@@ -181,6 +185,17 @@ class TorchDistributedGradientSync:
                 size += nbytes
         return buckets
 
+    def _flats(self, grads: Any, tensors: list[Any]) -> list[tuple[Any, list[Any]]]:
+        """(flat tensor, its tensors) per bucket. Gradients that are consecutive views of one
+        buffer (a gradient bucket's, DDP's gradient_as_bucket_view) and form one bucket are
+        reduced as that buffer: no concatenation, no copy back."""
+        torch, _ = _torch()
+        if len(tensors) > 1 and sum(t.numel() * t.element_size() for t in tensors) <= self._bucket_bytes:
+            run = contiguous_run(as_list(grads))
+            if run is not None:
+                return [(torch.from_numpy(run), tensors)]
+        return [(self._flat(b), b) for b in self._buckets(tensors)]
+
     @staticmethod
     def _flat(bucket: list[Any]) -> Any:
         """The bucket as one 1-D tensor: the tensor itself when it is alone and contiguous."""
@@ -208,8 +223,8 @@ class TorchDistributedGradientSync:
 
 
 def _copy_back(flat: Any, bucket: list[Any]) -> None:
-    if len(bucket) == 1 and flat.data_ptr() == bucket[0].data_ptr():
-        return  # reduced in place
+    if flat.data_ptr() == bucket[0].data_ptr() and (len(bucket) == 1 or flat.numel() == sum(t.numel() for t in bucket)):
+        return  # reduced in place: the tensor itself, or the buffer the bucket's tensors are views of
     offset = 0
     for t in bucket:
         n = t.numel()

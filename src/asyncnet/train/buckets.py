@@ -23,8 +23,18 @@ An ``FCGradient`` computes a layer's weight gradient and its input gradient in o
 its bucket could start only once both were done, with little backward pass left to hide the
 all-reduce behind (the wide MLP's 4 MiB layer is its second to last). :func:`split_input_gradients`
 (on by default in :func:`add_bucketed_allreduce`) splits such an op: ``FCGradient`` writes
-``dW`` and ``db`` only, and ``MatMul(dY, W)`` (then ``ResizeLike(., X)``) computes ``dX`` with
-the same BLAS call, so the bucket starts while ``dX`` and the layers below are computed.
+``dW`` and ``db`` only, and ``MatMul(dY, W)`` (then an in-place ``Reshape`` to X's shape)
+computes ``dX`` with the same BLAS call, so the bucket starts while ``dX`` and the layers below
+are computed.
+
+With ``bucket_view`` (on by default, DDP's ``gradient_as_bucket_view``) and a sync that
+reduces a bucket as one flat buffer (torch.distributed) a bucket's gradients become
+consecutive views of one flat buffer at its first ``AllreduceStart``; from then on the
+gradient ops that support it (numpy ``FCGradient``) write into those views
+(:mod:`asyncnet.core.bound`), and the all-reduce runs on the buffer itself: no concatenation
+before it, no copy back after it, the same bits. Where some producers return fresh arrays
+instead, the bucket is not bound again (the sync concatenates it, as without views). The
+gradient blobs are then overwritten in place each step: copy a fetched gradient you want to keep.
 
 Gradient accumulation (DDP's ``no_sync``) is :func:`add_accumulate` and :func:`add_accumulated_mean`.
 """
@@ -78,15 +88,15 @@ _SPLIT_TRANS_B = {"FCGradient": False, "FCTransposedGradient": True}
 
 def split_input_gradients(net: object, grads: Sequence[str]) -> int:
     """Split each FC gradient op writing one of ``grads`` and an input gradient ``dX`` in two:
-    the op keeps ``dW, db``; ``MatMul(dY, W)`` (flattened as FC flattens them) and
-    ``ResizeLike(., X)`` follow it and write ``dX`` (same values, bit for bit: the same
-    product of the same 2-D views). Returns the number of ops split.
+    the op keeps ``dW, db``; ``MatMul(dY, W)`` (flattened as FC flattens them) writes ``dX``
+    and an in-place ``Reshape`` to ``Shape(X)`` gives it X's shape without a copy (same
+    values, bit for bit: the same product of the same 2-D views). Returns the number of ops split.
 
         >>> import asyncnet as an
         >>> net = an.Net("t")
         >>> _ = net.add_op("FCGradient", ["x", "w", "dy"], ["dw", "db", "dx"])
         >>> split_input_gradients(net, ["dw"]), [op.type for op in net.ops]
-        (1, ['FCGradient', 'MatMul', 'ResizeLike'])
+        (1, ['FCGradient', 'MatMul', 'Shape', 'Reshape'])
     """
     wanted = set(grads)
     ops = net.ops  # type: ignore[attr-defined]
@@ -96,24 +106,27 @@ def split_input_gradients(net: object, grads: Sequence[str]) -> int:
         if op.type not in _SPLIT_TRANS_B or len(op.outputs) != 3 or not wanted.intersection(op.outputs[:2]):
             continue
         (x, w, dy), dx = op.inputs, op.outputs[2]
-        flat = f"{dx}/2d"
-        net.add_op(op.type, [x, w, dy], op.outputs[:2], name=op.name, device_option=op.device_option,  # type: ignore[attr-defined]
+        dev = op.device_option
+        net.add_op(op.type, [x, w, dy], op.outputs[:2], name=op.name, device_option=dev,  # type: ignore[attr-defined]
                    control_inputs=op.control_inputs or None, **op.args)
         # after dW (a control input): run beside it, dX would only delay the bucket's start
-        net.add_op("MatMul", [dy, w], [flat], device_option=op.device_option, control_inputs=[op.outputs[0]], axis_a=-1,  # type: ignore[attr-defined]
+        net.add_op("MatMul", [dy, w], [dx], device_option=dev, control_inputs=[op.outputs[0]], axis_a=-1,  # type: ignore[attr-defined]
                    axis_b=int(op.args.get("axis_w", 1)), trans_b=_SPLIT_TRANS_B[op.type])
-        net.add_op("ResizeLike", [flat, x], [dx], device_option=op.device_option)  # type: ignore[attr-defined]
-        made = ops[-3:]
-        del ops[-3:]
+        # X's shape back by an in-place Reshape (a view), not a copy (ResizeLike copies 2 MiB a layer here)
+        net.add_op("Shape", [x], [f"{dx}/shape"], device_option=dev)  # type: ignore[attr-defined]
+        net.add_op("Reshape", [dx, f"{dx}/shape"], [dx, f"{dx}/old_shape"], device_option=dev)  # type: ignore[attr-defined]
+        made = ops[-4:]
+        del ops[-4:]
         ops[i:i + 1] = made
         split += 1
     return split
 
 
 def add_bucketed_allreduce(net: object, sync_blob: str, buckets: Sequence[Sequence[str]], timeout: float = 300.0,
-                           split_inputs: bool = True) -> None:
+                           split_inputs: bool = True, bucket_view: bool = True) -> None:
     """Insert one ``AllreduceStart`` per bucket after its last producer, and the waits at the end;
-    ``split_inputs`` first splits the FC gradient ops (:func:`split_input_gradients`)."""
+    ``split_inputs`` first splits the FC gradient ops (:func:`split_input_gradients`);
+    ``bucket_view`` keeps each bucket's gradients as views of one flat buffer (see the module doc)."""
     all_grads = [g for b in buckets for g in b]
     if split_inputs:
         split_input_gradients(net, all_grads)
@@ -123,13 +136,16 @@ def add_bucketed_allreduce(net: object, sync_blob: str, buckets: Sequence[Sequen
     for k, bucket in enumerate(buckets):
         work = f"{sync_blob}/work{k}"
         net.add_op("AllreduceStart", [sync_blob, *bucket], [*bucket, work],  # type: ignore[attr-defined]
-                   control_inputs=[prev_work] if prev_work else None)
+                   control_inputs=[prev_work] if prev_work else None, bucket_view=int(bucket_view))
         starts.append((max(last[g] for g in bucket), net.ops.pop()))  # type: ignore[attr-defined]
         prev_work = work
     for pos, op in reversed(starts):  # positions never decrease with k: insert from the end
         net.ops.insert(pos + 1, op)  # type: ignore[attr-defined]
     for k, bucket in enumerate(buckets):
-        net.add_op("AllreduceWait", [f"{sync_blob}/work{k}", *bucket], list(bucket), timeout=timeout)  # type: ignore[attr-defined]
+        # ready only once the last bucket started: a wait taken earlier would hold its thread
+        # (on one core the only one) while the backward pass still has work to do
+        net.add_op("AllreduceWait", [f"{sync_blob}/work{k}", *bucket], list(bucket), timeout=timeout,  # type: ignore[attr-defined]
+                   control_inputs=[prev_work] if prev_work and k < len(buckets) - 1 else None)
 
 
 def accumulator_name(grad: str) -> str:
