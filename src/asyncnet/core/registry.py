@@ -231,17 +231,18 @@ def validate_op(op: OperatorDef, index: int, net_device: DeviceOption | None = N
     if n_out < lo or (hi is not None and n_out > hi):
         raise NetDefinitionError(f"expected {_range_text(lo, hi)} outputs, got {n_out}", _where(op, index))
     _check_inplace(op, schema, index)
+    args = _typed_args(op, schema, index)  # first: an op's own validator may rely on the declared arg types
     if schema.validate is not None:
         try:
             schema.validate(op)
-        except ValueError as e:
+        except (ValueError, TypeError, OverflowError) as e:
             raise NetDefinitionError(str(e), _where(op, index)) from None
     device = op.device_option or net_device
     device_type = _DEFAULT_DEVICE_TYPE if device is None else device.device_type
     if device_type not in schema.devices:
         raise NetDefinitionError(f"device {device_type!r} not supported; the op runs on {list(schema.devices)}",
                                  _where(op, index))
-    return schema, _typed_args(op, schema, index)
+    return schema, args
 
 
 _DEFAULT_DEVICE_TYPE = DeviceOption().device_type
