@@ -1,4 +1,4 @@
-"""2-D convolution (NCHW) beside its gradient, with Caffe2's arguments, and the window geometry
+"""2-D convolution (NCHW, or NHWC through in_order) beside its gradient, with Caffe2's arguments, and the window geometry
 that the pooling ops share.
 
 The kernel is im2col: the padded input is laid out batch-last ([C, H, W, N], so that every
@@ -32,8 +32,9 @@ the results agree with the numpy kernel within float rounding.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
@@ -44,9 +45,9 @@ from asyncnet.ops._check import float_array, ndim, same_dtype
 from asyncnet.ops.grad import GradOut, MakerResult, output_grad
 from asyncnet.tensor.namespace import is_torch, namespace
 
-__all__ = ["Geometry", "geometry", "taps", "im2col", "conv", "conv_gradient", "WINDOW_ARGS", "KERNEL_ARGS"]
+__all__ = ["Geometry", "geometry", "in_order", "taps", "im2col", "conv", "conv_gradient", "WINDOW_ARGS", "KERNEL_ARGS"]
 
-ORDER = Arg("order", str, "NCHW", "memory order; only NCHW is supported", choices=("NCHW",))
+ORDER = Arg("order", str, "NCHW", "memory order: NCHW, or NHWC (filters [M, kh, kw, C/group])", choices=("NCHW", "NHWC"))
 KERNEL_ARGS = [Arg("kernel", int, 0, "kernel size, both dims (0: not given)"),
                Arg("kernel_h", int, 0), Arg("kernel_w", int, 0), Arg("kernels", list, [], "[kernel_h, kernel_w]", item_type=int)]
 WINDOW_ARGS = [Arg("stride", int, 1), Arg("stride_h", int, 0, "0: use stride"), Arg("stride_w", int, 0, "0: use stride"),
@@ -55,6 +56,87 @@ WINDOW_ARGS = [Arg("stride", int, 1), Arg("stride_h", int, 0, "0: use stride"), 
                Arg("pads", list, [], "[pad_t, pad_l, pad_b, pad_r]", item_type=int), ORDER]
 DILATION_ARGS = [Arg("dilation", int, 1), Arg("dilation_h", int, 0, "0: use dilation"), Arg("dilation_w", int, 0, "0: use dilation"),
                  Arg("dilations", list, [], "[dilation_h, dilation_w]", item_type=int)]
+
+
+def _permuted(x: Any, axes: tuple[int, ...]) -> Any:
+    if is_torch(x):
+        return x.permute(*axes).contiguous() if x.dim() == 4 else x
+    return np.ascontiguousarray(x.transpose(axes)) if isinstance(x, np.ndarray) and x.ndim == 4 else x
+
+
+def _each(out: Any, fn: Callable[[Any], Any]) -> Any:
+    return tuple(fn(o) for o in out) if isinstance(out, tuple) else fn(out)
+
+
+def in_order(kernel: Callable[..., Any]) -> Callable[..., Any]:
+    """Run a 2-D NCHW ``kernel`` under Caffe2's ``order`` argument and its 1-D form: with
+    order=NHWC every 4-D input (X, a filter [M, kh, kw, C/group], dY) is permuted to NCHW and
+    every 4-D result back; a 3-D X ([N, C, L], Caffe2's 1-D op) is run as an image of height 1
+    (see :func:`_one_d`). One kernel serves every form, at the price of the copies."""
+
+    @functools.wraps(kernel)
+    def run(ctx: Any, *arrays: Any) -> Any:
+        if getattr(arrays[0], "ndim", 0) == 3:
+            return _one_d(run, ctx, arrays)
+        if ctx.args["order"] != "NHWC":
+            return kernel(ctx, *arrays)
+        out = kernel(ctx, *(_permuted(a, (0, 3, 1, 2)) for a in arrays))
+        return _each(out, lambda o: _permuted(o, (0, 2, 3, 1)))
+
+    return run
+
+
+class _WithArgs:
+    """``ctx`` as a kernel sees it, with other args (a 1-D op's window arguments made 2-D)."""
+
+    __slots__ = ("_ctx", "args")
+
+    def __init__(self, ctx: Any, args: dict[str, Any]):
+        self._ctx, self.args = ctx, args
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._ctx, name)
+
+
+_AS_2D = "_one_d_context"  # key in the op instance's own args dict holding its 2-D view
+_PER_SIDE = ("kernel_h", "kernel_w", "stride_h", "stride_w", "pad_t", "pad_l", "pad_b", "pad_r", "dilation_h", "dilation_w")
+
+
+def _one_d(run: Callable[..., Any], ctx: Any, arrays: tuple[Any, ...]) -> Any:
+    """Caffe2's 1-D Conv and pools (X [N, C, L] or [N, L, C], filter [M, C/group, k]): every 3-D
+    array gets a height of 1, the window arguments (kernel(s), stride(s), pads [l, r],
+    dilation(s)) become those of a 1 x k window, and the results lose the height again."""
+    sub = ctx.args.get(_AS_2D)
+    if sub is None:
+        sub = ctx.args[_AS_2D] = _WithArgs(ctx, _args_as_2d(ctx.args))
+    h = 1 if ctx.args["order"] == "NHWC" else 2
+    out = run(sub, *(a.unsqueeze(h) if is_torch(a) and a.dim() == 3 else
+                     np.expand_dims(a, h) if isinstance(a, np.ndarray) and a.ndim == 3 else a for a in arrays))
+    return _each(out, lambda o: o.squeeze(h) if o.ndim == 4 else o)
+
+
+def _args_as_2d(args: dict[str, Any]) -> dict[str, Any]:
+    """The 2-D arguments of a 1-D op: ``kernels=[k]`` -> [1, k], ``pads=[l, r]`` -> [0, l, 0, r]...
+
+    >>> _args_as_2d({"kernel": 3, "pad": 1, "stride": 2})["pads"]
+    [0, 1, 0, 1]
+    """
+    for k in _PER_SIDE:
+        if args.get(k, -1) not in (0, -1):
+            raise ValueError(f"argument {k} is for 2-D inputs; a 1-D input takes kernel(s), stride(s), pad(s), dilation(s)")
+    out = dict(args)
+    for name, default in (("kernel", 0), ("stride", 1), ("dilation", 1)):
+        many = args.get(name + "s")
+        if many and len(many) != 1:
+            raise ValueError(f"expected {name}s of length 1 for a 1-D input, got {many}")
+        value = int(many[0]) if many else args.get(name, default)
+        out[name + "s"] = [1, value] if value else []  # no kernel given: Conv takes the filter's
+    pads = args.get("pads")
+    if pads and len(pads) != 2:
+        raise ValueError(f"expected pads [left, right] for a 1-D input, got {pads}")
+    left, right = pads if pads else (args.get("pad", 0),) * 2
+    out["pads"] = [0, left, 0, right]
+    return out
 
 
 @dataclass(frozen=True)
@@ -223,8 +305,9 @@ def _conv_backward_torch(x: Any, w: Any, dy: Any, g: Geometry, grp: int, want_dx
 
 @register_op("Conv", inputs=(2, 3), outputs=1, args=CONV_ARGS,
              inputs_doc=("X [N, C, H, W]", "filter [M, C/group, kh, kw]", "bias [M] (optional)"), outputs_doc=("Y [N, M, OH, OW]",),
-             doc="Caffe2's 2-D convolution (cross-correlation) in NCHW with stride, pads, dilation and groups; "
+             doc="Caffe2's 2-D convolution (cross-correlation) in NCHW or NHWC with stride, pads, dilation and groups; "
                  "the bias is optional.")
+@in_order
 def conv(ctx: Any, x: Any, w: Any, b: Any = None) -> np.ndarray:
     x, w, grp, g = _conv_inputs(ctx, x, w)
     if b is not None:
@@ -259,6 +342,7 @@ def conv_backward(x: np.ndarray, w: np.ndarray, dy: np.ndarray, g: Geometry, grp
 @register_op("ConvGradient", inputs=3, outputs=(1, 3), args=[*CONV_ARGS, Arg("no_bias", bool, False, "the forward Conv had no bias")],
              inputs_doc=("X", "filter", "dY"), outputs_doc=("dfilter", "dbias (unless no_bias; optional)", "dX (optional)"),
              doc="Gradient of Conv: dfilter, then dbias unless no_bias=1, then dX when that output is given.")
+@in_order
 def conv_gradient(ctx: Any, x: Any, w: Any, dy: Any) -> Any:
     x, w, grp, g = _conv_inputs(ctx, x, w)
     dy = float_array(ctx, dy, 2)
@@ -282,5 +366,15 @@ def _conv_grad(op: OperatorDef, gout: GradOut) -> MakerResult:
     x, w = op.inputs[:2]
     has_bias = len(op.inputs) == 3
     outs = ["#dw", "#db", "#dx"] if has_bias else ["#dw", "#dx"]
-    gop = OperatorDef("ConvGradient", [x, w, output_grad(op, gout)], outs, {**op.args, "no_bias": not has_bias})
+    gop = OperatorDef(op.type + "Gradient", [x, w, output_grad(op, gout)], outs, {**op.args, "no_bias": not has_bias})
     return [gop], ["#dx", "#dw", "#db"][:len(op.inputs)]
+
+
+# Caffe2's names for the same ops (conv_op.cc: Conv1D, Conv2D; their gradients); 3-D is not re-created
+for _n in ("Conv1D", "Conv2D"):
+    register_op(_n, inputs=(2, 3), outputs=1, args=CONV_ARGS, inputs_doc=("X", "filter", "bias (optional)"), outputs_doc=("Y",),
+                doc=f"Caffe2's {_n}: Conv under another name.")(conv)
+    register_op(_n + "Gradient", inputs=3, outputs=(1, 3), args=[*CONV_ARGS, Arg("no_bias", bool, False, "the forward op had no bias")],
+                inputs_doc=("X", "filter", "dY"), outputs_doc=("dfilter", "dbias (unless no_bias)", "dX (optional)"),
+                doc=f"Gradient of {_n} (ConvGradient's kernel).")(conv_gradient)
+    register_gradient(_n)(_conv_grad)

@@ -26,8 +26,8 @@ import numpy as np
 from asyncnet.core.defs import OperatorDef
 from asyncnet.core.registry import Arg, register_gradient, register_no_gradient, register_op
 from asyncnet.errors import NetDefinitionError
-from asyncnet.ops._check import as_array, axis_of, flatten_2d, float_array, same_dtype
-from asyncnet.ops.math import CPU_CUDA, legacy_axis, legacy_shape, matmul_operands
+from asyncnet.ops._check import as_array, flatten_2d, float_array, same_dtype
+from asyncnet.ops.math import CPU_CUDA, canonical_axis, legacy_axis, legacy_shape, matmul_operands
 from asyncnet.ops.nn import _ZERO, _nd, fc_shapes, plain_fc, plain_fc_torch
 from asyncnet.tensor.namespace import is_torch, namespace
 
@@ -281,7 +281,7 @@ def tanh_gradient(ctx: Any, y: Any, dy: Any) -> np.ndarray:
              doc="Gradient of Softmax from its output: dX = Y * (dY - rowsum(dY * Y)), rows as in the forward op.")
 def softmax_gradient(ctx: Any, y: Any, dy: Any) -> np.ndarray:
     y, dy = _pair(ctx, y, dy)
-    y2, dy2 = flatten_2d(y, axis_of(ctx, y, ctx.args["axis"])), None
+    y2, dy2 = flatten_2d(y, canonical_axis(ctx, y, "axis")), None
     dy2 = dy.reshape(y2.shape)
     return (y2 * (dy2 - (dy2 * y2).sum(axis=1, keepdims=True))).reshape(y.shape)
 

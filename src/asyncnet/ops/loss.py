@@ -311,7 +311,15 @@ def squared_l2_gradient(ctx: Any, x: Any, y: Any, dd: Any) -> Any:
 @register_gradient("SquaredL2")
 def _squared_l2_grad(op: OperatorDef, gout: list[str | None]) -> tuple[list[OperatorDef], list[str | None]]:
     x, y = op.inputs
-    return [OperatorDef("SquaredL2Gradient", [x, y, _grad.output_grad(op, gout)], ["#dx", "#dy"])], ["#dx", "#dy"]
+    return [OperatorDef(op.type + "Gradient", [x, y, _grad.output_grad(op, gout)], ["#dx", "#dy"])], ["#dx", "#dy"]
+
+
+# Caffe2's name for the same op (its distance_op.cc); "SquaredL2" stays asyncnet's name for it
+register_op("SquaredL2Distance", inputs=2, outputs=1, devices=CPU_CUDA, inputs_doc=("X [N, ...]", "Y [N, ...]"),
+            outputs_doc=("D [N]",), doc="Caffe2's SquaredL2Distance: the same op as SquaredL2, D[i] = 0.5 * sum((X[i] - Y[i])^2).")(squared_l2)
+register_op("SquaredL2DistanceGradient", inputs=3, outputs=(1, 2), devices=CPU_CUDA, inputs_doc=("X", "Y", "dD [N]"),
+            outputs_doc=("dX", "dY (optional)"), doc="Gradient of SquaredL2Distance (SquaredL2Gradient's kernel).")(squared_l2_gradient)
+register_gradient("SquaredL2Distance")(_squared_l2_grad)
 
 
 # -- Accuracy: fraction of rows whose label is among the top_k scores (a metric, no gradient) -

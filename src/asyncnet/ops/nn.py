@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from asyncnet.core.registry import Arg, register_op
-from asyncnet.ops._check import as_array, axis_of, flatten_2d, float_array, same_dtype
+from asyncnet.ops._check import as_array, flatten_2d, float_array, same_dtype
 from asyncnet.ops.math import CPU_CUDA, canonical_axis
 from asyncnet.tensor.namespace import cpu_tensors, namespace
 
@@ -120,7 +120,7 @@ def tanh(ctx: Any, x: Any) -> np.ndarray:
 def softmax(ctx: Any, x: Any) -> np.ndarray:
     x = float_array(ctx, x, 0)
     xp = namespace(ctx, x)
-    x2 = flatten_2d(x, axis_of(ctx, x, ctx.args["axis"]))
+    x2 = flatten_2d(x, canonical_axis(ctx, x, "axis"))
     z = x2 - xp.amax(x2, axis=1, keepdims=True) if xp.size(x2) else x2
     e = xp.exp(z)
     return (e / e.sum(axis=1, keepdims=True)).reshape(x.shape)

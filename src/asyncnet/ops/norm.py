@@ -25,6 +25,7 @@ the same numpy generator on both libraries, so one seed gives one mask sequence 
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -33,7 +34,6 @@ from asyncnet.core.defs import OperatorDef
 from asyncnet.core.registry import Arg, register_gradient, register_op
 from asyncnet.errors import NetDefinitionError
 from asyncnet.ops._check import array, axis_of, float_array, same_dtype
-from asyncnet.ops.conv import ORDER
 from asyncnet.ops.grad import GradOut, MakerResult, output_grad
 from asyncnet.tensor.namespace import namespace
 
@@ -41,6 +41,7 @@ __all__ = ["spatial_bn", "spatial_bn_gradient", "layer_norm", "layer_norm_gradie
 
 _EPS = Arg("epsilon", float, 1e-5, "added to the variance before the square root")
 _IS_TEST = Arg("is_test", bool, False, "inference mode")
+_ORDER = Arg("order", str, "NCHW", "memory order: channels on axis 1 (NCHW) or last (NHWC)", choices=("NCHW", "NHWC"))
 
 
 def _vec(ctx: Any, x: Any, i: int, c: int, dtype: np.dtype) -> np.ndarray:
@@ -57,44 +58,78 @@ def _number(xp: Any, x: Any) -> Any:
 
 
 # -- SpatialBN: Y = (X - mean) * rstd * scale + bias, per channel (axis 1) ---------------------------
-@register_op("SpatialBN", inputs=5, outputs=(1, 5), allow_inplace={0: 0}, enforce_inplace={3: 1, 4: 2},
-             args=[_IS_TEST, _EPS, Arg("momentum", float, 0.9, "weight of the old running statistics"), ORDER],
-             inputs_doc=("X [N, C, ...]", "scale [C]", "bias [C]", "mean [C] (running)", "var [C] (running)"),
+_NUM_BATCHES = Arg("num_batches", int, 1, "with inputs 5 and 6 (training): how many batches their sums cover")
+
+
+def _five_or_seven(op: OperatorDef) -> None:
+    if len(op.inputs) == 6:
+        raise ValueError("expected 5 inputs, or 7 with Caffe2's batch sums (inputs 5 and 6), got 6")
+    if len(op.inputs) == 7 and op.args.get("num_batches", 1) < 1:
+        raise ValueError(f"expected num_batches >= 1, got {op.args['num_batches']}")
+
+
+@register_op("SpatialBN", inputs=(5, 7), outputs=(1, 5), allow_inplace={0: 0, 5: 3, 6: 4}, enforce_inplace={3: 1, 4: 2},
+             args=[_IS_TEST, _EPS, Arg("momentum", float, 0.9, "weight of the old running statistics"), _ORDER, _NUM_BATCHES],
+             validate=_five_or_seven,
+             inputs_doc=("X [N, C, ...]", "scale [C]", "bias [C]", "mean [C] (running)", "var [C] (running)",
+                         "batch_mean_sum [C] (optional)", "batch_var_sum [C] (optional; sum of squares)"),
              outputs_doc=("Y", "running_mean (in place)", "running_var (in place)", "saved_mean", "saved_inv_var"),
-             doc="Caffe2's spatial batch normalization over axis 1. Training (5 outputs): batch statistics, the running "
+             doc="Caffe2's spatial batch normalization per channel (axis 1, or the last with order=NHWC). Training (5 outputs): batch statistics, the running "
                  "ones updated in place, the batch mean and 1/sqrt(var + epsilon) saved for the gradient. "
-                 "is_test=1 (1 output): the running statistics.")
-def spatial_bn(ctx: Any, x: Any, scale: Any, bias: Any, mean: Any, var: Any) -> Any:
+                 "is_test=1 (1 output): the running statistics. Caffe2's multi-batch form: inputs 5 and 6 hold the sums of "
+                 "X and X^2 over num_batches batches, which give the statistics instead of X.")
+def spatial_bn(ctx: Any, x: Any, scale: Any, bias: Any, mean: Any, var: Any, *sums: Any) -> Any:
     x = float_array(ctx, x, 0)
     xp = namespace(ctx, x, scale, bias, mean, var)
-    if x.ndim < 2:
-        raise ValueError(f"expected X of at least 2 dims [N, C, ...], got {tuple(x.shape)}")
-    c = x.shape[1]
+    c, x3 = _channels(x, ctx.args["order"])  # x3 [N, C, P]: sums over N and the spatial dims are einsums over n, p
     scale, bias, rm, rv = (_vec(ctx, v, i, c, x.dtype) for i, v in ((1, scale), (2, bias), (3, mean), (4, var)))
     f, eps = _number(xp, x), ctx.args["epsilon"]
-    x3 = x.reshape(x.shape[0], c, -1)  # sums over N and the spatial dims are einsums over n, p
     if ctx.args["is_test"]:
         if len(ctx.op.outputs) != 1:
             raise ValueError(f"expected 1 output with is_test=1, got {len(ctx.op.outputs)}")
         alpha = scale / xp.sqrt(rv + f(eps))
         y3 = x3 * alpha[:, None]
         y3 += (bias - rm * alpha)[:, None]
-        return y3.reshape(x.shape)
+        return _unchannels(y3, x.shape, ctx.args["order"])
     if len(ctx.op.outputs) != 5:
         raise ValueError(f"expected 5 outputs in training (is_test=0), got {len(ctx.op.outputs)}")
-    m = xp.size(x) // c
+    m = xp.size(x) // c if c else 0
+    if m == 0:  # Caffe2: an empty batch leaves the running statistics alone and saves zeros
+        return xp.copy(x), rm, rv, xp.zeros_like(rm), xp.zeros_like(rv)
+    if sums:  # the statistics of num_batches batches, from their sums (Caffe2's ComputeBatchMoments)
+        m *= ctx.args["num_batches"]
+        s1, s2 = (_vec(ctx, v, i, c, x.dtype) for i, v in ((5, sums[0]), (6, sums[1])))
+        mu = s1 / f(m)
+        v = s2 / f(m) - mu * mu
+        y3 = x3 - mu[:, None]
     if m < 2:
         raise ValueError(f"expected more than one value per channel in training, got X of shape {tuple(x.shape)}")
-    mu = xp.lib.einsum("ncp->c", x3) / f(m)
-    y3 = x3 - mu[:, None]
-    v = xp.lib.einsum("ncp,ncp->c", y3, y3) / f(m)  # biased: the normalization's variance
+    if not sums:
+        mu = xp.lib.einsum("ncp->c", x3) / f(m)
+        y3 = x3 - mu[:, None]
+        v = xp.lib.einsum("ncp,ncp->c", y3, y3) / f(m)  # biased: the normalization's variance
     rstd = 1 / xp.sqrt(v + f(eps))
     mom = f(ctx.args["momentum"])
     _update(ctx, xp, rm, 3, mom * rm + (1 - mom) * mu)
     _update(ctx, xp, rv, 4, mom * rv + (1 - mom) * v * f(m / (m - 1)))
     y3 *= (rstd * scale)[:, None]
     y3 += bias[:, None]
-    return y3.reshape(x.shape), rm, rv, mu, rstd
+    return _unchannels(y3, x.shape, ctx.args["order"]), rm, rv, mu, rstd
+
+
+def _channels(x: Any, order: str) -> tuple[int, Any]:
+    """The channel count and X viewed as [N, C, P] (a strided view for NHWC, no copy)."""
+    if x.ndim < 2:
+        raise ValueError(f"expected X of at least 2 dims ({order}), got {tuple(x.shape)}")
+    if order == "NHWC":
+        c = x.shape[-1]
+        return c, x.reshape(x.shape[0], math.prod(x.shape[1:-1]), c).swapaxes(1, 2)
+    return x.shape[1], x.reshape(x.shape[0], x.shape[1], math.prod(x.shape[2:]))  # explicit P: -1 fails on empty X
+
+
+def _unchannels(y3: Any, shape: tuple[int, ...], order: str) -> Any:
+    """The inverse of :func:`_channels`: [N, C, P] back to X's shape and order."""
+    return (y3.swapaxes(1, 2) if order == "NHWC" else y3).reshape(shape)
 
 
 def _update(ctx: Any, xp: Any, running: np.ndarray, i: int, value: np.ndarray) -> None:
@@ -103,22 +138,31 @@ def _update(ctx: Any, xp: Any, running: np.ndarray, i: int, value: np.ndarray) -
     xp.copyto(running, value)
 
 
-@register_op("SpatialBNGradient", inputs=5, outputs=3, args=[_EPS, ORDER],
-             inputs_doc=("X", "scale", "dY", "saved_mean", "saved_inv_var"), outputs_doc=("dX", "dscale", "dbias"),
+@register_op("SpatialBNGradient", inputs=(5, 7), outputs=3, args=[_EPS, _ORDER, _NUM_BATCHES], validate=_five_or_seven,
+             allow_inplace={5: 1, 6: 2},
+             inputs_doc=("X", "scale", "dY", "saved_mean", "saved_inv_var", "dscale_sum (optional)", "dbias_sum (optional)"),
+             outputs_doc=("dX", "dscale", "dbias"),
              doc="Gradient of SpatialBN in training: dbias = sum dY, dscale = sum dY * xhat, "
-                 "dX = scale * rstd / M * (M dY - dbias - xhat dscale), sums over all but axis 1.")
-def spatial_bn_gradient(ctx: Any, x: Any, scale: Any, dy: Any, mu: Any, rstd: Any) -> tuple[np.ndarray, ...]:
+                 "dX = scale * rstd / M * (M dY - dbias - xhat dscale), sums over all but axis 1. Caffe2's multi-batch "
+                 "form: dscale and dbias are inputs 5 and 6 divided by num_batches.")
+def spatial_bn_gradient(ctx: Any, x: Any, scale: Any, dy: Any, mu: Any, rstd: Any, *sums: Any) -> tuple[np.ndarray, ...]:
     x, dy = float_array(ctx, x, 0), float_array(ctx, dy, 2)
     xp = namespace(ctx, x, scale, dy, mu, rstd)
     same_dtype(ctx, [x, dy])
     if dy.shape != x.shape:
         raise ValueError(f"expected dY of X's shape {tuple(x.shape)}, got {tuple(dy.shape)}")
-    c = x.shape[1]
+    order = ctx.args["order"]
+    (c, x3), (_, dy3) = _channels(x, order), _channels(dy, order)
     scale, mu, rstd = (_vec(ctx, v, i, c, x.dtype) for i, v in ((1, scale), (3, mu), (4, rstd)))
-    m = xp.size(x) // c
-    x3, dy3 = x.reshape(x.shape[0], c, -1), dy.reshape(x.shape[0], c, -1)
-    dbias = xp.lib.einsum("ncp->c", dy3)
-    dscale = (xp.lib.einsum("ncp,ncp->c", dy3, x3) - mu * dbias) * rstd  # sum dY * xhat, xhat never stored
+    m = xp.size(x) // c if c else 0
+    if m == 0:
+        return xp.copy(dy), xp.zeros_like(scale), xp.zeros_like(scale)
+    if sums:  # spatial_bn_multi_batch_grad_ref: the sums of every batch, averaged
+        nb = _number(xp, x)(ctx.args["num_batches"])
+        dscale, dbias = (_vec(ctx, v, i, c, x.dtype) / nb for i, v in ((5, sums[0]), (6, sums[1])))
+    else:
+        dbias = xp.lib.einsum("ncp->c", dy3)
+        dscale = (xp.lib.einsum("ncp,ncp->c", dy3, x3) - mu * dbias) * rstd  # sum dY * xhat, xhat never stored
     # dX = scale rstd / M (M dY - dbias - xhat dscale) = a dY + b X + k per channel
     a = scale * rstd
     b = -a * rstd * dscale / _number(xp, x)(m)
@@ -126,13 +170,15 @@ def spatial_bn_gradient(ctx: Any, x: Any, scale: Any, dy: Any, mu: Any, rstd: An
     dx = dy3 * a[:, None]
     dx += x3 * b[:, None]
     dx += k[:, None]
-    return dx.reshape(x.shape), dscale, dbias
+    return _unchannels(dx, x.shape, order), dscale, dbias
 
 
 @register_gradient("SpatialBN")
 def _spatial_bn_grad(op: OperatorDef, gout: GradOut) -> MakerResult:
     if op.args.get("is_test") or len(op.outputs) != 5:
         raise NetDefinitionError("SpatialBN with is_test=1 has no gradient; differentiate the training-mode op")
+    if len(op.inputs) == 7:
+        raise NetDefinitionError("SpatialBN with batch sums (7 inputs) has no gradient maker; differentiate the 5-input op")
     if any(g is not None for g in gout[1:]):
         raise NetDefinitionError("SpatialBN: only output 0 (Y) is differentiable")
     x, scale = op.inputs[:2]

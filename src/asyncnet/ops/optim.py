@@ -388,15 +388,17 @@ __all__ = ["weighted_sum", "weighted_sum_gradient", "sgd", "momentum_sgd", "mome
 
 
 # -- Adagrad (Caffe2's, dense): moment = decay * moment + g^2;  param += lr * g / (sqrt(moment) + eps)
-@register_op("Adagrad", inputs=4, outputs=2, allow_inplace={0: 0, 1: 1},
+@register_op("Adagrad", inputs=4, outputs=(2, 4), allow_inplace={0: 0, 1: 1},
              args=[Arg("epsilon", float, None, "added to sqrt(moment); default: Caffe2's 1e-5 (formula caffe2) or "
                        "torch's 1e-10 (formula torch)"),
                    Arg("decay", float, 1.0, "factor on the old moment"), _WEIGHT_DECAY, _FORMULA],
-             inputs_doc=("param", "moment", "grad", "lr (1 element)"), outputs_doc=("param", "moment"),
+             inputs_doc=("param", "moment", "grad", "lr (1 element)"),
+             outputs_doc=("param", "moment", "effective_lr (optional)", "update (optional)"),
              doc="Caffe2's Adagrad: moment = decay * moment + g^2; param += lr * g / (sqrt(moment) + epsilon) (Caffe2 "
                  "feeds a negative lr). formula='torch' gives torch.optim.Adagrad's: param -= lr * g / (sqrt(moment) + "
-                 "epsilon). In place (the usual use) writes the input arrays.")
-def adagrad(ctx: Any, param: Any, moment: Any, grad: Any, lr: Any) -> tuple[np.ndarray, np.ndarray]:
+                 "epsilon). In place (the usual use) writes the input arrays. Caffe2's optional outputs: effective_lr = "
+                 "lr / (sqrt(moment) + epsilon) and update = effective_lr * g, then param += update.")
+def adagrad(ctx: Any, param: Any, moment: Any, grad: Any, lr: Any) -> tuple[np.ndarray, ...]:
     p = float_array(ctx, param, 0)
     xp = namespace(ctx, param, moment, grad)
     m = _like(ctx, moment, 1, p, "a moment")
@@ -407,8 +409,13 @@ def adagrad(ctx: Any, param: Any, moment: Any, grad: Any, lr: Any) -> tuple[np.n
     xp.multiply(m, f(a["decay"]), out=m_out)
     m_out += g * g
     rate = f(_scalar(ctx, lr, 3)) * (f(-1) if a["formula"] == "torch" else f(1))
-    xp.add(p, rate * g / (xp.sqrt(m_out) + f(eps)), out=p_out)
-    return p_out, m_out
+    if len(ctx.op.outputs) == 2:
+        xp.add(p, rate * g / (xp.sqrt(m_out) + f(eps)), out=p_out)
+        return p_out, m_out
+    effective_lr = rate / (xp.sqrt(m_out) + f(eps))  # Caffe2's adagrad_update_output_effective_lr(_and_update)
+    update = effective_lr * g
+    xp.add(p, update, out=p_out)
+    return (p_out, m_out, effective_lr) if len(ctx.op.outputs) == 3 else (p_out, m_out, effective_lr, update)
 
 
 __all__ += ["adagrad"]

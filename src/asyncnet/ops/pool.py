@@ -1,4 +1,4 @@
-"""2-D pooling (NCHW), each beside its gradient, with Caffe2's arguments: MaxPool, AveragePool.
+"""2-D pooling (NCHW, or NHWC through conv.in_order), each beside its gradient, with Caffe2's arguments: MaxPool, AveragePool.
 
 Windows are the kernel taps of :mod:`asyncnet.ops.conv` (same kernel/stride/pad spellings;
 ``global_pooling=1`` pools the whole image): a pool is one ufunc call per tap on a strided view. AveragePool divides by the number of input pixels
@@ -31,7 +31,7 @@ import numpy as np
 from asyncnet.core.defs import OperatorDef
 from asyncnet.core.registry import Arg, register_gradient, register_op
 from asyncnet.ops._check import float_array, ndim, same_dtype
-from asyncnet.ops.conv import KERNEL_ARGS, WINDOW_ARGS, Geometry, geometry, pad_input, taps, unpad
+from asyncnet.ops.conv import KERNEL_ARGS, WINDOW_ARGS, Geometry, geometry, in_order, pad_input, taps, unpad
 from asyncnet.ops.grad import GradOut, MakerResult, output_grad
 from asyncnet.tensor.namespace import is_torch, namespace
 
@@ -86,7 +86,8 @@ def _reduce(xp: np.ndarray, g: Geometry, fn: str) -> np.ndarray:
 
 # -- MaxPool: Y = max over each window (padding never wins); dX[p] += dY where X[p] == Y ------------
 @register_op("MaxPool", inputs=1, outputs=1, args=POOL_ARGS, inputs_doc=("X [N, C, H, W]",), outputs_doc=("Y [N, C, OH, OW]",),
-             doc="Caffe2's MaxPool in NCHW: the maximum of each kernel window (padding never wins).")
+             doc="Caffe2's MaxPool (NCHW or NHWC): the maximum of each kernel window (padding never wins).")
+@in_order
 def max_pool(ctx: Any, x: Any) -> np.ndarray:
     x, g = _input(ctx, x)
     if namespace(ctx, x).name == "torch":
@@ -100,6 +101,7 @@ def max_pool(ctx: Any, x: Any) -> np.ndarray:
 
 @register_op("MaxPoolGradient", inputs=3, outputs=1, args=POOL_ARGS, inputs_doc=("X", "Y", "dY"), outputs_doc=("dX",),
              doc="Gradient of MaxPool (Caffe2's rule): each input equal to its window's maximum receives that window's dY.")
+@in_order
 def max_pool_gradient(ctx: Any, x: Any, y: Any, dy: Any) -> np.ndarray:
     x, g = _input(ctx, x)
     y, dy = float_array(ctx, y, 1), float_array(ctx, dy, 2)
@@ -123,7 +125,7 @@ def max_pool_gradient(ctx: Any, x: Any, y: Any, dy: Any) -> np.ndarray:
 
 @register_gradient("MaxPool")
 def _max_pool_grad(op: OperatorDef, gout: GradOut) -> MakerResult:
-    gop = OperatorDef("MaxPoolGradient", [op.inputs[0], op.outputs[0], output_grad(op, gout)], ["#dx"], dict(op.args))
+    gop = OperatorDef(op.type + "Gradient", [op.inputs[0], op.outputs[0], output_grad(op, gout)], ["#dx"], dict(op.args))
     return [gop], ["#dx"]
 
 
@@ -138,8 +140,9 @@ def _counts(x: np.ndarray, g: Geometry, include_pad: bool) -> np.ndarray:
 
 
 @register_op("AveragePool", inputs=1, outputs=1, args=AVG_ARGS, inputs_doc=("X [N, C, H, W]",), outputs_doc=("Y [N, C, OH, OW]",),
-             doc="Caffe2's AveragePool in NCHW: the mean of each kernel window, padding excluded from the count "
+             doc="Caffe2's AveragePool (NCHW or NHWC): the mean of each kernel window, padding excluded from the count "
                  "unless count_include_pad=1.")
+@in_order
 def average_pool(ctx: Any, x: Any) -> np.ndarray:
     x, g = _input(ctx, x)
     s = _reduce(pad_input(x, g), g, "add")
@@ -149,6 +152,7 @@ def average_pool(ctx: Any, x: Any) -> np.ndarray:
 
 @register_op("AveragePoolGradient", inputs=(2, 3), outputs=1, args=AVG_ARGS, inputs_doc=("X", "Y (optional, unused)", "dY"),
              outputs_doc=("dX",), doc="Gradient of AveragePool: each window's dY / count spread over its inputs.")
+@in_order
 def average_pool_gradient(ctx: Any, x: Any, *rest: Any) -> np.ndarray:
     x, g = _input(ctx, x)
     dy = float_array(ctx, rest[-1], len(rest))
@@ -167,5 +171,19 @@ def average_pool_gradient(ctx: Any, x: Any, *rest: Any) -> np.ndarray:
 @register_gradient("AveragePool")
 def _average_pool_grad(op: OperatorDef, gout: GradOut) -> MakerResult:
     # Y is not read, so a later in-place op on Y (Relu) does not block the gradient
-    gop = OperatorDef("AveragePoolGradient", [op.inputs[0], output_grad(op, gout)], ["#dx"], dict(op.args))
+    gop = OperatorDef(op.type + "Gradient", [op.inputs[0], output_grad(op, gout)], ["#dx"], dict(op.args))
     return [gop], ["#dx"]
+
+
+# Caffe2's names for the same ops (pool_op.cc: MaxPool1D/2D, AveragePool1D/2D and their gradients)
+for _d in ("1D", "2D"):
+    register_op("MaxPool" + _d, inputs=1, outputs=1, args=POOL_ARGS, doc="Caffe2's MaxPool" + _d + ": MaxPool under another name.",
+                inputs_doc=("X",), outputs_doc=("Y",))(max_pool)
+    register_op("MaxPool" + _d + "Gradient", inputs=3, outputs=1, args=POOL_ARGS, inputs_doc=("X", "Y", "dY"),
+                outputs_doc=("dX",), doc="Gradient of MaxPool" + _d + ".")(max_pool_gradient)
+    register_gradient("MaxPool" + _d)(_max_pool_grad)
+    register_op("AveragePool" + _d, inputs=1, outputs=1, args=AVG_ARGS, inputs_doc=("X",), outputs_doc=("Y",),
+                doc="Caffe2's AveragePool" + _d + ": AveragePool under another name.")(average_pool)
+    register_op("AveragePool" + _d + "Gradient", inputs=(2, 3), outputs=1, args=AVG_ARGS, inputs_doc=("X", "Y (optional)", "dY"),
+                outputs_doc=("dX",), doc="Gradient of AveragePool" + _d + ".")(average_pool_gradient)
+    register_gradient("AveragePool" + _d)(_average_pool_grad)
