@@ -271,13 +271,19 @@ def _check_inplace(op: OperatorDef, schema: OpSchema, index: int) -> None:
         raise NetDefinitionError(f"outputs must be distinct blobs, got {outs}", _where(op, index))
 
 
+ENGINE = "engine"  # Caffe2's OperatorDef.engine ("", "CUDNN", ...): taken on every op, a str, and ignored
+
+
 def _typed_args(op: OperatorDef, schema: OpSchema, index: int) -> dict[str, Any]:
-    unknown = [k for k in op.args if k not in schema.args]
+    unknown = [k for k in op.args if k not in schema.args and k != ENGINE]
     if unknown:
         k = unknown[0]
         near = near_names(k, schema.args)
         hint = f"; did you mean {near[0]!r}?" if near else f"; it takes {sorted(schema.args) or 'no arguments'}"
         raise NetDefinitionError(f"unknown argument {k!r}{hint}", _where(op, index))
+    if ENGINE in op.args and ENGINE not in schema.args and not isinstance(op.args[ENGINE], str):
+        raise NetDefinitionError(f"expected a str engine (Caffe2's engine name, ignored), got {op.args[ENGINE]!r}",
+                                 _where(op, index))
     typed: dict[str, Any] = {}
     for name, spec in schema.args.items():
         if name in op.args:
