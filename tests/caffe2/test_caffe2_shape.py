@@ -5,9 +5,8 @@ axis, negative too, and split points that may repeat, so pieces may be empty; ad
 reshape_ops_test.py (every case of _test_reshape_output_and_gradient: 0 copies the input's dim
 unless the tensor is empty, -1 is inferred, 0 when the tensor is empty; the shape as an
 argument or as an int32/int64 input; in place; old_shape output), caffe2/operators/
-expand_squeeze_dims_op.h (dims sorted, duplicates refused), transpose_op.h (axes default:
-reversed), flatten_op.h. The kernels are ops/shape.py (the issue-10 engineer's): a difference is
-a strict xfail naming it.
+expand_squeeze_dims_op.h (dims sorted, a repeated dim taken once with a logged warning),
+transpose_op.h (axes default: reversed), flatten_op.h.
 """
 
 from __future__ import annotations
@@ -102,11 +101,10 @@ def test_concat_and_split_gradients_are_each_others():
 RESHAPES = [((4, 2, 1), (2, 4), (2, 4)), ((4, 2, 1), (-1, 8), (1, 8)), ((4, 2, 1), (0, 0, 0), (4, 2, 1)),
             ((4, 2, 1), (0, 2, 1), (4, 2, 1)), ((4, 2, 1), (0, -1, 0), (4, 2, 1)), ((4, 3, 2), (-1, 0), (8, 3)),
             ((4, 2), (1, 2, -1), (1, 2, 4)), ((1,), (1, -1), (1, 1))]
-_EMPTY = pytest.mark.xfail(strict=True, reason="ops/shape.py (issue 10): for an empty tensor Caffe2 keeps a 0 as a literal 0 "
-                                               "(it copies dims only when the tensor has elements) and sets the -1 to 0; "
-                                               "asyncnet refuses both")
-EMPTY_RESHAPES = [pytest.param((0, 0), (0, 0, 0), (0, 0, 0), marks=_EMPTY), pytest.param((2, 0), (-1, 0), (0, 0), marks=_EMPTY),
-                  ((4, 0), (1, -1), (1, 0)), ((0,), (1, -1), (1, 0)), pytest.param((0,), (0, -1), (0, 0), marks=_EMPTY)]
+# for an empty tensor Caffe2 keeps a 0 as a literal 0 (it copies dims only when the tensor has elements)
+# and sets the -1 to 0
+EMPTY_RESHAPES = [((0, 0), (0, 0, 0), (0, 0, 0)), ((2, 0), (-1, 0), (0, 0)),
+                  ((4, 0), (1, -1), (1, 0)), ((0,), (1, -1), (1, 0)), ((0,), (0, -1), (0, 0))]
 
 
 def _check_reshape(old, new, want, how, in_place):
@@ -162,9 +160,8 @@ def test_transpose_flatten_squeeze_expand():
         run("Squeeze", {"x": x}, ["y"], dims=[0])
 
 
-@pytest.mark.xfail(strict=True, reason="ops/shape.py (issue 10): Caffe2's ExpandDims and Squeeze refuse repeated dims "
-                                       "('dims should not have duplicates'); asyncnet inserts or removes the dim once")
-@pytest.mark.parametrize("op,shape", [("ExpandDims", (2, 3)), ("Squeeze", (1, 2, 3))])
-def test_expand_squeeze_refuse_duplicate_dims(op, shape):
-    with pytest.raises(an.AsyncNetError, match="duplicate"):
-        run(op, {"x": np.ones(shape, np.float32)}, ["y"], dims=[0, 0])
+@pytest.mark.parametrize("op,shape,want", [("ExpandDims", (2, 3), (1, 2, 3)), ("Squeeze", (1, 2, 3), (2, 3))])
+def test_expand_squeeze_take_a_repeated_dim_once(op, shape, want):
+    # expand_squeeze_dims_op.h sorts and de-duplicates `dims` (with a logged warning), so [0, 0] is [0]
+    (y,) = run(op, {"x": np.ones(shape, np.float32)}, ["y"], dims=[0, 0])
+    assert y.shape == want

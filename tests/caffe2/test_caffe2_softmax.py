@@ -3,10 +3,10 @@
 Sources: caffe2/python/operator_test/softmax_ops_test.py (the reference functions below are its
 row-max-subtracted loops in numpy form; n and D drawn from its lists, 0 included),
 caffe2/operators/softmax_op.cc and softmax_with_loss_op.cc (X viewed as [size_to_dim(axis),
-size_from_dim(axis)], the axis must be < ndim; labels [N] or [N, 1]; the loss is 0-d,
--mean(log(max(p, 1e-20)))). SoftmaxWithLoss's `label_prob`, `axis`, `scale` and weight input are
-Caffe2's but not asyncnet's (the kernel belongs to the lead's optimization work): those tests are
-strict xfails that turn green when the arguments are implemented.
+size_from_dim(axis)], the axis must be < ndim; labels [N] or [N, 1]; the loss is 0-d: with class
+ids -sum_i w_i log_softmax(X)[i, label_i] / sum_i w_i (no clamp: Caffe2 computes the log-softmax);
+with label_prob -sum_ij w_i T_ij log(max(P_ij, 1e-20)) / sum_i w_i; times `scale`). The gradient
+op takes Caffe2's inputs (X, label, [weight,] P, dloss).
 """
 
 from __future__ import annotations
@@ -112,17 +112,13 @@ def test_softmax_with_loss(n, d, only_loss, label_col):
 
 
 def test_softmax_with_loss_has_no_clamp_on_the_log():
-    # Caffe2 computes -log(max(p, 1e-20)), so its loss stops near 46.05; asyncnet's log-sum-exp gives
-    # the exact value (a documented difference): here p[0] = exp(-100)
+    # with class ids Caffe2 reads the loss off its log-softmax (SoftmaxCPU with logarithmic=true), so
+    # there is no clamp (the 1e-20 clamp is label_prob's, and the Python test's reference): here p[0] = exp(-100)
     _, loss = run("SoftmaxWithLoss", {"x": np.array([[0.0, 100.0]], np.float32), "label": np.array([0], np.int32)},
                   ("p", "loss"))
     np.testing.assert_allclose(loss, 100.0, rtol=1e-6)
 
 
-LEAD_KERNEL = "SoftmaxWithLoss is the lead's kernel (being optimized); Caffe2 has this argument, asyncnet refuses it"
-
-
-@pytest.mark.xfail(strict=True, raises=an.NetDefinitionError, reason=LEAD_KERNEL + ": label_prob=1 (soft labels)")
 def test_softmax_with_loss_label_prob():
     rng = np.random.default_rng(2603)
     n, d = 4, 5
@@ -134,7 +130,6 @@ def test_softmax_with_loss_label_prob():
     np.testing.assert_allclose(loss, want, rtol=1e-5)
 
 
-@pytest.mark.xfail(strict=True, raises=an.NetDefinitionError, reason=LEAD_KERNEL + ": the optional weight input 2")
 def test_softmax_with_loss_weighted():
     rng = np.random.default_rng(2603)
     n, d = 4, 5
@@ -147,7 +142,6 @@ def test_softmax_with_loss_weighted():
     np.testing.assert_allclose(loss, want, rtol=1e-5)
 
 
-@pytest.mark.xfail(strict=True, raises=an.NetDefinitionError, reason=LEAD_KERNEL + ": axis=2 (X viewed as [N*M, D])")
 def test_softmax_with_loss_axis_2():
     rng = np.random.default_rng(2603)
     n, d = 3, 5
@@ -159,8 +153,49 @@ def test_softmax_with_loss_axis_2():
     np.testing.assert_allclose(loss, -np.log(probs[np.arange(n * n), label.ravel()]).mean(), rtol=1e-5)
 
 
-@pytest.mark.xfail(strict=True, raises=an.NetDefinitionError, reason=LEAD_KERNEL + ": scale (multiplies the loss)")
 def test_softmax_with_loss_scale():
     x = np.zeros((2, 4), np.float32)
     _, loss = run("SoftmaxWithLoss", {"x": x, "label": np.array([0, 1], np.int32)}, ("p", "loss"), scale=0.5)
     np.testing.assert_allclose(loss, 0.5 * np.log(4), rtol=1e-6)
+
+
+@pytest.mark.parametrize("mode", ["weighted", "label_prob", "label_prob_weighted", "scale", "axis"])
+def test_softmax_with_loss_modes_gradient_against_autograd(mode):
+    rng = np.random.default_rng(7)
+    n, d = 4, 5
+    x = rng.normal(size=(2, n, d) if mode == "axis" else (n, d))
+    rows = x.reshape(-1, d).shape[0]
+    ids = rng.integers(0, d, rows).astype(np.int32)
+    probs = rng.random((rows, d))
+    probs /= probs.sum(axis=1, keepdims=True)
+    feeds = {"x": x, "label": probs if mode.startswith("label_prob") else (ids.reshape(2, n) if mode == "axis" else ids)}
+    args = {"label_prob": 1} if mode.startswith("label_prob") else {"scale": 2.5} if mode == "scale" else \
+        {"axis": 2} if mode == "axis" else {}
+    if mode.endswith("weighted"):
+        feeds["w"] = rng.random(rows) + 0.1
+
+    def build(net):
+        net.SoftmaxWithLoss(list(feeds), ["p", "loss"], **args)
+        return "loss"
+
+    def ref(x, label, w=None):
+        log_p = torch.log_softmax(x.reshape(-1, d), 1)
+        per = -(log_p * label).sum(1) if mode.startswith("label_prob") else -log_p[torch.arange(rows), label.reshape(-1).long()]
+        loss = per.mean() if w is None else (per * w).sum() / w.sum()
+        return loss * 2.5 if mode == "scale" else loss
+
+    check_all(build, ref, feeds, ["x"])
+
+
+def test_softmax_with_loss_refuses_bad_label_probs_and_weights():
+    x = np.zeros((2, 3), np.float32)
+    with pytest.raises(an.OperatorError, match="summing to 1"):
+        run("SoftmaxWithLoss", {"x": x, "t": np.full((2, 3), 0.5, np.float32)}, ("p", "loss"), label_prob=1)
+    with pytest.raises(an.OperatorError, match="non-negative"):
+        run("SoftmaxWithLoss", {"x": x, "t": np.array([[2, -1, 0], [1, 0, 0]], np.float32)}, ("p", "loss"), label_prob=1)
+    with pytest.raises(an.OperatorError, match="2 weights"):
+        run("SoftmaxWithLoss", {"x": x, "t": np.array([0, 1], np.int32), "w": np.ones(3, np.float32)}, ("p", "loss"))
+    with pytest.raises(an.NetDefinitionError, match="scale >= 0"):
+        run("SoftmaxWithLoss", {"x": x, "t": np.array([0, 1], np.int32)}, ("p", "loss"), scale=-1.0)
+    _, loss = run("SoftmaxWithLoss", {"x": x, "t": np.array([0, 1], np.int32), "w": np.zeros(2, np.float32)}, ("p", "loss"))
+    assert loss == 0 and loss.dtype == np.float32  # Caffe2: weights summing to 0 give a loss of 0

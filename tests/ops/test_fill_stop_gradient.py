@@ -52,6 +52,18 @@ def test_given_tensor_fill_variants_dtypes_and_shape_sources() -> None:
     assert run_fill("GivenTensorFill", shape=[0], values=[]).shape == (0,)
 
 
+@pytest.mark.parametrize("args", [
+    {"values": 3}, {"values": 0.5, "shape": [1]}, {"values": [1.0], "shape": 3}, {"values": [1.0], "shape": -2.5},
+    {"values": [1.0], "shape": [10**20]}, {"values": [1.0, 2.0], "shape": [3]},
+])
+def test_given_tensor_fill_bad_args_are_a_definition_error(args: dict) -> None:
+    # found by fuzzing: the op's own check ran before the arg types were checked (TypeError, OverflowError)
+    from asyncnet.errors import NetDefinitionError
+
+    with pytest.raises(NetDefinitionError, match="GivenTensorFill"):
+        run_fill("GivenTensorFill", **args)
+
+
 def test_given_tensor_fill_runs_again_with_fresh_arrays() -> None:
     ws, net = an.Workspace(), an.Net("fill")
     net.GivenTensorFill([], "Y", shape=[2], values=[1.0, 2.0])

@@ -95,6 +95,13 @@ def one_stuck_forever(sync):
     sync.sync_gradients(np.ones(4))
 
 
+def one_stopped(sync):
+    """Worker 1 stops itself (SIGSTOP: SIGTERM stays pending); the runner must still return."""
+    if sync.worker_id == 1:
+        os.kill(os.getpid(), signal.SIGSTOP)
+    sync.sync_gradients(np.ones(4))
+
+
 class NeedsTwoArgs(Exception):
     """Pickles (as ``cls(*args)``) but cannot be rebuilt: ``__init__`` takes other arguments."""
 

@@ -6,6 +6,7 @@ with every worker."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -179,6 +180,67 @@ def test_an_unexpected_failure_inside_training_is_one_line(tmp_path: Path, capsy
     assert main(["train", "--out", str(tmp_path / "run"), "--quiet"]) == 1
     line = _one_error_line(capsys.readouterr().err)
     assert line == "asyncnet: error: training failed (worker 1): ValueError: expected non-negative integer"
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert metrics["status"] == "failed" and metrics["error"] == line.removeprefix("asyncnet: error: ")
+
+
+def _wait_for_epochs(p: subprocess.Popen, metrics: Path, epochs: int) -> None:
+    import time
+
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and p.poll() is None:
+        try:
+            if len(json.loads(metrics.read_text())["epochs"]) >= epochs:
+                return
+        except (OSError, ValueError, KeyError):
+            pass
+        time.sleep(0.05)
+    raise AssertionError(f"no {epochs} epochs saved in {metrics} (exit status {p.poll()})")
+
+
+@pytest.mark.parametrize("sig,status,name", [("SIGTERM", 143, "SIGTERM"), ("SIGINT", 130, "SIGINT")])
+def test_a_stopped_run_says_so_in_metrics_and_resumes(tmp_path: Path, sig: str, status: int, name: str) -> None:
+    import signal
+
+    cmd = [sys.executable, "-m", "asyncnet", "train", *QUIET]
+    p = subprocess.Popen([*cmd, "--epochs", "200", "--out", "run"], cwd=tmp_path, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for_epochs(p, tmp_path / "run" / "metrics.json", 2)
+        p.send_signal(getattr(signal, sig))
+        err = p.communicate(timeout=60)[1]
+    finally:
+        p.kill()
+    assert p.returncode == status and len(err.strip().splitlines()) == 1, err
+    saved = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert saved["status"] == "interrupted" and saved["error"] == f"stopped by {name}" and len(saved["epochs"]) >= 2
+    total = str(len(saved["epochs"]) + 1)
+    assert subprocess.run([*cmd, "--resume", "run", "--epochs", total], cwd=tmp_path, timeout=80).returncode == 0
+    assert json.loads((tmp_path / "run" / "metrics.json").read_text())["status"] == "ok"
+
+
+def test_a_dead_process_worker_fails_the_run_in_one_line_and_metrics_say_so(tmp_path: Path) -> None:
+    import signal
+    import time
+
+    cmd = [sys.executable, "-m", "asyncnet", "train", *QUIET, "--backend", "processes", "--epochs", "500", "--out", "run"]
+    p = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline, workers = time.monotonic() + 60, []
+        while time.monotonic() < deadline and not workers and p.poll() is None:
+            workers = [int(c) for c in subprocess.run(["pgrep", "-f", "-P", str(p.pid), "multiprocessing-fork"],
+                                                      capture_output=True, text=True).stdout.split()]
+            time.sleep(0.2)
+        assert workers, "no worker process started"
+        time.sleep(0.5)  # mid-training
+        os.kill(workers[0], signal.SIGKILL)
+        err = p.communicate(timeout=60)[1]
+    finally:
+        p.kill()
+    line = _one_error_line(err)
+    assert p.returncode == 1 and "died" in line, err
+    saved = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert saved["status"] == "failed" and "died" in saved["error"]
 
 
 def test_a_killed_run_resumes_from_its_last_saved_epoch_bit_for_bit(tmp_path: Path) -> None:

@@ -8,7 +8,8 @@ Lifetime rules (what makes "nothing left in /dev/shm" hold):
 
 - The creating handle *owns* the name. ``unlink()`` (or leaving its ``with`` block, or its
   garbage collection, or normal interpreter exit through a ``weakref.finalize``) removes it.
-- The creator also registers the name with multiprocessing's resource tracker, so if the
+- The creator also registers the name with multiprocessing's resource tracker (through
+  :mod:`asyncnet._tracker`, which survives the tracker being killed), so if the
   creating process is killed the tracker unlinks it when the process tree is gone.
 - Handles that *attach* (by name or by unpickling in a child) never register and never
   unlink on their own: a child that crashes leaves nothing behind, and the owner's later
@@ -26,7 +27,8 @@ import os
 import secrets
 import struct
 import weakref
-from multiprocessing import resource_tracker
+
+from asyncnet import _tracker
 
 try:
     import _posixshmem
@@ -57,7 +59,7 @@ def _unlink_name(tracked_name: str) -> None:
         _posixshmem.shm_unlink(tracked_name)
     except FileNotFoundError:
         pass
-    resource_tracker.unregister(tracked_name, "shared_memory")
+    _tracker.unregister(tracked_name)
 
 
 def _finalize(mm: mmap.mmap, tracked_name: str | None, pid: int) -> None:
@@ -100,7 +102,7 @@ class Segment:
         else:  # pragma: no cover - 100 collisions of 64 random bits
             raise FileExistsError("could not find a free shared-memory name")
         try:
-            resource_tracker.register("/" + nm, "shared_memory")
+            _tracker.register("/" + nm)
             os.ftruncate(fd, SIZE)
             mm = mmap.mmap(fd, SIZE)
         except BaseException:
@@ -151,7 +153,7 @@ class Segment:
         except FileNotFoundError:
             pass
         if self.owner:
-            resource_tracker.unregister(tracked, "shared_memory")
+            _tracker.unregister(tracked)
             # the finalizer must not unlink (or unregister) a second time
             mm = self.mm
             self._finalizer.detach()

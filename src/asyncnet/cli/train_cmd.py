@@ -136,14 +136,23 @@ def run(args: argparse.Namespace) -> int:
             result = _train(cfg, out, args.quiet, rank0, resume, saver, ds)
         except TrainingDivergedError as e:
             if rank0:
-                _write_failure(out, e, saver)
+                _write_failure(out, saver, "diverged", str(e))
             raise
-        except (AsyncNetError, KeyboardInterrupt):
+        except KeyboardInterrupt as e:  # SIGINT, or SIGTERM (cli.main's Terminated)
+            if rank0:
+                _write_failure(out, saver, "interrupted", f"stopped by {_signal_name(e)}")
+            raise  # one line from main()
+        except AsyncNetError as e:
+            if rank0:
+                _write_failure(out, saver, "failed", str(e))
             raise  # one line from main()
         except Exception as e:  # noqa: BLE001 - never a traceback; the details go to the debug log
             logging.getLogger("asyncnet.train").debug("training failed", exc_info=True)
             where = f" (worker {e.worker_id})" if hasattr(e, "worker_id") else ""
-            raise TrainingFailedError(f"training failed{where}: {type(e).__name__}: {e}") from e
+            failed = TrainingFailedError(f"training failed{where}: {type(e).__name__}: {e}")
+            if rank0:
+                _write_failure(out, saver, "failed", str(failed))
+            raise failed from e
     if not result.is_main:
         return 0
     _write_run_dir(result, out)
@@ -295,15 +304,22 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
     atomic_write_text(path, json.dumps(data, indent=2, allow_nan=False) + "\n")
 
 
-def _write_failure(out: Path, error: BaseException, saver: "_EpochSaver") -> None:
-    """metrics.json of a diverged run: the epochs saved before (the checkpoint is at the last of
-    them: ``--resume`` with a lower ``--lr`` continues from there) and the error."""
+def _write_failure(out: Path, saver: "_EpochSaver", status: str, error: str) -> None:
+    """metrics.json of a run that did not finish (``status`` "diverged", "failed" or
+    "interrupted"): the epochs saved before (the checkpoint is at the last of them: ``--resume``
+    continues from there, with a lower ``--lr`` after a divergence) and the error."""
     from asyncnet.train.report import write_metrics
 
     try:
-        write_metrics(saver.history, out / "metrics.json", extra={"status": "diverged", "error": str(error)})
-    except OSError:
+        write_metrics(saver.history, out / "metrics.json", extra={"status": status, "error": error})
+    except (OSError, ValueError):
         pass  # the one-line error still tells the user
+
+
+def _signal_name(stop: KeyboardInterrupt) -> str:
+    from asyncnet.cli.main import Terminated  # cli.main imports this module: not at the top
+
+    return "SIGTERM" if isinstance(stop, Terminated) else "SIGINT"
 
 
 def _write_run_dir(result: Any, out: Path) -> None:

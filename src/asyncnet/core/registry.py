@@ -232,17 +232,18 @@ def validate_op(op: OperatorDef, index: int, net_device: DeviceOption | None = N
     if n_out < lo or (hi is not None and n_out > hi):
         raise NetDefinitionError(f"expected {_range_text(lo, hi)} outputs, got {n_out}", _where(op, index))
     _check_inplace(op, schema, index)
+    args = _typed_args(op, schema, index)  # first: an op's own validator may rely on the declared arg types
     if schema.validate is not None:
         try:
             schema.validate(op)
-        except ValueError as e:
+        except (ValueError, TypeError, OverflowError) as e:
             raise NetDefinitionError(str(e), _where(op, index)) from None
     device = op.device_option or net_device
     device_type = _DEFAULT_DEVICE_TYPE if device is None else device.device_type
     if device_type not in schema.devices:
         raise NetDefinitionError(f"device {device_type!r} not supported; the op runs on {list(schema.devices)}",
                                  _where(op, index))
-    return schema, _typed_args(op, schema, index)
+    return schema, args
 
 
 _DEFAULT_DEVICE_TYPE = DeviceOption().device_type
@@ -271,13 +272,19 @@ def _check_inplace(op: OperatorDef, schema: OpSchema, index: int) -> None:
         raise NetDefinitionError(f"outputs must be distinct blobs, got {outs}", _where(op, index))
 
 
+ENGINE = "engine"  # Caffe2's OperatorDef.engine ("", "CUDNN", ...): taken on every op, a str, and ignored
+
+
 def _typed_args(op: OperatorDef, schema: OpSchema, index: int) -> dict[str, Any]:
-    unknown = [k for k in op.args if k not in schema.args]
+    unknown = [k for k in op.args if k not in schema.args and k != ENGINE]
     if unknown:
         k = unknown[0]
         near = near_names(k, schema.args)
         hint = f"; did you mean {near[0]!r}?" if near else f"; it takes {sorted(schema.args) or 'no arguments'}"
         raise NetDefinitionError(f"unknown argument {k!r}{hint}", _where(op, index))
+    if ENGINE in op.args and ENGINE not in schema.args and not isinstance(op.args[ENGINE], str):
+        raise NetDefinitionError(f"expected a str engine (Caffe2's engine name, ignored), got {op.args[ENGINE]!r}",
+                                 _where(op, index))
     typed: dict[str, Any] = {}
     for name, spec in schema.args.items():
         if name in op.args:

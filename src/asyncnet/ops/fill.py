@@ -26,6 +26,7 @@ torch net.
 
 from __future__ import annotations
 
+import math
 import sys
 from typing import Any
 
@@ -311,7 +312,7 @@ def _validate_given(op: OperatorDef) -> None:
         raise ValueError(f"{op.type}: expected bool values (or 0/1), got {[v for v in values if v not in (0, 1)][:3]}")
     if not op.inputs:
         shape = op.args.get("shape", [])
-        size = int(np.prod(shape, dtype=np.int64))
+        size = math.prod(shape)  # Python ints: a huge shape is a mismatch, not an overflow
         if size != len(values):
             raise ValueError(f"{op.type}: shape {list(shape)} holds {size} values, but `values` has {len(values)}")
 

@@ -17,6 +17,7 @@ tensors (:mod:`asyncnet.tensor.namespace`); results keep the inputs' library and
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -25,21 +26,25 @@ from asyncnet.core.defs import OperatorDef
 from asyncnet.core.registry import Arg, register_gradient, register_op
 from asyncnet.errors import NetDefinitionError
 from asyncnet.ops import grad as _grad  # also registers the gradient ops the makers below emit
-from asyncnet.ops._check import FLOAT_DTYPES, array, float_array, same_dtype
-from asyncnet.ops.math import CPU_CUDA
+from asyncnet.ops._check import FLOAT_DTYPES, array, flatten_2d, float_array, same_dtype
+from asyncnet.ops.math import CPU_CUDA, canonical_axis
 from asyncnet.tensor.namespace import cpu_tensors, namespace, torch_namespace
 
 _INT_IDS = (np.int32, np.int64)
 LOG_THRESHOLD = 1e-20  # probabilities are clamped here before the log, as Caffe2 does
 
 
-def _labels(ctx: Any, label: Any, i: int, n: int, d: int) -> np.ndarray:
-    """``label`` as a 1-D int array of n class ids in [0, d)."""
+def _labels(ctx: Any, label: Any, i: int, n: int, d: int, axis: int = 1) -> np.ndarray:
+    """``label`` as a 1-D int array of n class ids in [0, d): shaped [N] or [N, 1] (Caffe2's rule for
+    logits viewed 2-D at ``axis``: ``axis`` dims of n elements, or dims before ``axis`` of n elements
+    and 1 after)."""
     label = array(ctx, label, i)
     if not (label.dtype.type in _INT_IDS if isinstance(label, np.ndarray) else str(label.dtype) in ("torch.int32", "torch.int64")):
         raise TypeError(f"expected int32 or int64 class ids in input {i} {ctx.op.inputs[i]!r}, got dtype {label.dtype}")
-    if label.shape not in ((n,), (n, 1)):
-        raise ValueError(f"expected labels of shape ({n},) or ({n}, 1) in input {i} {ctx.op.inputs[i]!r}, got {label.shape}")
+    shape = tuple(label.shape)
+    if shape not in ((n,), (n, 1)) and not (math.prod(shape[:axis]) == n and math.prod(shape[axis:]) == 1):
+        want = f"({n},) or ({n}, 1)" if axis == 1 else f"{n} ids (dims before axis {axis}; 1 after)"
+        raise ValueError(f"expected labels of shape {want} in input {i} {ctx.op.inputs[i]!r}, got {label.shape}")
     label = label.reshape(n)
     if n and bool(((label < 0) | (label >= d)).any()):  # one reduction (one device sync on a GPU)
         raise ValueError(f"expected class ids in [0, {d}) in input {i} {ctx.op.inputs[i]!r}, got range [{label.min()}, {label.max()}]")
@@ -73,19 +78,36 @@ def _no_grad_through(op: OperatorDef, gout: list[str | None], idx: int) -> None:
 # -- SoftmaxWithLoss: P = softmax(X); loss = -mean_i log P[i, label_i]; dX = (P - onehot) dloss / N
 _ONLY_LOSS = Arg("only_loss", bool, False, "the softmax output is read by nothing but the gradient, which may then "
                  "reuse its array for dX (Caffe2's memory-saving only_loss)")
+_SWL_ARGS = [
+    _ONLY_LOSS,
+    Arg("label_prob", bool, False, "labels are probability distributions [N, D] (rows >= 0 summing to 1) instead of "
+        "class ids; the loss is then -sum_j T[i, j] log(max(P[i, j], 1e-20)), Caffe2's clamp"),
+    Arg("axis", int, 1, "X is viewed as [prod(dims[:axis]), prod(dims[axis:])]; P keeps X's shape"),
+    Arg("scale", float, 1.0, "multiplies the loss (and so its gradient); must be >= 0"),
+    Arg("order", str, "NCHW", "Caffe2's; only NCHW exists", choices=("NCHW",)),
+]
 
 
-@register_op("SoftmaxWithLoss", inputs=2, outputs=2, devices=CPU_CUDA, inputs_doc=("logits X [N, D]", "label [N] int"),
-             outputs_doc=("softmax P [N, D]", "loss (0-d)"), args=[_ONLY_LOSS],
-             doc="Softmax of the logits and the mean cross-entropy against integer labels (log-sum-exp, no overflow).")
-def softmax_with_loss(ctx: Any, x: Any, label: Any) -> tuple[np.ndarray, np.ndarray]:
-    index = _plain(x, label)
+def _validate_swl(op: OperatorDef) -> None:
+    scale = op.args.get("scale", 1.0)
+    if isinstance(scale, (int, float)) and not scale >= 0:
+        raise ValueError(f"{op.type}: expected scale >= 0, got {scale}")
+
+
+@register_op("SoftmaxWithLoss", inputs=(2, 3), outputs=2, devices=CPU_CUDA, validate=_validate_swl,
+             inputs_doc=("logits X [N, D] (or any shape, viewed 2-D at `axis`)", "label [N] int (label_prob: [N, D] float)",
+                         "weight [N] (optional): each example's weight"),
+             outputs_doc=("softmax P, X's shape", "loss (0-d)"), args=_SWL_ARGS,
+             doc="Softmax of the logits and the cross-entropy against the labels (log-sum-exp, no overflow), Caffe2's: "
+                 "loss = scale * sum_i w_i l_i / sum_i w_i (w = 1 without a weight input; 0 if the weights sum to 0).")
+def softmax_with_loss(ctx: Any, x: Any, label: Any, *weight: Any) -> tuple[np.ndarray, np.ndarray]:
+    index = None if weight or not _plain_args(ctx) else _plain(x, label)
     if index is not None:
         try:
             return _softmax_with_loss_np(x, index)
         except IndexError:
             pass  # an id out of range: the general path says which
-    elif _plain_torch(x, label):
+    elif not weight and _plain_args(ctx) and _plain_torch(x, label):
         log_p = x.log_softmax(1)
         try:  # nll_loss refuses an id out of range (int32 ids never equal the ignore_index)
             loss = torch_namespace().lib.nn.functional.nll_loss(log_p, label.long(), ignore_index=_NEVER)
@@ -93,19 +115,81 @@ def softmax_with_loss(ctx: Any, x: Any, label: Any) -> tuple[np.ndarray, np.ndar
             pass  # the general path says which
         else:
             return log_p.exp(), loss
-    x = _matrix(ctx, x, 0)
-    xp = namespace(ctx, x, label)
-    n, d = x.shape
-    label = _labels(ctx, label, 1, n, d)
+    return _softmax_with_loss(ctx, x, label, weight[0] if weight else None)
+
+
+def _plain_args(ctx: Any) -> bool:
+    """The op's args are the defaults the short paths assume (kept in its args dict after the first call)."""
+    a = ctx.args
+    plain = a.get("_plain")
+    if plain is None:
+        plain = a["_plain"] = not a["label_prob"] and a["axis"] == 1 and a["scale"] == 1.0
+    return plain
+
+
+def _softmax_with_loss(ctx: Any, x: Any, label: Any, weight: Any) -> tuple[Any, Any]:
+    """The general path: any axis, label_prob, a weight input, scale."""
+    a = ctx.args
+    x = float_array(ctx, x, 0)
+    xp = namespace(ctx, x, label) if weight is None else namespace(ctx, x, label, weight)
+    axis = canonical_axis(ctx, x, "axis")
+    x2 = flatten_2d(x, axis)
+    n, d = x2.shape
     if n == 0:
         raise ValueError("expected a non-empty batch in input 0")
-    if xp.name == "torch":  # one fused kernel where torch has it (the same math)
-        log_p = xp.lib.log_softmax(x, 1)
+    w = None if weight is None else _weights(ctx, weight, n, x2)
+    if a["label_prob"]:
+        t = _label_probs(ctx, label, x2, axis)
+        p = _softmax_rows(xp, x2)
+        log_likelihood = (xp.log(xp.maximum(p, xp.scalar_like(LOG_THRESHOLD, p))) * t).sum(axis=1)
     else:
-        z = x - xp.amax(x, axis=1, keepdims=True)
-        log_p = z - xp.log(xp.exp(z).sum(axis=1, keepdims=True))
-    loss = -xp.take_rows(log_p, label).mean()
-    return xp.exp(log_p), xp.scalar_like(loss, x)
+        label = _labels(ctx, label, 1, n, d, axis)
+        if xp.name == "torch":  # one fused kernel where torch has it (the same math)
+            log_p = xp.lib.log_softmax(x2, 1)
+        else:
+            z = x2 - xp.amax(x2, axis=1, keepdims=True)
+            log_p = z - xp.log(xp.exp(z).sum(axis=1, keepdims=True))
+        log_likelihood, p = xp.take_rows(log_p, label), xp.exp(log_p)
+    if w is None:
+        loss = -log_likelihood.mean()  # (the sign last: the bits of a zero loss as before)
+    else:
+        total = w.sum()
+        loss = -(log_likelihood * w).sum() / total if float(total) != 0 else total * 0
+    if a["scale"] != 1.0:
+        loss = loss * a["scale"]
+    return p.reshape(x.shape), xp.scalar_like(loss, x)
+
+
+def _softmax_rows(xp: Any, x2: Any) -> Any:
+    """P = exp(x - rowmax) / rowsum: Caffe2's softmax when the labels are probabilities."""
+    e = xp.exp(x2 - xp.amax(x2, axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def _weights(ctx: Any, w: Any, n: int, like: Any) -> Any:
+    """The optional weight input: n floats (any shape of n elements), in the logits' dtype."""
+    w = float_array(ctx, w, 2)
+    if tuple(w.shape) != (n,) and not (w.ndim and math.prod(w.shape) == n):
+        raise ValueError(f"expected {n} weights in input 2 {ctx.op.inputs[2]!r}, got shape {tuple(w.shape)}")
+    same_dtype(ctx, [like, w])
+    return w.reshape(n)
+
+
+def _label_probs(ctx: Any, t: Any, x2: Any, axis: int) -> Any:
+    """label_prob's labels: [N, D] (viewed at X's axis) of non-negative rows summing to 1 within 1e-5, as Caffe2 checks."""
+    t = float_array(ctx, t, 1)
+    n, d = x2.shape
+    if t.ndim < 2 or math.prod(t.shape[:axis]) != n or math.prod(t.shape[axis:]) != d:
+        raise ValueError(f"expected label probabilities of {n} x {d} in input 1 {ctx.op.inputs[1]!r}, got shape {tuple(t.shape)}")
+    same_dtype(ctx, [x2, t])
+    t = t.reshape(n, d)
+    if bool((t < 0).any()):
+        raise ValueError(f"expected non-negative label probabilities in input 1 {ctx.op.inputs[1]!r}")
+    total = t.sum(axis=1)
+    if bool((abs(total - 1) >= 1e-5).any()):
+        raise ValueError(f"expected label probabilities summing to 1 (+/- 1e-5) per row in input 1 {ctx.op.inputs[1]!r}, "
+                         f"got row sums in [{float(total.min())}, {float(total.max())}]")
+    return t
 
 
 _nd = np.ndarray
@@ -178,12 +262,17 @@ def _softmax_with_loss_np(x: np.ndarray, label: np.ndarray) -> tuple[np.ndarray,
     return np.exp(z, out=e), np.asarray(loss, dtype=x.dtype)
 
 
-@register_op("SoftmaxWithLossGradient", inputs=3, outputs=1, devices=CPU_CUDA, inputs_doc=("softmax P", "label", "dloss"), outputs_doc=("dX",),
-             args=[_ONLY_LOSS],
-             doc="Gradient of SoftmaxWithLoss: dX = (P - onehot(label)) * dloss / N; with only_loss it is computed in "
-                 "P's array (Caffe2's dX->ShareData(P)), so P is overwritten.")
-def softmax_with_loss_gradient(ctx: Any, p: Any, label: Any, dloss: Any) -> np.ndarray:
-    index = _plain(p, label)
+@register_op("SoftmaxWithLossGradient", inputs=(3, 5), outputs=1, devices=CPU_CUDA, validate=_validate_swl, args=_SWL_ARGS,
+             inputs_doc=("X (Caffe2's form; or P in the 3-input form)", "label", "weight (5 inputs) / P (4) / dloss (3)",
+                         "P (5 inputs) / dloss (4)", "dloss (5 inputs)"), outputs_doc=("dX, X's shape",),
+             doc="Gradient of SoftmaxWithLoss, Caffe2's inputs (X, label, [weight,] P, dloss), or asyncnet's older "
+                 "(P, label, dloss): dX = (P - onehot(label)) * w_i * scale * dloss / sum(w) (label_prob: P - label). "
+                 "With only_loss it is computed in P's array (Caffe2's dX->ShareData(P)), so P is overwritten.")
+def softmax_with_loss_gradient(ctx: Any, *inputs: Any) -> np.ndarray:
+    label, p, dloss = inputs[1], inputs[-2 if len(inputs) > 3 else 0], inputs[-1]
+    if len(inputs) == 5:
+        return _softmax_with_loss_gradient(ctx, p, label, dloss, inputs[2])
+    index = _plain(p, label) if _plain_args(ctx) else None
     if index is not None and type(dloss) is _nd and dloss.size == 1 and dloss.dtype.type in FLOAT_DTYPES:
         n = p.shape[0]
         dx = p if ctx.args["only_loss"] else p.copy()
@@ -194,8 +283,8 @@ def softmax_with_loss_gradient(ctx: Any, p: Any, label: Any, dloss: Any) -> np.n
         else:
             dx *= p.dtype.type(dloss.item(0)) / n  # item: a Python float holds any float dtype's value exactly
             return dx
-    elif (not ctx.args["only_loss"] and _plain_torch(p, label) and cpu_tensors(dloss) and dloss.numel() == 1
-          and dloss.is_floating_point()):
+    elif (not ctx.args["only_loss"] and _plain_args(ctx) and _plain_torch(p, label) and cpu_tensors(dloss)
+          and dloss.numel() == 1 and dloss.is_floating_point()):
         n = p.shape[0]
         dx = p.clone()
         try:  # scatter_add_ refuses an id out of range (in the clone: P is untouched)
@@ -204,22 +293,41 @@ def softmax_with_loss_gradient(ctx: Any, p: Any, label: Any, dloss: Any) -> np.n
             pass  # the general path says which
         else:
             return dx.mul_(float(dloss) / n)
-    p = _matrix(ctx, p, 0)
-    xp = namespace(ctx, p, label, dloss)
-    n, d = p.shape
-    label = _labels(ctx, label, 1, n, d)
-    dx = p if ctx.args["only_loss"] else xp.copy(p)
-    xp.add_rows(dx, label, -1)
-    dx *= _scalar_grad(ctx, dloss, 2, p) / n
-    return dx
+    return _softmax_with_loss_gradient(ctx, p, label, dloss, None)
+
+
+def _softmax_with_loss_gradient(ctx: Any, p: Any, label: Any, dloss: Any, weight: Any) -> Any:
+    a = ctx.args
+    p = float_array(ctx, p, 0)
+    xp = namespace(ctx, p, label, dloss) if weight is None else namespace(ctx, p, label, dloss, weight)
+    axis = canonical_axis(ctx, p, "axis")
+    p2 = flatten_2d(p, axis)
+    n, d = p2.shape
+    dx = p2 if a["only_loss"] else xp.copy(p2)
+    if a["label_prob"]:
+        dx -= _label_probs(ctx, label, p2, axis)
+    else:
+        xp.add_rows(dx, _labels(ctx, label, 1, n, d, axis), -1)
+    i_dloss = len(ctx.op.inputs) - 1
+    if weight is None:
+        g = _scalar_grad(ctx, dloss, i_dloss, p2)
+        dx *= g / n if a["scale"] == 1.0 else g * a["scale"] / n  # (the default's bits as before)
+        return dx.reshape(p.shape)
+    w = _weights(ctx, weight, n, p2)
+    dx *= w.reshape(n, 1)
+    total = w.sum()
+    if float(total) > 0:  # Caffe2 scales only then
+        dx *= _scalar_grad(ctx, dloss, i_dloss, p2) * (a["scale"] / total)
+    return dx.reshape(p.shape)
 
 
 @register_gradient("SoftmaxWithLoss")
 def _softmax_with_loss_grad(op: OperatorDef, gout: list[str | None]) -> tuple[list[OperatorDef], list[str | None]]:
     _no_grad_through(op, gout, 0)
-    x, label = op.inputs
-    args = {"only_loss": True} if op.args.get("only_loss") else {}
-    return [OperatorDef("SoftmaxWithLossGradient", [op.outputs[0], label, gout[1]], ["#dx"], args)], ["#dx", None]
+    x, label, *weight = op.inputs
+    args = {k: v for k, v in op.args.items() if k in ("only_loss", "label_prob", "axis", "scale", "order")}
+    inputs = [x, label, *weight, op.outputs[0], gout[1]]  # Caffe2's (X, label, [weight,] P, dloss)
+    return [OperatorDef("SoftmaxWithLossGradient", inputs, ["#dx"], args)], ["#dx", None] + [None] * len(weight)
 
 
 # -- LabelCrossEntropy: Y[i] = -log X[i, label_i];  dX[i, label_i] = -dY[i] / X[i, label_i] ----

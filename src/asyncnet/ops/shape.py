@@ -72,24 +72,27 @@ def _int_vector(ctx: Any, x: Any, i: int) -> list[int]:
 
 # -- Reshape: Y = X with a new shape (0 copies the input's dim, -1 is inferred); dX = dY reshaped back
 def new_shape(old: tuple[int, ...], spec: list[int]) -> tuple[int, ...]:
-    """Caffe2's reshape rule: 0 keeps the input's dim at that position, one -1 is inferred.
+    """Caffe2's reshape rule: 0 keeps the input's dim at that position, one -1 is inferred; for an
+    empty input (0 elements) a 0 stays a literal 0 and the -1 becomes 0, as Caffe2 does.
 
-    >>> new_shape((2, 3, 4), [0, -1])
-    (2, 12)
+    >>> new_shape((2, 3, 4), [0, -1]), new_shape((2, 0), [-1, 0])
+    ((2, 12), (0, 0))
     """
+    size = math.prod(old)
     dims = []
     for i, d in enumerate(spec):
-        if d == 0:
+        if d == 0 and size:
             if i >= len(old):
                 raise ValueError(f"shape {spec} copies dim {i} (0) but the input {old} has only {len(old)} dims")
             d = old[i]
         elif d < -1:
             raise ValueError(f"expected dims >= -1 in shape {spec}, got {d}")
         dims.append(d)
-    size = math.prod(old)
     if dims.count(-1) > 1:
         raise ValueError(f"expected at most one -1 in shape {spec}")
-    if -1 in dims:
+    if -1 in dims and not size:
+        dims[dims.index(-1)] = 0
+    elif -1 in dims:
         known = math.prod(d for d in dims if d != -1)
         if known == 0 or size % known:
             raise ValueError(f"cannot infer the -1 of shape {spec} for an input of shape {old} ({size} elements)")

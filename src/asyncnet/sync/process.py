@@ -711,21 +711,23 @@ def run_process_workers(n: int, fn: Callable[[Any], Any], timeout: float | None)
 
 
 _EXIT_GRACE = 10.0  # seconds a worker may take to exit after it sent its result
+_KILL_GRACE = 2.0  # seconds from SIGTERM to SIGKILL for a worker being terminated
 
 
 def _supervise(procs, conns, group: _Group, results, errors, seq, grace: float) -> None:
     """Collect results; abort the group at the first error or early exit.
 
     Like a nursery cancelling its children: workers still running ``grace`` seconds after the
-    first failure (stuck outside any sync call, where the abort cannot reach them) are terminated,
-    and so is a worker still running ``_EXIT_GRACE`` seconds after it sent its result (something
+    first failure (stuck outside any sync call, where the abort cannot reach them) are terminated
+    (SIGTERM, then SIGKILL ``_KILL_GRACE`` seconds later: a stopped worker holds SIGTERM), and so is a worker still running ``_EXIT_GRACE`` seconds after it sent its result (something
     in it, such as a non-daemon thread, keeps it from exiting); its result stands.
     """
     n = len(procs)
     done = [False] * n  # its message (result or error) arrived
     closed = [False] * n  # its end of the pipe is closed: nothing more can come
     done_at: dict[int, float] = {}
-    terminated: set[int] = set()
+    terminated: dict[int, float] = {}  # worker -> when it was sent SIGTERM
+    killed: set[int] = set()
     failed_at: float | None = None
 
     def take(i: int) -> None:
@@ -756,7 +758,7 @@ def _supervise(procs, conns, group: _Group, results, errors, seq, grace: float) 
         now = time.monotonic()
         if errors and failed_at is None:
             failed_at = now
-        for i in alive - terminated:
+        for i in alive - terminated.keys():
             stuck_after_failure = failed_at is not None and now - failed_at > grace
             stuck_after_result = done[i] and now - done_at[i] > _EXIT_GRACE
             if stuck_after_failure or stuck_after_result:
@@ -764,7 +766,11 @@ def _supervise(procs, conns, group: _Group, results, errors, seq, grace: float) 
                     warnings.warn(f"worker {i} sent its result but was still running {_EXIT_GRACE:g} s later "
                                   "(a non-daemon thread?); it was terminated", RuntimeWarning, stacklevel=4)
                 procs[i].terminate()
-                terminated.add(i)
+                terminated[i] = now
+        for i, since in terminated.items():  # SIGTERM is held while a worker is stopped (SIGSTOP) or ignored
+            if i in alive and i not in killed and now - since > _KILL_GRACE:
+                procs[i].kill()
+                killed.add(i)
         waitables = {procs[i].sentinel: i for i in alive}
         waitables.update({conns[i]: i for i in alive if not closed[i]})
         for obj in mp_wait(list(waitables), timeout=0.5):

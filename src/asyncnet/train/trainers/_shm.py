@@ -18,11 +18,12 @@ from __future__ import annotations
 import mmap
 import os
 import secrets
-from multiprocessing import resource_tracker
 from typing import Any
 
 import _posixshmem
 import numpy as np
+
+from asyncnet import _tracker
 
 __all__ = ["SharedArrays"]
 
@@ -54,12 +55,12 @@ class SharedArrays:
         name = f"{PREFIX}{os.getpid()}_{secrets.token_hex(8)}"  # the creator's pid: see asyncnet clean
         fd = _posixshmem.shm_open("/" + name, os.O_CREAT | os.O_EXCL | os.O_RDWR, mode=0o600)
         try:
-            resource_tracker.register("/" + name, "shared_memory")  # cleanup if we are killed
+            _tracker.register("/" + name)  # cleanup if we are killed
             os.ftruncate(fd, max(size, _ALIGN))
             mm = mmap.mmap(fd, max(size, _ALIGN))
         except BaseException:
             _posixshmem.shm_unlink("/" + name)
-            resource_tracker.unregister("/" + name, "shared_memory")
+            _tracker.unregister("/" + name)
             raise
         finally:
             os.close(fd)
@@ -97,7 +98,7 @@ class SharedArrays:
                 _posixshmem.shm_unlink("/" + self.spec[0])
             except FileNotFoundError:
                 pass
-            resource_tracker.unregister("/" + self.spec[0], "shared_memory")
+            _tracker.unregister("/" + self.spec[0])
 
     def __enter__(self) -> "SharedArrays":
         return self
