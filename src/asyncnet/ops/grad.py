@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from asyncnet.core.bound import is_bound
 from asyncnet.core.defs import OperatorDef
 from asyncnet.core.registry import Arg, register_gradient, register_no_gradient, register_op
 from asyncnet.errors import NetDefinitionError
@@ -222,14 +223,24 @@ _FC_GRAD_ARGS = [Arg("axis", int, 1, "the forward op's axis"), Arg("axis_w", int
              doc="Gradient of FC: dW = dY^T X, db = column sums of dY, and (when a third output is given) dX = dY W.")
 def fc_gradient(ctx: Any, x: Any, w: Any, dy: Any) -> tuple[np.ndarray, ...]:
     if plain_fc(ctx, x, w, dy, 2):  # the general path's math without its reshapes
-        dw, db = ctx.bound_output(0, w.shape, w.dtype), ctx.bound_output(1, w.shape[:1], w.dtype)
-        dw = dy.T @ x if dw is None else np.matmul(dy.T, x, out=dw)  # into a bucket's view: no copy later
-        db = np.add.reduce(dy, axis=0, out=db)
+        if is_bound(ctx.output(0)):  # a gradient bucket's view: written in place, no copy later
+            return _fc_gradient_into(ctx, x, w, dy)
+        dw, db = dy.T @ x, np.add.reduce(dy, axis=0)
         return (dw, db) if len(ctx.op.outputs) == 2 else (dw, db, dy @ w)
     if plain_fc_torch(ctx, x, w, dy, 2):
         dw, db = dy.t().mm(x), dy.sum(0)
         return (dw, db) if len(ctx.op.outputs) == 2 else (dw, db, dy.mm(w))
     return _fc_gradient(ctx, x, w, dy, transposed=False)
+
+
+def _fc_gradient_into(ctx: Any, x: np.ndarray, w: np.ndarray, dy: np.ndarray) -> tuple[np.ndarray, ...]:
+    """FCGradient's short path writing dW and db into their bound outputs (same BLAS call and
+    reduction, so the same bits); an output that is not a bound array of the right shape gets a
+    fresh one."""
+    dw, db = ctx.bound_output(0, w.shape, w.dtype), ctx.bound_output(1, w.shape[:1], w.dtype)
+    dw = dy.T @ x if dw is None else np.matmul(dy.T, x, out=dw)
+    db = np.add.reduce(dy, axis=0, out=db)
+    return (dw, db) if len(ctx.op.outputs) == 2 else (dw, db, dy @ w)
 
 
 @register_op("FCTransposedGradient", inputs=3, outputs=(2, 3), args=_FC_GRAD_ARGS, devices=CPU_CUDA,
