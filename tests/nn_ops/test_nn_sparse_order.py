@@ -96,13 +96,14 @@ def test_sparse_lengths_weighted_sum_adds_each_bag_in_order(case):
             same_bits(got, want)
 
 
-def test_the_cost_model_picks_slots_for_big_bags_and_add_at_for_small_ones():
-    """Both paths are taken by real shapes: the large DLRM's bags (512 bags of up to 20 rows of
-    64) are padded, the zoo DLRM's (128 bags of up to 3 rows of 8) go through np.add.at."""
-    big = np.random.default_rng(0).integers(1, 21, 512)
-    assert sparse._bag_slots(big, int(big.sum()), 64) is not None
-    small = np.random.default_rng(0).integers(1, 4, 128)
-    assert sparse._bag_slots(small, int(small.sum()), 8) is None
+def test_the_cost_model_pads_even_bags_and_adds_one_long_bag_row_by_row():
+    """Both paths are taken by real shapes: the large and the zoo DLRM's bags (1-20 rows of 64,
+    1-3 rows of 8) are padded; one bag of 1,000 rows among 511 of one row goes through np.add.at."""
+    for top, row in ((20, 64), (3, 8)):
+        even = np.random.default_rng(0).integers(1, top + 1, 512)
+        assert sparse._bag_slots(even, int(even.sum()), row) is not None
+    one_long = np.r_[1000, np.ones(511, np.int64)]
+    assert sparse._bag_slots(one_long, int(one_long.sum()), 64) is None
 
 
 def scatter(inputs):
