@@ -71,3 +71,18 @@ def test_lookups_lead_the_forward_and_their_gradients_follow_the_bottom_mlps():
     fills = {op.outputs[0]: op.args.get("seed") for op in m.init_net.ops}
     assert [fills[p] for p in m.params] == list(range(len(m.params)))  # registration order: bottom MLP first
     assert m.params[:2] == ["bot1_w", "bot1_b"]
+
+
+def test_each_table_update_shares_a_chain_with_its_gradient():
+    """With sparse SGD each ScatterWeightedSum has one parent, its SparseLengthsSumGradient
+    (neg_lr reaches it through a control input), so the pair is one executor chain; the
+    learning-rate ops lead the net."""
+    from asyncnet.exec.graph import build_graph
+
+    net = dlrm().train_net(optimizer="sgd")
+    assert [op.type for op in net.ops[:3]] == ["Iter", "LearningRate", "Scale"]
+    g = build_graph([(op.inputs, op.outputs, op.control_inputs) for op in net.ops])
+    pairs = [[net.ops[i].type for i in ch] for ch in g.chains if "ScatterWeightedSum" in [net.ops[i].type for i in ch]]
+    assert pairs == [["SparseLengthsSumGradient", "ScatterWeightedSum"]] * 3
+    adagrad = dlrm().train_net(optimizer="adagrad")  # no neg_lr: nothing moves
+    assert [op.type for op in adagrad.ops[:1]] == ["SparseLengthsSum"]
