@@ -326,9 +326,11 @@ SMALL_SCATTER = 16384
 SCATTER_ROUNDS = 3
 
 
-def _add_rows(out: np.ndarray, idx: np.ndarray, values: np.ndarray, rounds: int = SCATTER_ROUNDS) -> None:
-    """``out[idx[k]] += values[k]`` for every k in order on numpy arrays: the bits of adding the
-    rows one by one (Caffe2's loop), with the GIL released for most of the time.
+def _add_rows(out: np.ndarray, idx: np.ndarray, values: np.ndarray, rounds: int = SCATTER_ROUNDS,
+              scale: Any = None) -> None:
+    """``out[idx[k]] += values[k]`` (``values[k] * scale`` with a scale) for every k in order on
+    numpy arrays: the bits of adding the rows one by one (Caffe2's loop), with the GIL released
+    for most of the time. A scale multiplies each row once, after it is gathered.
 
     The first occurrence of each index is one round of distinct rows (a fancy-index read, add and
     write: numpy releases the GIL for each); the later occurrences follow the same way for
@@ -339,13 +341,13 @@ def _add_rows(out: np.ndarray, idx: np.ndarray, values: np.ndarray, rounds: int 
     array([2., 0., 5.])
     """
     if out.ndim == 0 or not out.flags.c_contiguous:
-        np.add.at(out, idx, values)
+        np.add.at(out, idx, values if scale is None else values * scale)
         return
     if out.ndim != 2:
         out = out.reshape(out.shape[0], -1)  # a view: the rows of the table, flattened
     values = values.reshape(idx.shape[0], out.shape[1])
     if idx.shape[0] * out.shape[1] < SMALL_SCATTER or rounds == 0:
-        _flat_add_at(out, idx, values)
+        _flat_add_at(out, idx, values if scale is None else values * scale)
         return
     order = np.argsort(idx, kind="stable")
     ids = idx[order]
@@ -353,11 +355,14 @@ def _add_rows(out: np.ndarray, idx: np.ndarray, values: np.ndarray, rounds: int 
     first[:1] = True
     np.not_equal(ids[1:], ids[:-1], out=first[1:])
     if first.all():
-        out[idx] += values
+        out[idx] += values if scale is None else values * scale
         return
-    out[ids[first]] += values[order[first]]
+    head = values[order[first]]
+    if scale is not None:
+        head *= scale
+    out[ids[first]] += head
     later = order[~first]  # grouped by index, each index's positions still in k order (a stable sort)
-    _add_rows(out, idx[later], values[later], rounds - 1)
+    _add_rows(out, idx[later], values[later], rounds - 1, scale)
 
 
 def _flat_add_at(out: np.ndarray, idx: np.ndarray, values: np.ndarray) -> None:
@@ -442,6 +447,9 @@ def scatter_weighted_sum(ctx: Any, x0: Any, w0: Any, indices: Any, *pairs: Any) 
     k = xp.size(idx)
     terms = [(_rows_of(ctx, pairs[j], 3 + j, k, p), _scalar(ctx, pairs[j + 1], 4 + j, p.dtype))
              for j in range(0, len(pairs), 2)]
+    if a0 == 1 and len(terms) == 1 and not is_torch(p):  # sparse SGD: each gathered row scaled once, no [K, row] update
+        _add_rows(p, idx, terms[0][0], scale=terms[0][1])
+        return p
     update = terms[0][0] * terms[0][1]
     for x, w in terms[1:]:
         update += x * w
