@@ -159,3 +159,12 @@ def test_second_optimizer_and_bad_init_are_refused():
     with pytest.raises(NetDefinitionError, match="expected init"):
         m.param("w", (2,), init="he")
     assert "w" not in m.shapes
+
+
+def test_hoist_moves_only_ops_that_read_no_computed_blob():
+    m = ModelHelper("h")
+    a = m.fc("x", "a", 2, 2)
+    m.fc(a, "b", 2, 2)
+    with pytest.raises(an.NetDefinitionError, match="reading only inputs and parameters"):
+        m.hoist(["b"])
+    assert [op.outputs[0] for op in m.forward_net().ops] == ["a", "b"]

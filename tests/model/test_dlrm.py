@@ -56,3 +56,33 @@ def test_click_log_is_a_fixed_truth():
     again = click_log(500, seed=0)
     np.testing.assert_array_equal(a.p, again.p)
     assert abs(a.clicks.mean() - a.p.mean()) < 0.1
+
+
+def test_lookups_lead_the_forward_and_their_gradients_follow_the_bottom_mlps():
+    """The op order the async executor sees (dlrm hoists the lookups; the fills keep their seeds):
+    the lookups are the first ops, and in the backward the bottom MLP's gradients precede the
+    tables' (the thread ending the interaction's gradient keeps the first ready chain)."""
+    m = dlrm()
+    net, _ = m.gradient_net()
+    types = [op.type for op in net.ops]
+    assert types[:3] == ["SparseLengthsSum"] * 3
+    bottom = max(i for i, op in enumerate(net.ops) if op.type == "FCGradient" and op.inputs[1] == "bot1_w")
+    assert bottom < min(i for i, t in enumerate(types) if t == "SparseLengthsSumGradient")
+    fills = {op.outputs[0]: op.args.get("seed") for op in m.init_net.ops}
+    assert [fills[p] for p in m.params] == list(range(len(m.params)))  # registration order: bottom MLP first
+    assert m.params[:2] == ["bot1_w", "bot1_b"]
+
+
+def test_each_table_update_shares_a_chain_with_its_gradient():
+    """With sparse SGD each ScatterWeightedSum has one parent, its SparseLengthsSumGradient
+    (neg_lr reaches it through a control input), so the pair is one executor chain; the
+    learning-rate ops lead the net."""
+    from asyncnet.exec.graph import build_graph
+
+    net = dlrm().train_net(optimizer="sgd")
+    assert [op.type for op in net.ops[:3]] == ["Iter", "LearningRate", "Scale"]
+    g = build_graph([(op.inputs, op.outputs, op.control_inputs) for op in net.ops])
+    pairs = [[net.ops[i].type for i in ch] for ch in g.chains if "ScatterWeightedSum" in [net.ops[i].type for i in ch]]
+    assert pairs == [["SparseLengthsSumGradient", "ScatterWeightedSum"]] * 3
+    adagrad = dlrm().train_net(optimizer="adagrad")  # no neg_lr: nothing moves
+    assert [op.type for op in adagrad.ops[:1]] == ["SparseLengthsSum"]

@@ -185,6 +185,28 @@ class ModelHelper:
         """Any other op, recorded in the forward definition."""
         return self._fwd.add_op(op_type, inputs, outputs, **args)
 
+    def hoist(self, blobs: Sequence[str]) -> None:
+        """Move the ops writing ``blobs`` to the front of the forward definition, keeping their
+        order. Only what an executor meets first changes (and, reversed, the order of their
+        gradients): not the math, nor the parameters' fills. The ops must read no blob that
+        another op writes.
+
+            >>> m = ModelHelper("m"); _ = m.fc("x", "a", 2, 2); _ = m.fc("y", "b", 2, 2)
+            >>> m.hoist(["b"]); [op.outputs[0] for op in m.forward_net().ops]
+            ['b', 'a']
+        """
+        ops = self._fwd.ops
+        wanted = {str(b) for b in blobs}
+        written = {o for op in ops for o in op.outputs}
+        moved = [op for op in ops if wanted.intersection(op.outputs)]
+        for op in moved:
+            if written.intersection(op.inputs):
+                raise NetDefinitionError(f"expected an op reading only inputs and parameters, {op.type} reads "
+                                         f"{sorted(written.intersection(op.inputs))}, written by the definition",
+                                         f"model {self.name!r} hoist")
+        ids = {id(op) for op in moved}
+        ops[:] = moved + [op for op in ops if id(op) not in ids]
+
     # -- losses -----------------------------------------------------------------------------
     def softmax_with_loss(self, logits: str, label: str, softmax: str = "softmax", loss: str = "loss",
                           accuracy: str | None = "accuracy") -> tuple[BlobRef, BlobRef]:

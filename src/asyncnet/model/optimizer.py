@@ -14,6 +14,7 @@ row: SGD as Caffe2's ``ScatterWeightedSum([param, one, indices, values, -lr])``,
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from asyncnet.autodiff import Grad, GradientSlice
@@ -36,10 +37,12 @@ def build_optimizer(model: Any, net: Net, grads: dict[str, Grad], optimizer: str
         raise NetDefinitionError(f"expected optimizer in {list(OPTIMIZERS)}, got {optimizer!r}", f"model {model.name!r}")
     _add_state(model, optimizer)
     dt = model.dtype.name
+    start = len(net.ops)
     net.Iter(["iter"], ["iter"])
     net.LearningRate(["iter"], ["lr"], base_lr=float(lr), policy=lr_policy, dtype=dt, **lr_args)
     if any(isinstance(g, GradientSlice) for g in grads.values()) and optimizer == "sgd":
         net.Scale("lr", "neg_lr", scale=-1.0)
+        _join_sparse_chains(net, grads, start)
     for p in model.params:
         g = grads[p]
         state = [f"{p}_{s}" for s in _STATE[optimizer]]
@@ -56,6 +59,27 @@ def build_optimizer(model: Any, net: Net, grads: dict[str, Grad], optimizer: str
         else:
             net.Adam([p, *state, g, "lr", "iter"], [p, *state], beta1=betas[0], beta2=betas[1],
                      epsilon=1e-8 if eps is None else eps, weight_decay=weight_decay, formula="torch")
+
+
+def _join_sparse_chains(net: Net, grads: dict[str, Grad], start: int) -> None:
+    """Let each table's ``ScatterWeightedSum`` run in one executor chain with the op writing its
+    gradient rows (op order and a control input only; the same values).
+
+    The update reads the rows and ``neg_lr``; with those two parents it would start a chain of
+    its own, and the async executor would keep the cheap gradient op, then the costly update,
+    on the thread ending the interaction's gradient, ahead of the dense gradients. So the
+    learning-rate ops (``net.ops[start:]``) move to the front of the net (a first root of a few
+    microseconds) and each writer of a table's gradient rows takes ``neg_lr`` as a control
+    input: the update then has one parent, and writer plus update form one costly chain that
+    the executor hands to another thread.
+    """
+    rows = {g.values for g in grads.values() if isinstance(g, GradientSlice)}
+    for i, op in enumerate(net.ops[:start]):
+        if rows.intersection(op.outputs):
+            net.ops[i] = dataclasses.replace(op, control_inputs=[*op.control_inputs, "neg_lr"])  # never mutate: ops are shared
+    lr_ops = net.ops[start:]
+    del net.ops[start:]
+    net.ops[0:0] = lr_ops
 
 
 def _sparse_update(model: Any, net: Net, p: str, g: GradientSlice, optimizer: str, state: list[str],

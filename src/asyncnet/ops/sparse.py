@@ -11,12 +11,16 @@ Sparse updates write the touched rows INTO the parameter's array and return that
 like the dense optimizers of ``optim.py``: Hogwild! workers that share one table see each
 other's rows (a float32 row store does not tear per element). A sparse SGD step is Caffe2's
 ``ScatterWeightedSum([param, one, indices, values, neg_lr], param)`` with ``neg_lr = -lr``.
-Repeated indices are applied one after another in order, exactly as Caffe2's loops do.
+Repeated indices are applied one after another in order, exactly as Caffe2's loops do, and a
+bag's rows are summed one after another from zero, as Caffe2's SparseLengthsSum loop does: on
+numpy these are the bits of those loops, computed by numpy calls that release the GIL for most
+of their time (padded bag slots, rounds of distinct rows; np.add.at for small inputs), so an
+executor thread can run them beside the dense layers.
 
 Every op runs on numpy arrays or torch tensors (results keep the inputs' library and device;
 updates stay in the torch tensor's own storage). On torch the lookups use ``index_select`` and
-the segment sums ``index_add_``; the order of the additions differs from numpy's ``reduceat``,
-so the sums agree within float rounding, not bit for bit.
+the segment sums ``index_add_``, whose order of additions is torch's, so the sums agree with
+numpy's within float rounding, not bit for bit.
 
     >>> import numpy as np, asyncnet as an
     >>> ws = an.Workspace()
@@ -130,7 +134,8 @@ def _gather_grad(op: OperatorDef, gout: GradOut) -> MakerResult:
 
 # -- SparseLengthsSum: OUTPUT[b] = sum of DATA[INDICES[k]] over the k of segment b ------------------
 def segment_sum(rows: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """Sum consecutive runs of ``rows`` of the given ``lengths`` (empty runs give zeros).
+    """Sum consecutive runs of ``rows`` of the given ``lengths`` (empty runs give zeros), each
+    run's rows added one after another from zero: Caffe2's loop order, bit for bit.
 
     >>> segment_sum(np.arange(4.0)[:, None], np.array([1, 0, 3]))
     array([[0.],
@@ -139,16 +144,39 @@ def segment_sum(rows: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """
     if is_torch(rows):
         return _segment_sum_torch(rows, lengths)
-    out_shape = (lengths.size, *rows.shape[1:])
-    if rows.shape[0] == 0 or lengths.size == 0:
-        return np.zeros(out_shape, dtype=rows.dtype)
-    starts = np.zeros(lengths.size, dtype=np.int64)
-    np.add.accumulate(lengths[:-1], out=starts[1:], dtype=np.int64)  # the ufunc: np.cumsum's wrapper costs ~5 us
-    if lengths.min() > 0:  # the usual case: no empty run, nothing to pad or clear
-        return np.add.reduceat(rows, starts, axis=0)
-    padded = np.concatenate([rows, np.zeros((1, *rows.shape[1:]), dtype=rows.dtype)])
-    out = np.add.reduceat(padded, np.minimum(starts, rows.shape[0]), axis=0)
-    out[lengths == 0] = 0  # reduceat returns the start row for an empty run
+    out = np.zeros((lengths.size, *rows.shape[1:]), dtype=rows.dtype)
+    used = _bag_slots(lengths, rows.shape[0], math.prod(rows.shape[1:]))
+    if used is None:
+        _add_rows(out, _segments(lengths), rows)
+        return out
+    padded = np.full((*used.shape, *rows.shape[1:]), -0.0, dtype=rows.dtype)
+    padded.swapaxes(0, 1)[used.T] = rows  # bag by bag, as the rows come
+    return _sum_slots(out, padded)
+
+
+def _bag_slots(lengths: np.ndarray, k: int, row: int) -> np.ndarray | None:
+    """The padded layout of bags ``used`` [L, B] (slot t of bag b holds its t-th index, L the
+    longest bag), or None when that layout costs more than adding the ``k`` rows one by one.
+
+    Summing slot by slot (one numpy call per slot over every bag) releases the GIL for the
+    copies and adds; np.add.reduceat holds it and sums in another order. Measured here: a slot
+    call costs ~1 us of Python and a padded element ~1 ns; np.add.at ~8 us plus ~3 ns an
+    element, with the GIL held. Bags of even length pad nothing; one long bag among short
+    ones pads a lot.
+    """
+    if k == 0 or lengths.size == 0:
+        return None
+    longest = int(lengths.max())
+    if longest * (1000 + lengths.size * row) >= 3 * k * row + 8000:
+        return None
+    return np.arange(longest)[:, None] < lengths
+
+
+def _sum_slots(out: np.ndarray, padded: np.ndarray) -> np.ndarray:
+    """``out += padded[t]`` for each slot t in order. Empty slots hold -0.0, which adds exactly
+    nothing (x + -0.0 == x, -0.0 included), so each bag's sum is its rows added in order."""
+    for t in range(padded.shape[0]):
+        out += padded[t]
     return out
 
 
@@ -176,7 +204,18 @@ def sparse_lengths_sum(ctx: Any, data: Any, indices: Any, lengths: Any) -> np.nd
     idx = _indices(ctx, indices, 1, data.shape[0])
     if idx.ndim != 1:
         raise ValueError(f"expected 1-D INDICES, got shape {tuple(idx.shape)}")
-    return segment_sum(_rows(data, idx), _lengths(ctx, lengths, 2, idx.shape[0]))
+    lengths = _lengths(ctx, lengths, 2, idx.shape[0])
+    if is_torch(data):
+        return segment_sum(_rows(data, idx), lengths)
+    used = _bag_slots(lengths, idx.shape[0], math.prod(data.shape[1:]))
+    if used is None:
+        return segment_sum(data[idx], lengths)
+    # gather straight into the padded layout (no [K, row] copy in between)
+    slot_idx = np.zeros(used.shape, dtype=idx.dtype)
+    slot_idx.T[used.T] = idx
+    padded = data.take(slot_idx, axis=0)
+    padded[~used] = -0.0
+    return _sum_slots(np.zeros((lengths.size, *data.shape[1:]), dtype=data.dtype), padded)
 
 
 @register_op("SparseLengthsSumGradient", inputs=2, outputs=1, inputs_doc=("dOUTPUT [B, ...]", "LENGTHS [B]"),
@@ -276,14 +315,63 @@ def _add_at(out: Any, idx: Any, values: Any) -> None:
     """``out[idx[k]] += values[k]`` for every k in order, in place (repeats add up)."""
     if is_torch(out):
         out.index_add_(0, idx.long(), values)
-    elif out.ndim == 2 and out.flags.c_contiguous and values.flags.c_contiguous:
-        # numpy's add.at is several times faster on 1-D; element (i, j) is flat i * D + j, and each
-        # element still receives its additions in k order (the same bits)
-        d = out.shape[1]
-        flat = (idx.astype(np.int64, copy=False)[:, None] * d + np.arange(d)).reshape(-1)
-        np.add.at(out.reshape(-1), flat, values.reshape(-1))
     else:
-        np.add.at(out, idx, values)
+        _add_rows(out, idx, values)
+
+
+#: numpy's calls cost a few us of Python each: below this many elements (indices x row) one
+#: np.add.at is quicker than the GIL-releasing rounds of :func:`_add_rows`
+SMALL_SCATTER = 16384
+#: rounds of distinct rows before the remaining repeats go through np.add.at
+SCATTER_ROUNDS = 3
+
+
+def _add_rows(out: np.ndarray, idx: np.ndarray, values: np.ndarray, rounds: int = SCATTER_ROUNDS,
+              scale: Any = None) -> None:
+    """``out[idx[k]] += values[k]`` (``values[k] * scale`` with a scale) for every k in order on
+    numpy arrays: the bits of adding the rows one by one (Caffe2's loop), with the GIL released
+    for most of the time. A scale multiplies each row once, after it is gathered.
+
+    The first occurrence of each index is one round of distinct rows (a fancy-index read, add and
+    write: numpy releases the GIL for each); the later occurrences follow the same way for
+    ``rounds`` rounds, then np.add.at (which holds the GIL) takes what is left. Each index's
+    additions keep their k order, so the result is the sequential one.
+
+    >>> out = np.zeros((3, 1)); _add_rows(out, np.array([2, 0, 2]), np.array([[1.0], [2.0], [4.0]])); out[:, 0]
+    array([2., 0., 5.])
+    """
+    if out.ndim == 0 or not out.flags.c_contiguous:
+        np.add.at(out, idx, values if scale is None else values * scale)
+        return
+    if out.ndim != 2:
+        out = out.reshape(out.shape[0], -1)  # a view: the rows of the table, flattened
+    values = values.reshape(idx.shape[0], out.shape[1])
+    if idx.shape[0] * out.shape[1] < SMALL_SCATTER or rounds == 0:
+        _flat_add_at(out, idx, values if scale is None else values * scale)
+        return
+    order = np.argsort(idx, kind="stable")
+    ids = idx[order]
+    first = np.empty(ids.shape[0], dtype=bool)
+    first[:1] = True
+    np.not_equal(ids[1:], ids[:-1], out=first[1:])
+    if first.all():
+        out[idx] += values if scale is None else values * scale
+        return
+    head = values[order[first]]
+    if scale is not None:
+        head *= scale
+    out[ids[first]] += head
+    later = order[~first]  # grouped by index, each index's positions still in k order (a stable sort)
+    _add_rows(out, idx[later], values[later], rounds - 1, scale)
+
+
+def _flat_add_at(out: np.ndarray, idx: np.ndarray, values: np.ndarray) -> None:
+    """np.add.at on 2-D ``out`` through its flat view: element (i, j) is i * D + j, and each
+    element still receives its additions in k order (the same bits); numpy's add.at is several
+    times faster on 1-D."""
+    d = out.shape[1]
+    flat = (idx.astype(np.int64, copy=False)[:, None] * d + np.arange(d)).reshape(-1)
+    np.add.at(out.reshape(-1), flat, np.ascontiguousarray(values).reshape(-1))
 
 
 # -- in-place sparse updates ------------------------------------------------------------------------
@@ -359,6 +447,9 @@ def scatter_weighted_sum(ctx: Any, x0: Any, w0: Any, indices: Any, *pairs: Any) 
     k = xp.size(idx)
     terms = [(_rows_of(ctx, pairs[j], 3 + j, k, p), _scalar(ctx, pairs[j + 1], 4 + j, p.dtype))
              for j in range(0, len(pairs), 2)]
+    if a0 == 1 and len(terms) == 1 and not is_torch(p):  # sparse SGD: each gathered row scaled once, no [K, row] update
+        _add_rows(p, idx, terms[0][0], scale=terms[0][1])
+        return p
     update = terms[0][0] * terms[0][1]
     for x, w in terms[1:]:
         update += x * w

@@ -44,6 +44,11 @@ def dlrm(num_dense: int = 8, table_sizes: Sequence[int] = (100, 100, 100), dim: 
     m = ModelHelper("dlrm", seed=seed, **kw)
     x = _mlp(m, "dense", "bot", [num_dense, *bottom, dim], relu_last=True)
     pooled = [m.embedding_bag(f"ids{k}", f"lengths{k}", f"emb{k}", n, dim) for k, n in enumerate(table_sizes)]
+    # The lookups first in op order (the fills keep their seeds): they are root chains beside the
+    # bottom MLP's (run beside it when the net has two or more workers), and in the backward the
+    # bottom MLP's gradients come first, so the thread ending the interaction's gradient keeps
+    # them and hands the tables' gradients and updates to another thread.
+    m.hoist(pooled)
     feats = m.op("Concat", [x, *pooled], ["feats", "feats_split"], axis=1, add_axis=True)[0]   # [B, F, d]
     z = m.op("BatchMatMul", [feats, feats], "z", trans_b=True)                                  # [B, F, F]
     f = len(table_sizes) + 1
