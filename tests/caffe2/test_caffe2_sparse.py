@@ -5,7 +5,7 @@ take, int32 indices, empty data or indices), segment_ops_test.py and
 caffe2/operators/segment_reduction_op.cc (SparseLengthsSum: DATA, INDICES, LENGTHS;
 SparseLengthsWeightedSum: DATA, WEIGHTS, INDICES, LENGTHS, in that order; a zero length gives a
 row of zeros; indices int32 or int64; out of range refused). The kernels are ops/sparse.py
-(the issue-10 engineer's): a difference is a strict xfail naming it.
+(`axis` too, with Caffe2's dense BatchGatherGradient off axis 0).
 """
 
 from __future__ import annotations
@@ -15,7 +15,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import torch
+
 import asyncnet as an
+from _gradcheck_helpers import check_all
 
 pytestmark = pytest.mark.timeout(60)
 FEW = settings(max_examples=15, deadline=None)
@@ -51,13 +54,26 @@ def test_gather_refuses_out_of_range_and_negative_indices():
             run("Gather", {"data": data, "ind": np.array(bad, np.int32)})
 
 
-@pytest.mark.xfail(strict=True, raises=an.NetDefinitionError,
-                   reason="ops/sparse.py (issue 10): Caffe2's Gather takes `axis` (test_gather_ops_axis2); asyncnet gathers on axis 0 only")
-def test_gather_axis2():
+@pytest.mark.parametrize("axis", [1, 2, -1])
+def test_gather_axis(axis):  # gather_ops_test's test_gather_ops_axis2, and the other axes
     rng = np.random.default_rng(0)
     data = rng.random((3, 4, 5)).astype(np.float32)
-    ind = rng.integers(5, size=7).astype(np.int32)
-    np.testing.assert_array_equal(run("Gather", {"data": data, "ind": ind}, axis=2), data.take(ind, axis=2))
+    ind = rng.integers(data.shape[axis], size=(2, 7)).astype(np.int32)
+    np.testing.assert_array_equal(run("Gather", {"data": data, "ind": ind}, axis=axis), data.take(ind, axis=axis))
+    t = run("Gather", {"data": torch.from_numpy(data), "ind": torch.from_numpy(ind)}, axis=axis)
+    np.testing.assert_array_equal(t.numpy(), data.take(ind, axis=axis))
+
+
+def test_gather_axis_gradient_is_dense_and_adds_repeats():
+    rng = np.random.default_rng(1)
+    feeds = {"data": rng.normal(size=(2, 5, 3)), "ind": np.array([4, 0, 4], np.int32), "r": rng.normal(size=(2, 3, 3))}
+
+    def build(net):
+        net.Gather(["data", "ind"], "g", axis=1)
+        net.Mul(["g", "r"], "gr")
+        return net.AveragedLoss("gr", "loss")
+
+    check_all(build, lambda data, ind, r: (torch.index_select(data, 1, ind.long()) * r).mean(), feeds, ["data"])
 
 
 def ref_lengths_sum(data, indices, lengths, weights=None):
@@ -95,3 +111,17 @@ def test_sparse_lengths_sum_errors():
         run("SparseLengthsSum", {"d": data, "i": np.array([0, 1], np.int64), "l": np.array([3], np.int32)})
     with pytest.raises(an.OperatorError):  # an index past the table
         run("SparseLengthsSum", {"d": data, "i": np.array([3], np.int64), "l": np.array([1], np.int32)})
+
+
+def test_batch_gather_gradient_numpy_and_torch_agree():
+    rng = np.random.default_rng(2)
+    data, ind = rng.random((2, 5, 3)).astype(np.float32), np.array([[4, 0], [4, 1]], np.int64)
+    dy = rng.random((2, 2, 2, 3)).astype(np.float32)
+    want = np.zeros_like(data)
+    for k, i in enumerate(ind.reshape(-1)):
+        want[:, i] += dy.reshape(2, 4, 3)[:, k]
+    got = run("BatchGatherGradient", {"data": data, "ind": ind, "dy": dy}, axis=1)
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    t = run("BatchGatherGradient", {"data": torch.from_numpy(data), "ind": torch.from_numpy(ind), "dy": torch.from_numpy(dy)}, axis=1)
+    assert isinstance(t, torch.Tensor) and t.dtype == torch.float32
+    np.testing.assert_allclose(t.numpy(), want, rtol=1e-6)

@@ -100,12 +100,50 @@ def _lengths(ctx: Any, x: Any, i: int, total: int) -> np.ndarray:
 
 # -- Gather: Y = DATA[INDICES] (rows);  dDATA = GradientSlice(INDICES flattened, dY as rows) --------
 @register_op("Gather", inputs=2, outputs=1, inputs_doc=("DATA [R, ...]", "INDICES (int, any shape)"),
-             outputs_doc=("OUTPUT [*INDICES.shape, ...]",),
-             doc="Caffe2's Gather on axis 0: the rows of DATA picked by INDICES (any shape; each in [0, R)).")
+             outputs_doc=("OUTPUT [*DATA.shape[:axis], *INDICES.shape, *DATA.shape[axis + 1:]]",),
+             args=[Arg("axis", int, 0, "the axis of DATA the indices pick along (Caffe2's; negative counts from the end)")],
+             doc="Caffe2's Gather: the slices of DATA along `axis` (rows by default) picked by INDICES (any shape; "
+                 "each in [0, DATA.shape[axis])). Its gradient is sparse (indices, rows) on axis 0, dense "
+                 "(BatchGatherGradient) on another axis, as in Caffe2.")
 def gather(ctx: Any, data: Any, indices: Any) -> np.ndarray:
     data = _table(ctx, data, 0)
     namespace(ctx, data, indices)
-    return _rows(data, _indices(ctx, indices, 1, data.shape[0]))
+    axis = _gather_axis(ctx, data)
+    if axis == 0:
+        return _rows(data, _indices(ctx, indices, 1, data.shape[0]))
+    idx = _indices(ctx, indices, 1, data.shape[axis])
+    if is_torch(data):
+        picked = data.index_select(axis, idx.reshape(-1).long())
+        return picked.reshape(*data.shape[:axis], *idx.shape, *data.shape[axis + 1:])
+    return np.take(data, idx, axis=axis)
+
+
+def _gather_axis(ctx: Any, data: Any) -> int:
+    axis = ctx.args["axis"]
+    if not -data.ndim <= axis < data.ndim:
+        raise ValueError(f"argument axis={axis} is out of range for DATA of shape {tuple(data.shape)}")
+    return axis % data.ndim
+
+
+@register_op("BatchGatherGradient", inputs=3, outputs=1, args=[Arg("axis", int, 1, "the forward Gather's axis")],
+             inputs_doc=("DATA", "INDICES", "dY"), outputs_doc=("dDATA, DATA's shape",),
+             doc="Dense gradient of Gather along `axis` (Caffe2's name): dDATA is zero but for the picked "
+                 "slices, which receive dY; an index picked twice receives both, in order.")
+def batch_gather_gradient(ctx: Any, data: Any, indices: Any, dy: Any) -> np.ndarray:
+    data = _table(ctx, data, 0)
+    xp = namespace(ctx, data, indices, dy)
+    axis = _gather_axis(ctx, data)
+    idx = _indices(ctx, indices, 1, data.shape[axis])
+    want = (*data.shape[:axis], *idx.shape, *data.shape[axis + 1:])
+    dy = float_array(ctx, dy, 2)
+    if tuple(dy.shape) != want:
+        raise ValueError(f"expected dY of shape {want} in input 2 {ctx.op.inputs[2]!r}, got {tuple(dy.shape)}")
+    flat_dy = dy.reshape(*data.shape[:axis], -1, *data.shape[axis + 1:])  # the index dims as one
+    if xp.name == "torch":
+        return xp.lib.zeros_like(data, dtype=dy.dtype).index_add_(axis, idx.reshape(-1).long(), flat_dy)
+    out = np.zeros(data.shape, dy.dtype)
+    np.add.at(np.moveaxis(out, axis, 0), idx.reshape(-1), np.moveaxis(flat_dy, axis, 0))
+    return out
 
 
 def _rows(data: Any, idx: Any) -> Any:
@@ -128,6 +166,10 @@ def gather_gradient(ctx: Any, dy: Any, indices: Any) -> tuple[np.ndarray, np.nda
 
 @register_gradient("Gather")
 def _gather_grad(op: OperatorDef, gout: GradOut) -> MakerResult:
+    axis = op.args.get("axis", 0)
+    if axis != 0:  # Caffe2's GetGatherGradient: dense on any other axis (a negative one may still be 0: the kernel resolves it)
+        gop = OperatorDef("BatchGatherGradient", [*op.inputs, output_grad(op, gout)], ["#ddata"], {"axis": axis})
+        return [gop], ["#ddata", None]
     gop = OperatorDef("GatherGradient", [output_grad(op, gout), op.inputs[1]], ["#idx", "#rows"])
     return [gop], [GradientSlice("#idx", "#rows"), None]  # type: ignore[list-item]
 
