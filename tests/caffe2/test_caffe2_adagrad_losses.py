@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import asyncnet as an
+from _c2run import run_op
 from _gradcheck_helpers import autodiff_grads, numeric_grads
 
 pytestmark = pytest.mark.timeout(60)
@@ -24,13 +25,7 @@ FEW = settings(max_examples=15, deadline=None)
 
 
 def run(op: str, inputs: dict[str, np.ndarray], outs=("out",), **args) -> list[np.ndarray]:
-    ws = an.Workspace()
-    for k, v in inputs.items():
-        ws.feed(k, v)
-    net = an.Net("t")
-    getattr(net, op)(list(inputs), list(outs), **args)
-    ws.run_net_once(net)
-    return [ws.fetch(o) for o in outs]
+    return run_op(op, inputs, outs, **args)
 
 
 def ref_adagrad(param, mom, grad, lr, epsilon, decay=1.0):  # adagrad_test_helper.py's, with adagrad_op.h's decay

@@ -20,6 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import asyncnet as an
+from _c2run import run_op
 from _gradcheck_helpers import check_all
 
 pytestmark = pytest.mark.timeout(60)
@@ -31,13 +32,7 @@ def nhwc(x: np.ndarray) -> np.ndarray:
 
 
 def run(op: str, inputs: dict[str, np.ndarray], **args) -> np.ndarray:
-    ws = an.Workspace()
-    for k, v in inputs.items():
-        ws.feed(k, v)
-    net = an.Net("t")
-    getattr(net, op)(list(inputs), "out", **args)
-    ws.run_net_once(net)
-    return ws.fetch("out")
+    return run_op(op, inputs, **args)[0]
 
 
 def _pads(p):  # (t, l, b, r) -> torch's F.pad order

@@ -18,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import asyncnet as an
+from _c2run import run_op
 from _gradcheck_helpers import check_all
 
 pytestmark = pytest.mark.timeout(60)
@@ -25,13 +26,7 @@ FEW = settings(max_examples=12, deadline=None)
 
 
 def run(op: str, inputs: dict[str, np.ndarray], outs: tuple[str, ...] = ("out",), **args) -> list[np.ndarray]:
-    ws = an.Workspace()
-    for k, v in inputs.items():
-        ws.feed(k, v)
-    net = an.Net("t")
-    getattr(net, op)(list(inputs), list(outs), **args)
-    ws.run_net_once(net)
-    return [ws.fetch(o) for o in outs]
+    return run_op(op, inputs, outs, **args)
 
 
 def _to_order(x: np.ndarray, order: str) -> np.ndarray:

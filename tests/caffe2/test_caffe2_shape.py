@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import asyncnet as an
+from _c2run import run_op
 from asyncnet.autodiff import add_gradient_ops
 
 pytestmark = pytest.mark.timeout(60)
@@ -25,13 +26,7 @@ FEW = settings(max_examples=15, deadline=None)
 
 
 def run(op: str, inputs: dict[str, np.ndarray], outs, **args) -> list[np.ndarray]:
-    ws = an.Workspace()
-    for k, v in inputs.items():
-        ws.feed(k, v)
-    net = an.Net("t")
-    getattr(net, op)(list(inputs), list(outs), **args)
-    ws.run_net_once(net)
-    return [ws.fetch(o) for o in outs]
+    return run_op(op, inputs, outs, **args)
 
 
 @st.composite

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 import torch
 
 import asyncnet as an
+from _c2run import run_op
 from _gradcheck_helpers import check_all
 
 pytestmark = pytest.mark.timeout(60)
@@ -25,13 +26,7 @@ FEW = settings(max_examples=15, deadline=None)
 
 
 def run(op: str, inputs: dict[str, np.ndarray], **args) -> np.ndarray:
-    ws = an.Workspace()
-    for k, v in inputs.items():
-        ws.feed(k, v)
-    net = an.Net("t")
-    getattr(net, op)(list(inputs), "out", **args)
-    ws.run_net_once(net)
-    return ws.fetch("out")
+    return run_op(op, inputs, **args)[0]
 
 
 @FEW
