@@ -232,6 +232,56 @@ def test_layer_norm_gradients(affine):
     check_all(build, ref, feeds, ins)
 
 
+def ref_layer_norm_grad(axis: int, gout: np.ndarray, mean: np.ndarray, std: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """Caffe2's _layer_norm_grad_ref: dX through the std and mean blocks."""
+    left, right = int(np.prod(x.shape[:axis])), int(np.prod(x.shape[axis:]))
+    x2, g = x.reshape(left, right), gout.reshape(left, right)
+    std, mean = std.reshape(left, 1), mean.reshape(left, 1)
+    dstd_end = -1.0 / std**2 * np.sum((x2 - mean) * g, axis=1).reshape(left, 1)
+    dmean = np.sum(-1.0 / std * g, axis=1).reshape(left, 1) + (-1.0 * mean / std * dstd_end)
+    dx = 1.0 / std * g + x2 / (right * std) * dstd_end + dmean / right
+    return dx.reshape(x.shape)
+
+
+@FEW
+@given(shape=st.sampled_from([(3, 4), (2, 3, 4), (2, 2, 3, 2)]), data=st.data())
+def test_layer_norm_gradient_op_caffe2_inputs(shape, data):
+    """Caffe2's test_layer_norm_grad_op: inputs (gout, out, mean, stdev, in), axis from 0, gout = the norm."""
+    axis = data.draw(st.integers(0, len(shape) - 1))
+    x = np.random.default_rng(data.draw(st.integers(0, 2**16))).normal(size=shape).astype(np.float32)
+    norm, mean, std = (v.astype(np.float32) for v in ref_layer_norm(x.astype(np.float64), axis, 1e-4))
+    (dx,) = run("LayerNormGradient", {"gout": norm, "out": norm, "mean": mean, "stdev": std, "in": x}, ("gin",),
+                axis=axis, epsilon=1e-4)
+    want = ref_layer_norm_grad(axis, norm.astype(np.float64), mean.astype(np.float64), std.astype(np.float64),
+                               x.astype(np.float64))
+    assert dx.shape == x.shape and dx.dtype == np.float32
+    np.testing.assert_allclose(dx, want, rtol=1e-3, atol=1e-3)
+    # asyncnet's earlier short form (dY, X, mean, std) gives the same values
+    (short,) = run("LayerNormGradient", {"gout": norm, "in": x, "mean": mean, "stdev": std}, ("gin",), axis=axis, epsilon=1e-4)
+    np.testing.assert_array_equal(short, dx)
+
+
+@pytest.mark.parametrize("affine", [False, True])
+def test_layer_norm_gradient_maker_uses_caffe2_inputs(affine):
+    """GetLayerNormGradient: (dY, Y, mean, std, X[, gamma]) -> (dX[, dgamma, dbeta])."""
+    from asyncnet.core.defs import OperatorDef
+    from asyncnet.core.registry import get_schema
+
+    ins = ["x", "gamma", "beta"] if affine else ["x"]
+    op = OperatorDef("LayerNorm", ins, ["y", "mean", "std"], {"elementwise_affine": affine})
+    (g,), _ = get_schema("LayerNorm").gradient(op, ["y_grad", None, None])
+    assert g.type == "LayerNormGradient"
+    assert list(g.inputs) == ["y_grad", "y", "mean", "std", "x"] + (["gamma"] if affine else [])
+    assert len(g.outputs) == (3 if affine else 1)
+
+
+@pytest.mark.parametrize("affine,n", [(False, 6), (True, 4)])
+def test_layer_norm_gradient_input_count_refused(affine, n):
+    net = an.Net("t")
+    with pytest.raises(an.NetDefinitionError, match="Caffe2's order"):
+        net.LayerNormGradient([f"i{k}" for k in range(n)], ["dx", "dg", "db"][: 3 if affine else 1], elementwise_affine=affine)
+
+
 @pytest.mark.parametrize("inplace", [False, True])
 @pytest.mark.parametrize("ratio", [0.0, 0.3])
 def test_dropout_is_test_copies(ratio, inplace):

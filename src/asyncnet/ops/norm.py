@@ -242,12 +242,33 @@ def layer_norm(ctx: Any, x: Any, *params: Any) -> tuple[np.ndarray, np.ndarray, 
     return y.reshape(x.shape), mu.reshape(mshape), std.reshape(mshape)
 
 
-@register_op("LayerNormGradient", inputs=(4, 5), outputs=(1, 3), args=_LN_ARGS,
-             inputs_doc=("dY", "X", "mean", "std", "gamma (elementwise_affine)"), outputs_doc=("dX", "dgamma", "dbeta"),
-             doc="Gradient of LayerNorm: dX = (g - mean(g) - xhat mean(g xhat)) / std with g = dY (* gamma); "
-                 "dgamma = sum_rows dY xhat, dbeta = sum_rows dY.")
-def layer_norm_gradient(ctx: Any, dy: Any, x: Any, mu: Any, std: Any, *gamma: Any) -> Any:
-    dy, x = float_array(ctx, dy, 0), float_array(ctx, x, 1)
+def _validate_ln_grad(op: OperatorDef) -> None:
+    affine = bool(op.args.get("elementwise_affine", False))
+    counts = (5, 6) if affine else (4, 5)
+    if len(op.inputs) not in counts:
+        raise ValueError(f"expected {counts[1]} inputs (dY, Y, mean, std, X{', gamma' if affine else ''}; Caffe2's order) "
+                         f"or {counts[0]} (dY, X, mean, std{', gamma' if affine else ''}) with elementwise_affine={int(affine)}, "
+                         f"got {len(op.inputs)}")
+
+
+@register_op("LayerNormGradient", inputs=(4, 6), outputs=(1, 3), args=_LN_ARGS, validate=_validate_ln_grad,
+             inputs_doc=("dY", "Y (Caffe2's order; in the short form: X)", "mean", "std",
+                         "X (Caffe2's order; short form: gamma)", "gamma (Caffe2's order, elementwise_affine)"),
+             outputs_doc=("dX", "dgamma", "dbeta"),
+             doc="Gradient of LayerNorm with Caffe2's inputs (dY, Y, mean, std, X[, gamma]), or asyncnet's earlier "
+                 "(dY, X, mean, std[, gamma]) (one input fewer; Y is not read): dX = (g - mean(g) - xhat mean(g xhat)) / std "
+                 "with g = dY (* gamma); dgamma = sum_rows dY xhat, dbeta = sum_rows dY.")
+def layer_norm_gradient(ctx: Any, *inputs: Any) -> Any:
+    if len(inputs) == (6 if ctx.args["elementwise_affine"] else 5):  # Caffe2's (dY, Y, mean, std, X[, gamma])
+        dy, _, mu, std, x, *gamma = inputs
+        return _layer_norm_gradient(ctx, dy, x, mu, std, gamma, (0, 4, 2, 3, 5))
+    dy, x, mu, std, *gamma = inputs
+    return _layer_norm_gradient(ctx, dy, x, mu, std, gamma, (0, 1, 2, 3, 4))
+
+
+def _layer_norm_gradient(ctx: Any, dy: Any, x: Any, mu: Any, std: Any, gamma: list[Any], at: tuple[int, ...]) -> Any:
+    """The math; ``at`` gives the input indices of (dY, X, mean, std, gamma) for the messages."""
+    dy, x = float_array(ctx, dy, at[0]), float_array(ctx, x, at[1])
     namespace(ctx, dy, x, mu, std, *gamma)
     same_dtype(ctx, [dy, x])
     _check_affine(ctx, 2 * len(gamma))
@@ -255,10 +276,10 @@ def layer_norm_gradient(ctx: Any, dy: Any, x: Any, mu: Any, std: Any, *gamma: An
         raise ValueError(f"expected dY of X's shape {tuple(x.shape)}, got {tuple(dy.shape)}")
     x2, _ = _rows(ctx, x)
     rows = x2.shape[0]
-    mu, std = (float_array(ctx, v, i).reshape(rows, 1) for i, v in ((2, mu), (3, std)))
+    mu, std = (_stats(ctx, v, i, rows) for i, v in ((at[2], mu), (at[3], std)))
     dy2 = dy.reshape(x2.shape)
     xhat = (x2 - mu) / std
-    g = dy2 * _affine(ctx, gamma, x, 4)[0] if gamma else dy2  # the gradient of the normalized rows
+    g = dy2 * _affine(ctx, tuple(gamma), x, at[4])[0] if gamma else dy2  # the gradient of the normalized rows
     dx = (g - g.mean(axis=1, keepdims=True) - xhat * (g * xhat).mean(axis=1, keepdims=True)) / std
     if not gamma:
         return dx.reshape(x.shape)
@@ -266,12 +287,21 @@ def layer_norm_gradient(ctx: Any, dy: Any, x: Any, mu: Any, std: Any, *gamma: An
     return dx.reshape(x.shape), (dy2 * xhat).sum(axis=0).reshape(pshape), dy2.sum(axis=0).reshape(pshape)
 
 
+def _stats(ctx: Any, v: Any, i: int, rows: int) -> Any:
+    """A mean or std input: one value per normalized row."""
+    v = float_array(ctx, v, i)
+    if namespace(ctx, v).size(v) != rows:
+        raise ValueError(f"expected {rows} values (one per row) in input {i} {ctx.op.inputs[i]!r}, got shape {tuple(v.shape)}")
+    return v.reshape(rows, 1)
+
+
 @register_gradient("LayerNorm")
 def _layer_norm_grad(op: OperatorDef, gout: GradOut) -> MakerResult:
     if any(g is not None for g in gout[1:]):
         raise NetDefinitionError("LayerNorm: only output 0 (Y) is differentiable")
     affine = len(op.inputs) == 3
-    inputs = [output_grad(op, gout), op.inputs[0], op.outputs[1], op.outputs[2], *op.inputs[1:2]]
+    # Caffe2's GetLayerNormGradient: (dY, Y, mean, std, X[, gamma])
+    inputs = [output_grad(op, gout), op.outputs[0], op.outputs[1], op.outputs[2], op.inputs[0], *op.inputs[1:2]]
     outs = ["#dx", "#dgamma", "#dbeta"] if affine else ["#dx"]
     return [OperatorDef("LayerNormGradient", inputs, outs, dict(op.args))], list(outs)
 
