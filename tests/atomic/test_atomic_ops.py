@@ -249,6 +249,7 @@ def test_iter_in_place_form(ws):
     [
         (np.zeros(2, np.int64), "not of the right size"),
         (np.zeros((), np.int64) - 1, "Previous iteration number is negative"),
+        (np.array([-5], np.int64), "Previous iteration number is negative"),
         (np.array([np.iinfo(np.int64).max], np.int64), "Overflow will happen"),
         (np.array([1], np.int32), "expected an int64 iteration tensor .* got dtype int32"),
         (Mutex(), "expected an int64 iteration tensor .* got Mutex"),

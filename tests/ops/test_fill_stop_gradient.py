@@ -111,6 +111,21 @@ def test_constant_fill_dtype_as_caffe2(args: dict, dtype: type) -> None:
     np.testing.assert_array_equal(y, np.full(2, args.get("value", 0.0), dtype))
 
 
+@settings(max_examples=40, deadline=None)
+@given(value=st.floats(allow_nan=True, allow_infinity=True), dtype=st.sampled_from(["float16", "float32", "float64"]))
+def test_constant_fill_shaped_like_a_scalar_rounds_as_np_full(value: float, dtype: str) -> None:
+    # the loss gradient's seed (a 0-d input) takes a one-call path: the same bits as np.full's
+    ws = an.Workspace()
+    ws.feed("loss", np.zeros((), np.float32))
+    net = an.Net("f")
+    net.ConstantFill("loss", "g", value=value, dtype=dtype)
+    with np.errstate(over="ignore"):
+        ws.run_net_once(net)
+        want = np.full((), value, dtype)
+    got = ws.fetch("g")
+    assert got.shape == () and got.dtype == want.dtype and got.tobytes() == want.tobytes()
+
+
 def test_constant_fill_unknown_dtype_number_fails_at_creation() -> None:
     with pytest.raises(an.NetDefinitionError, match="TensorProto.DataType"):
         an.Net("bad").ConstantFill([], "Y", shape=[1], dtype=4)  # STRING: not a tensor type here

@@ -330,7 +330,7 @@ class WorkerNets:
 
         self.cfg = cfg
         self.model = model
-        self._feeds = feeds or (lambda x, y: {"data": x, "label": y})  # Dataset.feeds: examples -> blobs
+        self._feeds = feeds  # Dataset.feeds (examples -> blobs) of a click log; None: "data" and "label"
         self._binary = getattr(model, "binary", False)
         self.ws = an.Workspace()
         if shared is None:
@@ -364,22 +364,27 @@ class WorkerNets:
     def step(self, xb: np.ndarray, yb: np.ndarray) -> tuple[float, float]:
         """One training step on this batch; returns its (loss, accuracy)."""
         ws, to = self.ws, self._to_tensor
-        for name, value in self._feeds(xb, yb).items():
-            ws.feed(name, to(value))
+        if self._feeds is None:
+            ws.feed("data", to(xb))
+            ws.feed("label", to(yb))
+        else:
+            for name, value in self._feeds(xb, yb).items():
+                ws.feed(name, to(value))
         self.train_net.run()  # no timeout: this thread runs the chains itself; syncs have their own
         return float(ws.fetch("loss")), self._accuracy(yb)  # float() of a 0-d array or tensor, no host copy
 
     def _accuracy(self, y: np.ndarray) -> float:
         if self._binary:  # a click predicted when its probability is above one half
             return float(np.mean((self.ws.fetch("prob", host=True)[:, 0] > 0.5) == (y > 0)))
+        p = self.ws.fetch("softmax")
         # argmax takes the first of tied scores, as the Accuracy op does; the count over the
         # length is np.mean's value (an exact sum of 0s and 1s, one division) at a third of its cost
-        return np.count_nonzero(_host_view(self.ws.fetch("softmax")).argmax(axis=1) == y) / len(y)
+        return np.count_nonzero((p if type(p) is np.ndarray else _host_view(p)).argmax(axis=1) == y) / len(y)
 
     def evaluate(self, x: np.ndarray, y: np.ndarray) -> tuple[float, float, float]:
         """(loss, accuracy, AUC) of the current parameters on ``x, y``; the AUC of a click model
         (of ``prob``), NaN for a classifier."""
-        for name, value in self._feeds(x, y).items():
+        for name, value in (self._feeds(x, y) if self._feeds else {"data": x, "label": y}).items():
             self.ws.feed(name, self._to_tensor(value))
         self.eval_net.run()
         loss = float(self.ws.fetch("loss", host=True))

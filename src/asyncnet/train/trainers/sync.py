@@ -38,7 +38,7 @@ def sync_worker(cfg: TrainConfig, ds: Dataset, sync: Any, reporter: Any = None, 
     the worker starts from that checkpoint, at the epoch after its last one."""
     world, rank = sync.num_workers, sync.worker_id
     model = build_model(cfg, ds.input_dim, ds.num_classes)
-    nets = WorkerNets(cfg, model, sync=sync, feeds=ds.feeds)
+    nets = WorkerNets(cfg, model, sync=sync, feeds=ds.feeds if ds.log is not None else None)
     result = WorkerResult(rank)
     try:
         if resume is not None:
