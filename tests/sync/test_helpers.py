@@ -143,6 +143,15 @@ def test_distributed_config(monkeypatch):
     assert (env.world_size, env.rank, env.backend) == (2, 1, CommBackend.EXTERNAL)
 
 
+def test_distributed_config_default_with_kizzasis_names():
+    cfg = DistributedConfig()  # kizzasi's test_distributed_config_default
+    assert (cfg.world_size, cfg.rank) == (1, 0)
+    assert cfg.grad_strategy is GradientStrategy.AllReduce is GradientStrategy.ALL_REDUCE
+    assert cfg.backend is CommBackend.InProcess is CommBackend.IN_PROCESS
+    assert DistributedConfig(strategy=GradientStrategy.NoSync).strategy is GradientStrategy.NO_SYNC
+    assert [m.name for m in GradientStrategy] == ["ALL_REDUCE", "REDUCE_TO_ROOT", "NO_SYNC"]  # aliases are not members
+
+
 def test_threaded_handles_usable_by_store_and_model_types():
     assert ThreadedGradientSync.new_workers(2)[1].worker_id == 1
 
@@ -160,6 +169,23 @@ def test_store_one_thread_pushes_for_every_rank_then_clears():
     store.clear()  # kizzasi's clear() after the step
     store.push(0, {"w": np.array([5.0, 5.0])}); store.push(1, {"w": np.array([7.0, 7.0])})
     assert store.all_reduce_mean(1)["w"].tolist() == [6.0, 6.0]
+
+
+def test_store_cleared_round_is_kizzasis_error_not_a_wait():
+    from asyncnet.errors import SyncError
+    store = SharedGradientStore(1)  # no timeout: a wait here would never end
+    store.push(0, {"w": np.array([1.0])})
+    store.clear()
+    with pytest.raises(SyncError, match="not all ranks have submitted"):  # kizzasi's test_shared_gradient_store_clear
+        store.all_reduce_mean(0)
+    store.push(0, {"w": np.array([2.0])})
+    assert store.all_reduce_mean(0)["w"].tolist() == [2.0]
+    with pytest.raises(SyncError, match=r"ranks \[0\]"):  # the round drained: asking again is the same error
+        store.all_reduce_mean(0)
+    two = SharedGradientStore(2, timeout=5)
+    two.push(1, {"w": np.ones(1)})
+    with pytest.raises(SyncError, match="rank 0 all_reduce_mean"):
+        two.all_reduce_mean(0)
 
 
 def test_store_mismatch_reaches_every_rank_and_the_next_round_works():

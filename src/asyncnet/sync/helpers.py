@@ -112,7 +112,9 @@ class SharedGradientStore:
 
     ``all_reduce_mean(rank)`` returns as soon as every rank has pushed this round (at once if
     they already have, so one thread may push for several ranks), with the mean of each buffer
-    summed in rank order (the same bits for every caller). The round drains itself once every
+    summed in rank order (the same bits for every caller); a rank that has not pushed this round
+    gets kizzasi's "not all ranks have submitted" :class:`~asyncnet.SyncError` at once (its own
+    gradients are missing: waiting could only end in the timeout). The round drains itself once every
     rank has read the mean; :meth:`clear` resets it by hand (kizzasi's escape hatch, and what
     a single thread pushing for every rank calls after its step). A rank pushing again before
     its previous round drained waits. Waits end after ``timeout`` seconds
@@ -156,6 +158,10 @@ class SharedGradientStore:
         """The mean of each buffer over the ranks, once every rank has pushed this round."""
         _check_rank(rank, self._n)
         with self._cond:
+            if self._result is None and self._slots[rank] is None:  # kizzasi's error, not a wait nobody can end
+                missing = [r for r, s in enumerate(self._slots) if s is None]
+                raise SyncError(f"rank {rank} all_reduce_mean: not all ranks have submitted gradients (ranks {missing} "
+                                f"have not pushed this round, rank {rank} among them)")
             self._wait(lambda: self._result is not None or all(s is not None for s in self._slots),
                        f"rank {rank} all_reduce_mean", lambda: [r for r, s in enumerate(self._slots) if s is None])
             if self._result is None:
@@ -289,6 +295,9 @@ class GradientStrategy(enum.Enum):
     ALL_REDUCE = "all_reduce"
     REDUCE_TO_ROOT = "reduce_to_root"
     NO_SYNC = "no_sync"
+    AllReduce = "all_reduce"  # kizzasi's names, aliases of the members above
+    ReduceToRoot = "reduce_to_root"
+    NoSync = "no_sync"
 
 
 class CommBackend(enum.Enum):
@@ -296,6 +305,8 @@ class CommBackend(enum.Enum):
 
     IN_PROCESS = "in_process"
     EXTERNAL = "external"
+    InProcess = "in_process"  # kizzasi's names, aliases of the members above
+    External = "external"
 
 
 @dataclass(frozen=True)
@@ -327,6 +338,11 @@ class DistributedConfig:
     @property
     def is_distributed(self) -> bool:
         return self.world_size > 1
+
+    @property
+    def grad_strategy(self) -> GradientStrategy:
+        """kizzasi's name of :attr:`strategy`."""
+        return self.strategy
 
     @classmethod
     def from_env(cls, **overrides: Any) -> "DistributedConfig":
