@@ -99,6 +99,7 @@ class OpSchema:
     inputs_doc: Sequence[str] = ()
     outputs_doc: Sequence[str] = ()
     validate: Callable[[OperatorDef], None] | None = None
+    specialize: Callable[..., Callable[..., Any] | None] | None = None
 
     def arity_text(self) -> str:
         return f"{_range_text(self.min_inputs, self.max_inputs)} -> {_range_text(self.min_outputs, self.max_outputs)}"
@@ -150,11 +151,19 @@ def register_op(
     inputs_doc: Sequence[str] = (),
     outputs_doc: Sequence[str] = (),
     validate: Callable[[OperatorDef], None] | None = None,
+    specialize: Callable[..., Callable[..., Any] | None] | None = None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorator registering ``fn(ctx, *inputs)`` as operator ``op_type`` with its schema.
 
     ``validate(op_def)`` checks rules the other fields cannot express (such as "as many outputs
     as inputs"); it raises ValueError, which becomes a :class:`NetDefinitionError` at net creation.
+
+    ``specialize(ctx, *inputs)`` returns a kernel ``fast(ctx, *inputs)`` for inputs like these,
+    or None: ``fast`` must give ``fn``'s result for every input of the same type, dtype and
+    shape (what ``fn`` checks beyond those, such as a value's range, ``fast`` checks itself),
+    its outputs' type, dtype and shape must follow from its inputs', and when it raises it must
+    not have written anything. The straight executor (:mod:`asyncnet.exec.straight`) then
+    checks a net's inputs once per run instead of every kernel checking its own.
     """
 
     def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -166,7 +175,7 @@ def register_op(
             type=op_type, fn=fn, min_inputs=lo_i, max_inputs=hi_i, min_outputs=lo_o, max_outputs=hi_o,
             allow_inplace=allow_inplace, enforce_inplace=enforce_inplace, args={a.name: a for a in args},
             devices=tuple(devices), differentiable=differentiable, doc=doc or (fn.__doc__ or "").strip(),
-            inputs_doc=tuple(inputs_doc), outputs_doc=tuple(outputs_doc), validate=validate,
+            inputs_doc=tuple(inputs_doc), outputs_doc=tuple(outputs_doc), validate=validate, specialize=specialize,
         )
         return fn
 

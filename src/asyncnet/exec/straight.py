@@ -14,8 +14,11 @@ constants::
     blobs['softmax'], blobs['loss'] = r
 
 so a run pays no per-op method call, list building or output dispatch (about 0.6 us an op on
-the simple net; a small MLP's train step is 15 ops of a few microseconds each). Nets whose cost
-is in the kernels gain nothing; trainers with one executor thread per net use this type.
+the simple net; a small MLP's train step is 15 ops of a few microseconds each). When every op
+can be specialized, runs whose inputs keep their types, dtypes and shapes take a second
+compiled function calling each op's fast kernel with no checks of its own
+(:mod:`asyncnet.exec.specialize`). Nets whose cost is in the kernels gain nothing; trainers with
+one executor thread per net use this type.
 
 State
 -----
@@ -49,6 +52,7 @@ from asyncnet.core.netbase import register_net_type
 from asyncnet.core.operator import Operator
 from asyncnet.errors import BlobNotFoundError, OperatorError
 from asyncnet.exec.simple import SimpleNet
+from asyncnet.exec.specialize import Specializer, Variant, specializable
 
 __all__ = ["StraightNet", "compile_ops"]
 
@@ -67,19 +71,23 @@ SEQUENCES = (tuple, list)
 CHUNK = 256  # ops per compiled function: compiling one function costs more than linear time in its size
 
 
-def compile_ops(operators: Sequence[Operator]) -> list[Callable[[MutableMapping[str, Any]], None]]:
+def compile_ops(operators: Sequence[Operator],
+                kernels: Sequence[Callable[..., Any]] | None = None) -> list[Callable[[MutableMapping[str, Any]], None]]:
     """Functions ``run(blobs)`` that together run ``operators`` in order as straight-line code, one
-    per :data:`CHUNK` ops (a net of 20,000 ops as one function took 18 s to compile).
+    per :data:`CHUNK` ops (a net of 20,000 ops as one function took 18 s to compile); op k calls
+    ``kernels[k]`` (default: its own kernel ``op.fn``).
 
     Blob names enter the source only through ``repr`` (a str literal), so any name is safe.
 
         >>> [f.__name__ for f in compile_ops([])]
         []
     """
-    return [_compile_chunk(operators, lo, min(lo + CHUNK, len(operators))) for lo in range(0, len(operators), CHUNK)]
+    fns = [op.fn for op in operators] if kernels is None else list(kernels)
+    return [_compile_chunk(operators, fns, lo, min(lo + CHUNK, len(operators))) for lo in range(0, len(operators), CHUNK)]
 
 
-def _compile_chunk(operators: Sequence[Operator], lo: int, hi: int) -> Callable[[MutableMapping[str, Any]], None]:
+def _compile_chunk(operators: Sequence[Operator], fns: Sequence[Callable[..., Any]], lo: int,
+                   hi: int) -> Callable[[MutableMapping[str, Any]], None]:
     bind = "".join(f"    f{k}, c{k} = fns[{k - lo}], ctxs[{k - lo}]\n" for k in range(lo, hi))
     lines = ["def make(fns, ctxs):", bind, "    def run(blobs):", "        i = -1", "        try:"]
     for k in range(lo, hi):  # f{k}, c{k}: closure cells, cheaper to load than list items
@@ -98,8 +106,7 @@ def _compile_chunk(operators: Sequence[Operator], lo: int, hi: int) -> Callable[
     lines += ["        except Exception as exc:", "            raise Failed(i, exc) from exc", "    return run"]
     namespace: dict[str, Any] = {"BadResult": BadResult, "SEQUENCES": SEQUENCES, "Failed": Failed}
     exec(compile("\n".join(lines), f"<straight net ops {lo}..{hi - 1}>", "exec"), namespace)  # noqa: S102
-    ops = operators[lo:hi]
-    return namespace["make"]([op.fn for op in ops], [op.ctx for op in ops])
+    return namespace["make"](fns[lo:hi], [op.ctx for op in operators[lo:hi]])
 
 
 class Failed(Exception):
@@ -117,6 +124,7 @@ class StraightNet(SimpleNet):
     def __init__(self, net_def: NetDef, operators: Sequence[Operator], blobs: MutableMapping[str, Any]):
         super().__init__(net_def, operators, blobs)
         self._code = compile_ops(self.operators)
+        self._specializer = Specializer(self.operators, compile_ops) if specializable(self.operators) else None
 
     def run(self, timeout: float | None = None) -> None:
         if self.recorder is not None:
@@ -124,14 +132,27 @@ class StraightNet(SimpleNet):
         self._claim()
         try:
             blobs = self.blobs
-            for chunk in self._code:
-                chunk(blobs)
+            variant = None if self._specializer is None else self._specializer.variant(blobs)
+            if type(variant) is Variant:
+                self._run_variant(variant, blobs)
+            elif variant is not None:  # external inputs not seen before
+                self._specializer.specializing_run(blobs, variant)  # type: ignore[union-attr]
+            else:
+                for chunk in self._code:
+                    chunk(blobs)
         except Failed as failed:
             err, cause = self._error(failed.index, failed.exc)
             raise err from cause
         finally:
             self._release()
         return None
+
+    def _run_variant(self, variant: Variant, blobs: MutableMapping[str, Any]) -> None:
+        try:
+            for chunk in variant.code:
+                chunk(blobs)
+        except Failed as failed:  # a fast kernel raised before writing: the general kernels go on from there
+            self._specializer.resume(blobs, failed.index)  # type: ignore[union-attr]
 
     def _error(self, index: int, exc: Exception) -> tuple[OperatorError, BaseException | None]:
         """The error the simple net raises for op ``index`` failing with ``exc``, and its cause."""

@@ -195,8 +195,23 @@ def _iter_tensor(ctx: Any, x: Any, i: int, what: str) -> np.ndarray:
     return x
 
 
+def _iter_plain(ctx: Any, counter: np.ndarray) -> np.ndarray:
+    """Iter on a numpy int64 [1] counter: increment_iter's checks and write (a read-only counter
+    raises in the write, before changing anything)."""
+    value = counter.item(0)
+    if not 0 <= value < _INT64_MAX:
+        increment_iter(counter)  # raises Caffe2's message
+    counter[0] = value + 1
+    return counter
+
+
+def _specialize_iter(ctx: Any, *inputs: Any) -> Any:
+    ok = len(inputs) == 1 and type(inputs[0]) is np.ndarray and inputs[0].dtype is _INT64 and inputs[0].shape == (1,)
+    return _iter_plain if ok else None
+
+
 @register_op(
-    "Iter", inputs=(0, 1), outputs=1, enforce_inplace={0: 0}, devices=("cpu", "cuda"),
+    "Iter", inputs=(0, 1), outputs=1, enforce_inplace={0: 0}, devices=("cpu", "cuda"), specialize=_specialize_iter,
     doc="Increment an int64 counter in place; created at 0 (shape [1]) if absent, so the first value is 1.",
     inputs_doc=("iter (int64, optional; same blob as the output)",), outputs_doc=("iter (int64)",),
 )

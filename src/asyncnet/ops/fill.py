@@ -135,7 +135,26 @@ def _validate_dtype(op: OperatorDef) -> None:
     fill_dtype(op.args.get("dtype", ""), op.args.get("value", 0.0))
 
 
+def _specialize_constant_fill(ctx: Any, *inputs: Any) -> Any:
+    """The value in the shape of one numpy input (the loss gradient's seed in a train net)."""
+    a = ctx.args
+    if not (len(inputs) == 1 and type(inputs[0]) is np.ndarray and not a["input_as_shape"] and not a["extra_shape"]
+            and not a["library"] and ctx.device.device_type == "cpu"):
+        return None
+    value, dtype = a["value"], fill_dtype(a["dtype"], a["value"])
+    if not inputs[0].ndim and type(value) is float and dtype.kind == "f":
+        return lambda ctx, x: np.array(value, dtype)  # the same rounding as copyto's, in one call
+
+    def fill_like(ctx: Any, x: np.ndarray) -> np.ndarray:
+        out = np.empty(x.shape, dtype)
+        np.copyto(out, value, casting="unsafe")  # np.full's own two steps
+        return out
+
+    return fill_like
+
+
 @register_op("ConstantFill", inputs=(0, 1), outputs=1, devices=("cpu", "cuda"), validate=_validate_dtype,
+             specialize=_specialize_constant_fill,
              doc="Fill a tensor of `shape` with `value`. Without `dtype` the value's type decides, as in "
                  "Caffe2: an int (or bool) gives int64, a float float32.",
              args=[*_SHAPE_ARGS, Arg("value", (float, int, bool), 0.0, "fill value"),

@@ -218,15 +218,24 @@ def _fc_gradient(ctx: Any, x: Any, w: Any, dy: Any, transposed: bool) -> tuple[n
 _FC_GRAD_ARGS = [Arg("axis", int, 1, "the forward op's axis"), Arg("axis_w", int, 1, "the forward op's axis_w")]
 
 
-@register_op("FCGradient", inputs=3, outputs=(2, 3), args=_FC_GRAD_ARGS, devices=CPU_CUDA,
+def _fc_gradient_plain(ctx: Any, x: np.ndarray, w: np.ndarray, dy: np.ndarray) -> tuple[np.ndarray, ...]:
+    """FCGradient where :func:`plain_fc` holds: the general path's math without its reshapes."""
+    if is_bound(ctx.output(0)):  # a gradient bucket's view: written in place, no copy later
+        return _fc_gradient_into(ctx, x, w, dy)
+    dw, db = dy.T @ x, np.add.reduce(dy, axis=0)
+    return (dw, db) if len(ctx.op.outputs) == 2 else (dw, db, dy @ w)
+
+
+def _specialize_fc_gradient(ctx: Any, x: Any, w: Any, dy: Any) -> Any:
+    return _fc_gradient_plain if plain_fc(ctx, x, w, dy, 2) else None
+
+
+@register_op("FCGradient", inputs=3, outputs=(2, 3), args=_FC_GRAD_ARGS, devices=CPU_CUDA, specialize=_specialize_fc_gradient,
              inputs_doc=("X", "W [N, K]", "dY [M, N]"), outputs_doc=("dW, shaped like W", "db [N]", "dX (optional), shaped like X"),
              doc="Gradient of FC: dW = dY^T X, db = column sums of dY, and (when a third output is given) dX = dY W.")
 def fc_gradient(ctx: Any, x: Any, w: Any, dy: Any) -> tuple[np.ndarray, ...]:
-    if plain_fc(ctx, x, w, dy, 2):  # the general path's math without its reshapes
-        if is_bound(ctx.output(0)):  # a gradient bucket's view: written in place, no copy later
-            return _fc_gradient_into(ctx, x, w, dy)
-        dw, db = dy.T @ x, np.add.reduce(dy, axis=0)
-        return (dw, db) if len(ctx.op.outputs) == 2 else (dw, db, dy @ w)
+    if plain_fc(ctx, x, w, dy, 2):
+        return _fc_gradient_plain(ctx, x, w, dy)
     if plain_fc_torch(ctx, x, w, dy, 2):
         dw, db = dy.t().mm(x), dy.sum(0)
         return (dw, db) if len(ctx.op.outputs) == 2 else (dw, db, dy.mm(w))
@@ -263,7 +272,20 @@ register_gradient("FCTransposed")(_fc_maker("FCTransposedGradient"))
 
 
 # -- Relu: Y = max(X, 0);  dX = dY * (Y > 0) -------------------------------------------------
-@register_op("ReluGradient", inputs=2, outputs=1, allow_inplace={1: 0}, devices=CPU_CUDA, inputs_doc=("Y", "dY"), outputs_doc=("dX",),
+def _specialize_relu_gradient(ctx: Any, y: Any, dy: Any) -> Any:
+    """dY * (Y > 0) with the 0 of Y's float dtype bound, for numpy Y and dY of one dtype and shape."""
+    if not (type(y) is _nd and type(dy) is _nd and y.dtype is dy.dtype and y.shape == dy.shape and y.dtype in _ZERO):
+        return None
+    zero = _ZERO[y.dtype]
+
+    def relu_gradient_plain(ctx: Any, y: np.ndarray, dy: np.ndarray) -> np.ndarray:
+        return dy * (y > zero)
+
+    return relu_gradient_plain if y.ndim else (lambda ctx, y, dy: as_array(dy * (y > zero)))  # 0-d: a scalar product
+
+
+@register_op("ReluGradient", inputs=2, outputs=1, allow_inplace={1: 0}, devices=CPU_CUDA, inputs_doc=("Y", "dY"),
+             outputs_doc=("dX",), specialize=_specialize_relu_gradient,
              doc="Gradient of Relu from its output: dX = dY where Y > 0, else 0.")
 def relu_gradient(ctx: Any, y: Any, dy: Any) -> np.ndarray:
     if type(y) is _nd and type(dy) is _nd and y.dtype is dy.dtype and y.shape == dy.shape and y.dtype in _ZERO:

@@ -94,20 +94,31 @@ def _validate_swl(op: OperatorDef) -> None:
         raise ValueError(f"{op.type}: expected scale >= 0, got {scale}")
 
 
-@register_op("SoftmaxWithLoss", inputs=(2, 3), outputs=2, devices=CPU_CUDA, validate=_validate_swl,
+def _softmax_with_loss_plain(ctx: Any, x: np.ndarray, label: np.ndarray) -> tuple[Any, Any]:
+    """SoftmaxWithLoss where :func:`_plain_types` holds (and the args are the defaults)."""
+    index = _label_index(x, label)
+    if index is not None:
+        try:
+            return _softmax_with_loss_np(x, index)
+        except IndexError:
+            pass  # an id out of range: the general path says which
+    return _softmax_with_loss(ctx, x, label, None)
+
+
+def _specialize_swl(ctx: Any, x: Any, label: Any, *weight: Any) -> Any:
+    return _softmax_with_loss_plain if not weight and _plain_args(ctx) and _plain_types(x, label) else None
+
+
+@register_op("SoftmaxWithLoss", inputs=(2, 3), outputs=2, devices=CPU_CUDA, validate=_validate_swl, specialize=_specialize_swl,
              inputs_doc=("logits X [N, D] (or any shape, viewed 2-D at `axis`)", "label [N] int (label_prob: [N, D] float)",
                          "weight [N] (optional): each example's weight"),
              outputs_doc=("softmax P, X's shape", "loss (0-d)"), args=_SWL_ARGS,
              doc="Softmax of the logits and the cross-entropy against the labels (log-sum-exp, no overflow), Caffe2's: "
                  "loss = scale * sum_i w_i l_i / sum_i w_i (w = 1 without a weight input; 0 if the weights sum to 0).")
 def softmax_with_loss(ctx: Any, x: Any, label: Any, *weight: Any) -> tuple[np.ndarray, np.ndarray]:
-    index = None if weight or not _plain_args(ctx) else _plain(x, label)
-    if index is not None:
-        try:
-            return _softmax_with_loss_np(x, index)
-        except IndexError:
-            pass  # an id out of range: the general path says which
-    elif not weight and _plain_args(ctx) and _plain_torch(x, label):
+    if not weight and _plain_args(ctx) and _plain_types(x, label):
+        return _softmax_with_loss_plain(ctx, x, label)
+    if not weight and _plain_args(ctx) and _plain_torch(x, label):
         log_p = x.log_softmax(1)
         try:  # nll_loss refuses an id out of range (int32 ids never equal the ignore_index)
             loss = torch_namespace().lib.nn.functional.nll_loss(log_p, label.long(), ignore_index=_NEVER)
@@ -197,15 +208,18 @@ _FLOATS = frozenset(np.dtype(t) for t in (np.float32, np.float64))
 _INT32, _INT64 = np.dtype(np.int32), np.dtype(np.int64)
 
 
-def _plain(x: Any, label: Any) -> np.ndarray | None:
-    """For numpy logits [N, D] (N > 0, float32/64) and int32/int64 labels [N]: the labels as a
-    column index for the short path of the loss ops (the general path's math without its per-step
-    overhead), else None. An id outside [0, D) makes that indexing raise IndexError (the kernel
-    then takes the general path, whose message names it): int32 ids are viewed as uint32, so a
-    negative one is above every D; int64 ids (a view could wrap) are range-checked in one reduction."""
-    if not (type(x) is _nd and type(label) is _nd and x.ndim == 2 and x.dtype in _FLOATS
-            and label.shape == x.shape[:1] and x.shape[0] > 0):
-        return None
+def _plain_types(x: Any, label: Any) -> bool:
+    """numpy logits [N, D] (N > 0, float32/64) and int32/int64 labels [N]: the loss ops' short path."""
+    return (type(x) is _nd and type(label) is _nd and x.ndim == 2 and x.dtype in _FLOATS
+            and label.shape == x.shape[:1] and x.shape[0] > 0 and (label.dtype is _INT32 or label.dtype is _INT64))
+
+
+def _label_index(x: np.ndarray, label: np.ndarray) -> np.ndarray | None:
+    """The labels as a column index for the short path of the loss ops (the general path's math
+    without its per-step overhead), or None. An id outside [0, D) makes that indexing raise
+    IndexError (the kernel then takes the general path, whose message names it): int32 ids are
+    viewed as uint32, so a negative one is above every D; int64 ids (a view could wrap) are
+    range-checked in one reduction."""
     if label.dtype is _INT32:
         return label.view(np.uint32)
     if label.dtype is _INT64 and np.maximum.reduce(label.view(np.uint64)) < x.shape[1]:
@@ -262,18 +276,16 @@ def _softmax_with_loss_np(x: np.ndarray, label: np.ndarray) -> tuple[np.ndarray,
     return np.exp(z, out=e), np.asarray(loss, dtype=x.dtype)
 
 
-@register_op("SoftmaxWithLossGradient", inputs=(3, 5), outputs=1, devices=CPU_CUDA, validate=_validate_swl, args=_SWL_ARGS,
-             inputs_doc=("X (Caffe2's form; or P in the 3-input form)", "label", "weight (5 inputs) / P (4) / dloss (3)",
-                         "P (5 inputs) / dloss (4)", "dloss (5 inputs)"), outputs_doc=("dX, X's shape",),
-             doc="Gradient of SoftmaxWithLoss, Caffe2's inputs (X, label, [weight,] P, dloss), or asyncnet's older "
-                 "(P, label, dloss): dX = (P - onehot(label)) * w_i * scale * dloss / sum(w) (label_prob: P - label). "
-                 "With only_loss it is computed in P's array (Caffe2's dX->ShareData(P)), so P is overwritten.")
-def softmax_with_loss_gradient(ctx: Any, *inputs: Any) -> np.ndarray:
+def _plain_gradient(ctx: Any, p: Any, label: Any, dloss: Any) -> bool:
+    return (_plain_args(ctx) and _plain_types(p, label) and type(dloss) is _nd and dloss.size == 1
+            and dloss.dtype.type in FLOAT_DTYPES)
+
+
+def _swl_gradient_plain(ctx: Any, *inputs: Any) -> np.ndarray:
+    """SoftmaxWithLossGradient (3 or 4 inputs) where :func:`_plain_gradient` holds."""
     label, p, dloss = inputs[1], inputs[-2 if len(inputs) > 3 else 0], inputs[-1]
-    if len(inputs) == 5:
-        return _softmax_with_loss_gradient(ctx, p, label, dloss, inputs[2])
-    index = _plain(p, label) if _plain_args(ctx) else None
-    if index is not None and type(dloss) is _nd and dloss.size == 1 and dloss.dtype.type in FLOAT_DTYPES:
+    index = _label_index(p, label)
+    if index is not None:
         n = p.shape[0]
         dx = p if ctx.args["only_loss"] else p.copy()
         try:
@@ -283,7 +295,30 @@ def softmax_with_loss_gradient(ctx: Any, *inputs: Any) -> np.ndarray:
         else:
             dx *= p.dtype.type(dloss.item(0)) / n  # item: a Python float holds any float dtype's value exactly
             return dx
-    elif (not ctx.args["only_loss"] and _plain_args(ctx) and _plain_torch(p, label) and cpu_tensors(dloss)
+    return _softmax_with_loss_gradient(ctx, p, label, dloss, None)
+
+
+def _specialize_swl_gradient(ctx: Any, *inputs: Any) -> Any:
+    if len(inputs) == 5:
+        return None
+    label, p, dloss = inputs[1], inputs[-2 if len(inputs) > 3 else 0], inputs[-1]
+    return _swl_gradient_plain if _plain_gradient(ctx, p, label, dloss) else None
+
+
+@register_op("SoftmaxWithLossGradient", inputs=(3, 5), outputs=1, devices=CPU_CUDA, validate=_validate_swl, args=_SWL_ARGS,
+             specialize=_specialize_swl_gradient,
+             inputs_doc=("X (Caffe2's form; or P in the 3-input form)", "label", "weight (5 inputs) / P (4) / dloss (3)",
+                         "P (5 inputs) / dloss (4)", "dloss (5 inputs)"), outputs_doc=("dX, X's shape",),
+             doc="Gradient of SoftmaxWithLoss, Caffe2's inputs (X, label, [weight,] P, dloss), or asyncnet's older "
+                 "(P, label, dloss): dX = (P - onehot(label)) * w_i * scale * dloss / sum(w) (label_prob: P - label). "
+                 "With only_loss it is computed in P's array (Caffe2's dX->ShareData(P)), so P is overwritten.")
+def softmax_with_loss_gradient(ctx: Any, *inputs: Any) -> np.ndarray:
+    label, p, dloss = inputs[1], inputs[-2 if len(inputs) > 3 else 0], inputs[-1]
+    if len(inputs) == 5:
+        return _softmax_with_loss_gradient(ctx, p, label, dloss, inputs[2])
+    if _plain_gradient(ctx, p, label, dloss):
+        return _swl_gradient_plain(ctx, *inputs)
+    if (not ctx.args["only_loss"] and _plain_args(ctx) and _plain_torch(p, label) and cpu_tensors(dloss)
           and dloss.numel() == 1 and dloss.is_floating_point()):
         n = p.shape[0]
         dx = p.clone()
@@ -431,12 +466,9 @@ register_gradient("SquaredL2Distance")(_squared_l2_grad)
 
 
 # -- Accuracy: fraction of rows whose label is among the top_k scores (a metric, no gradient) -
-@register_op("Accuracy", inputs=2, outputs=1, devices=CPU_CUDA, args=[Arg("top_k", int, 1, "count a row correct when its label is among the k best")],
-             inputs_doc=("prediction [N, D]", "label [N] int"), outputs_doc=("accuracy (0-d float32)",),
-             doc="Fraction of rows whose label scores among the top_k predictions (ties go to the lower index; "
-                 "a NaN ranks above every number, and a NaN at the label counts the row as wrong).")
-def accuracy(ctx: Any, pred: Any, label: Any) -> np.ndarray:
-    index = _plain(pred, label) if ctx.args["top_k"] == 1 else None
+def _accuracy_plain(ctx: Any, pred: np.ndarray, label: np.ndarray) -> Any:
+    """Accuracy (top_k 1) where :func:`_plain_types` holds."""
+    index = _label_index(pred, label)
     if index is not None:
         # the first maximum is the prediction (ties go to the lower index, NaN ranks above every
         # number, as numpy's argmax does); a NaN at the label is wrong even when it is the first NaN
@@ -448,6 +480,26 @@ def accuracy(ctx: Any, pred: Any, label: Any) -> np.ndarray:
         else:
             correct = np.count_nonzero((np.argmax(pred, axis=1) == label) & (at_label == at_label))
             return np.asarray(correct / n, dtype=np.float32)
+    return _accuracy(ctx, pred, label)
+
+
+def _specialize_accuracy(ctx: Any, pred: Any, label: Any) -> Any:
+    return _accuracy_plain if ctx.args["top_k"] == 1 and _plain_types(pred, label) else None
+
+
+@register_op("Accuracy", inputs=2, outputs=1, devices=CPU_CUDA, specialize=_specialize_accuracy,
+             args=[Arg("top_k", int, 1, "count a row correct when its label is among the k best")],
+             inputs_doc=("prediction [N, D]", "label [N] int"), outputs_doc=("accuracy (0-d float32)",),
+             doc="Fraction of rows whose label scores among the top_k predictions (ties go to the lower index; "
+                 "a NaN ranks above every number, and a NaN at the label counts the row as wrong).")
+def accuracy(ctx: Any, pred: Any, label: Any) -> np.ndarray:
+    if ctx.args["top_k"] == 1 and _plain_types(pred, label):
+        return _accuracy_plain(ctx, pred, label)
+    return _accuracy(ctx, pred, label)
+
+
+def _accuracy(ctx: Any, pred: Any, label: Any) -> np.ndarray:
+    """The general path: any top_k, torch tensors, the checks and their messages."""
     pred = _matrix(ctx, pred, 0)
     xp = namespace(ctx, pred, label)
     n, d = pred.shape

@@ -66,15 +66,24 @@ def _fc(ctx: Any, x: Any, w: Any, b: Any, transposed: bool) -> np.ndarray:
     return y.reshape(x.shape[:axis] + (n,))
 
 
-@register_op("FC", inputs=3, outputs=1, args=_fc_args(1), devices=CPU_CUDA,
+def _fc_plain(ctx: Any, x: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """FC where :func:`plain_fc` holds: the general path's math without its reshapes."""
+    y = x @ w.T
+    y += b
+    return y
+
+
+def _specialize_fc(ctx: Any, x: Any, w: Any, b: Any) -> Any:
+    return _fc_plain if plain_fc(ctx, x, w, b, 1) else None
+
+
+@register_op("FC", inputs=3, outputs=1, args=_fc_args(1), devices=CPU_CUDA, specialize=_specialize_fc,
              inputs_doc=("X", "W [N, K] (flattened at axis_w)", "b [N]"), outputs_doc=("Y, X.shape[:axis] + [N]",),
              doc="Fully connected layer: Y = X W^T + b, X flattened to [M, K] at `axis`, W to [N, K] at `axis_w`; "
                  "Y keeps X's dims before `axis` (Caffe2's FC).")
 def fc(ctx: Any, x: Any, w: Any, b: Any) -> np.ndarray:
     if plain_fc(ctx, x, w, b, 1):
-        y = x @ w.T
-        y += b
-        return y
+        return _fc_plain(ctx, x, w, b)
     if plain_fc_torch(ctx, x, w, b, 1):
         return b.addmm(x, w.t())  # b + X W^T in one call (torch.nn.Linear's)
     return _fc(ctx, x, w, b, transposed=False)
@@ -87,11 +96,24 @@ def fc_transposed(ctx: Any, x: Any, w: Any, b: Any) -> np.ndarray:
     return _fc(ctx, x, w, b, transposed=True)
 
 
-def _activation(op_type: str, doc: str):  # type: ignore[no-untyped-def]
-    return register_op(op_type, inputs=1, outputs=1, allow_inplace={0: 0}, devices=CPU_CUDA, doc=doc)
+def _activation(op_type: str, doc: str, specialize: Any = None):  # type: ignore[no-untyped-def]
+    return register_op(op_type, inputs=1, outputs=1, allow_inplace={0: 0}, devices=CPU_CUDA, doc=doc,
+                       specialize=specialize)
 
 
-@_activation("Relu", "Y = max(X, 0).")
+def _specialize_relu(ctx: Any, x: Any) -> Any:
+    """max(X, 0) with the 0 of X's float dtype bound (numpy skips the Python-int conversion)."""
+    if not (type(x) is _nd and x.dtype in _ZERO):
+        return None
+    zero = _ZERO[x.dtype]
+
+    def relu_plain(ctx: Any, x: np.ndarray) -> np.ndarray:
+        return np.maximum(x, zero)
+
+    return relu_plain if x.ndim else (lambda ctx, x: as_array(np.maximum(x, zero)))  # 0-d: ufuncs give scalars
+
+
+@_activation("Relu", "Y = max(X, 0).", _specialize_relu)
 def relu(ctx: Any, x: Any) -> np.ndarray:
     if type(x) is _nd and x.dtype in _ZERO:  # a 0 of X's dtype: numpy skips the Python-int conversion
         return as_array(np.maximum(x, _ZERO[x.dtype]))

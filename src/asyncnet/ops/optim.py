@@ -145,15 +145,27 @@ def _weighted_sum_grad(op: OperatorDef, gout: list[str | None]) -> tuple[list[Op
 
 
 # -- SGD: param -= lr * (grad + wd * param) --------------------------------------------------
-@register_op("SGD", inputs=3, outputs=1, enforce_inplace={0: 0}, args=[_WEIGHT_DECAY], devices=CPU_CUDA,
+def _sgd_plain(ctx: Any, param: np.ndarray, grad: np.ndarray, lr: np.ndarray) -> np.ndarray:
+    """SGD on numpy arrays of one float dtype and shape, no weight decay: the general path's two
+    roundings (g * lr, then p - that), the product in a new array; a read-only param raises
+    before anything is written."""
+    return np.subtract(param, np.multiply(grad, lr.item(0)), out=param)
+
+
+def _specialize_sgd(ctx: Any, param: Any, grad: Any, lr: Any) -> Any:
+    return _sgd_plain if (type(param) is _nd and type(grad) is _nd and type(lr) is _nd and param.dtype is grad.dtype
+                          and param.shape == grad.shape and lr.size == 1 and param.dtype.type in FLOAT_DTYPES
+                          and ctx.args["weight_decay"] == 0.0) else None
+
+
+@register_op("SGD", inputs=3, outputs=1, enforce_inplace={0: 0}, args=[_WEIGHT_DECAY], devices=CPU_CUDA, specialize=_specialize_sgd,
              inputs_doc=("param", "grad", "lr (1 element)"), outputs_doc=("param (same blob, updated in place)",),
              doc="Plain SGD step written into the parameter's array: param -= lr * (grad + weight_decay * param).")
 def sgd(ctx: Any, param: Any, grad: Any, lr: Any) -> np.ndarray:
     if (type(param) is _nd and type(grad) is _nd and type(lr) is _nd and param.dtype is grad.dtype
             and param.shape == grad.shape and lr.size == 1 and param.dtype.type in FLOAT_DTYPES
             and param.flags.writeable and ctx.args["weight_decay"] == 0.0):
-        # the general path's two roundings (g * lr, then p - that), the product in a new array
-        return np.subtract(param, np.multiply(grad, lr.item(0)), out=param)
+        return _sgd_plain(ctx, param, grad, lr)
     if (cpu_tensors(param, grad) and param.dtype is grad.dtype and param.shape == grad.shape and param.is_floating_point()
             and ctx.args["weight_decay"] == 0.0 and type(lr) is _nd and lr.size == 1):
         return param.add_(grad, alpha=-lr.item(0))  # one fused in-place call (torch.optim.SGD's)
@@ -367,7 +379,23 @@ def _validate_lr(op: Any) -> None:
         raise ValueError("policy 'alter' needs active_period + inactive_period > 0")
 
 
+def _specialize_learning_rate(ctx: Any, it: Any) -> Any:
+    """The fixed policy on a numpy integer counter: base_lr in the op's dtype after the counter's check."""
+    a = ctx.args
+    if not (a["policy"] == "fixed" and type(it) is _nd and it.size == 1 and it.dtype.kind in "iu"):
+        return None
+    base_lr, dtype = a["base_lr"], _LR_DTYPES[a["dtype"]]
+
+    def fixed_rate(ctx: Any, it: np.ndarray) -> np.ndarray:
+        if it.item(0) < 0:
+            raise ValueError(f"expected a non-negative iteration count in {ctx.op.inputs[0]!r}, got {it.item(0)}")
+        return np.array(base_lr, dtype=dtype)
+
+    return fixed_rate
+
+
 @register_op("LearningRate", inputs=1, outputs=1, devices=CPU_CUDA, args=_LR_ARGS, validate=_validate_lr,
+             specialize=_specialize_learning_rate,
              inputs_doc=("iter (int64 counter, 1 element)",), outputs_doc=("lr (0-d)",),
              doc="The learning rate for the current iteration: base_lr times the multiplier of the policy "
                  "(Caffe2's learning_rate_functors), as a 0-d array.")
