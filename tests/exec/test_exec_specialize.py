@@ -113,6 +113,51 @@ def test_a_fault_after_specializing_is_the_simple_nets_error(fault):
     assert states["simple"] == states["straight"]
 
 
+@pytest.mark.parametrize("optimizer", ["momentum", "adam"])
+def test_other_optimizers_specialize_with_the_same_bits(optimizer):
+    rng = np.random.default_rng(5)
+    batches = [_batch(rng, 6) for _ in range(4)]
+    states = {}
+    for t in ("simple", "straight"):
+        model = MLP(8, hidden=(16,), num_classes=5, seed=3, lr=0.1, optimizer=optimizer)
+        ws = an.Workspace()
+        ws.run_net_once(model.init_net)
+        net_def = model.train_net("train").to_def()
+        net_def.type = t
+        net = ws.create_net(net_def)
+        for feeds in batches:
+            _step(ws, net, feeds)
+        states[t] = _state(ws)
+        if t == "straight":
+            assert isinstance(net._specializer.variant(ws._blobs), Variant)
+    assert states["simple"] == states["straight"]
+
+
+def test_a_floating_point_error_raised_after_a_write_is_not_run_twice():
+    # MomentumSGDUpdate writes the moment, then overflows writing the param: numpy raises after
+    # both writes, so running the op again (as after a fast kernel's clean failure) would move the moment twice
+    states, errors = {}, {}
+    for t in ("simple", "straight"):
+        ws = an.Workspace()
+        for k, v in {"g": [0.5], "m": [0.0], "lr": [0.1], "p": [1.0]}.items():
+            ws.feed(k, np.array(v, np.float32))
+        net = an.Net("u", type=t)
+        net.MomentumSGDUpdate(["g", "m", "lr", "p"], ["g", "m", "p"], momentum=0.9, formula="torch")
+        created = ws.create_net(net)
+        for _ in range(2):
+            created.run()
+        ws.fetch("p")[:] = 3e38
+        ws.fetch("g")[:] = 1e38
+        ws.fetch("lr")[:] = -2.0
+        with np.errstate(over="raise"):
+            with pytest.raises(an.OperatorError) as info:
+                created.run()
+        errors[t] = (str(info.value), type(info.value.__cause__).__name__)
+        states[t] = _state(ws)
+    assert errors["simple"] == errors["straight"] and "FloatingPointError" in errors["simple"][1]
+    assert states["simple"] == states["straight"]
+
+
 def test_a_net_with_an_op_without_fast_kernel_is_not_specialized():
     ws = an.Workspace()
     ws.feed("x", np.ones((2, 2), np.float32))
@@ -162,13 +207,24 @@ def op_cases(draw):
     if t == "Iter":
         return t, [np.array([draw(st.sampled_from([0, 5, -1, np.iinfo(np.int64).max]))], np.int64)], 1, {}
     if t == "LearningRate":
-        return t, [np.array([draw(st.integers(-2, 10))], np.int64)], 1, {"base_lr": -0.1, "policy": "fixed"}
-    if t == "Accuracy":
-        return t, [f(m, n + 1), labels(m, n + 1)], 1, {}
+        policy = draw(st.sampled_from([{"policy": "fixed"}, {"policy": "step", "stepsize": 3, "gamma": 0.5},
+                                       {"policy": "inv", "gamma": 0.1, "power": 0.5}]))
+        return t, [np.array([draw(st.integers(-2, 10))], np.int64)], 1, {"base_lr": -0.1, **policy}
     if t == "SGD":
         p = f(m, k)
         p.flags.writeable = draw(st.booleans())
-        return t, [p, f(m, k), np.array(draw(st.floats(0, 1)), dtype)], 1, {}
+        return t, [p, f(m, k), np.array(draw(st.floats(0, 1)), dtype)], 1, {"weight_decay": draw(st.sampled_from([0.0, 0.1]))}
+    if t == "MomentumSGDUpdate":
+        g, mom, p = f(m, k), f(m, k), f(m, k)
+        p.flags.writeable = draw(st.booleans())
+        return t, [g, mom, np.array([draw(st.floats(0, 1))], dtype), p], 3, {
+            "momentum": 0.9, "nesterov": draw(st.booleans()), "formula": draw(st.sampled_from(["caffe2", "torch"])),
+            "weight_decay": draw(st.sampled_from([0.0, 0.01]))}
+    if t == "Adam":
+        return t, [f(m, k), f(m, k), np.abs(f(m, k)), f(m, k), np.array([0.01], dtype),
+                   np.array([draw(st.integers(-1, 5))], np.int64)], 3, {"formula": draw(st.sampled_from(["caffe2", "torch"]))}
+    if t == "Accuracy":
+        return t, [f(m, n + 1), labels(m, n + 1)], 1, {}
     raise AssertionError(f"no inputs for {t}: add a case")
 
 
@@ -192,7 +248,8 @@ def _bits(values):
 def test_each_fast_kernel_equals_its_general_kernel(case):
     t, inputs, n_out, args = case
     names = [f"i{k}" for k in range(len(inputs))]
-    outs = names[:1] if t in ("Iter", "SGD") else [f"o{k}" for k in range(n_out)]
+    in_place = {"Iter": [0], "SGD": [0], "MomentumSGDUpdate": [0, 1, 3], "Adam": [0, 1, 2]}
+    outs = [names[i] for i in in_place[t]] if t in in_place else [f"o{k}" for k in range(n_out)]
     ws = an.Workspace()
     for name, x in zip(names, inputs):
         ws.feed(name, x)
@@ -213,6 +270,6 @@ def test_each_fast_kernel_equals_its_general_kernel(case):
 
 
 def test_the_contract_cases_cover_every_specialized_op():
-    covered = {"Accuracy", "FC", "FCGradient", "Relu", "ReluGradient", "SoftmaxWithLoss", "SoftmaxWithLossGradient",
+    covered = {"Accuracy", "Adam", "MomentumSGDUpdate", "FC", "FCGradient", "Relu", "ReluGradient", "SoftmaxWithLoss", "SoftmaxWithLossGradient",
                "ConstantFill", "Iter", "LearningRate", "SGD"}
     assert set(SPECIALIZED) == covered  # a new specialize needs a case in op_cases

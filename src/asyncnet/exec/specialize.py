@@ -19,6 +19,9 @@ signature (a smaller last batch is a second variant), at most :data:`MAX_VARIANT
 A fast kernel that raises has written nothing (the contract of ``specialize``), so the run
 goes on from that op through the ops' general kernels (:meth:`Operator.run`): the error, if
 there is one, is the simple net's, and a run that only a general kernel can finish finishes.
+The exception is numpy's FloatingPointError under ``np.errstate(...="raise")``, raised after
+the writes: the fast kernel ran the general kernel's own numpy calls, so it is that kernel's
+error, raised as it is (running the op again would apply an update twice).
 
 Nets with an op whose schema has no ``specialize``, or whose kernel was replaced on its
 :class:`~asyncnet.core.operator.Operator`, or of more than :data:`MAX_OPS` ops, are never specialized. Only numpy arrays are

@@ -151,8 +151,10 @@ class StraightNet(SimpleNet):
         try:
             for chunk in variant.code:
                 chunk(blobs)
-        except Failed as failed:  # a fast kernel raised before writing: the general kernels go on from there
-            self._specializer.resume(blobs, failed.index)  # type: ignore[union-attr]
+        except Failed as failed:
+            if isinstance(failed.exc, FloatingPointError):  # np.errstate(raise): the general kernel's own error,
+                raise  # raised after the same writes (numpy checks the flags once the loop is done)
+            self._specializer.resume(blobs, failed.index)  # type: ignore[union-attr]  # raised before writing
 
     def _error(self, index: int, exc: Exception) -> tuple[OperatorError, BaseException | None]:
         """The error the simple net raises for op ``index`` failing with ``exc``, and its cause."""

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from asyncnet.core.defs import OperatorDef
-from asyncnet.core.registry import Arg, register_gradient, register_op
+from asyncnet.core.registry import Arg, get_schema, register_gradient, register_op
 from asyncnet.errors import NetDefinitionError
 from asyncnet.ops._check import FLOAT_DTYPES, array, as_array, float_array
 from asyncnet.ops.math import CPU_CUDA
@@ -145,6 +145,12 @@ def _weighted_sum_grad(op: OperatorDef, gout: list[str | None]) -> tuple[list[Op
 
 
 # -- SGD: param -= lr * (grad + wd * param) --------------------------------------------------
+def _general_for_numpy(ctx: Any, *inputs: Any) -> Any:
+    """A ``specialize`` giving the op's general kernel itself for numpy inputs (an update that
+    checks everything before it writes), so nets of these and fast kernels are specialized."""
+    return get_schema(ctx.op.type).fn if all(type(x) is _nd for x in inputs) else None
+
+
 def _sgd_plain(ctx: Any, param: np.ndarray, grad: np.ndarray, lr: np.ndarray) -> np.ndarray:
     """SGD on numpy arrays of one float dtype and shape, no weight decay: the general path's two
     roundings (g * lr, then p - that), the product in a new array; a read-only param raises
@@ -153,9 +159,11 @@ def _sgd_plain(ctx: Any, param: np.ndarray, grad: np.ndarray, lr: np.ndarray) ->
 
 
 def _specialize_sgd(ctx: Any, param: Any, grad: Any, lr: Any) -> Any:
-    return _sgd_plain if (type(param) is _nd and type(grad) is _nd and type(lr) is _nd and param.dtype is grad.dtype
-                          and param.shape == grad.shape and lr.size == 1 and param.dtype.type in FLOAT_DTYPES
-                          and ctx.args["weight_decay"] == 0.0) else None
+    if not (type(param) is _nd and type(grad) is _nd and type(lr) is _nd):
+        return None
+    plain = (param.dtype is grad.dtype and param.shape == grad.shape and lr.size == 1 and param.dtype.type in FLOAT_DTYPES
+             and ctx.args["weight_decay"] == 0.0)
+    return _sgd_plain if plain else sgd
 
 
 @register_op("SGD", inputs=3, outputs=1, enforce_inplace={0: 0}, args=[_WEIGHT_DECAY], devices=CPU_CUDA, specialize=_specialize_sgd,
@@ -224,6 +232,7 @@ def momentum_sgd(ctx: Any, grad: Any, moment: Any, lr: Any) -> tuple[np.ndarray,
 
 # -- MomentumSGDUpdate: Caffe2's (default) or torch's momentum step, written into the param ---
 @register_op("MomentumSGDUpdate", inputs=4, outputs=3, allow_inplace={0: 0, 1: 1, 3: 2}, devices=CPU_CUDA,
+             specialize=_general_for_numpy,
              args=[*_MOMENTUM_ARGS, _WEIGHT_DECAY, _FORMULA],
              inputs_doc=("grad", "moment", "lr (1 element)", "param"), outputs_doc=("grad: the step taken", "moment", "param"),
              doc="Caffe2's MomentumSGDUpdate: step = lr*grad + mu*moment (nesterov: m' = mu*m + lr*grad, step = "
@@ -246,6 +255,7 @@ def momentum_sgd_update(ctx: Any, grad: Any, moment: Any, lr: Any, param: Any) -
 
 # -- Adam: Caffe2's (default, t = iter + 1) or torch.optim.Adam's (t = iter) -------------------
 @register_op("Adam", inputs=6, outputs=(3, 4), allow_inplace={0: 0, 1: 1, 2: 2}, devices=CPU_CUDA,
+             specialize=_general_for_numpy,
              args=[Arg("beta1", float, 0.9), Arg("beta2", float, 0.999),
                    Arg("epsilon", float, None, "default: Caffe2's 1e-5 (formula caffe2) or torch's 1e-8 (formula torch)"),
                    _WEIGHT_DECAY, _FORMULA],
@@ -382,8 +392,10 @@ def _validate_lr(op: Any) -> None:
 def _specialize_learning_rate(ctx: Any, it: Any) -> Any:
     """The fixed policy on a numpy integer counter: base_lr in the op's dtype after the counter's check."""
     a = ctx.args
-    if not (a["policy"] == "fixed" and type(it) is _nd and it.size == 1 and it.dtype.kind in "iu"):
+    if type(it) is not _nd:
         return None
+    if not (a["policy"] == "fixed" and it.size == 1 and it.dtype.kind in "iu"):
+        return learning_rate  # the other policies: the general kernel (it writes nothing)
     base_lr, dtype = a["base_lr"], _LR_DTYPES[a["dtype"]]
 
     def fixed_rate(ctx: Any, it: np.ndarray) -> np.ndarray:
