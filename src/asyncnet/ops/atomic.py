@@ -218,10 +218,9 @@ def _specialize_iter(ctx: Any, *inputs: Any) -> Any:
 def iter_op(ctx: Any, *inputs: Any) -> np.ndarray:
     if inputs and type(inputs[0]) is np.ndarray and inputs[0].dtype is _INT64 and inputs[0].flags.writeable:
         counter = inputs[0]  # a host counter: _iter_tensor's checks in one line
-        if counter.shape == (1,) and 0 <= (value := counter.item(0)) < _INT64_MAX:
-            counter[0] = value + 1  # increment_iter's checks passed, its write
-        else:
-            increment_iter(counter)
+        if counter.shape == (1,):
+            return _iter_plain(ctx, counter)
+        increment_iter(counter)
         return counter
     if inputs:
         counter = _iter_tensor(ctx, inputs[0], 0, "input")
