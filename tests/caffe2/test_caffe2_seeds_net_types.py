@@ -79,3 +79,14 @@ def test_caffe2_async_net_types(net_type):
         np.testing.assert_array_equal(ws.fetch("y"), 5 * np.arange(4.0))
         assert type(instance).__name__ == "AsyncSchedulingNet"
         ws.run_net_async("n").wait(timeout=30)
+
+
+def test_caffe2_async_simple_is_the_sequential_net():
+    with an.Workspace() as ws:
+        ws.feed("x", np.arange(3.0))
+        net = an.Net("s", type="async_simple")
+        net.Scale("x", "x", scale=2.0); net.Scale("x", "x", scale=3.0)  # order matters: in place
+        instance = ws.create_net(net)
+        ws.run_net("s", num_iter=2)
+        np.testing.assert_array_equal(ws.fetch("x"), 36 * np.arange(3.0))
+        assert type(instance).__name__ == "SimpleNet"

@@ -22,7 +22,7 @@ from asyncnet.errors import NetDefinitionError
 __all__ = ["DeviceOption", "OperatorDef", "NetDef", "ArgValue", "NET_TYPES"]
 
 ArgValue = Any  # int | float | str | bool | list of those
-NET_TYPES = ("simple", "straight", "dag", "async_dag", "async_scheduling", "async_polling", "parallel")
+NET_TYPES = ("simple", "async_simple", "straight", "dag", "async_dag", "async_scheduling", "async_polling", "parallel")
 DEVICE_TYPES = ("cpu", "cuda")
 MAX_JSON_BYTES = 64 * 1024 * 1024
 

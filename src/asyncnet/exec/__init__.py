@@ -1,6 +1,6 @@
 """Executors: they run a net's operators. Importing this package registers the net types.
 
-"simple" runs ops in order on the caller's thread; "async_scheduling" (also "dag",
+"simple" (also Caffe2's "async_simple") runs ops in order on the caller's thread; "async_scheduling" (also "dag",
 "async_dag", and Caffe2's other asynchronous types "async_polling" and "parallel") runs chains
 of the dependency graph on per-device worker pools. Execution plans
 (:class:`Plan`, :class:`ExecutionStep`) run nets in loops and concurrent substeps.
@@ -15,5 +15,8 @@ from asyncnet.core.netbase import register_net_type  # noqa: E402
 # Caffe2's AsyncPollingNet and ParallelNet were other asynchronous executors of the same graph;
 # NetDefs written for them run on ours (same results, our scheduling).
 register_net_type(("async_polling", "parallel"), scheduling.AsyncSchedulingNet)
+# Caffe2's AsyncSimpleNet ran ops in order on the caller's thread, waiting at the end for the
+# device work they started: on the CPU, the simple net.
+register_net_type(("async_simple",), simple.SimpleNet)
 
 __all__ = ["ExecutionStep", "Plan", "execution_step"]
