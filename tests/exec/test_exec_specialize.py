@@ -202,8 +202,8 @@ def op_cases(draw):
         return t, ([f(m, n + 1), lab, p, dloss] if four else [p, lab, dloss]), 1, {"only_loss": draw(st.booleans())}
     if t == "ConstantFill":
         value = draw(st.sampled_from([1.0, 2.5, -0.0, 3, True, 1e40]))
-        return t, [f(*draw(st.lists(st.integers(0, 3), max_size=2)))], 1, {"value": value,
-                                                                              **draw(st.sampled_from([{}, {"dtype": "float64"}, {"dtype": "int32"}]))}
+        dtype_arg = draw(st.sampled_from([{}, {"dtype": "float64"}, {"dtype": "int32"}]))
+        return t, [f(*draw(st.lists(st.integers(0, 3), max_size=2)))], 1, {"value": value, **dtype_arg}
     if t == "Iter":
         return t, [np.array([draw(st.sampled_from([0, 5, -1, np.iinfo(np.int64).max]))], np.int64)], 1, {}
     if t == "LearningRate":
@@ -270,6 +270,6 @@ def test_each_fast_kernel_equals_its_general_kernel(case):
 
 
 def test_the_contract_cases_cover_every_specialized_op():
-    covered = {"Accuracy", "Adam", "MomentumSGDUpdate", "FC", "FCGradient", "Relu", "ReluGradient", "SoftmaxWithLoss", "SoftmaxWithLossGradient",
-               "ConstantFill", "Iter", "LearningRate", "SGD"}
+    covered = {"Accuracy", "Adam", "MomentumSGDUpdate", "FC", "FCGradient", "Relu", "ReluGradient", "SoftmaxWithLoss",
+               "SoftmaxWithLossGradient", "ConstantFill", "Iter", "LearningRate", "SGD"}
     assert set(SPECIALIZED) == covered  # a new specialize needs a case in op_cases

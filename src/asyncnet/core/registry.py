@@ -163,8 +163,9 @@ def register_op(
     shape (what ``fn`` checks beyond those, such as a value's range, ``fast`` checks itself),
     its outputs' type, dtype and shape must follow from its inputs', and when it raises it must
     not have written anything (but for the FloatingPointError of ``np.errstate(...="raise")``,
-    which numpy raises after the writes, as ``fn`` would). The straight executor (:mod:`asyncnet.exec.straight`) then
-    checks a net's inputs once per run instead of every kernel checking its own.
+    which numpy raises after the writes, as ``fn`` would). The straight executor
+    (:mod:`asyncnet.exec.straight`) then checks a net's inputs once per run instead of every
+    kernel checking its own.
     """
 
     def deco(fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -24,8 +24,9 @@ the writes: the fast kernel ran the general kernel's own numpy calls, so it is t
 error, raised as it is (running the op again would apply an update twice).
 
 Nets with an op whose schema has no ``specialize``, or whose kernel was replaced on its
-:class:`~asyncnet.core.operator.Operator`, or of more than :data:`MAX_OPS` ops, are never specialized. Only numpy arrays are
-specialized inputs (a torch tensor's device and layout make its check cost what it saves).
+:class:`~asyncnet.core.operator.Operator`, or of more than :data:`MAX_OPS` ops, are never
+specialized. Only numpy arrays are specialized inputs (a torch tensor's device and layout make
+its check cost what it saves).
 
     >>> import numpy as np, asyncnet as an
     >>> ws = an.Workspace(); ws.feed("x", np.ones((2, 3), np.float32)); ws.feed("w", np.ones((4, 3), np.float32))

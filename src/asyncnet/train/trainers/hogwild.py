@@ -59,7 +59,8 @@ def hogwild_worker(cfg: TrainConfig, ds: Dataset, state: dict[str, np.ndarray], 
     the epochs end or ``stop`` is set."""
     world, rank = sync.num_workers, sync.worker_id
     model = build_model(cfg, ds.input_dim, ds.num_classes)
-    nets = WorkerNets(cfg, model, shared=state, iter_op="AtomicIter", mutex=mutex, feeds=ds.feeds if ds.log is not None else None)
+    nets = WorkerNets(cfg, model, shared=state, iter_op="AtomicIter", mutex=mutex,
+                      feeds=ds.feeds if ds.log is not None else None)
     result = WorkerResult(rank)
     try:
         sync.sync_gradients(np.zeros(1))  # start together: no epoch times a peer's start-up
