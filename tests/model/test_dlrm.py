@@ -87,11 +87,12 @@ def _steps(m, steps=6, optimizer="sgd"):
 
 @pytest.mark.parametrize("optimizer", ["sgd", "adagrad"])
 def test_async_dlrm_splits_its_fc_gradients_with_the_same_bits(optimizer):
-    """On an async net type each FC gradient is split (dX first, dW and db beside it); simple
-    and async, split or not, give byte-identical losses and parameters."""
-    split = dlrm(net_type="async_scheduling", num_workers=1)
+    """On an async net type with wide layers each FC gradient is split (dX first, dW and db
+    beside it); simple and async, split or not, give byte-identical losses and parameters."""
+    split = dlrm(net_type="async_scheduling", num_workers=1, bottom=(256,))
     net, grads = split.gradient_net()
     assert split.split_fc_gradients and not dlrm().split_fc_gradients
+    assert not dlrm(net_type="async_scheduling").split_fc_gradients  # the zoo's 16-wide layers: not worth 3 ops each
     fcg = [op for op in net.ops if op.type == "FCGradient"]
     assert fcg and all(len(op.outputs) == 2 for op in fcg)
     dxs = [i for i, op in enumerate(net.ops) if op.type == "MatMul"]
@@ -102,7 +103,7 @@ def test_async_dlrm_splits_its_fc_gradients_with_the_same_bits(optimizer):
         assert i < grad and not net.ops[i].control_inputs
     ref = _steps(dlrm(), optimizer=optimizer)
     assert _steps(dlrm(split_fc_gradients=True), optimizer=optimizer) == ref
-    assert _steps(dlrm(net_type="async_scheduling", num_workers=1), optimizer=optimizer) == ref
+    assert _steps(dlrm(net_type="async_scheduling", num_workers=1, split_fc_gradients=True), optimizer=optimizer) == ref
     assert _steps(dlrm(net_type="async_scheduling", num_workers=2, split_fc_gradients=False), optimizer=optimizer) == ref
 
 

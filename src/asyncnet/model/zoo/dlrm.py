@@ -24,7 +24,7 @@ import numpy as np
 
 from asyncnet.model.builder import ModelHelper
 
-__all__ = ["dlrm", "click_log", "ClickLog", "auc", "log_loss", "ASYNC_NET_TYPES"]
+__all__ = ["dlrm", "click_log", "ClickLog", "auc", "log_loss", "ASYNC_NET_TYPES", "SPLIT_MIN_WIDTH"]
 
 
 def _mlp(m: ModelHelper, x: str, name: str, dims: Sequence[int], relu_last: bool) -> str:
@@ -37,8 +37,11 @@ def _mlp(m: ModelHelper, x: str, name: str, dims: Sequence[int], relu_last: bool
     return x
 
 
-#: net types whose executor runs independent ops at once: there dlrm splits its FC gradients
+#: net types whose executor runs independent ops at once: there dlrm splits its FC gradients ...
 ASYNC_NET_TYPES = ("async_scheduling", "dag", "async_dag")
+#: ... when an MLP layer is at least this wide: the split's three more ops a layer cost ~10 us of
+#: Python each, more than the zoo's 16-wide layers overlap (async 0.80x simple split, 0.86x not)
+SPLIT_MIN_WIDTH = 256
 
 
 def dlrm(num_dense: int = 8, table_sizes: Sequence[int] = (100, 100, 100), dim: int = 8,
@@ -47,11 +50,14 @@ def dlrm(num_dense: int = 8, table_sizes: Sequence[int] = (100, 100, 100), dim: 
     """Inputs ``dense`` [B, num_dense] float, ``ids{k}`` (int64) and ``lengths{k}`` [B] (int32)
     per table, ``click`` [B, 1] float; outputs ``prob`` [B, 1] and ``loss`` (0-d).
 
-    ``split_fc_gradients`` (default: on the async net types of :data:`ASYNC_NET_TYPES`) sets
-    :attr:`ModelHelper.split_fc_gradients`: each FC layer's dX runs first and its dW beside the
-    layers below and the tables' updates (the same bits either way)."""
+    ``split_fc_gradients`` sets :attr:`ModelHelper.split_fc_gradients`: each FC layer's dX runs
+    first and its dW beside the layers below and the tables' updates (the same bits either way).
+    Default: on the async net types (:data:`ASYNC_NET_TYPES`) when a bottom or top layer is at
+    least :data:`SPLIT_MIN_WIDTH` wide."""
     m = ModelHelper("dlrm", seed=seed, **kw)
-    m.split_fc_gradients = m.net_type in ASYNC_NET_TYPES if split_fc_gradients is None else bool(split_fc_gradients)
+    if split_fc_gradients is None:
+        split_fc_gradients = m.net_type in ASYNC_NET_TYPES and max(*bottom, *top) >= SPLIT_MIN_WIDTH
+    m.split_fc_gradients = bool(split_fc_gradients)
     # The bottom MLP first in op order, then the lookups: an async executor's caller takes the
     # first root (the MLP's GEMMs) and its pool thread the lookups, so the dense and the
     # memory-bound sparse work overlap (two lookups at once mostly share memory bandwidth; the
