@@ -61,6 +61,8 @@ Per run (a :class:`_Run`, reset by copying ``num_parents``)::
     decided  Event              the outcome is known: ended, first error, or cancel
     ended    Event              left reached 0: no op of this run is running
     callbacks list | None       (handle, fn) done-callbacks still to call; None once called
+    wake     Event | None       set by every hand-out and by the outcome: wakes the helping caller
+                                (None when the caller does not help)
 
 Example::
 
