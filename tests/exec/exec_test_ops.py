@@ -2,7 +2,10 @@
 
 ``ExecTestWork``: outputs[i] = sum of inputs (float64 arrays) + index-dependent constant, after
 an optional sleep; ``fail=1`` raises; ``block=1`` waits on :data:`RELEASE` (set in teardown).
-Every run appends ``(op name, start, end, thread ident)`` to :data:`LOG`.
+``meet="key"`` waits (after the sleep) until as many ops as :data:`MEETINGS` ``[key]`` (a
+``threading.Barrier``) holds parties met there, and raises if they do not within its timeout:
+ops that must run at the same time on different threads. Every run appends ``(op name, start,
+end, thread ident)`` to :data:`LOG`.
 """
 
 from __future__ import annotations
@@ -17,12 +20,13 @@ from asyncnet.core.registry import Arg, register_op, registered_ops
 LOG: list[tuple[str, float, float, int]] = []
 RELEASE = threading.Event()
 STARTED = threading.Event()
+MEETINGS: dict[str, threading.Barrier] = {}
 
 if "ExecTestWork" not in registered_ops():
 
     @register_op("ExecTestWork", inputs=(0, None), outputs=(0, None), allow_inplace=lambda i, o: True,
                  args=[Arg("sleep", float, 0.0), Arg("fail", bool, False), Arg("block", bool, False),
-                       Arg("add", float, 1.0)],
+                       Arg("add", float, 1.0), Arg("meet", str, "")],
                  doc="test op")
     def _work(ctx, *xs):
         start = time.perf_counter()
@@ -33,6 +37,8 @@ if "ExecTestWork" not in registered_ops():
                 RELEASE.wait(30)
             if a["sleep"]:
                 time.sleep(a["sleep"])
+            if a["meet"]:
+                MEETINGS[a["meet"]].wait()  # the Barrier's own timeout: a missing party raises BrokenBarrierError
             if a["fail"]:
                 raise ValueError(f"planned failure in {ctx.op.name or ctx.index}")
             base = np.zeros(2)

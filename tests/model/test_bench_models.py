@@ -27,8 +27,12 @@ def test_every_row_of_each_model(result):
     assert set(result["targets"]) == {"cnn_best_mode_at_least_1.0x_torch_eager", "dlrm_best_mode_at_least_1.0x_torch_eager",
                                       "dlrm_async_scheduling_at_least_1.3x_simple",
                                       "dlrm_large_async_scheduling_at_least_1.3x_simple"}
-    assert [r["net_type"] for r in result["executor_pair"]] == ["simple", "async_scheduling"]
-    assert all(r["samples_per_sec"] > 0 for r in result["executor_pair"])
+    pair = result["executor_pair"]
+    assert [(r["net"], r["net_type"], r["split_fc_gradients"]) for r in pair] == [
+        ("simple", "simple", False), ("simple split", "simple", True), ("async_scheduling", "async_scheduling", True)]
+    assert all(r["samples_per_sec"] > 0 for r in pair)
+    simple = max(pair[0]["samples_per_sec_runs"] + pair[1]["samples_per_sec_runs"])  # the faster simple net
+    assert result["ratios"]["dlrm_large_async_vs_simple"] == pytest.approx(max(pair[2]["samples_per_sec_runs"]) / simple)
 
 
 def test_torch_eager_is_the_same_training_as_asyncnet_local(result):

@@ -58,19 +58,53 @@ def test_click_log_is_a_fixed_truth():
     assert abs(a.clicks.mean() - a.p.mean()) < 0.1
 
 
-def test_lookups_lead_the_forward_and_their_gradients_follow_the_bottom_mlps():
-    """The op order the async executor sees (dlrm hoists the lookups; the fills keep their seeds):
-    the lookups are the first ops, and in the backward the bottom MLP's gradients precede the
-    tables' (the thread ending the interaction's gradient keeps the first ready chain)."""
+def test_the_bottom_mlp_leads_the_forward_then_the_lookups():
+    """The op order the async executor sees: the bottom MLP's ops first (the caller takes that
+    root), then the lookups (the pool thread's); the fills keep their registration seeds."""
     m = dlrm()
     net, _ = m.gradient_net()
     types = [op.type for op in net.ops]
-    assert types[:3] == ["SparseLengthsSum"] * 3
-    bottom = max(i for i, op in enumerate(net.ops) if op.type == "FCGradient" and op.inputs[1] == "bot1_w")
-    assert bottom < min(i for i, t in enumerate(types) if t == "SparseLengthsSumGradient")
+    assert types[:7] == ["FC", "Relu", "FC", "Relu"] + ["SparseLengthsSum"] * 3
     fills = {op.outputs[0]: op.args.get("seed") for op in m.init_net.ops}
     assert [fills[p] for p in m.params] == list(range(len(m.params)))  # registration order: bottom MLP first
     assert m.params[:2] == ["bot1_w", "bot1_b"]
+
+
+def _steps(m, steps=6, optimizer="sgd"):
+    """Loss bytes of ``steps`` train steps and the parameters' bytes after them."""
+    log = click_log(64 * steps, seed=3)
+    net = m.train_net(optimizer=optimizer, lr=0.5)
+    with an.Workspace() as ws:
+        ws.run_net_once(m.init_net)
+        ws.create_net(net)
+        losses = []
+        for s in range(steps):
+            _feed(ws, log.batch(range(s * 64, s * 64 + 64)))
+            ws.run_net(net.name)  # async: the caller helps, beside one pool thread
+            losses.append(np.asarray(ws.fetch("loss")).tobytes())
+        return losses, {p: np.asarray(ws.fetch(p)).tobytes() for p in m.params}
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adagrad"])
+def test_async_dlrm_splits_its_fc_gradients_with_the_same_bits(optimizer):
+    """On an async net type with wide layers each FC gradient is split (dX first, dW and db
+    beside it); simple and async, split or not, give byte-identical losses and parameters."""
+    split = dlrm(net_type="async_scheduling", num_workers=1, bottom=(256,))
+    net, grads = split.gradient_net()
+    assert split.split_fc_gradients and not dlrm().split_fc_gradients
+    assert not dlrm(net_type="async_scheduling").split_fc_gradients  # the zoo's 16-wide layers: not worth 3 ops each
+    fcg = [op for op in net.ops if op.type == "FCGradient"]
+    assert fcg and all(len(op.outputs) == 2 for op in fcg)
+    dxs = [i for i, op in enumerate(net.ops) if op.type == "MatMul"]
+    assert len(dxs) == 3  # top2, top1, bot2 (bot1's input is the data: no dX)
+    for i in dxs:  # each layer's dX comes before its FCGradient (same dY and W) and does not wait for it
+        dy, w = net.ops[i].inputs
+        grad = next(j for j, op in enumerate(net.ops) if op.type == "FCGradient" and list(op.inputs[1:]) == [w, dy])
+        assert i < grad and not net.ops[i].control_inputs
+    ref = _steps(dlrm(), optimizer=optimizer)
+    assert _steps(dlrm(split_fc_gradients=True), optimizer=optimizer) == ref
+    assert _steps(dlrm(net_type="async_scheduling", num_workers=1, split_fc_gradients=True), optimizer=optimizer) == ref
+    assert _steps(dlrm(net_type="async_scheduling", num_workers=2, split_fc_gradients=False), optimizer=optimizer) == ref
 
 
 def test_each_table_update_shares_a_chain_with_its_gradient():
@@ -85,4 +119,4 @@ def test_each_table_update_shares_a_chain_with_its_gradient():
     pairs = [[net.ops[i].type for i in ch] for ch in g.chains if "ScatterWeightedSum" in [net.ops[i].type for i in ch]]
     assert pairs == [["SparseLengthsSumGradient", "ScatterWeightedSum"]] * 3
     adagrad = dlrm().train_net(optimizer="adagrad")  # no neg_lr: nothing moves
-    assert [op.type for op in adagrad.ops[:1]] == ["SparseLengthsSum"]
+    assert [op.type for op in adagrad.ops[:1]] == ["FC"]

@@ -19,9 +19,11 @@ counts as costly, so the first run hands everything out. Roots follow the same r
 costly roots get pool tokens beyond the one a run needs when the caller does not help.
 
 A worker woken by a pool token drains the ready queue until it is empty, continuing through
-children the same way. ``net.run()`` without a timeout lets the
-caller's thread take part: it takes root chains itself instead of sleeping, and counts as one
-of the ``num_workers`` when the roots are handed out.
+children the same way. ``net.run()`` without a timeout lets the caller's thread take part
+beside the ``num_workers`` pool threads (Caffe2's caller only waits): it takes root chains
+itself instead of sleeping, and until the outcome is known it takes every chain queued later
+(a hand-out wakes it), so it never idles while a chain waits in a queue for a busy pool
+thread. Costly roots get pool tokens for all but the one the caller takes, up to the pool's size.
 
 When an op raises, the run *stops*: chains not yet started are skipped (walked, not run, so
 the bookkeeping still reaches its end), running ops finish, and the error that happened
@@ -59,6 +61,8 @@ Per run (a :class:`_Run`, reset by copying ``num_parents``)::
     decided  Event              the outcome is known: ended, first error, or cancel
     ended    Event              left reached 0: no op of this run is running
     callbacks list | None       (handle, fn) done-callbacks still to call; None once called
+    wake     Event | None       set by every hand-out and by the outcome: wakes the helping caller
+                                (None when the caller does not help)
 
 Example::
 
@@ -97,6 +101,7 @@ __all__ = ["AsyncSchedulingNet", "AsyncRunHandle", "SETTLE_GRACE", "HANDOFF_MIN"
 
 HANDOFF_MIN = 100e-6  # seconds: chains that ran faster are not worth waking another thread for
 MEASURE_EVERY = 8  # runs: chain costs are measured in the first two runs and every 8th after
+HELP_POLL = 1.0  # seconds: the helping caller re-checks the run this often (a hand-out or the outcome wakes it sooner)
 SETTLE_GRACE = 1.0  # seconds wait() gives running ops to end after a failure or cancel
 CLOSE_TIMEOUT = 10.0  # seconds close() waits for the running ops of a cancelled run and its pool threads
 
@@ -107,9 +112,9 @@ class _Run:
     """The mutable state of one run (see the module docstring)."""
 
     __slots__ = ("net", "waiting", "ready", "left", "stop", "cancelled", "errors", "lock",
-                 "decided", "ended", "callbacks", "record", "measure", "gpu")
+                 "decided", "ended", "callbacks", "record", "measure", "gpu", "wake")
 
-    def __init__(self, net: "AsyncSchedulingNet"):
+    def __init__(self, net: "AsyncSchedulingNet", caller_helps: bool = False):
         self.net = net
         self.waiting = net.num_parents.copy()
         self.ready: list[deque[int]] = [deque() for _ in net.pools]
@@ -125,6 +130,7 @@ class _Run:
         net.runs += 1
         self.measure = net.runs <= 2 or net.runs % MEASURE_EVERY == 0  # chain costs: sampled
         self.gpu = RunStreams() if net.streams is not None else None  # CUDA events of this run
+        self.wake = threading.Event() if caller_helps else None  # a hand-out or the outcome wakes the helping caller
 
 
 # -- the state machine, one step per function ------------------------------------------------
@@ -134,19 +140,19 @@ def start_run(net: "AsyncSchedulingNet", caller_helps: bool) -> _Run:
     if net.closed:
         raise ExecutionError(f"net {net.name!r} is closed")
     net._claim()
-    run = net._current = _Run(net)
+    run = net._current = _Run(net, caller_helps)
     if run.left == 0:
         end_run(run)
         return run
     for c in net.roots:
         run.ready[net.chain_pool[c]].append(c)
-    helper = 1 if caller_helps else 0  # a helping caller counts as one worker of the first pool
+    helper = 1 if caller_helps else 0  # a helping caller runs one root of the first pool itself
     cost = net.chain_cost
     try:
         for p, q in enumerate(run.ready):
             if q:
                 costly = sum(1 for c in q if cost[c] >= HANDOFF_MIN)  # cheap roots: one thread drains them
-                for _ in range(min(len(q), net.pools[p].size, max(costly, 1)) - helper):
+                for _ in range(min(len(q), net.pools[p].size + helper, max(costly, 1)) - helper):
                     net.pools[p].submit(drain, (run, p))
                 helper = 0
     except ExecutionError as exc:  # a pool shut down (net closing, interpreter exit): fail the run
@@ -173,14 +179,26 @@ def drain(token: tuple[_Run, int]) -> None:
 
 
 def help_run(run: _Run) -> None:
-    """The caller's thread takes ready chains from every queue until none is left."""
-    for p, q in enumerate(run.ready):
-        while True:
-            try:
-                c = q.popleft()
-            except IndexError:
-                break
-            execute(run, c, p)
+    """The caller's thread takes ready chains from every queue until the outcome is known and
+    no chain is queued; in between it sleeps until a hand-out (or the outcome) wakes it."""
+    wake = run.wake
+    assert wake is not None  # start_run(caller_helps=True) made it
+    while True:
+        wake.clear()  # before looking: a chain queued after the look sets it again
+        took = False
+        for p, q in enumerate(run.ready):
+            while True:
+                try:
+                    c = q.popleft()
+                except IndexError:
+                    break
+                execute(run, c, p)
+                took = True
+        if took:
+            continue
+        if run.decided.is_set():
+            return
+        wake.wait(HELP_POLL)
 
 
 def execute(run: _Run, c: int, p: int) -> None:
@@ -316,6 +334,8 @@ def hand_out(run: _Run, newly: list[int], p: int) -> list[int]:
                     pool.submit(drain, (run, q))
             except ExecutionError:  # the net is being closed: run them here rather than lose them
                 mine.extend(_take_all(run.ready[q]))
+        if counts and run.wake is not None:
+            run.wake.set()
     return mine
 
 
@@ -363,6 +383,8 @@ def end_run(run: _Run) -> None:
 def decide(run: _Run) -> None:
     """The outcome is known: wake the waiters, then call the done-callbacks, each once."""
     run.decided.set()
+    if run.wake is not None:
+        run.wake.set()
     with run.lock:
         callbacks, run.callbacks = run.callbacks, None
     for handle, fn in callbacks or ():

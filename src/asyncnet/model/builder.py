@@ -30,6 +30,7 @@ import numpy as np
 from asyncnet.autodiff import Grad, add_gradient_ops
 from asyncnet.core.net import BlobRef, Net
 from asyncnet.errors import NetDefinitionError
+from asyncnet.model.fc_split import split_input_gradients
 from asyncnet.model.optimizer import build_optimizer
 
 __all__ = ["ModelHelper", "INITIALIZERS"]
@@ -66,6 +67,10 @@ class ModelHelper:
         self.optimizer: str | None = None   # set by the first train_net (asyncnet.model.optimizer)
         self.optimizer_state: list[str] = []
         self._fwd = Net(f"{name}_forward")
+        #: gradient nets split each FC gradient into dW, db and a dX that runs first
+        #: (:func:`~asyncnet.model.fc_split.split_input_gradients`, ``dx_first``): the same bits,
+        #: three more ops a layer, and work an async executor can run beside the layers below
+        self.split_fc_gradients = False
 
     # -- parameters -----------------------------------------------------------------------
     def param(self, name: str, shape: Sequence[int], init: str = "xavier", **fill: Any) -> BlobRef:
@@ -251,7 +256,10 @@ class ModelHelper:
         if self.loss is None:
             raise NetDefinitionError("expected a loss: call softmax_with_loss or sigmoid_xent_loss first", f"model {self.name!r}")
         net = self.forward_net(name)
-        return net, add_gradient_ops(net, self.loss, wrt=self.params, dtype=self.dtype.name)
+        grads = add_gradient_ops(net, self.loss, wrt=self.params, dtype=self.dtype.name)
+        if self.split_fc_gradients:
+            split_input_gradients(net, [g for g in grads.values() if isinstance(g, str)], dx_first=True)
+        return net, grads
 
     def train_net(self, name: str = "train", optimizer: str = "sgd", lr: float = 0.1, **opts: Any) -> Net:
         """Gradient net plus one step of ``optimizer`` ("sgd", "momentum", "adagrad", "adam")

@@ -44,6 +44,7 @@ from __future__ import annotations
 from typing import Mapping, Sequence
 
 from asyncnet.errors import NetDefinitionError
+from asyncnet.model.fc_split import split_input_gradients  # moved to model/ (DLRM's net uses it too); kept importable here
 
 __all__ = ["DEFAULT_BUCKET_MB", "gradient_buckets", "add_bucketed_allreduce", "split_input_gradients", "add_accumulate",
            "add_accumulated_mean", "accumulator_name"]
@@ -81,45 +82,6 @@ def gradient_buckets(net: object, grads: Sequence[str], nbytes: Mapping[str, int
             buckets.append([])
             size = 0
     return [b for b in buckets if b]
-
-
-_SPLIT_TRANS_B = {"FCGradient": False, "FCTransposedGradient": True}
-
-
-def split_input_gradients(net: object, grads: Sequence[str]) -> int:
-    """Split each FC gradient op writing one of ``grads`` and an input gradient ``dX`` in two:
-    the op keeps ``dW, db``; ``MatMul(dY, W)`` (flattened as FC flattens them) writes ``dX``
-    and an in-place ``Reshape`` to ``Shape(X)`` gives it X's shape without a copy (same
-    values, bit for bit: the same product of the same 2-D views). Returns the number of ops split.
-
-        >>> import asyncnet as an
-        >>> net = an.Net("t")
-        >>> _ = net.add_op("FCGradient", ["x", "w", "dy"], ["dw", "db", "dx"])
-        >>> split_input_gradients(net, ["dw"]), [op.type for op in net.ops]
-        (1, ['FCGradient', 'MatMul', 'Shape', 'Reshape'])
-    """
-    wanted = set(grads)
-    ops = net.ops  # type: ignore[attr-defined]
-    split = 0
-    for i in range(len(ops) - 1, -1, -1):
-        op = ops[i]
-        if op.type not in _SPLIT_TRANS_B or len(op.outputs) != 3 or not wanted.intersection(op.outputs[:2]):
-            continue
-        (x, w, dy), dx = op.inputs, op.outputs[2]
-        dev = op.device_option
-        net.add_op(op.type, [x, w, dy], op.outputs[:2], name=op.name, device_option=dev,  # type: ignore[attr-defined]
-                   control_inputs=op.control_inputs or None, **op.args)
-        # after dW (a control input): run beside it, dX would only delay the bucket's start
-        net.add_op("MatMul", [dy, w], [dx], device_option=dev, control_inputs=[op.outputs[0]], axis_a=-1,  # type: ignore[attr-defined]
-                   axis_b=int(op.args.get("axis_w", 1)), trans_b=_SPLIT_TRANS_B[op.type])
-        # X's shape back by an in-place Reshape (a view), not a copy (ResizeLike copies 2 MiB a layer here)
-        net.add_op("Shape", [x], [f"{dx}/shape"], device_option=dev)  # type: ignore[attr-defined]
-        net.add_op("Reshape", [dx, f"{dx}/shape"], [dx, f"{dx}/old_shape"], device_option=dev)  # type: ignore[attr-defined]
-        made = ops[-4:]
-        del ops[-4:]
-        ops[i:i + 1] = made
-        split += 1
-    return split
 
 
 def add_bucketed_allreduce(net: object, sync_blob: str, buckets: Sequence[Sequence[str]], timeout: float = 300.0,
