@@ -22,6 +22,7 @@ MODULES = [
     "asyncnet.bench._single",
     "asyncnet.bench._table",
     "asyncnet.bench._ranks",
+    "asyncnet.bench.overlap",
 ]
 
 

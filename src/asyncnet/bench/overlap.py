@@ -19,8 +19,11 @@ the compute. The CPU-aware bound: each rank needs ``compute + comm_cpu`` seconds
 (``comm_cpu``: the process CPU time of the all-reduce alone, every thread counted), R ranks
 share C cores, and a rank's compute is serial:
 ``max(compute, communication, (compute + comm_cpu) * R / C)``. Both bounds are printed. The
-four parts take turns each round, a barrier starting each on both ranks together; the figures
-are rank 0's medians.
+four parts take turns each round, a barrier starting each on both ranks together. Each figure
+is the job's: per round the slower rank's time (a synchronous step ends with its last rank,
+and its compute is the slower rank's), then the median over rounds; each rank's own median
+compute is printed beside it (until 2026-11 the figures were rank 0's own medians, which put
+the bound below what the slower rank allows).
 
 ``--timeline`` then runs more overlapped steps with the net recorder on and prints, per rank,
 each op's median start and end (ms from the step's start, and the thread that ran it) and
@@ -40,26 +43,42 @@ from typing import Any
 
 from asyncnet.bench._ranks import spawn_ranks
 
-__all__ = ["main", "DIMS", "cpu_aware_bound"]
+__all__ = ["main", "DIMS", "cpu_aware_bound", "job_medians"]
 
 DIMS = (64, 1024, 1024, 10)
 
 
-def _interleaved_medians(parts: dict[str, Any], steps: int, warmup: int, barrier: Any) -> dict[str, float]:
-    """Median seconds of each part, the parts taking turns every round (so a change of the
-    machine's load hits all of them alike); a barrier starts each part on both ranks together."""
-    times: dict[str, list[float]] = {k: [] for k in parts}
-    cpu: dict[str, list[float]] = {k: [] for k in parts}
+def _interleaved_rounds(parts: dict[str, Any], steps: int, warmup: int, barrier: Any) -> dict[str, list[float]]:
+    """Seconds of each part per round (wall ``<part>`` and process CPU ``<part>_cpu``), the parts
+    taking turns every round (so a change of the machine's load hits all of them alike); a
+    barrier starts each part on every rank together."""
+    rounds: dict[str, list[float]] = {}
     for i in range(warmup + steps):
         for name, fn in parts.items():
             barrier()
             c, t = time.process_time(), time.perf_counter()
             fn()
             if i >= warmup:
-                times[name].append(time.perf_counter() - t)
-                cpu[name].append(time.process_time() - c)  # the whole process: gloo's threads too
-    return {**{f"{k}_s": statistics.median(v) for k, v in times.items()},
-            **{f"{k}_cpu_s": statistics.median(v) for k, v in cpu.items()}}
+                rounds.setdefault(name, []).append(time.perf_counter() - t)
+                rounds.setdefault(f"{name}_cpu", []).append(time.process_time() - c)  # gloo's threads too
+    return rounds
+
+
+def job_medians(per_rank: list[dict[str, list[float]]]) -> dict[str, float]:
+    """The data-parallel job's median of each part: per round the slowest rank's time (a
+    synchronous step ends when its last rank does, and its compute is the slower rank's),
+    then the median over rounds; ``<part>_rank<r>_s``: each rank's own median.
+
+    >>> r = job_medians([{"compute": [1.0, 3.0, 2.0]}, {"compute": [2.0, 1.0, 2.5]}])
+    >>> r["compute_s"], r["compute_rank0_s"], r["compute_rank1_s"]
+    (2.5, 2.0, 2.0)
+    """
+    out: dict[str, float] = {}
+    for name in per_rank[0]:
+        out[f"{name}_s"] = statistics.median(max(ts) for ts in zip(*(r[name] for r in per_rank)))
+        for rank, r in enumerate(per_rank):
+            out[f"{name}_rank{rank}_s"] = statistics.median(r[name])
+    return out
 
 
 def _thread_cpu() -> dict[str, float]:
@@ -159,13 +178,16 @@ def _rank(rank: int, world: int, port: int, out: str, batch: int, bucket_mb: flo
         grads = bind_views([ws.fetch(model.grads[p]) for p in model.params])
         parts = {"compute": lambda: ws.run_net("compute"), "comm": lambda: sync.sync_gradients(grads),
                  "no_overlap": lambda: ws.run_net("no_overlap"), "overlap": lambda: ws.run_net("overlap")}
-        res: dict[str, Any] = _interleaved_medians(parts, steps, 2, dist.barrier)
+        mine = _interleaved_rounds(parts, steps, 2, dist.barrier)
+        every_rank: list[Any] = [None] * world
+        dist.all_gather_object(every_rank, mine)
+        res: dict[str, Any] = job_medians(every_rank)
         res["grad_bytes"] = int(sum(g.nbytes for g in grads))
         res["buckets"] = sum(op.type == "AllreduceStart" for op in nets["overlap"].ops)
         if timeline:
-            mine = _timeline(ws, insts["overlap"], "overlap", steps, dist.barrier)
+            tl = _timeline(ws, insts["overlap"], "overlap", steps, dist.barrier)
             every: list[Any] = [None] * world
-            dist.all_gather_object(every, mine)
+            dist.all_gather_object(every, tl)
             res["timeline"] = every
         ws.close()
         with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
@@ -175,7 +197,7 @@ def _rank(rank: int, world: int, port: int, out: str, batch: int, bucket_mb: flo
 
 
 def measure(batch: int = 512, bucket_mb: float = 1.0, steps: int = 20, timeline: bool = False) -> dict[str, Any]:
-    """Run the 2 ranks and return rank 0's figures plus the bound and ratios (and with
+    """Run the 2 ranks and return the job's figures (:func:`job_medians`) plus the bound and ratios (and with
     ``timeline`` each rank's op timeline and thread CPU of the overlapped step)."""
     res = spawn_ranks(_rank, 2, batch, bucket_mb, steps, timeline, prefix="asyncnet-overlap-")
     bound = max(res["compute_s"], res["comm_s"])
@@ -194,17 +216,18 @@ def _table(r: dict[str, Any]) -> str:
     return "\n".join([
         f"wide MLP {'-'.join(map(str, DIMS))}, batch {r['batch']} per rank, 2 gloo ranks on 127.0.0.1, "
         f"{r['grad_bytes'] / 2**20:.1f} MiB of gradients; load average {la[0]:.2f} {la[1]:.2f} {la[2]:.2f}",
-        f"  compute (no sync)            {ms('compute_s')}   (process CPU {ms('compute_cpu_s')})",
+        f"  compute (no sync)            {ms('compute_s')}   (process CPU {ms('compute_cpu_s')}; each rank's own "
+        f"median {r['compute_rank0_s'] * 1e3:.2f} / {r['compute_rank1_s'] * 1e3:.2f} ms)",
         f"  communication (all-reduce)   {ms('comm_s')}   (process CPU {ms('comm_cpu_s')}: comm_cpu)",
         f"  bound max(compute, comm)     {ms('bound_s')}",
         f"  CPU-aware bound              {ms('cpu_bound_s')}   max(compute, comm, (compute + comm_cpu) x 2 ranks "
-        f"/ {r['cores']} cores)",
+        f"/ {r['cores']} cores) = {r['cpu_bound_s'] / r['bound_s']:.2f}x bound",
         f"  no overlap (one Allreduce)   {ms('no_overlap_s')}   {r['no_overlap_over_bound']:.2f}x bound, "
         f"{r['no_overlap_over_cpu_bound']:.2f}x CPU-aware bound   (process CPU {ms('no_overlap_cpu_s')})",
         f"  overlap ({r['buckets']} buckets of {r['bucket_mb']:g} MiB) {ms('overlap_s')}   "
         f"{r['overlap_over_bound']:.2f}x bound, {r['overlap_over_cpu_bound']:.2f}x CPU-aware bound   (process CPU {ms('overlap_cpu_s')})",
-        "  target: overlap <= 1.15x the bound; compute's process CPU well below its wall time means other jobs "
-        "took the cores",
+        "  target: overlap <= 1.15x the bound; figures: per round the slower rank's, median over rounds; "
+        "compute's process CPU well below its wall time means other jobs took the cores",
         *_timeline_lines(r.get("timeline")),
     ])
 
