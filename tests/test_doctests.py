@@ -23,6 +23,7 @@ MODULES = [
     "asyncnet.bench._table",
     "asyncnet.bench._ranks",
     "asyncnet.bench.overlap",
+    "asyncnet.bench.scaling",
 ]
 
 

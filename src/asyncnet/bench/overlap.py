@@ -64,6 +64,13 @@ def _interleaved_rounds(parts: dict[str, Any], steps: int, warmup: int, barrier:
     return rounds
 
 
+def _interleaved_medians(parts: dict[str, Any], steps: int, warmup: int, barrier: Any) -> dict[str, float]:
+    """This rank's median seconds of each part (``<part>_s``, ``<part>_cpu_s``) over
+    :func:`_interleaved_rounds` (``asyncnet bench scaling`` compares the model with rank 0's)."""
+    rounds = _interleaved_rounds(parts, steps, warmup, barrier)
+    return {f"{k}_s": statistics.median(v) for k, v in rounds.items()}
+
+
 def job_medians(per_rank: list[dict[str, list[float]]]) -> dict[str, float]:
     """The data-parallel job's median of each part: per round the slowest rank's time (a
     synchronous step ends when its last rank does, and its compute is the slower rank's),

@@ -1,0 +1,28 @@
+"""Every module of the package imports: a renamed or removed name breaks a module no other test
+loads (a benchmark, a command) here, not in a user's hands."""
+
+import importlib
+import pkgutil
+
+import pytest
+
+import asyncnet
+
+pytestmark = pytest.mark.timeout(120)
+
+OPTIONAL = {"torch", "tensorflow", "rich", "matplotlib", "tensorboard"}
+MODULES = sorted(m.name for m in pkgutil.walk_packages(asyncnet.__path__, "asyncnet.") if m.name != "asyncnet.__main__")
+
+
+def test_the_walk_finds_the_package():
+    assert {"asyncnet.bench.scaling", "asyncnet.bench.overlap", "asyncnet.exec.scheduling"} <= set(MODULES)
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_module_imports(name):
+    try:
+        importlib.import_module(name)
+    except ImportError as e:  # only a missing optional extra may stop it
+        if (e.name or "").split(".")[0] in OPTIONAL:
+            pytest.skip(f"{name} needs {e.name}")
+        raise
