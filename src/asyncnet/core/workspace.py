@@ -140,6 +140,13 @@ class Workspace:
     def __iter__(self) -> Iterator[str]:
         return iter(self.blobs())
 
+    def __len__(self) -> int:
+        """The number of blobs (as ``len(workspace.blobs)`` in Caffe2)."""
+        return len(self._blobs)
+
+    def __bool__(self) -> bool:
+        return True  # a workspace is an object, not a container: an empty one is not false
+
     @property
     def blob_dict(self) -> dict[str, Any]:
         """The live blob dict executors run against (advanced use)."""

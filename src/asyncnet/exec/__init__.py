@@ -9,7 +9,7 @@ of the dependency graph on per-device worker pools. Execution plans
 from asyncnet.exec import simple  # noqa: F401  (registers "simple")
 from asyncnet.exec import scheduling  # noqa: F401  (registers "async_scheduling", "dag", "async_dag")
 from asyncnet.exec import straight  # noqa: F401  (registers "straight")
-from asyncnet.exec.plan import ExecutionStep, Plan, execution_step  # noqa: E402
+from asyncnet.exec.plan import ExecutionStep, Plan, execution_step, to_execution_step  # noqa: E402
 from asyncnet.core.netbase import register_net_type  # noqa: E402
 
 # Caffe2's AsyncPollingNet and ParallelNet were other asynchronous executors of the same graph;
@@ -19,4 +19,4 @@ register_net_type(("async_polling", "parallel"), scheduling.AsyncSchedulingNet)
 # device work they started: on the CPU, the simple net.
 register_net_type(("async_simple",), simple.SimpleNet)
 
-__all__ = ["ExecutionStep", "Plan", "execution_step"]
+__all__ = ["ExecutionStep", "Plan", "execution_step", "to_execution_step"]

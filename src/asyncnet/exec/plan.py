@@ -46,7 +46,7 @@ from asyncnet.core.defs import NetDef
 from asyncnet.core.netbase import NetBase
 from asyncnet.errors import ExecutionError, NetBusyError, NetDefinitionError
 
-__all__ = ["ExecutionStep", "Plan", "execution_step"]
+__all__ = ["ExecutionStep", "Plan", "execution_step", "to_execution_step"]
 
 NetSpec = Any  # Net builder | NetDef | str (name of a created net)
 UNTIL_STOP = 2**62  # num_iter of a step that loops until its stop blob is set
@@ -55,12 +55,12 @@ UNTIL_STOP = 2**62  # num_iter of a step that loops until its stop blob is set
 class ExecutionStep:
     """One step of a plan: nets or substeps, iterated ``num_iter`` times."""
 
-    def __init__(self, name: str, nets: NetSpec | Sequence[NetSpec] | None = None,
+    def __init__(self, name: str = "", nets: NetSpec | Sequence[NetSpec] | None = None,
                  substeps: Sequence["ExecutionStep"] | None = None, num_iter: int | None = None,
                  concurrent_substeps: bool = False, should_stop_blob: str | None = None,
                  only_once: bool = False):
-        if not isinstance(name, str) or not name:
-            raise NetDefinitionError(f"expected a non-empty step name, got {name!r}", "step.name")
+        if not isinstance(name, str):  # Caffe2's steps may be nameless (plan_executor_test's are)
+            raise NetDefinitionError(f"expected a step name (str), got {name!r}", "step.name")
         if nets is not None and not isinstance(nets, (list, tuple)):
             nets = [nets]
         self.name = name
@@ -140,7 +140,7 @@ class ExecutionStep:
             raise NetDefinitionError(f"expected a blob name, got {stop!r}", f"{path}.should_stop_blob")
         try:
             return cls(
-                _expect(d.get("name"), str, f"{path}.name"),
+                _expect(d.get("name", ""), str, f"{path}.name"),
                 nets=[_net_from_json(n, f"{path}.nets[{i}]") for i, n in enumerate(nets)],
                 substeps=[cls.from_dict(s, f"{path}.substeps[{i}]", depth + 1) for i, s in enumerate(subs)],
                 num_iter=num_iter,
@@ -158,20 +158,49 @@ class ExecutionStep:
         return f"ExecutionStep({self.name!r}, {what}, num_iter={self.num_iter})"
 
 
-def execution_step(name: str, nets_or_steps: Any, **kwargs: Any) -> ExecutionStep:
-    """Caffe2's helper: a step of nets, or of substeps when given ExecutionSteps."""
-    items = nets_or_steps if isinstance(nets_or_steps, (list, tuple)) else [nets_or_steps]
-    if items and all(isinstance(s, ExecutionStep) for s in items):
-        return ExecutionStep(name, substeps=items, **kwargs)
-    return ExecutionStep(name, nets=items, **kwargs)
+def execution_step(name: str, nets_or_steps: Any = None, **kwargs: Any) -> ExecutionStep:
+    """Caffe2's ``core.execution_step``: a step of nets, or of substeps.
+
+    ``nets_or_steps`` is None (an empty step), a net, a step (it becomes the one substep), or a
+    list: of nets only (the step runs them), else each item becomes a substep (a net is wrapped
+    in a step of its name, as Caffe2's ``to_execution_step`` does)::
+
+        >>> step = execution_step("loop", [ExecutionStep("a"), "net_b"], num_iter=2)
+        >>> [(s.name, s.nets) for s in step.substeps], step.num_iter
+        ([('a', []), ('net_b', ['net_b'])], 2)
+    """
+    if nets_or_steps is None:
+        return ExecutionStep(name, **kwargs)
+    if isinstance(nets_or_steps, ExecutionStep):
+        return ExecutionStep(name, substeps=[nets_or_steps], **kwargs)
+    items = list(nets_or_steps) if isinstance(nets_or_steps, (list, tuple)) else [nets_or_steps]
+    if not any(isinstance(s, ExecutionStep) for s in items):
+        return ExecutionStep(name, nets=items, **kwargs)
+    return ExecutionStep(name, substeps=[to_execution_step(s) for s in items], **kwargs)
+
+
+def to_execution_step(step_or_nets: Any, default_name: str | None = None) -> ExecutionStep:
+    """Caffe2's ``core.to_execution_step``: a step as it is; nets become a step named after
+    ``default_name`` or the (first) net."""
+    if isinstance(step_or_nets, ExecutionStep):
+        return step_or_nets
+    if default_name is None:
+        first = step_or_nets[0] if isinstance(step_or_nets, (list, tuple)) and step_or_nets else step_or_nets
+        default_name = first if isinstance(first, str) else getattr(first, "name", None)
+    if not isinstance(default_name, str):
+        raise NetDefinitionError(f"expected a step, a net or a list of nets, got {type(step_or_nets).__name__}", "step")
+    return execution_step(default_name, step_or_nets)
 
 
 class Plan:
-    """A named list of steps run in order by ``ws.run_plan(plan)`` (or ``plan.run(ws)``)."""
+    """A named list of steps run in order by ``ws.run_plan(plan)`` (or ``plan.run(ws)``).
+    ``Plan(step)`` is a plan of that one step, named after it (as Caffe2's ``core.Plan``)."""
 
-    def __init__(self, name: str, steps: Iterable[ExecutionStep] = ()):
-        if not isinstance(name, str) or not name:
-            raise NetDefinitionError(f"expected a non-empty plan name, got {name!r}", "plan.name")
+    def __init__(self, name: "str | ExecutionStep", steps: Iterable[ExecutionStep] = ()):
+        if isinstance(name, ExecutionStep):  # Caffe2's Plan(step): a plan of that one step, named after it
+            steps, name = [name, *steps], name.name
+        if not isinstance(name, str):  # any str, "" too (Caffe2's Plan names are labels)
+            raise NetDefinitionError(f"expected a plan name (str), got {name!r}", "plan.name")
         self.name = name
         self.steps: list[ExecutionStep] = []
         for s in steps:
@@ -213,7 +242,7 @@ class Plan:
         if extra:
             raise NetDefinitionError(f"unknown field(s) {extra}; expected some of ['name', 'steps']", "plan")
         steps = _expect(d.get("steps", []), list, "steps")
-        return cls(_expect(d.get("name"), str, "name"), [ExecutionStep.from_dict(s, f"steps[{i}]") for i, s in enumerate(steps)])
+        return cls(_expect(d.get("name", ""), str, "name"), [ExecutionStep.from_dict(s, f"steps[{i}]") for i, s in enumerate(steps)])
 
     @classmethod
     def from_json(cls, text: str | bytes) -> "Plan":
