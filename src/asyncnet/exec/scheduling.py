@@ -354,6 +354,7 @@ def fail(run: _Run, exc: BaseException) -> None:
     with run.lock:
         run.errors.append((t, exc))
         run.stop = True
+    run.net.cancel_flag.set()  # running ops that check ctx.cancelled() wind down
     decide(run)
 
 
@@ -364,6 +365,7 @@ def cancel_run(run: _Run) -> bool:
             return False
         run.stop = True
         run.cancelled = True
+    run.net.cancel_flag.set()
     decide(run)
     return True
 
