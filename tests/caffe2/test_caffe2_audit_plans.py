@@ -6,13 +6,15 @@ caffe2/python/operator_test/atomic_ops_test.py, caffe2/core/plan_executor_test.c
 plan_executor.cc), caffe2/core/net_test.cc (+ net.cc's NetBase checks),
 caffe2/python/workspace_test.py, caffe2/python/core_test.py (TestCreatePlan, the traceback tests,
 core.execution_step), caffe2/python/net_builder_test.py (its loops and stop guards, as steps),
-caffe2/python/operator_test/async_net_barrier_test.py. The rest of those files (name scopes,
+caffe2/python/operator_test/async_net_barrier_test.py, caffe2/python/test/executor_test.py
+(compare_executors). The rest of those files (name scopes,
 device copies, GPU, immediate mode, predictors, transforms, serialization) is not about plans,
 executors or atomics; what is left out on purpose is in README's "Differences from Caffe2".
 """
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 
 import numpy as np
@@ -277,6 +279,24 @@ def test_atomic_ops_with_caffe2_plan_helpers():
         assert int(ws.fetch(checksum)) == 200010000 and int(ws.fetch(countdown)) == 0
 
 
+@pytest.mark.parametrize("net_type", ["simple", "async_scheduling"])
+def test_atomic_iter_shared_by_concurrent_steps(net_type):
+    """The AtomicIter of Caffe2's BuildUniqueMutexIter (iter_op.h: IncrementIter under the mutex),
+    shared by concurrent execution steps: no increment is lost, the counter stays int64 [1]."""
+    init = _net("init", ("CreateMutex", [], "iteration_mutex"),
+                ("ConstantFill", [], "iter", {"shape": [1], "value": 0, "dtype": "int64"}))
+    workers = [execution_step(f"w{i}", _net(f"it{i}", ("AtomicIter", ["iteration_mutex", "iter"], "iter"), type=net_type),
+                              num_iter=250) for i in range(8)]
+    with an.Workspace() as ws:
+        ws.run_plan(Plan("p", [execution_step("init", init), execution_step("all", workers, concurrent_substeps=True)]),
+                    timeout=50)
+        it = ws.fetch("iter")
+        assert it.dtype == np.int64 and it.shape == (1,) and int(it[0]) == 8 * 250
+        ws.feed("iter", np.array([-1], np.int64))
+        with pytest.raises(an.OperatorError, match="negative"):
+            ws.run_net_once(_net("bad", ("AtomicIter", ["iteration_mutex", "iter"], "iter")))
+
+
 # == plan_executor_test.cc ============================================================================
 
 def test_empty_plan():
@@ -450,6 +470,42 @@ def test_pending_ops_and_net_failure():
         with pytest.raises(an.OperatorError, match="test error"):
             net.run(timeout=30)
     assert CANCELS == ["AuditStuck"]
+
+
+def test_executors_give_the_simple_nets_blobs():
+    """executor_test.py (ExecutorCPUConvNetTest.compare_executors): a conv model with its
+    gradients, LearningRate and WeightedSum updates, seeded, run twice under "simple" and under
+    "async_polling", "dag", "async_dag" (num_workers 8): every array blob is bit-identical."""
+    seed = an.DeviceOption(random_seed=0xCAFFE2)
+    init = an.Net("init", device_option=seed)
+    init.GaussianFill([], "data", shape=[8, 3, 12, 12], mean=0.0, std=1.0)
+    init.UniformIntFill([], "label", shape=[8], min=0, max=9)
+    init.XavierFill([], "conv_w", shape=[4, 3, 3, 3]); init.ConstantFill([], "conv_b", shape=[4], value=0.1)
+    init.XavierFill([], "fc_w", shape=[10, 100]); init.ConstantFill([], "fc_b", shape=[10], value=0.0)
+    init.ConstantFill([], "ONE", shape=[1], value=1.0)
+    net = an.Net("train", device_option=seed)
+    net.Conv(["data", "conv_w", "conv_b"], "conv", kernel=3); net.Relu("conv", "conv")
+    net.MaxPool("conv", "pool", kernel=2, stride=2)
+    net.FC(["pool", "fc_w", "fc_b"], "fc"); net.SoftmaxWithLoss(["fc", "label"], ["softmax", "loss"])
+    grads = an.add_gradient_ops(net, "loss")
+    net.Iter([], "iter")
+    net.LearningRate("iter", "LR", base_lr=-0.1, policy="step", stepsize=10000, gamma=0.999)
+    for p in ("conv_w", "conv_b", "fc_w", "fc_b"):
+        net.WeightedSum([p, "ONE", str(grads[p]), "LR"], p)
+
+    def run(net_type):
+        with an.Workspace() as ws:
+            ws.run_net_once(init)
+            ws.create_net(dataclasses.replace(net.to_def(), type=net_type, num_workers=8))
+            ws.run_net("train", 2)
+            return {k: ws.fetch(k, copy=True) for k in ws.blobs() if isinstance(ws.fetch(k), np.ndarray)}
+
+    ref = run("simple")
+    assert len(ref) > 20 and np.isfinite(ref["loss"])
+    for executor in ("async_polling", "dag", "async_dag"):
+        got = run(executor)
+        for name, value in ref.items():
+            np.testing.assert_array_equal(got[name], value, f"blob {name} differs in a {executor} run")
 
 
 # == workspace_test.py ================================================================================
