@@ -534,6 +534,25 @@ def test_workspace_blobs_and_runs():
     assert not ws.has("testblob") and ws.nets() == []
 
 
+def test_run_plan_in_background():
+    """testRunPlanInBackground: the plan runs on its own thread; is_done / is_succeeded; a
+    background plan can also be cancelled, and a failure is kept for wait()."""
+    ws = an.Workspace()
+    handle = ws.run_plan_async(Plan("test-plan", [ExecutionStep("test-step", _test_net())]))
+    handle.wait(30)
+    assert handle.is_done() and handle.is_succeeded() and ws.has("testblob")
+    ws.feed("x", np.zeros(1)); ws.feed("one", np.ones(1)); ws.feed("stop", np.array([False]))
+    looping = ws.run_plan_async(ExecutionStep("loop", _net("inc", ("Add", ["x", "one"], "x")), should_stop_blob="stop"))
+    assert looping.cancel() is True
+    with pytest.raises(an.ExecutionError, match="cancelled"):
+        looping.wait(30)
+    assert looping.is_done() and not looping.is_succeeded() and looping.cancel() is False
+    failing = ws.run_plan_async(ExecutionStep("fail", _net("f", ("AuditCount", [], [], {"fail": True}))))
+    assert isinstance(failing.exception(30), an.OperatorError) and not failing.is_succeeded()
+    with pytest.raises(TypeError):
+        ws.run_plan_async("not a plan")
+
+
 def test_workspace_feed_fetch():
     """testFetchFeedBlob, testFetchFeedBlobTypes, testFetchFeedBlobBool, testFetchFeedBlobZeroDim,
     testFetchFeedLong/ShortStringTensor, testFetchFeedPlainString, testFetchBlobs."""

@@ -231,6 +231,14 @@ class Workspace:
             raise TypeError(f"expected a Plan or an ExecutionStep, got {type(plan).__name__}")
         plan.run(self, timeout=timeout)
 
+    def run_plan_async(self, plan: Any, timeout: float | None = None) -> Any:
+        """Start a Plan (or a bare ExecutionStep) on a thread of its own (Caffe2's
+        ``RunPlanInBackground``); returns a :class:`~asyncnet.exec.plan.PlanHandle` with
+        ``wait(timeout)``, ``done()``, ``cancel()``, ``is_done()``, ``is_succeeded()``."""
+        if not callable(getattr(plan, "run_async", None)):
+            raise TypeError(f"expected a Plan or an ExecutionStep, got {type(plan).__name__}")
+        return plan.run_async(self, timeout=timeout)
+
     def close(self) -> None:
         """Close every net (their executor pools); blobs stay."""
         with self._lock:

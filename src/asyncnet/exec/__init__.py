@@ -10,7 +10,7 @@ builds Caffe2's loops and conditionals (For, While, If, Switch, ...) from them.
 from asyncnet.exec import simple  # noqa: F401  (registers "simple")
 from asyncnet.exec import scheduling  # noqa: F401  (registers "async_scheduling", "dag", "async_dag")
 from asyncnet.exec import straight  # noqa: F401  (registers "straight")
-from asyncnet.exec.plan import ExecutionStep, Plan, execution_step, to_execution_step  # noqa: E402
+from asyncnet.exec.plan import ExecutionStep, Plan, PlanHandle, execution_step, to_execution_step  # noqa: E402
 from asyncnet.core.netbase import register_net_type  # noqa: E402
 
 # Caffe2's AsyncPollingNet and ParallelNet were other asynchronous executors of the same graph;
@@ -22,4 +22,4 @@ register_net_type(("async_simple",), simple.SimpleNet)
 
 from asyncnet.exec import control  # noqa: E402  (Caffe2's control.py on these steps)
 
-__all__ = ["ExecutionStep", "Plan", "execution_step", "to_execution_step", "control"]
+__all__ = ["ExecutionStep", "Plan", "PlanHandle", "execution_step", "to_execution_step", "control"]

@@ -46,7 +46,7 @@ from asyncnet.core.defs import NetDef
 from asyncnet.core.netbase import NetBase
 from asyncnet.errors import ExecutionError, NetBusyError, NetDefinitionError
 
-__all__ = ["ExecutionStep", "Plan", "execution_step", "to_execution_step"]
+__all__ = ["ExecutionStep", "Plan", "PlanHandle", "execution_step", "to_execution_step"]
 
 NetSpec = Any  # Net builder | NetDef | str (name of a created net)
 UNTIL_STOP = 2**62  # num_iter of a step that loops until its stop blob is set
@@ -102,6 +102,10 @@ class ExecutionStep:
     def run(self, ws: Any, timeout: float | None = None) -> None:
         """Run this step alone, as a plan of its own name (what Caffe2's RunPlan does with a bare step)."""
         Plan(self.name, [self]).run(ws, timeout=timeout)
+
+    def run_async(self, ws: Any, timeout: float | None = None) -> "PlanHandle":
+        """Start this step alone on a thread of its own (see :meth:`Plan.run_async`)."""
+        return Plan(self.name, [self]).run_async(ws, timeout=timeout)
 
     # -- JSON ---------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -220,12 +224,15 @@ class Plan:
         ``timeout`` bounds the whole plan: it is checked between net runs and passed to each
         net run; on expiry every thread is stopped and joined and TimeoutError is raised.
         """
-        runner = _PlanRun(ws, _net_defs_by_name(self.steps), None if timeout is None else time.perf_counter() + timeout, timeout)
-        try:
-            for step in self.steps:
-                runner.run_step(step, "", ())
-        finally:
-            runner.close()
+        self._runner(ws, timeout).run_steps(self.steps)
+
+    def run_async(self, ws: Any, timeout: float | None = None) -> "PlanHandle":
+        """Start the plan on a thread of its own and return a :class:`PlanHandle` at once
+        (Caffe2's ``RunPlanInBackground``); a malformed plan raises here, before the start."""
+        return PlanHandle(self._runner(ws, timeout), self.steps, self.name)
+
+    def _runner(self, ws: Any, timeout: float | None) -> "_PlanRun":
+        return _PlanRun(ws, _net_defs_by_name(self.steps), None if timeout is None else time.perf_counter() + timeout, timeout)
 
     # -- JSON ---------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -257,6 +264,71 @@ class Plan:
 
     def __repr__(self) -> str:
         return f"Plan({self.name!r}, steps={len(self.steps)})"
+
+
+class PlanHandle:
+    """A plan running on its own thread: ``wait(timeout)`` / ``result(timeout)`` (raise the
+    plan's first failure, or TimeoutError while it runs), ``done()``, ``exception(timeout)``,
+    ``cancel()`` (stop every step at its next net, cancel the nets running; ``wait`` then raises
+    ExecutionError), and Caffe2's ``is_done()`` / ``is_succeeded()``. Wait for the handle before
+    the workspace is closed: the thread is a daemon thread only so that a plan stuck in an op
+    that never returns cannot keep the interpreter from exiting."""
+
+    def __init__(self, runner: "_PlanRun", steps: Sequence[ExecutionStep], name: str):
+        self._runner = runner
+        self._error: BaseException | None = None
+        self._cancelled = False
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._body, args=(list(steps),), name=f"asyncnet-plan-{name}", daemon=True)
+        self._thread.start()
+
+    def _body(self, steps: list[ExecutionStep]) -> None:
+        try:
+            self._runner.run_steps(steps)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller through wait()
+            self._error = exc
+        finally:
+            if self._cancelled and self._error is None:
+                self._error = ExecutionError("the plan was cancelled")
+            self._done.set()
+
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def wait(self, timeout: float | None = None) -> None:
+        if not self._done.wait(timeout):
+            raise TimeoutError(f"the plan did not finish within {timeout} s")
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+
+    result = wait
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        """The error ``wait`` raises, None on success (TimeoutError while the plan runs on)."""
+        try:
+            self.wait(timeout)
+        except TimeoutError:
+            if not self.done():
+                raise
+            return self._error
+        except BaseException as exc:  # noqa: BLE001 - returned, as Future.exception does
+            return exc
+        return None
+
+    def cancel(self) -> bool:
+        """Stop the plan (True if it was still running)."""
+        if self.done():
+            return False
+        self._cancelled = True
+        self._runner.stop_all()
+        return True
+
+    def is_done(self) -> bool:  # Caffe2's BackgroundPlan
+        return self.done()
+
+    def is_succeeded(self) -> bool:
+        return self.done() and self._error is None
 
 
 def _net_defs_by_name(steps: Iterable[ExecutionStep]) -> dict[str, NetDef]:
@@ -300,6 +372,14 @@ class _PlanRun:
         self.running: set[NetBase] = set()    # nets running now on behalf of this plan
         self.cancelled: set[NetBase] = set()  # runs cancelled by the stop (their error is not news)
         self.lock = threading.Lock()
+
+    def run_steps(self, steps: Iterable[ExecutionStep]) -> None:
+        """Run ``steps`` in order (a plan's top level), then close the private net instances."""
+        try:
+            for step in steps:
+                self.run_step(step, "", ())
+        finally:
+            self.close()
 
     def close(self) -> None:
         for (name, lane), net in self.owned.items():
