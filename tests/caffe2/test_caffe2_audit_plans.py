@@ -299,9 +299,16 @@ def test_atomic_iter_shared_by_concurrent_steps(net_type):
 
 # == plan_executor_test.cc ============================================================================
 
-def test_empty_plan():
-    """EmptyPlan: a plan without steps runs (Caffe2 logs a warning and returns true)."""
-    an.Workspace().run_plan(Plan(""))
+def test_empty_plan_and_empty_steps():
+    """EmptyPlan: a plan without steps runs (Caffe2 logs a warning and returns true). A step
+    without nets or substeps does nothing whatever its loop (core.py's AddStep and AddSubstep
+    drop it), so a stop-blob loop over nothing ends at once instead of spinning."""
+    ws = an.Workspace()
+    ws.run_plan(Plan(""))
+    ws.feed("stop", np.array([False]))
+    ws.run_plan(execution_step("outer", [execution_step("empty", None, should_stop_blob="stop"),
+                                         ExecutionStep("counted", num_iter=10**9)]), timeout=10)
+    ws.run_plan(ExecutionStep("bare", should_stop_blob="stop"), timeout=10)
 
 
 @pytest.mark.parametrize("stuck_type", ["async_scheduling", "simple", "dag"])

@@ -372,6 +372,7 @@ class _PlanRun:
         self.running: set[NetBase] = set()    # nets running now on behalf of this plan
         self.cancelled: set[NetBase] = set()  # runs cancelled by the stop (their error is not news)
         self.lock = threading.Lock()
+        self.empty: dict[int, bool] = {}  # id(step) -> no net in it (the steps live as long as the run)
 
     def run_steps(self, steps: Iterable[ExecutionStep]) -> None:
         """Run ``steps`` in order (a plan's top level), then close the private net instances."""
@@ -452,6 +453,8 @@ class _PlanRun:
 
     def run_step(self, step: ExecutionStep, path: str, lane: tuple[int, ...]) -> None:
         """Caffe2's ExecuteStepRecursive: the stop blob is checked after each net or substep."""
+        if self.is_empty(step):
+            return  # a step with no net in it does nothing (Caffe2's AddStep/AddSubstep drop it), whatever its loop
         where = f"{path}/{step.name}" if path else step.name
         nets = self.nets_of(step, lane) if step.nets else []
         stop_blob = step.should_stop_blob
@@ -474,6 +477,13 @@ class _PlanRun:
                     return
                 if stop_blob and self.should_stop(stop_blob, where):
                     return
+
+    def is_empty(self, step: ExecutionStep) -> bool:
+        """Whether ``step`` holds no net, itself or in any substep (remembered per step object)."""
+        known = self.empty.get(id(step))
+        if known is None:
+            known = self.empty[id(step)] = not step.nets and all(self.is_empty(s) for s in step.substeps)
+        return known
 
     def run_concurrent(self, substeps: Sequence[ExecutionStep], where: str, lane: tuple[int, ...]) -> None:
         """Each substep on its own thread; all joined; the first failure in time is raised."""
