@@ -13,8 +13,14 @@ Caffe2's ``plan_executor.cc``:
   that computes the flag);
 - ``only_once`` (needs ``should_stop_blob``): at most one iteration each time the step runs;
 - ``concurrent_substeps``: each substep runs on its own thread, every iteration; the first
-  failure stops the others (async runs in flight are cancelled, every thread stops at its next
-  net) and is raised after all are joined, with the others attached as ``error.other_errors``.
+  failure stops the others (the nets running are cancelled, so ops that check
+  ``ctx.cancelled()`` return; every thread stops at its next net) and is raised after all are
+  joined, with the others attached as ``error.other_errors``;
+- a step holding no net (itself or in its substeps) does nothing, whatever its loop (Caffe2's
+  Python API drops such steps when they are added).
+
+``Plan.run_async`` / ``ws.run_plan_async`` (Caffe2's ``RunPlanInBackground``) run a plan on a
+thread of its own and return a :class:`PlanHandle`.
 
 Nets may be given as :class:`~asyncnet.Net` builders, :class:`~asyncnet.NetDef` s or names of
 nets already created in the workspace. As in Caffe2, a plan creates the nets it is given under

@@ -26,7 +26,8 @@ itself instead of sleeping, and until the outcome is known it takes every chain 
 thread. Costly roots get pool tokens for all but the one the caller takes, up to the pool's size.
 
 When an op raises, the run *stops*: chains not yet started are skipped (walked, not run, so
-the bookkeeping still reaches its end), running ops finish, and the error that happened
+the bookkeeping still reaches its end), running ops finish (they see ``ctx.cancelled()``,
+Caffe2's ``OperatorBase::Cancel``, and a blocking op returns early), and the error that happened
 first in time is what ``wait`` raises. ``cancel()`` stops a run the same way. ``wait`` returns
 as soon as the outcome is known: it then gives running ops a short grace period to end, but
 an op that never ends cannot make it hang. The net is busy (refuses another run with
