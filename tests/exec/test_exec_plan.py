@@ -250,11 +250,16 @@ def test_failure_cancels_the_async_runs_of_siblings():
 
 @pytest.mark.timeout(20)
 def test_plan_timeout_bounds_steps_that_run_no_net():
-    # an empty step looping on a stop blob that stays false, and a loop whose only substep is
-    # empty: neither runs a net, where the deadline used to be checked, so both spun forever
+    # loops that run no net (their one substep has num_iter=0), where the deadline used to be
+    # checked, so both spun forever; a step with no net at all does nothing (Caffe2's Python
+    # API drops it when it is added), so it ends at once
     with an.Workspace() as ws:
         ws.feed("never", np.array([False])); ws.feed("x", np.zeros(1)); ws.feed("one", np.ones(1))
+        zero = ExecutionStep("zero", _inc("z"), num_iter=0)
         with pytest.raises(TimeoutError):
-            ws.run_plan(Plan("p", [ExecutionStep("idle", should_stop_blob="never")]), timeout=0.3)
+            ws.run_plan(Plan("p", [ExecutionStep("idle", substeps=[zero], should_stop_blob="never")]), timeout=0.3)
         with pytest.raises(TimeoutError):
-            ws.run_plan(Plan("p", [ExecutionStep("loop", substeps=[ExecutionStep("empty")], num_iter=10**12)]), timeout=0.3)
+            ws.run_plan(Plan("p", [ExecutionStep("loop", substeps=[zero], num_iter=10**12)]), timeout=0.3)
+        ws.run_plan(Plan("p", [ExecutionStep("idle", should_stop_blob="never"),
+                               ExecutionStep("loop", substeps=[ExecutionStep("empty")], num_iter=10**12)]), timeout=5)
+        assert ws.fetch("x")[0] == 0

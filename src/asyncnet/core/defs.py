@@ -177,7 +177,7 @@ class NetDef:
         iot = d.get("intra_op_threads")
         dev = d.get("device_option")
         return cls(
-            name=_name(d["name"], "name"),
+            name=_expect(d["name"], str, "name"),  # any str: "" too, as Caffe2's and the builder's
             ops=[OperatorDef.from_dict(op, f"ops[{i}]") for i, op in enumerate(ops)],
             type=_expect(d.get("type", "simple"), str, "type"),
             num_workers=None if nw is None else _int(nw, "num_workers"),

@@ -73,10 +73,24 @@ class NetBase:
         self.blobs = blobs
         self._busy = threading.Lock()
         self.recorder: Callable[[Operator, float, float], None] | None = None
+        self.cancel_flag = threading.Event()  # what ops see as ctx.cancelled(); cleared by each run
+        for op in self.operators:
+            op.ctx.cancel_flag = self.cancel_flag
 
     def _claim(self) -> None:
         if not self._busy.acquire(blocking=False):
             raise NetBusyError(f"net {self.name!r} is already running; a net instance runs one run at a time")
+        if self.cancel_flag.is_set():
+            self.cancel_flag.clear()
+
+    def cancel(self) -> bool:
+        """Cancel the run in flight (Caffe2's ``NetBase::Cancel``): its ops see
+        ``ctx.cancelled()``; True if a run was in flight. The async executor also skips the
+        chains not yet started (see :mod:`asyncnet.exec.scheduling`)."""
+        if not self._busy.locked():
+            return False
+        self.cancel_flag.set()
+        return True
 
     def _release(self) -> None:
         self._busy.release()

@@ -11,9 +11,9 @@ from typing import Any, MutableMapping
 
 from asyncnet.core.defs import DeviceOption, NetDef, OperatorDef
 from asyncnet.core.registry import OpContext, OpSchema, validate_op
-from asyncnet.errors import BlobNotFoundError, OperatorError
+from asyncnet.errors import BlobNotFoundError, NetDefinitionError, OperatorError
 
-__all__ = ["Operator", "build_operators"]
+__all__ = ["Operator", "build_operators", "check_declared_blobs"]
 
 
 class Operator:
@@ -90,6 +90,7 @@ def build_operators(net_def: NetDef, blobs: MutableMapping[str, Any]) -> list[Op
     Equal name tuples and equal typed-argument dicts are shared between ops (kernels only
     read them): a net of a million ops repeats few of either, and each costs ~200 bytes.
     """
+    check_declared_blobs(net_def)
     net_device = net_def.device_option or _CPU
     shared: dict[Any, Any] = {}
     ops = []
@@ -99,6 +100,28 @@ def build_operators(net_def: NetDef, blobs: MutableMapping[str, Any]) -> list[Op
         ops.append(Operator(op_def, i, schema, _share(shared, op_def.type, args), op_def.device_option or net_device, blobs,
                             net_def.name, shared.setdefault(ins, ins), shared.setdefault(outs, outs)))
     return ops
+
+
+def check_declared_blobs(net_def: NetDef) -> None:
+    """Caffe2's NetBase checks of a net that declares its blobs (``net.cc``): when it lists
+    external inputs, every op input must be one of them or an output of an earlier op; every
+    declared external output must be an external input or the output of some op."""
+    declared = net_def.external_inputs
+    if not declared and not net_def.external_outputs:
+        return
+    known = set(declared)
+    for i, op in enumerate(net_def.ops):
+        if declared:
+            unknown = next((n for n in op.inputs if n not in known), None)
+            if unknown is not None:
+                raise NetDefinitionError(f"{op.type}: the source of input {unknown!r} is unknown: it is neither a declared "
+                                         f"external input of net {net_def.name!r} nor an output of an earlier op "
+                                         "(Caffe2 refuses it too)", f"ops[{i}].inputs")
+        known.update(op.outputs)
+    missing = [n for n in net_def.external_outputs if n not in known]
+    if missing:
+        raise NetDefinitionError(f"blob {missing[0]!r} is declared as an output of net {net_def.name!r} but no op "
+                                 "produces it (Caffe2 refuses it too)", "external_outputs")
 
 
 def _share(shared: dict[Any, Any], op_type: str, args: dict[str, Any]) -> dict[str, Any]:

@@ -15,6 +15,7 @@ meets a malformed op. Gradients are registered beside the op with :func:`registe
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
@@ -311,10 +312,14 @@ def _typed_args(op: OperatorDef, schema: OpSchema, index: int) -> dict[str, Any]
     return typed
 
 
-class OpContext:
-    """What a kernel sees besides its inputs: typed args, its def, index, device, output lookup."""
+_NEVER = threading.Event()  # the cancel flag of an op not (yet) in a net: never set
 
-    __slots__ = ("args", "op", "index", "device", "_blobs")
+
+class OpContext:
+    """What a kernel sees besides its inputs: typed args, its def, index, device, output lookup,
+    and whether its net's run was cancelled (:meth:`cancelled`, :meth:`wait_cancelled`)."""
+
+    __slots__ = ("args", "op", "index", "device", "_blobs", "cancel_flag")
 
     def __init__(self, op: OperatorDef, index: int, args: dict[str, Any], device: DeviceOption, blobs: Mapping[str, Any]):
         self.op = op
@@ -322,6 +327,16 @@ class OpContext:
         self.args = args
         self.device = device
         self._blobs = blobs
+        self.cancel_flag: threading.Event = _NEVER  # the net's, set by its constructor
+
+    def cancelled(self) -> bool:
+        """Whether the run of this op's net was cancelled or failed elsewhere (Caffe2's
+        ``OperatorBase::Cancel``): an op that blocks or loops should check it and return."""
+        return self.cancel_flag.is_set()
+
+    def wait_cancelled(self, timeout: float) -> bool:
+        """Sleep up to ``timeout`` s, waking early when the run is cancelled; True if it was."""
+        return self.cancel_flag.wait(timeout)
 
     def output(self, i: int) -> Any:
         """The current value of output blob ``i``, or None if it does not exist yet."""

@@ -140,6 +140,13 @@ class Workspace:
     def __iter__(self) -> Iterator[str]:
         return iter(self.blobs())
 
+    def __len__(self) -> int:
+        """The number of blobs (as ``len(workspace.blobs)`` in Caffe2)."""
+        return len(self._blobs)
+
+    def __bool__(self) -> bool:
+        return True  # a workspace is an object, not a container: an empty one is not false
+
     @property
     def blob_dict(self) -> dict[str, Any]:
         """The live blob dict executors run against (advanced use)."""
@@ -223,6 +230,14 @@ class Workspace:
         if not callable(getattr(plan, "run", None)):
             raise TypeError(f"expected a Plan or an ExecutionStep, got {type(plan).__name__}")
         plan.run(self, timeout=timeout)
+
+    def run_plan_async(self, plan: Any, timeout: float | None = None) -> Any:
+        """Start a Plan (or a bare ExecutionStep) on a thread of its own (Caffe2's
+        ``RunPlanInBackground``); returns a :class:`~asyncnet.exec.plan.PlanHandle` with
+        ``wait(timeout)``, ``done()``, ``cancel()``, ``is_done()``, ``is_succeeded()``."""
+        if not callable(getattr(plan, "run_async", None)):
+            raise TypeError(f"expected a Plan or an ExecutionStep, got {type(plan).__name__}")
+        return plan.run_async(self, timeout=timeout)
 
     def close(self) -> None:
         """Close every net (their executor pools); blobs stay."""

@@ -3,13 +3,14 @@
 "simple" (also Caffe2's "async_simple") runs ops in order on the caller's thread; "async_scheduling" (also "dag",
 "async_dag", and Caffe2's other asynchronous types "async_polling" and "parallel") runs chains
 of the dependency graph on per-device worker pools. Execution plans
-(:class:`Plan`, :class:`ExecutionStep`) run nets in loops and concurrent substeps.
+(:class:`Plan`, :class:`ExecutionStep`) run nets in loops and concurrent substeps; :mod:`control`
+builds Caffe2's loops and conditionals (For, While, If, Switch, ...) from them.
 """
 
 from asyncnet.exec import simple  # noqa: F401  (registers "simple")
 from asyncnet.exec import scheduling  # noqa: F401  (registers "async_scheduling", "dag", "async_dag")
 from asyncnet.exec import straight  # noqa: F401  (registers "straight")
-from asyncnet.exec.plan import ExecutionStep, Plan, execution_step  # noqa: E402
+from asyncnet.exec.plan import ExecutionStep, Plan, PlanHandle, execution_step, to_execution_step  # noqa: E402
 from asyncnet.core.netbase import register_net_type  # noqa: E402
 
 # Caffe2's AsyncPollingNet and ParallelNet were other asynchronous executors of the same graph;
@@ -19,4 +20,6 @@ register_net_type(("async_polling", "parallel"), scheduling.AsyncSchedulingNet)
 # device work they started: on the CPU, the simple net.
 register_net_type(("async_simple",), simple.SimpleNet)
 
-__all__ = ["ExecutionStep", "Plan", "execution_step"]
+from asyncnet.exec import control  # noqa: E402  (Caffe2's control.py on these steps)
+
+__all__ = ["ExecutionStep", "Plan", "PlanHandle", "execution_step", "to_execution_step", "control"]

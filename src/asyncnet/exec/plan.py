@@ -13,8 +13,14 @@ Caffe2's ``plan_executor.cc``:
   that computes the flag);
 - ``only_once`` (needs ``should_stop_blob``): at most one iteration each time the step runs;
 - ``concurrent_substeps``: each substep runs on its own thread, every iteration; the first
-  failure stops the others (async runs in flight are cancelled, every thread stops at its next
-  net) and is raised after all are joined, with the others attached as ``error.other_errors``.
+  failure stops the others (the nets running are cancelled, so ops that check
+  ``ctx.cancelled()`` return; every thread stops at its next net) and is raised after all are
+  joined, with the others attached as ``error.other_errors``;
+- a step holding no net (itself or in its substeps) does nothing, whatever its loop (Caffe2's
+  Python API drops such steps when they are added).
+
+``Plan.run_async`` / ``ws.run_plan_async`` (Caffe2's ``RunPlanInBackground``) run a plan on a
+thread of its own and return a :class:`PlanHandle`.
 
 Nets may be given as :class:`~asyncnet.Net` builders, :class:`~asyncnet.NetDef` s or names of
 nets already created in the workspace. As in Caffe2, a plan creates the nets it is given under
@@ -46,7 +52,7 @@ from asyncnet.core.defs import NetDef
 from asyncnet.core.netbase import NetBase
 from asyncnet.errors import ExecutionError, NetBusyError, NetDefinitionError
 
-__all__ = ["ExecutionStep", "Plan", "execution_step"]
+__all__ = ["ExecutionStep", "Plan", "PlanHandle", "execution_step", "to_execution_step"]
 
 NetSpec = Any  # Net builder | NetDef | str (name of a created net)
 UNTIL_STOP = 2**62  # num_iter of a step that loops until its stop blob is set
@@ -55,12 +61,12 @@ UNTIL_STOP = 2**62  # num_iter of a step that loops until its stop blob is set
 class ExecutionStep:
     """One step of a plan: nets or substeps, iterated ``num_iter`` times."""
 
-    def __init__(self, name: str, nets: NetSpec | Sequence[NetSpec] | None = None,
+    def __init__(self, name: str = "", nets: NetSpec | Sequence[NetSpec] | None = None,
                  substeps: Sequence["ExecutionStep"] | None = None, num_iter: int | None = None,
                  concurrent_substeps: bool = False, should_stop_blob: str | None = None,
                  only_once: bool = False):
-        if not isinstance(name, str) or not name:
-            raise NetDefinitionError(f"expected a non-empty step name, got {name!r}", "step.name")
+        if not isinstance(name, str):  # Caffe2's steps may be nameless (plan_executor_test's are)
+            raise NetDefinitionError(f"expected a step name (str), got {name!r}", "step.name")
         if nets is not None and not isinstance(nets, (list, tuple)):
             nets = [nets]
         self.name = name
@@ -103,6 +109,10 @@ class ExecutionStep:
         """Run this step alone, as a plan of its own name (what Caffe2's RunPlan does with a bare step)."""
         Plan(self.name, [self]).run(ws, timeout=timeout)
 
+    def run_async(self, ws: Any, timeout: float | None = None) -> "PlanHandle":
+        """Start this step alone on a thread of its own (see :meth:`Plan.run_async`)."""
+        return Plan(self.name, [self]).run_async(ws, timeout=timeout)
+
     # -- JSON ---------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"name": self.name}
@@ -140,7 +150,7 @@ class ExecutionStep:
             raise NetDefinitionError(f"expected a blob name, got {stop!r}", f"{path}.should_stop_blob")
         try:
             return cls(
-                _expect(d.get("name"), str, f"{path}.name"),
+                _expect(d.get("name", ""), str, f"{path}.name"),
                 nets=[_net_from_json(n, f"{path}.nets[{i}]") for i, n in enumerate(nets)],
                 substeps=[cls.from_dict(s, f"{path}.substeps[{i}]", depth + 1) for i, s in enumerate(subs)],
                 num_iter=num_iter,
@@ -158,20 +168,49 @@ class ExecutionStep:
         return f"ExecutionStep({self.name!r}, {what}, num_iter={self.num_iter})"
 
 
-def execution_step(name: str, nets_or_steps: Any, **kwargs: Any) -> ExecutionStep:
-    """Caffe2's helper: a step of nets, or of substeps when given ExecutionSteps."""
-    items = nets_or_steps if isinstance(nets_or_steps, (list, tuple)) else [nets_or_steps]
-    if items and all(isinstance(s, ExecutionStep) for s in items):
-        return ExecutionStep(name, substeps=items, **kwargs)
-    return ExecutionStep(name, nets=items, **kwargs)
+def execution_step(name: str, nets_or_steps: Any = None, **kwargs: Any) -> ExecutionStep:
+    """Caffe2's ``core.execution_step``: a step of nets, or of substeps.
+
+    ``nets_or_steps`` is None (an empty step), a net, a step (it becomes the one substep), or a
+    list: of nets only (the step runs them), else each item becomes a substep (a net is wrapped
+    in a step of its name, as Caffe2's ``to_execution_step`` does)::
+
+        >>> step = execution_step("loop", [ExecutionStep("a"), "net_b"], num_iter=2)
+        >>> [(s.name, s.nets) for s in step.substeps], step.num_iter
+        ([('a', []), ('net_b', ['net_b'])], 2)
+    """
+    if nets_or_steps is None:
+        return ExecutionStep(name, **kwargs)
+    if isinstance(nets_or_steps, ExecutionStep):
+        return ExecutionStep(name, substeps=[nets_or_steps], **kwargs)
+    items = list(nets_or_steps) if isinstance(nets_or_steps, (list, tuple)) else [nets_or_steps]
+    if not any(isinstance(s, ExecutionStep) for s in items):
+        return ExecutionStep(name, nets=items, **kwargs)
+    return ExecutionStep(name, substeps=[to_execution_step(s) for s in items], **kwargs)
+
+
+def to_execution_step(step_or_nets: Any, default_name: str | None = None) -> ExecutionStep:
+    """Caffe2's ``core.to_execution_step``: a step as it is; nets become a step named after
+    ``default_name`` or the (first) net."""
+    if isinstance(step_or_nets, ExecutionStep):
+        return step_or_nets
+    if default_name is None:
+        first = step_or_nets[0] if isinstance(step_or_nets, (list, tuple)) and step_or_nets else step_or_nets
+        default_name = first if isinstance(first, str) else getattr(first, "name", None)
+    if not isinstance(default_name, str):
+        raise NetDefinitionError(f"expected a step, a net or a list of nets, got {type(step_or_nets).__name__}", "step")
+    return execution_step(default_name, step_or_nets)
 
 
 class Plan:
-    """A named list of steps run in order by ``ws.run_plan(plan)`` (or ``plan.run(ws)``)."""
+    """A named list of steps run in order by ``ws.run_plan(plan)`` (or ``plan.run(ws)``).
+    ``Plan(step)`` is a plan of that one step, named after it (as Caffe2's ``core.Plan``)."""
 
-    def __init__(self, name: str, steps: Iterable[ExecutionStep] = ()):
-        if not isinstance(name, str) or not name:
-            raise NetDefinitionError(f"expected a non-empty plan name, got {name!r}", "plan.name")
+    def __init__(self, name: "str | ExecutionStep", steps: Iterable[ExecutionStep] = ()):
+        if isinstance(name, ExecutionStep):  # Caffe2's Plan(step): a plan of that one step, named after it
+            steps, name = [name, *steps], name.name
+        if not isinstance(name, str):  # any str, "" too (Caffe2's Plan names are labels)
+            raise NetDefinitionError(f"expected a plan name (str), got {name!r}", "plan.name")
         self.name = name
         self.steps: list[ExecutionStep] = []
         for s in steps:
@@ -191,12 +230,15 @@ class Plan:
         ``timeout`` bounds the whole plan: it is checked between net runs and passed to each
         net run; on expiry every thread is stopped and joined and TimeoutError is raised.
         """
-        runner = _PlanRun(ws, _net_defs_by_name(self.steps), None if timeout is None else time.perf_counter() + timeout, timeout)
-        try:
-            for step in self.steps:
-                runner.run_step(step, "", ())
-        finally:
-            runner.close()
+        self._runner(ws, timeout).run_steps(self.steps)
+
+    def run_async(self, ws: Any, timeout: float | None = None) -> "PlanHandle":
+        """Start the plan on a thread of its own and return a :class:`PlanHandle` at once
+        (Caffe2's ``RunPlanInBackground``); a malformed plan raises here, before the start."""
+        return PlanHandle(self._runner(ws, timeout), self.steps, self.name)
+
+    def _runner(self, ws: Any, timeout: float | None) -> "_PlanRun":
+        return _PlanRun(ws, _net_defs_by_name(self.steps), None if timeout is None else time.perf_counter() + timeout, timeout)
 
     # -- JSON ---------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -213,7 +255,7 @@ class Plan:
         if extra:
             raise NetDefinitionError(f"unknown field(s) {extra}; expected some of ['name', 'steps']", "plan")
         steps = _expect(d.get("steps", []), list, "steps")
-        return cls(_expect(d.get("name"), str, "name"), [ExecutionStep.from_dict(s, f"steps[{i}]") for i, s in enumerate(steps)])
+        return cls(_expect(d.get("name", ""), str, "name"), [ExecutionStep.from_dict(s, f"steps[{i}]") for i, s in enumerate(steps)])
 
     @classmethod
     def from_json(cls, text: str | bytes) -> "Plan":
@@ -228,6 +270,71 @@ class Plan:
 
     def __repr__(self) -> str:
         return f"Plan({self.name!r}, steps={len(self.steps)})"
+
+
+class PlanHandle:
+    """A plan running on its own thread: ``wait(timeout)`` / ``result(timeout)`` (raise the
+    plan's first failure, or TimeoutError while it runs), ``done()``, ``exception(timeout)``,
+    ``cancel()`` (stop every step at its next net, cancel the nets running; ``wait`` then raises
+    ExecutionError), and Caffe2's ``is_done()`` / ``is_succeeded()``. Wait for the handle before
+    the workspace is closed: the thread is a daemon thread only so that a plan stuck in an op
+    that never returns cannot keep the interpreter from exiting."""
+
+    def __init__(self, runner: "_PlanRun", steps: Sequence[ExecutionStep], name: str):
+        self._runner = runner
+        self._error: BaseException | None = None
+        self._cancelled = False
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._body, args=(list(steps),), name=f"asyncnet-plan-{name}", daemon=True)
+        self._thread.start()
+
+    def _body(self, steps: list[ExecutionStep]) -> None:
+        try:
+            self._runner.run_steps(steps)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller through wait()
+            self._error = exc
+        finally:
+            if self._cancelled and self._error is None:
+                self._error = ExecutionError("the plan was cancelled")
+            self._done.set()
+
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def wait(self, timeout: float | None = None) -> None:
+        if not self._done.wait(timeout):
+            raise TimeoutError(f"the plan did not finish within {timeout} s")
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+
+    result = wait
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        """The error ``wait`` raises, None on success (TimeoutError while the plan runs on)."""
+        try:
+            self.wait(timeout)
+        except TimeoutError:
+            if not self.done():
+                raise
+            return self._error
+        except BaseException as exc:  # noqa: BLE001 - returned, as Future.exception does
+            return exc
+        return None
+
+    def cancel(self) -> bool:
+        """Stop the plan (True if it was still running)."""
+        if self.done():
+            return False
+        self._cancelled = True
+        self._runner.stop_all()
+        return True
+
+    def is_done(self) -> bool:  # Caffe2's BackgroundPlan
+        return self.done()
+
+    def is_succeeded(self) -> bool:
+        return self.done() and self._error is None
 
 
 def _net_defs_by_name(steps: Iterable[ExecutionStep]) -> dict[str, NetDef]:
@@ -271,6 +378,15 @@ class _PlanRun:
         self.running: set[NetBase] = set()    # nets running now on behalf of this plan
         self.cancelled: set[NetBase] = set()  # runs cancelled by the stop (their error is not news)
         self.lock = threading.Lock()
+        self.empty: dict[int, bool] = {}  # id(step) -> no net in it (the steps live as long as the run)
+
+    def run_steps(self, steps: Iterable[ExecutionStep]) -> None:
+        """Run ``steps`` in order (a plan's top level), then close the private net instances."""
+        try:
+            for step in steps:
+                self.run_step(step, "", ())
+        finally:
+            self.close()
 
     def close(self) -> None:
         for (name, lane), net in self.owned.items():
@@ -343,6 +459,8 @@ class _PlanRun:
 
     def run_step(self, step: ExecutionStep, path: str, lane: tuple[int, ...]) -> None:
         """Caffe2's ExecuteStepRecursive: the stop blob is checked after each net or substep."""
+        if self.is_empty(step):
+            return  # a step with no net in it does nothing (Caffe2's AddStep/AddSubstep drop it), whatever its loop
         where = f"{path}/{step.name}" if path else step.name
         nets = self.nets_of(step, lane) if step.nets else []
         stop_blob = step.should_stop_blob
@@ -365,6 +483,13 @@ class _PlanRun:
                     return
                 if stop_blob and self.should_stop(stop_blob, where):
                     return
+
+    def is_empty(self, step: ExecutionStep) -> bool:
+        """Whether ``step`` holds no net, itself or in any substep (remembered per step object)."""
+        known = self.empty.get(id(step))
+        if known is None:
+            known = self.empty[id(step)] = not step.nets and all(self.is_empty(s) for s in step.substeps)
+        return known
 
     def run_concurrent(self, substeps: Sequence[ExecutionStep], where: str, lane: tuple[int, ...]) -> None:
         """Each substep on its own thread; all joined; the first failure in time is raised."""

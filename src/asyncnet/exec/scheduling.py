@@ -26,7 +26,8 @@ itself instead of sleeping, and until the outcome is known it takes every chain 
 thread. Costly roots get pool tokens for all but the one the caller takes, up to the pool's size.
 
 When an op raises, the run *stops*: chains not yet started are skipped (walked, not run, so
-the bookkeeping still reaches its end), running ops finish, and the error that happened
+the bookkeeping still reaches its end), running ops finish (they see ``ctx.cancelled()``,
+Caffe2's ``OperatorBase::Cancel``, and a blocking op returns early), and the error that happened
 first in time is what ``wait`` raises. ``cancel()`` stops a run the same way. ``wait`` returns
 as soon as the outcome is known: it then gives running ops a short grace period to end, but
 an op that never ends cannot make it hang. The net is busy (refuses another run with
@@ -354,6 +355,7 @@ def fail(run: _Run, exc: BaseException) -> None:
     with run.lock:
         run.errors.append((t, exc))
         run.stop = True
+    run.net.cancel_flag.set()  # running ops that check ctx.cancelled() wind down
     decide(run)
 
 
@@ -364,6 +366,7 @@ def cancel_run(run: _Run) -> bool:
             return False
         run.stop = True
         run.cancelled = True
+    run.net.cancel_flag.set()
     decide(run)
     return True
 

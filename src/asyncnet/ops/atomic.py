@@ -1,4 +1,5 @@
-"""Atomic operators with Caffe2's semantics: mutexes, atomic fetch-add, atomic bools, iteration counters.
+"""Atomic operators with Caffe2's semantics: mutexes, atomic fetch-add, atomic bools, iteration counters,
+and Caffe2's count-down counters (``CreateCounter``, ``CountDown``, ``CountUp``, ...).
 
 Mutex and atomic-bool blobs are opaque objects (:class:`asyncnet.atomic.Mutex`,
 :class:`asyncnet.atomic.AtomicBool`; the shared-memory versions are accepted too). None of
@@ -33,9 +34,9 @@ from typing import Any
 
 import numpy as np
 
-from asyncnet.atomic import AtomicBool, Mutex, SharedAtomicBool, SharedMutex
+from asyncnet.atomic import AtomicBool, AtomicInt, Mutex, SharedAtomicBool, SharedAtomicInt, SharedMutex
 from asyncnet.atomic._intmath import wrap
-from asyncnet.core.registry import register_op
+from asyncnet.core.registry import Arg, register_op
 from asyncnet.tensor.namespace import is_array, namespace
 
 __all__ = ["increment_iter"]
@@ -242,3 +243,53 @@ def atomic_iter(ctx: Any, mutex: Any, counter: Any) -> np.ndarray:
     with mutex:
         increment_iter(counter)
     return counter
+
+
+# -- Caffe2's counters (counter_ops.cc): an atomic int64 that counts down to "done" -------------
+
+_COUNTER_TYPES = (AtomicInt, SharedAtomicInt)
+_INIT_COUNT = Arg("init_count", int, 0, "the counter's value")
+
+
+def _counter(ctx: Any, x: Any) -> Any:
+    if not isinstance(x, _COUNTER_TYPES):
+        raise TypeError(f"expected a counter (made by CreateCounter) in input 0 {ctx.op.inputs[0]!r}, got {type(x).__name__}")
+    return x
+
+
+@register_op("CreateCounter", inputs=0, outputs=1, args=[_INIT_COUNT], outputs_doc=("counter",),
+             doc="Store a new count-down counter (a 64-bit AtomicInt) holding init_count.")
+def create_counter(ctx: Any) -> AtomicInt:
+    return AtomicInt(ctx.args["init_count"], bits=64)
+
+
+@register_op("ResetCounter", inputs=1, outputs=(0, 1), args=[_INIT_COUNT], inputs_doc=("counter",),
+             outputs_doc=("previous value (int64, 0-d, optional)",),
+             doc="Set the counter to init_count; the optional output gets the value it had.")
+def reset_counter(ctx: Any, counter: Any) -> np.ndarray | None:
+    previous = _counter(ctx, counter).exchange(ctx.args["init_count"])
+    return np.array(previous, np.int64) if ctx.op.outputs else None
+
+
+@register_op("CountDown", inputs=1, outputs=1, inputs_doc=("counter",), outputs_doc=("done (bool, 0-d)",),
+             doc="Decrement the counter (also below 0, as Caffe2); done is true when it was already <= 0.")
+def count_down(ctx: Any, counter: Any) -> np.ndarray:
+    return np.array(_counter(ctx, counter).fetch_add(-1) <= 0)
+
+
+@register_op("CheckCounterDone", inputs=1, outputs=1, inputs_doc=("counter",), outputs_doc=("done (bool, 0-d)",),
+             doc="done = the counter is <= 0.")
+def check_counter_done(ctx: Any, counter: Any) -> np.ndarray:
+    return np.array(_counter(ctx, counter).load() <= 0)
+
+
+@register_op("CountUp", inputs=1, outputs=1, inputs_doc=("counter",), outputs_doc=("previous value (int64, 0-d)",),
+             doc="Increment the counter; the output gets the value from before, atomically.")
+def count_up(ctx: Any, counter: Any) -> np.ndarray:
+    return np.array(_counter(ctx, counter).fetch_add(1), np.int64)
+
+
+@register_op("RetrieveCount", inputs=1, outputs=1, inputs_doc=("counter",), outputs_doc=("count (int64, 0-d)",),
+             doc="The counter's current value.")
+def retrieve_count(ctx: Any, counter: Any) -> np.ndarray:
+    return np.array(_counter(ctx, counter).load(), np.int64)
