@@ -99,23 +99,54 @@ def _lengths(ctx: Any, x: Any, i: int, total: int) -> np.ndarray:
 
 
 # -- Gather: Y = DATA[INDICES] (rows);  dDATA = GradientSlice(INDICES flattened, dY as rows) --------
+_WRAP = Arg("wrap_indices", bool, None, "a negative index i means dim + i (Caffe2's; default: on for axis 0 only)")
+
+
 @register_op("Gather", inputs=2, outputs=1, inputs_doc=("DATA [R, ...]", "INDICES (int, any shape)"),
              outputs_doc=("OUTPUT [*DATA.shape[:axis], *INDICES.shape, *DATA.shape[axis + 1:]]",),
-             args=[Arg("axis", int, 0, "the axis of DATA the indices pick along (Caffe2's; negative counts from the end)")],
+             args=[Arg("axis", int, 0, "the axis of DATA the indices pick along (Caffe2's; negative counts from the end)"),
+                   _WRAP],
              doc="Caffe2's Gather: the slices of DATA along `axis` (rows by default) picked by INDICES (any shape; "
-                 "each in [0, DATA.shape[axis])). Its gradient is sparse (indices, rows) on axis 0, dense "
-                 "(BatchGatherGradient) on another axis, as in Caffe2.")
+                 "each in [0, DATA.shape[axis]), or in [-dim, dim) with wrap_indices, on by default on axis 0). "
+                 "An empty DATA axis gives an empty output of DATA's shape, as Caffe2's. Its gradient is sparse "
+                 "(indices, rows) on axis 0, dense (BatchGatherGradient) on another axis, as in Caffe2.")
 def gather(ctx: Any, data: Any, indices: Any) -> np.ndarray:
     data = _table(ctx, data, 0)
     namespace(ctx, data, indices)
     axis = _gather_axis(ctx, data)
+    wrap = ctx.args["wrap_indices"]
+    return _gather_impl(ctx, data, indices, axis, axis == 0 if wrap is None else wrap)
+
+
+def _gather_impl(ctx: Any, data: Any, indices: Any, axis: int, wrap: bool) -> Any:
+    """Caffe2's gather_impl: an empty DATA axis gives DATA's shape (no index is read), an empty
+    output is returned before the indices are checked, negative indices wrap when ``wrap``."""
+    dim = data.shape[axis]
+    indices = array(ctx, indices, 1)
+    _indices(ctx, indices.reshape(-1)[:0], 1, dim)  # the dtype (int32 or int64), whatever the output's size
+    if dim == 0:
+        return data.clone() if is_torch(data) else data.copy()
+    if math.prod(data.shape[:axis]) * math.prod(indices.shape) * math.prod(data.shape[axis + 1:]) == 0:
+        shape = (*data.shape[:axis], *indices.shape, *data.shape[axis + 1:])
+        return namespace(ctx, data).full(shape, 0, like=data)
+    idx = _indices(ctx, _wrapped(indices, dim) if wrap else indices, 1, dim)
     if axis == 0:
-        return _rows(data, _indices(ctx, indices, 1, data.shape[0]))
-    idx = _indices(ctx, indices, 1, data.shape[axis])
+        return _rows(data, idx)
     if is_torch(data):
         picked = data.index_select(axis, idx.reshape(-1).long())
         return picked.reshape(*data.shape[:axis], *idx.shape, *data.shape[axis + 1:])
     return np.take(data, idx, axis=axis)
+
+
+def _wrapped(indices: Any, dim: int) -> Any:
+    """``indices`` with each negative i read as dim + i (a new array only when one is negative)."""
+    if not (indices < 0).any():
+        return indices
+    if is_torch(indices):
+        import torch
+
+        return torch.where(indices < 0, indices + dim, indices)
+    return np.where(indices < 0, indices + dim, indices)
 
 
 def _gather_axis(ctx: Any, data: Any) -> int:
@@ -125,7 +156,29 @@ def _gather_axis(ctx: Any, data: Any) -> int:
     return axis % data.ndim
 
 
-@register_op("BatchGatherGradient", inputs=3, outputs=1, args=[Arg("axis", int, 1, "the forward Gather's axis")],
+# -- BatchGather: Gather along axis 1 (Caffe2's name); its gradient is BatchGatherGradient --------
+@register_op("BatchGather", inputs=2, outputs=1, inputs_doc=("DATA [B, R, ...]", "INDICES (int, any shape)"),
+             outputs_doc=("OUTPUT [*DATA.shape[:axis], *INDICES.shape, *DATA.shape[axis + 1:]]",),
+             args=[Arg("axis", int, 1, "the axis of DATA the indices pick along (negative counts from the end)")],
+             doc="Caffe2's BatchGather: Gather along `axis` (1 by default: the same indices in every batch row) "
+                 "of a DATA of at least 2 dims; indices in [0, DATA.shape[axis]).")
+def batch_gather(ctx: Any, data: Any, indices: Any) -> np.ndarray:
+    data = _table(ctx, data, 0)
+    namespace(ctx, data, indices)
+    if data.ndim < 2:
+        raise ValueError(f"expected DATA of at least 2 dims in input 0 {ctx.op.inputs[0]!r}, got shape {tuple(data.shape)}")
+    return _gather_impl(ctx, data, indices, _gather_axis(ctx, data), False)
+
+
+@register_gradient("BatchGather")
+def _batch_gather_grad(op: OperatorDef, gout: GradOut) -> MakerResult:
+    gop = OperatorDef("BatchGatherGradient", [*op.inputs, output_grad(op, gout)], ["#ddata"], {"axis": op.args.get("axis", 1)})
+    return [gop], ["#ddata", None]
+
+
+@register_op("BatchGatherGradient", inputs=3, outputs=1,
+             args=[Arg("axis", int, 1, "the forward Gather's axis"),
+                   Arg("wrap_indices", bool, False, "the forward op wrapped negative indices")],
              inputs_doc=("DATA", "INDICES", "dY"), outputs_doc=("dDATA, DATA's shape",),
              doc="Dense gradient of Gather along `axis` (Caffe2's name): dDATA is zero but for the picked "
                  "slices, which receive dY; an index picked twice receives both, in order.")
@@ -133,9 +186,15 @@ def batch_gather_gradient(ctx: Any, data: Any, indices: Any, dy: Any) -> np.ndar
     data = _table(ctx, data, 0)
     xp = namespace(ctx, data, indices, dy)
     axis = _gather_axis(ctx, data)
-    idx = _indices(ctx, indices, 1, data.shape[axis])
-    want = (*data.shape[:axis], *idx.shape, *data.shape[axis + 1:])
     dy = float_array(ctx, dy, 2)
+    if data.shape[axis] == 0 or math.prod(dy.shape) == 0:  # an empty forward output: nothing was picked
+        want = tuple(data.shape) if data.shape[axis] == 0 else (*data.shape[:axis], *indices.shape, *data.shape[axis + 1:])
+        if tuple(dy.shape) != want:
+            raise ValueError(f"expected dY of shape {want} in input 2 {ctx.op.inputs[2]!r}, got {tuple(dy.shape)}")
+        return xp.full(tuple(data.shape), 0, like=dy)
+    wrap = ctx.args["wrap_indices"]
+    idx = _indices(ctx, _wrapped(indices, data.shape[axis]) if wrap else indices, 1, data.shape[axis])
+    want = (*data.shape[:axis], *idx.shape, *data.shape[axis + 1:])
     if tuple(dy.shape) != want:
         raise ValueError(f"expected dY of shape {want} in input 2 {ctx.op.inputs[2]!r}, got {tuple(dy.shape)}")
     flat_dy = dy.reshape(*data.shape[:axis], -1, *data.shape[axis + 1:])  # the index dims as one
@@ -168,7 +227,8 @@ def gather_gradient(ctx: Any, dy: Any, indices: Any) -> tuple[np.ndarray, np.nda
 def _gather_grad(op: OperatorDef, gout: GradOut) -> MakerResult:
     axis = op.args.get("axis", 0)
     if axis != 0:  # Caffe2's GetGatherGradient: dense on any other axis (a negative one may still be 0: the kernel resolves it)
-        gop = OperatorDef("BatchGatherGradient", [*op.inputs, output_grad(op, gout)], ["#ddata"], {"axis": axis})
+        args = {"axis": axis, "wrap_indices": bool(op.args.get("wrap_indices", False))}
+        gop = OperatorDef("BatchGatherGradient", [*op.inputs, output_grad(op, gout)], ["#ddata"], args)
         return [gop], ["#ddata", None]
     gop = OperatorDef("GatherGradient", [output_grad(op, gout), op.inputs[1]], ["#idx", "#rows"])
     return [gop], [GradientSlice("#idx", "#rows"), None]  # type: ignore[list-item]
@@ -467,7 +527,8 @@ def _scalar(ctx: Any, x: Any, i: int, dtype: np.dtype) -> Any:
     return xp.item(x)  # a Python number: the (torch) parameter's dtype wins
 
 
-# -- ScatterWeightedSum: X0[idx[k]] = w0 * X0[idx[k]] + sum_i w_i * X_i[k], for k in order ---------
+# -- ScatterWeightedSum (Caffe2's loops): X0[idx[k]] *= w0 for every k (a repeated row is scaled ----
+#    once per occurrence), then for each pair i and each k in order X0[idx[k]] += w_i * X_i[k]
 def _scatter_weighted_sum_validate(op: OperatorDef) -> None:
     if len(op.inputs) < 5 or len(op.inputs) % 2 == 0:
         raise ValueError(f"expected inputs X0, w0, INDICES, then (X, w) pairs: an odd number >= 5, got {len(op.inputs)}")
@@ -478,8 +539,9 @@ def _scatter_weighted_sum_validate(op: OperatorDef) -> None:
              inputs_doc=("X_0 [R, ...] (updated in place)", "Weight_0 (1 element)", "INDICES [K] int",
                          "X_1 [K, ...]", "Weight_1 (1 element)", "..."),
              outputs_doc=("X_0 (the same array)",),
-             doc="Caffe2's ScatterWeightedSum: for each k in order, X_0[INDICES[k]] = Weight_0 * X_0[INDICES[k]] + "
-                 "sum_i Weight_i * X_i[k], written into X_0's array. A sparse SGD step is "
+             doc="Caffe2's ScatterWeightedSum, written into X_0's array: first X_0[INDICES[k]] *= Weight_0 for "
+                 "every k (a row indexed twice is scaled twice, as Caffe2's loop does), then for each pair i and "
+                 "each k in order X_0[INDICES[k]] += Weight_i * X_i[k]. A sparse SGD step is "
                  "ScatterWeightedSum([param, one, indices, grad, neg_lr], param).")
 def scatter_weighted_sum(ctx: Any, x0: Any, w0: Any, indices: Any, *pairs: Any) -> np.ndarray:
     p = _param(ctx, x0, 0)
@@ -489,18 +551,15 @@ def scatter_weighted_sum(ctx: Any, x0: Any, w0: Any, indices: Any, *pairs: Any) 
     k = xp.size(idx)
     terms = [(_rows_of(ctx, pairs[j], 3 + j, k, p), _scalar(ctx, pairs[j + 1], 4 + j, p.dtype))
              for j in range(0, len(pairs), 2)]
-    if a0 == 1 and len(terms) == 1 and not is_torch(p):  # sparse SGD: each gathered row scaled once, no [K, row] update
-        _add_rows(p, idx, terms[0][0], scale=terms[0][1])
-        return p
-    update = terms[0][0] * terms[0][1]
-    for x, w in terms[1:]:
-        update += x * w
-    if a0 == 1:
-        _add_at(p, idx, update)  # repeats add up, in order: the sequential result
-        return p
-    for r in _rounds(idx):
-        rows = idx[r]
-        p[rows] = p[rows] * a0 + update[r]
+    if a0 != 1:  # Caffe2 skips the scaling when w0 is exactly 1
+        for r in _rounds(idx):
+            rows = idx[r]
+            p[rows] = p[rows] * a0
+    for x, w in terms:  # Caffe2's Axpy per pair, rows in k order: repeats add up
+        if is_torch(p):
+            _add_at(p, idx, x * w)
+        else:
+            _add_rows(p, idx, x, scale=w)  # each gathered row scaled once
     return p
 
 
