@@ -8,10 +8,17 @@ default on axis 0 only), operators/batch_gather_ops.h, operators/concat_split_op
 hypothesis_test.py's test_depth_concat_with_order (`order` instead of `axis`: NCHW 1, NHWC 3;
 both refused; DepthConcat / DepthSplit the old names), python/operator_test/sparse_ops_test.py
 (testScatterWeightedSum: every indexed row scaled by w0 once per occurrence, then the pairs
-added), operators/utility_ops.h (ScatterWeightedSumOp's two loops).
+added), operators/utility_ops.h (ScatterWeightedSumOp's two loops),
+python/operator_test/learning_rate_op_test.py (test_gate_learningrate,
+test_composite_learning_rate_op) and sgd/learning_rate_op.h, learning_rate_functors.h (gate,
+pieceWarmup, composite, cyclical, constantThenLinearWarmup, compositeCyclical, cosine,
+compositeCosine: their formulas and defaults).
 """
 
 from __future__ import annotations
+
+import copy
+import math
 
 import numpy as np
 import pytest
@@ -221,3 +228,126 @@ def test_scatter_weighted_sum_scales_a_repeated_row_once_per_occurrence():
     net.ScatterWeightedSum(["d", "w0", "i", "x", "w"], "d")
     ws.run_net_once(net)
     np.testing.assert_array_equal(ws.fetch("d")[:, 0], [0.5 + 4.0, 10.0 * 0.25 + 1.0 + 2.0])
+
+
+# -- LearningRate: learning_rate_op_test's gate and composite, and the other functors ---------------
+def lr_at(it: int, **args) -> float:
+    (out,) = run("LearningRate", {"iter": np.array([it], np.int64)}, **args)
+    return float(out)
+
+
+@FEW
+@given(it=st.integers(1, 10**5 - 1), num_iter=st.integers(100, 999), base=st.floats(-1, 1), m1=st.floats(-1, 1),
+       m2=st.floats(-1, 1))
+def test_gate_learning_rate(it, num_iter, base, m1, m2):
+    want = (m1 if it < num_iter else m2) * base
+    got = lr_at(it, policy="gate", num_iter=num_iter, multiplier_1=m1, multiplier_2=m2, base_lr=base)
+    assert got == pytest.approx(np.float32(want), rel=1e-6, abs=1e-7)
+
+
+@settings(max_examples=3, deadline=None)
+@given(min_num_iter=st.integers(10, 20), max_num_iter=st.integers(50, 100))
+def test_composite_learning_rate(min_num_iter, max_num_iter):  # the test's four sub-policies: exp, step, fixed, exp
+    rng = np.random.RandomState(65535)
+    iter_nums = rng.randint(low=min_num_iter, high=max_num_iter, size=4)
+    accu = copy.deepcopy(iter_nums)
+    for i in range(1, 4):
+        accu[i] += accu[i - 1]
+    scale = rng.uniform(low=2.0, high=2.0, size=4)
+    step_size, step_gamma, exp_gamma, base_lr = rng.randint(low=2, high=min_num_iter // 2), rng.random_sample(), \
+        rng.random_sample(), 0.1
+    args = dict(policy="composite", sub_policy_num_iters=[int(n) for n in iter_nums], base_lr=base_lr,
+                sub_policy_0_policy="exp", sub_policy_0_lr_scale=scale[0], sub_policy_0_gamma=exp_gamma,
+                sub_policy_1_policy="step", sub_policy_1_lr_scale=scale[1], sub_policy_1_stepsize=int(step_size),
+                sub_policy_1_gamma=step_gamma, sub_policy_2_policy="fixed", sub_policy_2_lr_scale=scale[2],
+                sub_policy_3_policy="exp", sub_policy_3_gamma=exp_gamma, sub_policy_3_lr_scale=scale[3])
+    ws = an.Workspace()
+    net = an.Net("lr")
+    net.LearningRate("iter", "lr", **args)
+    ws.feed("iter", np.array([1], np.int64))
+    ws.create_net(net)
+    for it in range(1, int(accu[-1]) + 1):
+        if it <= accu[0]:
+            m = math.pow(exp_gamma, it)
+        elif it <= accu[1]:
+            m = math.pow(step_gamma, it // step_size)
+        elif it <= accu[2]:
+            m = 1.0
+        else:
+            m = math.pow(exp_gamma, it)
+        ws.feed("iter", np.array([it], np.int64))
+        ws.run_net("lr")
+        assert float(ws.fetch("lr")) == pytest.approx(base_lr * m * 2.0, rel=1e-5, abs=1e-9), it
+    # one sub-policy: it runs on past its count
+    one = dict(policy="composite", sub_policy_num_iters=[int(iter_nums[0])], sub_policy_0_lr_scale=2.0,
+               sub_policy_0_policy="exp", sub_policy_0_gamma=exp_gamma, base_lr=base_lr)
+    for it in (1, int(accu[-1])):
+        assert lr_at(it, **one) == pytest.approx(base_lr * 2.0 * exp_gamma ** it, rel=1e-5, abs=1e-12)
+
+
+def test_composite_rules():
+    base = dict(base_lr=0.1, policy="composite")
+    with pytest.raises(an.NetDefinitionError, match="expected one of"):  # no composite inside a composite
+        an.Net("n").LearningRate("i", "lr", sub_policy_num_iters=[3], sub_policy_0_policy="composite", **base)
+    with pytest.raises(an.NetDefinitionError, match="unknown argument 'sub_policy_0_gama'"):
+        an.Net("n").LearningRate("i", "lr", sub_policy_num_iters=[3], sub_policy_0_policy="exp", sub_policy_0_gama=0.5,
+                                 **base)
+    with pytest.raises(an.NetDefinitionError, match="past the 1"):
+        an.Net("n").LearningRate("i", "lr", sub_policy_num_iters=[3], sub_policy_0_policy="exp", sub_policy_1_gamma=0.5,
+                                 **base)
+    with pytest.raises(an.NetDefinitionError, match="sub_policy_0_policy"):
+        an.Net("n").LearningRate("i", "lr", sub_policy_num_iters=[3], **base)
+    with pytest.raises(an.NetDefinitionError, match="positive counts"):
+        an.Net("n").LearningRate("i", "lr", sub_policy_num_iters=[3, 0], sub_policy_0_policy="fixed",
+                                 sub_policy_1_policy="fixed", **base)
+    with pytest.raises(an.NetDefinitionError, match=r"sub-policy 0\) needs gamma"):
+        an.Net("n").LearningRate("i", "lr", sub_policy_num_iters=[3], sub_policy_0_policy="exp", sub_policy_0_gamma=0.0,
+                                 **base)
+    with pytest.raises(an.OperatorError, match="before the first sub-policy"):
+        lr_at(0, sub_policy_num_iters=[3], sub_policy_0_policy="fixed", **base)
+
+
+def _cyclical(t, base_lr, max_lr, stepsize, decay):  # learning_rate_functors.h's CyclicalLearningRate
+    cycle = t // (2 * stepsize) + 1
+    x = abs(t / stepsize - 2 * cycle + 1)
+    return 1 + (abs(max_lr) / abs(base_lr) - 1) * max(0.0, 1 - x) * decay ** (t // (2 * stepsize))
+
+
+def _cosine(t, min_lr=0.1, max_lr=0.5, period=50, t_mult=1.0, lr_shrink=0.99):  # CosineLearningRate
+    if t_mult != 1.0:
+        i = math.floor(math.log(1 - t / period * (1.0 - t_mult)) / math.log(t_mult))
+        t_i, t_curr = t_mult ** i * period, t - (1.0 - t_mult ** i) / (1.0 - t_mult) * period
+    else:
+        i = math.floor(t / period)
+        t_i, t_curr = period, t - period * i
+    lo, hi = min_lr * lr_shrink ** i, max_lr * lr_shrink ** i
+    return lo + 0.5 * (hi - lo) * (1 + math.cos(math.pi * t_curr / t_i))
+
+
+def _warmup(t, s0=0.1, c=10**7, n=10**7):  # ConstantThenLinearWarmupLearningRate
+    return s0 if t < c else s0 + (1 - s0) * (t - c) / n if t < c + n else 1.0
+
+
+@pytest.mark.parametrize("args, multiplier", [
+    ({"policy": "pieceWarmup", "m1": 0.1, "n1": 20, "m2": 0.4, "n2": 63, "m3": 1.0},
+     lambda t: 0.1 if t < 20 else 0.4 if t < 63 else 1.0),
+    ({"policy": "pieceWarmup"}, lambda t: 0.5),
+    ({"policy": "cyclical", "max_lr": 0.9, "stepsize": 7, "decay": 0.8}, lambda t: _cyclical(t, -0.3, 0.9, 7, 0.8)),
+    ({"policy": "cyclical", "stepsize": 5}, lambda t: _cyclical(t, -0.3, 0.005, 5, 1.0)),
+    ({"policy": "cosine"}, _cosine),
+    ({"policy": "cosine", "max_lr": 0.9, "min_lr": 0.2, "period": 15, "t_mult": 2.0, "lr_shrink": 0.5},
+     lambda t: _cosine(t, 0.2, 0.9, 15, 2.0, 0.5)),
+    ({"policy": "constantThenLinearWarmup", "start_warmup_multiplier": 0.2, "constant_warmup_num_iter": 19,
+      "linear_warmup_num_iter": 44}, lambda t: _warmup(t, 0.2, 19, 44)),
+    ({"policy": "constantThenLinearWarmup"}, lambda t: 0.1),
+    ({"policy": "compositeCyclical", "constant_warmup_num_iter": 5, "linear_warmup_num_iter": 15,
+      "cyclical_max_lr": 0.6, "cyclical_step_size": 9, "cyclical_decay": 0.9},
+     lambda t: _warmup(t, 0.1, 5, 15) if t < 20 else _cyclical(t - 20, -0.3, 0.6, 9, 0.9)),
+    ({"policy": "compositeCosine", "start_warmup_multiplier": 0.3, "constant_warmup_num_iter": 1,
+      "linear_warmup_num_iter": 19, "cosine_max_lr": 0.8, "cosine_min_lr": 0.05, "cosine_period": 30,
+      "cosine_t_mult": 1.5, "cosine_lr_shrink": 0.9},
+     lambda t: _warmup(t, 0.3, 1, 19) if t < 20 else _cosine(t - 20, 0.05, 0.8, 30, 1.5, 0.9)),
+])
+@pytest.mark.parametrize("it", [0, 1, 19, 20, 21, 63, 100, 1234])
+def test_the_other_policies_are_their_functors(args, multiplier, it):
+    assert lr_at(it, base_lr=-0.3, **args) == pytest.approx(np.float32(-0.3 * multiplier(it)), rel=1e-6, abs=1e-7)
