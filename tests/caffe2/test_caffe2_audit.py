@@ -12,7 +12,11 @@ added), operators/utility_ops.h (ScatterWeightedSumOp's two loops),
 python/operator_test/learning_rate_op_test.py (test_gate_learningrate,
 test_composite_learning_rate_op) and sgd/learning_rate_op.h, learning_rate_functors.h (gate,
 pieceWarmup, composite, cyclical, constantThenLinearWarmup, compositeCyclical, cosine,
-compositeCosine: their formulas and defaults).
+compositeCosine: their formulas and defaults), hypothesis_test.py (test_sparse_to_dense: its
+reference and a gradient check on the values, Caffe2's GetSparseToDenseGradient = Gather;
+test_transpose / utility_ops_test.py pass engine=None, which CreateOperator leaves out, as it does
+every None-valued argument), python/operator_test/adagrad_test.py and adagrad_test_helper.py
+(SparseAdagrad with weight_decay and Caffe2's counter_halflife, default -1, and its count input).
 """
 
 from __future__ import annotations
@@ -351,3 +355,88 @@ def _warmup(t, s0=0.1, c=10**7, n=10**7):  # ConstantThenLinearWarmupLearningRat
 @pytest.mark.parametrize("it", [0, 1, 19, 20, 21, 63, 100, 1234])
 def test_the_other_policies_are_their_functors(args, multiplier, it):
     assert lr_at(it, base_lr=-0.3, **args) == pytest.approx(np.float32(-0.3 * multiplier(it)), rel=1e-6, abs=1e-7)
+
+
+# -- SparseToDense: hypothesis_test.test_sparse_to_dense (reference; gradient on the values) -------
+@FEW
+@given(first_dim=st.integers(2, 10), rows=st.integers(1, 6), row=st.sampled_from([(), (2,), (2, 3)]),
+       dtype=st.sampled_from([np.int32, np.int64, np.float32]), seed=st.integers(0, 2**16))
+def test_sparse_to_dense(first_dim, rows, row, dtype, seed):
+    rng = np.random.default_rng(seed)
+    x = (rng.random((rows, *row)) * 10).astype(dtype)
+    ind = rng.integers(0, first_dim, rows).astype(np.int64)
+    d = np.zeros((first_dim, *row), dtype)
+    (out,) = run("SparseToDense", {"I": ind, "X": x, "D": d})
+    want = np.zeros(d.shape)
+    for k, i in enumerate(ind):
+        want[i] += x[k]
+    np.testing.assert_allclose(out, want, rtol=1e-6)
+    r = rng.normal(size=d.shape)
+    net = an.Net("g")
+    net.SparseToDense(["I", "X", "D"], "y")
+    net.Mul(["y", "r"], "yr")
+    net.AveragedLoss("yr", "loss")
+    names = add_gradient_ops(net, "loss", wrt=["X"], dtype="float64")
+    ws = an.Workspace()
+    for k, v in {"I": ind, "X": x.astype(np.float64), "D": d.astype(np.float64), "r": r}.items():
+        ws.feed(k, v)
+    ws.run_net_once(net)
+    np.testing.assert_allclose(ws.fetch(names["X"]), r[ind] / r.size, rtol=1e-12)
+
+
+# -- engine=None and other None-valued arguments: left out, as Caffe2's CreateOperator does --------
+def test_none_valued_arguments_are_left_out_as_caffe2_does():
+    x = np.arange(24, dtype=np.int64).reshape(2, 3, 4)
+    (out,) = run("Transpose", {"x": x}, engine=None, axes=None)  # utility_ops_test.test_transpose, null_axes
+    np.testing.assert_array_equal(out, x.T)
+    (out,) = run("Transpose", {"x": x}, engine="CUDNN", axes=[1, 0, 2])
+    np.testing.assert_array_equal(out, x.transpose(1, 0, 2))
+    with pytest.raises(an.NetDefinitionError, match="unknown argument 'axse'"):  # a typo is refused, None or not
+        an.Net("n").Transpose("x", "y", axse=None)
+
+
+# -- SparseAdagrad: adagrad_test_helper's ref_sparse with weight_decay and counter_halflife --------
+def _ref_adagrad(param, mom, grad, lr, epsilon, weight_decay=0.0, counter_halflife=-1, count=None):
+    if count and count > 0 and counter_halflife > 0:
+        weight_decay *= counter_halflife / count
+    g = grad + weight_decay * param
+    mom_out = mom + np.square(g)
+    return (param + lr / (np.sqrt(mom_out) + epsilon) * g).astype(np.float32), mom_out.astype(np.float32)
+
+
+@FEW
+@given(rows=st.integers(1, 8), row=st.sampled_from([(), (3,), (2, 2)]), weight_decay=st.sampled_from([0.0, 0.1]),
+       counter_halflife=st.sampled_from([-1, 0, 3]), lib=st.sampled_from(["numpy", "torch"]), seed=st.integers(0, 2**16))
+def test_sparse_adagrad_weight_decay_and_counter(rows, row, weight_decay, counter_halflife, lib, seed):
+    rng = np.random.default_rng(seed)
+    param = rng.standard_normal((rows, *row)).astype(np.float32)
+    mom = np.abs(rng.standard_normal((rows, *row))).astype(np.float32)
+    ind = rng.choice(rows, size=rng.integers(rows + 1), replace=False).astype(np.int64)
+    grad = rng.standard_normal((ind.size, *row)).astype(np.float32)
+    lr, eps = np.array([0.4], np.float32), 0.05
+    count = None if counter_halflife == -1 else np.where(rng.random(rows) < 0.3, 0.0, rng.random(rows))
+    want_p, want_m = param.copy(), mom.copy()
+    for k, i in enumerate(ind):
+        want_p[i], want_m[i] = _ref_adagrad(param[i], mom[i], grad[k], lr[0], eps, weight_decay, counter_halflife,
+                                            None if count is None else count[i])
+    feed = (lambda a: torch.from_numpy(a)) if lib == "torch" else (lambda a: a)
+    ws = an.Workspace()
+    names = ["param", "mom", "ind", "grad", "lr"] + ([] if count is None else ["count"])
+    for n, v in zip(names, [param, mom, ind, grad, lr, count]):
+        ws.feed(n, feed(v.copy()))
+    net = an.Net("s")
+    net.SparseAdagrad(names, ["param", "mom"], epsilon=eps, weight_decay=weight_decay,
+                      counter_halflife=counter_halflife, engine=None)
+    ws.run_net_once(net)
+    np.testing.assert_allclose(np.asarray(ws.fetch("param")), want_p, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(ws.fetch("mom")), want_m, rtol=1e-5, atol=1e-6)
+
+
+def test_sparse_adagrad_count_input_rules():
+    ins = ["p", "m", "i", "g", "lr"]
+    with pytest.raises(an.NetDefinitionError, match="count input"):
+        an.Net("n").SparseAdagrad(ins, ["p", "m"], counter_halflife=2)
+    with pytest.raises(an.NetDefinitionError, match="count input"):
+        an.Net("n").SparseAdagrad(ins + ["c"], ["p", "m"])
+    with pytest.raises(an.NetDefinitionError, match="formula='torch'"):
+        an.Net("n").SparseAdagrad(ins + ["c"], ["p", "m"], counter_halflife=2, formula="torch")

@@ -413,6 +413,13 @@ def sparse_to_dense(ctx: Any, indices: Any, values: Any, like: Any = None) -> np
     return out
 
 
+@register_gradient("SparseToDense")
+def _sparse_to_dense_grad(op: OperatorDef, gout: GradOut) -> MakerResult:
+    """Caffe2's GetSparseToDenseGradient: dvalues = Gather(dY, indices); no gradient for the rest."""
+    gop = OperatorDef("Gather", [output_grad(op, gout), op.inputs[0]], ["#dvalues"], {})
+    return [gop], [None, "#dvalues"] + [None] * (len(op.inputs) - 2)
+
+
 def _add_at(out: Any, idx: Any, values: Any) -> None:
     """``out[idx[k]] += values[k]`` for every k in order, in place (repeats add up)."""
     if is_torch(out):
@@ -564,17 +571,30 @@ def scatter_weighted_sum(ctx: Any, x0: Any, w0: Any, indices: Any, *pairs: Any) 
 
 
 # -- SparseAdagrad: for each k in order, m[i] += g_k^2; param[i] += lr * g_k / (sqrt(m[i]) + eps) ---
-@register_op("SparseAdagrad", inputs=5, outputs=2, enforce_inplace={0: 0, 1: 1},
+def _sparse_adagrad_validate(op: OperatorDef) -> None:
+    halflife = op.args.get("counter_halflife", -1)
+    if (halflife != -1) != (len(op.inputs) == 6):
+        raise ValueError("expected the count input (input 5) exactly when counter_halflife is not -1, got "
+                         f"{len(op.inputs)} inputs and counter_halflife={halflife}")
+    if halflife != -1 and op.args.get("formula", "caffe2") == "torch":
+        raise ValueError("counter_halflife is Caffe2's; it does not apply with formula='torch'")
+
+
+@register_op("SparseAdagrad", inputs=(5, 6), outputs=2, enforce_inplace={0: 0, 1: 1}, validate=_sparse_adagrad_validate,
              args=[Arg("epsilon", float, None, "added to sqrt(moment); default: Caffe2's 1e-5 (formula caffe2) or "
                        "torch's 1e-10 (formula torch)"),
-                   Arg("weight_decay", float, 0.0, "L2 penalty on the touched rows: g + weight_decay * param[i]"), _FORMULA],
-             inputs_doc=("param [R, ...]", "moment [R, ...]", "indices [K] int", "grad [K, ...]", "lr (1 element)"),
+                   Arg("weight_decay", float, 0.0, "L2 penalty on the touched rows: g + weight_decay * param[i]"), _FORMULA,
+                   Arg("counter_halflife", int, -1, "Caffe2's: when > 0, a row's weight_decay is scaled by "
+                       "counter_halflife / count[i] (rows with count[i] > 0); -1: no count input")],
+             inputs_doc=("param [R, ...]", "moment [R, ...]", "indices [K] int", "grad [K, ...]", "lr (1 element)",
+                         "count [R] (only with counter_halflife != -1)"),
              outputs_doc=("param (in place)", "moment (in place)"),
              doc="Caffe2's SparseAdagrad on the rows in indices, written into param's and moment's arrays: "
                  "moment[i] += g^2; param[i] += lr * g / (sqrt(moment[i]) + epsilon) (Caffe2 feeds a negative lr), "
                  "repeats applied in order. formula='torch' is torch.optim.Adagrad's on a sparse gradient: repeats "
                  "summed first (coalesced), then param[i] -= lr * g / (sqrt(moment[i]) + epsilon) with a positive lr.")
-def sparse_adagrad(ctx: Any, param: Any, moment: Any, indices: Any, grad: Any, lr: Any) -> tuple[np.ndarray, np.ndarray]:
+def sparse_adagrad(ctx: Any, param: Any, moment: Any, indices: Any, grad: Any, lr: Any,
+                   count: Any = None) -> tuple[np.ndarray, np.ndarray]:
     p, m = _param(ctx, param, 0), _param(ctx, moment, 1)
     xp = namespace(ctx, param, moment, indices, grad)
     if m.shape != p.shape or m.dtype != p.dtype:
@@ -591,12 +611,31 @@ def sparse_adagrad(ctx: Any, param: Any, moment: Any, indices: Any, grad: Any, l
         rounds = [xp.arange(xp.size(idx), like=idx)]
     else:
         rounds = _rounds(idx)
+    decay = _row_decay(ctx, count, p, wd) if count is not None and a["counter_halflife"] > 0 and wd else None
     for r in rounds:
         rows = idx[r]
-        gr = g[r] + wd * p[rows] if wd else g[r]
+        if decay is not None:
+            gr = g[r] + decay[rows].reshape(-1, *[1] * (p.ndim - 1)) * p[rows]
+        else:
+            gr = g[r] + wd * p[rows] if wd else g[r]
         m[rows] += gr * gr
         p[rows] += rate * gr / (xp.sqrt(m[rows]) + eps)
     return p, m
+
+
+def _row_decay(ctx: Any, count: Any, p: Any, wd: Any) -> Any:
+    """Caffe2's counter-scaled weight decay per row: wd * counter_halflife / count[i] where count[i] > 0, else wd."""
+    c = array(ctx, count, 5)
+    if tuple(c.shape) != (p.shape[0],):
+        raise ValueError(f"expected count {ctx.op.inputs[5]!r} of shape ({p.shape[0]},) (one per row), got {tuple(c.shape)}")
+    halflife = ctx.args["counter_halflife"]
+    if is_torch(c):
+        import torch
+
+        c = c.to(torch.float64)
+        return (float(wd) * torch.where(c > 0, halflife / torch.where(c > 0, c, 1.0), 1.0)).to(p.dtype)
+    c = c.astype(np.float64)
+    return (float(wd) * np.where(c > 0, halflife / np.where(c > 0, c, 1.0), 1.0)).astype(p.dtype)
 
 
 def _rounds(idx: Any) -> list[Any]:
