@@ -4,7 +4,9 @@ Sources (pytorch/pytorch, caffe2/): python/operator_test/gather_ops_test.py (tes
 rows_num may be 0 with indices drawn anyway, the output then has DATA's shape;
 TestBatchGatherOps: BatchGather with its reference np.take(axis=1) and a gradient check),
 operators/gather_op.h (gather_impl: an empty DATA axis gives DATA's shape, wrap_indices on by
-default on axis 0 only), operators/batch_gather_ops.h, operators/concat_split_op.h and
+default on axis 0 only; match_outer, and the newest gather_ops_test's test_gather_ops_match_outer,
+test_batch_gather_op_match_outer, test_gather_op_match_outer_axis2_data4D_ind4D with
+ref_gather_match_outer; GetGatherGradient's dense_gradient), operators/batch_gather_ops.h, operators/concat_split_op.h and
 hypothesis_test.py's test_depth_concat_with_order (`order` instead of `axis`: NCHW 1, NHWC 3;
 both refused; DepthConcat / DepthSplit the old names), python/operator_test/sparse_ops_test.py
 (testScatterWeightedSum: every indexed row scaled by w0 once per occurrence, then the pairs
@@ -440,3 +442,74 @@ def test_sparse_adagrad_count_input_rules():
         an.Net("n").SparseAdagrad(ins + ["c"], ["p", "m"])
     with pytest.raises(an.NetDefinitionError, match="formula='torch'"):
         an.Net("n").SparseAdagrad(ins + ["c"], ["p", "m"], counter_halflife=2, formula="torch")
+
+
+# -- Gather / BatchGather with match_outer (gather_ops_test's ref_gather_match_outer) ---------------
+def _ref_gather_match_outer(data, ind, axis=1):
+    out = np.zeros((*data.shape[:axis], *ind.shape[axis:], *data.shape[axis + 1:]), np.float32)
+    if axis == 1:
+        for i in range(data.shape[0]):
+            out[i] = data[i, ind[i], ]
+    else:
+        for i in range(data.shape[0]):
+            for j in range(data.shape[1]):
+                out[i, j] = data[i, j, ind[i, j], ]
+    return out
+
+
+def _dense_grad(op, args, data, ind, r):
+    net = an.Net("g")
+    getattr(net, op)(["d", "i"], "y", **args)
+    net.Mul(["y", "r"], "yr")
+    net.AveragedLoss("yr", "loss")
+    names = add_gradient_ops(net, "loss", wrt=["d"], dtype="float64")
+    ws = an.Workspace()
+    for k, v in {"d": data, "i": ind, "r": r}.items():
+        ws.feed(k, v)
+    ws.run_net_once(net)
+    return np.asarray(ws.fetch(names["d"]))
+
+
+@FEW
+@given(op_axis=st.sampled_from([("Gather", 1), ("BatchGather", 1), ("Gather", 2)]), batch=st.integers(1, 6),
+       rows=st.integers(1, 6), index_num=st.integers(1, 8), lib=st.sampled_from(["numpy", "torch"]),
+       seed=st.integers(0, 2**16))
+def test_gather_match_outer(op_axis, batch, rows, index_num, lib, seed):
+    op, axis = op_axis
+    rng = np.random.default_rng(seed)
+    if axis == 1:
+        data = rng.random((batch, rows, 5)).astype(np.float32)
+        ind = rng.integers(rows, size=(batch, index_num)).astype(np.int32)
+    else:
+        data = rng.random((batch, rows, 3, 5)).astype(np.float32)
+        ind = rng.integers(3, size=(batch, rows, index_num, 2)).astype(np.int32)
+    args = {"match_outer": True, **({"axis": axis} if op == "Gather" else {})}
+    feed = (lambda a: torch.from_numpy(a)) if lib == "torch" else (lambda a: a)
+    (out,) = run(op, {"d": feed(data), "i": feed(ind)}, **args)
+    want = _ref_gather_match_outer(data, ind, axis)
+    np.testing.assert_array_equal(np.asarray(out), want)
+    r = rng.normal(size=want.shape)
+    grad = _dense_grad(op, args, feed(data.astype(np.float64)), feed(ind), feed(r))
+    expect = np.zeros(data.shape)
+    flat, idx = expect.reshape(-1, data.shape[axis], 5), ind.reshape(int(np.prod(data.shape[:axis])), -1)
+    np.add.at(flat, (np.arange(flat.shape[0])[:, None].repeat(idx.shape[1], 1), idx), r.reshape(*idx.shape, 5) / r.size)
+    np.testing.assert_allclose(grad, expect, rtol=1e-12)
+
+
+def test_gather_match_outer_needs_the_outer_dims():
+    with pytest.raises(an.OperatorError, match="match_outer"):
+        run("Gather", {"d": np.zeros((2, 3, 4), np.float32), "i": np.zeros((3, 1), np.int32)}, axis=1, match_outer=True)
+
+
+def test_gather_dense_gradient():
+    rng = np.random.default_rng(7)
+    data, ind = rng.random((4, 3)), np.array([[1, 3], [1, 0]], np.int64)
+    r = rng.normal(size=(2, 2, 3))
+    want = np.zeros((4, 3))
+    np.add.at(want, ind.reshape(-1), r.reshape(-1, 3) / r.size)  # Caffe2: SparseToDense(indices, dY, data)
+    np.testing.assert_allclose(_dense_grad("Gather", {"dense_gradient": True}, data, ind, r), want, rtol=1e-12)
+    net = an.Net("g")
+    net.Gather(["d", "i"], "y", axis=1, dense_gradient=False)
+    net.AveragedLoss("y", "loss")
+    with pytest.raises(ValueError, match="must use dense_gradient"):
+        add_gradient_ops(net, "loss", wrt=["d"])

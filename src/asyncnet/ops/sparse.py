@@ -100,42 +100,71 @@ def _lengths(ctx: Any, x: Any, i: int, total: int) -> np.ndarray:
 
 # -- Gather: Y = DATA[INDICES] (rows);  dDATA = GradientSlice(INDICES flattened, dY as rows) --------
 _WRAP = Arg("wrap_indices", bool, None, "a negative index i means dim + i (Caffe2's; default: on for axis 0 only)")
+_MATCH_OUTER = Arg("match_outer", bool, False, "INDICES has DATA's dims before axis and each outer position picks "
+                   "with its own indices (Caffe2's)")
 
 
 @register_op("Gather", inputs=2, outputs=1, inputs_doc=("DATA [R, ...]", "INDICES (int, any shape)"),
              outputs_doc=("OUTPUT [*DATA.shape[:axis], *INDICES.shape, *DATA.shape[axis + 1:]]",),
              args=[Arg("axis", int, 0, "the axis of DATA the indices pick along (Caffe2's; negative counts from the end)"),
-                   _WRAP],
+                   _WRAP, _MATCH_OUTER,
+                   Arg("dense_gradient", bool, False, "axis 0: a dense gradient (Caffe2's SparseToDense) instead of "
+                       "the sparse one; other axes are always dense")],
              doc="Caffe2's Gather: the slices of DATA along `axis` (rows by default) picked by INDICES (any shape; "
-                 "each in [0, DATA.shape[axis]), or in [-dim, dim) with wrap_indices, on by default on axis 0). "
-                 "An empty DATA axis gives an empty output of DATA's shape, as Caffe2's. Its gradient is sparse "
-                 "(indices, rows) on axis 0, dense (BatchGatherGradient) on another axis, as in Caffe2.")
+                 "each in [0, DATA.shape[axis]), or in [-dim, dim) with wrap_indices, on by default on axis 0; with "
+                 "match_outer INDICES starts with DATA's dims before axis and OUTPUT is [*DATA.shape[:axis], "
+                 "*INDICES.shape[axis:], *DATA.shape[axis + 1:]]). An empty DATA axis gives an empty output of "
+                 "DATA's shape, as Caffe2's. Its gradient is sparse (indices, rows) on axis 0 unless dense_gradient, "
+                 "dense (BatchGatherGradient) on another axis, as in Caffe2.")
 def gather(ctx: Any, data: Any, indices: Any) -> np.ndarray:
     data = _table(ctx, data, 0)
     namespace(ctx, data, indices)
     axis = _gather_axis(ctx, data)
     wrap = ctx.args["wrap_indices"]
-    return _gather_impl(ctx, data, indices, axis, axis == 0 if wrap is None else wrap)
+    return _gather_impl(ctx, data, indices, axis, axis == 0 if wrap is None else wrap, ctx.args["match_outer"])
 
 
-def _gather_impl(ctx: Any, data: Any, indices: Any, axis: int, wrap: bool) -> Any:
+def _gather_impl(ctx: Any, data: Any, indices: Any, axis: int, wrap: bool, match_outer: bool = False) -> Any:
     """Caffe2's gather_impl: an empty DATA axis gives DATA's shape (no index is read), an empty
     output is returned before the indices are checked, negative indices wrap when ``wrap``."""
     dim = data.shape[axis]
     indices = array(ctx, indices, 1)
     _indices(ctx, indices.reshape(-1)[:0], 1, dim)  # the dtype (int32 or int64), whatever the output's size
+    if match_outer:
+        _check_outer(ctx, data, indices, axis)
     if dim == 0:
         return data.clone() if is_torch(data) else data.copy()
-    if math.prod(data.shape[:axis]) * math.prod(indices.shape) * math.prod(data.shape[axis + 1:]) == 0:
-        shape = (*data.shape[:axis], *indices.shape, *data.shape[axis + 1:])
+    picked = indices.shape[axis:] if match_outer else indices.shape
+    shape = (*data.shape[:axis], *picked, *data.shape[axis + 1:])
+    if math.prod(shape) == 0:
         return namespace(ctx, data).full(shape, 0, like=data)
     idx = _indices(ctx, _wrapped(indices, dim) if wrap else indices, 1, dim)
+    if match_outer:
+        outer = math.prod(data.shape[:axis])
+        flat = data.reshape(outer, dim, *data.shape[axis + 1:])
+        rows = _outer_rows(idx, outer)
+        return flat[rows, idx.reshape(outer, -1)].reshape(shape)
     if axis == 0:
         return _rows(data, idx)
     if is_torch(data):
-        picked = data.index_select(axis, idx.reshape(-1).long())
-        return picked.reshape(*data.shape[:axis], *idx.shape, *data.shape[axis + 1:])
+        picked_slices = data.index_select(axis, idx.reshape(-1).long())
+        return picked_slices.reshape(shape)
     return np.take(data, idx, axis=axis)
+
+
+def _check_outer(ctx: Any, data: Any, indices: Any, axis: int) -> None:
+    if tuple(indices.shape[:axis]) != tuple(data.shape[:axis]) or indices.ndim < axis:
+        raise ValueError(f"with match_outer, expected INDICES {ctx.op.inputs[1]!r} to start with DATA's dims before "
+                         f"axis {axis}, {tuple(data.shape[:axis])}, got {tuple(indices.shape)}")
+
+
+def _outer_rows(idx: Any, outer: int) -> Any:
+    """The outer position of each index of ``idx`` viewed as [outer, k]: a column to broadcast."""
+    if is_torch(idx):
+        import torch
+
+        return torch.arange(outer, device=idx.device)[:, None]
+    return np.arange(outer)[:, None]
 
 
 def _wrapped(indices: Any, dim: int) -> Any:
@@ -159,26 +188,28 @@ def _gather_axis(ctx: Any, data: Any) -> int:
 # -- BatchGather: Gather along axis 1 (Caffe2's name); its gradient is BatchGatherGradient --------
 @register_op("BatchGather", inputs=2, outputs=1, inputs_doc=("DATA [B, R, ...]", "INDICES (int, any shape)"),
              outputs_doc=("OUTPUT [*DATA.shape[:axis], *INDICES.shape, *DATA.shape[axis + 1:]]",),
-             args=[Arg("axis", int, 1, "the axis of DATA the indices pick along (negative counts from the end)")],
-             doc="Caffe2's BatchGather: Gather along `axis` (1 by default: the same indices in every batch row) "
-                 "of a DATA of at least 2 dims; indices in [0, DATA.shape[axis]).")
+             args=[Arg("axis", int, 1, "the axis of DATA the indices pick along (negative counts from the end)"),
+                   _MATCH_OUTER],
+             doc="Caffe2's BatchGather: Gather along `axis` (1 by default: the same indices in every batch row, or "
+                 "each row its own with match_outer) of a DATA of at least 2 dims; indices in [0, DATA.shape[axis]).")
 def batch_gather(ctx: Any, data: Any, indices: Any) -> np.ndarray:
     data = _table(ctx, data, 0)
     namespace(ctx, data, indices)
     if data.ndim < 2:
         raise ValueError(f"expected DATA of at least 2 dims in input 0 {ctx.op.inputs[0]!r}, got shape {tuple(data.shape)}")
-    return _gather_impl(ctx, data, indices, _gather_axis(ctx, data), False)
+    return _gather_impl(ctx, data, indices, _gather_axis(ctx, data), False, ctx.args["match_outer"])
 
 
 @register_gradient("BatchGather")
 def _batch_gather_grad(op: OperatorDef, gout: GradOut) -> MakerResult:
-    gop = OperatorDef("BatchGatherGradient", [*op.inputs, output_grad(op, gout)], ["#ddata"], {"axis": op.args.get("axis", 1)})
+    args = {"axis": op.args.get("axis", 1), "match_outer": bool(op.args.get("match_outer", False))}
+    gop = OperatorDef("BatchGatherGradient", [*op.inputs, output_grad(op, gout)], ["#ddata"], args)
     return [gop], ["#ddata", None]
 
 
 @register_op("BatchGatherGradient", inputs=3, outputs=1,
              args=[Arg("axis", int, 1, "the forward Gather's axis"),
-                   Arg("wrap_indices", bool, False, "the forward op wrapped negative indices")],
+                   Arg("wrap_indices", bool, False, "the forward op wrapped negative indices"), _MATCH_OUTER],
              inputs_doc=("DATA", "INDICES", "dY"), outputs_doc=("dDATA, DATA's shape",),
              doc="Dense gradient of Gather along `axis` (Caffe2's name): dDATA is zero but for the picked "
                  "slices, which receive dY; an index picked twice receives both, in order.")
@@ -187,22 +218,42 @@ def batch_gather_gradient(ctx: Any, data: Any, indices: Any, dy: Any) -> np.ndar
     xp = namespace(ctx, data, indices, dy)
     axis = _gather_axis(ctx, data)
     dy = float_array(ctx, dy, 2)
+    match_outer = ctx.args["match_outer"]
+    indices = array(ctx, indices, 1)
+    if match_outer:
+        _check_outer(ctx, data, indices, axis)
+    picked = indices.shape[axis:] if match_outer else indices.shape
+    want = tuple(data.shape) if data.shape[axis] == 0 else (*data.shape[:axis], *picked, *data.shape[axis + 1:])
+    if tuple(dy.shape) != want:
+        raise ValueError(f"expected dY of shape {want} in input 2 {ctx.op.inputs[2]!r}, got {tuple(dy.shape)}")
     if data.shape[axis] == 0 or math.prod(dy.shape) == 0:  # an empty forward output: nothing was picked
-        want = tuple(data.shape) if data.shape[axis] == 0 else (*data.shape[:axis], *indices.shape, *data.shape[axis + 1:])
-        if tuple(dy.shape) != want:
-            raise ValueError(f"expected dY of shape {want} in input 2 {ctx.op.inputs[2]!r}, got {tuple(dy.shape)}")
         return xp.full(tuple(data.shape), 0, like=dy)
     wrap = ctx.args["wrap_indices"]
     idx = _indices(ctx, _wrapped(indices, data.shape[axis]) if wrap else indices, 1, data.shape[axis])
-    want = (*data.shape[:axis], *idx.shape, *data.shape[axis + 1:])
-    if tuple(dy.shape) != want:
-        raise ValueError(f"expected dY of shape {want} in input 2 {ctx.op.inputs[2]!r}, got {tuple(dy.shape)}")
+    if match_outer:
+        return _match_outer_grad(xp, data, idx, dy, axis)
     flat_dy = dy.reshape(*data.shape[:axis], -1, *data.shape[axis + 1:])  # the index dims as one
     if xp.name == "torch":
         return xp.lib.zeros_like(data, dtype=dy.dtype).index_add_(axis, idx.reshape(-1).long(), flat_dy)
     out = np.zeros(data.shape, dy.dtype)
     np.add.at(np.moveaxis(out, axis, 0), idx.reshape(-1), np.moveaxis(flat_dy, axis, 0))
     return out
+
+
+def _match_outer_grad(xp: Any, data: Any, idx: Any, dy: Any, axis: int) -> Any:
+    """dDATA[o, idx[o, k]] += dY[o, k] for each outer position o (repeats add up)."""
+    outer, dim, inner = math.prod(data.shape[:axis]), data.shape[axis], tuple(data.shape[axis + 1:])
+    flat_idx = idx.reshape(outer, -1)
+    flat_dy = dy.reshape(outer, -1, *inner)
+    rows = _outer_rows(idx, outer)
+    if xp.name == "torch":
+        out = xp.lib.zeros((outer, dim, *inner), dtype=dy.dtype, device=dy.device)
+        rows_b = rows.expand(outer, flat_idx.shape[1])
+        out.index_put_((rows_b, flat_idx.long()), flat_dy, accumulate=True)
+        return out.reshape(data.shape)
+    out = np.zeros((outer, dim, *inner), dy.dtype)
+    np.add.at(out, (np.broadcast_to(rows, flat_idx.shape), flat_idx), flat_dy)
+    return out.reshape(data.shape)
 
 
 def _rows(data: Any, idx: Any) -> Any:
@@ -226,8 +277,12 @@ def gather_gradient(ctx: Any, dy: Any, indices: Any) -> tuple[np.ndarray, np.nda
 @register_gradient("Gather")
 def _gather_grad(op: OperatorDef, gout: GradOut) -> MakerResult:
     axis = op.args.get("axis", 0)
-    if axis != 0:  # Caffe2's GetGatherGradient: dense on any other axis (a negative one may still be 0: the kernel resolves it)
-        args = {"axis": axis, "wrap_indices": bool(op.args.get("wrap_indices", False))}
+    dense = op.args.get("dense_gradient")
+    if axis != 0 or dense:  # Caffe2's GetGatherGradient: dense on any other axis (a negative one may still be 0: the kernel resolves it)
+        if axis != 0 and dense is not None and not dense:
+            raise ValueError("Gather with axis > 0 must use dense_gradient (Caffe2's rule)")
+        args = {"axis": axis, "wrap_indices": bool(op.args.get("wrap_indices", axis == 0)),
+                "match_outer": bool(op.args.get("match_outer", False))}
         gop = OperatorDef("BatchGatherGradient", [*op.inputs, output_grad(op, gout)], ["#ddata"], args)
         return [gop], ["#ddata", None]
     gop = OperatorDef("GatherGradient", [output_grad(op, gout), op.inputs[1]], ["#idx", "#rows"])
