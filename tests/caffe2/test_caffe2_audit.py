@@ -13,7 +13,7 @@ both refused; DepthConcat / DepthSplit the old names), python/operator_test/spar
 added), operators/utility_ops.h (ScatterWeightedSumOp's two loops),
 python/operator_test/learning_rate_op_test.py (test_gate_learningrate,
 test_composite_learning_rate_op) and sgd/learning_rate_op.h, learning_rate_functors.h (gate,
-pieceWarmup, composite, cyclical, constantThenLinearWarmup, compositeCyclical, cosine,
+slope (its formula from SlopeLearningRate), pieceWarmup, composite, cyclical, constantThenLinearWarmup, compositeCyclical, cosine,
 compositeCosine: their formulas and defaults), hypothesis_test.py (test_sparse_to_dense: its
 reference and a gradient check on the values, Caffe2's GetSparseToDenseGradient = Gather;
 test_transpose / utility_ops_test.py pass engine=None, which CreateOperator leaves out, as it does
@@ -335,6 +335,10 @@ def _warmup(t, s0=0.1, c=10**7, n=10**7):  # ConstantThenLinearWarmupLearningRat
 
 
 @pytest.mark.parametrize("args, multiplier", [
+    ({"policy": "slope", "num_iter_1": 20, "multiplier_1": 1.0, "num_iter_2": 60, "multiplier_2": 0.2},
+     lambda t: 1.0 if t < 20 else max(0.2, 1.0 + (t - 20) * (0.2 - 1.0) / 40)),
+    ({"policy": "slope", "num_iter_1": 19, "num_iter_2": 21}, lambda t: 0.0),  # Caffe2's defaults: both multipliers 0
+    ({"policy": "gate", "num_iter": 21}, lambda t: 1.0),  # gate's: both 1
     ({"policy": "pieceWarmup", "m1": 0.1, "n1": 20, "m2": 0.4, "n2": 63, "m3": 1.0},
      lambda t: 0.1 if t < 20 else 0.4 if t < 63 else 1.0),
     ({"policy": "pieceWarmup"}, lambda t: 0.5),

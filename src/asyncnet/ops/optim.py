@@ -334,6 +334,13 @@ def _hill(a: dict[str, Any], t: int) -> float:
     return max(a["end_multiplier"], _inv(a, t - a["num_iter"]))
 
 
+def _slope(a: dict[str, Any], t: int) -> float:
+    """Caffe2's SlopeLearningRate: multiplier_1 until num_iter_1, then a line down (or up) to num_iter_2,
+    never below multiplier_2."""
+    m1, m2, n1, n2 = a["multiplier_1"], a["multiplier_2"], a["num_iter_1"], a["num_iter_2"]
+    return m1 if t < n1 else max(m2, m1 + (t - n1) * (m2 - m1) / (n2 - n1))
+
+
 def _piece_warmup(a: dict[str, Any], t: int) -> float:
     return a["m1"] if t < a["n1"] else a["m2"] if t < a["n2"] else a["m3"]
 
@@ -390,9 +397,7 @@ def _sub_args(a: dict[str, Any], i: int) -> dict[str, Any]:
     sub = {arg.name: arg.default for arg in _LR_ARGS}
     sub.update({"base_lr": a["base_lr"], "policy": "", "lr_scale": 1.0})
     sub.update({k[len(prefix):]: v for k, v in a.items() if k.startswith(prefix)})
-    if sub["max_lr"] is None:
-        sub["max_lr"] = _MAX_LR_DEFAULT.get(sub["policy"], 0.0)
-    return sub
+    return _resolve(sub, sub["policy"])
 
 
 def _composite(a: dict[str, Any], t: int) -> float:
@@ -414,6 +419,7 @@ LR_POLICIES: dict[str, Any] = {
     "step": _step,
     "exp": lambda a, t: a["gamma"] ** t,
     "gate": lambda a, t: a["multiplier_2"] if t >= a["num_iter"] else a["multiplier_1"],
+    "slope": _slope,
     "inv": _inv,
     "poly": _poly,
     "linearWarmup": _linear_warmup,
@@ -446,13 +452,15 @@ _LR_NEEDS: dict[str, list[tuple[str, Any, str]]] = {
     "compositeCyclical": [("constant_warmup_num_iter", lambda v: v >= 0, ">= 0"), ("linear_warmup_num_iter", *_POSITIVE),
                           ("cyclical_step_size", *_POSITIVE)],
     "cosine": [("period", *_POSITIVE), ("t_mult", *_POSITIVE)],
+    "slope": [("num_iter_1", *_POSITIVE), ("num_iter_2", *_POSITIVE)],
     "compositeCosine": [("constant_warmup_num_iter", lambda v: v >= 0, ">= 0"), ("linear_warmup_num_iter", *_POSITIVE),
                         ("cosine_period", *_POSITIVE), ("cosine_t_mult", *_POSITIVE)],
 }
 _LR_ARGS = [
     Arg("base_lr", float, Arg.REQUIRED, "the learning rate the multiplier scales (Caffe2 feeds a negative one)"),
     Arg("policy", str, "fixed", "Caffe2's: fixed 1; step gamma^floor(iter/stepsize); exp gamma^iter; gate multiplier_1 "
-        "before num_iter, then multiplier_2; inv (1 + gamma iter)^-power; poly (1 - iter/max_iter)^power; linearWarmup "
+        "before num_iter, then multiplier_2; slope multiplier_1 before num_iter_1, then max(multiplier_2, the line "
+        "to multiplier_2 at num_iter_2); inv (1 + gamma iter)^-power; poly (1 - iter/max_iter)^power; linearWarmup "
         "start_multiplier + (1 - start_multiplier) iter/num_iter until num_iter, then 1; constantWarmup multiplier until "
         "num_iter, then 1; pieceWarmup m1 before n1, m2 before n2, then m3; alter 1 for active_period iterations then 0 "
         "for inactive_period (the other way round with active_first=0); hill linearWarmup for num_iter, then "
@@ -473,8 +481,10 @@ _LR_ARGS = [
     Arg("active_first", bool, True, "alter: the active period comes first"),
     Arg("active_period", int, -1, "alter: iterations with multiplier 1"),
     Arg("inactive_period", int, -1, "alter: iterations with multiplier 0"),
-    Arg("multiplier_1", float, 1.0, "gate: the multiplier before num_iter"),
-    Arg("multiplier_2", float, 1.0, "gate: the multiplier from num_iter on"),
+    Arg("multiplier_1", float, None, "gate: the multiplier before num_iter (default 1); slope: before num_iter_1 (0)"),
+    Arg("multiplier_2", float, None, "gate: the multiplier from num_iter on (default 1); slope: the floor (0)"),
+    Arg("num_iter_1", int, 0, "slope: the end of multiplier_1"),
+    Arg("num_iter_2", int, 0, "slope: where the line from multiplier_1 reaches multiplier_2"),
     Arg("m1", float, 0.5, "pieceWarmup: the multiplier before n1"),
     Arg("n1", int, 0, "pieceWarmup: the end of m1"),
     Arg("m2", float, 0.5, "pieceWarmup: the multiplier from n1 to n2"),
@@ -501,7 +511,15 @@ _LR_ARGS = [
     Arg("dtype", str, "float32", "output dtype", choices=("float32", "float64")),
 ]
 _LR_ARG_SPECS = {arg.name: arg for arg in _LR_ARGS}
-_MAX_LR_DEFAULT = {"cyclical": 0.005, "cosine": 0.5}
+# args whose Caffe2 default depends on the policy (None in _LR_ARGS): policy -> value, else the fallback
+_POLICY_DEFAULTS = {"max_lr": ({"cyclical": 0.005, "cosine": 0.5}, 0.0),
+                    "multiplier_1": ({"slope": 0.0}, 1.0), "multiplier_2": ({"slope": 0.0}, 1.0)}
+
+
+def _resolve(a: dict[str, Any], policy: str) -> dict[str, Any]:
+    """``a`` with the policy-dependent defaults filled in where an arg is None."""
+    missing = {k: by.get(policy, other) for k, (by, other) in _POLICY_DEFAULTS.items() if a.get(k) is None}
+    return {**a, **missing} if missing else a
 _SUB_ONLY = {"policy": Arg("policy", str, Arg.REQUIRED, "", choices=tuple(p for p in LR_POLICIES if p != "composite")),
              "lr_scale": Arg("lr_scale", float, 1.0, "")}
 
@@ -523,12 +541,14 @@ def _check_policy(policy: str, get: Any, where: str) -> None:
             raise ValueError(f"policy {policy!r}{where} needs {name} {rule}, got {value!r}")
     if policy == "alter" and get("active_period") + get("inactive_period") <= 0:
         raise ValueError(f"policy 'alter'{where} needs active_period + inactive_period > 0")
+    if policy == "slope" and get("num_iter_2") <= get("num_iter_1"):
+        raise ValueError(f"policy 'slope'{where} needs num_iter_2 > num_iter_1, got {get('num_iter_2')} <= {get('num_iter_1')}")
 
 
 def _validate_lr(op: Any) -> None:
     policy = op.args.get("policy", "fixed")
     defaults = {arg.name: arg.default for arg in _LR_ARGS}
-    defaults["max_lr"] = _MAX_LR_DEFAULT.get(policy, 0.0)
+    defaults = _resolve(defaults, policy)
     _check_policy(policy, lambda name: op.args.get(name, defaults[name]), "")
     if policy != "composite":
         return
@@ -540,7 +560,7 @@ def _validate_lr(op: Any) -> None:
         sub = op.args.get(prefix + "policy")
         if sub is None:
             raise ValueError(f"policy 'composite' needs {prefix}policy for its sub-policy {i}")
-        sub_defaults = {**defaults, "max_lr": _MAX_LR_DEFAULT.get(sub, 0.0)}
+        sub_defaults = _resolve({**defaults, **{k: None for k in _POLICY_DEFAULTS}}, sub)
         _check_policy(sub, lambda name: op.args.get(prefix + name, sub_defaults[name]), f" (sub-policy {i})")
     past = [k for k in op.args if (m := _SUB_POLICY.fullmatch(k)) and int(m.group(1)) >= len(num_iters)]
     if past:
@@ -578,8 +598,7 @@ def learning_rate(ctx: Any, it: Any) -> np.ndarray:
     t = int(_scalar(ctx, it, 0, "i"))
     if t < 0:
         raise ValueError(f"expected a non-negative iteration count in {ctx.op.inputs[0]!r}, got {t}")
-    if a["max_lr"] is None:
-        a = {**a, "max_lr": _MAX_LR_DEFAULT.get(a["policy"], 0.0)}
+    a = _resolve(a, a["policy"])
     lr = a["base_lr"] * LR_POLICIES[a["policy"]](a, t)
     return namespace(ctx, it).scalar(lr, a["dtype"], like=it)
 
