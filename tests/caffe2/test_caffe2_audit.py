@@ -18,7 +18,9 @@ compositeCosine: their formulas and defaults), hypothesis_test.py (test_sparse_t
 reference and a gradient check on the values, Caffe2's GetSparseToDenseGradient = Gather;
 test_transpose / utility_ops_test.py pass engine=None, which CreateOperator leaves out, as it does
 every None-valued argument), python/operator_test/adagrad_test.py and adagrad_test_helper.py
-(SparseAdagrad with weight_decay and Caffe2's counter_halflife, default -1, and its count input).
+(SparseAdagrad with weight_decay and Caffe2's counter_halflife, default -1, and its count input),
+elementwise_op_broadcast_test.py (test_sum_reduce: SumReduceLike given broadcast=1, which Caffe2's
+SumReduceLikeOp never reads; test_sum_reduce_empty_blob).
 """
 
 from __future__ import annotations
@@ -517,3 +519,24 @@ def test_gather_dense_gradient():
     net.AveragedLoss("y", "loss")
     with pytest.raises(ValueError, match="must use dense_gradient"):
         add_gradient_ops(net, "loss", wrt=["d"])
+
+
+# -- SumReduceLike: elementwise_op_broadcast_test.test_sum_reduce (broadcast=1 is passed, not read) --
+@pytest.mark.parametrize("x_shape, y_shape, args, reduce", [
+    ((2, 3, 4, 5), (4, 5), {}, lambda x: x.sum(0).sum(0)),
+    ((2, 3, 4, 5), (2, 3), {"axis": 0}, lambda x: x.sum(3).sum(2)),
+    ((2, 3, 4, 5), (3, 4), {"axis": 1}, lambda x: x.sum(0).sum(2)),
+    ((2, 3, 4, 50), (1,), {}, lambda x: np.array(x.sum())),
+    ((2, 3, 4, 5), (1, 3, 4, 1), {}, lambda x: x.sum(0).sum(2).reshape(1, 3, 4, 1)),
+])
+def test_sum_reduce_like(x_shape, y_shape, args, reduce):
+    rng = np.random.default_rng(8)
+    x, y = rng.random(x_shape).astype(np.float32), rng.random(y_shape).astype(np.float32)
+    (out,) = run("SumReduceLike", {"X": x, "Y": y}, broadcast=1, **args)
+    assert out.shape == y_shape
+    np.testing.assert_allclose(out, np.broadcast_to(reduce(x), y_shape), rtol=1e-5)
+
+
+def test_sum_reduce_like_empty_blob():
+    (out,) = run("SumReduceLike", {"X": np.zeros((2, 0, 5), np.float32), "Y": np.zeros((2, 0), np.float32)}, axis=0)
+    assert out.shape == (2, 0)
