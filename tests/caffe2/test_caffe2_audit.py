@@ -20,7 +20,9 @@ test_transpose / utility_ops_test.py pass engine=None, which CreateOperator leav
 every None-valued argument), python/operator_test/adagrad_test.py and adagrad_test_helper.py
 (SparseAdagrad with weight_decay and Caffe2's counter_halflife, default -1, and its count input),
 elementwise_op_broadcast_test.py (test_sum_reduce: SumReduceLike given broadcast=1, which Caffe2's
-SumReduceLikeOp never reads; test_sum_reduce_empty_blob).
+SumReduceLikeOp never reads; test_sum_reduce_empty_blob), operators/distance_op.cc
+(SquaredL2Distance: N = X's dim 0, so an empty batch gives an empty D) and
+softmax_with_loss_op.cc (an empty batch: weight sum 0, loss 0, P empty).
 """
 
 from __future__ import annotations
@@ -540,3 +542,30 @@ def test_sum_reduce_like(x_shape, y_shape, args, reduce):
 def test_sum_reduce_like_empty_blob():
     (out,) = run("SumReduceLike", {"X": np.zeros((2, 0, 5), np.float32), "Y": np.zeros((2, 0), np.float32)}, axis=0)
     assert out.shape == (2, 0)
+
+
+# -- empty batches: SquaredL2Distance and SoftmaxWithLoss as Caffe2's kernels ----------------------
+def test_squared_l2_distance_of_an_empty_batch():
+    x = np.zeros((0, 3, 2), np.float32)
+    (d,) = run("SquaredL2Distance", {"x": x, "y": x})
+    assert d.shape == (0,)
+    dx, dy = run("SquaredL2DistanceGradient", {"x": x, "y": x, "dd": np.zeros(0, np.float32)}, ("dx", "dy"))
+    assert dx.shape == dy.shape == x.shape
+
+
+@pytest.mark.parametrize("lib", ["numpy", "torch"])
+@pytest.mark.parametrize("args", [{}, {"scale": 2.0}, {"label_prob": 1}])
+def test_softmax_with_loss_of_an_empty_batch_is_zero(lib, args):
+    x = np.zeros((0, 4), np.float32)
+    label = np.zeros((0, 4), np.float32) if args.get("label_prob") else np.zeros(0, np.int32)
+    feed = (lambda a: torch.from_numpy(a)) if lib == "torch" else (lambda a: a)
+    p, loss = run("SoftmaxWithLoss", {"x": feed(x), "l": feed(label)}, ("p", "loss"), **args)
+    assert tuple(p.shape) == (0, 4) and float(loss) == 0.0
+    net = an.Net("g")
+    net.SoftmaxWithLoss(["x", "l"], ["p", "loss"], **args)
+    names = add_gradient_ops(net, "loss", wrt=["x"])
+    ws = an.Workspace()
+    ws.feed("x", feed(x))
+    ws.feed("l", feed(label))
+    ws.run_net_once(net)
+    assert tuple(ws.fetch(names["x"]).shape) == (0, 4)

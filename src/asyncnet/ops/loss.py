@@ -146,9 +146,10 @@ def _softmax_with_loss(ctx: Any, x: Any, label: Any, weight: Any) -> tuple[Any, 
     axis = canonical_axis(ctx, x, "axis")
     x2 = flatten_2d(x, axis)
     n, d = x2.shape
-    if n == 0:
-        raise ValueError("expected a non-empty batch in input 0")
     w = None if weight is None else _weights(ctx, weight, n, x2)
+    if n == 0:  # Caffe2: no example, a weight sum of 0, so the loss is 0
+        _labels(ctx, label, 1, n, d, axis) if not a["label_prob"] else _label_probs(ctx, label, x2, axis)
+        return xp.copy(x), xp.scalar_like(0.0, x)
     if a["label_prob"]:
         t = _label_probs(ctx, label, x2, axis)
         p = _softmax_rows(xp, x2)
@@ -338,6 +339,8 @@ def _softmax_with_loss_gradient(ctx: Any, p: Any, label: Any, dloss: Any, weight
     axis = canonical_axis(ctx, p, "axis")
     p2 = flatten_2d(p, axis)
     n, d = p2.shape
+    if n == 0:  # an empty batch (its loss is 0): an empty gradient
+        return p if a["only_loss"] else xp.copy(p)
     dx = p2 if a["only_loss"] else xp.copy(p2)
     if a["label_prob"]:
         dx -= _label_probs(ctx, label, p2, axis)
@@ -428,7 +431,8 @@ def _rows(ctx: Any, x: Any, y: Any) -> tuple[np.ndarray, np.ndarray]:
     same_dtype(ctx, [x, y])
     if x.shape != y.shape or x.ndim == 0:
         raise ValueError(f"expected X and Y of one shape with a batch dim, got {x.shape} and {y.shape}")
-    return x.reshape(x.shape[0], -1), y.reshape(y.shape[0], -1)
+    rows, d = x.shape[0], math.prod(x.shape[1:])  # an empty batch gives no rows (Caffe2: D of size 0)
+    return x.reshape(rows, d), y.reshape(rows, d)
 
 
 @register_op("SquaredL2", inputs=2, outputs=1, devices=CPU_CUDA, inputs_doc=("X [N, ...]", "Y [N, ...]"), outputs_doc=("D [N]",),
