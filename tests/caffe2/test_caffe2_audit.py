@@ -22,7 +22,8 @@ every None-valued argument), python/operator_test/adagrad_test.py and adagrad_te
 elementwise_op_broadcast_test.py (test_sum_reduce: SumReduceLike given broadcast=1, which Caffe2's
 SumReduceLikeOp never reads; test_sum_reduce_empty_blob), operators/distance_op.cc
 (SquaredL2Distance: N = X's dim 0, so an empty batch gives an empty D) and
-softmax_with_loss_op.cc (an empty batch: weight sum 0, loss 0, P empty).
+softmax_with_loss_op.cc (an empty batch: weight sum 0, loss 0, P empty), cross_entropy_op.cc
+(LabelCrossEntropy: N = X's dim 0 and D the rest, a 1-D X one row; labels [N] or [N, 1]).
 """
 
 from __future__ import annotations
@@ -569,3 +570,21 @@ def test_softmax_with_loss_of_an_empty_batch_is_zero(lib, args):
     ws.feed("l", feed(label))
     ws.run_net_once(net)
     assert tuple(ws.fetch(names["x"]).shape) == (0, 4)
+
+
+# -- LabelCrossEntropy: Caffe2's view of X (cross_entropy_op.cc) -----------------------------------
+@pytest.mark.parametrize("shape, label", [((3,), [[1]]), ((2, 3, 2), [0, 5]), ((4, 3), [[0], [2], [1], [1]])])
+def test_label_cross_entropy_views_x_as_caffe2(shape, label):
+    rng = np.random.default_rng(9)
+    x = rng.uniform(0.05, 1, shape).astype(np.float32)
+    label = np.array(label, np.int32)
+    rows = x.reshape(1 if x.ndim == 1 else x.shape[0], -1)
+    want = -np.log(np.maximum(rows[np.arange(rows.shape[0]), label.reshape(-1)], 1e-20))
+    (y,) = run("LabelCrossEntropy", {"x": x, "l": label})
+    np.testing.assert_allclose(y, want, rtol=1e-6)
+    dy = rng.random(rows.shape[0]).astype(np.float32)
+    (dx,) = run("LabelCrossEntropyGradient", {"x": x, "l": label, "dy": dy})
+    want_dx = np.zeros_like(rows)
+    want_dx[np.arange(rows.shape[0]), label.reshape(-1)] = -dy / rows[np.arange(rows.shape[0]), label.reshape(-1)]
+    assert dx.shape == x.shape
+    np.testing.assert_allclose(dx.reshape(rows.shape), want_dx, rtol=1e-6)

@@ -58,6 +58,17 @@ def _matrix(ctx: Any, x: Any, i: int) -> np.ndarray:
     return x
 
 
+def _label_rows(ctx: Any, x: Any, i: int) -> np.ndarray:
+    """Caffe2's LabelCrossEntropy view of X: [N, D] with D the product of the dims after the first
+    (a 1-D X is one row)."""
+    x = float_array(ctx, x, i)
+    if x.ndim == 0:
+        raise ValueError(f"expected an array of at least 1 dim in input {i} {ctx.op.inputs[i]!r}, got a scalar")
+    if x.ndim == 1:
+        return x.reshape(1, x.shape[0])
+    return x if x.ndim == 2 else x.reshape(x.shape[0], math.prod(x.shape[1:]))
+
+
 def _scalar_grad(ctx: Any, dy: Any, i: int, like: Any) -> Any:
     """The one element of a loss gradient, in ``like``'s dtype (a numpy scalar or a 0-d tensor)."""
     dy = float_array(ctx, dy, i)
@@ -369,10 +380,11 @@ def _softmax_with_loss_grad(op: OperatorDef, gout: list[str | None]) -> tuple[li
 
 
 # -- LabelCrossEntropy: Y[i] = -log X[i, label_i];  dX[i, label_i] = -dY[i] / X[i, label_i] ----
-@register_op("LabelCrossEntropy", inputs=2, outputs=1, devices=CPU_CUDA, inputs_doc=("probabilities X [N, D]", "label [N] int"), outputs_doc=("Y [N]",),
-             doc="Per-example cross-entropy of probabilities against integer labels: Y[i] = -log(max(X[i, label[i]], 1e-20)).")
+@register_op("LabelCrossEntropy", inputs=2, outputs=1, devices=CPU_CUDA, inputs_doc=("probabilities X [N, D] (or [N, ...]; 1-D: one row)", "label [N] int"), outputs_doc=("Y [N]",),
+             doc="Per-example cross-entropy of probabilities against integer labels: Y[i] = -log(max(X[i, label[i]], 1e-20)); "
+                 "X's dims after the first are one row of D (a 1-D X is one example), as Caffe2's.")
 def label_cross_entropy(ctx: Any, x: Any, label: Any) -> np.ndarray:
-    x = _matrix(ctx, x, 0)
+    x = _label_rows(ctx, x, 0)
     xp = namespace(ctx, x, label)
     label = _labels(ctx, label, 1, *x.shape)
     return -xp.log(xp.maximum(xp.take_rows(x, label), LOG_THRESHOLD))
@@ -381,7 +393,8 @@ def label_cross_entropy(ctx: Any, x: Any, label: Any) -> np.ndarray:
 @register_op("LabelCrossEntropyGradient", inputs=3, outputs=1, devices=CPU_CUDA, inputs_doc=("X", "label", "dY [N]"), outputs_doc=("dX",),
              doc="Gradient of LabelCrossEntropy: dX[i, label[i]] = -dY[i] / max(X[i, label[i]], 1e-20), 0 elsewhere.")
 def label_cross_entropy_gradient(ctx: Any, x: Any, label: Any, dy: Any) -> np.ndarray:
-    x = _matrix(ctx, x, 0)
+    shape = tuple(x.shape)
+    x = _label_rows(ctx, x, 0)
     xp = namespace(ctx, x, label, dy)
     n = x.shape[0]
     label = _labels(ctx, label, 1, *x.shape)
@@ -391,7 +404,7 @@ def label_cross_entropy_gradient(ctx: Any, x: Any, label: Any, dy: Any) -> np.nd
     dx = xp.zeros_like(x)
     rows = xp.arange(n, like=x)
     dx[rows, label] = -dy / xp.maximum(x[rows, label], LOG_THRESHOLD)
-    return dx
+    return dx.reshape(shape)
 
 
 @register_gradient("LabelCrossEntropy")
