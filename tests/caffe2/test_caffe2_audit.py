@@ -23,7 +23,8 @@ elementwise_op_broadcast_test.py (test_sum_reduce: SumReduceLike given broadcast
 SumReduceLikeOp never reads; test_sum_reduce_empty_blob), operators/distance_op.cc
 (SquaredL2Distance: N = X's dim 0, so an empty batch gives an empty D) and
 softmax_with_loss_op.cc (an empty batch: weight sum 0, loss 0, P empty), cross_entropy_op.cc
-(LabelCrossEntropy: N = X's dim 0 and D the rest, a 1-D X one row; labels [N] or [N, 1]).
+(LabelCrossEntropy: N = X's dim 0 and D the rest, a 1-D X one row; labels [N] or [N, 1]),
+utility_ops.h (HasElements: one input or more, true if any has an element).
 """
 
 from __future__ import annotations
@@ -588,3 +589,11 @@ def test_label_cross_entropy_views_x_as_caffe2(shape, label):
     want_dx[np.arange(rows.shape[0]), label.reshape(-1)] = -dy / rows[np.arange(rows.shape[0]), label.reshape(-1)]
     assert dx.shape == x.shape
     np.testing.assert_allclose(dx.reshape(rows.shape), want_dx, rtol=1e-6)
+
+
+# -- HasElements over several inputs (utility_ops.h's HasElementsOp) -------------------------------
+@pytest.mark.parametrize("shapes, want", [([(0,)], False), ([(2, 3)], True), ([(0, 3), (0,)], False),
+                                          ([(0, 3), (1,)], True), ([(2,), (0,), (0, 2)], True)])
+def test_has_elements_of_several_inputs(shapes, want):
+    (out,) = run("HasElements", {f"x{i}": np.zeros(s, np.float32) for i, s in enumerate(shapes)})
+    assert out.shape == () and bool(out) is want

@@ -480,11 +480,11 @@ def size_op(ctx: Any, x: Any) -> Any:
     return _like_input(np.array(math.prod(x.shape), np.int64), x)
 
 
-@register_op("HasElements", inputs=1, outputs=1, inputs_doc=("X",), outputs_doc=("0-d bool",),
-             doc="True when X has at least one element (Caffe2's HasElements).")
-def has_elements(ctx: Any, x: Any) -> Any:
-    x = array(ctx, x, 0)
-    return _like_input(np.array(math.prod(x.shape) > 0), x)
+@register_op("HasElements", inputs=(1, None), outputs=1, inputs_doc=("X_0", "X_1 ..."), outputs_doc=("0-d bool",),
+             doc="True when any input has at least one element (Caffe2's HasElements, one input or more).")
+def has_elements(ctx: Any, *xs: Any) -> Any:
+    arrays = [array(ctx, x, i) for i, x in enumerate(xs)]
+    return _like_input(np.array(any(math.prod(x.shape) > 0 for x in arrays)), arrays[0])
 
 
 @register_op("IsEmpty", inputs=1, outputs=1, inputs_doc=("X",), outputs_doc=("0-d bool",),
