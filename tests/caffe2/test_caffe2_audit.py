@@ -24,7 +24,9 @@ SumReduceLikeOp never reads; test_sum_reduce_empty_blob), operators/distance_op.
 (SquaredL2Distance: N = X's dim 0, so an empty batch gives an empty D) and
 softmax_with_loss_op.cc (an empty batch: weight sum 0, loss 0, P empty), cross_entropy_op.cc
 (LabelCrossEntropy: N = X's dim 0 and D the rest, a 1-D X one row; labels [N] or [N, 1]),
-utility_ops.h (HasElements: one input or more, true if any has an element).
+utility_ops.h (HasElements: one input or more, true if any has an element), conv_test.py (the
+args it passes on the CPU too: shared_buffer, force_algo_fwd/dgrad/wgrad, exhaustive_search; its
+error path `assertRaises(RuntimeError)` for a kernel larger than the padded image).
 """
 
 from __future__ import annotations
@@ -597,3 +599,28 @@ def test_label_cross_entropy_views_x_as_caffe2(shape, label):
 def test_has_elements_of_several_inputs(shapes, want):
     (out,) = run("HasElements", {f"x{i}": np.zeros(s, np.float32) for i, s in enumerate(shapes)})
     assert out.shape == () and bool(out) is want
+
+
+# -- Conv: conv_test's implementation-choice args, and its RuntimeError on a bad geometry ----------
+@pytest.mark.parametrize("op", ["Conv", "Conv2D"])
+def test_conv_takes_caffe2s_implementation_args(op):
+    rng = np.random.default_rng(10)
+    x, w, b = rng.random((2, 3, 5, 5), np.float32), rng.random((4, 3, 3, 3), np.float32), rng.random(4, np.float32)
+    (plain,) = run(op, {"x": x, "w": w, "b": b}, kernel=3, pad=1)
+    (tuned,) = run(op, {"x": x, "w": w, "b": b}, kernel=3, pad=1, engine="EIGEN", shared_buffer=1, force_algo_fwd=-1,
+                   force_algo_dgrad=-1, force_algo_wgrad=-1, exhaustive_search=True)
+    np.testing.assert_array_equal(tuned, plain)
+    net = an.Net("g")
+    net.Conv(["x", "w", "b"], "y", kernel=3, shared_buffer=1, force_algo_wgrad=-1)
+    net.AveragedLoss("y", "loss")
+    add_gradient_ops(net, "loss", wrt=["x", "w"])  # the gradient op takes them too
+    grad_op = next(o for o in net.to_def().ops if o.type == "ConvGradient")
+    assert grad_op.args["shared_buffer"] == 1 and grad_op.args["force_algo_wgrad"] == -1
+
+
+def test_a_failing_operator_is_a_runtime_error():
+    with pytest.raises(RuntimeError):  # conv_test's error path: the kernel is larger than the padded image
+        run("Conv", {"x": np.zeros((1, 1, 2, 2), np.float32), "w": np.zeros((1, 1, 3, 3), np.float32)}, kernel=3)
+    with pytest.raises(RuntimeError):  # segment_ops_test.test_sparse_lengths_sum_invalid_index
+        run("SparseLengthsSum", {"d": np.zeros((5, 2), np.float32), "i": np.array([10000], np.int64),
+                                 "l": np.array([1], np.int32)})
