@@ -68,11 +68,13 @@ class NetDefinitionError(AsyncNetError, ValueError):
         super().__init__(f"{path}: {message}" if path else message)
 
 
-class OperatorError(AsyncNetError):
+class OperatorError(AsyncNetError, RuntimeError):
     """An operator failed while running.
 
     Carries the op index, type, name and inputs; the original exception is chained as
-    ``__cause__`` by the executor (``raise OperatorError(...) from exc``).
+    ``__cause__`` by the executor (``raise OperatorError(...) from exc``). It is also a
+    ``RuntimeError``, what Caffe2's Python raises for a failing operator (its tests'
+    ``assertRaises(RuntimeError)``).
     """
 
     def __init__(

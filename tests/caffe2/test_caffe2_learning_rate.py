@@ -69,7 +69,9 @@ def test_every_policy_is_its_functor(args, multiplier, it):
     ({"policy": "step", "stepsize": 0}, "needs stepsize >= 1"),
     ({"policy": "exp", "gamma": 0.0}, "needs gamma > 0"),
     ({"policy": "alter"}, "active_period"),
-    ({"policy": "cosine"}, "expected one of"),
+    ({"policy": "slope"}, "needs num_iter_1 > 0"),
+    ({"policy": "slope", "num_iter_1": 5, "num_iter_2": 5}, "num_iter_2 > num_iter_1"),
+    ({"policy": "sloped"}, "expected one of"),
 ])
 def test_missing_policy_args_fail_at_creation(args, match):
     with pytest.raises(an.NetDefinitionError, match=match):

@@ -44,9 +44,11 @@ def test_gather_axis0(rows, index_num, index_shape_2d, dtype, seed):
 
 def test_gather_refuses_out_of_range_and_negative_indices():
     data = np.zeros((4, 3), np.float32)
-    for bad in ([4], [-1]):  # Caffe2 enforces 0 <= idx < dim (its wrap_indices is off by default)
+    # Caffe2 enforces 0 <= idx < dim after wrapping, and wraps (idx + dim) only with wrap_indices,
+    # on by default on axis 0 (gather_op.h)
+    for bad, args in (([4], {}), ([-5], {}), ([-1], {"wrap_indices": 0}), ([-1], {"axis": 1})):
         with pytest.raises(an.OperatorError, match="indices"):
-            run("Gather", {"data": data, "ind": np.array(bad, np.int32)})
+            run("Gather", {"data": data, "ind": np.array(bad, np.int32)}, **args)
 
 
 @pytest.mark.parametrize("axis", [1, 2, -1])

@@ -168,9 +168,14 @@ def test_lookup_errors():
 
 
 def _sequential_scatter(x0, a0, idx, terms):
+    """Caffe2's loops (sparse_ops_test's reference): every indexed row scaled by a0 once per
+    occurrence, then each pair added row by row in k order."""
     out = x0.copy()
-    for k, i in enumerate(idx):
-        out[i] = out[i] * a0 + sum(x[k] * w for x, w in terms)
+    for i in idx:
+        out[i] *= a0
+    for x, w in terms:
+        for k, i in enumerate(idx):
+            out[i] += x[k] * w
     return out
 
 

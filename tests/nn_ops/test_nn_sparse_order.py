@@ -119,13 +119,12 @@ def scatter(inputs):
 
 
 def loop_scatter(x0, idx, terms):
-    """Caffe2's ScatterWeightedSum with weight 1 on X_0: X_0[idx_k] += sum_i w_i X_i[k], k in order."""
+    """Caffe2's ScatterWeightedSum with weight 1 on X_0 (utility_ops.h's loops): for each pair i,
+    then for each k in order, X_0[idx_k] += w_i X_i[k]."""
     out = x0.copy()
-    for k, i in enumerate(idx):
-        u = terms[0][0][k] * terms[0][1]
-        for x, w in terms[1:]:
-            u = u + x[k] * w
-        out[i] = out[i] + u
+    for x, w in terms:
+        for k, i in enumerate(idx):
+            out[i] = out[i] + x[k] * w
     return out
 
 
@@ -143,11 +142,9 @@ def test_scatter_adds_repeated_rows_in_order(case, rounds, pairs):
     same_bits(scatter(inputs), want)  # the kernel's own choice
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(sparse, "SMALL_SCATTER", 0)  # rounds of distinct rows even on small inputs
-        update = xs[0] * ws[0]  # as the op computes it, then added row by row
-        for x, w in zip(xs[1:], ws[1:]):
-            update = update + x * w
         got = table.copy()
-        sparse._add_rows(got, idx, update, rounds)
+        for x, w in zip(xs, ws):  # as the op computes it: each pair's rows scaled, then added row by row
+            sparse._add_rows(got, idx, x, rounds, scale=w)
         same_bits(got, want)
         inputs[0] = table.copy()
         same_bits(scatter(inputs), want)

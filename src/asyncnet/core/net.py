@@ -110,8 +110,13 @@ class Net:
     def add_op(self, op_type: str, inputs: BlobsArg = None, outputs: BlobsArg | int = None, *,
                name: str = "", device_option: DeviceOption | None = None,
                control_inputs: BlobsArg = None, **args: Any) -> BlobRef | tuple[BlobRef, ...] | None:
-        """Append one op; returns its output reference, a tuple of them, or None."""
+        """Append one op; returns its output reference, a tuple of them, or None.
+
+        A known argument (or ``engine``) given as None is left out, as Caffe2's CreateOperator does
+        (``engine=None`` is no engine); an unknown one is still refused, whatever its value.
+        """
         schema = get_schema(op_type)
+        args = {k: v for k, v in args.items() if v is not None or (k not in schema.args and k != "engine")}
         if outputs is None:
             outputs = schema.min_outputs
         if isinstance(outputs, int) and not isinstance(outputs, bool):

@@ -101,6 +101,7 @@ class OpSchema:
     outputs_doc: Sequence[str] = ()
     validate: Callable[[OperatorDef], None] | None = None
     specialize: Callable[..., Callable[..., Any] | None] | None = None
+    extra_args: Callable[[str], Arg | None] | None = None
 
     def arity_text(self) -> str:
         return f"{_range_text(self.min_inputs, self.max_inputs)} -> {_range_text(self.min_outputs, self.max_outputs)}"
@@ -153,6 +154,7 @@ def register_op(
     outputs_doc: Sequence[str] = (),
     validate: Callable[[OperatorDef], None] | None = None,
     specialize: Callable[..., Callable[..., Any] | None] | None = None,
+    extra_args: Callable[[str], Arg | None] | None = None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorator registering ``fn(ctx, *inputs)`` as operator ``op_type`` with its schema.
 
@@ -167,6 +169,10 @@ def register_op(
     which numpy raises after the writes, as ``fn`` would). The straight executor
     (:mod:`asyncnet.exec.straight`) then checks a net's inputs once per run instead of every
     kernel checking its own.
+
+    ``extra_args(name)`` gives the :class:`Arg` of a name outside ``args`` that the op still
+    takes (a family such as Caffe2's ``sub_policy_0_gamma``), or None; such args are typed and
+    passed to the kernel only when given.
     """
 
     def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -179,6 +185,7 @@ def register_op(
             allow_inplace=allow_inplace, enforce_inplace=enforce_inplace, args={a.name: a for a in args},
             devices=tuple(devices), differentiable=differentiable, doc=doc or (fn.__doc__ or "").strip(),
             inputs_doc=tuple(inputs_doc), outputs_doc=tuple(outputs_doc), validate=validate, specialize=specialize,
+            extra_args=extra_args,
         )
         return fn
 
@@ -289,6 +296,8 @@ ENGINE = "engine"  # Caffe2's OperatorDef.engine ("", "CUDNN", ...): taken on ev
 
 def _typed_args(op: OperatorDef, schema: OpSchema, index: int) -> dict[str, Any]:
     unknown = [k for k in op.args if k not in schema.args and k != ENGINE]
+    extra = {k: spec for k in unknown if schema.extra_args is not None and (spec := schema.extra_args(k)) is not None}
+    unknown = [k for k in unknown if k not in extra]
     if unknown:
         k = unknown[0]
         near = near_names(k, schema.args)
@@ -309,6 +318,8 @@ def _typed_args(op: OperatorDef, schema: OpSchema, index: int) -> dict[str, Any]
             raise NetDefinitionError(f"missing required argument {name!r}", _where(op, index))
         else:
             typed[name] = spec.default
+    for name, spec in extra.items():
+        typed[name] = spec.coerce(op.args[name], f"{_where(op, index)}.args.{name}")
     return typed
 
 

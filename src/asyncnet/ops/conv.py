@@ -223,7 +223,14 @@ def unpad(xp: np.ndarray, g: Geometry, hw: tuple[int, int]) -> np.ndarray:
 
 
 # -- Conv: Y[n, m] = sum over the group's channels and taps of W[m] * window + b[m] -------------------
-CONV_ARGS = [*KERNEL_ARGS, *WINDOW_ARGS, *DILATION_ARGS, Arg("group", int, 1, "channel groups: input and output channels split into this many")]
+# Caffe2's implementation-choice args (cuDNN algorithms, its search, the shared column buffer): its
+# conv tests pass them on the CPU too; like `engine` they are taken and ignored (one implementation)
+IMPL_ARGS = [Arg("shared_buffer", bool, False, "Caffe2's shared im2col buffer: taken and ignored"),
+             Arg("exhaustive_search", bool, False, "Caffe2's cuDNN algorithm search: taken and ignored"),
+             *(Arg(f"force_algo_{k}", int, -1, f"Caffe2's cuDNN {k} algorithm: taken and ignored")
+               for k in ("fwd", "dgrad", "wgrad"))]
+CONV_ARGS = [*KERNEL_ARGS, *WINDOW_ARGS, *DILATION_ARGS, Arg("group", int, 1, "channel groups: input and output channels split into this many"),
+             *IMPL_ARGS]
 
 
 def _conv_inputs(ctx: Any, x: Any, w: Any) -> tuple[np.ndarray, np.ndarray, int, Geometry]:

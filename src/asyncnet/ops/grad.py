@@ -71,7 +71,9 @@ def reduce_to_shape(x: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
              args=[Arg("scale", float, 1.0, "multiplier applied after the reduction"),
                    Arg("axis", int, None, "Caffe2's rule: Like's dims are a contiguous run of X's starting here (-1: X's last dims); "
                                           "absent: numpy broadcasting's rule"),
-                   Arg("axis_str", str, "", "the axis as a letter of `order`"), Arg("order", str, "NCHW", "dim letters for axis_str")],
+                   Arg("axis_str", str, "", "the axis as a letter of `order`"), Arg("order", str, "NCHW", "dim letters for axis_str"),
+                   Arg("broadcast", bool, True, "taken and not read, as Caffe2's SumReduceLike does (its tests pass "
+                       "broadcast=1): the op always reduces a broadcast")],
              inputs_doc=("X (a broadcast shape)", "Like"), outputs_doc=("Y, shaped like Like",),
              doc="Y = scale * X summed over the dims broadcasting added to Like's shape (gradient of broadcasting).")
 def sum_reduce_like(ctx: Any, x: Any, like: Any) -> np.ndarray:

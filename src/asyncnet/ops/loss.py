@@ -58,6 +58,17 @@ def _matrix(ctx: Any, x: Any, i: int) -> np.ndarray:
     return x
 
 
+def _label_rows(ctx: Any, x: Any, i: int) -> np.ndarray:
+    """Caffe2's LabelCrossEntropy view of X: [N, D] with D the product of the dims after the first
+    (a 1-D X is one row)."""
+    x = float_array(ctx, x, i)
+    if x.ndim == 0:
+        raise ValueError(f"expected an array of at least 1 dim in input {i} {ctx.op.inputs[i]!r}, got a scalar")
+    if x.ndim == 1:
+        return x.reshape(1, x.shape[0])
+    return x if x.ndim == 2 else x.reshape(x.shape[0], math.prod(x.shape[1:]))
+
+
 def _scalar_grad(ctx: Any, dy: Any, i: int, like: Any) -> Any:
     """The one element of a loss gradient, in ``like``'s dtype (a numpy scalar or a 0-d tensor)."""
     dy = float_array(ctx, dy, i)
@@ -146,9 +157,10 @@ def _softmax_with_loss(ctx: Any, x: Any, label: Any, weight: Any) -> tuple[Any, 
     axis = canonical_axis(ctx, x, "axis")
     x2 = flatten_2d(x, axis)
     n, d = x2.shape
-    if n == 0:
-        raise ValueError("expected a non-empty batch in input 0")
     w = None if weight is None else _weights(ctx, weight, n, x2)
+    if n == 0:  # Caffe2: no example, a weight sum of 0, so the loss is 0
+        _labels(ctx, label, 1, n, d, axis) if not a["label_prob"] else _label_probs(ctx, label, x2, axis)
+        return xp.copy(x), xp.scalar_like(0.0, x)
     if a["label_prob"]:
         t = _label_probs(ctx, label, x2, axis)
         p = _softmax_rows(xp, x2)
@@ -338,6 +350,8 @@ def _softmax_with_loss_gradient(ctx: Any, p: Any, label: Any, dloss: Any, weight
     axis = canonical_axis(ctx, p, "axis")
     p2 = flatten_2d(p, axis)
     n, d = p2.shape
+    if n == 0:  # an empty batch (its loss is 0): an empty gradient
+        return p if a["only_loss"] else xp.copy(p)
     dx = p2 if a["only_loss"] else xp.copy(p2)
     if a["label_prob"]:
         dx -= _label_probs(ctx, label, p2, axis)
@@ -366,10 +380,11 @@ def _softmax_with_loss_grad(op: OperatorDef, gout: list[str | None]) -> tuple[li
 
 
 # -- LabelCrossEntropy: Y[i] = -log X[i, label_i];  dX[i, label_i] = -dY[i] / X[i, label_i] ----
-@register_op("LabelCrossEntropy", inputs=2, outputs=1, devices=CPU_CUDA, inputs_doc=("probabilities X [N, D]", "label [N] int"), outputs_doc=("Y [N]",),
-             doc="Per-example cross-entropy of probabilities against integer labels: Y[i] = -log(max(X[i, label[i]], 1e-20)).")
+@register_op("LabelCrossEntropy", inputs=2, outputs=1, devices=CPU_CUDA, inputs_doc=("probabilities X [N, D] (or [N, ...]; 1-D: one row)", "label [N] int"), outputs_doc=("Y [N]",),
+             doc="Per-example cross-entropy of probabilities against integer labels: Y[i] = -log(max(X[i, label[i]], 1e-20)); "
+                 "X's dims after the first are one row of D (a 1-D X is one example), as Caffe2's.")
 def label_cross_entropy(ctx: Any, x: Any, label: Any) -> np.ndarray:
-    x = _matrix(ctx, x, 0)
+    x = _label_rows(ctx, x, 0)
     xp = namespace(ctx, x, label)
     label = _labels(ctx, label, 1, *x.shape)
     return -xp.log(xp.maximum(xp.take_rows(x, label), LOG_THRESHOLD))
@@ -378,7 +393,8 @@ def label_cross_entropy(ctx: Any, x: Any, label: Any) -> np.ndarray:
 @register_op("LabelCrossEntropyGradient", inputs=3, outputs=1, devices=CPU_CUDA, inputs_doc=("X", "label", "dY [N]"), outputs_doc=("dX",),
              doc="Gradient of LabelCrossEntropy: dX[i, label[i]] = -dY[i] / max(X[i, label[i]], 1e-20), 0 elsewhere.")
 def label_cross_entropy_gradient(ctx: Any, x: Any, label: Any, dy: Any) -> np.ndarray:
-    x = _matrix(ctx, x, 0)
+    shape = tuple(x.shape)
+    x = _label_rows(ctx, x, 0)
     xp = namespace(ctx, x, label, dy)
     n = x.shape[0]
     label = _labels(ctx, label, 1, *x.shape)
@@ -388,7 +404,7 @@ def label_cross_entropy_gradient(ctx: Any, x: Any, label: Any, dy: Any) -> np.nd
     dx = xp.zeros_like(x)
     rows = xp.arange(n, like=x)
     dx[rows, label] = -dy / xp.maximum(x[rows, label], LOG_THRESHOLD)
-    return dx
+    return dx.reshape(shape)
 
 
 @register_gradient("LabelCrossEntropy")
@@ -428,7 +444,8 @@ def _rows(ctx: Any, x: Any, y: Any) -> tuple[np.ndarray, np.ndarray]:
     same_dtype(ctx, [x, y])
     if x.shape != y.shape or x.ndim == 0:
         raise ValueError(f"expected X and Y of one shape with a batch dim, got {x.shape} and {y.shape}")
-    return x.reshape(x.shape[0], -1), y.reshape(y.shape[0], -1)
+    rows, d = x.shape[0], math.prod(x.shape[1:])  # an empty batch gives no rows (Caffe2: D of size 0)
+    return x.reshape(rows, d), y.reshape(rows, d)
 
 
 @register_op("SquaredL2", inputs=2, outputs=1, devices=CPU_CUDA, inputs_doc=("X [N, ...]", "Y [N, ...]"), outputs_doc=("D [N]",),

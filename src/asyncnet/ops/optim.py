@@ -28,7 +28,9 @@ The learning rate comes from a ``LearningRate`` op fed by the int64 step counter
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import re
 from typing import Any
 
 import numpy as np
@@ -332,17 +334,107 @@ def _hill(a: dict[str, Any], t: int) -> float:
     return max(a["end_multiplier"], _inv(a, t - a["num_iter"]))
 
 
+def _slope(a: dict[str, Any], t: int) -> float:
+    """Caffe2's SlopeLearningRate: multiplier_1 until num_iter_1, then a line down (or up) to num_iter_2,
+    never below multiplier_2."""
+    m1, m2, n1, n2 = a["multiplier_1"], a["multiplier_2"], a["num_iter_1"], a["num_iter_2"]
+    return m1 if t < n1 else max(m2, m1 + (t - n1) * (m2 - m1) / (n2 - n1))
+
+
+def _piece_warmup(a: dict[str, Any], t: int) -> float:
+    return a["m1"] if t < a["n1"] else a["m2"] if t < a["n2"] else a["m3"]
+
+
+def _cyclical(a: dict[str, Any], t: int, max_lr: float, stepsize: int, decay: float) -> float:
+    """Caffe2's CyclicalLearningRate: a triangle of period 2 * stepsize from 1 to |max_lr / base_lr|."""
+    cycle = t // (2 * stepsize) + 1
+    x = abs(t / stepsize - 2 * cycle + 1)
+    return 1 + (abs(max_lr) / abs(a["base_lr"]) - 1) * max(0.0, 1 - x) * decay ** (t // (2 * stepsize))
+
+
+def _cosine(t: int, min_lr: float, max_lr: float, period: int, t_mult: float, lr_shrink: float) -> float:
+    """Caffe2's CosineLearningRate (SGDR): restarts every period (times t_mult^i), bounds shrunk by lr_shrink^i."""
+    if t_mult != 1.0:
+        i = math.floor(math.log(1 - t / period * (1.0 - t_mult)) / math.log(t_mult))
+        t_i = t_mult ** i * period
+        t_curr = t - (1.0 - t_mult ** i) / (1.0 - t_mult) * period
+    else:
+        i = math.floor(t / period)
+        t_i, t_curr = period, t - period * i
+    shrink = lr_shrink ** i
+    lo, hi = min_lr * shrink, max_lr * shrink
+    return lo + 0.5 * (hi - lo) * (1 + math.cos(math.pi * t_curr / t_i))
+
+
+def _constant_then_linear(a: dict[str, Any], t: int) -> float:
+    s0, c, n = a["start_warmup_multiplier"], a["constant_warmup_num_iter"], a["linear_warmup_num_iter"]
+    if t < c:
+        return s0
+    return _linear_warmup({"num_iter": n, "start_multiplier": s0}, t - c) if t < c + n else 1.0
+
+
+def _composite_cyclical(a: dict[str, Any], t: int) -> float:
+    warm = a["constant_warmup_num_iter"] + a["linear_warmup_num_iter"]
+    if t < warm:
+        return _constant_then_linear(a, t)
+    return _cyclical(a, t - warm, a["cyclical_max_lr"], a["cyclical_step_size"], a["cyclical_decay"])
+
+
+def _composite_cosine(a: dict[str, Any], t: int) -> float:
+    warm = a["constant_warmup_num_iter"] + a["linear_warmup_num_iter"]
+    if t < warm:
+        return _constant_then_linear(a, t)
+    return _cosine(t - warm, a["cosine_min_lr"], a["cosine_max_lr"], a["cosine_period"], a["cosine_t_mult"],
+                   a["cosine_lr_shrink"])
+
+
+_SUB_POLICY = re.compile(r"sub_policy_(\d+)_(\w+)")
+
+
+def _sub_args(a: dict[str, Any], i: int) -> dict[str, Any]:
+    """Sub-policy ``i`` of a composite policy: its ``sub_policy_{i}_*`` args over the defaults."""
+    prefix = f"sub_policy_{i}_"
+    sub = {arg.name: arg.default for arg in _LR_ARGS}
+    sub.update({"base_lr": a["base_lr"], "policy": "", "lr_scale": 1.0})
+    sub.update({k[len(prefix):]: v for k, v in a.items() if k.startswith(prefix)})
+    return _resolve(sub, sub["policy"])
+
+
+def _composite(a: dict[str, Any], t: int) -> float:
+    """Caffe2's CompositeLearningRate: sub-policy i runs from iteration 1 + sum(num_iters[:i]) on (the
+    last one for ever), evaluated at the global iteration and scaled by its lr_scale."""
+    if t < 1:
+        raise ValueError(f"policy 'composite': iteration {t} comes before the first sub-policy (iteration 1)")
+    start, pick = 1, 0
+    for i, n in enumerate(a["sub_policy_num_iters"]):
+        if t >= start:
+            pick = i
+        start += n
+    sub = _sub_args(a, pick)
+    return LR_POLICIES[sub["policy"]](sub, t) * sub["lr_scale"]
+
+
 LR_POLICIES: dict[str, Any] = {
     "fixed": lambda a, t: 1.0,
     "step": _step,
     "exp": lambda a, t: a["gamma"] ** t,
+    "gate": lambda a, t: a["multiplier_2"] if t >= a["num_iter"] else a["multiplier_1"],
+    "slope": _slope,
     "inv": _inv,
     "poly": _poly,
     "linearWarmup": _linear_warmup,
     "constantWarmup": lambda a, t: 1.0 if t >= a["num_iter"] else a["multiplier"],
+    "pieceWarmup": _piece_warmup,
     "alter": _alter,
     "hill": _hill,
+    "composite": _composite,
+    "cyclical": lambda a, t: _cyclical(a, t, a["max_lr"], a["stepsize"], a["decay"]),
+    "constantThenLinearWarmup": _constant_then_linear,
+    "compositeCyclical": _composite_cyclical,
+    "cosine": lambda a, t: _cosine(t, a["min_lr"], a["max_lr"], a["period"], a["t_mult"], a["lr_shrink"]),
+    "compositeCosine": _composite_cosine,
 }
+_POSITIVE = (lambda v: v > 0, "> 0")
 # what each policy needs, checked when the net is created: (arg, test, rule)
 _LR_NEEDS: dict[str, list[tuple[str, Any, str]]] = {
     "step": [("stepsize", lambda v: v >= 1, ">= 1"), ("gamma", lambda v: v > 0, "> 0")],
@@ -354,39 +446,125 @@ _LR_NEEDS: dict[str, list[tuple[str, Any, str]]] = {
     "alter": [("active_period", lambda v: v >= 0, ">= 0"), ("inactive_period", lambda v: v >= 0, ">= 0")],
     "hill": [("num_iter", lambda v: v >= 0, ">= 0"), ("start_multiplier", lambda v: v >= 0, ">= 0"),
              ("gamma", lambda v: v > 0, "> 0"), ("power", lambda v: v > 0, "> 0")],
+    "cyclical": [("stepsize", *_POSITIVE), ("max_lr", lambda v: True, "")],
+    "constantThenLinearWarmup": [("constant_warmup_num_iter", lambda v: v >= 0, ">= 0"),
+                                 ("linear_warmup_num_iter", *_POSITIVE)],
+    "compositeCyclical": [("constant_warmup_num_iter", lambda v: v >= 0, ">= 0"), ("linear_warmup_num_iter", *_POSITIVE),
+                          ("cyclical_step_size", *_POSITIVE)],
+    "cosine": [("period", *_POSITIVE), ("t_mult", *_POSITIVE)],
+    "slope": [("num_iter_1", *_POSITIVE), ("num_iter_2", *_POSITIVE)],
+    "compositeCosine": [("constant_warmup_num_iter", lambda v: v >= 0, ">= 0"), ("linear_warmup_num_iter", *_POSITIVE),
+                        ("cosine_period", *_POSITIVE), ("cosine_t_mult", *_POSITIVE)],
 }
 _LR_ARGS = [
     Arg("base_lr", float, Arg.REQUIRED, "the learning rate the multiplier scales (Caffe2 feeds a negative one)"),
-    Arg("policy", str, "fixed", "Caffe2's: fixed 1; step gamma^floor(iter/stepsize); exp gamma^iter; inv "
-        "(1 + gamma iter)^-power; poly (1 - iter/max_iter)^power; linearWarmup start_multiplier + (1 - "
-        "start_multiplier) iter/num_iter until num_iter, then 1; constantWarmup multiplier until num_iter, then 1; "
-        "alter 1 for active_period iterations then 0 for inactive_period (the other way round with "
-        "active_first=0); hill linearWarmup for num_iter, then max(end_multiplier, inv of iter - num_iter)",
-        choices=tuple(LR_POLICIES)),
-    Arg("stepsize", int, 1, "iterations per step (step)"),
+    Arg("policy", str, "fixed", "Caffe2's: fixed 1; step gamma^floor(iter/stepsize); exp gamma^iter; gate multiplier_1 "
+        "before num_iter, then multiplier_2; slope multiplier_1 before num_iter_1, then max(multiplier_2, the line "
+        "to multiplier_2 at num_iter_2); inv (1 + gamma iter)^-power; poly (1 - iter/max_iter)^power; linearWarmup "
+        "start_multiplier + (1 - start_multiplier) iter/num_iter until num_iter, then 1; constantWarmup multiplier until "
+        "num_iter, then 1; pieceWarmup m1 before n1, m2 before n2, then m3; alter 1 for active_period iterations then 0 "
+        "for inactive_period (the other way round with active_first=0); hill linearWarmup for num_iter, then "
+        "max(end_multiplier, inv of iter - num_iter); composite: sub-policy i (its args prefixed sub_policy_{i}_, "
+        "lr_scale a factor) for sub_policy_num_iters[i] iterations from iteration 1; cyclical a triangle of period "
+        "2 stepsize up to max_lr/base_lr, times decay per period; constantThenLinearWarmup start_warmup_multiplier for "
+        "constant_warmup_num_iter, then a linear warm-up over linear_warmup_num_iter; cosine SGDR from max_lr down to "
+        "min_lr over period (t_mult, lr_shrink); compositeCyclical / compositeCosine: that warm-up, then cyclical / "
+        "cosine with the cyclical_ / cosine_ args", choices=tuple(LR_POLICIES)),
+    Arg("stepsize", int, 1, "iterations per step (step), half a period (cyclical)"),
     Arg("gamma", float, 1.0, "decay factor (step, exp, inv, hill)"),
     Arg("power", float, 0.0, "exponent (inv, poly, hill)"),
     Arg("max_iter", int, -1, "the iteration where poly reaches 0"),
     Arg("start_multiplier", float, 0.0, "first multiplier of linearWarmup and hill"),
-    Arg("num_iter", int, 0, "warm-up iterations (linearWarmup, constantWarmup, hill)"),
+    Arg("num_iter", int, 0, "warm-up iterations (linearWarmup, constantWarmup, hill), gate's switch"),
     Arg("multiplier", float, 0.5, "constantWarmup's multiplier"),
     Arg("end_multiplier", float, 0.0, "hill's lower bound"),
     Arg("active_first", bool, True, "alter: the active period comes first"),
     Arg("active_period", int, -1, "alter: iterations with multiplier 1"),
     Arg("inactive_period", int, -1, "alter: iterations with multiplier 0"),
+    Arg("multiplier_1", float, None, "gate: the multiplier before num_iter (default 1); slope: before num_iter_1 (0)"),
+    Arg("multiplier_2", float, None, "gate: the multiplier from num_iter on (default 1); slope: the floor (0)"),
+    Arg("num_iter_1", int, 0, "slope: the end of multiplier_1"),
+    Arg("num_iter_2", int, 0, "slope: where the line from multiplier_1 reaches multiplier_2"),
+    Arg("m1", float, 0.5, "pieceWarmup: the multiplier before n1"),
+    Arg("n1", int, 0, "pieceWarmup: the end of m1"),
+    Arg("m2", float, 0.5, "pieceWarmup: the multiplier from n1 to n2"),
+    Arg("n2", int, 0, "pieceWarmup: the end of m2"),
+    Arg("m3", float, 0.5, "pieceWarmup: the multiplier from n2 on"),
+    Arg("sub_policy_num_iters", list, [], "composite: the iterations of each sub-policy", item_type=int),
+    Arg("max_lr", float, None, "cyclical: the peak learning rate (default 0.005); cosine: the upper bound (0.5)"),
+    Arg("decay", float, 1.0, "cyclical: the peak's factor per period"),
+    Arg("min_lr", float, 0.1, "cosine: the lower bound"),
+    Arg("period", int, 50, "cosine: iterations of the first period"),
+    Arg("t_mult", float, 1.0, "cosine: each period's length factor"),
+    Arg("lr_shrink", float, 0.99, "cosine: each period's bounds factor"),
+    Arg("start_warmup_multiplier", float, 0.1, "constantThenLinearWarmup and the composite ones: the first multiplier"),
+    Arg("constant_warmup_num_iter", int, 10000000, "iterations at start_warmup_multiplier"),
+    Arg("linear_warmup_num_iter", int, 10000000, "iterations of the linear warm-up to 1"),
+    Arg("cyclical_max_lr", float, 0.05, "compositeCyclical: cyclical's max_lr"),
+    Arg("cyclical_step_size", int, 1000000, "compositeCyclical: cyclical's stepsize"),
+    Arg("cyclical_decay", float, 1.0, "compositeCyclical: cyclical's decay"),
+    Arg("cosine_max_lr", float, 0.5, "compositeCosine: cosine's max_lr"),
+    Arg("cosine_min_lr", float, 0.1, "compositeCosine: cosine's min_lr"),
+    Arg("cosine_period", int, 50, "compositeCosine: cosine's period"),
+    Arg("cosine_t_mult", float, 1.0, "compositeCosine: cosine's t_mult"),
+    Arg("cosine_lr_shrink", float, 0.99, "compositeCosine: cosine's lr_shrink"),
     Arg("dtype", str, "float32", "output dtype", choices=("float32", "float64")),
 ]
+_LR_ARG_SPECS = {arg.name: arg for arg in _LR_ARGS}
+# args whose Caffe2 default depends on the policy (None in _LR_ARGS): policy -> value, else the fallback
+_POLICY_DEFAULTS = {"max_lr": ({"cyclical": 0.005, "cosine": 0.5}, 0.0),
+                    "multiplier_1": ({"slope": 0.0}, 1.0), "multiplier_2": ({"slope": 0.0}, 1.0)}
+
+
+def _resolve(a: dict[str, Any], policy: str) -> dict[str, Any]:
+    """``a`` with the policy-dependent defaults filled in where an arg is None."""
+    missing = {k: by.get(policy, other) for k, (by, other) in _POLICY_DEFAULTS.items() if a.get(k) is None}
+    return {**a, **missing} if missing else a
+_SUB_ONLY = {"policy": Arg("policy", str, Arg.REQUIRED, "", choices=tuple(p for p in LR_POLICIES if p != "composite")),
+             "lr_scale": Arg("lr_scale", float, 1.0, "")}
+
+
+def _lr_extra_args(name: str) -> Arg | None:
+    """The Arg of ``sub_policy_{i}_{arg}`` (a composite's sub-policy args), or None."""
+    m = _SUB_POLICY.fullmatch(name)
+    if m is None or m.group(2) in ("base_lr", "dtype", "sub_policy_num_iters"):
+        return None
+    spec = _SUB_ONLY.get(m.group(2)) or _LR_ARG_SPECS.get(m.group(2))
+    return None if spec is None else dataclasses.replace(spec, name=name)
+
+
+def _check_policy(policy: str, get: Any, where: str) -> None:
+    """The needs of one policy, ``get(name)`` its arg values (defaults filled in)."""
+    for name, ok, rule in _LR_NEEDS.get(policy, []):
+        value = get(name)
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not ok(value):
+            raise ValueError(f"policy {policy!r}{where} needs {name} {rule}, got {value!r}")
+    if policy == "alter" and get("active_period") + get("inactive_period") <= 0:
+        raise ValueError(f"policy 'alter'{where} needs active_period + inactive_period > 0")
+    if policy == "slope" and get("num_iter_2") <= get("num_iter_1"):
+        raise ValueError(f"policy 'slope'{where} needs num_iter_2 > num_iter_1, got {get('num_iter_2')} <= {get('num_iter_1')}")
 
 
 def _validate_lr(op: Any) -> None:
     policy = op.args.get("policy", "fixed")
     defaults = {arg.name: arg.default for arg in _LR_ARGS}
-    for name, ok, rule in _LR_NEEDS.get(policy, []):
-        value = op.args.get(name, defaults[name])
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or not ok(value):
-            raise ValueError(f"policy {policy!r} needs {name} {rule}, got {value!r}")
-    if policy == "alter" and op.args.get("active_period", -1) + op.args.get("inactive_period", -1) <= 0:
-        raise ValueError("policy 'alter' needs active_period + inactive_period > 0")
+    defaults = _resolve(defaults, policy)
+    _check_policy(policy, lambda name: op.args.get(name, defaults[name]), "")
+    if policy != "composite":
+        return
+    num_iters = op.args.get("sub_policy_num_iters", [])
+    if not num_iters or min(num_iters) <= 0:
+        raise ValueError(f"policy 'composite' needs sub_policy_num_iters of positive counts, got {num_iters}")
+    for i in range(len(num_iters)):
+        prefix = f"sub_policy_{i}_"
+        sub = op.args.get(prefix + "policy")
+        if sub is None:
+            raise ValueError(f"policy 'composite' needs {prefix}policy for its sub-policy {i}")
+        sub_defaults = _resolve({**defaults, **{k: None for k in _POLICY_DEFAULTS}}, sub)
+        _check_policy(sub, lambda name: op.args.get(prefix + name, sub_defaults[name]), f" (sub-policy {i})")
+    past = [k for k in op.args if (m := _SUB_POLICY.fullmatch(k)) and int(m.group(1)) >= len(num_iters)]
+    if past:
+        raise ValueError(f"argument {past[0]!r} names a sub-policy past the {len(num_iters)} of sub_policy_num_iters")
 
 
 def _specialize_learning_rate(ctx: Any, it: Any) -> Any:
@@ -407,7 +585,7 @@ def _specialize_learning_rate(ctx: Any, it: Any) -> Any:
 
 
 @register_op("LearningRate", inputs=1, outputs=1, devices=CPU_CUDA, args=_LR_ARGS, validate=_validate_lr,
-             specialize=_specialize_learning_rate,
+             specialize=_specialize_learning_rate, extra_args=_lr_extra_args,
              inputs_doc=("iter (int64 counter, 1 element)",), outputs_doc=("lr (0-d)",),
              doc="The learning rate for the current iteration: base_lr times the multiplier of the policy "
                  "(Caffe2's learning_rate_functors), as a 0-d array.")
@@ -420,6 +598,7 @@ def learning_rate(ctx: Any, it: Any) -> np.ndarray:
     t = int(_scalar(ctx, it, 0, "i"))
     if t < 0:
         raise ValueError(f"expected a non-negative iteration count in {ctx.op.inputs[0]!r}, got {t}")
+    a = _resolve(a, a["policy"])
     lr = a["base_lr"] * LR_POLICIES[a["policy"]](a, t)
     return namespace(ctx, it).scalar(lr, a["dtype"], like=it)
 

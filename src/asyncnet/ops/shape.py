@@ -178,33 +178,51 @@ def _transpose_grad(op: OperatorDef, gout: GradOut) -> MakerResult:
 # -- Concat: Y = the inputs joined along axis (or stacked on a new one); dXi = the pieces of dY -----
 _AXIS = Arg("axis", int, 1, "the axis to join or split along")
 _ADD_AXIS = Arg("add_axis", bool, False, "stack on a new axis at `axis` instead of joining along an existing one")
+_ORDER = Arg("order", str, None, "Caffe2's legacy form of the axis, instead of `axis`: NCHW is axis 1, NHWC axis 3 "
+             "(add_axis is then ignored)", choices=("NCHW", "NHWC", "nchw", "nhwc"))
 
 
-@register_op("Concat", inputs=(1, None), outputs=2, args=[_AXIS, _ADD_AXIS],
+def _axis_or_order(op: OperatorDef) -> None:
+    if "axis" in op.args and "order" in op.args:
+        raise ValueError("expected either `axis` or `order` (the axis of 4-D images), not both")
+
+
+def _axis_args(ctx: Any) -> tuple[int, bool]:
+    """(axis, add_axis) as Caffe2's Concat and Split read them: `order` gives axis 1 (NCHW) or 3
+    (NHWC) and no added axis."""
+    order = ctx.args["order"]
+    if order is not None:
+        return (3 if order.upper() == "NHWC" else 1), False
+    return ctx.args["axis"], ctx.args["add_axis"]
+
+
+@register_op("Concat", inputs=(1, None), outputs=2, args=[_AXIS, _ADD_AXIS, _ORDER], validate=_axis_or_order,
              inputs_doc=("X0", "X1", "..."), outputs_doc=("concat_result", "split_info (1-D int32: each input's size along axis)"),
-             doc="Caffe2's Concat: the inputs joined along `axis` (stacked on a new axis with add_axis=1); "
-                 "output 1 holds each input's size along the axis, for the gradient's Split.")
+             doc="Caffe2's Concat: the inputs joined along `axis` (stacked on a new axis with add_axis=1; or Caffe2's "
+                 "legacy `order`, NCHW: axis 1, NHWC: axis 3); output 1 holds each input's size along the axis, for "
+                 "the gradient's Split.")
 def concat(ctx: Any, *xs: Any) -> tuple[np.ndarray, np.ndarray]:
     arrays = [array(ctx, x, i) for i, x in enumerate(xs)]
     first = arrays[0]
-    nd = first.ndim + (1 if ctx.args["add_axis"] else 0)
-    axis = ctx.args["axis"] + nd if ctx.args["axis"] < 0 else ctx.args["axis"]
+    given, add_axis = _axis_args(ctx)
+    nd = first.ndim + (1 if add_axis else 0)
+    axis = given + nd if given < 0 else given
     if not 0 <= axis < nd:
-        raise ValueError(f"argument axis={ctx.args['axis']} is out of range for inputs of shape {first.shape}")
+        raise ValueError(f"axis {given} is out of range for inputs of shape {first.shape}")
     xp = namespace(ctx, *arrays)
     for i, x in enumerate(arrays):
         if x.dtype != first.dtype:
             raise TypeError(f"expected every input of dtype {first.dtype}, got {x.dtype} in input {i} {ctx.op.inputs[i]!r}")
-        same = x.shape == first.shape if ctx.args["add_axis"] else (
+        same = x.shape == first.shape if add_axis else (
             x.ndim == first.ndim and all(a == b for k, (a, b) in enumerate(zip(x.shape, first.shape)) if k != axis))
         if not same:
             raise ValueError(f"expected input {i} {ctx.op.inputs[i]!r} to match input 0's shape {first.shape} "
-                             f"{'exactly' if ctx.args['add_axis'] else f'except along axis {axis}'}, got {x.shape}")
+                             f"{'exactly' if add_axis else f'except along axis {axis}'}, got {x.shape}")
     if xp.name == "torch":
-        joined = xp.lib.stack(arrays, dim=axis) if ctx.args["add_axis"] else xp.lib.cat(arrays, dim=axis)
-        sizes = [1] * len(arrays) if ctx.args["add_axis"] else [x.shape[axis] for x in arrays]
+        joined = xp.lib.stack(arrays, dim=axis) if add_axis else xp.lib.cat(arrays, dim=axis)
+        sizes = [1] * len(arrays) if add_axis else [x.shape[axis] for x in arrays]
         return joined, _ints(first, sizes, np.int32)
-    if ctx.args["add_axis"]:
+    if add_axis:
         return np.stack(arrays, axis=axis), np.ones(len(arrays), dtype=np.int32)
     return np.concatenate(arrays, axis=axis), np.array([x.shape[axis] for x in arrays], dtype=np.int32)
 
@@ -213,7 +231,7 @@ def concat(ctx: Any, *xs: Any) -> tuple[np.ndarray, np.ndarray]:
 def _concat_grad(op: OperatorDef, gout: GradOut) -> MakerResult:
     _only_first_output(op, gout)
     names = [f"#dx{i}" for i in range(len(op.inputs))]
-    args = {k: op.args[k] for k in ("axis", "add_axis") if k in op.args}
+    args = {k: op.args[k] for k in ("axis", "add_axis", "order") if k in op.args}
     return [_op("Split", [output_grad(op, gout), op.outputs[1]], names, **args)], list(names)
 
 
@@ -223,7 +241,7 @@ def _split_sizes(ctx: Any, x: np.ndarray, axis: int, n: int, split_in: Any) -> l
     if split_in is not None and a["split"]:
         raise ValueError("expected the split sizes either in the `split` argument or in input 1, not both")
     sizes = _int_vector(ctx, split_in, 1) if split_in is not None else list(a["split"])
-    if a["add_axis"]:
+    if _axis_args(ctx)[1]:
         if sizes and any(s != 1 for s in sizes):
             raise ValueError(f"with add_axis=1 every split size must be 1, got {sizes}")
         sizes = [1] * x.shape[axis]
@@ -237,10 +255,10 @@ def _split_sizes(ctx: Any, x: np.ndarray, axis: int, n: int, split_in: Any) -> l
 
 
 def _split_axis(ctx: Any, x: np.ndarray) -> int:
-    axis = ctx.args["axis"]
+    axis = _axis_args(ctx)[0]
     a = axis + x.ndim if axis < 0 else axis
     if not 0 <= a < x.ndim:
-        raise ValueError(f"argument axis={axis} is out of range for an input of shape {x.shape}")
+        raise ValueError(f"axis {axis} is out of range for an input of shape {x.shape}")
     return a
 
 
@@ -260,20 +278,21 @@ _SPLIT = Arg("split", list, [], "the size of each piece along axis (or give them
              "empty splits into equal pieces", item_type=int)
 
 
-@register_op("Split", inputs=(1, 2), outputs=(1, None), args=[_AXIS, _SPLIT, _ADD_AXIS],
+@register_op("Split", inputs=(1, 2), outputs=(1, None), args=[_AXIS, _SPLIT, _ADD_AXIS, _ORDER], validate=_axis_or_order,
              inputs_doc=("input", "split (optional 1-D int sizes)"), outputs_doc=("output_0", "output_1", "..."),
              doc="Caffe2's Split: consecutive pieces of the input along `axis`, of the sizes in `split` (argument or "
-                 "input 1) or equal; with add_axis=1 every piece has size 1 and that axis is removed.")
+                 "input 1) or equal; with add_axis=1 every piece has size 1 and that axis is removed. Caffe2's legacy "
+                 "`order` (NCHW: axis 1, NHWC: axis 3) may replace `axis`.")
 def split(ctx: Any, x: Any, split_in: Any = None) -> tuple[np.ndarray, ...]:
     x = array(ctx, x, 0)
     axis = _split_axis(ctx, x)
     sizes = _split_sizes(ctx, x, axis, len(ctx.op.outputs), split_in)
-    pieces = split_pieces(x, axis, sizes, ctx.args["add_axis"])
+    pieces = split_pieces(x, axis, sizes, _axis_args(ctx)[1])
     return pieces[0] if len(pieces) == 1 else tuple(pieces)  # one output is returned bare
 
 
 @register_op("SplitGradient", inputs=(2, None), outputs=1,
-             args=[_AXIS, _SPLIT, _ADD_AXIS, Arg("present", list, [], "1 for each forward output with a gradient input", item_type=int),
+             args=[_AXIS, _SPLIT, _ADD_AXIS, _ORDER, Arg("present", list, [], "1 for each forward output with a gradient input", item_type=int),
                    Arg("split_input", bool, False, "input 1 is the forward op's split sizes")],
              inputs_doc=("X (the forward input)", "split (if split_input)", "dY for each present output"), outputs_doc=("dX",),
              doc="Gradient of Split: the output gradients joined along axis, zeros where an output has none.")
@@ -288,7 +307,7 @@ def split_gradient(ctx: Any, x: Any, *rest: Any) -> np.ndarray:
     shape = list(x.shape)
     for k, (p, s) in enumerate(zip(present, sizes)):
         shape[axis] = s
-        piece_shape = tuple(d for j, d in enumerate(shape) if not (ctx.args["add_axis"] and j == axis))
+        piece_shape = tuple(d for j, d in enumerate(shape) if not (_axis_args(ctx)[1] and j == axis))
         if p:
             dy = array(ctx, grads.pop(0), 0)
             if tuple(dy.shape) != piece_shape:
@@ -307,9 +326,20 @@ def _split_grad(op: OperatorDef, gout: GradOut) -> MakerResult:
     present = [0 if g is None else 1 for g in gout]
     has_split = len(op.inputs) > 1
     inputs = [op.inputs[0], *op.inputs[1:2], *(g for g in gout if g is not None)]
-    args = {k: op.args[k] for k in ("axis", "split", "add_axis") if k in op.args}
+    args = {k: op.args[k] for k in ("axis", "split", "add_axis", "order") if k in op.args}
     ops = [_op("SplitGradient", inputs, ["#dx"], present=present, split_input=has_split, **args)]
     return ops, ["#dx"] + [None] * (len(op.inputs) - 1)
+
+
+# Caffe2's backward-compatible names (concat_split_op.cc): DepthConcat is Concat, DepthSplit is Split
+register_op("DepthConcat", inputs=(1, None), outputs=2, args=[_AXIS, _ADD_AXIS, _ORDER], validate=_axis_or_order,
+            inputs_doc=("X0", "X1", "..."), outputs_doc=("concat_result", "split_info"),
+            doc="Caffe2's DepthConcat: Concat under its old name.")(concat)
+register_gradient("DepthConcat")(_concat_grad)
+register_op("DepthSplit", inputs=(1, 2), outputs=(1, None), args=[_AXIS, _SPLIT, _ADD_AXIS, _ORDER], validate=_axis_or_order,
+            inputs_doc=("input", "split (optional)"), outputs_doc=("output_0", "..."),
+            doc="Caffe2's DepthSplit: Split under its old name.")(split)
+register_gradient("DepthSplit")(_split_grad)
 
 
 # -- Slice: Y = X[starts:ends] per dim (Caffe2's negative rule: end -1 is the dim's end) -----------
@@ -450,11 +480,11 @@ def size_op(ctx: Any, x: Any) -> Any:
     return _like_input(np.array(math.prod(x.shape), np.int64), x)
 
 
-@register_op("HasElements", inputs=1, outputs=1, inputs_doc=("X",), outputs_doc=("0-d bool",),
-             doc="True when X has at least one element (Caffe2's HasElements).")
-def has_elements(ctx: Any, x: Any) -> Any:
-    x = array(ctx, x, 0)
-    return _like_input(np.array(math.prod(x.shape) > 0), x)
+@register_op("HasElements", inputs=(1, None), outputs=1, inputs_doc=("X_0", "X_1 ..."), outputs_doc=("0-d bool",),
+             doc="True when any input has at least one element (Caffe2's HasElements, one input or more).")
+def has_elements(ctx: Any, *xs: Any) -> Any:
+    arrays = [array(ctx, x, i) for i, x in enumerate(xs)]
+    return _like_input(np.array(any(math.prod(x.shape) > 0 for x in arrays)), arrays[0])
 
 
 @register_op("IsEmpty", inputs=1, outputs=1, inputs_doc=("X",), outputs_doc=("0-d bool",),

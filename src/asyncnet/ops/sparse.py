@@ -99,23 +99,83 @@ def _lengths(ctx: Any, x: Any, i: int, total: int) -> np.ndarray:
 
 
 # -- Gather: Y = DATA[INDICES] (rows);  dDATA = GradientSlice(INDICES flattened, dY as rows) --------
+_WRAP = Arg("wrap_indices", bool, None, "a negative index i means dim + i (Caffe2's; default: on for axis 0 only)")
+_MATCH_OUTER = Arg("match_outer", bool, False, "INDICES has DATA's dims before axis and each outer position picks "
+                   "with its own indices (Caffe2's)")
+
+
 @register_op("Gather", inputs=2, outputs=1, inputs_doc=("DATA [R, ...]", "INDICES (int, any shape)"),
              outputs_doc=("OUTPUT [*DATA.shape[:axis], *INDICES.shape, *DATA.shape[axis + 1:]]",),
-             args=[Arg("axis", int, 0, "the axis of DATA the indices pick along (Caffe2's; negative counts from the end)")],
+             args=[Arg("axis", int, 0, "the axis of DATA the indices pick along (Caffe2's; negative counts from the end)"),
+                   _WRAP, _MATCH_OUTER,
+                   Arg("dense_gradient", bool, False, "axis 0: a dense gradient (Caffe2's SparseToDense) instead of "
+                       "the sparse one; other axes are always dense")],
              doc="Caffe2's Gather: the slices of DATA along `axis` (rows by default) picked by INDICES (any shape; "
-                 "each in [0, DATA.shape[axis])). Its gradient is sparse (indices, rows) on axis 0, dense "
-                 "(BatchGatherGradient) on another axis, as in Caffe2.")
+                 "each in [0, DATA.shape[axis]), or in [-dim, dim) with wrap_indices, on by default on axis 0; with "
+                 "match_outer INDICES starts with DATA's dims before axis and OUTPUT is [*DATA.shape[:axis], "
+                 "*INDICES.shape[axis:], *DATA.shape[axis + 1:]]). An empty DATA axis gives an empty output of "
+                 "DATA's shape, as Caffe2's. Its gradient is sparse (indices, rows) on axis 0 unless dense_gradient, "
+                 "dense (BatchGatherGradient) on another axis, as in Caffe2.")
 def gather(ctx: Any, data: Any, indices: Any) -> np.ndarray:
     data = _table(ctx, data, 0)
     namespace(ctx, data, indices)
     axis = _gather_axis(ctx, data)
+    wrap = ctx.args["wrap_indices"]
+    return _gather_impl(ctx, data, indices, axis, axis == 0 if wrap is None else wrap, ctx.args["match_outer"])
+
+
+def _gather_impl(ctx: Any, data: Any, indices: Any, axis: int, wrap: bool, match_outer: bool = False) -> Any:
+    """Caffe2's gather_impl: an empty DATA axis gives DATA's shape (no index is read), an empty
+    output is returned before the indices are checked, negative indices wrap when ``wrap``."""
+    dim = data.shape[axis]
+    indices = array(ctx, indices, 1)
+    _indices(ctx, indices.reshape(-1)[:0], 1, dim)  # the dtype (int32 or int64), whatever the output's size
+    if match_outer:
+        _check_outer(ctx, data, indices, axis)
+    if dim == 0:
+        return data.clone() if is_torch(data) else data.copy()
+    picked = indices.shape[axis:] if match_outer else indices.shape
+    shape = (*data.shape[:axis], *picked, *data.shape[axis + 1:])
+    if math.prod(shape) == 0:
+        return namespace(ctx, data).full(shape, 0, like=data)
+    idx = _indices(ctx, _wrapped(indices, dim) if wrap else indices, 1, dim)
+    if match_outer:
+        outer = math.prod(data.shape[:axis])
+        flat = data.reshape(outer, dim, *data.shape[axis + 1:])
+        rows = _outer_rows(idx, outer)
+        return flat[rows, idx.reshape(outer, -1)].reshape(shape)
     if axis == 0:
-        return _rows(data, _indices(ctx, indices, 1, data.shape[0]))
-    idx = _indices(ctx, indices, 1, data.shape[axis])
+        return _rows(data, idx)
     if is_torch(data):
-        picked = data.index_select(axis, idx.reshape(-1).long())
-        return picked.reshape(*data.shape[:axis], *idx.shape, *data.shape[axis + 1:])
+        picked_slices = data.index_select(axis, idx.reshape(-1).long())
+        return picked_slices.reshape(shape)
     return np.take(data, idx, axis=axis)
+
+
+def _check_outer(ctx: Any, data: Any, indices: Any, axis: int) -> None:
+    if tuple(indices.shape[:axis]) != tuple(data.shape[:axis]) or indices.ndim < axis:
+        raise ValueError(f"with match_outer, expected INDICES {ctx.op.inputs[1]!r} to start with DATA's dims before "
+                         f"axis {axis}, {tuple(data.shape[:axis])}, got {tuple(indices.shape)}")
+
+
+def _outer_rows(idx: Any, outer: int) -> Any:
+    """The outer position of each index of ``idx`` viewed as [outer, k]: a column to broadcast."""
+    if is_torch(idx):
+        import torch
+
+        return torch.arange(outer, device=idx.device)[:, None]
+    return np.arange(outer)[:, None]
+
+
+def _wrapped(indices: Any, dim: int) -> Any:
+    """``indices`` with each negative i read as dim + i (a new array only when one is negative)."""
+    if not (indices < 0).any():
+        return indices
+    if is_torch(indices):
+        import torch
+
+        return torch.where(indices < 0, indices + dim, indices)
+    return np.where(indices < 0, indices + dim, indices)
 
 
 def _gather_axis(ctx: Any, data: Any) -> int:
@@ -125,7 +185,31 @@ def _gather_axis(ctx: Any, data: Any) -> int:
     return axis % data.ndim
 
 
-@register_op("BatchGatherGradient", inputs=3, outputs=1, args=[Arg("axis", int, 1, "the forward Gather's axis")],
+# -- BatchGather: Gather along axis 1 (Caffe2's name); its gradient is BatchGatherGradient --------
+@register_op("BatchGather", inputs=2, outputs=1, inputs_doc=("DATA [B, R, ...]", "INDICES (int, any shape)"),
+             outputs_doc=("OUTPUT [*DATA.shape[:axis], *INDICES.shape, *DATA.shape[axis + 1:]]",),
+             args=[Arg("axis", int, 1, "the axis of DATA the indices pick along (negative counts from the end)"),
+                   _MATCH_OUTER],
+             doc="Caffe2's BatchGather: Gather along `axis` (1 by default: the same indices in every batch row, or "
+                 "each row its own with match_outer) of a DATA of at least 2 dims; indices in [0, DATA.shape[axis]).")
+def batch_gather(ctx: Any, data: Any, indices: Any) -> np.ndarray:
+    data = _table(ctx, data, 0)
+    namespace(ctx, data, indices)
+    if data.ndim < 2:
+        raise ValueError(f"expected DATA of at least 2 dims in input 0 {ctx.op.inputs[0]!r}, got shape {tuple(data.shape)}")
+    return _gather_impl(ctx, data, indices, _gather_axis(ctx, data), False, ctx.args["match_outer"])
+
+
+@register_gradient("BatchGather")
+def _batch_gather_grad(op: OperatorDef, gout: GradOut) -> MakerResult:
+    args = {"axis": op.args.get("axis", 1), "match_outer": bool(op.args.get("match_outer", False))}
+    gop = OperatorDef("BatchGatherGradient", [*op.inputs, output_grad(op, gout)], ["#ddata"], args)
+    return [gop], ["#ddata", None]
+
+
+@register_op("BatchGatherGradient", inputs=3, outputs=1,
+             args=[Arg("axis", int, 1, "the forward Gather's axis"),
+                   Arg("wrap_indices", bool, False, "the forward op wrapped negative indices"), _MATCH_OUTER],
              inputs_doc=("DATA", "INDICES", "dY"), outputs_doc=("dDATA, DATA's shape",),
              doc="Dense gradient of Gather along `axis` (Caffe2's name): dDATA is zero but for the picked "
                  "slices, which receive dY; an index picked twice receives both, in order.")
@@ -133,17 +217,43 @@ def batch_gather_gradient(ctx: Any, data: Any, indices: Any, dy: Any) -> np.ndar
     data = _table(ctx, data, 0)
     xp = namespace(ctx, data, indices, dy)
     axis = _gather_axis(ctx, data)
-    idx = _indices(ctx, indices, 1, data.shape[axis])
-    want = (*data.shape[:axis], *idx.shape, *data.shape[axis + 1:])
     dy = float_array(ctx, dy, 2)
+    match_outer = ctx.args["match_outer"]
+    indices = array(ctx, indices, 1)
+    if match_outer:
+        _check_outer(ctx, data, indices, axis)
+    picked = indices.shape[axis:] if match_outer else indices.shape
+    want = tuple(data.shape) if data.shape[axis] == 0 else (*data.shape[:axis], *picked, *data.shape[axis + 1:])
     if tuple(dy.shape) != want:
         raise ValueError(f"expected dY of shape {want} in input 2 {ctx.op.inputs[2]!r}, got {tuple(dy.shape)}")
+    if data.shape[axis] == 0 or math.prod(dy.shape) == 0:  # an empty forward output: nothing was picked
+        return xp.full(tuple(data.shape), 0, like=dy)
+    wrap = ctx.args["wrap_indices"]
+    idx = _indices(ctx, _wrapped(indices, data.shape[axis]) if wrap else indices, 1, data.shape[axis])
+    if match_outer:
+        return _match_outer_grad(xp, data, idx, dy, axis)
     flat_dy = dy.reshape(*data.shape[:axis], -1, *data.shape[axis + 1:])  # the index dims as one
     if xp.name == "torch":
         return xp.lib.zeros_like(data, dtype=dy.dtype).index_add_(axis, idx.reshape(-1).long(), flat_dy)
     out = np.zeros(data.shape, dy.dtype)
     np.add.at(np.moveaxis(out, axis, 0), idx.reshape(-1), np.moveaxis(flat_dy, axis, 0))
     return out
+
+
+def _match_outer_grad(xp: Any, data: Any, idx: Any, dy: Any, axis: int) -> Any:
+    """dDATA[o, idx[o, k]] += dY[o, k] for each outer position o (repeats add up)."""
+    outer, dim, inner = math.prod(data.shape[:axis]), data.shape[axis], tuple(data.shape[axis + 1:])
+    flat_idx = idx.reshape(outer, -1)
+    flat_dy = dy.reshape(outer, -1, *inner)
+    rows = _outer_rows(idx, outer)
+    if xp.name == "torch":
+        out = xp.lib.zeros((outer, dim, *inner), dtype=dy.dtype, device=dy.device)
+        rows_b = rows.expand(outer, flat_idx.shape[1])
+        out.index_put_((rows_b, flat_idx.long()), flat_dy, accumulate=True)
+        return out.reshape(data.shape)
+    out = np.zeros((outer, dim, *inner), dy.dtype)
+    np.add.at(out, (np.broadcast_to(rows, flat_idx.shape), flat_idx), flat_dy)
+    return out.reshape(data.shape)
 
 
 def _rows(data: Any, idx: Any) -> Any:
@@ -167,8 +277,13 @@ def gather_gradient(ctx: Any, dy: Any, indices: Any) -> tuple[np.ndarray, np.nda
 @register_gradient("Gather")
 def _gather_grad(op: OperatorDef, gout: GradOut) -> MakerResult:
     axis = op.args.get("axis", 0)
-    if axis != 0:  # Caffe2's GetGatherGradient: dense on any other axis (a negative one may still be 0: the kernel resolves it)
-        gop = OperatorDef("BatchGatherGradient", [*op.inputs, output_grad(op, gout)], ["#ddata"], {"axis": axis})
+    dense = op.args.get("dense_gradient")
+    if axis != 0 or dense:  # Caffe2's GetGatherGradient: dense on any other axis (a negative one may still be 0: the kernel resolves it)
+        if axis != 0 and dense is not None and not dense:
+            raise ValueError("Gather with axis > 0 must use dense_gradient (Caffe2's rule)")
+        args = {"axis": axis, "wrap_indices": bool(op.args.get("wrap_indices", axis == 0)),
+                "match_outer": bool(op.args.get("match_outer", False))}
+        gop = OperatorDef("BatchGatherGradient", [*op.inputs, output_grad(op, gout)], ["#ddata"], args)
         return [gop], ["#ddata", None]
     gop = OperatorDef("GatherGradient", [output_grad(op, gout), op.inputs[1]], ["#idx", "#rows"])
     return [gop], [GradientSlice("#idx", "#rows"), None]  # type: ignore[list-item]
@@ -353,6 +468,13 @@ def sparse_to_dense(ctx: Any, indices: Any, values: Any, like: Any = None) -> np
     return out
 
 
+@register_gradient("SparseToDense")
+def _sparse_to_dense_grad(op: OperatorDef, gout: GradOut) -> MakerResult:
+    """Caffe2's GetSparseToDenseGradient: dvalues = Gather(dY, indices); no gradient for the rest."""
+    gop = OperatorDef("Gather", [output_grad(op, gout), op.inputs[0]], ["#dvalues"], {})
+    return [gop], [None, "#dvalues"] + [None] * (len(op.inputs) - 2)
+
+
 def _add_at(out: Any, idx: Any, values: Any) -> None:
     """``out[idx[k]] += values[k]`` for every k in order, in place (repeats add up)."""
     if is_torch(out):
@@ -467,7 +589,8 @@ def _scalar(ctx: Any, x: Any, i: int, dtype: np.dtype) -> Any:
     return xp.item(x)  # a Python number: the (torch) parameter's dtype wins
 
 
-# -- ScatterWeightedSum: X0[idx[k]] = w0 * X0[idx[k]] + sum_i w_i * X_i[k], for k in order ---------
+# -- ScatterWeightedSum (Caffe2's loops): X0[idx[k]] *= w0 for every k (a repeated row is scaled ----
+#    once per occurrence), then for each pair i and each k in order X0[idx[k]] += w_i * X_i[k]
 def _scatter_weighted_sum_validate(op: OperatorDef) -> None:
     if len(op.inputs) < 5 or len(op.inputs) % 2 == 0:
         raise ValueError(f"expected inputs X0, w0, INDICES, then (X, w) pairs: an odd number >= 5, got {len(op.inputs)}")
@@ -478,8 +601,9 @@ def _scatter_weighted_sum_validate(op: OperatorDef) -> None:
              inputs_doc=("X_0 [R, ...] (updated in place)", "Weight_0 (1 element)", "INDICES [K] int",
                          "X_1 [K, ...]", "Weight_1 (1 element)", "..."),
              outputs_doc=("X_0 (the same array)",),
-             doc="Caffe2's ScatterWeightedSum: for each k in order, X_0[INDICES[k]] = Weight_0 * X_0[INDICES[k]] + "
-                 "sum_i Weight_i * X_i[k], written into X_0's array. A sparse SGD step is "
+             doc="Caffe2's ScatterWeightedSum, written into X_0's array: first X_0[INDICES[k]] *= Weight_0 for "
+                 "every k (a row indexed twice is scaled twice, as Caffe2's loop does), then for each pair i and "
+                 "each k in order X_0[INDICES[k]] += Weight_i * X_i[k]. A sparse SGD step is "
                  "ScatterWeightedSum([param, one, indices, grad, neg_lr], param).")
 def scatter_weighted_sum(ctx: Any, x0: Any, w0: Any, indices: Any, *pairs: Any) -> np.ndarray:
     p = _param(ctx, x0, 0)
@@ -489,33 +613,43 @@ def scatter_weighted_sum(ctx: Any, x0: Any, w0: Any, indices: Any, *pairs: Any) 
     k = xp.size(idx)
     terms = [(_rows_of(ctx, pairs[j], 3 + j, k, p), _scalar(ctx, pairs[j + 1], 4 + j, p.dtype))
              for j in range(0, len(pairs), 2)]
-    if a0 == 1 and len(terms) == 1 and not is_torch(p):  # sparse SGD: each gathered row scaled once, no [K, row] update
-        _add_rows(p, idx, terms[0][0], scale=terms[0][1])
-        return p
-    update = terms[0][0] * terms[0][1]
-    for x, w in terms[1:]:
-        update += x * w
-    if a0 == 1:
-        _add_at(p, idx, update)  # repeats add up, in order: the sequential result
-        return p
-    for r in _rounds(idx):
-        rows = idx[r]
-        p[rows] = p[rows] * a0 + update[r]
+    if a0 != 1:  # Caffe2 skips the scaling when w0 is exactly 1
+        for r in _rounds(idx):
+            rows = idx[r]
+            p[rows] = p[rows] * a0
+    for x, w in terms:  # Caffe2's Axpy per pair, rows in k order: repeats add up
+        if is_torch(p):
+            _add_at(p, idx, x * w)
+        else:
+            _add_rows(p, idx, x, scale=w)  # each gathered row scaled once
     return p
 
 
 # -- SparseAdagrad: for each k in order, m[i] += g_k^2; param[i] += lr * g_k / (sqrt(m[i]) + eps) ---
-@register_op("SparseAdagrad", inputs=5, outputs=2, enforce_inplace={0: 0, 1: 1},
+def _sparse_adagrad_validate(op: OperatorDef) -> None:
+    halflife = op.args.get("counter_halflife", -1)
+    if (halflife != -1) != (len(op.inputs) == 6):
+        raise ValueError("expected the count input (input 5) exactly when counter_halflife is not -1, got "
+                         f"{len(op.inputs)} inputs and counter_halflife={halflife}")
+    if halflife != -1 and op.args.get("formula", "caffe2") == "torch":
+        raise ValueError("counter_halflife is Caffe2's; it does not apply with formula='torch'")
+
+
+@register_op("SparseAdagrad", inputs=(5, 6), outputs=2, enforce_inplace={0: 0, 1: 1}, validate=_sparse_adagrad_validate,
              args=[Arg("epsilon", float, None, "added to sqrt(moment); default: Caffe2's 1e-5 (formula caffe2) or "
                        "torch's 1e-10 (formula torch)"),
-                   Arg("weight_decay", float, 0.0, "L2 penalty on the touched rows: g + weight_decay * param[i]"), _FORMULA],
-             inputs_doc=("param [R, ...]", "moment [R, ...]", "indices [K] int", "grad [K, ...]", "lr (1 element)"),
+                   Arg("weight_decay", float, 0.0, "L2 penalty on the touched rows: g + weight_decay * param[i]"), _FORMULA,
+                   Arg("counter_halflife", int, -1, "Caffe2's: when > 0, a row's weight_decay is scaled by "
+                       "counter_halflife / count[i] (rows with count[i] > 0); -1: no count input")],
+             inputs_doc=("param [R, ...]", "moment [R, ...]", "indices [K] int", "grad [K, ...]", "lr (1 element)",
+                         "count [R] (only with counter_halflife != -1)"),
              outputs_doc=("param (in place)", "moment (in place)"),
              doc="Caffe2's SparseAdagrad on the rows in indices, written into param's and moment's arrays: "
                  "moment[i] += g^2; param[i] += lr * g / (sqrt(moment[i]) + epsilon) (Caffe2 feeds a negative lr), "
                  "repeats applied in order. formula='torch' is torch.optim.Adagrad's on a sparse gradient: repeats "
                  "summed first (coalesced), then param[i] -= lr * g / (sqrt(moment[i]) + epsilon) with a positive lr.")
-def sparse_adagrad(ctx: Any, param: Any, moment: Any, indices: Any, grad: Any, lr: Any) -> tuple[np.ndarray, np.ndarray]:
+def sparse_adagrad(ctx: Any, param: Any, moment: Any, indices: Any, grad: Any, lr: Any,
+                   count: Any = None) -> tuple[np.ndarray, np.ndarray]:
     p, m = _param(ctx, param, 0), _param(ctx, moment, 1)
     xp = namespace(ctx, param, moment, indices, grad)
     if m.shape != p.shape or m.dtype != p.dtype:
@@ -532,12 +666,31 @@ def sparse_adagrad(ctx: Any, param: Any, moment: Any, indices: Any, grad: Any, l
         rounds = [xp.arange(xp.size(idx), like=idx)]
     else:
         rounds = _rounds(idx)
+    decay = _row_decay(ctx, count, p, wd) if count is not None and a["counter_halflife"] > 0 and wd else None
     for r in rounds:
         rows = idx[r]
-        gr = g[r] + wd * p[rows] if wd else g[r]
+        if decay is not None:
+            gr = g[r] + decay[rows].reshape(-1, *[1] * (p.ndim - 1)) * p[rows]
+        else:
+            gr = g[r] + wd * p[rows] if wd else g[r]
         m[rows] += gr * gr
         p[rows] += rate * gr / (xp.sqrt(m[rows]) + eps)
     return p, m
+
+
+def _row_decay(ctx: Any, count: Any, p: Any, wd: Any) -> Any:
+    """Caffe2's counter-scaled weight decay per row: wd * counter_halflife / count[i] where count[i] > 0, else wd."""
+    c = array(ctx, count, 5)
+    if tuple(c.shape) != (p.shape[0],):
+        raise ValueError(f"expected count {ctx.op.inputs[5]!r} of shape ({p.shape[0]},) (one per row), got {tuple(c.shape)}")
+    halflife = ctx.args["counter_halflife"]
+    if is_torch(c):
+        import torch
+
+        c = c.to(torch.float64)
+        return (float(wd) * torch.where(c > 0, halflife / torch.where(c > 0, c, 1.0), 1.0)).to(p.dtype)
+    c = c.astype(np.float64)
+    return (float(wd) * np.where(c > 0, halflife / np.where(c > 0, c, 1.0), 1.0)).astype(p.dtype)
 
 
 def _rounds(idx: Any) -> list[Any]:
