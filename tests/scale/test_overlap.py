@@ -299,3 +299,28 @@ def test_bench_overlap_figures_are_the_slower_rank_per_round():
     assert out["compute_rank1_s"] == pytest.approx(0.031)
     assert out["compute_cpu_s"] == pytest.approx(0.03)
     assert out["compute_s"] >= max(out["compute_rank0_s"], out["compute_rank1_s"])
+
+
+def test_bench_rounds_run_the_untimed_before_hook_ahead_of_its_part():
+    from asyncnet.bench.overlap import _interleaved_medians
+
+    calls: list[str] = []
+    parts = {"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}
+    res = _interleaved_medians(parts, steps=2, warmup=1, barrier=lambda: calls.append("|"),
+                               before={"b": lambda: calls.append("pre-b")})
+    assert calls == ["|", "a", "|", "pre-b", "b"] * 3        # every round, the hook right before its part
+    assert set(res) == {"a_s", "a_cpu_s", "b_s", "b_cpu_s"}
+
+
+@pytest.mark.timeout(180)
+def test_bench_scaling_validates_with_a_network_probed_after_compute():
+    pytest.importorskip("torch")
+    from asyncnet.bench.scaling import _table, validate
+
+    res = validate([1, 2], batch=16, bucket_mb=1.0, steps=1)
+    assert res["network_after_compute"] is True
+    assert [(r["ranks"], r["overlap"]) for r in res["rows"]] == [(1, False), (1, True), (2, False), (2, True)]
+    assert all(r["measured_s"] > 0 and r["predicted_s"] > 0 for r in res["rows"])
+    net = res["network"]
+    assert net["latency"] > 0 and net["bandwidth"] > 0
+    assert "(after compute)" in _table(res)

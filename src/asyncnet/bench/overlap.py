@@ -48,14 +48,17 @@ __all__ = ["main", "DIMS", "cpu_aware_bound", "job_medians"]
 DIMS = (64, 1024, 1024, 10)
 
 
-def _interleaved_rounds(parts: dict[str, Any], steps: int, warmup: int, barrier: Any) -> dict[str, list[float]]:
+def _interleaved_rounds(parts: dict[str, Any], steps: int, warmup: int, barrier: Any,
+                        before: dict[str, Any] | None = None) -> dict[str, list[float]]:
     """Seconds of each part per round (wall ``<part>`` and process CPU ``<part>_cpu``), the parts
     taking turns every round (so a change of the machine's load hits all of them alike); a
-    barrier starts each part on every rank together."""
+    barrier starts each part on every rank together, then ``before[part]`` (untimed), if given."""
     rounds: dict[str, list[float]] = {}
     for i in range(warmup + steps):
         for name, fn in parts.items():
             barrier()
+            if before and name in before:
+                before[name]()
             c, t = time.process_time(), time.perf_counter()
             fn()
             if i >= warmup:
@@ -64,10 +67,11 @@ def _interleaved_rounds(parts: dict[str, Any], steps: int, warmup: int, barrier:
     return rounds
 
 
-def _interleaved_medians(parts: dict[str, Any], steps: int, warmup: int, barrier: Any) -> dict[str, float]:
+def _interleaved_medians(parts: dict[str, Any], steps: int, warmup: int, barrier: Any,
+                         before: dict[str, Any] | None = None) -> dict[str, float]:
     """This rank's median seconds of each part (``<part>_s``, ``<part>_cpu_s``) over
     :func:`_interleaved_rounds` (``asyncnet bench scaling`` compares the model with rank 0's)."""
-    rounds = _interleaved_rounds(parts, steps, warmup, barrier)
+    rounds = _interleaved_rounds(parts, steps, warmup, barrier, before)
     return {f"{k}_s": statistics.median(v) for k, v in rounds.items()}
 
 

@@ -5,7 +5,10 @@ gloo ranks on 127.0.0.1 (one BLAS thread each, async_scheduling nets), with and 
 overlap, and compares each median step time with what :mod:`asyncnet.simulate` predicts from
 inputs measured in the same run: the compute of one step (forward, backward, update: the
 1-rank run's forward, gradient and train nets without sync) and the network's latency and
-bandwidth (2 ranks: a 4-byte and a 4 MiB all-reduce; ring, p = 2), and the CPU time those take
+bandwidth (2 ranks: a 4-byte and a 4 MiB all-reduce; ring, p = 2; each issued after a 512 x
+1024 x 1024 GEMM on every rank, as a step's all-reduce follows its backward pass: on this VM an
+all-reduce right after a barrier, with gloo's threads just woken, is 2-5x faster than any
+step's, and ``--warm-network`` measures it that way), and the CPU time those take
 from their rank (process CPU time, gloo's threads included: ``cpu_per_message``,
 ``cpu_per_byte``), which competes with the compute when the ranks fill the cores. The machine's cores bound
 the ranks' compute (4 ranks on 2 cores run at half speed). A second prediction counts the
@@ -36,7 +39,8 @@ __all__ = ["main", "run_ranks", "profile_compute", "measure_network", "cores_got
 PROBE_BYTES = 4 * 2**20
 
 
-def _rank(rank: int, world: int, port: int, out: str, batch: int, bucket_mb: float, steps: int, what: str) -> None:
+def _rank(rank: int, world: int, port: int, out: str, batch: int, bucket_mb: float, steps: int, what: str,
+          after_compute: bool = True) -> None:
     import numpy as np
     import torch
     import torch.distributed as dist
@@ -50,10 +54,14 @@ def _rank(rank: int, world: int, port: int, out: str, batch: int, bucket_mb: flo
     try:
         res: dict[str, Any] = {"ranks": world}
         parts: dict[str, Any] = {}
+        before: dict[str, Any] = {}
         if what in ("network", "all"):
             small, big = torch.ones(1), torch.ones(PROBE_BYTES // 4)
             parts["small"] = lambda: dist.all_reduce(small)
             parts["big"] = lambda: dist.all_reduce(big)
+            if after_compute:  # as in a step: after the backward's biggest product, not right after a barrier
+                a, b = np.ones((512, 1024), np.float32), np.ones((1024, 1024), np.float32)
+                before = {"small": lambda: a @ b, "big": lambda: a @ b}
         if what in ("steps", "all"):
             model = MLP(DIMS[0], hidden=DIMS[1:-1], num_classes=DIMS[-1], lr=0.01, seed=0,
                         net_type="async_scheduling", num_workers=1)
@@ -74,7 +82,7 @@ def _rank(rank: int, world: int, port: int, out: str, batch: int, bucket_mb: flo
             parts.update({name: (lambda n=name: ws.run_net(n)) for name in nets})
             ws.run_net("compute")
             res["grad_bytes"] = int(sum(ws.fetch(model.grads[p]).nbytes for p in model.params))
-        res.update(_interleaved_medians(parts, steps, 2, dist.barrier))
+        res.update(_interleaved_medians(parts, steps, 2, dist.barrier, before))
         if what in ("steps", "all"):
             ws.close()
         with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
@@ -83,9 +91,12 @@ def _rank(rank: int, world: int, port: int, out: str, batch: int, bucket_mb: flo
         dist.destroy_process_group()
 
 
-def run_ranks(world: int, what: str = "all", batch: int = 512, bucket_mb: float = 1.0, steps: int = 15) -> dict[str, Any]:
-    """Spawn ``world`` gloo ranks on 127.0.0.1 (one BLAS thread each); rank 0's medians."""
-    return spawn_ranks(_rank, world, batch, bucket_mb, steps, what, prefix="asyncnet-scaling-")
+def run_ranks(world: int, what: str = "all", batch: int = 512, bucket_mb: float = 1.0, steps: int = 15,
+              after_compute: bool = True) -> dict[str, Any]:
+    """Spawn ``world`` gloo ranks on 127.0.0.1 (one BLAS thread each); rank 0's medians.
+    ``after_compute``: each network probe follows a 512 x 1024 x 1024 GEMM on every rank
+    (untimed), as a step's all-reduce follows its backward pass; False: right after a barrier."""
+    return spawn_ranks(_rank, world, batch, bucket_mb, steps, what, after_compute, prefix="asyncnet-scaling-")
 
 
 def profile_compute(batch: int = 512, bucket_mb: float = 1.0, steps: int = 15) -> Any:
@@ -112,10 +123,11 @@ def cores_got(r: dict[str, Any], ranks: int, cores: int) -> float:
     return min(float(cores), ranks * r["compute_cpu_s"] / r["compute_s"])
 
 
-def measure_network(steps: int = 15) -> Any:
+def measure_network(steps: int = 15, after_compute: bool = True) -> Any:
     """The :class:`~asyncnet.simulate.Network` of 2 gloo ranks on 127.0.0.1 (ring, p = 2:
-    a tiny all-reduce takes 2 alpha, one of n bytes 2 alpha + n beta)."""
-    return _network(run_ranks(2, "network", steps=steps))
+    a tiny all-reduce takes 2 alpha, one of n bytes 2 alpha + n beta), each all-reduce issued
+    after compute as in a step (``after_compute``, see :func:`run_ranks`)."""
+    return _network(run_ranks(2, "network", steps=steps, after_compute=after_compute))
 
 
 def _network(r: dict[str, Any]) -> Any:
@@ -126,12 +138,12 @@ def _network(r: dict[str, Any]) -> Any:
                    cpu_per_byte=max(r["big_cpu_s"] - 2 * cpu_msg, 0.0) / PROBE_BYTES, cpu_per_message=cpu_msg)
 
 
-def validate(ranks: list[int], batch: int, bucket_mb: float, steps: int) -> dict[str, Any]:
+def validate(ranks: list[int], batch: int, bucket_mb: float, steps: int, after_compute: bool = True) -> dict[str, Any]:
     from asyncnet.simulate import step_seconds
 
-    runs = {r: run_ranks(r, "all" if r == 2 else "steps", batch, bucket_mb, steps) for r in ranks}
+    runs = {r: run_ranks(r, "all" if r == 2 else "steps", batch, bucket_mb, steps, after_compute) for r in ranks}
     one = runs.get(1) or run_ranks(1, "steps", batch, bucket_mb, steps)
-    two = runs.get(2) or run_ranks(2, "network", batch, bucket_mb, steps)
+    two = runs.get(2) or run_ranks(2, "network", batch, bucket_mb, steps, after_compute)
     work, net = _workload(one, batch, bucket_mb), _network(two)
     cores = os.cpu_count() or 1
     rows = []
@@ -143,7 +155,8 @@ def validate(ranks: list[int], batch: int, bucket_mb: float, steps: int) -> dict
             rows.append({"ranks": r, "overlap": overlap, "measured_s": m[key], "predicted_s": pred,
                          "error": pred / m[key] - 1, "predicted_here_s": pred_here, "error_here": pred_here / m[key] - 1,
                          "cores_got": got, "compute_cpu_s": here.compute})
-    return {"workload": work.__dict__, "network": net.__dict__, "cores": cores, "rows": rows,
+    return {"workload": work.__dict__, "network": net.__dict__, "network_after_compute": after_compute,
+            "cores": cores, "rows": rows,
             "load_average": os.getloadavg()}
 
 
@@ -151,7 +164,7 @@ def _table(res: dict[str, Any]) -> str:
     w, n, la = res["workload"], res["network"], res["load_average"]
     lines = [f"inputs: forward {w['forward'] * 1e3:.2f} ms, backward {w['backward'] * 1e3:.2f} ms, update "
              f"{w['update'] * 1e3:.2f} ms, {w['grad_bytes'] / 2**20:.2f} MiB of gradients in buckets of "
-             f"{w['bucket_bytes'] / 2**20:g} MiB; gloo 127.0.0.1: latency {n['latency'] * 1e6:.0f} us, bandwidth "
+             f"{w['bucket_bytes'] / 2**20:g} MiB; gloo 127.0.0.1 ({'after compute' if res.get('network_after_compute', True) else 'warm'}): latency {n['latency'] * 1e6:.0f} us, bandwidth "
              f"{n['bandwidth'] / 1e9:.2f} GB/s, CPU {n['cpu_per_message'] * 1e6:.0f} us per message + "
              f"{n['cpu_per_byte'] * 2**20 * 1e3:.2f} ms per MiB; {res['cores']} cores; load average {la[0]:.2f} {la[1]:.2f} {la[2]:.2f}",
              f"{'ranks':>5s} {'overlap':>7s} {'measured ms':>11s} {'predicted ms':>12s} {'error':>7s} "
@@ -174,10 +187,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch", type=int, default=512, help="examples per rank and step")
     p.add_argument("--bucket-mb", type=float, default=1.0, help="bucket size of the overlapped net (MiB)")
     p.add_argument("--steps", type=int, default=15, help="measured steps per net (the median is kept)")
+    p.add_argument("--warm-network", action="store_true",
+                   help="probe the network right after a barrier (before 2026-11: faster than any step's all-reduce here)")
     args = p.parse_args(argv)
     if args.quick:
         args.batch, args.steps, args.ranks = 64, 3, [1, 2]
-    res = validate(args.ranks, args.batch, args.bucket_mb, args.steps)
+    res = validate(args.ranks, args.batch, args.bucket_mb, args.steps, after_compute=not args.warm_network)
     print(json.dumps(res, indent=2) if args.json else _table(res))
     return 0
 
