@@ -5,7 +5,9 @@ Alpha-beta all-reduce of ``n`` bytes over ``p`` ranks on links of ``latency`` al
 
 - ring: ``2 (p-1)`` steps of ``n / p`` bytes: ``2 (p-1) alpha + 2 (p-1)/p n beta``;
 - tree: ``ceil(log2 p)`` steps of the whole buffer (recursive doubling):
-  ``ceil(log2 p) (alpha + n beta)``.
+  ``ceil(log2 p) (alpha + n beta)``;
+- plus ``Network.wakeup`` once per all-reduce: what its first message costs when the ranks'
+  communication threads slept through the compute (0 unless measured or given).
 
 A step of one rank is forward, backward, update (measured on one worker, see
 :func:`asyncnet.bench.scaling.profile_compute`). W threads of a rank first reduce in shared
@@ -58,16 +60,20 @@ ALGORITHMS = ("ring", "tree")
 class Network:
     """Link ``bandwidth`` in bytes/s and per-message ``latency`` in seconds; the CPU time
     the all-reduce takes from its rank, ``cpu_per_byte`` and ``cpu_per_message`` seconds
-    (0: the network moves the data without the host's CPU, as RDMA)."""
+    (0: the network moves the data without the host's CPU, as RDMA); ``wakeup``: seconds each
+    all-reduce pays once, when it is issued after compute with the communication threads asleep
+    (waking them, and on a VM its halted vCPUs; measured here, 0 for a given network)."""
 
     bandwidth: float
     latency: float
     cpu_per_byte: float = 0.0
     cpu_per_message: float = 0.0
+    wakeup: float = 0.0
 
     def __post_init__(self) -> None:
-        if not self.bandwidth > 0 or not self.latency >= 0:
-            raise ValueError(f"expected bandwidth > 0 and latency >= 0, got {self.bandwidth!r} B/s, {self.latency!r} s")
+        if not self.bandwidth > 0 or not self.latency >= 0 or not self.wakeup >= 0:
+            raise ValueError(f"expected bandwidth > 0, latency >= 0 and wakeup >= 0, got {self.bandwidth!r} B/s, "
+                             f"{self.latency!r} s, {self.wakeup!r} s")
         if not self.cpu_per_byte >= 0 or not self.cpu_per_message >= 0:
             raise ValueError(f"expected cpu_per_byte >= 0 and cpu_per_message >= 0, got {self.cpu_per_byte!r} s/B, "
                              f"{self.cpu_per_message!r} s")
@@ -120,8 +126,10 @@ def _alpha_beta(nbytes: float, ranks: int, alpha: float, beta: float, algorithm:
 
 
 def allreduce_seconds(nbytes: float, ranks: int, net: Network, algorithm: str = "ring") -> float:
-    """Alpha-beta time of one all-reduce of ``nbytes`` over ``ranks`` ranks."""
-    return _alpha_beta(nbytes, ranks, net.latency, 1.0 / net.bandwidth, algorithm)
+    """Alpha-beta time of one all-reduce of ``nbytes`` over ``ranks`` ranks, plus the network's
+    ``wakeup`` once (ranks > 1)."""
+    t = _alpha_beta(nbytes, ranks, net.latency, 1.0 / net.bandwidth, algorithm)
+    return t + net.wakeup if t > 0 else t
 
 
 def allreduce_cpu_seconds(nbytes: float, ranks: int, net: Network, algorithm: str = "ring") -> float:

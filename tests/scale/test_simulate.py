@@ -179,3 +179,31 @@ def test_cli_prints_the_curve_to_1000_ranks_and_one_line_errors():
     assert out["curves"]["ring+overlap"][1]["step_s"] == pytest.approx(0.030 + 4e-3)   # compute + comm CPU
     bad = _cli("--forward-ms", "10")
     assert bad.returncode == 1 and bad.stderr.count("\n") == 1 and "--profile" in bad.stderr
+
+
+def test_wakeup_is_paid_once_per_allreduce_and_not_by_one_rank():
+    warm = Network(1e9, 100e-6)
+    cold = Network(1e9, 100e-6, wakeup=2e-3)
+    for p in (2, 8, 1000):
+        for alg in ("ring", "tree"):
+            assert allreduce_seconds(2**20, p, cold, alg) == pytest.approx(allreduce_seconds(2**20, p, warm, alg) + 2e-3)
+    assert allreduce_seconds(2**20, 1, cold) == 0.0
+    w = Workload(0.01, 0.02, 0.0, 4 * 2**20, bucket_bytes=2**20)
+    # four buckets: each pays the wake-up; the overlapped step can only get longer
+    assert step_seconds(w, 4, cold, overlap=True) >= step_seconds(w, 4, warm, overlap=True)
+    with pytest.raises(ValueError, match="wakeup"):
+        Network(1e9, 1e-6, wakeup=-1.0)
+
+
+def test_network_probe_separates_latency_wakeup_and_bandwidth():
+    from asyncnet.bench.scaling import PROBE_BYTES, _network
+
+    alpha, wake, beta = 150e-6, 1.5e-3, 1 / 2e9
+    r = {"small_s": 2 * alpha, "small_cold_s": 2 * alpha + wake, "big_s": 2 * alpha + wake + PROBE_BYTES * beta,
+         "small_cpu_s": 2e-4, "small_cold_cpu_s": 2e-4, "big_cpu_s": 2e-4 + 1e-3}
+    net = _network(r)
+    assert net.latency == pytest.approx(alpha) and net.wakeup == pytest.approx(wake)
+    assert net.bandwidth == pytest.approx(2e9)
+    assert allreduce_seconds(PROBE_BYTES, 2, net) == pytest.approx(r["big_s"])   # the model gives back the probe
+    r_warm = {k: v for k, v in r.items() if not k.startswith("small_cold")}
+    assert _network(r_warm).wakeup == 0.0                                      # an old probe: no wake-up term

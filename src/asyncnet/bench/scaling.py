@@ -5,10 +5,12 @@ gloo ranks on 127.0.0.1 (one BLAS thread each, async_scheduling nets), with and 
 overlap, and compares each median step time with what :mod:`asyncnet.simulate` predicts from
 inputs measured in the same run: the compute of one step (forward, backward, update: the
 1-rank run's forward, gradient and train nets without sync) and the network's latency and
-bandwidth (2 ranks: a 4-byte and a 4 MiB all-reduce; ring, p = 2; each issued after a 512 x
-1024 x 1024 GEMM on every rank, as a step's all-reduce follows its backward pass: on this VM an
-all-reduce right after a barrier, with gloo's threads just woken, is 2-5x faster than any
-step's, and ``--warm-network`` measures it that way), and the CPU time those take
+bandwidth (2 ranks, ring, p = 2: a 4-byte all-reduce right after a barrier gives the latency;
+the same and a 4 MiB one, each issued after a 512 x 1024 x 1024 GEMM on every rank as a step's
+all-reduce follows its backward pass, give the wake-up each all-reduce pays once and the
+bandwidth: on this VM an all-reduce after compute, with gloo's threads asleep and idle vCPUs
+halted, takes 1-4 ms more than right after a barrier; ``--warm-network`` probes without the
+GEMM, as before), and the CPU time those take
 from their rank (process CPU time, gloo's threads included: ``cpu_per_message``,
 ``cpu_per_byte``), which competes with the compute when the ranks fill the cores. The machine's cores bound
 the ranks' compute (4 ranks on 2 cores run at half speed). A second prediction counts the
@@ -57,11 +59,12 @@ def _rank(rank: int, world: int, port: int, out: str, batch: int, bucket_mb: flo
         before: dict[str, Any] = {}
         if what in ("network", "all"):
             small, big = torch.ones(1), torch.ones(PROBE_BYTES // 4)
-            parts["small"] = lambda: dist.all_reduce(small)
+            parts["small"] = lambda: dist.all_reduce(small)  # warm: right after the barrier
+            parts["small_cold"] = lambda: dist.all_reduce(small)
             parts["big"] = lambda: dist.all_reduce(big)
             if after_compute:  # as in a step: after the backward's biggest product, not right after a barrier
                 a, b = np.ones((512, 1024), np.float32), np.ones((1024, 1024), np.float32)
-                before = {"small": lambda: a @ b, "big": lambda: a @ b}
+                before = {"small_cold": lambda: a @ b, "big": lambda: a @ b}
         if what in ("steps", "all"):
             model = MLP(DIMS[0], hidden=DIMS[1:-1], num_classes=DIMS[-1], lr=0.01, seed=0,
                         net_type="async_scheduling", num_workers=1)
@@ -131,11 +134,15 @@ def measure_network(steps: int = 15, after_compute: bool = True) -> Any:
 
 
 def _network(r: dict[str, Any]) -> Any:
+    """Ring with p = 2 from the probes' medians: a warm 4-byte all-reduce is 2 alpha; the same
+    after compute adds the wake-up; a 4 MiB one after compute adds n beta to both."""
     from asyncnet.simulate import Network
 
     alpha, cpu_msg = r["small_s"] / 2, r["small_cpu_s"] / 2
-    return Network(bandwidth=PROBE_BYTES / max(r["big_s"] - 2 * alpha, 1e-9), latency=alpha,
-                   cpu_per_byte=max(r["big_cpu_s"] - 2 * cpu_msg, 0.0) / PROBE_BYTES, cpu_per_message=cpu_msg)
+    wakeup = max(r.get("small_cold_s", r["small_s"]) - r["small_s"], 0.0)
+    return Network(bandwidth=PROBE_BYTES / max(r["big_s"] - 2 * alpha - wakeup, 1e-9), latency=alpha,
+                   cpu_per_byte=max(r["big_cpu_s"] - 2 * cpu_msg, 0.0) / PROBE_BYTES, cpu_per_message=cpu_msg,
+                   wakeup=wakeup)
 
 
 def validate(ranks: list[int], batch: int, bucket_mb: float, steps: int, after_compute: bool = True) -> dict[str, Any]:
@@ -164,7 +171,7 @@ def _table(res: dict[str, Any]) -> str:
     w, n, la = res["workload"], res["network"], res["load_average"]
     lines = [f"inputs: forward {w['forward'] * 1e3:.2f} ms, backward {w['backward'] * 1e3:.2f} ms, update "
              f"{w['update'] * 1e3:.2f} ms, {w['grad_bytes'] / 2**20:.2f} MiB of gradients in buckets of "
-             f"{w['bucket_bytes'] / 2**20:g} MiB; gloo 127.0.0.1 ({'after compute' if res.get('network_after_compute', True) else 'warm'}): latency {n['latency'] * 1e6:.0f} us, bandwidth "
+             f"{w['bucket_bytes'] / 2**20:g} MiB; gloo 127.0.0.1 ({'after compute' if res.get('network_after_compute', True) else 'warm'}): wake-up {n.get('wakeup', 0.0) * 1e6:.0f} us, latency {n['latency'] * 1e6:.0f} us, bandwidth "
              f"{n['bandwidth'] / 1e9:.2f} GB/s, CPU {n['cpu_per_message'] * 1e6:.0f} us per message + "
              f"{n['cpu_per_byte'] * 2**20 * 1e3:.2f} ms per MiB; {res['cores']} cores; load average {la[0]:.2f} {la[1]:.2f} {la[2]:.2f}",
              f"{'ranks':>5s} {'overlap':>7s} {'measured ms':>11s} {'predicted ms':>12s} {'error':>7s} "

@@ -25,6 +25,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--profile", action="store_true", help="measure compute here: the wide MLP 64-1024-1024-10 on one rank")
     p.add_argument("--bandwidth", default=None, help="link bandwidth, e.g. 100Gb/s or 12.5GB/s")
     p.add_argument("--latency-us", type=float, default=None, help="per-message latency (us)")
+    p.add_argument("--wakeup-us", type=float, default=0.0,
+                   help="paid once per all-reduce issued after compute (us; --measure-network measures it)")
     p.add_argument("--measure-network", action="store_true",
                    help="measure latency, bandwidth and the all-reduce's CPU cost: 2 gloo ranks on 127.0.0.1")
     p.add_argument("--cpu-ms-per-mb", type=float, default=0.0,
@@ -72,7 +74,7 @@ def _inputs(args: argparse.Namespace) -> tuple:
             raise CLIError("give --bandwidth and --latency-us (e.g. 100Gb/s and 5), or --measure-network")
         try:
             net = Network(parse_bandwidth(args.bandwidth), args.latency_us / 1e6, args.cpu_ms_per_mb / 1e3 / 2**20,
-                          args.cpu_us_per_message / 1e6)
+                          args.cpu_us_per_message / 1e6, args.wakeup_us / 1e6)
         except ValueError as e:
             raise CLIError(str(e)) from None
     return work, net
@@ -94,7 +96,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     print(f"compute {work.compute * 1e3:.2f} ms (forward {work.forward * 1e3:.2f}, backward {work.backward * 1e3:.2f}, "
           f"update {work.update * 1e3:.2f}), {work.grad_bytes / 2**20:.2f} MiB of gradients, buckets of "
-          f"{work.bucket_bytes / 2**20:g} MiB; network {net.bandwidth * 8 / 1e9:.2f} Gb/s, {net.latency * 1e6:.1f} us, "
+          f"{work.bucket_bytes / 2**20:g} MiB; network {net.bandwidth * 8 / 1e9:.2f} Gb/s, {net.latency * 1e6:.1f} us "
+          f"(+ {net.wakeup * 1e6:.0f} us wake-up per all-reduce), "
           f"CPU {net.cpu_per_byte * 2**20 * 1e3:.2f} ms/MiB + {net.cpu_per_message * 1e6:.1f} us/message; "
           f"{args.threads} thread(s) per rank, {args.cores_per_host or 'enough'} cores per host")
     names = list(curves)
