@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 
+import numpy as np
 import pytest
 
 import _fault_workers as F
@@ -46,3 +47,28 @@ def test_death_holding_the_lock_names_the_dead_worker(timeout):
     assert list(got) == [0]
     assert got[0].startswith("SyncAbortedError")
     assert "worker(s) [1] died while holding the group's lock" in got[0]
+
+
+def test_no_segment_is_created_after_the_orphan_cleanup(tmp_path):
+    """Found: a runner's parent killed while a worker started created its first arena; the
+    watchdog's clean-up (the parent died) ran just before the creation, so the new segment
+    outlived the whole group. After the clean-up a worker now creates nothing; its collectives
+    raise SyncAbortedError."""
+    from asyncnet.errors import SyncAbortedError
+    from asyncnet.sync import process as P
+
+    syncs = ProcessGradientSync.new_workers(2, timeout=5)
+    prefix = syncs[0]._prefix
+    worker = P.ProcessGradientSync(prefix, 2, 0, 5, None)  # as a child sees it (no ownership)
+    try:
+        worker._bind(ready=False)
+        P._cleanup_orphaned(worker, str(tmp_path / "payload"))
+        with pytest.raises(SyncAbortedError, match="parent process died"):
+            worker.shared_empty(10)
+        with pytest.raises(SyncAbortedError):
+            worker.sync_gradients(np.ones(3))
+        import os
+        assert [n for n in os.listdir("/dev/shm") if n.startswith(prefix)] == []
+    finally:
+        worker._detach()
+        ProcessGradientSync.close_group(syncs)
