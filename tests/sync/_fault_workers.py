@@ -26,3 +26,29 @@ def die_holding_lock_by_hand(sync, q):
         q.put((sync.worker_id, "ok"))
     except SyncError as exc:
         q.put((sync.worker_id, f"{type(exc).__name__}: {exc}"))
+
+
+def last_arrives_then_dies_holding_lock(sync, q):
+    """Worker 2 arrives last at a small round (closing it) and exits still holding the group's
+    lock; workers 0 and 1 are waiting in that round. One of them recovers the lock and aborts
+    the group; the other then finds the round closed and the group aborted."""
+    import time as _time
+
+    from asyncnet.sync import _rounds
+
+    try:
+        if sync.worker_id == 2:
+            original = _rounds.RoundEngine._arrive
+
+            def arrive_and_die(self, *args, **kwargs):
+                original(self, *args, **kwargs)
+                os._exit(5)  # the lock is held here: run() releases it after _arrive returns
+
+            _rounds.RoundEngine._arrive = arrive_and_die
+            sync._bind()
+            while sync._control.ints[_rounds.ARRIVED] < 2:  # both peers wait in round 0
+                _time.sleep(0.01)
+        sync.sync_gradients(np.ones(4))
+        q.put((sync.worker_id, "ok"))
+    except SyncError as exc:
+        q.put((sync.worker_id, f"{type(exc).__name__}: {exc}"))

@@ -72,3 +72,14 @@ def test_no_segment_is_created_after_the_orphan_cleanup(tmp_path):
     finally:
         worker._detach()
         ProcessGradientSync.close_group(syncs)
+
+
+def test_round_closed_then_aborted_says_why():
+    """Found: a worker that found its round closed and the group aborted (its peer had recovered
+    the lock of a worker that died holding it) raised "round 0 was aborted", with no reason and
+    no name; it now carries the abort's reason, which names the dead worker."""
+    got = _run_by_hand(F.last_arrives_then_dies_holding_lock, 3, 10.0)
+    assert sorted(got) == [0, 1]
+    for msg in got.values():
+        assert msg.startswith("SyncAbortedError")
+        assert "worker(s) [2] died while holding the group's lock" in msg, msg

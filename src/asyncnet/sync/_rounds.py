@@ -398,8 +398,8 @@ class RoundEngine:
 
     def _stored_error(self, r: int) -> SyncError:
         c = self.c
-        if c.ints[FAIL_ROUND] != r:
-            return SyncAbortedError(f"round {r} was aborted")
+        if c.ints[FAIL_ROUND] != r:  # the group was aborted: say why, as _check_abort does
+            return SyncAbortedError(f"worker {self.wid}: round {r} was aborted: {c.read_text(c.abort_region)}")
         info = json.loads(c.read_text(c.fail_region))
         kind = int(c.ints[FAIL_KIND])
         if kind == KIND_MISMATCH:
