@@ -4,6 +4,7 @@ points): each test kills at the point that failed, deterministically."""
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 
 import numpy as np
 import pytest
@@ -67,7 +68,6 @@ def test_no_segment_is_created_after_the_orphan_cleanup(tmp_path):
             worker.shared_empty(10)
         with pytest.raises(SyncAbortedError):
             worker.sync_gradients(np.ones(3))
-        import os
         assert [n for n in os.listdir("/dev/shm") if n.startswith(prefix)] == []
     finally:
         worker._detach()
