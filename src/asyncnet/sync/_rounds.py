@@ -439,8 +439,9 @@ class RoundEngine:
             self._check_abort()
 
     def _dead_holder(self) -> str:
-        """Who died holding the lock: the peers whose processes are gone. The kernel hands a
-        robust lock on while its dying holder still exits, so look for up to ``DEAD_HOLDER_WAIT``."""
+        """Who died holding the lock: the peers whose processes are gone (the parent also takes
+        the lock, to abort). The kernel hands a robust lock on while its dying holder still
+        exits, so look for up to ``DEAD_HOLDER_WAIT``."""
         dead: list[int] = []
         if self.peer_dead is not None:
             deadline = time.monotonic() + DEAD_HOLDER_WAIT
@@ -449,7 +450,7 @@ class RoundEngine:
                 if dead or time.monotonic() >= deadline:
                     break
                 time.sleep(0.005)
-        return f"worker(s) {dead}" if dead else "a worker"
+        return f"worker(s) {dead}" if dead else "a process (the parent, or a worker not found dead yet)"
 
     def _check_recovered_or_release(self) -> None:
         """Just after taking the lock: ``_check_recovered``, releasing the lock if it raises."""
