@@ -4,7 +4,7 @@ A reader of ``path`` sees the old file or the new one, never half of one, whatev
 writer and when. The temp file comes from :func:`tempfile.mkstemp` (an unpredictable name,
 created with ``O_EXCL``, so no symlink planted in a shared folder can redirect the write) and
 carries the writer's pid, so a later write to the same path removes strays that a killed
-writer left behind::
+writer left behind (never the temp file of a write still in progress in another thread)::
 
     >>> import numpy as np, tempfile, os
     >>> d = tempfile.mkdtemp()
@@ -20,11 +20,18 @@ from __future__ import annotations
 import os
 import re
 import tempfile
+import threading
 from typing import Any, BinaryIO, Callable, Mapping
 
 import numpy as np
 
 __all__ = ["atomic_write", "atomic_write_npz", "atomic_write_text", "remove_strays"]
+
+# Temp files this process is writing right now: a stray of this pid (left by an earlier process
+# that had the same pid, as in a restarted container) is removed, but not another thread's
+# write in progress to the same path.
+_writing: set[str] = set()
+_writing_lock = threading.Lock()
 
 
 def _prefix(path: str) -> str:
@@ -63,6 +70,10 @@ def remove_strays(path: str | os.PathLike[str]) -> list[str]:
         pid = _stray_pid(name, prefix)
         if pid is None or (pid != os.getpid() and _alive(pid)):
             continue
+        if pid == os.getpid():
+            with _writing_lock:
+                if os.path.join(folder, name) in _writing:
+                    continue
         try:
             os.remove(os.path.join(folder, name))
             removed.append(name)
@@ -78,7 +89,9 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[[BinaryIO], Any])
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
     remove_strays(path)
-    fd, tmp = tempfile.mkstemp(prefix=f"{_prefix(path)}{os.getpid()}.", suffix=".tmp", dir=folder)
+    with _writing_lock:  # registered before it exists: no other thread can see it unregistered
+        fd, tmp = tempfile.mkstemp(prefix=f"{_prefix(path)}{os.getpid()}.", suffix=".tmp", dir=folder)
+        _writing.add(tmp)
     try:
         with os.fdopen(fd, "wb") as f:
             write(f)
@@ -91,6 +104,9 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[[BinaryIO], Any])
         except OSError:
             pass
         raise
+    finally:
+        with _writing_lock:
+            _writing.discard(tmp)
     _fsync_dir(folder)
     return path
 

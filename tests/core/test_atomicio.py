@@ -64,3 +64,36 @@ def test_planted_symlink_is_not_followed(tmp_path):
     os.symlink(target, p)
     atomic_write_text(p, "new")
     assert target.read_text() == "keep" and not os.path.islink(p) and p.read_text() == "new"
+
+
+def test_concurrent_write_in_another_thread_is_not_a_stray(tmp_path):
+    """Found by the fault campaign: a write removed the temp file of a write to the same path in
+    progress in another thread of the same process (same pid), which then failed with
+    FileNotFoundError. A stray of this pid that nobody is writing is still removed."""
+    import threading
+
+    p = tmp_path / "ckpt.npz"
+    stray = tmp_path / f".ckpt.npz.{os.getpid()}.left.tmp"  # an earlier process with our pid
+    stray.write_bytes(b"x")
+    inside, release, errors = threading.Event(), threading.Event(), []
+
+    def slow(f):
+        f.write(b"first")
+        inside.set()
+        assert release.wait(30)
+
+    def first():
+        try:
+            atomic_write(p, slow)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    t = threading.Thread(target=first)
+    t.start()
+    assert inside.wait(30)
+    atomic_write_text(p, "second")  # meanwhile, from this thread
+    release.set()
+    t.join(30)
+    assert errors == []
+    assert p.read_bytes() == b"first"
+    assert os.listdir(tmp_path) == ["ckpt.npz"]

@@ -38,7 +38,8 @@ a waiter looks again at least that often. A backend whose workers can die mid-ro
 ``poll`` tick, so a round that completes in time pays nothing for it. The process backend's
 condition (:class:`~asyncnet.sync._robustcond.RobustCondition`) is built so that a process
 dying inside it breaks nothing; if one died holding its lock, the next locker aborts the
-group (the state that lock guards may be half-written).
+group (the state that lock guards may be half-written), naming the workers whose processes are
+gone.
 
 **Timeouts count from the start of the group.** A worker is *ready* once it has started and is
 about to run its code (:meth:`RoundEngine.mark_ready`; the threaded backend's workers are ready
@@ -66,6 +67,7 @@ W_ARRIVED, W_DONE, W_DIGEST, W_PID, W_SEG_GEN, W_SEG_CAP, W_ARENAS, W_READY = ra
 PER_WORKER = 8
 
 STARTUP_GRACE = 60.0  # seconds a waiter gives peers that have not started yet, beyond its timeout
+DEAD_HOLDER_WAIT = 1.0  # seconds to look for the dead process that held the lock, to name it
 
 GATHER, REDUCE = 0, 1
 KIND_MISMATCH, KIND_TIMEOUT, KIND_FAILED = 1, 2, 3
@@ -396,8 +398,8 @@ class RoundEngine:
 
     def _stored_error(self, r: int) -> SyncError:
         c = self.c
-        if c.ints[FAIL_ROUND] != r:
-            return SyncAbortedError(f"round {r} was aborted")
+        if c.ints[FAIL_ROUND] != r:  # the group was aborted: say why, as _check_abort does
+            return SyncAbortedError(f"worker {self.wid}: round {r} was aborted: {c.read_text(c.abort_region)}")
         info = json.loads(c.read_text(c.fail_region))
         kind = int(c.ints[FAIL_KIND])
         if kind == KIND_MISMATCH:
@@ -433,8 +435,22 @@ class RoundEngine:
         """After taking the lock: if its holder had died, the state may be half-written."""
         if self._recovered is not None and self.cond.recovered != self._recovered:
             self._recovered = self.cond.recovered
-            self._abort_locked("a worker died while holding the group's lock")
+            self._abort_locked(f"{self._dead_holder()} died while holding the group's lock")
             self._check_abort()
+
+    def _dead_holder(self) -> str:
+        """Who died holding the lock: the peers whose processes are gone (the parent also takes
+        the lock, to abort). The kernel hands a robust lock on while its dying holder still
+        exits, so look for up to ``DEAD_HOLDER_WAIT``."""
+        dead: list[int] = []
+        if self.peer_dead is not None:
+            deadline = time.monotonic() + DEAD_HOLDER_WAIT
+            while True:
+                dead = [i for i in range(self.n) if i != self.wid and self.peer_dead(i)]
+                if dead or time.monotonic() >= deadline:
+                    break
+                time.sleep(0.005)
+        return f"worker(s) {dead}" if dead else "a process (the parent, or a worker not found dead yet)"
 
     def _check_recovered_or_release(self) -> None:
         """Just after taking the lock: ``_check_recovered``, releasing the lock if it raises."""

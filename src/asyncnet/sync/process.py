@@ -202,6 +202,10 @@ class ProcessGradientSync:
         self._published: dict[int, list] = {}
         self._tables: list[np.ndarray] = []
         self._stage = (0, 0)  # this worker's staging (generation, capacity)
+        # creating a segment and the orphan clean-up (the parent died: _unlink_group) exclude
+        # each other, and nothing is created after it, so no segment outlives the clean-up
+        self._create_lock = threading.Lock()
+        self._orphaned = False
 
     # -- construction ---------------------------------------------------------------------------
 
@@ -410,8 +414,10 @@ class ProcessGradientSync:
             self._stage = (gen, int(c.ints[cap_idx]))
             return gen
         cap = max(_MIN_SEGMENT, -(-int(nbytes * 1.25) // _MIN_SEGMENT) * _MIN_SEGMENT)
-        c.ints[gen_idx] = gen + 1  # published first, so a crash right after create is cleaned
-        self._segs[(self._id, gen + 1)] = open_segment(self._seg_name(self._id, gen + 1), create=True, size=cap)
+        with self._create_lock:
+            self._check_orphaned()
+            c.ints[gen_idx] = gen + 1  # published first, so a crash right after create is cleaned
+            self._segs[(self._id, gen + 1)] = open_segment(self._seg_name(self._id, gen + 1), create=True, size=cap)
         c.ints[cap_idx] = cap
         self._stage = (gen + 1, cap)
         if gen:
@@ -424,8 +430,10 @@ class ProcessGradientSync:
         assert c is not None
         k = int(c.ints[c.w(self._id, W_ARENAS)]) + 1
         size = max(_MIN_SEGMENT * 16, -(-nbytes // _MIN_SEGMENT) * _MIN_SEGMENT)
-        c.ints[c.w(self._id, W_ARENAS)] = k
-        seg = open_segment(self._seg_name(self._id, -k), create=True, size=size)
+        with self._create_lock:
+            self._check_orphaned()
+            c.ints[c.w(self._id, W_ARENAS)] = k  # published first, so a crash right after create is cleaned
+            seg = open_segment(self._seg_name(self._id, -k), create=True, size=size)
         self._segs[(self._id, -k)] = seg
         self._arena = (k, seg)
         self._arena_bases.append((-k, _address(seg), seg.size))
@@ -494,6 +502,17 @@ class ProcessGradientSync:
         self._engine = None
         close_segment(self._ctl_seg)
         self._ctl_seg = None
+
+    def _check_orphaned(self) -> None:
+        if self._orphaned:
+            raise SyncAbortedError(f"worker {self._id}: the parent process died (the group's segments are gone)")
+
+    def _unlink_group_orphaned(self) -> None:
+        """The parent died: unlink every segment of the group, and create none from now on (a
+        segment this worker is creating meanwhile is finished and published first)."""
+        with self._create_lock:
+            self._orphaned = True
+            self._unlink_group()
 
     def _unlink_group(self) -> None:
         """Unlink every segment of the group (a worker does it when the creator died)."""
@@ -629,7 +648,7 @@ def _watch_parent(sync: ProcessGradientSync, payload_dir: str) -> Callable[[], N
 def _cleanup_orphaned(sync: ProcessGradientSync, payload_dir: str) -> None:
     """The parent died: unlink the group's names first (the main thread may end this process as
     soon as it sees the abort), then wake the peers."""
-    steps = (sync._unlink_group, lambda: shutil.rmtree(payload_dir, ignore_errors=True),
+    steps = (sync._unlink_group_orphaned, lambda: shutil.rmtree(payload_dir, ignore_errors=True),
              lambda: sync._engine is not None and sync._engine.abort("the parent process died"))
     for step in steps:
         try:
