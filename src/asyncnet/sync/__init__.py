@@ -18,6 +18,7 @@ from asyncnet.errors import SyncAbortedError, SyncError, SyncMismatchError, Sync
 from asyncnet.sync.base import GradientSync, LocalGradientSync
 from asyncnet.sync.helpers import (
     CheckpointManager,
+    CheckpointMetadata,
     CommBackend,
     DataParallelModel,
     DistributedConfig,
@@ -48,6 +49,7 @@ __all__ = [
     "GradientStrategy",
     "CommBackend",
     "CheckpointManager",
+    "CheckpointMetadata",
     "SyncError",
     "SyncMismatchError",
     "SyncTimeoutError",

@@ -10,7 +10,8 @@
   ``broadcast_weights`` and by applying the same averaged step everywhere (every gradient,
   biases included, is synced);
 - :class:`DistributedConfig`, :class:`GradientStrategy`, :class:`CommBackend`: plain settings;
-- :class:`CheckpointManager`: kizzasi's weight + bias checkpoints (npz, crash-safe, last K kept).
+- :class:`CheckpointManager`, :class:`CheckpointMetadata`: kizzasi's weight + bias checkpoints (npz,
+  crash-safe, last K kept; kizzasi's JSON ones read too) and best-loss tracking.
 
     >>> import numpy as np
     >>> partition_indices(10, 3, 1)
@@ -21,6 +22,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import os
 import re
@@ -45,6 +47,7 @@ __all__ = [
     "GradientStrategy",
     "CommBackend",
     "CheckpointManager",
+    "CheckpointMetadata",
 ]
 
 
@@ -53,6 +56,12 @@ def _check_rank(rank: int, world_size: int) -> None:
         raise ValueError(f"world_size must be an int >= 1, got {world_size!r}")
     if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < world_size:
         raise ValueError(f"rank must be an int in [0, {world_size}), got {rank!r}")
+
+
+def _float_copy(value: Any) -> np.ndarray:
+    """A fresh floating-point array of ``value`` (an array or a list; integers become float64)."""
+    a = np.asarray(value)
+    return np.array(a, dtype=np.result_type(a, np.float32), copy=True)
 
 
 def partition_indices(total: int, world_size: int, rank: int) -> list[int]:
@@ -81,7 +90,7 @@ def average_gradients(per_worker: Sequence[Mapping[str, Any]]) -> dict[str, np.n
         raise SyncMismatchError(f"workers have different gradient buffers: {desc}")
     out = {}
     for name in per_worker[0]:
-        acc = np.array(per_worker[0][name], dtype=np.result_type(per_worker[0][name], np.float32), copy=True)
+        acc = _float_copy(per_worker[0][name])
         for g in per_worker[1:]:
             acc += g[name]
         acc /= len(per_worker)
@@ -136,6 +145,7 @@ class SharedGradientStore:
         self.timeout = timeout
         self._cond = threading.Condition()
         self._slots: list[dict[str, np.ndarray] | None] = [None] * world_size
+        self._pushers: list[int | None] = [None] * world_size  # thread of each push, to refuse self-deadlocks
         self._result: dict[str, np.ndarray] | SyncError | None = None
         self._departed: set[int] = set()
         self._aborted: str | None = None
@@ -145,14 +155,37 @@ class SharedGradientStore:
         return self._n
 
     def push(self, rank: int, grads: Mapping[str, Any]) -> None:
-        """Store a copy of ``rank``'s gradients for this round (waits while its previous round drains)."""
+        """Store a copy of ``rank``'s gradients for this round (waits while its previous round drains).
+
+        A wait only this thread could end (every rank still to read the mean was pushed by this
+        thread) is a :class:`~asyncnet.SyncError` at once, not a wait that never ends.
+        """
         _check_rank(rank, self._n)
-        copy = {k: np.array(v, dtype=np.result_type(v, np.float32), copy=True) for k, v in grads.items()}
+        copy = {k: _float_copy(v) for k, v in grads.items()}
         with self._cond:
+            if self._slots[rank] is not None:
+                self._refuse_self_deadlock(rank)
             self._wait(lambda: self._slots[rank] is None, f"rank {rank} push: its previous round has not drained",
                        lambda: sorted(set(range(self._n)) - self._departed))
             self._slots[rank] = copy
+            self._pushers[rank] = threading.get_ident()
             self._cond.notify_all()
+
+    def _refuse_self_deadlock(self, rank: int) -> None:
+        """Raise when ``rank``'s slot can only be freed by reads this very thread would have to make.
+
+        That is: ``rank`` itself pushed by this thread and not read yet (a second push for the same
+        round), or every rank still to read pushed by this thread (one thread driving every rank).
+        """
+        me = threading.get_ident()
+        unread = [r for r in range(self._n) if r not in self._departed]
+        if rank in unread and self._pushers[rank] == me:
+            raise SyncError(f"rank {rank} push: rank {rank} already pushed this round from this thread and has not "
+                            f"read the mean; call all_reduce_mean({rank}) (or clear()) before pushing again")
+        if all(self._pushers[r] == me for r in unread):
+            raise SyncError(f"rank {rank} push: this round has not drained (ranks {unread} have not read the mean) "
+                            f"and this thread pushed them itself, so waiting would never end; read the mean "
+                            f"for them (all_reduce_mean) or call clear() first")
 
     def all_reduce_mean(self, rank: int) -> dict[str, np.ndarray]:
         """The mean of each buffer over the ranks, once every rank has pushed this round."""
@@ -187,6 +220,7 @@ class SharedGradientStore:
 
     def _reset(self) -> None:
         self._slots = [None] * self._n
+        self._pushers = [None] * self._n
         self._result = None
         self._departed = set()
         self._cond.notify_all()
@@ -223,9 +257,11 @@ class DataParallelModel:
     :class:`LocalGradientSync`) it is a plain single-rank model that never blocks.
 
     kizzasi's form ``DataParallelModel(weights, DistributedConfig(...))`` is accepted: world size
-    1 (or ``NO_SYNC``) gives a local model; a larger world size needs the rank's sync handle
-    (``config=`` plus ``sync=``), because a model built from the settings alone cannot reach its
-    peers (kizzasi's blocks forever in ``step``; ours refuses at construction).
+    1 (or ``NO_SYNC``) gives a local model; with a larger world size and no sync handle the model
+    cannot reach its peers, so its ``step`` and ``broadcast_weights`` raise
+    :class:`~asyncnet.SyncError` at once (kizzasi's blocks forever in ``step``). kizzasi's
+    :meth:`new_ranks` builds every rank's model of one group. ``weights`` is the live map, and
+    ``weights()`` (kizzasi's spelling) a snapshot copy of it.
 
         >>> import numpy as np
         >>> m = DataParallelModel({"w": np.ones(2)})
@@ -243,16 +279,32 @@ class DataParallelModel:
         self.config = config
         self.sync: GradientSync = _sync_for(sync, config)
         self._no_sync = config is not None and config.strategy is GradientStrategy.NO_SYNC
-        self.weights = {k: np.array(v, copy=True) for k, v in weights.items()}
+        self.weights = _WeightMap((k, _float_copy(v)) for k, v in weights.items())
         self._names = sorted(self.weights)
+
+    @classmethod
+    def new_ranks(cls, weights: Mapping[str, Any], config: "DistributedConfig") -> "list[DataParallelModel]":
+        """kizzasi's constructor of a whole group: one model per rank ``0 .. world_size - 1``.
+
+        Each starts from a copy of ``weights`` with ``config`` (its rank replaced); with
+        ``ALL_REDUCE`` and more than one rank they share one in-process group (threads: run each
+        rank's ``step`` in its own thread), each applying the same averaged step.
+        """
+        n = config.world_size
+        if config.strategy is GradientStrategy.ALL_REDUCE and n > 1:
+            from asyncnet.sync.threaded import ThreadedGradientSync
+            handles: list[GradientSync | None] = list(ThreadedGradientSync.new_workers(n, timeout=config.timeout))
+        else:
+            handles = [None] * n
+        return [cls(weights, h, config=dataclasses.replace(config, rank=r)) for r, h in enumerate(handles)]
 
     @property
     def rank(self) -> int:
-        return self.sync.worker_id
+        return self.config.rank if self.config is not None else self.sync.worker_id
 
     @property
     def world_size(self) -> int:
-        return self.sync.num_workers
+        return self.config.world_size if self.config is not None else self.sync.num_workers
 
     def broadcast_weights(self, root: int = 0) -> None:
         """Copy rank ``root``'s weights into every replica (every rank must call it)."""
@@ -270,18 +322,40 @@ class DataParallelModel:
         return avg
 
 
+class _WeightMap(dict):
+    """The live weight map (a dict); calling it, kizzasi's ``weights()``, gives a snapshot copy."""
+
+    def __call__(self) -> dict[str, np.ndarray]:
+        return {k: v.copy() for k, v in self.items()}
+
+
+class _UnreachableSync:
+    """The sync of a multi-rank model built from settings alone: every exchange is an error at once."""
+
+    is_distributed = True
+
+    def __init__(self, config: "DistributedConfig"):
+        self.num_workers, self.worker_id = config.world_size, config.rank
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> None:
+        raise SyncError(f"DataParallelModel: DistributedConfig(world_size={self.num_workers}, rank={self.worker_id}) "
+                        "has no way to reach the other ranks: build the group with DataParallelModel.new_ranks, "
+                        "or pass this rank's sync handle (sync=ThreadedGradientSync.new_workers(n)[rank], or a "
+                        "process or torch handle)")
+
+    sync_gradients = broadcast = _refuse
+
+
 def _sync_for(sync: GradientSync | None, config: "DistributedConfig | None") -> GradientSync:
     """The sync handle a DataParallelModel uses, checked against ``config`` (kizzasi's meaning)."""
     if config is None:
         return sync if sync is not None else LocalGradientSync()
-    if config.strategy is GradientStrategy.REDUCE_TO_ROOT:
+    if config.strategy is GradientStrategy.REDUCE_TO_ROOT and config.world_size > 1:
         raise ValueError("DataParallelModel: strategy REDUCE_TO_ROOT would leave the replicas different; "
                          "expected ALL_REDUCE or NO_SYNC")
     if sync is None:
         if config.world_size > 1 and config.strategy is GradientStrategy.ALL_REDUCE:
-            raise SyncError(f"DataParallelModel: DistributedConfig(world_size={config.world_size}, rank={config.rank}) "
-                            "needs this rank's sync handle (sync=ThreadedGradientSync.new_workers(n)[rank], or a "
-                            "process or torch handle); the settings alone cannot reach the other ranks")
+            return _UnreachableSync(config)  # type: ignore[return-value]
         return LocalGradientSync()
     if (sync.num_workers, sync.worker_id) != (config.world_size, config.rank):
         raise SyncMismatchError(f"DataParallelModel: config says world_size={config.world_size}, rank={config.rank}; "
@@ -309,12 +383,16 @@ class CommBackend(enum.Enum):
     External = "external"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class DistributedConfig:
     """Settings of a data-parallel run, validated on creation.
 
+    ``grad_strategy`` is kizzasi's name of ``strategy``, as a keyword and as an attribute.
+
         >>> DistributedConfig(world_size=4, rank=1).is_distributed
         True
+        >>> DistributedConfig(grad_strategy=GradientStrategy.NoSync).strategy
+        <GradientStrategy.NO_SYNC: 'no_sync'>
     """
 
     world_size: int = 1
@@ -323,6 +401,18 @@ class DistributedConfig:
     backend: CommBackend = CommBackend.IN_PROCESS
     timeout: float | None = None
     bucket_mb: float = 25.0
+
+    def __init__(self, world_size: int = 1, rank: int = 0, strategy: "GradientStrategy | str | None" = None,
+                 backend: "CommBackend | str" = CommBackend.IN_PROCESS, timeout: float | None = None,
+                 bucket_mb: float = 25.0, *, grad_strategy: "GradientStrategy | str | None" = None):
+        if strategy is not None and grad_strategy is not None:
+            raise ValueError("DistributedConfig: give strategy or grad_strategy (kizzasi's name), not both")
+        chosen = strategy if strategy is not None else grad_strategy
+        values = {"world_size": world_size, "rank": rank, "backend": backend, "timeout": timeout, "bucket_mb": bucket_mb,
+                  "strategy": GradientStrategy.ALL_REDUCE if chosen is None else chosen}
+        for name, value in values.items():
+            object.__setattr__(self, name, value)
+        self.__post_init__()
 
     def __post_init__(self) -> None:
         _check_rank(self.rank, self.world_size)
@@ -356,13 +446,45 @@ class DistributedConfig:
         return cls(**kw)
 
 
+@dataclass
+class CheckpointMetadata:
+    """kizzasi's checkpoint metadata: epoch, step, losses and named metrics (builder methods return self).
+
+        >>> CheckpointMetadata(5, 1000).with_val_loss(0.5).with_metric("accuracy", 0.95).metrics
+        {'accuracy': 0.95}
+    """
+
+    epoch: int
+    step: int
+    val_loss: float | None = None
+    train_loss: float | None = None
+    best_val_loss: float | None = None
+    timestamp: str = dataclasses.field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+    model_type: str = "unknown"
+    metrics: dict[str, float] = dataclasses.field(default_factory=dict)
+
+    def with_val_loss(self, loss: float) -> "CheckpointMetadata":
+        self.val_loss = loss
+        return self
+
+    def with_train_loss(self, loss: float) -> "CheckpointMetadata":
+        self.train_loss = loss
+        return self
+
+    def with_metric(self, name: str, value: float) -> "CheckpointMetadata":
+        self.metrics[name] = value
+        return self
+
+
 class CheckpointManager:
     """kizzasi's CheckpointManager for a weight vector and a bias: npz files in one folder.
 
     ``save_weights(weights, bias, step)`` writes ``weights_step_<step>.npz`` crash-safely and
     returns its path, keeping the newest ``max_checkpoints`` files (kizzasi's default 5) by
-    step; ``load_weights(path)`` gives ``(weights, bias)`` back; :meth:`latest` and
-    :meth:`load_latest` find the newest. Files are plain npz, read without pickle.
+    step; ``load_weights(path)`` gives ``(weights, bias)`` back, from these files or from
+    kizzasi's ``weights_step_<step>.json``; :meth:`list_weight_checkpoints`, :meth:`latest` and
+    :meth:`load_latest` find them. Files are plain npz, read without pickle. ``is_best`` /
+    ``update_best`` track the best validation loss as kizzasi's do.
 
         >>> import numpy as np, tempfile
         >>> manager = CheckpointManager(tempfile.mkdtemp(), max_checkpoints=2)
@@ -372,17 +494,38 @@ class CheckpointManager:
         (array([1., 2.], dtype=float32), 0.42, True)
     """
 
-    _NAME = re.compile(r"^weights_step_(\d+)\.npz$")
+    _NAME = re.compile(r"^weights_step_(\d+)\.(npz|json)$")
 
-    def __init__(self, checkpoint_dir: str | os.PathLike[str], max_checkpoints: int = 5):
-        if isinstance(max_checkpoints, bool) or not isinstance(max_checkpoints, int) or max_checkpoints < 1:
-            raise ValueError(f"max_checkpoints must be an int >= 1, got {max_checkpoints!r}")
+    def __init__(self, checkpoint_dir: str | os.PathLike[str], max_checkpoints: int = 5, keep_best: int = 3):
+        for name, value in (("max_checkpoints", max_checkpoints), ("keep_best", keep_best)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
         self.checkpoint_dir = os.fspath(checkpoint_dir)
         self.max_checkpoints = max_checkpoints
+        self.keep_best = keep_best
+        self.best_checkpoint: CheckpointMetadata | None = None
 
-    def checkpoint_path(self, step: int) -> str:
-        """Where the checkpoint of ``step`` goes."""
-        return os.path.join(self.checkpoint_dir, f"weights_step_{step:010d}.npz")
+    def weights_path(self, step: int) -> str:
+        """Where :meth:`save_weights` writes the checkpoint of ``step``."""
+        return os.path.join(self.checkpoint_dir, f"weights_step_{step}.npz")
+
+    def checkpoint_path(self, epoch: int) -> str:
+        """kizzasi's path of a whole-model checkpoint of ``epoch`` (nothing here writes it)."""
+        return os.path.join(self.checkpoint_dir, f"checkpoint_epoch_{epoch}.bin")
+
+    def best_checkpoint_path(self) -> str:
+        """kizzasi's path of the best whole-model checkpoint (nothing here writes it)."""
+        return os.path.join(self.checkpoint_dir, "best_checkpoint.bin")
+
+    def is_best(self, val_loss: float) -> bool:
+        """True when ``val_loss`` beats the best recorded one (or none is recorded)."""
+        best = None if self.best_checkpoint is None else self.best_checkpoint.val_loss
+        return best is None or val_loss < best
+
+    def update_best(self, metadata: CheckpointMetadata) -> None:
+        """Record ``metadata`` as the best when its ``val_loss`` is set and beats the best."""
+        if metadata.val_loss is not None and self.is_best(metadata.val_loss):
+            self.best_checkpoint = metadata
 
     def save_weights(self, weights: Any, bias: Any, step: int) -> str:
         """Write ``weights`` (an array) and ``bias`` (a scalar or array) for ``step``; returns the path."""
@@ -394,26 +537,30 @@ class CheckpointManager:
             if a.dtype.kind not in "biuf":
                 raise CheckpointError(f"save_weights: expected numeric {name}, got dtype {a.dtype}")
         os.makedirs(self.checkpoint_dir, exist_ok=True)
-        path = atomic_write_npz(self.checkpoint_path(int(step)), {"weights": w, "bias": b, "step": np.asarray(int(step), np.int64)})
+        path = atomic_write_npz(self.weights_path(int(step)), {"weights": w, "bias": b, "step": np.asarray(int(step), np.int64)})
         for old in self.checkpoints()[:-self.max_checkpoints]:
             os.remove(old)
         return path
 
     @staticmethod
     def load_weights(path: str | os.PathLike[str]) -> tuple[np.ndarray, Any]:
-        """``(weights, bias)`` from a file :meth:`save_weights` wrote (a 0-d bias comes back as a float)."""
+        """``(weights, bias)`` from a file :meth:`save_weights` (or kizzasi) wrote; a 0-d bias is a float."""
         data = _read_checkpoint(path)
         bias = data["bias"]
         return data["weights"], (bias.item() if bias.ndim == 0 else bias)
 
-    def checkpoints(self) -> list[str]:
-        """Paths of the checkpoints in the folder, oldest step first."""
+    def list_weight_checkpoints(self) -> list[tuple[int, str]]:
+        """kizzasi's listing: ``(step, path)`` of every ``weights_step_<step>`` file, ascending step."""
         try:
             names = os.listdir(self.checkpoint_dir)
         except FileNotFoundError:
             return []
         found = sorted((int(m.group(1)), n) for n in names if (m := self._NAME.match(n)))
-        return [os.path.join(self.checkpoint_dir, n) for _, n in found]
+        return [(step, os.path.join(self.checkpoint_dir, n)) for step, n in found]
+
+    def checkpoints(self) -> list[str]:
+        """Paths of the checkpoints in the folder, oldest step first."""
+        return [path for _, path in self.list_weight_checkpoints()]
 
     def latest(self) -> str | None:
         """The newest checkpoint's path, or None when there is none."""
@@ -430,14 +577,39 @@ class CheckpointManager:
 
 
 def _read_checkpoint(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
+    path = os.fspath(path)
     try:
-        with np.load(os.fspath(path), allow_pickle=False) as f:
-            data = {k: f[k] for k in f.files}
+        data = _read_json_checkpoint(path) if path.endswith(".json") else _read_npz(path)
     except FileNotFoundError:
-        raise CheckpointError(f"checkpoint {os.fspath(path)!r} does not exist") from None
+        raise CheckpointError(f"checkpoint {path!r} does not exist") from None
     except (OSError, ValueError, EOFError) as e:  # not an npz, truncated, or an object array
-        raise CheckpointError(f"checkpoint {os.fspath(path)!r} is not a readable npz file: {e}") from None
+        raise CheckpointError(f"checkpoint {path!r} is not a readable checkpoint file: {e}") from None
     missing = {"weights", "bias", "step"} - set(data)
     if missing:
-        raise CheckpointError(f"checkpoint {os.fspath(path)!r} lacks {sorted(missing)}; expected weights, bias and step")
+        raise CheckpointError(f"checkpoint {path!r} lacks {sorted(missing)}; expected weights, bias and step")
     return data
+
+
+def _read_npz(path: str) -> dict[str, np.ndarray]:
+    with np.load(path, allow_pickle=False) as f:
+        return {k: f[k] for k in f.files}
+
+
+def _read_json_checkpoint(path: str) -> dict[str, np.ndarray]:
+    """kizzasi's ``{"step": N, "bias": b, "weights": [...]}``, as float32 like kizzasi's f32."""
+    import json
+
+    with open(path, encoding="utf-8") as f:
+        obj = json.load(f)  # a JSONDecodeError is a ValueError
+    if not isinstance(obj, dict):
+        raise ValueError("expected a JSON object with step, bias and weights")
+    out = {}
+    for key, kinds in (("weights", (list,)), ("bias", (int, float)), ("step", (int,))):
+        if key not in obj:
+            continue
+        value = obj[key]
+        items = value if isinstance(value, list) else [value]
+        if not isinstance(value, kinds) or any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in items):
+            raise ValueError(f"field {key!r} is not {'a list of numbers' if key == 'weights' else 'a number'}")
+        out[key] = np.asarray(value, np.int64 if key == "step" else np.float32)
+    return out
