@@ -125,8 +125,9 @@ class SharedGradientStore:
     gets kizzasi's "not all ranks have submitted" :class:`~asyncnet.SyncError` at once (its own
     gradients are missing: waiting could only end in the timeout). The round drains itself once every
     rank has read the mean; :meth:`clear` resets it by hand (kizzasi's escape hatch, and what
-    a single thread pushing for every rank calls after its step). A rank pushing again before
-    its previous round drained waits. Waits end after ``timeout`` seconds
+    a single thread pushing for every rank calls after its step). A rank pushing again after
+    reading the mean waits until the round drained; a push only its own thread could unblock is
+    a :class:`~asyncnet.SyncError` at once. Waits end after ``timeout`` seconds
     (:class:`~asyncnet.SyncTimeoutError` naming the ranks not pushed) or at :meth:`abort`.
 
         >>> import numpy as np
@@ -157,8 +158,9 @@ class SharedGradientStore:
     def push(self, rank: int, grads: Mapping[str, Any]) -> None:
         """Store a copy of ``rank``'s gradients for this round (waits while its previous round drains).
 
-        A wait only this thread could end (every rank still to read the mean was pushed by this
-        thread) is a :class:`~asyncnet.SyncError` at once, not a wait that never ends.
+        A wait only this thread could end (``rank`` pushed again from this thread before reading
+        the mean, or every rank still to read pushed by this thread) is a
+        :class:`~asyncnet.SyncError` at once, not a wait that never ends.
         """
         _check_rank(rank, self._n)
         copy = {k: _float_copy(v) for k, v in grads.items()}
