@@ -206,6 +206,18 @@ def test_guide_example_model_from_settings_alone_fails_at_step_not_forever():
     assert model.weights()["embedding.weight"].tolist() == [0.0, 0.0, 0.0]
 
 
+def test_distributed_config_from_env_errors_name_the_variable(monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "two")
+    with pytest.raises(ValueError, match="WORLD_SIZE='two'"):
+        DistributedConfig.from_env()
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "2")
+    with pytest.raises(ValueError, match="rank"):
+        DistributedConfig.from_env()
+    monkeypatch.setenv("RANK", "1")
+    assert DistributedConfig.from_env(grad_strategy="no_sync").strategy is GradientStrategy.NO_SYNC
+
+
 def test_distributed_config_spellings():
     assert DistributedConfig(grad_strategy=GradientStrategy.NoSync).grad_strategy is GradientStrategy.NO_SYNC
     with pytest.raises(ValueError, match="not both"):

@@ -439,13 +439,23 @@ class DistributedConfig:
     @classmethod
     def from_env(cls, **overrides: Any) -> "DistributedConfig":
         """Read ``WORLD_SIZE`` and ``RANK`` as ``torchrun`` sets them (external backend when > 1)."""
-        ws = int(os.environ.get("WORLD_SIZE", "1"))
-        rank = int(os.environ.get("RANK", "0"))
+        ws, rank = _env_int("WORLD_SIZE", 1), _env_int("RANK", 0)
         kw: dict[str, Any] = {"world_size": ws, "rank": rank}
         if ws > 1:
             kw["backend"] = CommBackend.EXTERNAL
         kw.update(overrides)
         return cls(**kw)
+
+
+def _env_int(name: str, default: int) -> int:
+    """The integer environment variable ``name`` (``default`` when unset), or a ValueError naming it."""
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"DistributedConfig.from_env: {name}={raw!r} is not an integer") from None
 
 
 @dataclass
