@@ -114,6 +114,13 @@ def test_sgd_step_updates_weights():
     weights = {"w": np.array([1.0, 2.0, 3.0], np.float32)}
     sgd_step(weights, {"w": np.array([0.1, 0.2, 0.3], np.float32)}, 1.0)
     np.testing.assert_allclose(weights["w"], [0.9, 1.8, 2.7], atol=1e-6)
+    as_lists = {"w": [1.0, 2.0, 3.0]}  # kizzasi's HashMap<String, Vec<f32>>, literally
+    assert sgd_step(as_lists, {"w": [0.1, 0.2, 0.3], "missing": [1.0]}, 1.0) == ["w"]
+    np.testing.assert_allclose(as_lists["w"], [0.9, 1.8, 2.7], atol=1e-6)
+    with pytest.raises(ValueError, match="shape"):
+        sgd_step(as_lists, {"w": [1.0]}, 1.0)
+    with pytest.raises(TypeError, match="tuple"):
+        sgd_step({"w": (1.0, 2.0)}, {"w": [1.0, 1.0]}, 1.0)
 
 
 def test_data_parallel_model_weights_shared():

@@ -102,7 +102,8 @@ def sgd_step(weights: Mapping[str, np.ndarray], grads: Mapping[str, Any], lr: fl
     """``weights[name] -= lr * grads[name]`` in place; returns the names updated.
 
     Gradients whose name has no weight are skipped (the reference's rule); a shape mismatch is a
-    ``ValueError``.
+    ``ValueError``. A weight is a numpy array or, as kizzasi's ``Vec<f32>``, a list (updated in
+    place too).
     """
     updated = []
     for name, g in grads.items():
@@ -111,7 +112,12 @@ def sgd_step(weights: Mapping[str, np.ndarray], grads: Mapping[str, Any], lr: fl
             continue
         if np.shape(w) != np.shape(g):
             raise ValueError(f"sgd_step: weight {name!r} has shape {np.shape(w)}, gradient {np.shape(g)}")
-        w -= lr * np.asarray(g, dtype=w.dtype)
+        if isinstance(w, np.ndarray):
+            w -= lr * np.asarray(g, dtype=w.dtype)
+        elif isinstance(w, list):
+            w[:] = (np.asarray(w, dtype=np.float64) - lr * np.asarray(g, dtype=np.float64)).tolist()
+        else:  # an update of anything else would be lost (e.g. a tuple) or silently rebound
+            raise TypeError(f"sgd_step: weight {name!r} must be a numpy array or a list, got {type(w).__name__}")
         updated.append(name)
     return updated
 
