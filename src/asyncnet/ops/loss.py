@@ -393,7 +393,7 @@ def label_cross_entropy(ctx: Any, x: Any, label: Any) -> np.ndarray:
 @register_op("LabelCrossEntropyGradient", inputs=3, outputs=1, devices=CPU_CUDA, inputs_doc=("X", "label", "dY [N]"), outputs_doc=("dX",),
              doc="Gradient of LabelCrossEntropy: dX[i, label[i]] = -dY[i] / max(X[i, label[i]], 1e-20), 0 elsewhere.")
 def label_cross_entropy_gradient(ctx: Any, x: Any, label: Any, dy: Any) -> np.ndarray:
-    shape = tuple(x.shape)
+    shape = tuple(array(ctx, x, 0).shape)
     x = _label_rows(ctx, x, 0)
     xp = namespace(ctx, x, label, dy)
     n = x.shape[0]

@@ -127,7 +127,7 @@ def div(ctx: Any, a: Any, b: Any) -> np.ndarray:
     xp = namespace(ctx, a, b)
     if xp.kind(a) in "iu":
         if bool(xp.any(b == 0)):
-            raise ZeroDivisionError("integer division by zero")
+            raise ZeroDivisionError(f"integer division by zero: B {ctx.op.inputs[1]!r} holds a 0")
         if xp.name == "torch":  # torch's trunc rounding is exact for every int64
             return xp.lib.div(a, b, rounding_mode="trunc")
         return as_array(_trunc_divide(a, b))
@@ -168,6 +168,8 @@ def scale(ctx: Any, x: Any) -> np.ndarray:
     x = array(ctx, x, 0)
     s = ctx.args["scale"]
     if type(x) is np.ndarray:
+        if x.dtype.kind not in "biufc":
+            raise TypeError(f"expected a numeric array in input 0 {ctx.op.inputs[0]!r}, got dtype {x.dtype}")
         if x.dtype.kind == "f":
             return as_array(x * x.dtype.type(s))
         if x.dtype.kind in "iu" and float(s).is_integer() and abs(s) < 2**63:
@@ -186,6 +188,8 @@ def scale(ctx: Any, x: Any) -> np.ndarray:
              doc="Y = a copy of X (arrays are copied; other objects passed through); on a cuda op Y is on the op's "
                  "device wherever X is (Caffe2's Copy: 'potentially across devices').")
 def copy(ctx: Any, x: Any) -> Any:
+    if x is None:
+        raise TypeError(f"input 0 {ctx.op.inputs[0]!r} holds None; expected a tensor (or another object to pass on)")
     if ctx.device.device_type == "cuda" and is_array(x):
         from asyncnet.tensor.place import device_name, place
 

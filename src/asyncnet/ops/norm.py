@@ -193,7 +193,7 @@ def _rows(ctx: Any, x: np.ndarray) -> tuple[np.ndarray, tuple[int, ...]]:
     if a >= x.ndim:
         raise ValueError(f"argument axis={ctx.args['axis']} leaves nothing to normalize in an input of shape {tuple(x.shape)}")
     lead = x.shape[:a]
-    return x.reshape(int(np.prod(lead, dtype=np.int64)), -1), (*lead, 1)
+    return x.reshape(math.prod(lead), math.prod(x.shape[a:])), (*lead, 1)  # explicit cols: [0, D] keeps its D
 
 
 def _affine(ctx: Any, params: tuple[Any, ...], x: np.ndarray, first: int) -> tuple[np.ndarray, ...]:
@@ -227,6 +227,7 @@ _LN_ARGS = [Arg("axis", int, 1, "normalize over the dims from this axis on"), _E
                  "with elementwise_affine=1, then Y = Y * gamma + beta.")
 def layer_norm(ctx: Any, x: Any, *params: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     x = float_array(ctx, x, 0)
+    params = tuple(array(ctx, p, i) for i, p in enumerate(params, 1))
     xp = namespace(ctx, x, *params)
     _check_affine(ctx, len(params))
     x2, mshape = _rows(ctx, x)
