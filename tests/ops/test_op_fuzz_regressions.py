@@ -185,3 +185,18 @@ def test_inplace_optimizer_with_bad_lr_leaves_its_inputs(op, n_in):
         ws.run_net_once(net)
     for n, b in zip(names, before):
         np.testing.assert_array_equal(ws.fetch(n), b)
+
+
+@pytest.mark.parametrize("op", ["ConstantFill", "DiagonalFill"])
+def test_non_finite_value_into_an_int_fill(op):
+    with pytest.raises(NetDefinitionError, match="cannot fill a tensor of dtype int32"):
+        an.Workspace().run_net_once(_net(op, shape=[2, 2], value=float("inf"), dtype="int32"))
+
+
+def test_scale_of_unsigned_torch_tensor_by_a_negative_wraps_as_numpy():
+    torch = pytest.importorskip("torch")
+    x = np.array([1, 2, 3], np.uint8)
+    want = run("Scale", [x], scale=-1.0)
+    got = run("Scale", [torch.from_numpy(x.copy())], scale=-1.0)
+    np.testing.assert_array_equal(got.numpy(), want)
+    np.testing.assert_array_equal(want, [255, 254, 253])

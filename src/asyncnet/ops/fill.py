@@ -147,6 +147,8 @@ def _validate_dtype(op: OperatorDef) -> None:
     if isinstance(value, int) and not -2**63 <= value < 2**63:
         raise ValueError(f"{op.type}: value {value} does not fit a 64-bit integer (Caffe2's int argument)")
     dtype = fill_dtype(op.args.get("dtype", ""), value)
+    if isinstance(value, float) and not math.isfinite(value) and dtype.kind in "iu":
+        raise ValueError(f"{op.type}: value {value} cannot fill a tensor of dtype {dtype.name}")
     if isinstance(value, int) and not isinstance(value, bool) and dtype.kind in "iu":
         info = np.iinfo(dtype)
         if not info.min <= value <= info.max:

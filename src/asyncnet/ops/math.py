@@ -180,7 +180,8 @@ def scale(ctx: Any, x: Any) -> np.ndarray:
     if xp.kind(x) == "f":
         return x * s
     if xp.kind(x) in "iu" and float(s).is_integer() and abs(s) < 2**63:
-        return x * xp.scalar_like(int(s), x)
+        k = int(s) % (1 << 8 * x.element_size()) if xp.kind(x) == "u" else int(s)  # wraps as numpy's astype
+        return x * xp.scalar_like(k, x)
     return (x * s).to(x.dtype)
 
 
