@@ -200,3 +200,18 @@ def test_scale_of_unsigned_torch_tensor_by_a_negative_wraps_as_numpy():
     got = run("Scale", [torch.from_numpy(x.copy())], scale=-1.0)
     np.testing.assert_array_equal(got.numpy(), want)
     np.testing.assert_array_equal(want, [255, 254, 253])
+
+
+# -- silent wrong results on 0-d inputs ---------------------------------------------------------
+def test_transpose_of_a_0d_array_stays_0d():
+    y = run("Transpose", [np.array(5, np.int32)])
+    assert y.shape == () and y == 5
+
+
+def test_dropout_of_a_0d_array_gives_an_array_mask():
+    y, mask = run("Dropout", [np.array(2.0, F32)], 2, seed=3, ratio=0.0)
+    assert isinstance(mask, np.ndarray) and mask.shape == () and mask.dtype == np.bool_
+    assert y == 2.0
+    torch = pytest.importorskip("torch")
+    y, mask = run("Dropout", [torch.tensor(2.0)], 2, seed=3, ratio=0.0)
+    assert tuple(mask.shape) == () and float(y) == 2.0

@@ -336,7 +336,8 @@ def dropout(ctx: Any, x: Any) -> Any:
         if rng is None:  # one generator per op instance (its args dict is its own), as fill.py does
             seed = ctx.args["seed"]
             rng = ctx.args[_STREAM] = np.random.default_rng(seed if seed >= 0 else getattr(ctx.device, "random_seed", None))
-        mask = rng.random(tuple(x.shape)) >= ratio  # numpy's draws on both libraries: one seed, one mask
+        # numpy's draws on both libraries: one seed, one mask (asarray: a 0-d input draws a Python float)
+        mask = np.asarray(rng.random(tuple(x.shape)) >= ratio)
     if xp.name == "torch":
         mask = xp.lib.from_numpy(mask).to(x.device)
     if not ctx.args["is_test"]:

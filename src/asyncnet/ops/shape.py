@@ -165,7 +165,7 @@ def transpose(ctx: Any, x: Any) -> np.ndarray:
     x = array(ctx, x, 0)
     if is_torch(x):
         return x.permute(_axes(ctx, x)).contiguous()
-    return np.ascontiguousarray(x.transpose(_axes(ctx, x)))
+    return x.transpose(_axes(ctx, x)).copy(order="C")  # not ascontiguousarray: it makes a 0-d input 1-D
 
 
 @register_gradient("Transpose")
