@@ -215,3 +215,26 @@ def test_dropout_of_a_0d_array_gives_an_array_mask():
     torch = pytest.importorskip("torch")
     y, mask = run("Dropout", [torch.tensor(2.0)], 2, seed=3, ratio=0.0)
     assert tuple(mask.shape) == () and float(y) == 2.0
+
+
+def test_sparse_lengths_weighted_sum_gradient_data_without_indices():
+    dy, w, lengths, data = np.ones(1, F32), np.ones(3, F32), np.array([3]), np.ones((3, 1), F32)
+    _op_error("SparseLengthsWeightedSumGradient", [dy, w, lengths, data], "DATA and INDICES", 2)
+
+
+# -- torch tensors give numpy's result ----------------------------------------------------------
+def test_scale_of_an_int_torch_tensor_rounds_as_numpy():
+    torch = pytest.importorskip("torch")
+    x = np.array([2**25 + 3, 7], np.int32)
+    want = run("Scale", [x], scale=0.5)
+    np.testing.assert_array_equal(want, [2**24 + 1, 3])
+    np.testing.assert_array_equal(run("Scale", [torch.from_numpy(x.copy())], scale=0.5).numpy(), want)
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered in cast:RuntimeWarning")
+def test_constant_fill_like_a_torch_tensor_overflows_as_numpy():
+    torch = pytest.importorskip("torch")
+    want = run("ConstantFill", [np.ones(2, F32)], value=1e300)
+    got = run("ConstantFill", [torch.ones(2)], value=1e300)
+    np.testing.assert_array_equal(got.numpy(), want)
+    assert np.isinf(want).all()

@@ -195,7 +195,9 @@ def constant_fill(ctx: Any, *inputs: Any) -> np.ndarray:
             return value
         if cpu_tensors(x) and dtype.kind == "f":
             torch = sys.modules["torch"]  # a tensor exists: torch is imported
-            return torch.full(tuple(x.shape), float(a["value"]), dtype=getattr(torch, dtype.name))
+            with np.errstate(over="ignore"):  # numpy's rounding (1e300 in float32 is inf, as on numpy); torch refuses it
+                value = float(np.asarray(a["value"]).astype(dtype))
+            return torch.full(tuple(x.shape), value, dtype=getattr(torch, dtype.name))
     shape = _shape(ctx, inputs)
     return _out(ctx, inputs, _alloc(shape, lambda: np.full(shape, a["value"], dtype=dtype)))
 

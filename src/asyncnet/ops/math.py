@@ -182,7 +182,7 @@ def scale(ctx: Any, x: Any) -> np.ndarray:
     if xp.kind(x) in "iu" and float(s).is_integer() and abs(s) < 2**63:
         k = int(s) % (1 << 8 * x.element_size()) if xp.kind(x) == "u" else int(s)  # wraps as numpy's astype
         return x * xp.scalar_like(k, x)
-    return (x * s).to(x.dtype)
+    return (x.to(xp.lib.float64) * s).to(x.dtype)  # in float64 as numpy's (x * s).astype: torch's int * float is float32
 
 
 @register_op("Copy", inputs=1, outputs=1, devices=CPU_CUDA,

@@ -443,6 +443,8 @@ def sparse_lengths_weighted_sum_gradient(ctx: Any, dy: Any, weights: Any, length
     values = g * w.reshape(-1, *([1] * (dy.ndim - 1)))
     if not main:
         return values
+    if len(main) != 2:
+        raise ValueError("expected DATA and INDICES (inputs 3 and 4) together for dWEIGHTS, got DATA alone")
     data = _table(ctx, main[0], 3)
     idx = _indices(ctx, main[1], 4, data.shape[0])
     if tuple(idx.shape) != (total,) or tuple(data.shape[1:]) != tuple(dy.shape[1:]):
