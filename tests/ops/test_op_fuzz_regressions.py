@@ -238,3 +238,18 @@ def test_constant_fill_like_a_torch_tensor_overflows_as_numpy():
     got = run("ConstantFill", [torch.ones(2)], value=1e300)
     np.testing.assert_array_equal(got.numpy(), want)
     assert np.isinf(want).all()
+
+
+def test_gather_of_a_0d_index_on_torch():
+    torch = pytest.importorskip("torch")
+    data, idx = np.array([0, 5, 7]), np.array(-2)
+    want = run("Gather", [data, idx])
+    got = run("Gather", [torch.from_numpy(data), torch.from_numpy(idx)])
+    assert want.shape == () and tuple(got.shape) == () and int(got) == int(want) == 5
+
+
+def test_max_pool_of_zero_channels_on_torch():
+    torch = pytest.importorskip("torch")
+    want = run("MaxPool", [np.zeros((1, 0, 3, 4), F32)], kernel=2)
+    got = run("MaxPool", [torch.zeros((1, 0, 3, 4))], kernel=2)
+    assert want.shape == tuple(got.shape) == (1, 0, 2, 3)

@@ -259,7 +259,7 @@ def _match_outer_grad(xp: Any, data: Any, idx: Any, dy: Any, axis: int) -> Any:
 def _rows(data: Any, idx: Any) -> Any:
     """``data[idx]``: the rows picked by an int array of any shape (a new array)."""
     if is_torch(data):
-        return data.index_select(0, idx.reshape(-1).long()).reshape(*idx.shape, *data.shape[1:])
+        return data.index_select(0, idx.reshape(-1).long()).reshape((*idx.shape, *data.shape[1:]))  # a tuple: () for 0-d
     return data[idx]
 
 
