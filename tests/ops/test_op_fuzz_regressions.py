@@ -253,3 +253,15 @@ def test_max_pool_of_zero_channels_on_torch():
     want = run("MaxPool", [np.zeros((1, 0, 3, 4), F32)], kernel=2)
     got = run("MaxPool", [torch.zeros((1, 0, 3, 4))], kernel=2)
     assert want.shape == tuple(got.shape) == (1, 0, 2, 3)
+
+
+def test_softmax_with_loss_gradient_only_loss_bad_dloss_leaves_p():
+    ws = an.Workspace()
+    x, label, p = np.zeros((3, 4), F32), np.array([0, 1, 2], np.int32), np.full((3, 4), 0.25, F32)
+    for n, v in (("x", x), ("label", label), ("p", p), ("dloss", np.ones(3, F32))):
+        ws.feed(n, v)
+    net = an.Net("t")
+    net.add_op("SoftmaxWithLossGradient", ["x", "label", "p", "dloss"], ["dx"], only_loss=True)
+    with pytest.raises(OperatorError, match="scalar loss gradient"):
+        ws.run_net_once(net)
+    np.testing.assert_array_equal(ws.fetch("p"), np.full((3, 4), 0.25, F32))
