@@ -265,3 +265,11 @@ def test_softmax_with_loss_gradient_only_loss_bad_dloss_leaves_p():
     with pytest.raises(OperatorError, match="scalar loss gradient"):
         ws.run_net_once(net)
     np.testing.assert_array_equal(ws.fetch("p"), np.full((3, 4), 0.25, F32))
+
+
+@pytest.mark.parametrize("op, inputs", [("CreateCounter", []), ("ResetCounter", ["c"])])
+def test_counter_init_count_beyond_int64_is_refused_at_creation(op, inputs):
+    net = an.Net("t")
+    with pytest.raises(NetDefinitionError, match="does not fit a signed 64-bit"):
+        net.add_op(op, inputs, ["y"] if op == "CreateCounter" else [], init_count=2**70)
+        an.Workspace().create_net(net)
