@@ -5,6 +5,7 @@ They accept numpy arrays and torch tensors alike (see :mod:`asyncnet.tensor.name
 from __future__ import annotations
 
 import math
+import os
 from typing import Any
 
 import numpy as np
@@ -78,3 +79,21 @@ def axis_of(ctx: Any, x: np.ndarray, axis: int, name: str = "axis") -> int:
     if not 0 <= a <= x.ndim:
         raise ValueError(f"argument {name}={axis} is out of range for an input of shape {x.shape}")
     return a
+
+
+def _ram_bytes() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return 2**62
+
+
+RAM_BYTES = _ram_bytes()
+
+
+def check_alloc(n_elements: int, itemsize: int, what: str) -> None:
+    """Refuse an output larger than the machine's RAM (a ValueError naming it) before allocating it,
+    rather than swapping for minutes or a MemoryError. Example: ``check_alloc(2**40, 4, "the output")``."""
+    need = int(n_elements) * itemsize
+    if need > RAM_BYTES:
+        raise ValueError(f"{what} needs {need} bytes, more than this machine's {RAM_BYTES} bytes of memory")

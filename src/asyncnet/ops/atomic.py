@@ -36,6 +36,7 @@ import numpy as np
 
 from asyncnet.atomic import AtomicBool, AtomicInt, Mutex, SharedAtomicBool, SharedAtomicInt, SharedMutex
 from asyncnet.atomic._intmath import wrap
+from asyncnet.core.defs import OperatorDef
 from asyncnet.core.registry import Arg, register_op
 from asyncnet.tensor.namespace import is_array, namespace
 
@@ -257,13 +258,19 @@ def _counter(ctx: Any, x: Any) -> Any:
     return x
 
 
-@register_op("CreateCounter", inputs=0, outputs=1, args=[_INIT_COUNT], outputs_doc=("counter",),
+def _validate_init_count(op: OperatorDef) -> None:
+    v = op.args.get("init_count", 0)
+    if isinstance(v, int) and not -2**63 <= v < 2**63:
+        raise ValueError(f"{op.type}: init_count {v} does not fit a signed 64-bit integer (Caffe2's int64 argument)")
+
+
+@register_op("CreateCounter", inputs=0, outputs=1, args=[_INIT_COUNT], outputs_doc=("counter",), validate=_validate_init_count,
              doc="Store a new count-down counter (a 64-bit AtomicInt) holding init_count.")
 def create_counter(ctx: Any) -> AtomicInt:
     return AtomicInt(ctx.args["init_count"], bits=64)
 
 
-@register_op("ResetCounter", inputs=1, outputs=(0, 1), args=[_INIT_COUNT], inputs_doc=("counter",),
+@register_op("ResetCounter", inputs=1, outputs=(0, 1), args=[_INIT_COUNT], inputs_doc=("counter",), validate=_validate_init_count,
              outputs_doc=("previous value (int64, 0-d, optional)",),
              doc="Set the counter to init_count; the optional output gets the value it had.")
 def reset_counter(ctx: Any, counter: Any) -> np.ndarray | None:

@@ -33,6 +33,7 @@ the results agree with the numpy kernel within float rounding.
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -41,7 +42,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from asyncnet.core.defs import OperatorDef
 from asyncnet.core.registry import Arg, register_gradient, register_op
-from asyncnet.ops._check import float_array, ndim, same_dtype
+from asyncnet.ops._check import check_alloc, float_array, ndim, same_dtype
 from asyncnet.ops.grad import GradOut, MakerResult, output_grad
 from asyncnet.tensor.namespace import is_torch, namespace
 
@@ -203,7 +204,12 @@ def pad_input(x: np.ndarray, g: Geometry, value: float = 0.0) -> np.ndarray:
         import torch.nn.functional as F
 
         return F.pad(x, (l, r, t, b), value=value)
-    return np.pad(x, ((0, 0), (0, 0), (t, b), (l, r)), constant_values=value)
+    check_alloc(math.prod(x.shape[:2]) * (x.shape[2] + t + b) * (x.shape[3] + l + r), x.dtype.itemsize,
+                f"the input of shape {tuple(x.shape)} padded by (t, l, b, r) = {g.pads}")
+    try:
+        return np.pad(x, ((0, 0), (0, 0), (t, b), (l, r)), constant_values=value)
+    except MemoryError as exc:
+        raise ValueError(f"the pads (t, l, b, r) = {g.pads} make an input of shape {tuple(x.shape)} too large to allocate") from exc
 
 
 def taps(g: Geometry) -> list[tuple[int, int, tuple[slice, slice]]]:

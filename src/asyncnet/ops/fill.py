@@ -34,7 +34,7 @@ import numpy as np
 
 from asyncnet.core.defs import OperatorDef
 from asyncnet.core.registry import Arg, register_no_gradient, register_op
-from asyncnet.ops._check import array
+from asyncnet.ops._check import array, check_alloc
 from asyncnet.ops.logic import CAFFE2_DTYPES, cast_dtype
 from asyncnet.tensor.namespace import cpu_tensors, is_torch, to_numpy
 from asyncnet.tensor.place import device_name, place, place_like
@@ -72,7 +72,18 @@ def _shape(ctx: Any, inputs: tuple[Any, ...]) -> tuple[int, ...]:
         shape = tuple(a["shape"])
     if any(d < 0 for d in shape):
         raise ValueError(f"expected non-negative dims, got shape {shape}")
+    if math.prod(shape) >= 2**63:
+        raise ValueError(f"the output shape {shape} has more than 2**63 elements")
     return shape
+
+
+def _alloc(shape: tuple[int, ...], make: Any) -> np.ndarray:
+    """``make()``, with a MemoryError for a too large ``shape`` told in the op's terms."""
+    check_alloc(math.prod(shape), 8, f"the output shape {shape}")  # the draws are float64 or int64
+    try:
+        return make()
+    except MemoryError as exc:
+        raise ValueError(f"the output shape {shape} ({math.prod(shape)} elements) is too large to allocate") from exc
 
 
 def _out(ctx: Any, inputs: tuple[Any, ...], value: np.ndarray) -> Any:
@@ -132,7 +143,16 @@ _DTYPE_KEY = "_fill_dtype"  # the resolved dtype, cached in the op instance's ow
 
 
 def _validate_dtype(op: OperatorDef) -> None:
-    fill_dtype(op.args.get("dtype", ""), op.args.get("value", 0.0))
+    value = op.args.get("value", 0.0)
+    if isinstance(value, int) and not -2**63 <= value < 2**63:
+        raise ValueError(f"{op.type}: value {value} does not fit a 64-bit integer (Caffe2's int argument)")
+    dtype = fill_dtype(op.args.get("dtype", ""), value)
+    if isinstance(value, float) and not math.isfinite(value) and dtype.kind in "iu":
+        raise ValueError(f"{op.type}: value {value} cannot fill a tensor of dtype {dtype.name}")
+    if isinstance(value, int) and not isinstance(value, bool) and dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        if not info.min <= value <= info.max:
+            raise ValueError(f"{op.type}: value {value} does not fit dtype {dtype.name} [{info.min}, {info.max}]")
 
 
 def _specialize_constant_fill(ctx: Any, *inputs: Any) -> Any:
@@ -175,8 +195,11 @@ def constant_fill(ctx: Any, *inputs: Any) -> np.ndarray:
             return value
         if cpu_tensors(x) and dtype.kind == "f":
             torch = sys.modules["torch"]  # a tensor exists: torch is imported
-            return torch.full(tuple(x.shape), float(a["value"]), dtype=getattr(torch, dtype.name))
-    return _out(ctx, inputs, np.full(_shape(ctx, inputs), a["value"], dtype=dtype))
+            with np.errstate(over="ignore"):  # numpy's rounding (1e300 in float32 is inf, as on numpy); torch refuses it
+                value = float(np.asarray(a["value"]).astype(dtype))
+            return torch.full(tuple(x.shape), value, dtype=getattr(torch, dtype.name))
+    shape = _shape(ctx, inputs)
+    return _out(ctx, inputs, _alloc(shape, lambda: np.full(shape, a["value"], dtype=dtype)))
 
 
 @register_op("GaussianFill", inputs=(0, 1), outputs=1, devices=("cpu", "cuda"), doc="Fill with samples of N(mean, std^2).",
@@ -184,9 +207,10 @@ def constant_fill(ctx: Any, *inputs: Any) -> np.ndarray:
                    Arg("dtype", str, "float32", "output dtype", choices=FLOAT_NAMES)])
 def gaussian_fill(ctx: Any, *inputs: Any) -> np.ndarray:
     a = ctx.args
-    if a["std"] < 0:
+    if not a["std"] >= 0:
         raise ValueError(f"expected std >= 0, got {a['std']}")
-    return _out(ctx, inputs, _rng(ctx).normal(a["mean"], a["std"], _shape(ctx, inputs)).astype(DTYPES[a["dtype"]]))
+    shape = _shape(ctx, inputs)  # std + 0.0: numpy refuses a -0.0 scale
+    return _out(ctx, inputs, _alloc(shape, lambda: _rng(ctx).normal(a["mean"], a["std"] + 0.0, shape)).astype(DTYPES[a["dtype"]]))
 
 
 def _validate_uniform(op: OperatorDef) -> None:
@@ -211,11 +235,15 @@ def _uniform(ctx: Any, inputs: tuple[Any, ...], draw: Any, dtype: Any) -> Any:
     """Shared body of UniformFill / UniformIntFill: min > max from inputs gives dim 0 of size 0 (Caffe2)."""
     shape_in, lo, hi = _bounds(ctx, inputs)
     shape = _shape(ctx, shape_in)
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        raise ValueError(f"expected finite min and max, got min={lo} max={hi}")
     if lo > hi:
         if len(inputs) < 3:
             raise ValueError(f"expected min <= max, got min={lo} max={hi}")
         return _out(ctx, shape_in, np.zeros((0, *shape[1:]), dtype))
-    return _out(ctx, shape_in, draw(_rng(ctx), lo, hi, shape).astype(dtype))
+    if dtype == np.int32 and not (-2**31 <= lo and hi < 2**31):
+        raise ValueError(f"expected min and max in the int32 range, got min={lo} max={hi}")
+    return _out(ctx, shape_in, _alloc(shape, lambda: draw(_rng(ctx), lo, hi, shape)).astype(dtype))
 
 
 @register_op("UniformFill", inputs=(0, 3), outputs=1, devices=("cpu", "cuda"), validate=_validate_uniform,
@@ -224,7 +252,8 @@ def _uniform(ctx: Any, inputs: tuple[Any, ...], draw: Any, dtype: Any) -> Any:
              args=[*_SHAPE_ARGS, Arg("min", float, 0.0), Arg("max", float, 1.0), _SEED,
                    Arg("dtype", str, "float32", "output dtype", choices=FLOAT_NAMES)])
 def uniform_fill(ctx: Any, *inputs: Any) -> np.ndarray:
-    return _uniform(ctx, inputs, lambda g, lo, hi, shape: g.uniform(lo, hi, shape), DTYPES[ctx.args["dtype"]])
+    # + 0.0 turns a -0.0 bound (numpy refuses U[0, -0)) into 0.0 and leaves every other value as it is
+    return _uniform(ctx, inputs, lambda g, lo, hi, shape: g.uniform(lo + 0.0, hi + 0.0, shape), DTYPES[ctx.args["dtype"]])
 
 
 @register_op("UniformIntFill", inputs=(0, 3), outputs=1, devices=("cpu", "cuda"), validate=_validate_uniform,
@@ -244,7 +273,7 @@ def xavier_fill(ctx: Any, *inputs: Any) -> np.ndarray:
     if not shape or shape[0] == 0 or size == 0:
         raise ValueError(f"XavierFill needs a non-empty shape with shape[0] > 0, got {shape}")
     scale = np.sqrt(3.0 / (size / shape[0]))
-    return _out(ctx, inputs, _rng(ctx).uniform(-scale, scale, shape).astype(DTYPES[ctx.args["dtype"]]))
+    return _out(ctx, inputs, _alloc(shape, lambda: _rng(ctx).uniform(-scale, scale, shape)).astype(DTYPES[ctx.args["dtype"]]))
 
 
 @register_op("MSRAFill", inputs=(0, 1), outputs=1, devices=("cpu", "cuda"),
@@ -256,7 +285,7 @@ def msra_fill(ctx: Any, *inputs: Any) -> np.ndarray:
         raise ValueError(f"MSRAFill needs a shape of at least 2 dims with shape[1] > 0, got {shape}")
     fan_out = int(np.prod(shape, dtype=np.int64)) // shape[1]
     std = np.sqrt(2.0 / fan_out) if fan_out else 0.0
-    return _out(ctx, inputs, _rng(ctx).normal(0.0, std, shape).astype(DTYPES[ctx.args["dtype"]]))
+    return _out(ctx, inputs, _alloc(shape, lambda: _rng(ctx).normal(0.0, std, shape)).astype(DTYPES[ctx.args["dtype"]]))
 
 
 @register_op("RangeFill", inputs=(0, 1), outputs=1, devices=("cpu", "cuda"),
@@ -264,7 +293,7 @@ def msra_fill(ctx: Any, *inputs: Any) -> np.ndarray:
              args=[*_SHAPE_ARGS])
 def range_fill(ctx: Any, *inputs: Any) -> np.ndarray:
     shape = _shape(ctx, inputs)
-    return _out(ctx, inputs, np.arange(int(np.prod(shape, dtype=np.int64)), dtype=np.float32).reshape(shape))
+    return _out(ctx, inputs, _alloc(shape, lambda: np.arange(math.prod(shape), dtype=np.float32).reshape(shape)))
 
 
 @register_op("DiagonalFill", inputs=(0, 1), outputs=1, devices=("cpu", "cuda"), validate=_validate_dtype,
@@ -279,7 +308,7 @@ def diagonal_fill(ctx: Any, *inputs: Any) -> np.ndarray:
         raise ValueError(f"DiagonalFill needs a shape of at least 2 dims, got {shape}")
     if len(shape) > 2 and len(set(shape)) != 1:
         raise ValueError(f"DiagonalFill: all dims must be equal past 2-D, got {shape}")
-    y = np.zeros(shape, fill_dtype(a["dtype"], a["value"]))
+    y = _alloc(shape, lambda: np.zeros(shape, fill_dtype(a["dtype"], a["value"])))
     # Caffe2's stride over the flat array: a tall 2-D matrix wraps (5x3: [0,0] [1,1] [2,2] [4,0])
     step = shape[1] + 1 if len(shape) == 2 else 1 + int(np.cumprod(shape[:-1]).sum())
     y.reshape(-1)[::step] = a["value"]
@@ -296,7 +325,12 @@ def lengths_range_fill(ctx: Any, lengths: Any) -> Any:
         raise ValueError(f"expected 1-D int lengths in input 0, got {lengths.dtype} {lengths.shape}")
     if (lengths < 0).any():
         raise ValueError(f"expected lengths >= 0, got {lengths[lengths < 0][:3].tolist()}")
-    total = int(lengths.sum())
+    if lengths.dtype == np.uint64:
+        if lengths.size and int(lengths.max()) >= 2**63:
+            raise ValueError(f"expected lengths below 2**63, got {int(lengths.max())}")
+        lengths = lengths.astype(np.int64)
+    total = int(lengths.sum(dtype=np.int64)) if lengths.dtype.kind == "i" else int(lengths.sum())
+    check_alloc(total, 16, f"the output of {total} elements (the sum of the lengths)")
     starts = np.repeat(np.cumsum(lengths) - lengths, lengths)
     ranges = (np.arange(total, dtype=np.int64) - starts).astype(np.int32)
     return place_like(ranges, given) if is_torch(given) else ranges
@@ -329,6 +363,11 @@ def _validate_given(op: OperatorDef) -> None:
     bad = next((v for v in values if not isinstance(v, items) or (op.type != "GivenTensorBoolFill" and isinstance(v, bool))), None)
     if bad is not None:
         raise ValueError(f"{op.type}: expected {' or '.join(t.__name__ for t in items)} values, got {bad!r}")
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        out = [v for v in values if not info.min <= v <= info.max]
+        if out:
+            raise ValueError(f"{op.type}: values {out[:3]} do not fit {dtype.name} [{info.min}, {info.max}]")
     if dtype == np.bool_ and any(v not in (0, 1) for v in values):
         raise ValueError(f"{op.type}: expected bool values (or 0/1), got {[v for v in values if v not in (0, 1)][:3]}")
     if not op.inputs:

@@ -19,6 +19,7 @@ or torch tensors alike (:mod:`asyncnet.tensor.namespace`).
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -166,7 +167,11 @@ def _copy_grad(op: OperatorDef, gout: GradOut) -> MakerResult:
              doc="Gradient of MatMul (the forward op's args): the 2-D gradients, reshaped to A's and B's shapes.")
 def matmul_gradient(ctx: Any, a: Any, b: Any, dc: Any) -> tuple[np.ndarray, np.ndarray]:
     a2, b2 = matmul_operands(ctx, a, b)  # op(A2), op(B2)
-    dc = float_array(ctx, dc, 2).reshape(a2.shape[0], b2.shape[1])
+    dc = float_array(ctx, dc, 2)
+    if math.prod(dc.shape) != a2.shape[0] * b2.shape[1]:
+        raise ValueError(f"expected dC {ctx.op.inputs[2]!r} of {a2.shape[0]} x {b2.shape[1]} elements (the MatMul output), "
+                         f"got shape {tuple(dc.shape)}")
+    dc = dc.reshape(a2.shape[0], b2.shape[1])
     d_opa, d_opb = dc @ b2.T, a2.T @ dc
     da = d_opa.T if ctx.args["trans_a"] else d_opa
     db = d_opb.T if ctx.args["trans_b"] else d_opb
@@ -353,6 +358,8 @@ register_gradient("Softmax")(_from_output("SoftmaxGradient", axis=1))
              doc="Y = X (a copy, or X itself in place); the gradient stops here: ops before it get none "
                  "through it (Caffe2's StopGradient).")
 def stop_gradient(ctx: Any, x: Any) -> Any:
+    if x is None:
+        raise TypeError(f"input 0 {ctx.op.inputs[0]!r} holds None; expected a tensor (or another object to pass on)")
     if ctx.op.outputs[0] == ctx.op.inputs[0]:
         return x
     if isinstance(x, np.ndarray):

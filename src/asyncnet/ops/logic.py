@@ -131,6 +131,11 @@ def cast(ctx: Any, x: Any) -> np.ndarray:
     x = array(ctx, x, 0)
     to = cast_dtype(ctx.args["to"])
     if type(x) is np.ndarray:
+        if x.dtype.kind in "OSUV":
+            try:
+                return as_array(x.astype(to))
+            except (TypeError, ValueError) as exc:
+                raise ValueError(f"cannot convert input 0 {ctx.op.inputs[0]!r} of dtype {x.dtype} to {to}: {exc}") from exc
         return as_array(x.astype(to))
     return x.to(getattr(namespace(ctx, x).lib, to.name))  # torch names its dtypes as numpy does
 

@@ -352,21 +352,23 @@ def _softmax_with_loss_gradient(ctx: Any, p: Any, label: Any, dloss: Any, weight
     n, d = p2.shape
     if n == 0:  # an empty batch (its loss is 0): an empty gradient
         return p if a["only_loss"] else xp.copy(p)
+    # every input checked before the first write: with only_loss dx is P's own array
+    targets = _label_probs(ctx, label, p2, axis) if a["label_prob"] else _labels(ctx, label, 1, n, d, axis)
+    i_dloss = len(ctx.op.inputs) - 1
+    w = None if weight is None else _weights(ctx, weight, n, p2)
+    total = None if w is None else w.sum()
+    g = _scalar_grad(ctx, dloss, i_dloss, p2) if w is None or float(total) > 0 else None  # Caffe2 scales only then
     dx = p2 if a["only_loss"] else xp.copy(p2)
     if a["label_prob"]:
-        dx -= _label_probs(ctx, label, p2, axis)
+        dx -= targets
     else:
-        xp.add_rows(dx, _labels(ctx, label, 1, n, d, axis), -1)
-    i_dloss = len(ctx.op.inputs) - 1
-    if weight is None:
-        g = _scalar_grad(ctx, dloss, i_dloss, p2)
+        xp.add_rows(dx, targets, -1)
+    if w is None:
         dx *= g / n if a["scale"] == 1.0 else g * a["scale"] / n  # (the default's bits as before)
         return dx.reshape(p.shape)
-    w = _weights(ctx, weight, n, p2)
     dx *= w.reshape(n, 1)
-    total = w.sum()
-    if float(total) > 0:  # Caffe2 scales only then
-        dx *= _scalar_grad(ctx, dloss, i_dloss, p2) * (a["scale"] / total)
+    if g is not None:
+        dx *= g * (a["scale"] / total)
     return dx.reshape(p.shape)
 
 
@@ -393,7 +395,7 @@ def label_cross_entropy(ctx: Any, x: Any, label: Any) -> np.ndarray:
 @register_op("LabelCrossEntropyGradient", inputs=3, outputs=1, devices=CPU_CUDA, inputs_doc=("X", "label", "dY [N]"), outputs_doc=("dX",),
              doc="Gradient of LabelCrossEntropy: dX[i, label[i]] = -dY[i] / max(X[i, label[i]], 1e-20), 0 elsewhere.")
 def label_cross_entropy_gradient(ctx: Any, x: Any, label: Any, dy: Any) -> np.ndarray:
-    shape = tuple(x.shape)
+    shape = tuple(array(ctx, x, 0).shape)
     x = _label_rows(ctx, x, 0)
     xp = namespace(ctx, x, label, dy)
     n = x.shape[0]

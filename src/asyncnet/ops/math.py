@@ -127,7 +127,7 @@ def div(ctx: Any, a: Any, b: Any) -> np.ndarray:
     xp = namespace(ctx, a, b)
     if xp.kind(a) in "iu":
         if bool(xp.any(b == 0)):
-            raise ZeroDivisionError("integer division by zero")
+            raise ZeroDivisionError(f"integer division by zero: B {ctx.op.inputs[1]!r} holds a 0")
         if xp.name == "torch":  # torch's trunc rounding is exact for every int64
             return xp.lib.div(a, b, rounding_mode="trunc")
         return as_array(_trunc_divide(a, b))
@@ -168,6 +168,8 @@ def scale(ctx: Any, x: Any) -> np.ndarray:
     x = array(ctx, x, 0)
     s = ctx.args["scale"]
     if type(x) is np.ndarray:
+        if x.dtype.kind not in "biufc":
+            raise TypeError(f"expected a numeric array in input 0 {ctx.op.inputs[0]!r}, got dtype {x.dtype}")
         if x.dtype.kind == "f":
             return as_array(x * x.dtype.type(s))
         if x.dtype.kind in "iu" and float(s).is_integer() and abs(s) < 2**63:
@@ -178,14 +180,17 @@ def scale(ctx: Any, x: Any) -> np.ndarray:
     if xp.kind(x) == "f":
         return x * s
     if xp.kind(x) in "iu" and float(s).is_integer() and abs(s) < 2**63:
-        return x * xp.scalar_like(int(s), x)
-    return (x * s).to(x.dtype)
+        k = int(s) % (1 << 8 * x.element_size()) if xp.kind(x) == "u" else int(s)  # wraps as numpy's astype
+        return x * xp.scalar_like(k, x)
+    return (x.to(xp.lib.float64) * s).to(x.dtype)  # in float64 as numpy's (x * s).astype: torch's int * float is float32
 
 
 @register_op("Copy", inputs=1, outputs=1, devices=CPU_CUDA,
              doc="Y = a copy of X (arrays are copied; other objects passed through); on a cuda op Y is on the op's "
                  "device wherever X is (Caffe2's Copy: 'potentially across devices').")
 def copy(ctx: Any, x: Any) -> Any:
+    if x is None:
+        raise TypeError(f"input 0 {ctx.op.inputs[0]!r} holds None; expected a tensor (or another object to pass on)")
     if ctx.device.device_type == "cuda" and is_array(x):
         from asyncnet.tensor.place import device_name, place
 

@@ -193,7 +193,7 @@ def _rows(ctx: Any, x: np.ndarray) -> tuple[np.ndarray, tuple[int, ...]]:
     if a >= x.ndim:
         raise ValueError(f"argument axis={ctx.args['axis']} leaves nothing to normalize in an input of shape {tuple(x.shape)}")
     lead = x.shape[:a]
-    return x.reshape(int(np.prod(lead, dtype=np.int64)), -1), (*lead, 1)
+    return x.reshape(math.prod(lead), math.prod(x.shape[a:])), (*lead, 1)  # explicit cols: [0, D] keeps its D
 
 
 def _affine(ctx: Any, params: tuple[Any, ...], x: np.ndarray, first: int) -> tuple[np.ndarray, ...]:
@@ -227,6 +227,7 @@ _LN_ARGS = [Arg("axis", int, 1, "normalize over the dims from this axis on"), _E
                  "with elementwise_affine=1, then Y = Y * gamma + beta.")
 def layer_norm(ctx: Any, x: Any, *params: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     x = float_array(ctx, x, 0)
+    params = tuple(array(ctx, p, i) for i, p in enumerate(params, 1))
     xp = namespace(ctx, x, *params)
     _check_affine(ctx, len(params))
     x2, mshape = _rows(ctx, x)
@@ -335,7 +336,8 @@ def dropout(ctx: Any, x: Any) -> Any:
         if rng is None:  # one generator per op instance (its args dict is its own), as fill.py does
             seed = ctx.args["seed"]
             rng = ctx.args[_STREAM] = np.random.default_rng(seed if seed >= 0 else getattr(ctx.device, "random_seed", None))
-        mask = rng.random(tuple(x.shape)) >= ratio  # numpy's draws on both libraries: one seed, one mask
+        # numpy's draws on both libraries: one seed, one mask (asarray: a 0-d input draws a Python float)
+        mask = np.asarray(rng.random(tuple(x.shape)) >= ratio)
     if xp.name == "torch":
         mask = xp.lib.from_numpy(mask).to(x.device)
     if not ctx.args["is_test"]:

@@ -56,6 +56,8 @@ def _scalar(ctx: Any, x: Any, i: int, kind: str = "f") -> Any:
         raise ValueError(f"expected a one-element array in input {i} {ctx.op.inputs[i]!r}, got shape {tuple(x.shape)}")
     if kind == "i" and xp.kind(x) not in "iu":
         raise TypeError(f"expected an integer counter in input {i} {ctx.op.inputs[i]!r}, got dtype {x.dtype}")
+    if xp.kind(x) not in "biuf":
+        raise TypeError(f"expected a real number in input {i} {ctx.op.inputs[i]!r}, got dtype {x.dtype}")
     return xp.item(x)
 
 
@@ -281,13 +283,13 @@ def adam(ctx: Any, param: Any, m1: Any, m2: Any, grad: Any, lr: Any, it: Any) ->
         raise ValueError(f"expected the iteration {ctx.op.inputs[5]!r} >= {1 if torch_formula else 0} "
                          f"(formula {a['formula']}), got {it}")
     eps = a["epsilon"] if a["epsilon"] is not None else (1e-8 if torch_formula else 1e-5)
+    rate = float(_scalar(ctx, lr, 4))  # checked before any write
     # Python floats below are weakly typed: each is rounded once to the params' dtype
     m1_out, m2_out, p_out = _target(ctx, 1, 1, m1_in), _target(ctx, 2, 2, m2_in), _target(ctx, 0, 0, p)
     xp.multiply(m1_in, a["beta1"], out=m1_out)
     m1_out += (1 - a["beta1"]) * g
     xp.multiply(m2_in, a["beta2"], out=m2_out)
     m2_out += (1 - a["beta2"]) * g * g
-    rate = float(_scalar(ctx, lr, 4))
     if torch_formula:
         bias1, bias2 = 1 - a["beta1"] ** t, 1 - a["beta2"] ** t
         denom = xp.sqrt(m2_out / bias2) + eps
@@ -624,10 +626,10 @@ def adagrad(ctx: Any, param: Any, moment: Any, grad: Any, lr: Any) -> tuple[np.n
     g = _decayed(_like(ctx, grad, 2, p, "a gradient"), p, ctx.args["weight_decay"])
     f, a = (p.dtype.type if xp.name == "numpy" else float), ctx.args  # numpy scalars keep numpy's bits
     eps = a["epsilon"] if a["epsilon"] is not None else (1e-10 if a["formula"] == "torch" else 1e-5)
+    rate = f(_scalar(ctx, lr, 3)) * (f(-1) if a["formula"] == "torch" else f(1))  # checked before any write
     m_out, p_out = _target(ctx, 1, 1, m), _target(ctx, 0, 0, p)
     xp.multiply(m, f(a["decay"]), out=m_out)
     m_out += g * g
-    rate = f(_scalar(ctx, lr, 3)) * (f(-1) if a["formula"] == "torch" else f(1))
     if len(ctx.op.outputs) == 2:
         xp.add(p, rate * g / (xp.sqrt(m_out) + f(eps)), out=p_out)
         return p_out, m_out

@@ -165,7 +165,7 @@ def transpose(ctx: Any, x: Any) -> np.ndarray:
     x = array(ctx, x, 0)
     if is_torch(x):
         return x.permute(_axes(ctx, x)).contiguous()
-    return np.ascontiguousarray(x.transpose(_axes(ctx, x)))
+    return x.transpose(_axes(ctx, x)).copy(order="C")  # not ascontiguousarray: it makes a 0-d input 1-D
 
 
 @register_gradient("Transpose")
@@ -246,6 +246,8 @@ def _split_sizes(ctx: Any, x: np.ndarray, axis: int, n: int, split_in: Any) -> l
             raise ValueError(f"with add_axis=1 every split size must be 1, got {sizes}")
         sizes = [1] * x.shape[axis]
     elif not sizes:
+        if n == 0:
+            raise ValueError("expected at least one piece (argument present is empty)")
         if x.shape[axis] % n:
             raise ValueError(f"cannot split axis {axis} of size {x.shape[axis]} into {n} equal pieces")
         sizes = [x.shape[axis] // n] * n

@@ -42,7 +42,7 @@ import numpy as np
 
 from asyncnet.core.defs import OperatorDef
 from asyncnet.core.registry import Arg, register_gradient, register_op
-from asyncnet.ops._check import array, float_array
+from asyncnet.ops._check import array, check_alloc, float_array
 from asyncnet.ops.grad import GradOut, MakerResult, output_grad
 from asyncnet.ops.optim import _FORMULA  # one definition of the caffe2 | torch switch
 from asyncnet.tensor.namespace import is_torch, namespace
@@ -259,7 +259,7 @@ def _match_outer_grad(xp: Any, data: Any, idx: Any, dy: Any, axis: int) -> Any:
 def _rows(data: Any, idx: Any) -> Any:
     """``data[idx]``: the rows picked by an int array of any shape (a new array)."""
     if is_torch(data):
-        return data.index_select(0, idx.reshape(-1).long()).reshape(*idx.shape, *data.shape[1:])
+        return data.index_select(0, idx.reshape(-1).long()).reshape((*idx.shape, *data.shape[1:]))  # a tuple: () for 0-d
     return data[idx]
 
 
@@ -342,6 +342,18 @@ def _segment_sum_torch(rows: Any, lengths: Any) -> Any:
     return out.index_add_(0, _segments(lengths), rows) if rows.shape[0] else out
 
 
+def _grad_lengths(ctx: Any, x: Any, i: int, dy: Any) -> Any:
+    """LENGTHS of a SparseLengths*Gradient: 1-D non-negative ints, one per row of dOUTPUT (input 0)."""
+    x = array(ctx, x, i)
+    if x.ndim != 1 or namespace(ctx, x).kind(x) not in "iu":
+        raise TypeError(f"expected 1-D int lengths in input {i} {ctx.op.inputs[i]!r}, got {x.dtype} {tuple(x.shape)}")
+    if x.shape[0] and int(x.min()) < 0:
+        raise ValueError(f"expected non-negative lengths in input {i} {ctx.op.inputs[i]!r}, got min {int(x.min())}")
+    if tuple(dy.shape[:1]) != tuple(x.shape):
+        raise ValueError(f"expected dOUTPUT with {x.shape[0]} rows (one per length), got {tuple(dy.shape)}")
+    return x
+
+
 def _segments(lengths: np.ndarray) -> np.ndarray:
     """The segment of each index: [0]*lengths[0] + [1]*lengths[1] + ..."""
     if is_torch(lengths):
@@ -380,10 +392,8 @@ def sparse_lengths_sum(ctx: Any, data: Any, indices: Any, lengths: Any) -> np.nd
              doc="Gradient of SparseLengthsSum: the values of its GradientSlice, dOUTPUT[b] for each index of segment b.")
 def sparse_lengths_sum_gradient(ctx: Any, dy: Any, lengths: Any) -> np.ndarray:
     dy = float_array(ctx, dy, 0)
-    lengths = array(ctx, lengths, 1)
     namespace(ctx, dy, lengths)
-    if dy.shape[:1] != lengths.shape:
-        raise ValueError(f"expected dOUTPUT with {lengths.shape[0]} rows (one per length), got {tuple(dy.shape)}")
+    lengths = _grad_lengths(ctx, lengths, 1, dy)
     return _rows(dy, _segments(lengths))
 
 
@@ -423,17 +433,24 @@ def _weights(ctx: Any, w: Any, i: int, idx: np.ndarray, dtype: np.dtype) -> np.n
                  "DATA and INDICES given, dWEIGHTS[k] = <dOUTPUT[segment k], DATA[INDICES[k]]>.")
 def sparse_lengths_weighted_sum_gradient(ctx: Any, dy: Any, weights: Any, lengths: Any, *main: Any) -> Any:
     dy = float_array(ctx, dy, 0)
-    lengths = array(ctx, lengths, 2)
     namespace(ctx, dy, weights, lengths, *main)
-    if dy.shape[:1] != lengths.shape:
-        raise ValueError(f"expected dOUTPUT with {lengths.shape[0]} rows (one per length), got {tuple(dy.shape)}")
+    lengths = _grad_lengths(ctx, lengths, 2, dy)
     w = float_array(ctx, weights, 1)
+    total = int(lengths.sum())
+    if tuple(w.shape) != (total,):
+        raise ValueError(f"expected WEIGHTS {ctx.op.inputs[1]!r} of shape ({total},) (the sum of the lengths), got {tuple(w.shape)}")
     g = _rows(dy, _segments(lengths))
     values = g * w.reshape(-1, *([1] * (dy.ndim - 1)))
     if not main:
         return values
+    if len(main) != 2:
+        raise ValueError("expected DATA and INDICES (inputs 3 and 4) together for dWEIGHTS, got DATA alone")
     data = _table(ctx, main[0], 3)
-    rows = _rows(data, _indices(ctx, main[1], 4, data.shape[0]))
+    idx = _indices(ctx, main[1], 4, data.shape[0])
+    if tuple(idx.shape) != (total,) or tuple(data.shape[1:]) != tuple(dy.shape[1:]):
+        raise ValueError(f"expected INDICES of shape ({total},) and DATA rows of shape {tuple(dy.shape[1:])} (dOUTPUT's), "
+                         f"got {tuple(idx.shape)} and {tuple(data.shape)}")
+    rows = _rows(data, idx)
     return values, (g * rows).reshape(w.shape[0], int(np.prod(rows.shape[1:], dtype=np.int64))).sum(axis=1)
 
 
@@ -458,12 +475,22 @@ def sparse_to_dense(ctx: Any, indices: Any, values: Any, like: Any = None) -> np
     values = array(ctx, values, 1)
     idx = array(ctx, indices, 0)
     xp = namespace(ctx, idx, values, like)
+    if xp.kind(idx) != "i" or idx.dtype not in (np.int32, np.int64) and not is_torch(idx):
+        raise TypeError(f"expected int32 or int64 indices in input 0 {ctx.op.inputs[0]!r}, got dtype {idx.dtype}")
+    if like is not None:
+        like = _table(ctx, like, 2)
     rows = like.shape[0] if like is not None else (int(idx.max()) + 1 if xp.size(idx) else 0)
     idx = _indices(ctx, idx, 0, rows)
     if idx.ndim != 1 or values.shape[:1] != idx.shape:
         raise ValueError(f"expected 1-D indices and values with one row per index, got {tuple(idx.shape)} and "
                          f"{tuple(values.shape)}")
-    out = xp.full((rows, *values.shape[1:]), 0, like=values)
+    check_alloc(rows * math.prod(values.shape[1:]), values.dtype.itemsize,
+                f"an output of {rows} rows (max(indices) + 1, or data_to_infer_dim's dim 0)")
+    try:
+        out = xp.full((rows, *values.shape[1:]), 0, like=values)
+    except MemoryError as exc:
+        raise ValueError(f"an output of {rows} rows (max(indices) + 1, or data_to_infer_dim's dim 0) of shape "
+                         f"{tuple(values.shape[1:])} is too large to allocate") from exc
     _add_at(out, idx, values)
     return out
 
