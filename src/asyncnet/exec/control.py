@@ -243,19 +243,21 @@ def SwitchNot(name: str, *conditions: Any) -> ExecutionStep:
     return execution_step(f"{name}/SwitchNot", [_run_once_if_not(f"{name}/SwitchNot", c, s) for c, s in _make_list(conditions)])
 
 
+def _branch(label: str, condition_blob_or_net: Any, then: Any, otherwise: Any, when: Any, unless: Any) -> ExecutionStep:
+    """``then`` once if ``when`` holds for the condition, else ``otherwise`` (if any): If and IfNot."""
+    if not otherwise:
+        return when(label, condition_blob_or_net, then)
+    cond = _condition_blob(condition_blob_or_net)
+    return Do(label, when(f"{label}-true", condition_blob_or_net, then), unless(f"{label}-false", cond, otherwise))
+
+
 def If(name: str, condition_blob_or_net: Any, true_nets_or_steps: Any, false_nets_or_steps: Any = None) -> ExecutionStep:
     """Run ``true_nets_or_steps`` if the condition is true, else ``false_nets_or_steps`` (if any)."""
-    if not false_nets_or_steps:
-        return _run_once_if(f"{name}/If", condition_blob_or_net, true_nets_or_steps)
-    cond = _condition_blob(condition_blob_or_net)
-    return Do(f"{name}/If", _run_once_if(f"{name}/If-true", condition_blob_or_net, true_nets_or_steps),
-              _run_once_if_not(f"{name}/If-false", cond, false_nets_or_steps))
+    return _branch(f"{name}/If", condition_blob_or_net, true_nets_or_steps, false_nets_or_steps,
+                   _run_once_if, _run_once_if_not)
 
 
 def IfNot(name: str, condition_blob_or_net: Any, true_nets_or_steps: Any, false_nets_or_steps: Any = None) -> ExecutionStep:
     """Run ``true_nets_or_steps`` if the condition is false, else ``false_nets_or_steps`` (if any)."""
-    if not false_nets_or_steps:
-        return _run_once_if_not(f"{name}/IfNot", condition_blob_or_net, true_nets_or_steps)
-    cond = _condition_blob(condition_blob_or_net)
-    return Do(f"{name}/IfNot", _run_once_if_not(f"{name}/IfNot-true", condition_blob_or_net, true_nets_or_steps),
-              _run_once_if(f"{name}/IfNot-false", cond, false_nets_or_steps))
+    return _branch(f"{name}/IfNot", condition_blob_or_net, true_nets_or_steps, false_nets_or_steps,
+                   _run_once_if_not, _run_once_if)
