@@ -68,7 +68,7 @@ from asyncnet.sync._bucket import Bucket, format_layout, open_bucket, slice_boun
 from asyncnet.sync._reduce import reduce_slice
 from asyncnet.sync._robustcond import RobustCondition
 from asyncnet.sync._rounds import W_ARENAS, W_PID, W_SEG_CAP, W_SEG_GEN, Control, RoundEngine
-from asyncnet.sync._shm import Segment, close_segment, open_segment, unlink_segment
+from asyncnet._shm import Segment, close_segment, open_segment, unlink_segment
 from asyncnet.sync.runner import AFTER_ABORT, attach_errors
 
 __all__ = ["ProcessGradientSync", "WorkerDiedError", "run_process_workers", "PREFIX", "FN_DIR_PREFIX"]

@@ -1,4 +1,4 @@
-"""``asyncnet bench models --quick``: every row trains, and the torch eager peer is the same run as asyncnet local."""
+"""``python -m benchmarks models --quick``: every row trains, and the torch eager peer is the same run as asyncnet local."""
 
 import json
 import statistics
@@ -11,7 +11,7 @@ pytestmark = pytest.mark.timeout(120)
 
 @pytest.fixture(scope="module")
 def result():
-    from asyncnet.bench.models import _parse, run
+    from benchmarks.models import _parse, run
 
     return run(_parse(["--quick", "--model", "cnn", "--model", "dlrm"]))
 
@@ -52,8 +52,8 @@ def test_torch_eager_is_the_same_training_as_asyncnet_local(result):
 
 
 def test_registered_and_printed(result):
-    from asyncnet.bench.models import table
-    from asyncnet.cli.bench_cmd import available
+    from benchmarks.models import table
+    from benchmarks import available
 
     assert "models" in available()
     text = table(result)

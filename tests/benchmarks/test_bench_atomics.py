@@ -1,4 +1,4 @@
-"""Smoke test of ``asyncnet bench atomics``: it runs, prints JSON rows, and leaks nothing."""
+"""Smoke test of ``python -m benchmarks atomics``: it runs, prints JSON rows, and leaks nothing."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from asyncnet.bench.atomics import main
+from benchmarks.atomics import main
 
 
 @pytest.mark.timeout(90)

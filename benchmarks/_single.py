@@ -13,9 +13,10 @@ import subprocess
 import sys
 from typing import Any, Callable
 
-__all__ = ["BLAS_ENV", "single_threaded", "rerun_single_threaded", "single_threaded_main"]
+from asyncnet.simulate.measure import BLAS_ENV
+from benchmarks import child_env
 
-BLAS_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+__all__ = ["BLAS_ENV", "single_threaded", "rerun_single_threaded", "single_threaded_main"]
 
 
 def single_threaded() -> bool:
@@ -28,7 +29,7 @@ def rerun_single_threaded(module: str, argv: list[str]) -> int | None:
     when this process already is single-threaded (then the caller measures itself)."""
     if single_threaded():
         return None
-    env = dict(os.environ, **{k: "1" for k in BLAS_ENV})
+    env = child_env(**{k: "1" for k in BLAS_ENV})
     return subprocess.run([sys.executable, "-m", module, *argv], env=env).returncode
 
 

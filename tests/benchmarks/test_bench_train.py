@@ -1,4 +1,4 @@
-"""Smoke test of ``asyncnet bench train`` (figures are measured, never asserted)."""
+"""Smoke test of ``python -m benchmarks train`` (figures are measured, never asserted)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from asyncnet.bench.train import main
+from benchmarks.train import main
 
 
 @pytest.mark.timeout(90)
@@ -27,7 +27,7 @@ def test_quick_json_run(capfd) -> None:
 
 
 def test_table_names_every_mode(capfd) -> None:
-    from asyncnet.bench.train import table
+    from benchmarks.train import table
 
     row = {"mode": "local", "backend": "-", "workers": 1, "samples_per_sec": 10.0, "speedup_vs_local": 1.0,
            "epochs_to_95": None, "seconds_to_95": None, "final_test_accuracy": 0.5, "best_test_accuracy": 0.5}

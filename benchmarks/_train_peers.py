@@ -1,8 +1,8 @@
-"""The peers of ``asyncnet bench train``: what a user would write instead of asyncnet, on the same
+"""The peers of ``python -m benchmarks train``: what a user would write instead of asyncnet, on the same
 MLP, data, batches (:func:`asyncnet.train.data.epoch_batches`, same seed) and initial weights
 (the asyncnet model's init net): a hand-written numpy loop (the floor) and plain PyTorch eager.
 
-Each returns the same figures as :func:`asyncnet.bench.train.measure`: samples/s over the epochs
+Each returns the same figures as :func:`benchmarks.train.measure`: samples/s over the epochs
 after the first (training steps only) and the test accuracy after each epoch.
 """
 

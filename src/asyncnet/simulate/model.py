@@ -10,7 +10,7 @@ Alpha-beta all-reduce of ``n`` bytes over ``p`` ranks on links of ``latency`` al
   communication threads slept through the compute (0 unless measured or given).
 
 A step of one rank is forward, backward, update (measured on one worker, see
-:func:`asyncnet.bench.scaling.profile_compute`). W threads of a rank first reduce in shared
+:func:`asyncnet.simulate.measure.profile_compute`). W threads of a rank first reduce in shared
 memory (``(W-1) n / local_bandwidth``) before the rank's one all-reduce. Without overlap the
 all-reduce of all the gradients follows the backward pass. With overlap the gradients form
 buckets (DDP's 25 MiB by default) produced at an even byte rate during the backward pass;

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from asyncnet.bench.allreduce import main
+from benchmarks.allreduce import main
 
 pytestmark = pytest.mark.timeout(60)
 

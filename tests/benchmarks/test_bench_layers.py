@@ -1,4 +1,4 @@
-"""Smoke test of ``asyncnet bench layers`` (figures are measured, never asserted)."""
+"""Smoke test of ``python -m benchmarks layers`` (figures are measured, never asserted)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from asyncnet.bench.layers import CASES, main, table
+from benchmarks.layers import CASES, main, table
 
 
 @pytest.mark.timeout(120)

@@ -4,7 +4,7 @@ A twin has the architecture the asyncnet model's parameter shapes say (so ``mlp`
 hidden sizes, ``cnn`` with any channels, ``dlrm`` with any tables), copies of the given weights,
 and takes the same feeds as the asyncnet net (``data``/``label``, or dlrm's ``dense``,
 ``ids{k}``, ``lengths{k}``, ``click``). It is the reference of the PyTorch equivalence tests and
-the torch eager peer of ``asyncnet bench models``. torch is imported when a twin is made, never
+the torch eager peer of ``python -m benchmarks models``. torch is imported when a twin is made, never
 by ``import asyncnet``.
 
     >>> import numpy as np, asyncnet as an
