@@ -26,6 +26,7 @@ MODULES = [
     "asyncnet.simulate.model",
     "asyncnet.simulate.measure",
     "asyncnet._shm",
+    "asyncnet._flatviews",
 ]
 
 

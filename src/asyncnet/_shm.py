@@ -28,10 +28,7 @@ from __future__ import annotations
 
 import mmap
 import os
-import secrets
 from typing import Any
-
-from asyncnet import _tracker
 
 try:
     import _posixshmem
@@ -78,6 +75,8 @@ def open_segment(name: str, create: bool = False, size: int = 0, track: bool = F
             return Segment(name, os.fstat(fd).st_size, mmap.mmap(fd, os.fstat(fd).st_size))
         try:
             if track:
+                from asyncnet import _tracker  # multiprocessing's resource tracker, loaded when needed
+
                 _tracker.register("/" + name)
             os.ftruncate(fd, size)
             return Segment(name, size, mmap.mmap(fd, size))
@@ -96,6 +95,8 @@ def new_segment(prefix: str, size: int, track: bool = True) -> Segment:
     >>> seg.close(); unlink_segment(seg.name, tracked=True)
     True
     """
+    import secrets
+
     for _ in range(100):
         try:
             return open_segment(f"{prefix}{os.getpid()}_{secrets.token_hex(8)}", create=True, size=size, track=track)
@@ -114,6 +115,8 @@ def unlink_segment(name: str, tracked: bool = False) -> bool:
     except FileNotFoundError:
         existed = False
     if tracked:
+        from asyncnet import _tracker
+
         _tracker.unregister("/" + name)
     return existed
 

@@ -8,7 +8,7 @@ import pytest
 MODULES = [
     "asyncnet.sync._bucket", "asyncnet.sync._rounds", "asyncnet.sync._reduce", "asyncnet._shm",
     "asyncnet.sync._robustcond", "asyncnet.atomic._futex",
-    "asyncnet.sync.base", "asyncnet.sync.threaded", "asyncnet.sync.runner", "asyncnet.sync.helpers",
+    "asyncnet.sync.base", "asyncnet.sync.threaded", "asyncnet.sync.launch", "asyncnet.sync._failures", "asyncnet.compat.kizzasi",
     "asyncnet.ops.collective",
 ]
 

@@ -1,4 +1,14 @@
-"""The reference's data-parallel helpers, done right.
+"""kizzasi's data-parallel helpers, in asyncnet.
+
+kizzasi is a family of Rust crates for machine learning; its ``kizzasi-model`` crate has a
+``distributed`` module that defined ``GradientSync``, ``LocalGradientSync``,
+``ThreadedGradientSync`` and ``run_parallel_workers`` (asyncnet's :mod:`asyncnet.sync` keeps
+those names and their meaning) and, around them, the helpers below: ``partition_indices``,
+``average_gradients``, ``sgd_step``, ``SharedGradientStore``, ``DataParallelModel``,
+``DistributedConfig``, ``GradientStrategy``, ``CommBackend`` and its weight checkpoints. This
+module gives them kizzasi's names and meaning, without its faults: every wait has a timeout and
+an abort, sums run in worker order, ``broadcast_weights`` broadcasts, and every gradient
+(biases included) is synced. They are also importable from :mod:`asyncnet.sync`.
 
 - :func:`partition_indices`: round-robin shard of a dataset for one rank;
 - :func:`average_gradients`: mean of named buffers over workers, summed in worker order;
