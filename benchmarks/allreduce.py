@@ -12,12 +12,12 @@ For each size (1M and 10M float32) and worker count (2 and 4), the time of one m
 - ``gloo``: ``torch.distributed.all_reduce`` (SUM, then divide) with the gloo backend on
   127.0.0.1, the same number of spawned processes.
 
-Targets (issue 5): threads >= 60% of the limit, threads >= 3x gloo, processes >= 2x gloo.
+Targets: threads >= 60% of the limit, threads >= 3x gloo, processes >= 2x gloo.
 
 ``--latency`` measures the other end: the time of one round for small gradients (10k float32,
 about the default model's 9,610), where the cost is the barrier, not the memory: 2 and 4
 workers, threads, processes and gloo, in microseconds, best of several batches of rounds, with
-the load average beside it. Targets (issue 11): processes <= 1.5x threads and <= 0.1x gloo.
+the load average beside it. Targets: processes <= 1.5x threads and <= 0.1x gloo.
 
     python -m benchmarks allreduce [--quick] [--latency] [--json]
 """

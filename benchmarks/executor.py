@@ -160,7 +160,7 @@ def _branch_ms(a: Any, n_branches: int, repeats: int, workers: int) -> tuple[flo
 
 
 def _branches_torch(a: np.ndarray, n_branches: int, repeats: int, workers: int) -> dict[str, Any]:
-    """The same branches on torch CPU tensors, one torch thread per kernel (issue 9's peer row)."""
+    """The same branches on torch CPU tensors, one torch thread per kernel (the peer row of torch tensors)."""
     import importlib.util
 
     if importlib.util.find_spec("torch") is None:

@@ -27,7 +27,7 @@ training seconds to the model's target: test accuracy 98% (cnn), 95% (lstm, mlp)
 within 0.02 of the click log's optimum (dlrm). BLAS runs single-threaded (the benchmark re-runs
 itself with OMP/OPENBLAS/MKL_NUM_THREADS=1), and torch uses one intra-op thread.
 
-Targets (issue 10): asyncnet's best mode >= 1.0x torch eager on every model; on dlrm,
+Targets: asyncnet's best mode >= 1.0x torch eager on every model; on dlrm,
 async_scheduling >= 1.3x the simple executor, judged on the large DLRM's median samples/s
 over :data:`PAIR_ROUNDS` rounds (the zoo dlrm's ratio is printed too: its step holds the GIL
 84% of the time, which bounds it at ~1.19x on any 2-thread schedule). Measured, never asserted in tests.

@@ -10,7 +10,7 @@ with the number of ops, for two shapes of net built with :class:`~asyncnet.Net`:
 Each (shape, size) runs in a fresh subprocess so its peak memory (``ru_maxrss``) is its own:
 ``added`` is the peak during ``create_net`` minus the peak before it (the built ``Net``),
 ``total`` the process peak. The peer is the graph alone: built as ``create_net`` builds it
-("graph") and with the reduction used before issue 15 ("old graph": one ancestor bitset per
+("graph") and with a naive transitive reduction ("old graph": one ancestor bitset per
 op, memory quadratic in a chain's length), the latter up to ``--old-max`` ops. Targets: creation <= 10 us per op and
 added memory <= 1 GB at 1,000,000 ops.
 """
@@ -76,7 +76,7 @@ def _old_reduction(parents: list[list[int]]) -> list[list[int]]:
 
 def measure(n: int, shape: str, what: str = "create_net") -> dict[str, Any]:
     """Build the net, then create it (``what="create_net"``) or build only its graph, the new
-    way (``"graph"``) or the pre-issue-15 way (``"old graph"``); meaningful in a fresh process
+    way (``"graph"``) or with one ancestor bitset per op (``"old graph"``); meaningful in a fresh process
     only (peak memory is the process's)."""
     import gc
 
@@ -120,7 +120,7 @@ def _table(rows: list[dict[str, Any]], load: tuple[float, float, float]) -> str:
     for r in rows:
         lines.append(f"{r['shape']:8s} {r['ops']:9d} {r['what']:12s} {r['us_per_op']:8.2f} {r['added_mb']:9.0f} {r['total_mb']:9.0f}")
     lines.append("targets at 1e6 ops (chain): create_net <= 10 us/op, added <= 1024 MB; "
-                 "'graph' and 'old graph' build only the graph (hazards, reduction, chains / pre-issue-15 reduction)")
+                 "'graph' and 'old graph' build only the graph (hazards, reduction, chains / one ancestor bitset per op)")
     return "\n".join(lines)
 
 

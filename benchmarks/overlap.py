@@ -22,8 +22,8 @@ share C cores, and a rank's compute is serial:
 four parts take turns each round, a barrier starting each on both ranks together. Each figure
 is the job's: per round the slower rank's time (a synchronous step ends with its last rank,
 and its compute is the slower rank's), then the median over rounds; each rank's own median
-compute is printed beside it (until 2026-11 the figures were rank 0's own medians, which put
-the bound below what the slower rank allows).
+compute is printed beside it (rank 0's own medians alone would put the bound below what the
+slower rank allows).
 
 ``--timeline`` then runs more overlapped steps with the net recorder on and prints, per rank,
 each op's median start and end (ms from the step's start, and the thread that ran it) and

@@ -10,7 +10,7 @@ the same and a 4 MiB one, each issued after a 512 x 1024 x 1024 GEMM on every ra
 all-reduce follows its backward pass, give the wake-up each all-reduce pays once and the
 bandwidth: on this VM an all-reduce after compute, with gloo's threads asleep and idle vCPUs
 halted, takes 1-4 ms more than right after a barrier; ``--warm-network`` probes without the
-GEMM, as before), and the CPU time those take
+GEMM), and the CPU time those take
 from their rank (process CPU time, gloo's threads included: ``cpu_per_message``,
 ``cpu_per_byte``), which competes with the compute when the ranks fill the cores. The machine's cores bound
 the ranks' compute (4 ranks on 2 cores run at half speed). A second prediction counts the
@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--bucket-mb", type=float, default=1.0, help="bucket size of the overlapped net (MiB)")
     p.add_argument("--steps", type=int, default=15, help="measured steps per net (the median is kept)")
     p.add_argument("--warm-network", action="store_true",
-                   help="probe the network right after a barrier (before 2026-11: faster than any step's all-reduce here)")
+                   help="probe the network right after a barrier (faster than any step's all-reduce here)")
     args = p.parse_args(argv)
     if args.quick:
         args.batch, args.steps, args.ranks = 64, 3, [1, 2]

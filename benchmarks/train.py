@@ -13,7 +13,7 @@ BLAS thread pool. For each mode it reports:
   seconds up to the end of that epoch;
 - the final and best test accuracy.
 
-Peers in the same run (issue 9; ``--no-peers`` skips them): a hand-written numpy loop (the
+Peers in the same run (``--no-peers`` skips them): a hand-written numpy loop (the
 floor), plain PyTorch eager, and asyncnet local on torch CPU tensors, on the same MLP, data,
 batches and initial weights.
 
@@ -22,8 +22,8 @@ straight-line executor (net type "straight": same ops, order and bits as "simple
 once) wherever one executor thread has nothing to overlap (local, Hogwild, sync with one
 all-reduce), else on async_scheduling; ``--net-type`` sets one type for every mode.
 
-Targets (issue 6): test accuracy >= 95% in every mode; sync with 2 workers >= 1.6x the
-samples/s of local; Hogwild reaches the same accuracy. Issue 9: asyncnet local on numpy >= 0.75x
+Targets: test accuracy >= 95% in every mode; sync with 2 workers >= 1.6x the
+samples/s of local; Hogwild reaches the same accuracy; asyncnet local on numpy >= 0.75x
 the numpy loop; asyncnet on torch tensors >= 1.0x torch eager. The figures are measured, never asserted
 in tests (shared machines are noisy).
 """
@@ -45,7 +45,7 @@ TARGET = 0.95
 BENCH = dict(hidden=(1024, 1024), batch_size=512, lr=0.5, epochs=10)
 QUICK = dict(hidden=(256,), batch_size=128, lr=0.5, epochs=3)
 # The default model of ``asyncnet train`` (64-128-10, batch 32): a step is a fraction of a
-# millisecond, so a sync round's fixed cost decides whether data parallelism pays (issue 11).
+# millisecond, so a sync round's fixed cost decides whether data parallelism pays.
 SMALL = dict(hidden=(128,), batch_size=32, lr=0.2, epochs=10)
 
 
@@ -148,7 +148,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "sync2_speedup_at_least_1.6": any(r["speedup_vs_local"] >= 1.6 for r in sync_rows),
         "hogwild_same_accuracy": all(r["best_test_accuracy"] >= TARGET for r in rows if r["mode"] == "hogwild"),
     }
-    if args.small:  # issue 11: on the default model, 2 sync processes at least as fast as one worker
+    if args.small:  # on the default model, 2 sync processes at least as fast as one worker
         targets["sync2_processes_at_least_1.0"] = any(r["speedup_vs_local"] >= 1.0 for r in sync_rows
                                                        if r["backend"] == "processes")
     by_mode = {r["mode"]: r["samples_per_sec"] for r in rows}

@@ -175,7 +175,7 @@ def test_nothing_in_the_package_imports_benchmarks():
     assert bad == []
 
 
-# -- asyncnet.sync (formerly tests/sync/test_layering.py) -----------------------------------------
+# -- asyncnet.sync: nothing from core, torch only lazily -----------------------------------------
 
 SYNC_DIR = SRC / "sync"
 

@@ -9,9 +9,12 @@ the mean over the workers; ``broadcast(tensors, root)``), and four backends:
 - :class:`TorchDistributedGradientSync`: an initialized ``torch.distributed`` process group
   (gloo on CPU, nccl on CUDA), bucketed.
 
-:func:`run_parallel_workers` runs one function per worker with the threaded or the process
-backend and joins everything before it returns or raises. This package imports nothing from
-``asyncnet.core``; torch is imported only by the torch backend, when it is used.
+:func:`run_parallel_workers` (:mod:`asyncnet.sync.launch`, with the supervisor of worker
+processes) runs one function per worker with the threaded or the process backend and joins
+everything before it returns or raises. This package imports nothing from ``asyncnet.core``;
+the backends load on first use, torch only by the torch backend. kizzasi's helpers
+(:mod:`asyncnet.compat.kizzasi`: ``partition_indices``, ``DataParallelModel``, ...) are
+importable from here too.
 """
 
 from __future__ import annotations
