@@ -21,16 +21,17 @@ costs a few lock operations, a spin on a shared word and the reduction itself.
 A worker's staging segment is only written by peers while that worker is inside the round, so a
 fast worker can start the next round while a slow one still copies out. Peers that die are
 noticed: a waiter that has waited a whole poll tick checks whether the missing workers'
-processes still exist, and :func:`run_process_workers` (used by ``run_parallel_workers(...,
+processes still exist, and the process launcher
+(:func:`~asyncnet.sync.launch.run_process_workers`, behind ``run_parallel_workers(...,
 backend="processes")``) aborts the group as soon as a child exits early. The parent that
 created the group unlinks every segment when it closes, crash or not; if the parent itself
-dies, its workers (run by :func:`run_process_workers`) notice, unlink the group's segments and
-exit. Every name starts with ``asyncnet_sync_<pid of the creator>_``, so ``asyncnet clean`` can
-remove what a group whose every process was killed left behind.
+dies, the workers the launcher started notice, unlink the group's segments and exit. Every
+name starts with ``asyncnet_sync_<pid of the creator>_``, so ``asyncnet clean`` can remove
+what a group whose every process was killed left behind.
 
 A worker announces its pid when it first uses its handle; one that is killed before that is
-unknown to its peers unless :func:`run_process_workers` started it (the runner knows every pid
-from the start): give hand-started groups a timeout.
+unknown to its peers unless the launcher started it (the launcher knows every pid from the
+start): give hand-started groups a timeout.
 
 Handles pickle (by name), so they can be passed to processes however they are started::
 
