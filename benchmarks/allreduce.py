@@ -35,7 +35,6 @@ from typing import Any
 import numpy as np
 
 from benchmarks._ranks import free_port
-from benchmarks._table import cell
 
 __all__ = ["main"]
 

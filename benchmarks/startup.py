@@ -1,13 +1,14 @@
 """Start-up benchmark: ``python -m benchmarks startup [--json] [--quick] [--runs N] [--breakdown]``.
 
 The wall time and CPU time of fresh interpreters (median of ``--runs`` runs after one untimed
-round, the commands taking turns each round so a change of load hits all alike): ``import asyncnet`` and ``asyncnet train --help``
-against their floors, an empty interpreter and ``import numpy`` (asyncnet's one required
-library). Targets: ``import asyncnet`` <= 0.25 s and ``asyncnet train --help`` <= 0.5 s on a
-quiet machine. ``--breakdown`` adds the slowest imports of ``import asyncnet`` by cumulative
-time (``python -X importtime``). The modules' bytecode is cached as an installed package's
-is (in a temporary ``PYTHONPYCACHEPREFIX``, whatever ``PYTHONDONTWRITEBYTECODE`` says);
-``--no-bytecode-cache`` compiles every module on every run instead. Measured, never asserted in tests.
+round, the commands taking turns each round so a change of load hits all alike): ``import
+asyncnet`` and ``asyncnet train --help`` against their floors, an empty interpreter and ``import
+numpy`` (asyncnet's one required library). Targets: ``import asyncnet`` <= 0.25 s and ``asyncnet
+train --help`` <= 0.5 s on a quiet machine. ``--breakdown`` adds the slowest imports of ``import
+asyncnet`` by cumulative time (``python -X importtime``). The modules' bytecode is cached as an
+installed package's is (in a temporary ``PYTHONPYCACHEPREFIX``, whatever
+``PYTHONDONTWRITEBYTECODE`` says); ``--no-bytecode-cache`` compiles every module on every run
+instead. Measured, never asserted in tests.
 """
 
 from __future__ import annotations
@@ -100,7 +101,8 @@ def table(res: dict[str, Any]) -> str:
         target = f"{r['target_s']:9.2f}" if r["target_s"] else f"{'':9s}"
         lines.append(f"{r['command']:24s} {r['median_s']:8.3f} {r['min_s']:7.3f} {r['cpu_s']:7.3f} {target}")
     if "importtime" in res:
-        lines.append("slowest imports of 'import asyncnet' (python -X importtime, one run): module, self s, cumulative s")
+        lines.append("slowest imports of 'import asyncnet' (python -X importtime, one run): "
+                     "module, self s, cumulative s")
         lines += [f"  {m:40s} {s:7.3f} {c:7.3f}" for m, s, c in res["importtime"]]
     return "\n".join(lines)
 

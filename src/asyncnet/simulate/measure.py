@@ -48,7 +48,8 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def spawn_ranks(rank_fn: Callable[..., None], world: int, *args: Any, prefix: str = "asyncnet-ranks-") -> dict[str, Any]:
+def spawn_ranks(rank_fn: Callable[..., None], world: int, *args: Any,
+                prefix: str = "asyncnet-ranks-") -> dict[str, Any]:
     """Run ``rank_fn(rank, world, port, out_dir, *args)`` in ``world`` processes with one BLAS
     thread each (torch.multiprocessing.spawn, joined) and return the JSON rank 0 wrote to
     ``out_dir/rank0.json``; this process's BLAS variables are restored afterwards."""
