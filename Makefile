@@ -26,7 +26,7 @@ test: $(TF_STAMP)
 	$(BIN)/python -m pytest -q $(ARGS)
 
 bench: $(STAMP)
-	$(BIN)/asyncnet bench executor && $(BIN)/asyncnet bench atomics && $(BIN)/asyncnet bench allreduce && $(BIN)/asyncnet bench allreduce --latency && $(BIN)/asyncnet bench train && $(BIN)/asyncnet bench train --small
+	$(BIN)/python -m benchmarks all $(ARGS)
 
 docs: $(STAMP)
 	$(BIN)/python -m mkdocs build --strict

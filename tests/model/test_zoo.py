@@ -9,7 +9,7 @@ import asyncnet as an
 from asyncnet.model import ModelHelper
 from asyncnet.model.zoo import cnn, dlrm, lstm, mlp
 from asyncnet.model.zoo.dlrm import click_log
-from asyncnet.model.zoo.torch_twins import torch_twin
+from benchmarks.peers.torch_twins import torch_twin
 from asyncnet.train.data import epoch_batches, load_digits
 
 torch = pytest.importorskip("torch")

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from _torchrun import run_torchrun
 
-from asyncnet.bench._ranks import free_port
+from asyncnet.simulate.measure import free_port
 from asyncnet.cli.main import main
 
 RUN_FILES = {"metrics.json", "loss_accuracy.png", "trace.json", "checkpoint.npz"}

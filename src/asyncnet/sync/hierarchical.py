@@ -103,7 +103,7 @@ def run_hierarchical(threads: int, across: Any, fn: Any, timeout: float | None =
     import itertools
     import threading
 
-    from asyncnet.sync.runner import attach_errors
+    from asyncnet.sync._failures import attach_errors
 
     syncs = HierarchicalGradientSync.new_workers(threads, across, timeout)
     results: list[Any] = [None] * threads

@@ -28,7 +28,8 @@ from typing import Any
 import numpy as np
 
 from asyncnet.errors import SyncError, SyncMismatchError
-from asyncnet.sync._bucket import as_list, contiguous_run, format_layout, is_torch_tensor
+from asyncnet._flatviews import contiguous_run
+from asyncnet.sync._bucket import as_list, format_layout, is_torch_tensor
 
 __all__ = ["TorchDistributedGradientSync"]
 

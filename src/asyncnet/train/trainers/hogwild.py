@@ -130,7 +130,7 @@ def _epoch(cfg: TrainConfig, ds: Dataset, nets: WorkerNets, sync: Any, stop: Any
 
 def _process_worker(cfg: TrainConfig, ds: Dataset, spec: Any, mutex: Any, stop: Any, start_epoch: int,
                     sync: Any) -> WorkerResult:
-    from asyncnet.train.trainers._shm import SharedArrays
+    from asyncnet._shm import SharedArrays
 
     shared = SharedArrays.attach(spec)
     try:
@@ -169,7 +169,7 @@ def run_hogwild(cfg: TrainConfig, ds: Dataset, reporter: Any = None, resume: Res
         return run_parallel_workers(cfg.num_workers, fn, backend="threads", timeout=cfg.timeout)
     if cfg.backend == "processes":
         from asyncnet.atomic import SharedAtomicBool, SharedMutex
-        from asyncnet.train.trainers._shm import SharedArrays
+        from asyncnet._shm import SharedArrays
 
         mutex = SharedMutex()  # its ``with`` locks it, so it is closed explicitly
         try:
