@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 TF_STAMP := $(VENV)/.installed-tensorflow
 ARGS ?=
 
-.PHONY: train test bench clean
+.PHONY: train test bench docs clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -28,5 +28,8 @@ test: $(TF_STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks all $(ARGS)
 
+docs: $(STAMP)
+	$(BIN)/python -m mkdocs build --strict
+
 clean:
-	rm -rf $(VENV) runs
+	rm -rf $(VENV) runs site

@@ -5,7 +5,7 @@ Sources: cool-japan/kizzasi, crates/kizzasi-model/src/distributed.rs (``mod test
 store with ``DataParallelModel::new_ranks``) and crates/kizzasi-model/src/checkpoint.rs
 (``mod tests``, the version with ``save_weights``). Tests already ported in test_helpers.py are
 not repeated; each test names the kizzasi test it ports. Where asyncnet deliberately differs
-(README, "kizzasi's SharedGradientStore"), the test checks asyncnet's safe behaviour instead.
+(docs/compatibility.md, "kizzasi's SharedGradientStore"), the test checks asyncnet's safe behaviour instead.
 """
 
 import json

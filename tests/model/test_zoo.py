@@ -33,7 +33,7 @@ def _train(m, epochs, optimizer, lr):
     return float(ws.fetch("accuracy"))
 
 
-# Short runs with a lower bar; the README states the full runs (cnn 98.6% after 20 epochs).
+# Short runs with a lower bar; docs/models.md states the full runs (cnn 98.6% after 20 epochs).
 def test_cnn_learns_digits():
     assert _train(cnn(), 5, "adam", 0.002) >= 0.95
 

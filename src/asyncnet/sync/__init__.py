@@ -20,10 +20,28 @@ importable from here too.
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from asyncnet.errors import SyncAbortedError, SyncError, SyncMismatchError, SyncTimeoutError
 from asyncnet.sync.base import GradientSync, LocalGradientSync
+
+if TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers and the API docs
+    from asyncnet.compat.kizzasi import (
+        CheckpointManager,
+        CheckpointMetadata,
+        CommBackend,
+        DataParallelModel,
+        DistributedConfig,
+        GradientStrategy,
+        SharedGradientStore,
+        average_gradients,
+        partition_indices,
+        sgd_step,
+    )
+    from asyncnet.sync.launch import run_parallel_workers
+    from asyncnet.sync.process import ProcessGradientSync, WorkerDiedError
+    from asyncnet.sync.threaded import ThreadedGradientSync
+    from asyncnet.sync.torch_dist import TorchDistributedGradientSync
 
 # Loaded on first use (``from asyncnet.sync import X`` works as for any name): the backends pull
 # in multiprocessing and shared memory, which ``import asyncnet`` does not need. kizzasi's helpers
