@@ -6,9 +6,10 @@ import pytest
 import asyncnet as an
 from asyncnet.errors import CheckpointError, NetDefinitionError
 from asyncnet.model import ModelHelper, load, save
+from asyncnet.model.checkpoint import META
 from asyncnet.model.zoo import mlp
 from asyncnet.train.data import epoch_batches, load_digits
-from asyncnet.train.model import MLP
+from asyncnet.train import MLP
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -127,7 +128,7 @@ def test_checkpoint_roundtrip_and_errors(tmp_path):
     ws.run_net_once(train)
     path = tmp_path / "m.npz"
     save(m, ws, path)
-    assert set(np.load(path).files) == {*m.params, *m.buffers, *m.optimizer_state, "iter"}
+    assert set(np.load(path).files) == {*m.params, *m.buffers, *m.optimizer_state, "iter", META}
     ws2 = an.Workspace()
     ws2.run_net_once(m.init_net)
     load(m, ws2, path)
@@ -135,7 +136,7 @@ def test_checkpoint_roundtrip_and_errors(tmp_path):
         np.testing.assert_array_equal(ws2.fetch(n), ws.fetch(n))
     other = ModelHelper("other")
     other.fc("x", "fc", 5, 2)  # fc_w of another shape
-    with pytest.raises(CheckpointError, match="lacks|shape"):
+    with pytest.raises(CheckpointError, match="lacks|shape|is for model"):
         load(other, ws2, path)
     with pytest.raises(CheckpointError, match="does not exist"):
         load(m, ws2, tmp_path / "none.npz")
