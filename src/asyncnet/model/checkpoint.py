@@ -18,7 +18,7 @@ dtype) and the metadata before any blob changes, and refuses a file without meta
     True
 
 A checkpoint written before the metadata was recorded for every model (a zoo model's) is
-refused with the command that converts it: ``python -m asyncnet.model.checkpoint PATH --model NAME``.
+refused with the command that converts it: ``python -m asyncnet.train.convert PATH --model NAME``.
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ def read(model: Any, path: str | os.PathLike[str]) -> tuple[dict[str, np.ndarray
     arrays = _checked_arrays(model, data, path)
     if found is None:
         raise CheckpointError(f"checkpoint {path!r} has no metadata entry {META!r} (deleted, or written before every "
-                              f"model recorded one): convert it with python -m asyncnet.model.checkpoint {path} "
+                              f"model recorded one): convert it with python -m asyncnet.train.convert {path} "
                               "--model NAME")
     return arrays, found
 
@@ -210,40 +210,3 @@ def _json_default(o: Any) -> Any:
     if hasattr(o, "tolist"):
         return o.tolist()
     return str(o)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m asyncnet.model.checkpoint PATH --model NAME [--optimizer OPT] [--hidden 64]``:
-    add the metadata to a checkpoint of a zoo model written without it."""
-    import argparse
-    import sys
-
-    p = argparse.ArgumentParser(prog="python -m asyncnet.model.checkpoint",
-                                description="Add the metadata to a checkpoint written without it.")
-    p.add_argument("path")
-    p.add_argument("--model", required=True, help="zoo model name (mlp, cnn, lstm, dlrm)")
-    p.add_argument("--optimizer", help="the run's optimizer (default: the model's default)")
-    p.add_argument("--hidden", help="hidden layers of an mlp, e.g. 128")
-    p.add_argument("--input-dim", type=int, default=64)
-    p.add_argument("--num-classes", type=int, default=10)
-    args = p.parse_args(argv)
-    from asyncnet.train.config import TrainConfig
-    from asyncnet.train.program import build_program
-
-    kw: dict[str, Any] = {"model": args.model}
-    if args.optimizer:
-        kw["optimizer"] = args.optimizer
-    if args.hidden:
-        kw["hidden"] = tuple(int(h) for h in args.hidden.split(","))
-    try:
-        program = build_program(TrainConfig(**kw), args.input_dim, args.num_classes)
-        convert(program.model, args.path)
-    except Exception as e:  # noqa: BLE001 - one line for the command line
-        print(f"{p.prog}: error: {e}", file=sys.stderr)
-        return 1
-    print(f"converted {args.path}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

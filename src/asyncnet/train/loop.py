@@ -141,6 +141,17 @@ class SyncStrategy:
     def keep_going(self) -> bool:
         return True
 
+    def gather_clocks(self, clock: EpochClock) -> list[dict[str, Any]]:
+        """Every worker's epoch statistics so far (one broadcast round per worker), as a
+        checkpoint inside an epoch keeps them."""
+        out = []
+        for root in range(self.world):
+            figures = clock.figures() if root == self.rank else np.zeros(5, np.float64)
+            if self.world > 1:
+                self.sync.broadcast(figures, root=root)
+            out.append(EpochClock.from_figures(figures).state())
+        return out
+
     def end_epoch(self, epoch: int, clock: EpochClock, snapshot: bool) -> tuple[EpochMetrics, dict[str, Any] | None]:
         stats = clock.stats()
         if self.world > 1:
@@ -234,8 +245,7 @@ def run_worker(cfg: TrainConfig, strategy: Any, program: Program, reporter: Any 
         first = (resume.start_epoch if resume else 0) + 1
         for epoch in range(first, cfg.epochs + 1):
             partial_state = resume.partial if resume is not None and epoch == first else None
-            metrics = _epoch(cfg, strategy, program, epoch, result, reporter, writer if rank == 0 else None, guard,
-                             partial_state)
+            metrics = _epoch(cfg, strategy, program, epoch, result, reporter, writer, guard, partial_state)
             result.epochs.append(metrics)
             if strategy.stop_after(metrics):
                 break
@@ -253,13 +263,14 @@ def _epoch(cfg: TrainConfig, strategy: Any, program: Program, epoch: int, result
            writer: Any, guard: DivergenceGuard, resumed: dict[str, Any] | None) -> EpochMetrics:
     nets, rank = strategy.nets, strategy.rank
     skip = int(resumed["batches"]) if resumed and resumed.get("epoch") == epoch else 0
-    clock = EpochClock.restored(resumed) if skip else EpochClock()
+    clock = EpochClock.restored(resumed["workers"][rank]) if skip else EpochClock()
+    every = cfg.checkpoint_every if writer is not None and strategy.mid_epoch_checkpoints else None
+    writer = writer if rank == 0 else None  # every worker takes part in a save's rounds; rank 0 writes
     whole = not strategy.mid_epoch_checkpoints  # Hogwild times the epoch through its first round
     if reporter is not None:
         reporter.epoch_start(epoch, strategy.num_batches())
     if whole:
         clock.start()
-    every = cfg.checkpoint_every if writer is not None and strategy.mid_epoch_checkpoints else None
     for b, (xb, yb, samples) in enumerate(strategy.batches(epoch)):
         if b < skip:
             continue
@@ -278,8 +289,10 @@ def _epoch(cfg: TrainConfig, strategy: Any, program: Program, epoch: int, result
         result.steps += 1
         if reporter is not None:
             reporter.batch(loss, acc, samples)
-        if every and nets.iteration() % every == 0:
-            writer.mid_epoch(program, nets.params(), clock.partial(epoch, b + 1))
+        if every and nets.iteration() % every == 0:  # the same step on every replica
+            clocks = strategy.gather_clocks(clock)
+            if writer is not None:
+                writer.mid_epoch(program, nets.params(), {"epoch": epoch, "batches": b + 1, "workers": clocks})
     metrics, arrays = strategy.end_epoch(epoch, clock, snapshot=writer is not None)
     guard.check(metrics.test_loss, f"the end of epoch {epoch} (test loss, worker {rank})")
     if writer is not None:

@@ -223,19 +223,27 @@ class EpochClock:
         self.batches += 1
         self.samples += samples
 
-    def partial(self, epoch: int, batches: int) -> dict[str, Any]:
-        """What a checkpoint inside ``epoch`` keeps of this clock, after ``batches`` batches."""
-        return {"epoch": epoch, "batches": batches, "loss_sum": self.loss_sum, "acc_sum": self.acc_sum,
-                "samples": self.samples, "seconds": self.seconds, "clock_batches": self.batches}
+    def figures(self) -> np.ndarray:
+        """[loss_sum, acc_sum, batches, samples, seconds] as float64 (exact for the counts)."""
+        return np.array([self.loss_sum, self.acc_sum, self.batches, self.samples, self.seconds], np.float64)
 
     @classmethod
-    def restored(cls, partial: dict[str, Any]) -> "EpochClock":
-        """The clock of a checkpoint taken inside an epoch (:meth:`partial`)."""
+    def from_figures(cls, figures: np.ndarray) -> "EpochClock":
         clock = cls()
-        clock.loss_sum, clock.acc_sum = float(partial["loss_sum"]), float(partial["acc_sum"])
-        clock.batches, clock.samples = int(partial["clock_batches"]), int(partial["samples"])
-        clock.seconds = float(partial["seconds"])
+        clock.loss_sum, clock.acc_sum, clock.seconds = float(figures[0]), float(figures[1]), float(figures[4])
+        clock.batches, clock.samples = int(figures[2]), int(figures[3])
         return clock
+
+    def state(self) -> dict[str, Any]:
+        """This clock as JSON data (a checkpoint inside an epoch keeps it)."""
+        return {"loss_sum": self.loss_sum, "acc_sum": self.acc_sum, "batches": self.batches, "samples": self.samples,
+                "seconds": self.seconds}
+
+    @classmethod
+    def restored(cls, state: dict[str, Any]) -> "EpochClock":
+        """The clock :meth:`state` described."""
+        return cls.from_figures(np.array([state["loss_sum"], state["acc_sum"], state["batches"], state["samples"],
+                                          state["seconds"]], np.float64))
 
     def stats(self) -> np.ndarray:
         """[loss_sum, acc_sum, batches, samples] as float64, for a cross-worker mean."""
