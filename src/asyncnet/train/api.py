@@ -125,6 +125,8 @@ def train(model: Any = None, data: Any = None, *, reporter: Any = None, resume: 
             raise TrainConfigError(f"train(cfg, ...) takes its settings from cfg: drop {sorted(settings)}")
         cfg, user = model, None
     else:
+        if config is None and isinstance(resume, (str, os.PathLike)):
+            config = _run_config(Path(resume))
         cfg, user = _config_for(model, config, settings)
     ds = _dataset(cfg, data, user)
     cfg.check_data(len(ds.x_train))
@@ -170,6 +172,15 @@ def run(cfg: TrainConfig, ds: Dataset, model: Any = None, reporter: Any = None, 
         cfg, result, rank = launch_torch(cfg, ds, model, reporter, resume, writer)
         return _result(cfg, ds, model, [result], rank, resume)
     return _result(cfg, ds, model, launch(cfg, ds, model, reporter, resume, writer), resume=resume)
+
+
+def _run_config(run_dir: Path) -> TrainConfig:
+    """The settings of the run in ``run_dir`` (its metrics.json)."""
+    try:
+        data = json.loads((run_dir / METRICS).read_bytes())
+    except (OSError, ValueError) as e:
+        raise TrainConfigError(f"resume {run_dir}: not a run directory ({METRICS}: {e})") from None
+    return TrainConfig.from_dict(data.get("config") if isinstance(data, dict) else data, where=f"resume {run_dir}")
 
 
 def _config_for(model: Any, config: TrainConfig | None, settings: dict[str, Any]) -> tuple[TrainConfig, Any]:
