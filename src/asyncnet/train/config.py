@@ -129,6 +129,9 @@ class TrainConfig:
         _check_tensor(self.tensor, self.device)
         _check(self.checkpoint_every is None or (_is_int(self.checkpoint_every) and self.checkpoint_every >= 1),
                f"checkpoint_every must be an int >= 1 (steps) or None, got {self.checkpoint_every!r}")
+        _check(self.checkpoint_every is None or self.mode != "hogwild",
+               "checkpoint_every saves inside an epoch in sync and local modes; hogwild workers never hold still "
+               "inside one: its checkpoints come at each epoch's end")
         _check(_is_number(self.divergence_factor) and (self.divergence_factor == 0 or self.divergence_factor > 1),
                f"divergence_factor must be 0 (off) or a number > 1, got {self.divergence_factor!r}")
         _check(self.bucket_mb is None or (_is_number(self.bucket_mb) and self.bucket_mb > 0),

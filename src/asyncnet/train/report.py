@@ -298,9 +298,7 @@ class Reporter:
     everything off; ``events`` (an :class:`EventLog`) also gets every epoch.
 
     The trainers call ``epoch_start(epoch, total_batches)``, ``batch(loss, accuracy, samples)``
-    (from one worker only) and ``epoch_end(metrics, arrays)``; ``arrays`` (a copy of the
-    checkpoint blobs at the epoch's end) is passed only when ``on_checkpoint`` is set, and goes
-    to ``on_checkpoint(metrics, arrays)`` (the command line saves the run there, every epoch).
+    (from one worker only) and ``epoch_end(metrics)``, after the epoch was saved (:class:`RunWriter`).
 
         >>> import io
         >>> r = Reporter(stream=io.StringIO(), epochs=3)
@@ -311,13 +309,12 @@ class Reporter:
     """
 
     def __init__(self, quiet: bool = False, console: Any = None, stream: Any = None, live: bool | None = None,
-                 epochs: int | None = None, events: EventLog | None = None, on_checkpoint: Any = None):
+                 epochs: int | None = None, events: EventLog | None = None):
         self.quiet = quiet
         self.stream = stream if stream is not None else sys.stderr
         self.live = _isatty(self.stream) if live is None else live
         self.epochs = epochs
         self.events = events
-        self.on_checkpoint = on_checkpoint
         self._console = console
         self._progress: Any = None
         self._task: Any = None
@@ -387,10 +384,8 @@ class Reporter:
         self._progress.update(self._task, advance=self._pending, figures=figures)
         self._pending = 0
 
-    def epoch_end(self, m: EpochMetrics, arrays: dict[str, Any] | None = None) -> None:
+    def epoch_end(self, m: EpochMetrics) -> None:
         """Show the epoch's figures: train loss and accuracy, test loss and accuracy, samples/s."""
-        if self.on_checkpoint is not None and arrays is not None:
-            self.on_checkpoint(m, arrays)
         self._epochs_seen += 1
         self._run_seconds += time.perf_counter() - self._t0 if self._t0 else m.seconds
         self._t0 = 0.0
