@@ -16,7 +16,6 @@ import numpy as np
 import pytest
 
 import asyncnet as an
-from asyncnet.cli.main import main
 from asyncnet.model import ModelHelper
 
 pytestmark = pytest.mark.timeout(240)

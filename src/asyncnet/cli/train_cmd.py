@@ -1,9 +1,12 @@
-"""``asyncnet train``: the main job. Trains an MLP on the embedded 8x8 digits and leaves a run
-directory with metrics.json, loss_accuracy.png, trace.json (one training step of every worker),
-checkpoint.npz and TensorBoard event files (when tensorboard is installed).
+"""``asyncnet train``: the main job. Trains a model (the zoo's mlp on the embedded 8x8 digits by
+default, any zoo model, or your own ``--model my_module:build --data data.npz``) through
+:func:`asyncnet.train.api.run` and leaves a run directory with metrics.json, checkpoint.npz
+(both saved after every epoch, by every backend), loss_accuracy.png, trace.json (one training
+step of every worker) and TensorBoard event files (when tensorboard is installed).
 
     asyncnet train                                   # 2 sync workers on threads
     asyncnet train --mode hogwild --backend processes --epochs 5
+    asyncnet train --model my_models.py:classifier --data data.npz
     asyncnet train --resume runs/RUN --epochs 20     # continue that run to 20 epochs in total
     asyncnet train --config runs/RUN/metrics.json    # rerun a run's settings (flags override)
     torchrun --nproc-per-node 2 -m asyncnet train --backend torch
@@ -80,7 +83,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     lrs = ", ".join(f"{k} {v:g}" for k, v in DEFAULT_LR.items())
     p = sub.add_parser(
         "train", help="train a model (an MLP on the embedded 8x8 digits by default: the main job)",
-        description="Train an MLP on the embedded 8x8 handwritten digits (1,797 images) with local, "
+        description="Train a model (by default an MLP on the embedded 8x8 handwritten digits, 1,797 images; "
+                    "or any zoo model, or your own with --model and --data) with local, "
                     "data-parallel (sync) or Hogwild workers; writes a run directory. Settings come from "
                     "the defaults, then --config or --resume, then the flags given.")
     a = p.add_argument
@@ -136,6 +140,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         base, resume_dir = _base_settings(args)
         cfg = _config(args, base)
+        if cfg.model.startswith("user:"):
+            raise _UsageError(f"--model {cfg.model}: the run's model was a ModelHelper object given to train(); "
+                              "resume it there (train(model, data, resume=RUN_DIR)) or pass --model my_module:function")
         if cfg.backend == "torch" and not under_torchrun():
             raise _UsageError("--backend torch runs under torchrun, e.g. "
                               "torchrun --nproc-per-node 2 -m asyncnet train --backend torch")
@@ -250,6 +257,9 @@ def _data_path(args: argparse.Namespace, resume_dir: Path | None) -> str | None:
         return None
     if isinstance(recorded, str) and recorded.endswith(".npz"):
         raise _UsageError(f"--resume {resume_dir}: the run trained on --data {recorded}: pass --data {recorded} again")
+    if recorded == "arrays":
+        raise _UsageError(f"--resume {resume_dir}: the run trained on arrays given to train(): save them as --data "
+                          "FILE.npz (arrays x and y), or resume it with train(model, data, resume=RUN_DIR)")
     return None
 
 

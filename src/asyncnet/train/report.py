@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 import sys
 import time
 from dataclasses import asdict, dataclass, field, fields
@@ -477,7 +476,7 @@ class RunWriter:
         >>> with tempfile.TemporaryDirectory() as d:
         ...     w = RunWriter(Path(d), {"model": "mlp"}, data="digits")
         ...     w.epoch_end(p, arrays, EpochMetrics(1, 0.5, 0.9, 0.4, 0.95, 100, 0.1, step=4))
-        ...     sorted(os.listdir(d)), len(json.loads(Path(d, METRICS).read_text())["epochs"])
+        ...     sorted(f.name for f in Path(d).iterdir()), len(json.loads(Path(d, METRICS).read_text())["epochs"])
         (['checkpoint.npz', 'metrics.json'], 1)
     """
 
