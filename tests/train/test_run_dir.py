@@ -224,4 +224,47 @@ def test_the_checkpoint_converter_command(tmp_path: Path) -> None:
                        env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)})
     # the zoo cnn has 16/32 channels: the fixture's 2/2 is refused in one line naming the shapes
     assert p.returncode == 1 and p.stderr.count("\n") == 1 and "shape" in p.stderr
+    import asyncnet as an
+    from asyncnet.model.zoo import cnn
+    from asyncnet.train.program import Program
 
+    program = Program(cnn(), optimizer="adam", lr=0.005)  # asyncnet train --model cnn's
+    ws = an.Workspace()
+    ws.run_net_once(program.init_net)
+    np.savez(tmp_path / "zoo.npz", **{n: np.asarray(ws.fetch(n)) for n in program.checkpoint_blobs})
+    p = subprocess.run([sys.executable, "-m", "asyncnet.train.convert", str(tmp_path / "zoo.npz"), "--model", "cnn"],
+                       capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)})
+    assert p.returncode == 0 and p.stderr == "", p.stderr
+    program.load(ws, tmp_path / "zoo.npz")
+
+
+
+
+@pytest.mark.timeout(120)
+def test_the_torch_launcher_saves_every_epoch_from_rank_0(tmp_path: Path, monkeypatch) -> None:
+    """One rank in-process (gloo, world size 1): the torch launcher hands the writer to rank 0."""
+    pytest.importorskip("torch.distributed")
+    import socket
+
+    from asyncnet.model.checkpoint import metadata
+    from asyncnet.train.config import TrainConfig
+    from asyncnet.train.data import load_digits
+    from asyncnet.train.loop import launch_torch
+    from asyncnet.train.report import RunWriter
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    for k, v in {"RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}.items():
+        monkeypatch.setenv(k, v)
+    saves = []
+
+    class Counting(RunWriter):
+        def epoch_end(self, program, arrays, metrics):
+            super().epoch_end(program, arrays, metrics)
+            saves.append(len(metadata(self.out / "checkpoint.npz")["run"]["epochs"]))
+
+    cfg = TrainConfig(backend="torch", hidden=(8,), epochs=2, trace=False)
+    launch_torch(cfg, load_digits(), writer=Counting(tmp_path, cfg.to_dict()))
+    assert saves == [1, 2] and _epochs(tmp_path / "metrics.json") == 2
