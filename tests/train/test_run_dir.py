@@ -131,6 +131,14 @@ def test_checkpoint_every_n_steps_resumes_inside_an_epoch_with_the_same_bits(tmp
     assert [m["train_loss"] for m in a] == [m["train_loss"] for m in b]  # the partial epoch's figures kept
 
 
+def test_saves_inside_epochs_on_processes_change_no_bit(tmp_path: Path) -> None:
+    p = _cli("--backend", "processes", *SMALL, "--epochs", "2", "--checkpoint-every", "7", "--out", "p", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert main(["train", *SMALL, "--epochs", "2", "--out", str(tmp_path / "t")]) == 0
+    got, want = _arrays(tmp_path / "p" / "checkpoint.npz"), _arrays(tmp_path / "t" / "checkpoint.npz")
+    assert all(np.array_equal(got[k], want[k]) for k in want)
+
+
 def test_a_run_killed_while_writing_its_first_checkpoint_starts_again_and_drops_the_stray(tmp_path: Path) -> None:
     run = tmp_path / "run"
     assert main(["train", *SMALL, "--epochs", "1", "--out", str(run)]) == 0
