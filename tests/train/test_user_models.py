@@ -72,6 +72,20 @@ def test_a_user_model_trains_through_train_with_the_run_directory_of_a_zoo_model
         np.testing.assert_array_equal(same.params[k], v)
 
 
+def test_the_cli_says_in_one_line_what_it_cannot_resume(tmp_path: Path, capsys) -> None:
+    from asyncnet.cli.main import main
+    from asyncnet.train import train
+
+    x, y = _data(200)
+    train(_deterministic, (x, y), epochs=1, out=tmp_path / "fn")
+    train(_deterministic(), (x, y), epochs=1, out=tmp_path / "obj")
+    assert main(["train", "--resume", str(tmp_path / "fn"), "--epochs", "2", "--quiet"]) == 2
+    assert "arrays given to train()" in capsys.readouterr().err
+    assert main(["train", "--resume", str(tmp_path / "obj"), "--epochs", "2", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "ModelHelper object" in err and err.count("\n") == 1
+
+
 def train_user(out: Path, x, y, epochs: int, resume: bool = False):
     from asyncnet.train import train
 
