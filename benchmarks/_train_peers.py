@@ -20,7 +20,7 @@ def _setup(settings: dict[str, Any]) -> tuple[Any, list[np.ndarray], int]:
     """The data set, the initial [W1, b1, W2, b2, ...] of the asyncnet model, and its layer count."""
     import asyncnet as an
     from asyncnet.train.data import load_digits
-    from asyncnet.train.model import MLP
+    from asyncnet.train import MLP
 
     ds = load_digits()
     model = MLP(ds.input_dim, hidden=tuple(settings["hidden"]), num_classes=ds.num_classes, seed=0, lr=settings["lr"])

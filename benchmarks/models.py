@@ -4,7 +4,7 @@
 
 For each zoo model (mlp, cnn, lstm on the digits; dlrm on its generated click log) one run
 trains, with the trainers' default optimizer and learning rate of each mode
-(:data:`asyncnet.train.trainers._common.MODEL_DEFAULTS`):
+(:data:`asyncnet.train.config.MODEL_DEFAULTS`):
 
 - asyncnet local, sync with 2 threads and Hogwild with 2 threads, on numpy arrays and on torch
   CPU tensors (``tensor="torch"``), each on the trainer's default executor
@@ -141,7 +141,7 @@ def torch_eager(model: str, settings: dict[str, Any], ds: Any) -> dict[str, Any]
     from benchmarks.peers.torch_twins import torch_twin
     from asyncnet.train.data import epoch_batches
     from asyncnet.train.trainers import TrainConfig
-    from asyncnet.train.trainers._common import build_model
+    from asyncnet.train.program import build_program as build_model
 
     cfg = TrainConfig(model=model, mode="local", seed=0, trace=False, threads=1, **settings)
     asy = build_model(cfg, ds.input_dim, ds.num_classes)
@@ -197,8 +197,9 @@ def executor_pair(quick: bool, repeat: int) -> list[dict[str, Any]]:
     (``samples_per_sec_runs``: every round's)."""
     from asyncnet.model.zoo.dlrm import click_log
     from asyncnet.train.trainers import TrainConfig
-    from asyncnet.train.trainers._common import WorkerNets
-    from asyncnet.train.zoo_model import ZooModel
+    from asyncnet.model.zoo import dlrm
+    from asyncnet.train.program import Program
+    from asyncnet.train.worker import WorkerNets
 
     size = QUICK_LARGE if quick else LARGE
     arch = {k: size.get(k, v) for k, v in LARGE_DLRM.items()}
@@ -208,8 +209,8 @@ def executor_pair(quick: bool, repeat: int) -> list[dict[str, Any]]:
     workers, runs = {}, {}
     for label, net_type, split in PAIR_NETS:
         cfg = TrainConfig(mode="local", model="dlrm", seed=0, trace=False, threads=1, batch_size=bs, net_type=net_type)
-        model = ZooModel("dlrm", optimizer="sgd", lr=0.1, net_type=net_type, num_workers=cfg.net_threads,
-                         split_fc_gradients=split, **arch)
+        model = Program(dlrm(net_type=net_type, num_workers=cfg.net_threads, split_fc_gradients=split, **arch),
+                        optimizer="sgd", lr=0.1)
         workers[label], runs[label] = WorkerNets(cfg, model, feeds=lambda x, y: x), []
     try:
         for r in range(repeat + 1):  # round 0 warms up (and lets the executor measure its chains)

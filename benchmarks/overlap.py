@@ -133,7 +133,7 @@ def _rank(rank: int, world: int, port: int, out: str, batch: int, bucket_mb: flo
     import asyncnet as an
     from asyncnet.core.bound import bind_views
     from asyncnet.sync import TorchDistributedGradientSync
-    from asyncnet.train.model import MLP
+    from asyncnet.train import MLP
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)

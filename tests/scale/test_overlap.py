@@ -12,7 +12,7 @@ from asyncnet.core.bound import bind_views, bound_flat, is_bound
 from asyncnet.simulate.measure import free_port
 from asyncnet.sync import run_parallel_workers
 from asyncnet.train.buckets import add_bucketed_allreduce, gradient_buckets, split_input_gradients
-from asyncnet.train.model import MLP
+from asyncnet.train import MLP
 
 import _overlap_workers as OW
 

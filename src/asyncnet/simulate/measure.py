@@ -121,7 +121,7 @@ def _step_parts(ws: Any, rank: int, batch: int, bucket_mb: float) -> tuple[dict[
     import numpy as np
 
     from asyncnet.sync import TorchDistributedGradientSync
-    from asyncnet.train.model import MLP
+    from asyncnet.train import MLP
 
     model = MLP(DIMS[0], hidden=DIMS[1:-1], num_classes=DIMS[-1], lr=0.01, seed=0,
                 net_type="async_scheduling", num_workers=1)

@@ -261,6 +261,14 @@ class ProcessGradientSync:
             raise ValueError(f"root must be in [0, {self._n}), got {root}")
         self._collective(tensors, "broadcast", root)
 
+    def barrier(self) -> None:
+        """Return once every worker of the group called ``barrier`` (a one-number round)."""
+        self._collective(np.zeros(1), "broadcast", 0)
+
+    def all_reduce_mean(self, values: Any) -> None:
+        """Replace the figures ``values`` in place with their mean over the workers."""
+        self._collective(values, "mean", 0)
+
     def abort(self, reason: str = "aborted") -> None:
         """Abort the whole group: pending and future calls of every worker raise ``SyncAbortedError``."""
         self._bind().abort(reason)

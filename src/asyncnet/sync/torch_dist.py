@@ -131,6 +131,16 @@ class TorchDistributedGradientSync:
         for bucket in self._buckets(ts):
             self._apply(bucket, lambda flat: dist.broadcast(flat, src=src, group=self._group))
 
+    def barrier(self) -> None:
+        """``torch.distributed.barrier`` of the group."""
+        if self._ws > 1:
+            _, dist = _torch()
+            dist.barrier(group=self._group)
+
+    def all_reduce_mean(self, values: Any) -> None:
+        """Replace the figures ``values`` (numpy or torch) in place with their mean over ranks."""
+        self.sync_gradients(values)
+
     # -- internals ------------------------------------------------------------------------------
 
     def _tensors(self, grads: Any) -> list[Any]:
