@@ -24,8 +24,8 @@ from asyncnet.errors import NetDefinitionError
 
 __all__ = ["OPTIMIZERS", "build_optimizer"]
 
-OPTIMIZERS = ("sgd", "momentum", "adagrad", "adam")
-_STATE = {"sgd": (), "momentum": ("momentum",), "adagrad": ("moment",), "adam": ("m1", "m2")}
+OPTIMIZERS = ("sgd", "momentum", "adagrad", "adam", "rwsadagrad")
+_STATE = {"sgd": (), "momentum": ("momentum",), "adagrad": ("moment",), "adam": ("m1", "m2"), "rwsadagrad": ("moment",)}
 
 
 def build_optimizer(model: Any, net: Net, grads: dict[str, Grad], optimizer: str = "sgd", lr: float = 0.1,
@@ -53,7 +53,7 @@ def build_optimizer(model: Any, net: Net, grads: dict[str, Grad], optimizer: str
         elif optimizer == "momentum":
             net.MomentumSGDUpdate([g, state[0], "lr", p], [g, state[0], p], momentum=momentum,
                                   weight_decay=weight_decay, formula="torch")
-        elif optimizer == "adagrad":
+        elif optimizer in ("adagrad", "rwsadagrad"):  # rwsadagrad: dense parameters get Adagrad (dlrm's RWSAdagrad)
             net.Adagrad([p, state[0], g, "lr"], [p, state[0]], weight_decay=weight_decay, formula="torch",
                         **({} if eps is None else {"epsilon": eps}))
         else:
@@ -91,8 +91,11 @@ def _sparse_update(model: Any, net: Net, p: str, g: GradientSlice, optimizer: st
     elif optimizer == "adagrad":
         net.SparseAdagrad([p, state[0], g.indices, g.values, "lr"], [p, state[0]], weight_decay=weight_decay,
                           formula="torch", **({} if eps is None else {"epsilon": eps}))
+    elif optimizer == "rwsadagrad":  # one moment per row (dlrm's RWSAdagrad)
+        net.RowWiseSparseAdagrad([p, state[0], g.indices, g.values, "lr"], [p, state[0]], formula="torch",
+                                 **({} if eps is None else {"epsilon": eps}))
     else:
-        raise NetDefinitionError(f"expected sgd or adagrad for the embedding table {p!r} (a sparse gradient), "
+        raise NetDefinitionError(f"expected sgd or adagrad (or rwsadagrad) for the embedding table {p!r} (a sparse gradient), "
                                  f"got {optimizer!r}", f"model {model.name!r}")
 
 
@@ -107,7 +110,8 @@ def _add_state(model: Any, optimizer: str) -> None:
     model.optimizer, model.optimizer_state = optimizer, []
     for p in model.params:
         for s in _STATE[optimizer]:
-            init.ConstantFill([], f"{p}_{s}", shape=list(model.shapes[p]), value=0.0, dtype=dt)
+            shape = model.shapes[p][:1] if optimizer == "rwsadagrad" and p in model.sparse else model.shapes[p]
+            init.ConstantFill([], f"{p}_{s}", shape=list(shape), value=0.0, dtype=dt)
             model.optimizer_state.append(f"{p}_{s}")
     init.ConstantFill([], "iter", shape=[1], value=0, dtype="int64")
     init.ConstantFill([], "one", shape=[1], value=1.0, dtype=dt)
