@@ -80,7 +80,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                       f"or dlrm (a generated click log) (default {d.model})")
     a("--data", metavar="FILE.npz", help="train on arrays x [N, features...] and y [N] class ids (optionally x_test, "
                                          "y_test; else 20%% held out) instead of the digits; checked before the first step; "
-                                         "give it again with --resume")
+                                         "give it again with --resume. With --model dlrm: a Criteo Kaggle text file, "
+                                         "the reference's preprocessed .npz, or random:KEY=VALUE,... (docs/dlrm.md)")
+    a("--model-arg", action="append", type=_model_arg, metavar="KEY=VALUE", dest="model_arg",
+      help="an option of --model dlrm (repeatable), VALUE as JSON or a word: interaction=cat, loss=mse, "
+           "loss_threshold=1e-7, weighted_pooling=learned, qr_collisions=4, md_dims=[16,4], bottom=[512,256], "
+           "lr_num_warmup_steps=100, max_ind_range=100000, bad_rows=skip ... (docs/dlrm.md)")
     a("--workers", type=_int, help=f"number of workers (default {d.workers})")
     a("--mode", choices=MODES, help=f"trainer (default {d.mode})")
     a("--backend", choices=BACKENDS, help=f"where workers run (default {d.backend}); torch: under torchrun, --workers threads per rank "
@@ -124,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
                               "torchrun --nproc-per-node 2 -m asyncnet train --backend torch")
         rank0 = not (cfg.backend == "torch" and os.environ.get("RANK", "0") != "0")
         out = resume_dir or (Path(args.out) if args.out else Path("runs") / time.strftime("%Y%m%d-%H%M%S"))
-        ds = _dataset(cfg, args.data)
+        cfg, ds = _dlrm_data(cfg, args.data) if cfg.model == "dlrm" and args.data else (cfg, _dataset(cfg, args.data))
         resume = _load_resume(cfg, out, ds) if resume_dir is not None else None
         if rank0:
             _prepare_run_dir(out, cfg, overwrite=args.overwrite, resuming=resume is not None)
@@ -205,6 +210,8 @@ def _config(args: argparse.Namespace, base: dict[str, Any]) -> Any:
     if "optimizer" in given and given["optimizer"] != base.get("optimizer") and "lr" not in given:
         merged.pop("lr", None)  # another optimizer: its own default rate, not the file's
     merged.update(given)
+    if getattr(args, "model_arg", None):
+        merged["model_args"] = {**merged.get("model_args", {}), **dict(args.model_arg)}
     if "hidden" in given and merged.get("model", "mlp") != "mlp":
         raise _UsageError(f"--hidden sets the hidden layers of --model mlp; the {merged['model']} of the zoo has fixed "
                           "sizes (asyncnet.model.zoo): drop --hidden")
@@ -228,6 +235,31 @@ def _dataset(cfg: Any, path: str | None) -> Any:
     ds = load_npz(path, cfg.model, seed=cfg.seed) if path else dataset_for(cfg.model)
     cfg.check_data(len(ds.x_train))
     return ds
+
+
+def _model_arg(text: str) -> tuple[str, Any]:
+    """KEY=VALUE of --model-arg: the value as JSON (numbers, lists, true/false/null), else the word."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.isidentifier():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE like interaction=cat, got {text!r}")
+    try:
+        return key, json.loads(value)
+    except ValueError:
+        return key, value
+
+
+def _dlrm_data(cfg: Any, data: str) -> tuple[Any, Any]:
+    """dlrm's --data (Criteo text, the reference's .npz, random:...): the data set, and ``cfg``
+    with the dense width and table sizes the data fixes added to its model_args."""
+    import dataclasses
+
+    from asyncnet.model.zoo.dlrm import DATA_KEYS
+    from asyncnet.train.criteo import click_dataset
+
+    ds = click_dataset(data, {k: v for k, v in cfg.model_args.items() if k in DATA_KEYS})
+    cfg = dataclasses.replace(cfg, model_args={**cfg.model_args, **ds.log.model_args})
+    cfg.check_data(len(ds.x_train))
+    return cfg, ds
 
 
 def _load_resume(cfg: Any, run_dir: Path, ds: Any) -> Any:
@@ -435,7 +467,8 @@ def _print_summary(result: Any, out: Path, quiet: bool) -> None:
 
         Console().print(summary_table(result.history))
     acc = final.test_accuracy if final else 0.0
-    figure = (f"test AUC {final.test_auc:.4f} (optimum {final.optimal_auc:.4f})"
+    optimum = f" (optimum {final.optimal_auc:.4f})" if final is not None and final.optimal_auc is not None else ""
+    figure = (f"test AUC {final.test_auc:.4f}{optimum}"
               if final is not None and final.test_auc is not None else f"test accuracy {acc:.2%}")
     try:
         print(f"{figure} after {len(result.history)} epoch(s), "

@@ -53,6 +53,9 @@ def build_optimizer(model: Any, net: Net, grads: dict[str, Grad], optimizer: str
         elif optimizer == "momentum":
             net.MomentumSGDUpdate([g, state[0], "lr", p], [g, state[0], p], momentum=momentum,
                                   weight_decay=weight_decay, formula="torch")
+        elif optimizer == "rwsadagrad" and p in model.sparse:
+            raise NetDefinitionError(f"expected the sparse gradient of table {p!r} for rwsadagrad (one moment per row), "
+                                     "got a dense one: train it in local or hogwild mode", f"model {model.name!r}")
         elif optimizer in ("adagrad", "rwsadagrad"):  # rwsadagrad: dense parameters get Adagrad (dlrm's RWSAdagrad)
             net.Adagrad([p, state[0], g, "lr"], [p, state[0]], weight_decay=weight_decay, formula="torch",
                         **({} if eps is None else {"epsilon": eps}))

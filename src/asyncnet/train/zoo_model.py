@@ -49,12 +49,15 @@ class ZooModel:
 
     def __init__(self, name: str, seed: int = 0, optimizer: str = "sgd", lr: float = 0.1, momentum: float = 0.9,
                  lr_policy: str = "fixed", lr_step: int = 1000, lr_gamma: float | None = None, weight_decay: float = 0.0,
-                 net_type: str = "simple", num_workers: int | None = None, **model_kw: Any):
+                 net_type: str = "simple", num_workers: int | None = None, lr_args: dict[str, Any] | None = None,
+                 **model_kw: Any):
         self.name = name
         self.helper = _build(name, seed, net_type=net_type, num_workers=num_workers, **model_kw)
         self.optimizer, self.lr, self.momentum, self.weight_decay = optimizer, float(lr), float(momentum), float(weight_decay)
         self.lr_args = {"lr_policy": lr_policy, "stepsize": int(lr_step),
                         "gamma": float(_DEFAULT_GAMMA[lr_policy] if lr_gamma is None else lr_gamma)}
+        if lr_args:  # a schedule of the model's own (dlrm's warm-up and decay) replaces lr_policy's
+            self.lr_args = dict(lr_args)
         self.train_net("probe")  # adds the optimizer state to init_net, which the workers run first
 
     @property
@@ -81,7 +84,8 @@ class ZooModel:
     @property
     def binary(self) -> bool:
         """True for a click model (``prob``, ``click``), False for a classifier (``softmax``, ``label``)."""
-        return any(op.type == "SigmoidCrossEntropyWithLogits" for op in self.helper.forward_net().ops)
+        return any(op.type == "SigmoidCrossEntropyWithLogits" or (op.type == "Sigmoid" and "prob" in op.outputs)
+                   for op in self.helper.forward_net().ops)
 
     @property
     def checkpoint_blobs(self) -> list[str]:

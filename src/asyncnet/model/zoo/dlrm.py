@@ -25,7 +25,7 @@ import numpy as np
 from asyncnet.errors import NetDefinitionError
 from asyncnet.model.builder import ModelHelper
 
-__all__ = ["dlrm", "md_dims", "lr_schedule", "click_log", "ClickLog", "auc", "log_loss", "ASYNC_NET_TYPES", "SPLIT_MIN_WIDTH"]
+__all__ = ["dlrm", "md_dims", "lr_schedule", "split_model_args", "click_log", "ClickLog", "auc", "log_loss", "ASYNC_NET_TYPES", "SPLIT_MIN_WIDTH"]
 
 
 def _mlp(m: ModelHelper, x: str, name: str, dims: Sequence[int], relu_last: bool) -> str:
@@ -253,6 +253,33 @@ def lr_schedule(num_warmup_steps: int = 0, decay_start_step: int = 0, num_decay_
     """
     return {"lr_policy": "warmupPolyDecay", "num_iter": int(num_warmup_steps), "decay_start_iter": int(decay_start_step),
             "num_decay_iter": int(num_decay_steps)}
+
+
+#: keys of a run's ``model_args`` that are not dlrm()'s: the Criteo readers' options and the schedule's
+DATA_KEYS = ("max_ind_range", "bad_rows", "test_fraction")
+SCHEDULE_KEYS = ("lr_num_warmup_steps", "lr_decay_start_step", "lr_num_decay_steps")
+
+
+def split_model_args(args: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """A run's ``model_args`` (``asyncnet train --model-arg KEY=VALUE``) as the keyword arguments
+    of :func:`dlrm` and the :meth:`~asyncnet.model.ModelHelper.train_net` arguments of the
+    schedule (None without one); the data options are dropped (the readers take them).
+
+        >>> split_model_args({"interaction": "cat", "lr_num_warmup_steps": 10, "max_ind_range": 50})
+        ({'interaction': 'cat'}, {'lr_policy': 'warmupPolyDecay', 'num_iter': 10, 'decay_start_iter': 0, 'num_decay_iter': 0})
+    """
+    import inspect
+
+    known = set(inspect.signature(dlrm).parameters) - {"kw", "seed"}
+    unknown = sorted(k for k in args if k not in known and k not in DATA_KEYS and k not in SCHEDULE_KEYS)
+    if unknown:
+        raise NetDefinitionError(f"expected dlrm options among {sorted(known | set(DATA_KEYS) | set(SCHEDULE_KEYS))}, "
+                                 f"got {unknown}", "dlrm model_args")
+    kw = {k: (tuple(v) if isinstance(v, list) else v) for k, v in args.items() if k in known}
+    schedule = {k: int(args[k]) for k in SCHEDULE_KEYS if k in args}
+    lr_args = lr_schedule(schedule.get("lr_num_warmup_steps", 0), schedule.get("lr_decay_start_step", 0),
+                          schedule.get("lr_num_decay_steps", 0)) if schedule else None
+    return kw, lr_args
 
 
 @dataclass

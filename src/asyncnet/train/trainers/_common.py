@@ -27,11 +27,11 @@ __all__ = ["MODELS", "TrainConfig", "Resume", "WorkerResult", "WorkerNets", "MOD
 MODES = ("local", "sync", "hogwild")
 MODELS = ("mlp", "cnn", "lstm", "dlrm")
 BACKENDS = ("threads", "processes", "torch")
-OPTIMIZERS = ("sgd", "momentum", "adam")
+OPTIMIZERS = ("sgd", "momentum", "adam", "adagrad", "rwsadagrad")  # the last two: dlrm's tables
 LR_POLICIES = ("fixed", "step", "exp")
 #: The learning rate each optimizer gets when ``lr`` is not given: momentum 0.9 multiplies the
 #: step by ~10 and Adam normalizes it, so one rate for all would diverge or crawl.
-DEFAULT_LR = {"sgd": 0.2, "momentum": 0.05, "adam": 0.01}
+DEFAULT_LR = {"sgd": 0.2, "momentum": 0.05, "adam": 0.01, "adagrad": 0.05, "rwsadagrad": 0.05}
 #: Each model's optimizer and learning rate when not given (chosen so that the defaults reach
 #: the README's targets in 10 epochs); other optimizers of that model take :data:`DEFAULT_LR`.
 MODEL_DEFAULTS = {"mlp": ("sgd", 0.2), "cnn": ("adam", 0.005), "lstm": ("adam", 0.01), "dlrm": ("sgd", 0.05)}
@@ -88,6 +88,7 @@ class TrainConfig:
     bucket_mb: float | None = 25.0  # gradient buckets overlapped with the backward pass; None: one Allreduce
     threads_per_rank: int = 1  # backend "torch": W worker threads per rank (workers = W x ranks)
     model: str = "mlp"  # mlp (hidden), cnn, lstm (the digits) or dlrm (its click log): asyncnet.model.zoo
+    model_args: dict[str, Any] = field(default_factory=dict)  # keyword arguments of the zoo model (dlrm's options)
 
     def __post_init__(self) -> None:
         _check(self.model in MODELS, f"model must be one of {', '.join(MODELS)}, got {self.model!r}")
@@ -96,6 +97,11 @@ class TrainConfig:
         if self.optimizer is None:
             object.__setattr__(self, "optimizer", default_opt)
         _check(self.mode in MODES, f"mode must be one of {', '.join(MODES)}, got {self.mode!r}")
+        _check(isinstance(self.model_args, dict) and all(isinstance(k, str) for k in self.model_args),
+               f"model_args must be an object of keyword arguments, got {self.model_args!r}")
+        _check(not self.model_args or self.model == "dlrm", f"model_args are dlrm's options, not {self.model}'s")
+        _check(self.optimizer not in ("adagrad", "rwsadagrad") or self.model == "dlrm",
+               f"optimizer {self.optimizer} trains dlrm (its tables row by row), not {self.model}")
         # net_type None: with one executor thread, "straight" (same ops in net order, same bits,
         # cheapest per op) wherever nothing can overlap: local and Hogwild nets, and sync nets with
         # at most one all-reduce (decided when the nets are built); else "async_scheduling"
@@ -273,8 +279,13 @@ def build_model(cfg: TrainConfig, input_dim: int, num_classes: int) -> Any:
         from asyncnet.train.zoo_model import ZooModel
 
         kw = {} if cfg.model == "dlrm" else {"num_classes": num_classes}
+        lr_args = None
+        if cfg.model == "dlrm":
+            from asyncnet.model.zoo.dlrm import split_model_args
+
+            kw, lr_args = split_model_args(cfg.model_args)
         return ZooModel(cfg.model, seed=cfg.seed, optimizer=cfg.optimizer, lr=cfg.lr, momentum=cfg.momentum,
-                        lr_policy=cfg.lr_policy, lr_step=cfg.lr_step, lr_gamma=cfg.lr_gamma,
+                        lr_policy=cfg.lr_policy, lr_step=cfg.lr_step, lr_gamma=cfg.lr_gamma, lr_args=lr_args,
                         weight_decay=cfg.weight_decay, net_type=cfg.net_type or "async_scheduling", num_workers=cfg.net_threads, **kw)
 
     return MLP(input_dim, hidden=tuple(cfg.hidden), num_classes=num_classes, seed=cfg.seed, optimizer=cfg.optimizer,
