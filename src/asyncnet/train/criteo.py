@@ -75,6 +75,7 @@ class ExampleLog:
     table_sizes: list[int]
     skipped: int = 0
     source: str = ""
+    labeled: bool = True
     p: Any = None
     clicks: np.ndarray = field(init=False)
 
@@ -108,7 +109,7 @@ class ExampleLog:
 
 
 # -- the Kaggle text format ---------------------------------------------------------------------
-def parse_kaggle_line(line: str, max_ind_range: int) -> tuple[int, list[int], list[int]]:
+def parse_kaggle_line(line: str, max_ind_range: int, labeled: bool = True) -> tuple[int, list[int], list[int]]:
     """(label, 13 counts (negative ones 0), 26 hashed categories) of one text line, or
     ValueError saying what is wrong.
 
@@ -117,9 +118,12 @@ def parse_kaggle_line(line: str, max_ind_range: int) -> tuple[int, list[int], li
         ([5, 0, 0], [55, 0])
     """
     parts = line.rstrip("\r\n").split("\t")
+    if not labeled:  # the challenge's test.txt: no label column
+        parts = ["0", *parts]
     if len(parts) != NUM_FIELDS:
-        raise ValueError(f"expected {NUM_FIELDS} tab-separated fields (label, {NUM_DENSE} counts, {NUM_SPARSE} "
-                         f"categories), found {len(parts)}")
+        what = f"label, {NUM_DENSE} counts" if labeled else f"{NUM_DENSE} counts"
+        raise ValueError(f"expected {NUM_FIELDS - (not labeled)} tab-separated fields ({what}, {NUM_SPARSE} "
+                         f"categories), found {len(parts) - (not labeled)}")
     if parts[0] not in ("0", "1"):
         raise ValueError(f"expected the label 0 or 1 in field 1, found {parts[0][:20]!r}")
     counts = []
@@ -155,18 +159,24 @@ def _category(text: str, j: int) -> int:
 
 
 def is_criteo_file(path: str) -> bool:
-    """True when ``path`` looks like Kaggle text: its first line has 40 tab-separated fields."""
+    """True when ``path`` looks like Kaggle text: its first line has 40 tab-separated fields
+    (39 without labels)."""
+    return _first_line_fields(Path(path)) in (NUM_FIELDS, NUM_FIELDS - 1)
+
+
+def _first_line_fields(path: Path) -> int:
     try:
         with open(path, "rb") as f:
             head = f.readline(1 << 16)
     except OSError:
-        return False
-    return head.count(b"\t") == NUM_FIELDS - 1
+        return 0
+    return head.count(b"\t") + 1 if head else 0
 
 
-def _cache_dir(path: Path, max_ind_range: int, bad_rows: str) -> Path:
+def _cache_dir(path: Path, max_ind_range: int, bad_rows: str, labeled: bool) -> Path:
     st = path.stat()
-    key = hashlib.sha256(f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{max_ind_range}|{bad_rows}|v1".encode()).hexdigest()[:20]
+    key = hashlib.sha256(f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{max_ind_range}|{bad_rows}|{labeled}|v1"
+                         .encode()).hexdigest()[:20]
     root = Path(os.environ.get("ASYNCNET_CACHE") or Path.home() / ".cache" / "asyncnet")
     return root / "criteo" / f"{path.name}-{key}"
 
@@ -192,10 +202,11 @@ def load_kaggle(path: str, max_ind_range: int = DEFAULT_MAX_IND_RANGE, bad_rows:
     src = Path(path)
     if not src.is_file():
         raise TrainConfigError(f"--data {path}: no such file")
-    cache = _cache_dir(src, max_ind_range, bad_rows)
+    labeled = _first_line_fields(src) != NUM_FIELDS - 1  # 39 fields: the challenge's unlabeled test.txt
+    cache = _cache_dir(src, max_ind_range, bad_rows, labeled)
     meta_file = cache / "meta.json"
     if not meta_file.is_file():
-        _convert(src, cache, max_ind_range, bad_rows, chunk_rows)
+        _convert(src, cache, max_ind_range, bad_rows, chunk_rows, labeled)
     meta = json.loads(meta_file.read_text())
     n = int(meta["rows"])
     if n == 0:
@@ -203,10 +214,10 @@ def load_kaggle(path: str, max_ind_range: int = DEFAULT_MAX_IND_RANGE, bad_rows:
     arrays = {name: np.load(cache / f"{name}.npy", mmap_mode="r")[:n] for name in ("dense", "cats", "y")}
     cats = arrays["cats"]
     return ExampleLog(arrays["dense"], [cats[:, k] for k in range(NUM_SPARSE)], [None] * NUM_SPARSE, arrays["y"],
-                      [int(max_ind_range)] * NUM_SPARSE, skipped=int(meta["skipped"]), source=str(path))
+                      [int(max_ind_range)] * NUM_SPARSE, skipped=int(meta["skipped"]), source=str(path), labeled=labeled)
 
 
-def _convert(src: Path, cache: Path, max_ind_range: int, bad_rows: str, chunk_rows: int) -> None:
+def _convert(src: Path, cache: Path, max_ind_range: int, bad_rows: str, chunk_rows: int, labeled: bool) -> None:
     """Parse ``src`` line by line into ``cache``'s .npy files (written under a temporary name,
     renamed when complete, so an interrupted conversion is never read)."""
     from numpy.lib.format import open_memmap
@@ -234,10 +245,11 @@ def _convert(src: Path, cache: Path, max_ind_range: int, bad_rows: str, chunk_ro
     with open(src, "r", encoding="ascii", errors="replace", newline="\n") as f:
         for lineno, line in enumerate(f, 1):
             try:
-                if not line.endswith("\n") and lineno == total and line.count("\t") != NUM_FIELDS - 1:
-                    raise ValueError("the last line is truncated (no newline and "
-                                     f"{line.count(chr(9)) + 1} of {NUM_FIELDS} fields)")
-                label, counts, hashed = parse_kaggle_line(line, max_ind_range)
+                fields = NUM_FIELDS - (not labeled)
+                if not line.endswith("\n") and lineno == total and line.count("\t") != fields - 1:
+                    raise ValueError(f"the last line is truncated (no newline and {line.count(chr(9)) + 1} of "
+                                     f"{fields} fields)")
+                label, counts, hashed = parse_kaggle_line(line, max_ind_range, labeled)
             except ValueError as e:
                 if bad_rows == "skip":
                     skipped += 1
