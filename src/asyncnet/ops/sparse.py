@@ -533,6 +533,18 @@ def _sparse_to_dense_grad(op: OperatorDef, gout: GradOut) -> MakerResult:
     return [gop], [None, "#dvalues"] + [None] * (len(op.inputs) - 2)
 
 
+def _torch_scatter_add(p: Any, idx: Any, x: Any, w: Any) -> None:
+    """``p[idx[k]] += w * x[k]`` for every k in order on torch tensors: torch's dense += sparse
+    kernel (one axpy per row, no per-row tensor as index_add_ builds on the CPU)."""
+    import torch
+
+    if p.ndim < 2 or p.is_cuda:
+        p.index_add_(0, idx.long(), x, alpha=w)
+        return
+    grad = torch.sparse_coo_tensor(idx.long().reshape(1, -1), x, tuple(p.shape), check_invariants=False)
+    p.add_(grad, alpha=w)
+
+
 def _add_at(out: Any, idx: Any, values: Any) -> None:
     """``out[idx[k]] += values[k]`` for every k in order, in place (repeats add up)."""
     if is_torch(out):
@@ -709,7 +721,7 @@ def scatter_weighted_sum(ctx: Any, x0: Any, w0: Any, indices: Any, *pairs: Any) 
             p[rows] = p[rows] * a0
     for x, w in terms:  # Caffe2's Axpy per pair, rows in k order: repeats add up
         if is_torch(p):
-            p.index_add_(0, idx.long(), x, alpha=w)
+            _torch_scatter_add(p, idx, x, w)
         else:
             _add_rows(p, idx, x, scale=w)  # each gathered row scaled once
     return p
