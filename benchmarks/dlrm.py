@@ -110,7 +110,7 @@ def torch_peer(size: dict[str, Any], params: dict[str, np.ndarray], lr: float) -
         loss = loss_fn(p, torch.from_numpy(b.feeds["click"]))
         loss.backward()
         opt.step()
-        return float(loss)
+        return loss.item()
 
     return step
 
