@@ -42,7 +42,7 @@ def place_tables(table_sizes: Sequence[int], dim: int, ranks: int) -> list[int]:
     """The owner rank of each table: largest first, each to the least-loaded rank (bytes).
 
         >>> place_tables([10, 1000, 500, 600], 8, 2)
-        [1, 0, 1, 1]
+        [0, 0, 1, 1]
     """
     load = [0] * ranks
     owner = [0] * len(table_sizes)
