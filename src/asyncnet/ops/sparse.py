@@ -261,7 +261,7 @@ def _rows(data: Any, idx: Any) -> Any:
     """``data[idx]``: the rows picked by an int array of any shape (a new array)."""
     if is_torch(data):
         return data.index_select(0, idx.reshape(-1).long()).reshape((*idx.shape, *data.shape[1:]))  # a tuple: () for 0-d
-    return data[idx]
+    return data.take(idx, axis=0)  # numpy's take copies rows about twice as fast as fancy indexing
 
 
 @register_op("GatherGradient", inputs=2, outputs=2, inputs_doc=("dY [*INDICES.shape, ...]", "INDICES"),
@@ -411,7 +411,7 @@ def sparse_lengths_sum(ctx: Any, data: Any, indices: Any, lengths: Any) -> np.nd
         return _torch_bags(data, idx, lengths)
     used = _bag_slots(lengths, idx.shape[0], math.prod(data.shape[1:]))
     if used is None:
-        return segment_sum(data[idx], lengths)
+        return segment_sum(data.take(idx, axis=0), lengths)
     # gather straight into the padded layout (no [K, row] copy in between)
     return _sum_slots(np.zeros((lengths.size, *data.shape[1:]), dtype=data.dtype), _padded_take(data, idx, lengths, used))
 
@@ -590,8 +590,8 @@ def _add_rows(out: np.ndarray, idx: np.ndarray, values: np.ndarray, rounds: int 
         out[idx] += values if scale is None else values * scale
         return
     uniq = idx[first]
-    buf = out[uniq]  # each touched row read once
-    head = values[first]
+    buf = out.take(uniq, axis=0)  # each touched row read once
+    head = values.compress(first, axis=0)
     if scale is not None:
         head *= scale
     buf += head
