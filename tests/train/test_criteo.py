@@ -205,3 +205,25 @@ def test_asyncnet_train_dlrm_bad_file_is_one_line(tmp_path, cache):
                 "--out", str(tmp_path / "run"), cwd=tmp_path, env_extra={"ASYNCNET_CACHE": str(cache)})
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and f"{path}: line 5" in r.stderr
+
+
+def test_asyncnet_train_dlrm_sync_mode_with_an_mse_loss(tmp_path, cache):
+    path = write(tmp_path / "train.txt", sample_lines(300))
+    r = run_cli("train", "--model", "dlrm", "--data", path, "--epochs", "1", "--batch-size", "50", "--workers", "2",
+                "--model-arg", "max_ind_range=100", "--model-arg", "loss=mse", "--out", str(tmp_path / "run"), "--quiet",
+                cwd=tmp_path, env_extra={"ASYNCNET_CACHE": str(cache)})
+    assert r.returncode == 0, r.stderr
+    assert "test AUC" in r.stdout
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--model", "mlp", "--model-arg", "interaction=cat"], "model_args are dlrm's options"),
+    (["--model", "dlrm", "--model-arg", "interaction"], "expected KEY=VALUE"),
+    (["--model", "dlrm", "--optimizer", "rwsadagrad"], "mode local or hogwild"),
+    (["--model", "dlrm", "--mode", "local", "--data", "random:tables=5,batches=2,batch=8", "--batch-size", "8",
+      "--model-arg", "bogus=1"], "got ['bogus']"),
+])
+def test_model_arg_errors_are_one_line(tmp_path, cache, args, says):
+    r = run_cli("train", *args, "--epochs", "1", "--out", str(tmp_path / "run"), "--quiet", cwd=tmp_path,
+                env_extra={"ASYNCNET_CACHE": str(cache)})
+    assert r.returncode != 0 and says in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr

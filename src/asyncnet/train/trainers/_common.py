@@ -102,6 +102,9 @@ class TrainConfig:
         _check(not self.model_args or self.model == "dlrm", f"model_args are dlrm's options, not {self.model}'s")
         _check(self.optimizer not in ("adagrad", "rwsadagrad") or self.model == "dlrm",
                f"optimizer {self.optimizer} trains dlrm (its tables row by row), not {self.model}")
+        _check(self.optimizer != "rwsadagrad" or self.mode != "sync",
+               "optimizer rwsadagrad updates the tables from their sparse gradients: use mode local or hogwild "
+               "(sync mode all-reduces dense table gradients)")
         # net_type None: with one executor thread, "straight" (same ops in net order, same bits,
         # cheapest per op) wherever nothing can overlap: local and Hogwild nets, and sync nets with
         # at most one all-reduce (decided when the nets are built); else "async_scheduling"
