@@ -227,3 +227,20 @@ def test_model_arg_errors_are_one_line(tmp_path, cache, args, says):
     r = run_cli("train", *args, "--epochs", "1", "--out", str(tmp_path / "run"), "--quiet", cwd=tmp_path,
                 env_extra={"ASYNCNET_CACHE": str(cache)})
     assert r.returncode != 0 and says in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_the_chunk_parser_and_the_line_parser_agree(tmp_path):
+    """Lines the vectorized parser takes and lines it leaves to the line parser (a 19-digit
+    count, upper-case hex, CRLF endings) give the reference's numbers, in file order."""
+    lines = sample_lines(40, seed=9)
+    f = lines[5].rstrip("\n").split("\t")
+    f[2] = str(2**62 + 12345)
+    lines[5] = "\t".join(f) + "\n"
+    lines[8] = lines[8].upper().replace("\n", "\r\n")
+    lines[9] = lines[9].replace("\n", "\r\n")
+    path = write(tmp_path / "mixed.txt", lines)
+    log = criteo.load_kaggle(path, max_ind_range=2**31 - 1, chunk_rows=16)
+    y, dense, cats = expected([ln.replace("\r\n", "\n") for ln in lines], 2**31 - 1)
+    np.testing.assert_array_equal(log.targets, y)
+    np.testing.assert_allclose(log.dense, dense, rtol=1e-6)
+    np.testing.assert_array_equal(np.stack(log.ids, 1), cats)
