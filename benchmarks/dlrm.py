@@ -252,10 +252,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--reps", type=int, default=15, help="repetitions of the per-op measurement")
     ap.add_argument("--no-ops", action="store_true", help="skip the per-op lookup/update measurement")
+    ap.add_argument("--no-train", action="store_true", help="skip the training steps")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     report: dict[str, Any] = {"load_before": open("/proc/loadavg").read().split()[:3], "train": {}, "ops": {}}
-    for size in args.sizes.split(","):
+    for size in [] if args.no_train else args.sizes.split(","):
         for threads in (int(t) for t in args.threads.split(",")):
             res = train_steps(size, threads, args.steps)
             report["train"][f"{size} {threads} thread(s)"] = res

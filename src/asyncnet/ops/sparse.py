@@ -363,16 +363,26 @@ def _torch_bags(data: Any, idx: Any, lengths: Any, weights: Any = None) -> Any:
     return out.reshape(lengths.shape[0], *data.shape[1:])
 
 
-def _padded_take(data: np.ndarray, idx: np.ndarray, lengths: np.ndarray, used: np.ndarray) -> np.ndarray:
-    """The rows of ``data`` in the slot layout [L, B, *row] of ``used`` (-0.0 in empty slots),
-    gathered with one take: bags of one length need no mask."""
-    if lengths.size and int(lengths.min()) == used.shape[0]:
-        return data.take(idx.reshape(lengths.size, used.shape[0]).T, axis=0)
-    slot_idx = np.zeros(used.shape, dtype=idx.dtype)
-    slot_idx.T[used.T] = idx
-    padded = data.take(slot_idx, axis=0)
-    padded[~used] = -0.0
-    return padded
+def _bag_sums_by_slot(data: np.ndarray, idx: np.ndarray, lengths: np.ndarray, used: np.ndarray) -> np.ndarray:
+    """Each bag's rows added in order from zero, slot by slot of the layout ``used`` [L, B]:
+    slot t's rows (one per bag, -0.0 where a bag is shorter) are gathered into a buffer of one
+    row per bag, which stays in cache, and added to the sums. Bags of one length need no mask.
+    Each take and add releases the GIL."""
+    b = lengths.size
+    if b and int(lengths.min()) == used.shape[0]:
+        slot_idx = np.ascontiguousarray(idx.reshape(b, used.shape[0]).T)
+    else:
+        slot_idx = np.zeros(used.shape, dtype=idx.dtype)
+        slot_idx.T[used.T] = idx
+    full = int(lengths.min()) if b else 0
+    out = np.zeros((b, *data.shape[1:]), dtype=data.dtype)
+    buf = np.empty_like(out)
+    for t in range(used.shape[0]):
+        np.take(data, slot_idx[t], axis=0, out=buf, mode="clip")  # indices checked: clip never clips; it skips take's buffering
+        if t >= full:
+            buf[~used[t]] = -0.0
+        out += buf
+    return out
 
 
 def _grad_lengths(ctx: Any, x: Any, i: int, dy: Any) -> Any:
@@ -413,7 +423,7 @@ def sparse_lengths_sum(ctx: Any, data: Any, indices: Any, lengths: Any) -> np.nd
     if used is None:
         return segment_sum(data.take(idx, axis=0), lengths)
     # gather straight into the padded layout (no [K, row] copy in between)
-    return _sum_slots(np.zeros((lengths.size, *data.shape[1:]), dtype=data.dtype), _padded_take(data, idx, lengths, used))
+    return _bag_sums_by_slot(data, idx, lengths, used)
 
 
 @register_op("SparseLengthsSumGradient", inputs=2, outputs=1, inputs_doc=("dOUTPUT [B, ...]", "LENGTHS [B]"),
