@@ -23,8 +23,9 @@ import json
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -245,6 +246,12 @@ def sparse_ops(reps: int) -> dict[str, Any]:
     return {f"{p} {w}": 1e3 * statistics.median(v) for (p, w), v in times.items()}
 
 
+def _load() -> list[str]:
+    """The 1, 5 and 15 minute load averages."""
+    with open("/proc/loadavg") as f:
+        return f.read().split()[:3]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="zoo,large")
@@ -255,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-train", action="store_true", help="skip the training steps")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
-    report: dict[str, Any] = {"load_before": open("/proc/loadavg").read().split()[:3], "train": {}, "ops": {}}
+    report: dict[str, Any] = {"load_before": _load(), "train": {}, "ops": {}}
     for size in [] if args.no_train else args.sizes.split(","):
         for threads in (int(t) for t in args.threads.split(",")):
             res = train_steps(size, threads, args.steps)
@@ -269,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.json:
             for name, ms in report["ops"].items():
                 print(f"ops   {name:36s} {ms:8.2f} ms")
-    report["load_after"] = open("/proc/loadavg").read().split()[:3]
+    report["load_after"] = _load()
     if args.json:
         print(json.dumps(report, indent=2))
     else:

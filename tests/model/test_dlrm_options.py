@@ -169,7 +169,7 @@ def test_the_clamp_stops_the_gradient_and_bce_from_the_logit_stays_exact():
     ws.feed("top2_b", np.array([60.0]))
     feeds = feeds_of()
     feeds["click"][:] = 0.0
-    loss, prob, grads = grads_of(m, ws, feeds)
+    _, prob, grads = grads_of(m, ws, feeds)
     assert np.allclose(prob, 0.9) and not np.any(grads["top2_b"])
     m2, ws2 = build({})
     ws2.feed("top2_b", np.array([60.0]))

@@ -8,12 +8,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from _nn_helpers import run
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import asyncnet as an
 from asyncnet.ops import sparse
-from _nn_helpers import run
 
 pytestmark = pytest.mark.timeout(120)
 SOME = settings(max_examples=25, deadline=None)

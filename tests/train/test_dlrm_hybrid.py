@@ -11,12 +11,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _torchrun import run_torchrun
 
 import asyncnet as an
 from asyncnet.model.zoo.dlrm import dlrm
 from asyncnet.train.criteo import random_log
 from asyncnet.train.dlrm_hybrid import HybridDLRM, place_tables
-from _torchrun import run_torchrun
 
 pytestmark = pytest.mark.timeout(240)
 SRC = str(Path(__file__).resolve().parents[2] / "src")

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from test_criteo import sample_lines, write
 
 from asyncnet.model.zoo.torch_twins import torch_twin
 from asyncnet.train import criteo
-from test_criteo import sample_lines, write
 
 pytestmark = pytest.mark.timeout(300)
 SRC = str(Path(__file__).resolve().parents[2] / "src")
@@ -22,7 +22,7 @@ SRC = str(Path(__file__).resolve().parents[2] / "src")
 def cli(*args, cwd, cache):
     env = {**os.environ, "PYTHONPATH": SRC, "ASYNCNET_CACHE": str(cache)}
     return subprocess.run([sys.executable, "-m", "asyncnet", *args], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=240)
+                          timeout=240, check=False)
 
 
 def test_predict_scores_a_file_as_the_torch_twin(tmp_path, monkeypatch):

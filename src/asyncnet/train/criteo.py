@@ -41,17 +41,29 @@ import json
 import math
 import os
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 
 from asyncnet.errors import TrainConfigError
 
-__all__ = ["ExampleLog", "NUM_DENSE", "NUM_SPARSE", "DATA_OPTIONS", "is_criteo_file", "load_kaggle", "load_processed_npz",
-           "random_log", "parse_kaggle_line", "load_click_data",
-           "click_dataset", "split_rows"]
+__all__ = [
+    "DATA_OPTIONS",
+    "NUM_DENSE",
+    "NUM_SPARSE",
+    "ExampleLog",
+    "click_dataset",
+    "is_criteo_file",
+    "load_click_data",
+    "load_kaggle",
+    "load_processed_npz",
+    "parse_kaggle_line",
+    "random_log",
+    "split_rows",
+]
 
 NUM_DENSE, NUM_SPARSE = 13, 26
 NUM_FIELDS = 1 + NUM_DENSE + NUM_SPARSE
@@ -253,10 +265,10 @@ def _convert(src: Path, cache: Path, max_ind_range: int, bad_rows: str, chunk_ro
     total = _count_lines(src)
     tmp = cache.with_name(cache.name + f".tmp{os.getpid()}")
     tmp.mkdir(parents=True, exist_ok=True)
-    dense = open_memmap(tmp / "dense.npy", mode="w+", dtype=np.float32, shape=(total, NUM_DENSE))
-    cats = open_memmap(tmp / "cats.npy", mode="w+", dtype=np.int32 if max_ind_range <= 2**31 else np.int64,
-                       shape=(total, NUM_SPARSE))
-    y = open_memmap(tmp / "y.npy", mode="w+", dtype=np.float32, shape=(total,))
+    out = {"dense": open_memmap(tmp / "dense.npy", mode="w+", dtype=np.float32, shape=(total, NUM_DENSE)),
+           "cats": open_memmap(tmp / "cats.npy", mode="w+", dtype=np.int32 if max_ind_range <= 2**31 else np.int64,
+                               shape=(total, NUM_SPARSE)),
+           "y": open_memmap(tmp / "y.npy", mode="w+", dtype=np.float32, shape=(total,))}
     n, skipped = 0, 0
     fast: list[str] = []
     fast_at: list[int] = []
@@ -273,9 +285,9 @@ def _convert(src: Path, cache: Path, max_ind_range: int, bad_rows: str, chunk_ro
             labels[fast_at], counts[fast_at], hashed[fast_at] = _parse_fast(fast, labeled, max_ind_range)
         for at, label, c, h in slow:
             labels[at], counts[at], hashed[at] = label, c, h
-        y[n:n + k] = labels
-        dense[n:n + k] = np.log(counts.astype(np.float64) + 1.0)  # log(x + 1), in float64 then stored as float32
-        cats[n:n + k] = hashed
+        out["y"][n:n + k] = labels
+        out["dense"][n:n + k] = np.log(counts.astype(np.float64) + 1.0)  # log(x + 1), in float64 then stored as float32
+        out["cats"][n:n + k] = hashed
         n += k
         fast.clear(), fast_at.clear(), slow.clear()
 
@@ -301,9 +313,9 @@ def _convert(src: Path, cache: Path, max_ind_range: int, bad_rows: str, chunk_ro
             if len(fast) + len(slow) >= chunk_rows:
                 flush()
     flush()
-    for a in (dense, cats, y):
+    for a in out.values():
         a.flush()
-    del dense, cats, y
+    out.clear()  # the memory maps close before the folder is renamed
     (tmp / "meta.json").write_text(json.dumps({"rows": n, "skipped": skipped, "lines": total, "source": str(src)}))
     try:
         tmp.rename(cache)
@@ -439,7 +451,7 @@ def split_rows(n: int, test_fraction: float) -> tuple[np.ndarray, np.ndarray]:
         raise TrainConfigError(f"expected test_fraction in (0, 1), got {test_fraction}")
     if n < 2:
         raise TrainConfigError(f"expected at least 2 examples to hold out a test set, found {n}")
-    k = max(1, int(math.floor(n * test_fraction)))
+    k = max(1, math.floor(n * test_fraction))
     rows = np.arange(n, dtype=np.int64)[:, None]
     return rows[:n - k], rows[n - k:]
 

@@ -29,13 +29,14 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from asyncnet.errors import TrainConfigError
 
-__all__ = ["place_tables", "HybridDLRM", "main"]
+__all__ = ["HybridDLRM", "main", "place_tables"]
 
 
 def place_tables(table_sizes: Sequence[int], dim: int, ranks: int) -> list[int]:
