@@ -230,11 +230,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch-size", type=int, default=128)
     ap.add_argument("--lr", type=float, default=0.05)
     ap.add_argument("--dim", type=int, default=8)
+    ap.add_argument("--bottom", default="16", help="hidden widths of the bottom MLP, comma-separated")
+    ap.add_argument("--top", default="16", help="hidden widths of the top MLP, comma-separated")
     args = ap.parse_args(argv)
     dist.init_process_group("gloo")
     try:
         log = load_click_data(args.data)
-        model = HybridDLRM(TorchComm(), lr=args.lr, dim=args.dim, bottom=(16,), top=(16,), **log.model_args)
+        widths = {k: tuple(int(w) for w in getattr(args, k).split(",")) for k in ("bottom", "top")}
+        model = HybridDLRM(TorchComm(), lr=args.lr, dim=args.dim, **widths, **log.model_args)
         t0 = time.perf_counter()
         for s in range(args.steps):
             rows = np.arange(s * args.batch_size, (s + 1) * args.batch_size) % len(log)
