@@ -25,7 +25,8 @@ from asyncnet import __version__
 from asyncnet.cli.common import CLIError
 from asyncnet.errors import AsyncNetError
 
-SUBCOMMANDS = ["run_cmd", "ops_cmd", "trace_cmd", "graph_cmd", "train_cmd", "bench_cmd", "simulate_cmd", "clean_cmd"]
+SUBCOMMANDS = ["run_cmd", "ops_cmd", "trace_cmd", "graph_cmd", "train_cmd", "bench_cmd", "simulate_cmd", "clean_cmd",
+               "predict_cmd"]
 EXIT_ERROR, EXIT_USAGE, EXIT_SOFTWARE, EXIT_PIPE = 1, 2, 70, 141
 
 

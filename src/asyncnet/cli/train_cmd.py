@@ -94,7 +94,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
            f"on --data (default {d.model})")
     a("--data", metavar="FILE.npz", help="train on arrays x [N, features...] and y [N] class ids (optionally x_test, "
                                          "y_test; else 20%% held out) instead of the digits; checked before the first step; "
-                                         "give it again with --resume")
+                                         "give it again with --resume. With --model dlrm: a Criteo Kaggle text file, "
+                                         "the reference's preprocessed .npz, or random:KEY=VALUE,... (docs/dlrm.md)")
+    a("--model-arg", action="append", type=_model_arg, metavar="KEY=VALUE", dest="model_arg",
+      help="an option of --model dlrm (repeatable), VALUE as JSON or a word: interaction=cat, loss=mse, "
+           "loss_threshold=1e-7, weighted_pooling=learned, qr_collisions=4, md_dims=[16,4], bottom=[512,256], "
+           "lr_num_warmup_steps=100, max_ind_range=100000, bad_rows=skip ... (docs/dlrm.md)")
     a("--workers", type=_int, help=f"number of workers (default {d.workers})")
     a("--mode", choices=MODES, help=f"trainer (default {d.mode})")
     a("--backend", choices=BACKENDS, help=f"where workers run (default {d.backend}); torch: under torchrun, --workers threads per rank "
@@ -149,7 +154,7 @@ def run(args: argparse.Namespace) -> int:
         rank0 = not (cfg.backend == "torch" and os.environ.get("RANK", "0") != "0")
         out = resume_dir or (Path(args.out) if args.out else Path("runs") / time.strftime("%Y%m%d-%H%M%S"))
         data = _data_path(args, resume_dir)
-        ds = _dataset(cfg, data)
+        cfg, ds = _dlrm_data(cfg, data) if cfg.model == "dlrm" and data else (cfg, _dataset(cfg, data))
         resume = _load_resume(cfg, out, ds) if resume_dir is not None else None
         source = _source(ds, data)
         if rank0:
@@ -231,6 +236,8 @@ def _config(args: argparse.Namespace, base: dict[str, Any]) -> Any:
     if "optimizer" in given and given["optimizer"] != base.get("optimizer") and "lr" not in given:
         merged.pop("lr", None)  # another optimizer: its own default rate, not the file's
     merged.update(given)
+    if getattr(args, "model_arg", None):
+        merged["model_args"] = {**merged.get("model_args", {}), **dict(args.model_arg)}
     if "hidden" in given and merged.get("model", "mlp") != "mlp":
         raise _UsageError(f"--hidden sets the hidden layers of --model mlp; the {merged['model']} of the zoo has fixed "
                           "sizes (asyncnet.model.zoo): drop --hidden")
@@ -255,7 +262,8 @@ def _data_path(args: argparse.Namespace, resume_dir: Path | None) -> str | None:
         recorded = json.loads((resume_dir / "metrics.json").read_bytes()).get("data")
     except (OSError, ValueError, AttributeError):
         return None
-    if isinstance(recorded, str) and recorded.endswith(".npz"):
+    if isinstance(recorded, str) and (recorded.endswith(".npz") or os.path.isabs(recorded)
+                                      or recorded.startswith("random:")):
         raise _UsageError(f"--resume {resume_dir}: the run trained on --data {recorded}: pass --data {recorded} again")
     if recorded == "arrays":
         raise _UsageError(f"--resume {resume_dir}: the run trained on arrays given to train(): save them as --data "
@@ -289,6 +297,31 @@ def _status_of(run_dir: Path) -> Any:
         return json.loads((run_dir / "metrics.json").read_bytes()).get("status")
     except (OSError, ValueError, AttributeError):
         return None
+
+
+def _model_arg(text: str) -> tuple[str, Any]:
+    """KEY=VALUE of --model-arg: the value as JSON (numbers, lists, true/false/null), else the word."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.isidentifier():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE like interaction=cat, got {text!r}")
+    try:
+        return key, json.loads(value)
+    except ValueError:
+        return key, value
+
+
+def _dlrm_data(cfg: Any, data: str) -> tuple[Any, Any]:
+    """dlrm's --data (Criteo text, the reference's .npz, random:...): the data set, and ``cfg``
+    with the dense width and table sizes the data fixes added to its model_args."""
+    import dataclasses
+
+    from asyncnet.model.zoo.dlrm import DATA_KEYS
+    from asyncnet.train.criteo import click_dataset
+
+    ds = click_dataset(data, {k: v for k, v in cfg.model_args.items() if k in DATA_KEYS})
+    cfg = dataclasses.replace(cfg, model_args={**cfg.model_args, **ds.log.model_args})
+    cfg.check_data(len(ds.x_train))
+    return cfg, ds
 
 
 def _load_resume(cfg: Any, run_dir: Path, ds: Any) -> Any:
@@ -406,7 +439,8 @@ def _print_summary(result: Any, out: Path, quiet: bool) -> None:
 
         Console().print(summary_table(result.history))
     acc = final.test_accuracy if final else 0.0
-    figure = (f"test AUC {final.test_auc:.4f} (optimum {final.optimal_auc:.4f})"
+    optimum = f" (optimum {final.optimal_auc:.4f})" if final is not None and final.optimal_auc is not None else ""
+    figure = (f"test AUC {final.test_auc:.4f}{optimum}"
               if final is not None and final.test_auc is not None else f"test accuracy {acc:.2%}")
     try:
         print(f"{figure} after {len(result.history)} epoch(s), "

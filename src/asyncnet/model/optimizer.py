@@ -24,8 +24,8 @@ from asyncnet.errors import NetDefinitionError
 
 __all__ = ["OPTIMIZERS", "LR_POLICIES", "DEFAULT_GAMMA", "ITER_OPS", "build_optimizer", "state_names"]
 
-#: every optimizer a model can train with (sparse tables: sgd and adagrad)
-OPTIMIZERS = ("sgd", "momentum", "adagrad", "adam")
+#: every optimizer a model can train with (sparse tables: sgd, adagrad and rwsadagrad, one moment per row)
+OPTIMIZERS = ("sgd", "momentum", "adagrad", "adam", "rwsadagrad")
 #: learning-rate policies of the ``LearningRate`` op: fixed, step (lr * gamma^floor(iter / stepsize)),
 #: exp (lr * gamma^iter)
 LR_POLICIES = ("fixed", "step", "exp")
@@ -33,7 +33,7 @@ LR_POLICIES = ("fixed", "step", "exp")
 DEFAULT_GAMMA = {"fixed": 1.0, "step": 0.1, "exp": 0.999}
 #: how the step counter advances: ``Iter``, ``AtomicIter`` under a mutex (Hogwild), or not at all
 ITER_OPS = ("Iter", "AtomicIter", None)
-_STATE = {"sgd": (), "momentum": ("momentum",), "adagrad": ("moment",), "adam": ("m1", "m2")}
+_STATE = {"sgd": (), "momentum": ("momentum",), "adagrad": ("moment",), "adam": ("m1", "m2"), "rwsadagrad": ("moment",)}
 
 
 def state_names(param: str, optimizer: str) -> list[str]:
@@ -48,14 +48,22 @@ def state_names(param: str, optimizer: str) -> list[str]:
 def build_optimizer(model: Any, net: Net, grads: dict[str, Grad], optimizer: str = "sgd", lr: float = 0.1,
                     momentum: float = 0.9, betas: tuple[float, float] = (0.9, 0.999), eps: float | None = None,
                     weight_decay: float = 0.0, lr_policy: str = "fixed", stepsize: int = 1000,
-                    gamma: float | None = None, iter_op: str | None = "Iter", mutex_blob: str | None = None) -> None:
+                    gamma: float | None = None, iter_op: str | None = "Iter", mutex_blob: str | None = None,
+                    lr_args: dict[str, Any] | None = None) -> None:
     """Append the step counter (``iter_op``: ``Iter``, ``AtomicIter`` under ``mutex_blob``,
     default ``iter_mutex``, or None), ``LearningRate`` (blob ``lr``; ``lr_policy`` with
-    ``stepsize`` and ``gamma``, default :data:`DEFAULT_GAMMA`) and one update per parameter to ``net``."""
+    ``stepsize`` and ``gamma``, default :data:`DEFAULT_GAMMA`) and one update per parameter to ``net``.
+
+    ``lr_args``: a model's own schedule, the ``LearningRate`` op's arguments with its
+    ``lr_policy`` (dlrm's warm-up and polynomial decay, :func:`asyncnet.model.zoo.dlrm.lr_schedule`),
+    replacing ``lr_policy``, ``stepsize`` and ``gamma``."""
     where = f"model {model.name!r}"
     if optimizer not in OPTIMIZERS:
         raise NetDefinitionError(f"expected optimizer in {list(OPTIMIZERS)}, got {optimizer!r}", where)
-    if lr_policy not in LR_POLICIES:
+    if lr_args:
+        schedule = dict(lr_args)
+        lr_policy = schedule.pop("lr_policy", lr_policy)
+    elif lr_policy not in LR_POLICIES:
         raise NetDefinitionError(f"expected lr_policy in {list(LR_POLICIES)}, got {lr_policy!r}", where)
     if iter_op not in ITER_OPS:
         raise NetDefinitionError(f"expected iter_op 'Iter', 'AtomicIter' or None, got {iter_op!r}", "iter_op")
@@ -68,8 +76,9 @@ def build_optimizer(model: Any, net: Net, grads: dict[str, Grad], optimizer: str
         net.Iter(["iter"], ["iter"])
     elif iter_op == "AtomicIter":
         net.AtomicIter([mutex_blob or "iter_mutex", "iter"], ["iter"])
-    net.LearningRate(["iter"], ["lr"], base_lr=float(lr), policy=lr_policy, stepsize=int(stepsize),
-                     gamma=float(DEFAULT_GAMMA[lr_policy] if gamma is None else gamma), dtype=dt)
+    if not lr_args:
+        schedule = {"stepsize": int(stepsize), "gamma": float(DEFAULT_GAMMA[lr_policy] if gamma is None else gamma)}
+    net.LearningRate(["iter"], ["lr"], base_lr=float(lr), policy=lr_policy, dtype=dt, **schedule)
     if any(isinstance(g, GradientSlice) for g in grads.values()) and optimizer == "sgd":
         net.Scale("lr", "neg_lr", scale=-1.0)
         _join_sparse_chains(net, grads, start)
@@ -83,7 +92,10 @@ def build_optimizer(model: Any, net: Net, grads: dict[str, Grad], optimizer: str
         elif optimizer == "momentum":
             net.MomentumSGDUpdate([g, state[0], "lr", p], [g, state[0], p], momentum=momentum,
                                   weight_decay=weight_decay, formula="torch")
-        elif optimizer == "adagrad":
+        elif optimizer == "rwsadagrad" and p in model.sparse:
+            raise NetDefinitionError(f"expected the sparse gradient of table {p!r} for rwsadagrad (one moment per row), "
+                                     "got a dense one: train it in local or hogwild mode", f"model {model.name!r}")
+        elif optimizer in ("adagrad", "rwsadagrad"):  # rwsadagrad: dense parameters get Adagrad (dlrm's RWSAdagrad)
             net.Adagrad([p, state[0], g, "lr"], [p, state[0]], weight_decay=weight_decay, formula="torch",
                         **({} if eps is None else {"epsilon": eps}))
         else:
@@ -121,8 +133,11 @@ def _sparse_update(model: Any, net: Net, p: str, g: GradientSlice, optimizer: st
     elif optimizer == "adagrad":
         net.SparseAdagrad([p, state[0], g.indices, g.values, "lr"], [p, state[0]], weight_decay=weight_decay,
                           formula="torch", **({} if eps is None else {"epsilon": eps}))
+    elif optimizer == "rwsadagrad":  # one moment per row (dlrm's RWSAdagrad)
+        net.RowWiseSparseAdagrad([p, state[0], g.indices, g.values, "lr"], [p, state[0]], formula="torch",
+                                 **({} if eps is None else {"epsilon": eps}))
     else:
-        raise NetDefinitionError(f"expected sgd or adagrad for the embedding table {p!r} (a sparse gradient), "
+        raise NetDefinitionError(f"expected sgd or adagrad (or rwsadagrad) for the embedding table {p!r} (a sparse gradient), "
                                  f"got {optimizer!r}", f"model {model.name!r}")
 
 
@@ -137,7 +152,8 @@ def _add_state(model: Any, optimizer: str) -> None:
     model.optimizer, model.optimizer_state = optimizer, []
     for p in model.params:
         for s in _STATE[optimizer]:
-            init.ConstantFill([], f"{p}_{s}", shape=list(model.shapes[p]), value=0.0, dtype=dt)
+            shape = model.shapes[p][:1] if optimizer == "rwsadagrad" and p in model.sparse else model.shapes[p]
+            init.ConstantFill([], f"{p}_{s}", shape=list(shape), value=0.0, dtype=dt)
             model.optimizer_state.append(f"{p}_{s}")
     init.ConstantFill([], "iter", shape=[1], value=0, dtype="int64")
     init.ConstantFill([], "one", shape=[1], value=1.0, dtype=dt)

@@ -416,7 +416,26 @@ def _composite(a: dict[str, Any], t: int) -> float:
     return LR_POLICIES[sub["policy"]](sub, t) * sub["lr_scale"]
 
 
+def _warmup_poly_decay(a: dict[str, Any], t: int) -> float:
+    """facebookresearch/dlrm's LRPolicyScheduler at its step count t (the first step is 1): t / num_iter
+    during the warm-up, then ((N - (t - D)) / N)^2 (at least 1e-7 / base_lr) for the N = num_decay_iter
+    iterations from D = decay_start_iter; with a decay, the last multiplier reached holds between the
+    warm-up and the decay and after the decay; without one, 1."""
+    warm, start, n = a["num_iter"], a["decay_start_iter"], a["num_decay_iter"]
+    floor = 1e-7 / abs(a["base_lr"]) if a["base_lr"] else 0.0
+    if t < warm:
+        return 1.0 - (warm - t) / warm
+    if n <= 0:
+        return 1.0
+    if start <= t < start + n:
+        return max(floor, ((n - (t - start)) / n) ** 2)
+    if t >= start + n:
+        return max(floor, (1 / n) ** 2)
+    return 1.0 - 1.0 / warm if warm > 1 else 1.0  # between the warm-up and the decay: the warm-up's last
+
+
 LR_POLICIES: dict[str, Any] = {
+    "warmupPolyDecay": _warmup_poly_decay,
     "fixed": lambda a, t: 1.0,
     "step": _step,
     "exp": lambda a, t: a["gamma"] ** t,
@@ -455,6 +474,7 @@ _LR_NEEDS: dict[str, list[tuple[str, Any, str]]] = {
                           ("cyclical_step_size", *_POSITIVE)],
     "cosine": [("period", *_POSITIVE), ("t_mult", *_POSITIVE)],
     "slope": [("num_iter_1", *_POSITIVE), ("num_iter_2", *_POSITIVE)],
+    "warmupPolyDecay": [("num_iter", lambda v: v >= 0, ">= 0"), ("num_decay_iter", lambda v: v >= 0, ">= 0")],
     "compositeCosine": [("constant_warmup_num_iter", lambda v: v >= 0, ">= 0"), ("linear_warmup_num_iter", *_POSITIVE),
                         ("cosine_period", *_POSITIVE), ("cosine_t_mult", *_POSITIVE)],
 }
@@ -471,7 +491,9 @@ _LR_ARGS = [
         "2 stepsize up to max_lr/base_lr, times decay per period; constantThenLinearWarmup start_warmup_multiplier for "
         "constant_warmup_num_iter, then a linear warm-up over linear_warmup_num_iter; cosine SGDR from max_lr down to "
         "min_lr over period (t_mult, lr_shrink); compositeCyclical / compositeCosine: that warm-up, then cyclical / "
-        "cosine with the cyclical_ / cosine_ args", choices=tuple(LR_POLICIES)),
+        "cosine with the cyclical_ / cosine_ args; warmupPolyDecay facebookresearch/dlrm's: iter/num_iter during "
+        "num_iter warm-up iterations, then ((num_decay_iter - (iter - decay_start_iter)) / num_decay_iter)^2 (at "
+        "least 1e-7/base_lr) from decay_start_iter, the last value holding between and after", choices=tuple(LR_POLICIES)),
     Arg("stepsize", int, 1, "iterations per step (step), half a period (cyclical)"),
     Arg("gamma", float, 1.0, "decay factor (step, exp, inv, hill)"),
     Arg("power", float, 0.0, "exponent (inv, poly, hill)"),
@@ -510,6 +532,8 @@ _LR_ARGS = [
     Arg("cosine_period", int, 50, "compositeCosine: cosine's period"),
     Arg("cosine_t_mult", float, 1.0, "compositeCosine: cosine's t_mult"),
     Arg("cosine_lr_shrink", float, 0.99, "compositeCosine: cosine's lr_shrink"),
+    Arg("decay_start_iter", int, 0, "warmupPolyDecay: the first iteration of the decay"),
+    Arg("num_decay_iter", int, 0, "warmupPolyDecay: the iterations of the decay"),
     Arg("dtype", str, "float32", "output dtype", choices=("float32", "float64")),
 ]
 _LR_ARG_SPECS = {arg.name: arg for arg in _LR_ARGS}
@@ -543,6 +567,9 @@ def _check_policy(policy: str, get: Any, where: str) -> None:
             raise ValueError(f"policy {policy!r}{where} needs {name} {rule}, got {value!r}")
     if policy == "alter" and get("active_period") + get("inactive_period") <= 0:
         raise ValueError(f"policy 'alter'{where} needs active_period + inactive_period > 0")
+    if policy == "warmupPolyDecay" and get("num_decay_iter") > 0 and get("decay_start_iter") < get("num_iter"):
+        raise ValueError(f"policy 'warmupPolyDecay'{where} needs decay_start_iter >= num_iter (the warm-up ends before "
+                         f"the decay), got {get('decay_start_iter')} < {get('num_iter')}")
     if policy == "slope" and get("num_iter_2") <= get("num_iter_1"):
         raise ValueError(f"policy 'slope'{where} needs num_iter_2 > num_iter_1, got {get('num_iter_2')} <= {get('num_iter_1')}")
 

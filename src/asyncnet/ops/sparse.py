@@ -48,7 +48,8 @@ from asyncnet.ops.optim import _FORMULA  # one definition of the caffe2 | torch 
 from asyncnet.tensor.namespace import is_torch, namespace
 
 __all__ = ["GradientSlice", "coalesce", "gather", "sparse_lengths_sum", "sparse_lengths_weighted_sum", "sparse_to_dense",
-           "scatter_weighted_sum", "sparse_adagrad", "occurrence_rounds"]
+           "scatter_weighted_sum", "sparse_adagrad",
+           "rowwise_sparse_adagrad", "occurrence_rounds", "first_occurrences"]
 
 
 class GradientSlice(NamedTuple):
@@ -260,7 +261,7 @@ def _rows(data: Any, idx: Any) -> Any:
     """``data[idx]``: the rows picked by an int array of any shape (a new array)."""
     if is_torch(data):
         return data.index_select(0, idx.reshape(-1).long()).reshape((*idx.shape, *data.shape[1:]))  # a tuple: () for 0-d
-    return data[idx]
+    return data.take(idx, axis=0)  # numpy's take copies rows about twice as fast as fancy indexing
 
 
 @register_op("GatherGradient", inputs=2, outputs=2, inputs_doc=("dY [*INDICES.shape, ...]", "INDICES"),
@@ -330,16 +331,58 @@ def _bag_slots(lengths: np.ndarray, k: int, row: int) -> np.ndarray | None:
 
 
 def _sum_slots(out: np.ndarray, padded: np.ndarray) -> np.ndarray:
-    """``out += padded[t]`` for each slot t in order. Empty slots hold -0.0, which adds exactly
-    nothing (x + -0.0 == x, -0.0 included), so each bag's sum is its rows added in order."""
-    for t in range(padded.shape[0]):
-        out += padded[t]
-    return out
+    """``out + padded[0] + padded[1] + ...`` slot by slot, in one numpy reduction over the
+    outermost axis (numpy adds along it one slot after another, from ``initial``; the GIL is
+    released). Empty slots hold -0.0, which adds exactly nothing (x + -0.0 == x, -0.0
+    included), so each bag's sum is its rows added in order from ``out`` (zeros)."""
+    if padded.shape[0] == 0:
+        return out
+    return np.add.reduce(padded, axis=0, dtype=padded.dtype, out=out, initial=0)
 
 
 def _segment_sum_torch(rows: Any, lengths: Any) -> Any:
     out = rows.new_zeros((lengths.shape[0], *rows.shape[1:]))
     return out.index_add_(0, _segments(lengths), rows) if rows.shape[0] else out
+
+
+def _torch_bags(data: Any, idx: Any, lengths: Any, weights: Any = None) -> Any:
+    """One ``torch.nn.functional.embedding_bag`` call (mode "sum"): each bag's rows gathered and
+    summed in one kernel (no [K, row] copy), weighted by ``weights`` when given. Tables that
+    are not floating point go through index_select and index_add_."""
+    import torch
+
+    if not data.is_floating_point() or data.shape[0] == 0 or data.ndim < 1:
+        rows = _rows(data, idx)
+        if weights is not None:
+            rows = rows * weights.reshape(-1, *([1] * (data.ndim - 1)))
+        return segment_sum(rows, lengths)
+    flat = data.reshape(data.shape[0], -1)
+    lens = lengths.long()
+    offsets = torch.cumsum(lens, 0) - lens
+    out = torch.nn.functional.embedding_bag(idx.long(), flat, offsets, mode="sum", per_sample_weights=weights)
+    return out.reshape(lengths.shape[0], *data.shape[1:])
+
+
+def _bag_sums_by_slot(data: np.ndarray, idx: np.ndarray, lengths: np.ndarray, used: np.ndarray) -> np.ndarray:
+    """Each bag's rows added in order from zero, slot by slot of the layout ``used`` [L, B]:
+    slot t's rows (one per bag, -0.0 where a bag is shorter) are gathered into a buffer of one
+    row per bag, which stays in cache, and added to the sums. Bags of one length need no mask.
+    Each take and add releases the GIL."""
+    b = lengths.size
+    if b and int(lengths.min()) == used.shape[0]:
+        slot_idx = np.ascontiguousarray(idx.reshape(b, used.shape[0]).T)
+    else:
+        slot_idx = np.zeros(used.shape, dtype=idx.dtype)
+        slot_idx.T[used.T] = idx
+    full = int(lengths.min()) if b else 0
+    out = np.zeros((b, *data.shape[1:]), dtype=data.dtype)
+    buf = np.empty_like(out)
+    for t in range(used.shape[0]):
+        np.take(data, slot_idx[t], axis=0, out=buf, mode="clip")  # indices checked: clip never clips; it skips take's buffering
+        if t >= full:
+            buf[~used[t]] = -0.0
+        out += buf
+    return out
 
 
 def _grad_lengths(ctx: Any, x: Any, i: int, dy: Any) -> Any:
@@ -375,16 +418,12 @@ def sparse_lengths_sum(ctx: Any, data: Any, indices: Any, lengths: Any) -> np.nd
         raise ValueError(f"expected 1-D INDICES, got shape {tuple(idx.shape)}")
     lengths = _lengths(ctx, lengths, 2, idx.shape[0])
     if is_torch(data):
-        return segment_sum(_rows(data, idx), lengths)
+        return _torch_bags(data, idx, lengths)
     used = _bag_slots(lengths, idx.shape[0], math.prod(data.shape[1:]))
     if used is None:
-        return segment_sum(data[idx], lengths)
+        return segment_sum(data.take(idx, axis=0), lengths)
     # gather straight into the padded layout (no [K, row] copy in between)
-    slot_idx = np.zeros(used.shape, dtype=idx.dtype)
-    slot_idx.T[used.T] = idx
-    padded = data.take(slot_idx, axis=0)
-    padded[~used] = -0.0
-    return _sum_slots(np.zeros((lengths.size, *data.shape[1:]), dtype=data.dtype), padded)
+    return _bag_sums_by_slot(data, idx, lengths, used)
 
 
 @register_op("SparseLengthsSumGradient", inputs=2, outputs=1, inputs_doc=("dOUTPUT [B, ...]", "LENGTHS [B]"),
@@ -414,8 +453,10 @@ def sparse_lengths_weighted_sum(ctx: Any, data: Any, weights: Any, indices: Any,
     namespace(ctx, data, weights, indices, lengths)
     idx = _indices(ctx, indices, 2, data.shape[0])
     w = _weights(ctx, weights, 1, idx, data.dtype)
-    rows = _rows(data, idx) * w.reshape(-1, *([1] * (data.ndim - 1)))
-    return segment_sum(rows, _lengths(ctx, lengths, 3, idx.shape[0]))
+    lengths = _lengths(ctx, lengths, 3, idx.shape[0])
+    if is_torch(data):
+        return _torch_bags(data, idx, lengths, w)
+    return segment_sum(_rows(data, idx) * w.reshape(-1, *([1] * (data.ndim - 1))), lengths)
 
 
 def _weights(ctx: Any, w: Any, i: int, idx: np.ndarray, dtype: np.dtype) -> np.ndarray:
@@ -502,6 +543,18 @@ def _sparse_to_dense_grad(op: OperatorDef, gout: GradOut) -> MakerResult:
     return [gop], [None, "#dvalues"] + [None] * (len(op.inputs) - 2)
 
 
+def _torch_scatter_add(p: Any, idx: Any, x: Any, w: Any) -> None:
+    """``p[idx[k]] += w * x[k]`` for every k in order on torch tensors: torch's dense += sparse
+    kernel (one axpy per row, no per-row tensor as index_add_ builds on the CPU)."""
+    import torch
+
+    if p.ndim < 2 or p.is_cuda:
+        p.index_add_(0, idx.long(), x, alpha=w)
+        return
+    grad = torch.sparse_coo_tensor(idx.long().reshape(1, -1), x, tuple(p.shape), check_invariants=False)
+    p.add_(grad, alpha=w)
+
+
 def _add_at(out: Any, idx: Any, values: Any) -> None:
     """``out[idx[k]] += values[k]`` for every k in order, in place (repeats add up)."""
     if is_torch(out):
@@ -520,13 +573,15 @@ SCATTER_ROUNDS = 3
 def _add_rows(out: np.ndarray, idx: np.ndarray, values: np.ndarray, rounds: int = SCATTER_ROUNDS,
               scale: Any = None) -> None:
     """``out[idx[k]] += values[k]`` (``values[k] * scale`` with a scale) for every k in order on
-    numpy arrays: the bits of adding the rows one by one (Caffe2's loop), with the GIL released
-    for most of the time. A scale multiplies each row once, after it is gathered.
+    numpy arrays: the bits of adding the rows one by one (Caffe2's loop), reading and writing
+    each touched row of ``out`` once, with the GIL released for most of the time. A scale
+    multiplies each row once, after it is gathered.
 
-    The first occurrence of each index is one round of distinct rows (a fancy-index read, add and
-    write: numpy releases the GIL for each); the later occurrences follow the same way for
-    ``rounds`` rounds, then np.add.at (which holds the GIL) takes what is left. Each index's
-    additions keep their k order, so the result is the sequential one.
+    The touched rows are gathered once into a compact buffer (one row per distinct index, in
+    order of first occurrence), each first occurrence is added there with one contiguous add,
+    the later occurrences follow the same way on the buffer for ``rounds`` rounds, then
+    np.add.at (which holds the GIL) takes what is left; the buffer is written back once. Each
+    index's additions keep their k order, so the result is the sequential one.
 
     >>> out = np.zeros((3, 1)); _add_rows(out, np.array([2, 0, 2]), np.array([[1.0], [2.0], [4.0]])); out[:, 0]
     array([2., 0., 5.])
@@ -540,20 +595,50 @@ def _add_rows(out: np.ndarray, idx: np.ndarray, values: np.ndarray, rounds: int 
     if idx.shape[0] * out.shape[1] < SMALL_SCATTER or rounds == 0:
         _flat_add_at(out, idx, values if scale is None else values * scale)
         return
-    order = np.argsort(idx, kind="stable")
-    ids = idx[order]
-    first = np.empty(ids.shape[0], dtype=bool)
-    first[:1] = True
-    np.not_equal(ids[1:], ids[:-1], out=first[1:])
+    first, slot = first_occurrences(idx, out.shape[0])
     if first.all():
         out[idx] += values if scale is None else values * scale
         return
-    head = values[order[first]]
+    uniq = idx[first]
+    buf = out.take(uniq, axis=0)  # each touched row read once
+    head = values.compress(first, axis=0)
     if scale is not None:
         head *= scale
-    out[ids[first]] += head
-    later = order[~first]  # grouped by index, each index's positions still in k order (a stable sort)
-    _add_rows(out, idx[later], values[later], rounds - 1, scale)
+    buf += head
+    later = np.flatnonzero(~first)  # each index's later positions, still in k order
+    _add_rows(buf, slot[later], values[later], rounds - 1, scale)
+    out[uniq] = buf  # and written once
+
+
+#: a scratch array of one int64 per table row finds repeats in O(K) up to this many rows per
+#: index (or up to _SCRATCH_MIN_ROWS rows); past it (a huge table, a small batch) a sort finds them
+_SCRATCH_ROWS_PER_INDEX = 64
+_SCRATCH_MIN_ROWS = 65536
+
+
+def first_occurrences(idx: np.ndarray, rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """``first[k]``: ``idx[k]`` appears nowhere before k; ``slot[k]``: the rank of ``idx[k]``
+    among the distinct indices in order of first occurrence (its row in a compact buffer
+    ``table[idx[first]]``). Indices lie in [0, rows).
+
+    >>> first, slot = first_occurrences(np.array([5, 2, 5, 7]), 8); first.tolist(), slot.tolist()
+    ([True, True, False, True], [0, 1, 0, 2])
+    """
+    k = idx.shape[0]
+    position = np.arange(k)
+    if rows <= max(_SCRATCH_ROWS_PER_INDEX * k, _SCRATCH_MIN_ROWS):
+        earliest = np.full(rows, k, dtype=np.int64)
+        np.minimum.at(earliest, idx, position)  # ufunc.at: every position counts, whatever the repeats
+        first_pos = earliest[idx]
+    else:
+        order = np.argsort(idx, kind="stable")
+        ids = idx[order]
+        starts = np.r_[True, ids[1:] != ids[:-1]]
+        first_pos = np.empty(k, dtype=np.int64)
+        first_pos[order] = order[np.maximum.accumulate(np.where(starts, position, 0))]
+    first = first_pos == position
+    rank = np.cumsum(first) - 1
+    return first, rank[first_pos]
 
 
 def _flat_add_at(out: np.ndarray, idx: np.ndarray, values: np.ndarray) -> None:
@@ -646,7 +731,7 @@ def scatter_weighted_sum(ctx: Any, x0: Any, w0: Any, indices: Any, *pairs: Any) 
             p[rows] = p[rows] * a0
     for x, w in terms:  # Caffe2's Axpy per pair, rows in k order: repeats add up
         if is_torch(p):
-            _add_at(p, idx, x * w)
+            _torch_scatter_add(p, idx, x, w)
         else:
             _add_rows(p, idx, x, scale=w)  # each gathered row scaled once
     return p
@@ -690,19 +775,98 @@ def sparse_adagrad(ctx: Any, param: Any, moment: Any, indices: Any, grad: Any, l
     rate, wd = _scalar(ctx, lr, 4, p.dtype) * f(-1 if torch_formula else 1), f(a["weight_decay"])
     if torch_formula:  # torch coalesces a sparse gradient: one step per row with its summed gradient
         idx, g = coalesce(idx, g)
-        rounds = [xp.arange(xp.size(idx), like=idx)]
-    else:
-        rounds = _rounds(idx)
     decay = _row_decay(ctx, count, p, wd) if count is not None and a["counter_halflife"] > 0 and wd else None
-    for r in rounds:
-        rows = idx[r]
+
+    def step(pr: Any, mr: Any, gr: Any, rows: Any) -> tuple[Any, Any]:  # the rows `rows` of p and m
         if decay is not None:
-            gr = g[r] + decay[rows].reshape(-1, *[1] * (p.ndim - 1)) * p[rows]
-        else:
-            gr = g[r] + wd * p[rows] if wd else g[r]
-        m[rows] += gr * gr
-        p[rows] += rate * gr / (xp.sqrt(m[rows]) + eps)
+            gr = gr + decay[rows].reshape(-1, *[1] * (p.ndim - 1)) * pr
+        elif wd:
+            gr = gr + wd * pr
+        mr += gr * gr
+        pr += rate * gr / (xp.sqrt(mr) + eps)
+        return pr, mr
+
+    _compact_steps(p, m, idx, g, step)
     return p, m
+
+
+# -- RowWiseSparseAdagrad: one moment per row, m[i] += mean(g_k^2); param[i] += lr * g_k / (sqrt(m[i]) + eps)
+def _rowwise_validate(op: OperatorDef) -> None:
+    if op.args.get("formula", "caffe2") == "torch" and op.args.get("weight_decay", 0.0):
+        raise ValueError("weight_decay does not apply with formula='torch' (the reference's row-wise sparse Adagrad "
+                         "refuses it on sparse gradients)")
+
+
+@register_op("RowWiseSparseAdagrad", inputs=5, outputs=2, enforce_inplace={0: 0, 1: 1}, validate=_rowwise_validate,
+             args=[Arg("epsilon", float, None, "added to sqrt(moment); default: Caffe2's 1e-5 (formula caffe2) or "
+                       "1e-10 (formula torch)"),
+                   Arg("weight_decay", float, 0.0, "L2 penalty on the touched rows: g + weight_decay * param[i] "
+                       "(formula caffe2 only)"), _FORMULA],
+             inputs_doc=("param [R, ...]", "moment [R] (one per row)", "indices [K] int", "grad [K, ...]", "lr (1 element)"),
+             outputs_doc=("param (in place)", "moment (in place)"),
+             doc="Caffe2's RowWiseSparseAdagrad, written into param's and moment's arrays: for each k in order, "
+                 "with g = grad[k] (+ weight_decay * param[i]), moment[i] += mean(g^2) over the row, then "
+                 "param[i] += lr * g / (sqrt(moment[i]) + epsilon) (Caffe2 feeds a negative lr). formula='torch' "
+                 "is facebookresearch/dlrm's RWSAdagrad: repeats summed first (coalesced), then "
+                 "param[i] -= lr * g / (sqrt(moment[i]) + epsilon) with a positive lr.")
+def rowwise_sparse_adagrad(ctx: Any, param: Any, moment: Any, indices: Any, grad: Any, lr: Any) -> tuple[Any, Any]:
+    p, m = _param(ctx, param, 0), _param(ctx, moment, 1)
+    xp = namespace(ctx, param, moment, indices, grad)
+    if tuple(m.shape) != (p.shape[0],) or m.dtype != p.dtype:
+        raise ValueError(f"expected moment {ctx.op.inputs[1]!r} of shape ({p.shape[0]},) (one per row of param) and "
+                         f"dtype {p.dtype}, got {tuple(m.shape)} {m.dtype}")
+    idx = _indices(ctx, indices, 2, p.shape[0]).reshape(-1)
+    g = _rows_of(ctx, grad, 3, xp.size(idx), p)
+    f, a = (p.dtype.type if xp.name == "numpy" else float), ctx.args
+    torch_formula = a["formula"] == "torch"
+    eps = f(a["epsilon"] if a["epsilon"] is not None else (1e-10 if torch_formula else 1e-5))
+    rate, wd = _scalar(ctx, lr, 4, p.dtype) * f(-1 if torch_formula else 1), f(a["weight_decay"])
+    if torch_formula:
+        idx, g = coalesce(idx, g)
+    shape = (-1, *[1] * (p.ndim - 1))
+
+    def step(pr: Any, mr: Any, gr: Any, rows: Any) -> tuple[Any, Any]:
+        if wd:
+            gr = gr + wd * pr
+        mr += (gr * gr).reshape(gr.shape[0], -1).mean(1)
+        std = xp.sqrt(mr) + eps
+        if torch_formula:
+            pr += rate * (gr / std.reshape(shape))
+        else:
+            pr += gr * (rate / std).reshape(shape)
+        return pr, mr
+
+    _compact_steps(p, m, idx, g, step)
+    return p, m
+
+
+def _compact_steps(p: Any, m: Any, idx: Any, g: Any, step: Any) -> None:
+    """Apply ``step(param_rows, moment_rows, grad_rows, table_rows) -> (param_rows, moment_rows)``
+    to the rows ``idx`` of ``p`` and ``m`` with gradient rows ``g``, repeats one after another
+    in k order (Caffe2's loop): each touched row of ``p`` and ``m`` is read into a compact
+    buffer once and written back once; the rounds of repeats run on the buffers."""
+    host = idx.cpu().numpy() if is_torch(idx) else idx
+    if host.size == 0:
+        return
+    first, slot = first_occurrences(host, p.shape[0])
+    if is_torch(idx):
+        import torch
+
+        def dev(a: np.ndarray) -> Any:
+            return torch.from_numpy(a).to(idx.device)
+    else:
+        def dev(a: np.ndarray) -> Any:
+            return a
+    if first.all():
+        p[idx], m[idx] = step(p[idx], m[idx], g, idx)
+        return
+    uniq = idx[dev(first)]
+    pb, mb, slots = p[uniq], m[uniq], dev(slot)
+    for r in occurrence_rounds(slot):
+        rr = dev(r)
+        at = slots[rr]
+        pb[at], mb[at] = step(pb[at], mb[at], g[rr], uniq[at])
+    p[uniq], m[uniq] = pb, mb
 
 
 def _row_decay(ctx: Any, count: Any, p: Any, wd: Any) -> Any:

@@ -224,6 +224,8 @@ def _dataset(cfg: TrainConfig, data: Any, user: Any) -> Dataset:
 def data_source(ds: Dataset, data: Any = None) -> str:
     """What a run trained on, as metrics.json and the checkpoint record it: the path of an npz
     file, "arrays" for numpy arrays given to :func:`train`, else the zoo data's name."""
+    if isinstance(data, str) and data.startswith("random:"):  # dlrm's generator spec, not a file
+        return data
     if isinstance(data, (str, os.PathLike)):
         return os.path.abspath(os.fspath(data))
     return "arrays" if data is not None and not isinstance(data, Dataset) else ds.name

@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 import numpy as np
@@ -23,7 +23,7 @@ MODELS = ("mlp", "cnn", "lstm", "dlrm")  # the zoo; a user's model is "module:fu
 BACKENDS = ("threads", "processes", "torch")
 #: The learning rate each optimizer gets when ``lr`` is not given: momentum 0.9 multiplies the
 #: step by ~10 and Adam normalizes it, so one rate for all would diverge or crawl.
-DEFAULT_LR = {"sgd": 0.2, "momentum": 0.05, "adagrad": 0.05, "adam": 0.01}
+DEFAULT_LR = {"sgd": 0.2, "momentum": 0.05, "adagrad": 0.05, "adam": 0.01, "rwsadagrad": 0.05}
 #: Each model's optimizer and learning rate when not given (chosen so that the defaults reach
 #: the README's targets in 10 epochs); other optimizers of that model take :data:`DEFAULT_LR`.
 MODEL_DEFAULTS = {"mlp": ("sgd", 0.2), "cnn": ("adam", 0.005), "lstm": ("adam", 0.01), "dlrm": ("sgd", 0.05)}
@@ -88,6 +88,7 @@ class TrainConfig:
     model: str = "mlp"  # mlp (hidden), cnn, lstm (the digits), dlrm (its click log), or "module:function"
     checkpoint_every: int | None = None  # steps between checkpoints inside an epoch (sync/local); None: epoch ends
     divergence_factor: float = DIVERGENCE_FACTOR  # 0: only NaN/inf fail the run (see DIVERGENCE_FACTOR)
+    model_args: dict[str, Any] = field(default_factory=dict)  # keyword arguments of the zoo model (dlrm's options)
 
     def __post_init__(self) -> None:
         _check(isinstance(self.model, str) and (self.model in MODELS or is_model_spec(self.model)),
@@ -105,6 +106,14 @@ class TrainConfig:
             object.__setattr__(self, "net_type", "straight" if self.net_threads == 1 else "async_scheduling")
         _check(self.backend in BACKENDS, f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
         _check(self.optimizer in OPTIMIZERS, f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}")
+        _check(isinstance(self.model_args, dict) and all(isinstance(k, str) for k in self.model_args),
+               f"model_args must be an object of keyword arguments, got {self.model_args!r}")
+        _check(not self.model_args or self.model == "dlrm", f"model_args are dlrm's options, not {self.model}'s")
+        _check(self.optimizer != "rwsadagrad" or self.model == "dlrm",
+               f"optimizer rwsadagrad trains dlrm's tables row by row, not {self.model}")
+        _check(self.optimizer != "rwsadagrad" or self.mode != "sync",
+               "optimizer rwsadagrad updates the tables from their sparse gradients: use mode local or hogwild "
+               "(sync mode all-reduces dense table gradients)")
         _check(self.lr_policy in LR_POLICIES, f"lr_policy must be one of {', '.join(LR_POLICIES)}, got {self.lr_policy!r}")
         for name in ("workers", "epochs", "batch_size", "net_threads", "lr_step", "threads_per_rank"):
             v = getattr(self, name)

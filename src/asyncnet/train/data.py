@@ -61,7 +61,7 @@ class Dataset:
 
     def optimal_auc(self) -> float | None:
         """The click log's ground truth's AUC on the test rows (None without a log)."""
-        if self.log is None:
+        if self.log is None or getattr(self.log, "p", None) is None:
             return None
         from asyncnet.model.zoo.dlrm import auc
 

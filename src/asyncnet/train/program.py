@@ -51,14 +51,16 @@ class Program:
         optimizer: one of :data:`asyncnet.model.optimizer.OPTIMIZERS`. lr: base learning rate.
         momentum, betas, eps, weight_decay: the optimizer's settings. lr_policy: "fixed", "step"
             (lr * gamma^floor(iter / lr_step)) or "exp" (lr * gamma^iter); ``lr_gamma`` defaults
-            to 0.1 for step and 0.999 for exp.
+            to 0.1 for step and 0.999 for exp. lr_args: a model's own schedule replacing the policy
+            (the ``LearningRate`` op's arguments with its ``lr_policy``; dlrm's warm-up and decay).
 
     Building the program adds the optimizer state to ``model.init_net``: run it afterwards.
     """
 
     def __init__(self, model: ModelHelper, optimizer: str = "sgd", lr: float = 0.1, momentum: float = 0.9,
                  lr_policy: str = "fixed", lr_step: int = 1000, lr_gamma: float | None = None, weight_decay: float = 0.0,
-                 betas: tuple[float, float] = (0.9, 0.999), eps: float | None = None):
+                 betas: tuple[float, float] = (0.9, 0.999), eps: float | None = None,
+                 lr_args: dict[str, Any] | None = None):
         if not isinstance(model, ModelHelper):
             raise NetDefinitionError(f"expected a ModelHelper, got {type(model).__name__}", "Program.model")
         if model.loss is None:
@@ -72,6 +74,7 @@ class Program:
         self.optimizer, self.lr, self.momentum = optimizer, float(lr), float(momentum)
         self.lr_policy, self.lr_step, self.lr_gamma = lr_policy, int(lr_step), lr_gamma
         self.weight_decay, self.betas, self.eps = float(weight_decay), (float(betas[0]), float(betas[1])), eps
+        self.lr_args = dict(lr_args) if lr_args else None
         self.grads: dict[str, Any] = model.gradient_net("probe")[1]
         self.state = {p: state_names(p, optimizer) for p in model.params}
         self.train_net("probe")  # adds the optimizer state to init_net, which the workers run first
@@ -109,8 +112,10 @@ class Program:
 
     @property
     def binary(self) -> bool:
-        """True for a click model (sigmoid cross entropy: ``prob``), False for a classifier (``softmax``)."""
-        return any(op.type == "SigmoidCrossEntropyWithLogits" for op in self.model.forward_net().ops)
+        """True for a click model (sigmoid cross entropy, or a sigmoid ``prob`` under an mse
+        loss), False for a classifier (``softmax``)."""
+        return any(op.type == "SigmoidCrossEntropyWithLogits" or (op.type == "Sigmoid" and "prob" in op.outputs)
+                   for op in self.model.forward_net().ops)
 
     @property
     def labels(self) -> list[str]:
@@ -142,13 +147,13 @@ class Program:
     @property
     def scores(self) -> str:
         """The blob of the predictions: a classifier's probabilities (``softmax``), a click
-        model's ``prob`` (the Sigmoid of the cross entropy's logit)."""
+        model's ``prob`` (the Sigmoid of the cross entropy's logit, or the Sigmoid an mse loss reads)."""
         ops = self.model.forward_net().ops
         for op in ops:
             if op.type == "SoftmaxWithLoss":
                 return op.outputs[0]
         logits = {op.inputs[0] for op in ops if op.type == "SigmoidCrossEntropyWithLogits"}
-        found = [op.outputs[0] for op in ops if op.type == "Sigmoid" and op.inputs[0] in logits]
+        found = [op.outputs[0] for op in ops if op.type == "Sigmoid" and (op.inputs[0] in logits or "prob" in op.outputs)]
         if not found:
             raise NetDefinitionError("expected a SoftmaxWithLoss, or a Sigmoid beside the sigmoid cross entropy, to "
                                      "read predictions from", f"model {self.name!r}")
@@ -233,7 +238,7 @@ class Program:
     def _add_update(self, net: Net, grads: dict[str, Any], iter_op: str | None, mutex_blob: str | None) -> None:
         build_optimizer(self.model, net, grads, self.optimizer, self.lr, momentum=self.momentum, betas=self.betas,
                         eps=self.eps, weight_decay=self.weight_decay, lr_policy=self.lr_policy, stepsize=self.lr_step,
-                        gamma=self.lr_gamma, iter_op=iter_op, mutex_blob=mutex_blob)
+                        gamma=self.lr_gamma, iter_op=iter_op, mutex_blob=mutex_blob, lr_args=self.lr_args)
 
     # -- checkpoints ------------------------------------------------------------------------
     def save(self, ws: Any, path: str | os.PathLike[str], extra: dict[str, Any] | None = None) -> None:
@@ -302,6 +307,12 @@ def build_program(cfg: Any, input_dim: int, num_classes: int, model: Any = None)
         from asyncnet.model import zoo
 
         kw = {} if cfg.model == "dlrm" else {"num_classes": num_classes}
+        if cfg.model == "dlrm":
+            from asyncnet.model.zoo.dlrm import split_model_args
+
+            kw, lr_args = split_model_args(cfg.model_args)
+            if lr_args:
+                opts["lr_args"] = lr_args
         helper = getattr(zoo, cfg.model)(seed=cfg.seed, net_type=net_type, num_workers=threads, **kw)
     else:
         helper = user_model(model if model is not None else cfg.model)

@@ -1,0 +1,257 @@
+"""Hybrid-parallel DLRM under torchrun: the embedding tables sharded across the ranks
+(model-parallel), the bottom and top MLPs replicated (data-parallel), as facebookresearch/dlrm's
+``distributed_forward`` and TorchRec do.
+
+One training step of a global batch of B examples on R ranks (B divisible by R; rank r owns
+examples [r B/R, (r + 1) B/R) and the tables :func:`place_tables` gives it):
+
+1. each rank pools its own tables over the whole global batch (the ``emb`` net:
+   SparseLengthsSum, [B, d] per table);
+2. all-to-all: each rank sends every other rank the rows of that rank's examples, and receives
+   the pooled rows of its own examples for every table;
+3. each rank runs the dense part (bottom MLP, interaction, top MLP, loss) on its B/R examples,
+   with the gradients of its MLP parameters and of the pooled embeddings it received;
+4. the MLP gradients are averaged over the ranks (all-reduce), then every replica takes the
+   same SGD step;
+5. all-to-all back: the pooled embeddings' gradients return to the tables' owners (scaled by
+   1/R: the loss is the mean over the global batch), which update their tables' rows (the
+   ``update`` net: SparseLengthsSumGradient, ScatterWeightedSum).
+
+So the losses and the parameters are those of one process training on the same global batches
+(within float32 rounding). Tables are placed by a simple cost rule: largest first, each to the
+rank holding the fewest bytes so far; a rank fills and keeps only its own tables.
+
+    torchrun --nproc-per-node 2 -m asyncnet.train.dlrm_hybrid --data random:tables=1000-1000-1000-1000 --steps 20
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from asyncnet.errors import TrainConfigError
+
+__all__ = ["HybridDLRM", "main", "place_tables"]
+
+
+def place_tables(table_sizes: Sequence[int], dim: int, ranks: int) -> list[int]:
+    """The owner rank of each table: largest first, each to the least-loaded rank (bytes).
+
+        >>> place_tables([10, 1000, 500, 600], 8, 2)
+        [0, 0, 1, 1]
+    """
+    load = [0] * ranks
+    owner = [0] * len(table_sizes)
+    for k in sorted(range(len(table_sizes)), key=lambda k: -table_sizes[k]):
+        r = min(range(ranks), key=lambda r: (load[r], r))
+        owner[k] = r
+        load[r] += int(table_sizes[k]) * dim
+    return owner
+
+
+class HybridDLRM:
+    """One rank of a hybrid-parallel dlrm trained with SGD (``lr``); ``comm`` does the
+    collectives (:class:`TorchComm` under torchrun). ``dlrm_kw`` as
+    :func:`~asyncnet.model.zoo.dlrm.dlrm` (sum bags, the dot or cat interaction, bce)."""
+
+    def __init__(self, comm: Any, lr: float = 0.01, seed: int = 0, **dlrm_kw: Any):
+        import asyncnet as an
+        from asyncnet.autodiff import add_gradient_ops
+        from asyncnet.model.zoo.dlrm import dlrm
+
+        self.comm, self.rank, self.world = comm, comm.rank, comm.world
+        m = dlrm(seed=seed, **dlrm_kw)
+        self.num_tables = len(dlrm_kw.get("table_sizes", (100, 100, 100)))
+        self.dim = int(dlrm_kw.get("dim", 8))
+        tables = [f"emb{k}_table" for k in range(self.num_tables)]
+        self.owner = place_tables([m.shapes[t][0] for t in tables], self.dim, self.world)
+        self.local = [k for k in range(self.num_tables) if self.owner[k] == self.rank]
+        fwd = m.forward_net("dense_part")
+        lookups = {op.outputs[0]: op for op in fwd.ops if op.type == "SparseLengthsSum"}
+        if sorted(lookups) != sorted(f"emb{k}" for k in range(self.num_tables)):
+            raise TrainConfigError("hybrid parallel trains plain sum tables (no weighted pooling, QR or mixed dimensions)")
+        fwd.ops[:] = [op for op in fwd.ops if op.type != "SparseLengthsSum"]
+        self.dense_params = [p for p in m.params if p not in tables]
+        pooled = [f"emb{k}" for k in range(self.num_tables)]
+        grads = add_gradient_ops(fwd, m.loss, wrt=[*self.dense_params, *pooled], dtype=m.dtype.name)
+        self.dense_grads = [str(grads[p]) for p in self.dense_params]
+        self.pooled_grads = [str(grads[p]) for p in pooled]
+        for p, g in zip(self.dense_params, self.dense_grads):
+            fwd.SGD([p, g, "hybrid_lr"], [p])
+        self.ws = an.Workspace()
+        keep = {*self.dense_params, *(tables[k] for k in self.local)}
+        init = an.Net("hybrid_init")
+        init.ops.extend(op for op in m.init_net.ops if op.outputs[0] in keep)  # fill only this rank's tables
+        self.ws.run_net_once(init)
+        self.ws.feed("hybrid_lr", np.array(lr, m.dtype))
+        self.ws.feed("one", np.ones(1, m.dtype))
+        self.ws.feed("neg_lr", np.full(1, -lr, m.dtype))
+        emb, upd = an.Net("emb"), an.Net("update")
+        for k in self.local:
+            emb.ops.append(lookups[f"emb{k}"])
+            upd.SparseLengthsSumGradient([f"demb{k}", f"lengths{k}"], f"demb{k}_rows")
+            upd.ScatterWeightedSum([tables[k], "one", f"ids{k}", f"demb{k}_rows", "neg_lr"], tables[k])
+        self.nets = {"emb": emb, "dense": fwd, "update": upd}
+        self.created: set[str] = set()
+
+    def _run(self, name: str) -> None:
+        if name not in self.created:
+            self.ws.create_net(self.nets[name])
+            self.created.add(name)
+        self.ws.run_net(self.nets[name].name)
+
+    def step(self, feeds: dict[str, np.ndarray]) -> float:
+        """One SGD step on the global batch ``feeds`` (every rank gets the same); the mean loss."""
+        b = feeds["dense"].shape[0]
+        if b % self.world:
+            raise TrainConfigError(f"the global batch ({b}) must divide into the {self.world} ranks")
+        per = b // self.world
+        mine = slice(self.rank * per, (self.rank + 1) * per)
+        for k in self.local:
+            self.ws.feed(f"ids{k}", feeds[f"ids{k}"])
+            self.ws.feed(f"lengths{k}", feeds[f"lengths{k}"])
+        self._run("emb")
+        pooled = {k: np.asarray(self.ws.fetch(f"emb{k}")) for k in self.local}
+        received = self._exchange({k: [pooled[k][r * per:(r + 1) * per] for r in range(self.world)] for k in self.local},
+                                  per)
+        for k in range(self.num_tables):
+            self.ws.feed(f"emb{k}", received[k])
+        self.ws.feed("dense", feeds["dense"][mine])
+        self.ws.feed("click", feeds["click"][mine])
+        self._run_dense()
+        loss = float(self.ws.fetch("loss"))
+        back = {k: np.asarray(self.ws.fetch(self.pooled_grads[k])) / self.world for k in range(self.num_tables)}
+        full = self._return(back, per)
+        for k in self.local:
+            self.ws.feed(f"demb{k}", full[k])
+        self._run("update")
+        return self.comm.mean(loss)
+
+    def _run_dense(self) -> None:
+        """The dense part: forward, gradients, the MLP gradients averaged over the ranks, SGD."""
+        net = self.nets["dense"]
+        if "dense" not in self.created:
+            # split at the first SGD op: the all-reduce runs between the gradients and the updates
+            first = next(i for i, op in enumerate(net.ops) if op.type == "SGD")
+            import asyncnet as an
+
+            grad_net, sgd_net = an.Net("dense_grad"), an.Net("dense_sgd")
+            grad_net.ops.extend(net.ops[:first])
+            sgd_net.ops.extend(net.ops[first:])
+            self.nets["dense_grad"], self.nets["dense_sgd"] = grad_net, sgd_net
+            self.ws.create_net(grad_net)
+            self.ws.create_net(sgd_net)
+            self.created.add("dense")
+        self.ws.run_net("dense_grad")
+        for g in self.dense_grads:
+            self.ws.feed(g, self.comm.average(np.ascontiguousarray(self.ws.fetch(g))))
+        self.ws.run_net("dense_sgd")
+
+    def _exchange(self, outgoing: dict[int, list[np.ndarray]], per: int) -> dict[int, np.ndarray]:
+        """All-to-all of pooled rows: ``outgoing[k][r]`` (rank r's examples of local table k)
+        goes to rank r; returns this rank's examples of every table."""
+        send = [np.concatenate([outgoing[k][r] for k in self.local]) if self.local else
+                np.zeros((0, self.dim), np.float32) for r in range(self.world)]
+        got = self.comm.all_to_all(send, [per * sum(1 for o in self.owner if o == r) for r in range(self.world)], self.dim)
+        out = {}
+        for r in range(self.world):
+            tables = [k for k in range(self.num_tables) if self.owner[k] == r]
+            for j, k in enumerate(tables):
+                out[k] = got[r][j * per:(j + 1) * per]
+        return out
+
+    def _return(self, grads: dict[int, np.ndarray], per: int) -> dict[int, np.ndarray]:
+        """All-to-all back: each table's gradient rows of this rank's examples to its owner;
+        returns the owner's [B, d] gradients of its tables, examples in rank order."""
+        send = [np.concatenate([grads[k] for k in range(self.num_tables) if self.owner[k] == r])
+                if any(o == r for o in self.owner) else np.zeros((0, self.dim), np.float32) for r in range(self.world)]
+        got = self.comm.all_to_all(send, [per * len(self.local)] * self.world, self.dim)
+        return {k: np.concatenate([got[r][j * per:(j + 1) * per] for r in range(self.world)])
+                for j, k in enumerate(self.local)}
+
+    def params(self) -> dict[str, np.ndarray]:
+        """This rank's parameters: the MLPs and its own tables."""
+        names = [*self.dense_params, *(f"emb{k}_table" for k in self.local)]
+        return {n: np.asarray(self.ws.fetch(n)) for n in names}
+
+
+class TorchComm:
+    """The collectives of :class:`HybridDLRM` on torch.distributed (gloo on CPU)."""
+
+    def __init__(self) -> None:
+        import torch.distributed as dist
+
+        self.dist = dist
+        self.rank, self.world = dist.get_rank(), dist.get_world_size()
+
+    def average(self, a: np.ndarray) -> np.ndarray:
+        import torch
+
+        t = torch.from_numpy(a)
+        self.dist.all_reduce(t)
+        t /= self.world
+        return a
+
+    def mean(self, x: float) -> float:
+        import torch
+
+        t = torch.tensor([x], dtype=torch.float64)
+        self.dist.all_reduce(t)
+        return float(t[0]) / self.world
+
+    def all_to_all(self, send: list[np.ndarray], recv_rows: list[int], dim: int) -> list[np.ndarray]:
+        """Rank r gets ``send[r]``; this rank receives ``recv_rows[r]`` rows of ``dim`` from rank r."""
+        import torch
+
+        flat = torch.from_numpy(np.ascontiguousarray(np.concatenate([s.reshape(-1, dim) for s in send]), np.float32))
+        out = torch.empty((sum(recv_rows), dim), dtype=torch.float32)
+        self.dist.all_to_all_single(out, flat, output_split_sizes=recv_rows, input_split_sizes=[len(s) for s in send])
+        parts, start = [], 0
+        for n in recv_rows:
+            parts.append(out[start:start + n].numpy())
+            start += n
+        return parts
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Train under torchrun and print each step's global mean loss (rank 0) and the samples/s."""
+    import torch.distributed as dist
+
+    from asyncnet.train.criteo import load_click_data
+
+    ap = argparse.ArgumentParser(description="hybrid-parallel dlrm under torchrun (gloo)")
+    ap.add_argument("--data", default="random:tables=1000-1000-1000-1000,dense=4,batches=20,batch=128")
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--batch-size", type=int, default=128)
+    ap.add_argument("--lr", type=float, default=0.05)
+    ap.add_argument("--dim", type=int, default=8)
+    ap.add_argument("--bottom", default="16", help="hidden widths of the bottom MLP, comma-separated")
+    ap.add_argument("--top", default="16", help="hidden widths of the top MLP, comma-separated")
+    args = ap.parse_args(argv)
+    dist.init_process_group("gloo")
+    try:
+        log = load_click_data(args.data)
+        widths = {k: tuple(int(w) for w in getattr(args, k).split(",")) for k in ("bottom", "top")}
+        model = HybridDLRM(TorchComm(), lr=args.lr, dim=args.dim, **widths, **log.model_args)
+        t0 = time.perf_counter()
+        for s in range(args.steps):
+            rows = np.arange(s * args.batch_size, (s + 1) * args.batch_size) % len(log)
+            loss = model.step(log.batch(rows))
+            if model.rank == 0:
+                print(f"step {s + 1} loss {loss:.8f}", flush=True)
+        if model.rank == 0:
+            print(f"hybrid {model.world} ranks: {args.steps * args.batch_size / (time.perf_counter() - t0):,.0f} samples/s; "
+                  f"tables per rank {[model.owner.count(r) for r in range(model.world)]}", flush=True)
+        print(f"rank {model.rank} done", flush=True)
+    finally:
+        dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,83 @@
+"""Hybrid-parallel dlrm: tables placed by the cost rule, one rank equal to plain training, and
+2 ranks under torchrun (gloo) giving one process's losses on the same global batches."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from _torchrun import run_torchrun
+
+import asyncnet as an
+from asyncnet.model.zoo.dlrm import dlrm
+from asyncnet.train.criteo import random_log
+from asyncnet.train.dlrm_hybrid import HybridDLRM, place_tables
+
+pytestmark = pytest.mark.timeout(240)
+SRC = str(Path(__file__).resolve().parents[2] / "src")
+SPEC = "random:tables=50-80-30-60-20,dense=4,batches=3,batch=32"
+
+
+def single_process_losses(steps: int, batch: int, lr: float) -> list[float]:
+    log = random_log(SPEC[len("random:"):])
+    m = dlrm(dim=8, bottom=(16,), top=(16,), **log.model_args)
+    net = m.train_net(optimizer="sgd", lr=lr)
+    out = []
+    with an.Workspace() as ws:
+        ws.run_net_once(m.init_net)
+        ws.create_net(net)
+        for s in range(steps):
+            for k, v in log.batch(np.arange(s * batch, (s + 1) * batch) % len(log)).items():
+                ws.feed(k, v)
+            ws.run_net("train")
+            out.append(float(ws.fetch("loss")))
+    return out
+
+
+def test_place_tables_balances_bytes():
+    assert place_tables([100, 100, 100, 100], 4, 2) == [0, 1, 0, 1]
+    owner = place_tables([1000, 10, 10, 10, 900], 4, 2)
+    assert owner[0] != owner[4] and place_tables([5], 4, 3) == [0]
+
+
+class Solo:
+    rank, world = 0, 1
+
+    def average(self, a):
+        return a
+
+    def mean(self, x):
+        return x
+
+    def all_to_all(self, send, recv_rows, dim):
+        return send
+
+
+def test_one_rank_is_plain_training():
+    log = random_log(SPEC[len("random:"):])
+    h = HybridDLRM(Solo(), lr=0.1, dim=8, bottom=(16,), top=(16,), **log.model_args)
+    got = [h.step(log.batch(range(32 * s, 32 * s + 32))) for s in range(3)]
+    np.testing.assert_allclose(got, single_process_losses(3, 32, 0.1), rtol=1e-6)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_two_ranks_under_torchrun_give_one_process_losses(tmp_path):
+    pytest.importorskip("torch.distributed")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
+           "--master-port", str(free_port()), "-m", "asyncnet.train.dlrm_hybrid", "--data", SPEC,
+           "--steps", "5", "--batch-size", "32", "--lr", "0.1"]
+    proc = run_torchrun(cmd, "done", cwd=tmp_path, env={**os.environ, "PYTHONPATH": SRC}, timeout=200)
+    losses = [float(x) for x in re.findall(r"step \d+ loss ([0-9.]+)", proc.stdout)]
+    assert len(losses) == 5, proc.stdout + proc.stderr[-2000:]
+    np.testing.assert_allclose(losses, single_process_losses(5, 32, 0.1), rtol=1e-5)
+    assert "tables per rank [3, 2]" in proc.stdout or "tables per rank [2, 3]" in proc.stdout
