@@ -19,11 +19,12 @@ __all__ = ["numpy_loop", "torch_eager"]
 def _setup(settings: dict[str, Any]) -> tuple[Any, list[np.ndarray], int]:
     """The data set, the initial [W1, b1, W2, b2, ...] of the asyncnet model, and its layer count."""
     import asyncnet as an
+    from asyncnet.model.zoo import mlp
+    from asyncnet.train import Program
     from asyncnet.train.data import load_digits
-    from asyncnet.train import MLP
 
     ds = load_digits()
-    model = MLP(ds.input_dim, hidden=tuple(settings["hidden"]), num_classes=ds.num_classes, seed=0, lr=settings["lr"])
+    model = Program(mlp(ds.input_dim, tuple(settings["hidden"]), ds.num_classes, seed=0), lr=settings["lr"])
     with an.Workspace() as ws:
         ws.run_net_once(model.init_net)
         params = [np.array(ws.fetch(p), copy=True) for p in model.params]

@@ -8,7 +8,7 @@ trains, with the trainers' default optimizer and learning rate of each mode
 
 - asyncnet local, sync with 2 threads and Hogwild with 2 threads, on numpy arrays and on torch
   CPU tensors (``tensor="torch"``), each on the trainer's default executor
-  (:class:`~asyncnet.train.trainers.TrainConfig` ``net_type=None``);
+  (:class:`~asyncnet.train.TrainConfig` ``net_type=None``);
 - the model's torch twin (:mod:`benchmarks.peers.torch_twins`) in a plain PyTorch eager loop:
   the same initial weights, the same batches (:func:`asyncnet.train.data.epoch_batches`, same
   seed) and ``torch.optim`` with the local mode's optimizer and learning rate; a step is timed
@@ -118,12 +118,12 @@ def _figures(model: str, label: str, tensor: str, epochs: list[dict[str, Any]]) 
 
 def measure(model: str, row: tuple[str, str, int, str, str], settings: dict[str, Any], ds: Any) -> dict[str, Any]:
     """Train ``model`` in one asyncnet mode (a :data:`ROWS` entry) and return its row."""
-    from asyncnet.train.trainers import TrainConfig, train
+    from asyncnet.train import TrainConfig, train
 
     label, mode, workers, tensor, net_type = row
     cfg = TrainConfig(model=model, mode=mode, workers=workers, tensor=tensor, net_type=net_type, seed=0, trace=False,
                       threads=1, **settings)
-    h = train(cfg, dataset=ds).history
+    h = train(cfg, ds).history
     epochs = [{"epoch": m.epoch, "seconds": m.seconds, "samples": m.samples, "test_accuracy": m.test_accuracy,
                "test_auc": m.test_auc, "optimal_auc": m.optimal_auc} for m in h.epochs]
     out = _figures(model, label, tensor, epochs)
@@ -140,11 +140,11 @@ def torch_eager(model: str, settings: dict[str, Any], ds: Any) -> dict[str, Any]
     from asyncnet.model.zoo.dlrm import auc
     from benchmarks.peers.torch_twins import torch_twin
     from asyncnet.train.data import epoch_batches
-    from asyncnet.train.trainers import TrainConfig
-    from asyncnet.train.program import build_program as build_model
+    from asyncnet.train import TrainConfig
+    from asyncnet.train.program import build_program
 
     cfg = TrainConfig(model=model, mode="local", seed=0, trace=False, threads=1, **settings)
-    asy = build_model(cfg, ds.input_dim, ds.num_classes)
+    asy = build_program(cfg, ds.input_dim, ds.num_classes)
     with an.Workspace() as ws:
         ws.run_net_once(asy.init_net)
         net = torch_twin(model, {p: np.array(ws.fetch(p), copy=True) for p in asy.params})
@@ -196,8 +196,8 @@ def executor_pair(quick: bool, repeat: int) -> list[dict[str, Any]]:
     (a pool of one thread plus the caller), the fastest of ``repeat`` interleaved rounds
     (``samples_per_sec_runs``: every round's)."""
     from asyncnet.model.zoo.dlrm import click_log
-    from asyncnet.train.trainers import TrainConfig
     from asyncnet.model.zoo import dlrm
+    from asyncnet.train import TrainConfig
     from asyncnet.train.program import Program
     from asyncnet.train.worker import WorkerNets
 

@@ -133,14 +133,15 @@ def _rank(rank: int, world: int, port: int, out: str, batch: int, bucket_mb: flo
     import asyncnet as an
     from asyncnet.core.bound import bind_views
     from asyncnet.sync import TorchDistributedGradientSync
-    from asyncnet.train import MLP
+    from asyncnet.model.zoo import mlp
+    from asyncnet.train import Program
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     try:
         sync = TorchDistributedGradientSync(check="first")
-        model = MLP(DIMS[0], hidden=DIMS[1:-1], num_classes=DIMS[-1], lr=0.01, seed=0,
-                    net_type="async_scheduling", num_workers=1)
+        model = Program(mlp(DIMS[0], tuple(DIMS[1:-1]), DIMS[-1], seed=0, net_type="async_scheduling", num_workers=1),
+                        lr=0.01)
         ws = an.Workspace()
         ws.run_net_once(model.init_net)
         ws.feed("sync", sync)

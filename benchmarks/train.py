@@ -99,7 +99,7 @@ def _modes(backend: str, peers: bool = False) -> list[tuple[str, str, int, str]]
 def measure(mode: str, backend: str, workers: int, settings: dict[str, Any], tensor: str = "numpy") -> dict[str, Any]:
     """Train one mode and return its figures (a peer row when ``mode`` names a peer)."""
     from benchmarks import _train_peers
-    from asyncnet.train.trainers import TrainConfig, train
+    from asyncnet.train import TrainConfig, train
 
     if mode in PEERS:
         return dict(getattr(_train_peers, PEERS[mode])(settings), epochs_to_95=None, seconds_to_95=None)

@@ -121,10 +121,11 @@ def _step_parts(ws: Any, rank: int, batch: int, bucket_mb: float) -> tuple[dict[
     import numpy as np
 
     from asyncnet.sync import TorchDistributedGradientSync
-    from asyncnet.train import MLP
+    from asyncnet.model.zoo import mlp
+    from asyncnet.train import Program
 
-    model = MLP(DIMS[0], hidden=DIMS[1:-1], num_classes=DIMS[-1], lr=0.01, seed=0,
-                net_type="async_scheduling", num_workers=1)
+    model = Program(mlp(DIMS[0], tuple(DIMS[1:-1]), DIMS[-1], seed=0, net_type="async_scheduling", num_workers=1),
+                    lr=0.01)
     ws.run_net_once(model.init_net)
     ws.feed("sync", TorchDistributedGradientSync(check="first"))
     rng = np.random.default_rng(rank)

@@ -14,7 +14,7 @@ from asyncnet.model.builder import ModelHelper
 
 def mlp(input_dim: int, hidden: Sequence[int] = (64,), num_classes: int = 10, seed: int = 0, **kw: Any) -> ModelHelper:
     """Inputs ``data`` [B, input_dim], ``label`` [B] int32; outputs ``softmax``, ``loss``, ``accuracy``.
-    The same blob names and initial weights as :class:`asyncnet.train.model.MLP` with this seed."""
+    What ``asyncnet train --model mlp`` trains (as an :class:`asyncnet.train.Program`)."""
     m = ModelHelper("mlp", seed=seed, **kw)
     dims = [input_dim, *hidden, num_classes]
     x = "data"
