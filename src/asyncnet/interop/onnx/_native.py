@@ -1,0 +1,220 @@
+"""Native translators: ONNX nodes whose semantics an asyncnet op has exactly (see :mod:`._translate`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from asyncnet.core.defs import OperatorDef
+from asyncnet.interop.onnx._translate import FLOATS, Translator, attrs, native
+
+
+def _io(node: Any) -> tuple[list[str], list[str]]:
+    return [n for n in node.input], [n for n in node.output if n]
+
+
+def _op(op_type: str, node: Any, inputs: list[str] | None = None, **args: Any) -> list[OperatorDef]:
+    ins = [n for n in node.input if n] if inputs is None else inputs
+    return [OperatorDef(op_type, ins, [n for n in node.output if n], args)]
+
+
+def _no_unknown(node: Any, allowed: set[str]) -> bool:
+    return all(a.name in allowed for a in node.attribute)
+
+
+@native("Add", "Sub", "Mul", "Div")
+def _binary(tr: Translator, node: Any) -> list[OperatorDef] | None:
+    """Float elementwise arithmetic with numpy broadcasting (opset 7 on): asyncnet's Add/Sub/Mul/Div."""
+    if tr.opset < 7 or not tr.all_float(node.input) or node.attribute:
+        return None
+    return _op(node.op_type, node)
+
+
+@native("Relu", "Sigmoid", "Tanh")
+def _activation(tr: Translator, node: Any) -> list[OperatorDef] | None:
+    if not tr.all_float(node.input) or node.attribute:
+        return None
+    return _op(node.op_type, node)
+
+
+@native("MatMul")
+def _matmul(tr: Translator, node: Any) -> list[OperatorDef] | None:
+    """numpy.matmul semantics: asyncnet's BatchMatMul with broadcast=1."""
+    if not tr.all_float(node.input):
+        return None
+    return _op("BatchMatMul", node, broadcast=True)
+
+
+@native("Gemm")
+def _gemm(tr: Translator, node: Any) -> list[OperatorDef] | None:
+    a = attrs(node)
+    if not tr.all_float(node.input) or not _no_unknown(node, {"alpha", "beta", "transA", "transB", "broadcast"}):
+        return None
+    alpha, beta = float(a.get("alpha", 1.0)), float(a.get("beta", 1.0))
+    ta, tb = bool(a.get("transA", 0)), bool(a.get("transB", 0))
+    c = node.input[2] if len(node.input) > 2 and node.input[2] else None
+    n_out = tr.shape(node.input[1])
+    if (c and tb and not ta and alpha == 1.0 and beta == 1.0 and tr.rank(c) == 1 and n_out is not None
+            and tr.shape(c) == (n_out[0],) and isinstance(n_out[0], int) and tr.rank(node.input[0]) == 2):
+        return _op("FC", node)  # Y = X W^T + b: Caffe2's FC exactly
+    if tr.opset < 7 and c:
+        return None  # Gemm before opset 7 broadcast C only when told to
+    return _op("ONNXGemm", node, alpha=alpha, beta=beta, transA=ta, transB=tb)
+
+
+def _pads(a: dict[str, Any], spatial: int) -> list[int] | None:
+    if a.get("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET"):
+        return None
+    pads = list(a.get("pads", [0] * 2 * spatial))
+    return pads
+
+
+@native("Conv")
+def _conv(tr: Translator, node: Any) -> list[OperatorDef] | None:
+    """2-D convolutions with explicit pads: asyncnet's Conv (NCHW, pads [t, l, b, r] as ONNX's)."""
+    a = attrs(node)
+    w_shape = tr.shape(node.input[1])
+    if (not tr.all_float(node.input) or tr.rank(node.input[0]) != 4 or w_shape is None or len(w_shape) != 4
+            or not all(isinstance(d, int) for d in w_shape[2:])
+            or not _no_unknown(node, {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"})):
+        return None
+    pads = _pads(a, 2)
+    if pads is None or len(pads) != 4:
+        return None
+    if "kernel_shape" in a and list(a["kernel_shape"]) != list(w_shape[2:]):
+        return None
+    return _op("Conv", node, kernels=list(w_shape[2:]), strides=list(a.get("strides", [1, 1])), pads=pads,
+               dilations=list(a.get("dilations", [1, 1])), group=int(a.get("group", 1)))
+
+
+@native("MaxPool", "AveragePool")
+def _pool(tr: Translator, node: Any) -> list[OperatorDef] | None:
+    a = attrs(node)
+    if (not tr.all_float(node.input) or tr.rank(node.input[0]) != 4 or len([o for o in node.output if o]) != 1
+            or a.get("ceil_mode", 0) or a.get("storage_order", 0) or any(d != 1 for d in a.get("dilations", [1, 1]))
+            or not _no_unknown(node, {"auto_pad", "kernel_shape", "pads", "strides", "count_include_pad", "ceil_mode",
+                                      "storage_order", "dilations"})):
+        return None
+    pads = _pads(a, 2)
+    if pads is None or len(pads) != 4 or len(a["kernel_shape"]) != 2:
+        return None
+    args: dict[str, Any] = {"kernels": list(a["kernel_shape"]), "strides": list(a.get("strides", [1, 1])), "pads": pads}
+    if node.op_type == "AveragePool":
+        args["count_include_pad"] = bool(a.get("count_include_pad", 0))
+    elif any(pads):
+        return None  # Caffe2's MaxPool pads are checked against ONNX's -inf padding by the node tests only for pads 0
+    return _op(node.op_type, node, **args)
+
+
+@native("GlobalAveragePool", "GlobalMaxPool")
+def _global_pool(tr: Translator, node: Any) -> list[OperatorDef] | None:
+    if not tr.all_float(node.input):
+        return None
+    return _op("ONNXGlobalPool", node, mode="avg" if node.op_type == "GlobalAveragePool" else "max")
+
+
+@native("BatchNormalization")
+def _batch_norm(tr: Translator, node: Any) -> list[OperatorDef] | None:
+    a = attrs(node)
+    if (tr.opset < 9 or len([o for o in node.output if o]) != 1 or a.get("training_mode", 0) or not tr.all_float(node.input)
+            or len({tr.dtype(n) for n in node.input}) != 1 or not _no_unknown(node, {"epsilon", "momentum", "training_mode"})):
+        return None
+    return _op("ONNXBatchNorm", node, epsilon=float(a.get("epsilon", 1e-5)))
+
+
+@native("Flatten")
+def _flatten(tr: Translator, node: Any) -> list[OperatorDef] | None:
+    return _op("ONNXFlatten", node, axis=int(attrs(node).get("axis", 1)))
+
+
+@native("Reshape")
+def _reshape(tr: Translator, node: Any) -> list[OperatorDef] | None:
+    if tr.opset < 5:
+        return None
+    return _op("ONNXReshape", node, allowzero=bool(attrs(node).get("allowzero", 0)))
+
+
+@native("Transpose")
+def _transpose(tr: Translator, node: Any) -> list[OperatorDef] | None:
+    return _op("ONNXTranspose", node, perm=[int(p) for p in attrs(node).get("perm", [])])
+
+
+@native("Concat")
+def _concat(tr: Translator, node: Any) -> list[OperatorDef] | None:
+    a = attrs(node)
+    if "axis" not in a or tr.dtype(node.input[0]) is None:
+        return None
+    return _op("ONNXConcat", node, axis=int(a["axis"]))
+
+
+@native("Identity")
+def _identity(tr: Translator, node: Any) -> list[OperatorDef] | None:
+    if tr.dtype(node.input[0]) is None:
+        return None  # sequences and optionals: the reference op
+    return _op("ONNXIdentity", node)
+
+
+@native("Dropout")
+def _dropout(tr: Translator, node: Any) -> list[OperatorDef] | None:
+    """Inference Dropout (no training_mode input, one output) is the identity."""
+    if len([o for o in node.output if o]) != 1 or len([n for n in node.input if n]) > 2 or tr.dtype(node.input[0]) is None:
+        return None
+    if len(node.input) > 2 and node.input[2]:
+        return None
+    if tr.opset < 7:
+        return None
+    return _op("ONNXIdentity", node, inputs=[node.input[0]])
+
+
+@native("Softmax", "LogSoftmax")
+def _softmax(tr: Translator, node: Any) -> list[OperatorDef] | None:
+    if not tr.all_float(node.input):
+        return None
+    legacy = tr.opset < 13
+    axis = int(attrs(node).get("axis", 1 if legacy else -1))
+    return _op("ONNXSoftmax", node, axis=axis, legacy=legacy, log=node.op_type == "LogSoftmax")
+
+
+@native("Gather")
+def _gather(tr: Translator, node: Any) -> list[OperatorDef] | None:
+    if tr.dtype(node.input[0]) is None or tr.dtype(node.input[1]) is None:
+        return None
+    return _op("ONNXGather", node, axis=int(attrs(node).get("axis", 0)))
+
+
+@native("Expand")
+def _expand(tr: Translator, node: Any) -> list[OperatorDef] | None:
+    if tr.dtype(node.input[0]) is None:
+        return None
+    return _op("ONNXExpand", node)
+
+
+@native("Where")
+def _where(tr: Translator, node: Any) -> list[OperatorDef] | None:
+    if tr.dtype(node.input[1]) is None or tr.dtype(node.input[1]).kind not in "biuf":
+        return None
+    return _op("ONNXWhere", node)
+
+
+@native("Erf")
+def _erf(tr: Translator, node: Any) -> list[OperatorDef] | None:
+    if not tr.all_float(node.input):
+        return None
+    return _op("ONNXErf", node)
+
+
+@native("Gelu")
+def _gelu(tr: Translator, node: Any) -> list[OperatorDef] | None:
+    if not tr.all_float(node.input):
+        return None
+    approx = attrs(node).get("approximate", b"none")
+    return _op("ONNXGelu", node, approximate=approx.decode() if isinstance(approx, bytes) else str(approx))
+
+
+@native("LayerNormalization")
+def _layer_norm(tr: Translator, node: Any) -> list[OperatorDef] | None:
+    a = attrs(node)
+    if (len([o for o in node.output if o]) != 1 or not tr.all_float([n for n in node.input if n])
+            or len({tr.dtype(n) for n in node.input if n}) != 1 or a.get("stash_type", 1) != 1
+            and tr.dtype(node.input[0]) != FLOATS[1]):
+        return None
+    return _op("ONNXLayerNorm", node, axis=int(a.get("axis", -1)), epsilon=float(a.get("epsilon", 1e-5)))

@@ -1,0 +1,243 @@
+"""Operators with ONNX's semantics where no Caffe2 op has them, for imported ONNX models: numpy
+and torch kernels (a torch input gives a torch result; CPU or CUDA tensors alike).
+
+Each op follows the ONNX operator of the same name without the prefix (``ONNXGemm`` is ONNX's
+Gemm, ``ONNXSoftmax`` its Softmax...); the importer routes a node here only when its attributes
+are ones the kernel implements, so the op is exact for every input it receives::
+
+    >>> import asyncnet as an, numpy as np
+    >>> ws = an.Workspace(); ws.feed("x", np.array([[1.0, 2.0], [3.0, 4.0]], np.float32))
+    >>> net = an.Net("n"); _ = net.ONNXTranspose(["x"], "y", perm=[1, 0])
+    >>> ws.run_net_once(net); ws.fetch("y")
+    array([[1., 3.],
+           [2., 4.]], dtype=float32)
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import numpy as np
+
+from asyncnet.core.registry import Arg, register_op
+from asyncnet.ops._check import array, as_array
+from asyncnet.tensor.namespace import is_torch
+
+CPU_CUDA = ("cpu", "cuda")
+
+
+def _torch() -> Any:
+    import torch
+
+    return torch
+
+
+def _ints(values: Any) -> list[int]:
+    """A shape or index tensor (numpy or torch) as Python ints."""
+    if is_torch(values):
+        values = values.detach().cpu().numpy()
+    return [int(v) for v in np.asarray(values).reshape(-1)]
+
+
+def _op(name: str, inputs: Any = 1, outputs: Any = 1, args: Sequence[Arg] = (), doc: str = "") -> Any:
+    return register_op(name, inputs=inputs, outputs=outputs, args=list(args), devices=CPU_CUDA, doc=doc)
+
+
+# -- linear algebra --------------------------------------------------------------------------
+
+
+@_op("ONNXGemm", inputs=(2, 3), args=[Arg("alpha", float, 1.0, "scale of A B"), Arg("beta", float, 1.0, "scale of C"),
+                                      Arg("transA", bool, False, "transpose A"), Arg("transB", bool, False, "transpose B")],
+     doc="Y = alpha op(A) op(B) + beta C (ONNX Gemm; C broadcast to [M, N]).")
+def onnx_gemm(ctx: Any, a: Any, b: Any, c: Any = None) -> Any:
+    a, b = array(ctx, a, 0), array(ctx, b, 1)
+    args = ctx.args
+    a = a.T if args["transA"] else a
+    b = b.T if args["transB"] else b
+    y = a @ b
+    if args["alpha"] != 1.0:
+        y = y * _scalar(args["alpha"], y)
+    if c is not None:
+        y = y + (c if args["beta"] == 1.0 else c * _scalar(args["beta"], c))
+    return as_array(y)
+
+
+def _scalar(v: float, like: Any) -> Any:
+    return v if is_torch(like) else like.dtype.type(v)
+
+
+# -- shape ops ---------------------------------------------------------------------------------
+
+
+@_op("ONNXReshape", inputs=2, args=[Arg("allowzero", bool, False, "a 0 in shape is a 0 dim (not 'copy the input's')")],
+     doc="Y = X reshaped to the shape in input 1 (0: copy X's dim unless allowzero; -1: inferred), ONNX Reshape.")
+def onnx_reshape(ctx: Any, x: Any, shape: Any) -> Any:
+    x = array(ctx, x, 0)
+    dims = _ints(shape)
+    if not ctx.args["allowzero"]:
+        dims = [x.shape[i] if d == 0 else d for i, d in enumerate(dims)]
+    return x.reshape(tuple(dims))
+
+
+@_op("ONNXFlatten", args=[Arg("axis", int, 1, "dims before it become rows, the rest columns")],
+     doc="Y = X as 2-D [prod(dims[:axis]), prod(dims[axis:])] (ONNX Flatten).")
+def onnx_flatten(ctx: Any, x: Any) -> Any:
+    x = array(ctx, x, 0)
+    axis = ctx.args["axis"] + x.ndim if ctx.args["axis"] < 0 else ctx.args["axis"]
+    return x.reshape(math.prod(x.shape[:axis]), math.prod(x.shape[axis:]))
+
+
+@_op("ONNXTranspose", args=[Arg("perm", list, [], "the permutation (empty: reverse the dims)", item_type=int)],
+     doc="Y = X with its dims permuted (ONNX Transpose).")
+def onnx_transpose(ctx: Any, x: Any) -> Any:
+    x = array(ctx, x, 0)
+    perm = ctx.args["perm"] or list(range(x.ndim))[::-1]
+    return x.permute(*perm) if is_torch(x) else np.transpose(x, perm)
+
+
+@_op("ONNXConcat", inputs=(1, None), args=[Arg("axis", int, 0, "the axis to join along (negative from the end)")],
+     doc="Y = the inputs joined along axis (ONNX Concat).")
+def onnx_concat(ctx: Any, *xs: Any) -> Any:
+    xs = tuple(array(ctx, x, i) for i, x in enumerate(xs))
+    if is_torch(xs[0]):
+        return _torch().cat(xs, dim=ctx.args["axis"])
+    return np.concatenate(xs, axis=ctx.args["axis"])
+
+
+@_op("ONNXIdentity", doc="Y = X (ONNX Identity, and Dropout at inference): the same array, not a copy.")
+def onnx_identity(ctx: Any, x: Any) -> Any:
+    return x
+
+
+@_op("ONNXGather", inputs=2, args=[Arg("axis", int, 0, "the axis indexed")],
+     doc="Y = X indexed by the (possibly negative) indices along axis (ONNX Gather).")
+def onnx_gather(ctx: Any, x: Any, idx: Any) -> Any:
+    x, idx = array(ctx, x, 0), array(ctx, idx, 1)
+    axis = ctx.args["axis"] % x.ndim
+    n = x.shape[axis]
+    if is_torch(x):
+        torch = _torch()
+        i = idx.long()
+        i = torch.where(i < 0, i + n, i)
+        if bool(((i < 0) | (i >= n)).any()):
+            raise IndexError(f"indices out of range [-{n}, {n}) along axis {axis}")
+        return x.index_select(axis, i.reshape(-1)).reshape(x.shape[:axis] + tuple(idx.shape) + x.shape[axis + 1:])
+    i = np.where(idx < 0, idx + n, idx)
+    if i.size and (i.min() < 0 or i.max() >= n):
+        raise IndexError(f"indices out of range [-{n}, {n}) along axis {axis}")
+    return np.take(x, i, axis=axis)
+
+
+@_op("ONNXExpand", inputs=2, doc="Y = X broadcast with the shape in input 1 (ONNX Expand: numpy's two-way broadcast).")
+def onnx_expand(ctx: Any, x: Any, shape: Any) -> Any:
+    x = array(ctx, x, 0)
+    out = np.broadcast_shapes(tuple(x.shape), tuple(_ints(shape)))
+    if is_torch(x):
+        return x.expand(out).clone()
+    return np.broadcast_to(x, out).copy()
+
+
+@_op("ONNXWhere", inputs=3, doc="Y = X where the condition holds, else Z (ONNX Where, broadcasting).")
+def onnx_where(ctx: Any, cond: Any, x: Any, y: Any) -> Any:
+    if is_torch(x):
+        return _torch().where(cond.bool(), x, y)
+    return as_array(np.where(cond, x, y))
+
+
+# -- activations and normalization --------------------------------------------------------
+
+
+@_op("ONNXSoftmax", args=[Arg("axis", int, -1, "the axis normalized"),
+                          Arg("legacy", bool, False, "opset < 13: X is flattened to 2-D at axis first"),
+                          Arg("log", bool, False, "LogSoftmax")],
+     doc="Y = softmax (or log-softmax) of X along axis (ONNX Softmax / LogSoftmax, opset < 13 via legacy=1).")
+def onnx_softmax(ctx: Any, x: Any) -> Any:
+    x = array(ctx, x, 0)
+    axis, log = ctx.args["axis"], ctx.args["log"]
+    shape = x.shape
+    if ctx.args["legacy"]:
+        a = axis % x.ndim if x.ndim else 0
+        x = x.reshape(math.prod(shape[:a]), math.prod(shape[a:]))
+        axis = 1
+    if is_torch(x):
+        torch = _torch()
+        y = torch.log_softmax(x, dim=axis) if log else torch.softmax(x, dim=axis)
+    else:
+        m = x.max(axis=axis, keepdims=True) if x.size else x
+        e = np.exp(x - m)
+        s = e.sum(axis=axis, keepdims=True)
+        y = (x - m - np.log(s)) if log else e / s
+    return y.reshape(shape)
+
+
+@_op("ONNXBatchNorm", inputs=5, args=[Arg("epsilon", float, 1e-5, "added to the variance")],
+     doc="Y = (X - mean) / sqrt(var + epsilon) * scale + B along dim 1 (ONNX BatchNormalization, inference).")
+def onnx_batch_norm(ctx: Any, x: Any, scale: Any, b: Any, mean: Any, var: Any) -> Any:
+    x = array(ctx, x, 0)
+    shape = (1, -1) + (1,) * (x.ndim - 2)
+    if is_torch(x):
+        k = scale / (var + ctx.args["epsilon"]).sqrt()
+    else:
+        k = scale / np.sqrt(var + x.dtype.type(ctx.args["epsilon"]))
+    return as_array(x * k.reshape(shape) + (b - mean * k).reshape(shape))
+
+
+@_op("ONNXLayerNorm", inputs=(2, 3), args=[Arg("axis", int, -1, "normalize over the dims from this one on"),
+                                           Arg("epsilon", float, 1e-5, "added to the variance")],
+     doc="Y = (X - mean) / sqrt(var + epsilon) * scale + B over dims axis.. (ONNX LayerNormalization, output Y).")
+def onnx_layer_norm(ctx: Any, x: Any, scale: Any, b: Any = None) -> Any:
+    x = array(ctx, x, 0)
+    axis = ctx.args["axis"] % x.ndim
+    eps = ctx.args["epsilon"]
+    if is_torch(x):
+        torch = _torch()
+        y = torch.nn.functional.layer_norm(x, tuple(x.shape[axis:]), None, None, eps)
+        y = y * scale
+        return y + b if b is not None else y
+    dims = tuple(range(axis, x.ndim))
+    mean = x.mean(axis=dims, keepdims=True)
+    d = x - mean
+    var = (d * d).mean(axis=dims, keepdims=True)
+    y = d / np.sqrt(var + x.dtype.type(eps)) * scale
+    return as_array(y + b if b is not None else y)
+
+
+def _erf_np(x: np.ndarray) -> np.ndarray:
+    """erf in numpy: exact (math.erf per element) for float64; for smaller floats Abramowitz and
+    Stegun 7.1.26 in float64 (absolute error < 1.5e-7, below float32's resolution near 1)."""
+    if x.dtype == np.float64 or x.dtype.kind != "f":
+        return as_array(np.frompyfunc(math.erf, 1, 1)(x).astype(x.dtype if x.dtype.kind == "f" else np.float64))
+    z = np.abs(x.astype(np.float64))
+    t = 1.0 / (1.0 + 0.3275911 * z)
+    poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
+    return as_array((np.sign(x) * (1.0 - poly * np.exp(-z * z))).astype(x.dtype))
+
+
+@_op("ONNXErf", doc="Y = erf(X) (ONNX Erf).")
+def onnx_erf(ctx: Any, x: Any) -> Any:
+    x = array(ctx, x, 0)
+    return _torch().special.erf(x) if is_torch(x) else _erf_np(x)
+
+
+@_op("ONNXGelu", args=[Arg("approximate", str, "none", "'none' (erf) or 'tanh'", choices=("none", "tanh"))],
+     doc="Y = X * Phi(X), Phi the normal CDF (ONNX Gelu; approximate='tanh' its tanh form).")
+def onnx_gelu(ctx: Any, x: Any) -> Any:
+    x = array(ctx, x, 0)
+    approx = ctx.args["approximate"]
+    if is_torch(x):
+        return _torch().nn.functional.gelu(x, approximate=approx)
+    t = x.dtype.type
+    if approx == "tanh":
+        return as_array(t(0.5) * x * (t(1) + np.tanh(t(math.sqrt(2 / math.pi)) * (x + t(0.044715) * x ** 3))))
+    return as_array(t(0.5) * x * (t(1) + _erf_np(x / t(math.sqrt(2)))))
+
+
+@_op("ONNXGlobalPool", args=[Arg("mode", str, "avg", "avg or max", choices=("avg", "max"))],
+     doc="Y = the mean (or max) of X over its spatial dims 2.., kept as 1s (ONNX GlobalAveragePool / GlobalMaxPool).")
+def onnx_global_pool(ctx: Any, x: Any) -> Any:
+    x = array(ctx, x, 0)
+    dims = tuple(range(2, x.ndim))
+    if ctx.args["mode"] == "avg":
+        return x.mean(dim=dims, keepdim=True) if is_torch(x) else as_array(x.mean(axis=dims, keepdims=True))
+    return x.amax(dim=dims, keepdim=True) if is_torch(x) else as_array(x.max(axis=dims, keepdims=True))
