@@ -110,7 +110,7 @@ def _result(y: Any, torch_out: bool) -> Any:
     if torch_out and isinstance(y, np.ndarray) and y.dtype.kind in "biuf" and y.dtype.itemsize <= 8:
         import torch
 
-        return torch.from_numpy(np.ascontiguousarray(y))
+        return torch.from_numpy(y if y.flags.c_contiguous and y.flags.writeable else y.copy())  # 0-d stays 0-d
     return y
 
 
