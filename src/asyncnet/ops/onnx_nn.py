@@ -241,3 +241,16 @@ def onnx_global_pool(ctx: Any, x: Any) -> Any:
     if ctx.args["mode"] == "avg":
         return x.mean(dim=dims, keepdim=True) if is_torch(x) else as_array(x.mean(axis=dims, keepdims=True))
     return x.amax(dim=dims, keepdim=True) if is_torch(x) else as_array(x.max(axis=dims, keepdims=True))
+
+
+@_op("ONNXClip", args=[Arg("min", float, None, "lower bound (none if not given)"), Arg("max", float, None, "upper bound")],
+     doc="Y = X clamped to [min, max], in X's dtype (ONNX Clip with constant bounds).")
+def onnx_clip(ctx: Any, x: Any) -> Any:
+    x = array(ctx, x, 0)
+    lo, hi = ctx.args["min"], ctx.args["max"]
+    if lo is None and hi is None:
+        return x
+    if is_torch(x):
+        return x.clamp(lo, hi)
+    t = x.dtype.type
+    return as_array(np.clip(x, None if lo is None else t(lo), None if hi is None else t(hi)))

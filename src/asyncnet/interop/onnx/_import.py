@@ -190,7 +190,9 @@ def infer_types(model: Any) -> dict[str, Any]:
     except Exception:  # noqa: BLE001 - inference is best effort: types only speed translation up
         inferred = model
     g = inferred.graph
-    return {v.name: v for v in (*g.input, *g.value_info, *g.output)}
+    types = {t.name: onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)) for t in g.initializer}
+    types.update({v.name: v for v in (*g.input, *g.value_info, *g.output)})
+    return types
 
 
 def value_spec(v: Any) -> ValueSpec:
@@ -246,7 +248,10 @@ def constant_op(tr: Any, i: int, node: Any, init_ops: list[OperatorDef]) -> bool
         raise OnnxImportError(f"cannot evaluate the constant: {type(e).__name__}: {e}", node_where(i, node, "attribute")) from None
     if not isinstance(value, np.ndarray) and not np.isscalar(value):
         return False
-    init_ops.append(tensor_fill(node.output[0], np.asarray(value)))
+    value = np.asarray(value)
+    init_ops.append(tensor_fill(node.output[0], value))
+    if value.size <= 64 and value.dtype.kind in "biuf":
+        tr.constants[node.output[0]] = value
     return True
 
 

@@ -100,8 +100,6 @@ def _pool(tr: Translator, node: Any) -> list[OperatorDef] | None:
     args: dict[str, Any] = {"kernels": list(a["kernel_shape"]), "strides": list(a.get("strides", [1, 1])), "pads": pads}
     if node.op_type == "AveragePool":
         args["count_include_pad"] = bool(a.get("count_include_pad", 0))
-    elif any(pads):
-        return None  # Caffe2's MaxPool pads are checked against ONNX's -inf padding by the node tests only for pads 0
     return _op(node.op_type, node, **args)
 
 
@@ -218,3 +216,28 @@ def _layer_norm(tr: Translator, node: Any) -> list[OperatorDef] | None:
             and tr.dtype(node.input[0]) != FLOATS[1]):
         return None
     return _op("ONNXLayerNorm", node, axis=int(a.get("axis", -1)), epsilon=float(a.get("epsilon", 1e-5)))
+
+
+@native("Clip")
+def _clip(tr: Translator, node: Any) -> list[OperatorDef] | None:
+    """Clip with constant bounds (opset 11 on: inputs; before: attributes) on floats."""
+    if not tr.all_float(node.input[:1]):
+        return None
+    if tr.opset < 11:
+        a = attrs(node)
+        lo, hi = a.get("min"), a.get("max")
+    else:
+        bounds = []
+        for k in (1, 2):
+            name = node.input[k] if len(node.input) > k else ""
+            v = tr.const(name) if name else None
+            if name and (v is None or v.size != 1):
+                return None
+            bounds.append(None if v is None else float(v.reshape(())))
+        lo, hi = bounds
+    args: dict[str, Any] = {}
+    if lo is not None:
+        args["min"] = float(lo)
+    if hi is not None:
+        args["max"] = float(hi)
+    return _op("ONNXClip", node, inputs=[node.input[0]], **args)

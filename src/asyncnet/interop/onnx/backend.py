@@ -46,7 +46,7 @@ class AsyncnetRep(BackendRep):
         self.workspace.run_net_once(model.init_net)
         if tensors == "torch":
             for name in self.workspace.blobs():
-                self.workspace.feed(name, self.workspace.fetch(name), library="torch")
+                self.workspace.feed(name, _to_torch(self.workspace.fetch(name)))
         self.net = self.workspace.create_net(model.predict_net)
         self.input_names = [v.name for v in model.inputs]
         self.output_names = [v.name for v in model.outputs]
@@ -58,7 +58,8 @@ class AsyncnetRep(BackendRep):
         self.model.check_feeds(feeds)
         with self._lock:
             for name, value in feeds.items():
-                self.workspace.feed(name, _as_blob(value), library=self.tensors if _is_tensor(value) else None)
+                value = _as_blob(value)
+                self.workspace.feed(name, _to_torch(value) if self.tensors == "torch" else value)
             self.workspace.run_net(self.model.predict_net.name)
             outs = [_host(self.workspace.fetch(n)) for n in self.output_names]
         return _outputs(self.output_names, outs)
@@ -76,8 +77,13 @@ class AsyncnetRep(BackendRep):
                              f"got {type(inputs).__name__}")
 
 
-def _is_tensor(x: Any) -> bool:
-    return isinstance(x, np.ndarray) or type(x).__module__.startswith("torch")
+def _to_torch(x: Any) -> Any:
+    """A numpy array as a torch CPU tensor sharing its memory, 0-d arrays staying 0-d."""
+    if not isinstance(x, np.ndarray) or x.dtype.kind not in "biuf" or x.dtype.itemsize > 8 or x.dtype.name.startswith(("bfloat", "float8", "float4", "int4", "uint4")):
+        return x
+    import torch
+
+    return torch.from_numpy(x if x.flags.c_contiguous and x.flags.writeable else x.copy())
 
 
 def _as_blob(x: Any) -> Any:

@@ -86,7 +86,7 @@ def how_imported() -> dict[str, str]:
         "GlobalAveragePool": "ONNXGlobalPool", "GlobalMaxPool": "ONNXGlobalPool", "BatchNormalization": "ONNXBatchNorm",
         "Flatten": "ONNXFlatten", "Reshape": "ONNXReshape", "Transpose": "ONNXTranspose", "Concat": "ONNXConcat",
         "Identity": "ONNXIdentity", "Dropout": "ONNXIdentity", "Softmax": "ONNXSoftmax", "LogSoftmax": "ONNXSoftmax",
-        "Gather": "ONNXGather", "Expand": "ONNXExpand", "Where": "ONNXWhere", "Erf": "ONNXErf", "Gelu": "ONNXGelu",
+        "Gather": "ONNXGather", "Expand": "ONNXExpand", "Where": "ONNXWhere", "Erf": "ONNXErf", "Gelu": "ONNXGelu", "Clip": "ONNXClip",
         "LayerNormalization": "ONNXLayerNorm",
     }
     return {op: targets.get(op, "native") for op in NATIVE}
