@@ -12,7 +12,7 @@
 
 from asyncnet.interop.onnx._import import OnnxImportError, OnnxInputError, OnnxModel, ValueSpec, load
 
-__all__ = ["load", "OnnxModel", "ValueSpec", "OnnxImportError", "OnnxInputError"]
+__all__ = ["load", "export", "OnnxModel", "ValueSpec", "OnnxImportError", "OnnxInputError", "OnnxExportError"]
 
 
 def __getattr__(name: str):  # type: ignore[no-untyped-def]
