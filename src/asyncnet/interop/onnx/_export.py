@@ -208,6 +208,7 @@ def _sparse_lengths_sum(g: _Graph, op: OperatorDef, needed: set) -> None:
     g.node("Sub", [at_end, at_start], op.outputs[:1])
 
 
+_USED_INPUTS = {"SoftmaxWithLoss": 1}  # the inputs an export reads (the loss's labels are not)
 _DROPPED = {"Accuracy", "AveragedLoss", "SigmoidCrossEntropyWithLogits", "LabelCrossEntropy", "SquaredL2Distance"}
 
 
@@ -216,7 +217,7 @@ def _needed_ops(ops: list[OperatorDef], outputs: list[str]) -> tuple[list[Operat
     for op in reversed(ops):
         if any(o in needed for o in op.outputs):
             kept.append(op)
-            needed.update(op.inputs)
+            needed.update(op.inputs[:_USED_INPUTS.get(op.type)])
     return kept[::-1], needed
 
 
@@ -246,8 +247,10 @@ def _values(init: NetDef, pred: NetDef, workspace: Any, feeds: Mapping[str, np.n
         params = {n: np.asarray(to_numpy(ws.fetch(n))) for n in ws.blobs() if hasattr(ws.fetch(n), "shape")}
         for k, v in feeds.items():
             ws.feed(k, v)
+        ops = [OperatorDef("Softmax", op.inputs[:1], op.outputs[:1], {"axis": 1}) if op.type == "SoftmaxWithLoss" else op
+               for op in pred.ops]  # the softmax without the labels the loss needs
         try:
-            ws.run_net_once(NetDef(pred.name + "_trace", ops=pred.ops))
+            ws.run_net_once(NetDef(pred.name + "_trace", ops=ops))
         except Exception as e:  # noqa: BLE001 - the ops need inputs the export does not have (labels)
             raise OnnxExportError(f"cannot run the net on the example inputs to trace shapes: {e}", "inputs") from None
         ranks = {"__rank__" + n: np.ndim(ws.fetch(n)) for n in ws.blobs() if hasattr(ws.fetch(n), "shape")}
@@ -285,7 +288,7 @@ def export(model: Any, path: str | os.PathLike[str] | None, inputs: Mapping[str,
         if fn is None:
             raise OnnxExportError(f"op {op.type!r} has no ONNX export; exportable ops: {sorted(EXPORTERS)}",
                                   f"ops[{i}] ({op.type}{' ' + repr(op.name) if op.name else ''})")
-        for name in op.inputs:
+        for name in op.inputs[:_USED_INPUTS.get(op.type)]:
             if name not in produced and name not in g.inits:
                 if name not in values:
                     raise OnnxExportError(f"input {name!r} is neither a graph input, an op output nor a parameter",

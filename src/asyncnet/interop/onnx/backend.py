@@ -116,11 +116,11 @@ class AsyncnetBackend(Backend):
 
     @classmethod
     def prepare(cls, model: Any, device: str = "CPU", net_type: str = "simple", num_workers: int | None = None,
-                tensors: str = "numpy", **kwargs: Any) -> AsyncnetRep:
-        """Import ``model`` (ModelProto, path or bytes) and create its nets once."""
+                tensors: str = "numpy", check: bool = True, **kwargs: Any) -> AsyncnetRep:
+        """Import ``model`` (ModelProto, path or bytes) and create its nets once (``check``: run onnx.checker first)."""
         if not cls.supports_device(device):
             raise ValueError(f"expected device 'CPU', got {device!r}")
-        imported = load(model, net_type=net_type, num_workers=num_workers, name=f"onnx_{next(_ids)}")
+        imported = load(model, net_type=net_type, num_workers=num_workers, name=f"onnx_{next(_ids)}", check=check)
         return AsyncnetRep(imported, tensors)
 
     @classmethod
@@ -140,7 +140,7 @@ class AsyncnetBackend(Backend):
         opset = kwargs.pop("opset_version", onnx.defs.onnx_opset_version())
         model = onnx.helper.make_model(onnx.helper.make_graph([node], "run_node", g_in, g_out),
                                        opset_imports=[onnx.helper.make_opsetid(node.domain or "", opset)])
-        rep = cls.prepare(model, device, **kwargs)
+        rep = cls.prepare(model, device, check=False, **kwargs)  # outputs have no declared types
         return rep.run(dict(zip(names, values)))
 
     @classmethod
