@@ -83,7 +83,19 @@ class LSTMClassifier(nn.Module):
         return self.head(out[:, -1])
 
 
+class GRUClassifier(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.gru = nn.GRU(8, 12, batch_first=True, bidirectional=True)
+        self.head = nn.Linear(24, 3)
+
+    def forward(self, x):  # type: ignore[no-untyped-def]
+        out, _ = self.gru(x)
+        return self.head(out[:, -1])
+
+
 MODELS = {
+    "gru": (GRUClassifier, lambda g: g.standard_normal((2, 6, 8), dtype=np.float32)),
     "resnet": (resnet, lambda g: g.standard_normal((2, 3, 32, 32), dtype=np.float32)),
     "inception": (inception, lambda g: g.standard_normal((2, 3, 32, 32), dtype=np.float32)),
     "mobilenet": (mobilenet, lambda g: g.standard_normal((2, 3, 32, 32), dtype=np.float32)),

@@ -241,3 +241,31 @@ def _clip(tr: Translator, node: Any) -> list[OperatorDef] | None:
     if hi is not None:
         args["max"] = float(hi)
     return _op("ONNXClip", node, inputs=[node.input[0]], **args)
+
+
+@native("LSTM", "GRU")
+def _rnn(tr: Translator, node: Any) -> list[OperatorDef] | None:
+    """Default activations, no clip, no peepholes, no sequence_lens: ONNXLSTM / ONNXGRU."""
+    a = attrs(node)
+    allowed = {"hidden_size", "direction", "layout", "activations", "input_forget", "linear_before_reset"}
+    ins = list(node.input) + [""] * (8 - len(node.input))
+    n_state = 2 if node.op_type == "LSTM" else 1
+    acts = [s.decode() if isinstance(s, bytes) else s for s in a.get("activations", [])]
+    default_acts = ["Sigmoid", "Tanh", "Tanh"] if n_state == 2 else ["Sigmoid", "Tanh"]
+    if (not _no_unknown(node, allowed) or not tr.all_float(ins[:3]) or "hidden_size" not in a or a.get("input_forget", 0)
+            or (acts and acts != default_acts * (len(acts) // len(default_acts))) or ins[4] or (n_state == 2 and ins[7])):
+        return None
+    states = ins[5:5 + n_state]
+    optional = [ins[3], *states]
+    while optional and not optional[-1]:
+        optional.pop()
+    if any(not n for n in optional):
+        return None  # a gap (no B but an initial state): positions would shift
+    outs = list(node.output) + [""] * (n_state + 1 - len(node.output))
+    produce = [1 if o else 0 for o in outs[: n_state + 1]]
+    direction = a.get("direction", b"forward")
+    args: dict[str, Any] = {"hidden_size": int(a["hidden_size"]), "layout": int(a.get("layout", 0)), "produce": produce,
+                            "direction": direction.decode() if isinstance(direction, bytes) else str(direction)}
+    if node.op_type == "GRU":
+        args["linear_before_reset"] = bool(a.get("linear_before_reset", 0))
+    return [OperatorDef("ONNX" + node.op_type, [*ins[:3], *optional], [o for o in outs if o], args)]

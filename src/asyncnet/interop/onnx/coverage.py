@@ -87,7 +87,7 @@ def how_imported() -> dict[str, str]:
         "Flatten": "ONNXFlatten", "Reshape": "ONNXReshape", "Transpose": "ONNXTranspose", "Concat": "ONNXConcat",
         "Identity": "ONNXIdentity", "Dropout": "ONNXIdentity", "Softmax": "ONNXSoftmax", "LogSoftmax": "ONNXSoftmax",
         "Gather": "ONNXGather", "Expand": "ONNXExpand", "Where": "ONNXWhere", "Erf": "ONNXErf", "Gelu": "ONNXGelu", "Clip": "ONNXClip",
-        "LayerNormalization": "ONNXLayerNorm",
+        "LayerNormalization": "ONNXLayerNorm", "LSTM": "ONNXLSTM", "GRU": "ONNXGRU",
     }
     return {op: targets.get(op, "native") for op in NATIVE}
 
