@@ -63,16 +63,18 @@ class _Null:
 
 
 def op_of_tests() -> dict[str, str]:
-    """Each node test's op (the op type of its model's first node whose type its name contains,
-    else of its last node)."""
+    """Each node test's op: the longest ONNX op name that starts the test's name (underscores and
+    case ignored: ``test_layer_normalization_2d_expanded`` -> LayerNormalization)."""
+    import onnx.defs
     from onnx.backend.test.loader import load_model_tests
 
+    ops = sorted({s.name for s in onnx.defs.get_all_schemas_with_history()}, key=len, reverse=True)
+    keys = [(op.lower(), op) for op in ops]
     out = {}
     for case in load_model_tests(kind="node"):
+        name = case.name[len("test_"):].replace("_", "").lower()
         nodes = case.model.graph.node
-        name = case.name.lower().replace("_", "")
-        op = next((n.op_type for n in nodes if n.op_type.lower() in name), nodes[-1].op_type if nodes else "?")
-        out[case.name] = op
+        out[case.name] = next((op for key, op in keys if name.startswith(key)), nodes[-1].op_type if nodes else "?")
     return out
 
 
