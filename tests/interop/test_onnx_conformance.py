@@ -7,6 +7,8 @@ asyncnet runs natively also run on torch tensors and the async_scheduling execut
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 pytest.importorskip("onnx")
@@ -24,6 +26,10 @@ def test_every_node_test_passes_but_the_listed_ones() -> None:
                                               "listed but passing": sorted(set(listed) - set(failed))}
     assert passed == total - len(listed)
     assert passed >= 1588  # onnxruntime 1.32.0's count with the same runner
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "onnx.md").read_text()
+    table = "\n".join(coverage.table(failed, markdown=True))
+    assert table in doc, "docs/onnx.md's coverage table is stale: regenerate it with python -m asyncnet.interop.onnx.coverage --markdown"
+    assert f"{passed} of {total}" in doc
 
 
 def _native_pattern() -> str:
@@ -38,7 +44,7 @@ def test_native_ops_pass_on_torch_and_async(net_type: str, tensors: str) -> None
     pytest.importorskip("torch")
     passed, total, failed = coverage.run(coverage._configured(net_type, tensors), _native_pattern())
     assert total > 150
-    assert not failed, failed
+    assert set(failed) <= set(coverage.excluded()), failed
 
 
 def test_excluded_file_gives_a_reason_for_each() -> None:

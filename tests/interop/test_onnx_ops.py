@@ -62,3 +62,31 @@ def test_rnn_with_only_the_last_state_output() -> None:
     want = ReferenceEvaluator(model).run(None, feeds)
     rep = backend.prepare(model, check=False)
     np.testing.assert_allclose(rep.run(feeds)[0], want[0], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.timeout(60)
+def test_loop_carrying_an_optional_sequence_gives_the_expected_sequence() -> None:
+    """ONNX's test_loop16_seq_none, compared element by element (its runner cannot compare it)."""
+    from onnx.backend.test.loader import load_model_tests
+
+    case = next(t for t in load_model_tests(kind="node") if t.name == "test_loop16_seq_none")
+    inputs, expected = case.data_sets[0]
+    got = backend.prepare(case.model).run(inputs)[0]
+    assert len(got) == len(expected[0])
+    for g, e in zip(got, expected[0]):
+        assert g.dtype == e.dtype and g.shape == e.shape
+        np.testing.assert_array_equal(g, e)
+
+
+@pytest.mark.timeout(60)
+def test_control_flow_runs_on_asyncnet_nets() -> None:
+    """If, Loop and Scan become ONNXIf / ONNXLoop / ONNXScan whose bodies are asyncnet nets."""
+    from onnx.backend.test.loader import load_model_tests
+
+    cases = {t.name: t for t in load_model_tests(kind="node")}
+    for name, op in (("test_if", "ONNXIf"), ("test_loop11", "ONNXLoop"), ("test_scan9_sum", "ONNXScan"), ("test_scan_sum", "ONNXScan")):
+        rep = backend.prepare(cases[name].model)
+        assert [o.type for o in rep.model.predict_net.ops] == [op]
+        inputs, expected = cases[name].data_sets[0]
+        for g, e in zip(rep.run(inputs), expected):
+            np.testing.assert_allclose(g, e, rtol=1e-6)

@@ -148,3 +148,8 @@ def onnx_tensor_fill(ctx: Any) -> np.ndarray:
     if len(data) != n * dtype.itemsize:
         raise ValueError(f"expected {n * dtype.itemsize} bytes for a {dtype} tensor of shape {shape}, got {len(data)}")
     return np.frombuffer(data, dtype=dtype).reshape(shape).copy()
+
+
+@register_op("ONNXEmptyOptional", inputs=0, outputs=1, doc="Y = an empty ONNX optional (OnnxValue(None)).")
+def onnx_empty_optional(ctx: Any) -> OnnxValue:
+    return OnnxValue(None)

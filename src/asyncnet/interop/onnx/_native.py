@@ -269,3 +269,69 @@ def _rnn(tr: Translator, node: Any) -> list[OperatorDef] | None:
     if node.op_type == "GRU":
         args["linear_before_reset"] = bool(a.get("linear_before_reset", 0))
     return [OperatorDef("ONNX" + node.op_type, [*ins[:3], *optional], [o for o in outs if o], args)]
+
+
+def _graph(node: Any, name: str) -> Any:
+    return next(a.g for a in node.attribute if a.name == name)
+
+
+def _outs(g: Any) -> list[str]:
+    return [v.name for v in g.output]
+
+
+@native("If")
+def _if(tr: Translator, node: Any) -> list[OperatorDef] | None:
+    """Both branches become asyncnet nets (ONNXIf runs one of them in a workspace of its own)."""
+    base = node.name or f"if{tr.index}"
+    then_net, then_outer = tr.subnet(_graph(node, "then_branch"), base + "_then")
+    else_net, else_outer = tr.subnet(_graph(node, "else_branch"), base + "_else")
+    outer = sorted(set(then_outer) | set(else_outer))
+    return [OperatorDef("ONNXIf", [node.input[0], *outer], list(node.output), {
+        "then_net": then_net.to_json(None), "else_net": else_net.to_json(None), "outer": outer,
+        "then_outputs": _outs(_graph(node, "then_branch")), "else_outputs": _outs(_graph(node, "else_branch"))})]
+
+
+@native("Loop")
+def _loop(tr: Translator, node: Any) -> list[OperatorDef] | None:
+    if any(not o for o in node.output):
+        return None
+    g = _graph(node, "body")
+    body, outer = tr.subnet(g, (node.name or f"loop{tr.index}") + "_body")
+    ins = list(node.input) + [""] * (2 - len(node.input))
+    carried = ins[2:]
+    if any(not n for n in carried):
+        return None
+    head = [n for n in ins[:2] if n]
+    return [OperatorDef("ONNXLoop", [*head, *carried, *outer], list(node.output), {
+        "body": body.to_json(None), "body_inputs": [v.name for v in g.input], "body_outputs": _outs(g), "outer": outer,
+        "has_trip_count": bool(ins[0]), "has_cond": bool(ins[1]), "num_carried": len(carried)})]
+
+
+@native("Scan")
+def _scan(tr: Translator, node: Any) -> list[OperatorDef] | None:
+    a = attrs(node)
+    batched = tr.opset < 9  # Scan-8: sequence_lens first, a batch axis
+    inputs = list(node.input)
+    has_lens = batched and bool(inputs and inputs[0])
+    if batched:
+        inputs = ([inputs[0]] if has_lens else []) + inputs[1:]
+    if any(not n for n in inputs) or any(not o for o in node.output):
+        return None
+    g = _graph(node, "body")
+    body, outer = tr.subnet(g, (node.name or f"scan{tr.index}") + "_body")
+    args: dict[str, Any] = {"body": body.to_json(None), "body_inputs": [v.name for v in g.input], "body_outputs": _outs(g),
+                            "outer": outer, "num_scan_inputs": int(a["num_scan_inputs"]), "num_inputs": len(inputs),
+                            "batched": batched, "has_sequence_lens": has_lens}
+    names = {"directions": "scan_input_directions"} if batched else {}
+    for k in ("scan_input_axes", "scan_input_directions", "scan_output_axes", "scan_output_directions", "directions"):
+        if k in a:
+            args[names.get(k, k)] = [int(v) for v in a[k]]
+    return [OperatorDef("ONNXScan", [*inputs, *outer], list(node.output), args)]
+
+
+@native("Optional")
+def _optional(tr: Translator, node: Any) -> list[OperatorDef] | None:
+    """An optional holding a value is the value itself in a blob; an empty one is OnnxValue(None)."""
+    if node.input and node.input[0]:
+        return _op("ONNXIdentity", node)
+    return [OperatorDef("ONNXEmptyOptional", [], [node.output[0]])]

@@ -115,6 +115,24 @@ class Translator:
                                   f"evaluator refuses it: {type(e).__name__}: {first}", node_where(self.index, node, "op_type")) from None
         return op
 
+    def subnet(self, graph: Any, name: str) -> tuple[Any, list[str]]:
+        """A subgraph (If branch, Loop or Scan body) as a NetDef and its outer-scope names."""
+        from asyncnet.core.defs import NetDef
+        from asyncnet.interop.onnx._import import constant_op, initializer_op
+
+        child = Translator.__new__(Translator)
+        child.__dict__.update(self.__dict__)
+        child.types = dict(self.types)
+        child.types.update({v.name: v for v in (*graph.input, *graph.value_info, *graph.output)})
+        child.constants = dict(self.constants)
+        ops = [initializer_op(t) for t in graph.initializer]
+        for i, node in enumerate(graph.node):
+            if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and constant_op(child, i, node, ops):
+                continue
+            ops += child.node(i, node)
+        self.index = child.index
+        return NetDef(name, ops=ops), sorted(_free(graph))
+
     def one_node_model(self, node: Any, inputs: list[str], outputs: list[str]) -> Any:
         import base64
 

@@ -89,7 +89,7 @@ def how_imported() -> dict[str, str]:
         "Flatten": "ONNXFlatten", "Reshape": "ONNXReshape", "Transpose": "ONNXTranspose", "Concat": "ONNXConcat",
         "Identity": "ONNXIdentity", "Dropout": "ONNXIdentity", "Softmax": "ONNXSoftmax", "LogSoftmax": "ONNXSoftmax",
         "Gather": "ONNXGather", "Expand": "ONNXExpand", "Where": "ONNXWhere", "Erf": "ONNXErf", "Gelu": "ONNXGelu", "Clip": "ONNXClip",
-        "LayerNormalization": "ONNXLayerNorm", "LSTM": "ONNXLSTM", "GRU": "ONNXGRU",
+        "LayerNormalization": "ONNXLayerNorm", "LSTM": "ONNXLSTM", "GRU": "ONNXGRU", "If": "ONNXIf", "Optional": "ONNXIdentity / ONNXEmptyOptional", "Loop": "ONNXLoop", "Scan": "ONNXScan",
     }
     return {op: targets.get(op, "native") for op in NATIVE}
 
