@@ -28,17 +28,22 @@ from asyncnet.core.defs import NetDef
 from asyncnet.core.registry import Arg, register_op
 from asyncnet.tensor.namespace import is_torch
 
-_NETS: dict[str, NetDef] = {}
+_NETS: dict[str, tuple[NetDef, NetDef]] = {}
+_FILLS = ("ONNXTensorFill", "ONNXEmptyOptional")
 _LOCK = threading.Lock()
 
 
-def _net(text: str) -> NetDef:
-    nd = _NETS.get(text)
-    if nd is None:
+def _net(text: str) -> tuple[NetDef, NetDef]:
+    """A body's constants (its input-free fills, run once per op run) and the rest of its ops."""
+    pair = _NETS.get(text)
+    if pair is None:
         nd = NetDef.from_json(text)
+        fills = [op for op in nd.ops if op.type in _FILLS and not op.inputs]
+        rest = [op for op in nd.ops if not (op.type in _FILLS and not op.inputs)]
+        pair = (NetDef(nd.name + "_constants", ops=fills), NetDef(nd.name, ops=rest))
         with _LOCK:
-            nd = _NETS.setdefault(text, nd)
-    return nd
+            pair = _NETS.setdefault(text, pair)
+    return pair
 
 
 class _Body:
@@ -48,7 +53,13 @@ class _Body:
         from asyncnet.core.workspace import Workspace
 
         self.ws = Workspace()
-        self.net_def = _net(text)
+        constants, self.net_def = _net(text)
+        self.ws.run_net_once(constants)
+        if any(is_torch(v) for v in values):  # the body's constants in the library of its inputs
+            for name in self.ws.blobs():
+                v = self.ws.fetch(name)
+                if isinstance(v, np.ndarray) and v.dtype.name in _TORCH_DTYPES:
+                    self.ws.feed(name, _torch_scalar(v))
         for name, v in zip(outer, values):
             self.ws.feed(name, v)
         self.ws.create_net(self.net_def)
@@ -61,6 +72,15 @@ class _Body:
 
     def close(self) -> None:
         self.ws.close()
+
+
+_TORCH_DTYPES = {"bool", "int8", "int16", "int32", "int64", "uint8", "float16", "float32", "float64"}
+
+
+def _torch_scalar(v: np.ndarray) -> Any:
+    import torch
+
+    return torch.from_numpy(v.copy())
 
 
 def _scalar(v: Any, dtype: Any, torch_like: bool) -> Any:

@@ -126,7 +126,7 @@ def onnx_gather(ctx: Any, x: Any, idx: Any) -> Any:
     i = np.where(idx < 0, idx + n, idx)
     if i.size and (i.min() < 0 or i.max() >= n):
         raise IndexError(f"indices out of range [-{n}, {n}) along axis {axis}")
-    return np.take(x, i, axis=axis)
+    return as_array(np.take(x, i, axis=axis))
 
 
 @_op("ONNXExpand", inputs=2, doc="Y = X broadcast with the shape in input 1 (ONNX Expand: numpy's two-way broadcast).")
@@ -160,15 +160,22 @@ def onnx_softmax(ctx: Any, x: Any) -> Any:
         a = axis % x.ndim if x.ndim else 0
         x = x.reshape(math.prod(shape[:a]), math.prod(shape[a:]))
         axis = 1
+    if is_torch(x) and x.dtype == _torch().float16 and x.device.type == "cpu":
+        # numpy's float16 arithmetic, as ONNX's reference computes it (torch's CPU softmax rounds once, from float32)
+        return _torch().from_numpy(_softmax_np(x.numpy(), axis, log)).reshape(shape)
     if is_torch(x):
         torch = _torch()
         y = torch.log_softmax(x, dim=axis) if log else torch.softmax(x, dim=axis)
     else:
-        m = x.max(axis=axis, keepdims=True) if x.size else x
-        e = np.exp(x - m)
-        s = e.sum(axis=axis, keepdims=True)
-        y = (x - m - np.log(s)) if log else e / s
+        y = _softmax_np(x, axis, log)
     return y.reshape(shape)
+
+
+def _softmax_np(x: np.ndarray, axis: int, log: bool) -> np.ndarray:
+    m = x.max(axis=axis, keepdims=True) if x.size else x
+    e = np.exp(x - m)
+    s = e.sum(axis=axis, keepdims=True)
+    return as_array((x - m - np.log(s)) if log else e / s)
 
 
 @_op("ONNXBatchNorm", inputs=5, args=[Arg("epsilon", float, 1e-5, "added to the variance")],
@@ -254,3 +261,134 @@ def onnx_clip(ctx: Any, x: Any) -> Any:
         return x.clamp(lo, hi)
     t = x.dtype.type
     return as_array(np.clip(x, None if lo is None else t(lo), None if hi is None else t(hi)))
+
+
+# -- shape and small tensor ops (transformers' attention reshapes) --------------------------
+
+
+@_op("ONNXShape", args=[Arg("start", int, 0, "first dim"), Arg("end", int, 2**62, "dims before this one")],
+     doc="Y = X's shape as int64 (ONNX Shape, with start and end), in X's library.")
+def onnx_shape(ctx: Any, x: Any) -> Any:
+    x = array(ctx, x, 0)
+    dims = list(x.shape)[slice(ctx.args["start"], ctx.args["end"] if ctx.args["end"] < 2**62 else None)]
+    if is_torch(x):
+        return _torch().tensor(dims, dtype=_torch().int64)
+    return np.array(dims, dtype=np.int64)
+
+
+def _axes(ctx: Any, ndim: int, given: Any) -> list[int]:
+    axes = _ints(given) if given is not None else list(ctx.args["axes"])
+    return sorted(a + ndim if a < 0 else a for a in axes)
+
+
+@_op("ONNXUnsqueeze", inputs=(1, 2), args=[Arg("axes", list, [], "axes of the output to insert (or input 1)", item_type=int)],
+     doc="Y = X with size-1 dims inserted at axes of the output (ONNX Unsqueeze).")
+def onnx_unsqueeze(ctx: Any, x: Any, axes: Any = None) -> Any:
+    x = array(ctx, x, 0)
+    out_rank = x.ndim + len(_ints(axes) if axes is not None else ctx.args["axes"])
+    shape = list(x.shape)
+    for a in _axes(ctx, out_rank, axes):
+        shape.insert(a, 1)
+    return x.reshape(tuple(shape))
+
+
+@_op("ONNXSqueeze", inputs=(1, 2), args=[Arg("axes", list, [], "axes to remove (or input 1; none: every size-1 dim)", item_type=int)],
+     doc="Y = X without the size-1 dims at axes (ONNX Squeeze).")
+def onnx_squeeze(ctx: Any, x: Any, axes: Any = None) -> Any:
+    x = array(ctx, x, 0)
+    given = axes is not None or ctx.args["axes"]
+    drop = set(_axes(ctx, x.ndim, axes)) if given else {i for i, d in enumerate(x.shape) if d == 1}
+    for a in drop:
+        if x.shape[a] != 1:
+            raise ValueError(f"cannot squeeze axis {a} of size {x.shape[a]} (shape {tuple(x.shape)})")
+    return x.reshape(tuple(d for i, d in enumerate(x.shape) if i not in drop))
+
+
+@_op("ONNXSlice", inputs=(3, 5), doc="Y = X[starts:ends:steps] on axes (ONNX Slice, opset 10 on: all as inputs).")
+def onnx_slice(ctx: Any, x: Any, starts: Any, ends: Any, axes: Any = None, steps: Any = None) -> Any:
+    x = array(ctx, x, 0)
+    st, en = _ints(starts), _ints(ends)
+    ax = _ints(axes) if axes is not None else list(range(len(st)))
+    sp = _ints(steps) if steps is not None else [1] * len(st)
+    index = [slice(None)] * x.ndim
+    flips = []
+    for s, e, a, k in zip(st, en, ax, sp):
+        a = a + x.ndim if a < 0 else a
+        n = x.shape[a]
+        s, e = max(min(s, n), -n - 1), max(min(e, n), -n - 1)  # numpy clamps as ONNX does
+        if k < 0 and is_torch(x):  # torch has no negative steps: slice the flipped axis
+            s2 = n - 1 - (s + n if s < 0 else min(s, n - 1))
+            e2 = n - 1 - (e + n if e < 0 else e) if e >= -n else n
+            index[a] = slice(max(s2, 0), max(e2, 0), -k)
+            flips.append(a)
+        else:
+            index[a] = slice(s, e, k)
+    if flips:
+        x = x.flip(flips)
+    return x[tuple(index)]
+
+
+_UNARY = {"Sqrt": ("sqrt", "sqrt"), "Exp": ("exp", "exp"), "Log": ("log", "log"), "Neg": ("negative", "neg"),
+          "Abs": ("abs", "abs"), "Reciprocal": ("reciprocal", "reciprocal")}
+
+
+@_op("ONNXUnary", args=[Arg("fn", str, Arg.REQUIRED, "the ONNX op", choices=tuple(_UNARY))],
+     doc="Y = fn(X) elementwise for fn in Sqrt, Exp, Log, Neg, Abs, Reciprocal (ONNX's ops of those names, floats).")
+def onnx_unary(ctx: Any, x: Any) -> Any:
+    x = array(ctx, x, 0)
+    np_name, torch_name = _UNARY[ctx.args["fn"]]
+    if is_torch(x):
+        return getattr(_torch(), torch_name)(x)
+    with np.errstate(all="ignore"):
+        return as_array(getattr(np, np_name)(x))
+
+
+_ONNX_TO_NP = {1: np.float32, 2: np.uint8, 3: np.int8, 4: np.uint16, 5: np.int16, 6: np.int32, 7: np.int64, 9: np.bool_,
+               10: np.float16, 11: np.float64, 12: np.uint32, 13: np.uint64}
+
+
+@_op("ONNXCast", args=[Arg("to", int, Arg.REQUIRED, "the ONNX element type", choices=tuple(_ONNX_TO_NP))],
+     doc="Y = X converted to the ONNX element type `to` (ONNX Cast between numeric and bool types).")
+def onnx_cast(ctx: Any, x: Any) -> Any:
+    x = array(ctx, x, 0)
+    dtype = np.dtype(_ONNX_TO_NP[ctx.args["to"]])
+    if is_torch(x):
+        return x.to(_torch().from_numpy(np.zeros(0, dtype)).dtype)
+    return x.astype(dtype)
+
+
+@_op("ONNXReduce", inputs=(1, 2), args=[Arg("fn", str, "mean", "mean, sum, max or min", choices=("mean", "sum", "max", "min")),
+                                         Arg("axes", list, [], "axes (or input 1); none: all", item_type=int),
+                                         Arg("keepdims", bool, True, "keep the reduced dims as 1s")],
+     doc="Y = the mean / sum / max / min of X over axes (ONNX ReduceMean, ReduceSum, ReduceMax, ReduceMin; non-empty X).")
+def onnx_reduce(ctx: Any, x: Any, axes: Any = None) -> Any:
+    x = array(ctx, x, 0)
+    ax = tuple(_axes(ctx, x.ndim, axes)) if (axes is not None or ctx.args["axes"]) else tuple(range(x.ndim))
+    fn, keep = ctx.args["fn"], ctx.args["keepdims"]
+    if not ax:
+        return x
+    if is_torch(x):
+        t = {"mean": x.mean, "sum": x.sum, "max": x.amax, "min": x.amin}[fn]
+        return t(dim=ax, keepdim=keep)
+    return as_array(getattr(x, fn)(axis=ax, keepdims=keep))
+
+
+@_op("ONNXPow", inputs=2, doc="Y = X ** E (ONNX Pow, float X and E of one dtype, broadcasting).")
+def onnx_pow(ctx: Any, x: Any, e: Any) -> Any:
+    if is_torch(x):
+        return _torch().pow(x, e)
+    with np.errstate(all="ignore"):
+        return as_array(np.power(x, e))
+
+
+_COMPARE = {"Equal": ("equal", "eq"), "Less": ("less", "lt"), "Greater": ("greater", "gt"),
+            "LessOrEqual": ("less_equal", "le"), "GreaterOrEqual": ("greater_equal", "ge")}
+
+
+@_op("ONNXCompare", inputs=2, args=[Arg("fn", str, Arg.REQUIRED, "the ONNX op", choices=tuple(_COMPARE))],
+     doc="Y = X op Z elementwise, a bool tensor (ONNX Equal, Less, Greater, LessOrEqual, GreaterOrEqual; numbers).")
+def onnx_compare(ctx: Any, x: Any, z: Any) -> Any:
+    np_name, torch_name = _COMPARE[ctx.args["fn"]]
+    if is_torch(x):
+        return getattr(_torch(), torch_name)(x, z)
+    return as_array(getattr(np, np_name)(x, z))

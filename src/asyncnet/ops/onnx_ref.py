@@ -78,12 +78,13 @@ def _validate_reference(op: OperatorDef) -> None:
 
 @register_op("ONNXReference", inputs=(0, None), outputs=(1, None), validate=_validate_reference,
              args=[Arg("model", str, Arg.REQUIRED, "a one-node ONNX model, serialized, base64"),
-                   Arg("onnx_op", str, "", "the ONNX op type it runs (for messages and drawings)")],
+                   Arg("onnx_op", str, "", "the ONNX op type it runs (for messages and drawings)"),
+                   Arg("torch_outputs", bool, False, "return torch tensors even from numpy inputs (a net on torch tensors)")],
              doc="Run one ONNX node with onnx's reference evaluator (onnx.reference): inputs are the node's "
                  "inputs and the outer-scope values its subgraphs read, outputs the node's outputs.")
 def onnx_reference(ctx: Any, *xs: Any) -> Any:
     ev = evaluator(ctx.args["model"])
-    torch_out = any(is_torch(x) for x in xs)
+    torch_out = ctx.args["torch_outputs"] or any(is_torch(x) for x in xs)
     feeds = {name: _host(x) for name, x in zip(ev.input_names, xs)}
     outs = ev.run(None, feeds)
     outs = [_result(y, torch_out) for y in outs]
@@ -100,14 +101,17 @@ def _host(x: Any) -> Any:
     return x
 
 
+_TORCH_DTYPES = {"bool", "int8", "int16", "int32", "int64", "uint8", "float16", "float32", "float64"}
+
+
 def _result(y: Any, torch_out: bool) -> Any:
-    if isinstance(y, np.generic):
+    if isinstance(y, (np.generic, bool, int, float)):
         y = np.asarray(y)
     if y is None:
         return OnnxValue(None)
     if isinstance(y, list):
         return OnnxValue([_result(v, torch_out) for v in y])
-    if torch_out and isinstance(y, np.ndarray) and y.dtype.kind in "biuf" and y.dtype.itemsize <= 8:
+    if torch_out and isinstance(y, np.ndarray) and y.dtype.name in _TORCH_DTYPES:
         import torch
 
         return torch.from_numpy(y if y.flags.c_contiguous and y.flags.writeable else y.copy())  # 0-d stays 0-d

@@ -121,11 +121,15 @@ def _batch_norm(tr: Translator, node: Any) -> list[OperatorDef] | None:
 
 @native("Flatten")
 def _flatten(tr: Translator, node: Any) -> list[OperatorDef] | None:
+    if not _torchable(tr, node.input[0]):
+        return None
     return _op("ONNXFlatten", node, axis=int(attrs(node).get("axis", 1)))
 
 
 @native("Reshape")
 def _reshape(tr: Translator, node: Any) -> list[OperatorDef] | None:
+    if not _torchable(tr, node.input[0]):
+        return None
     if tr.opset < 5:
         return None
     return _op("ONNXReshape", node, allowzero=bool(attrs(node).get("allowzero", 0)))
@@ -133,11 +137,15 @@ def _reshape(tr: Translator, node: Any) -> list[OperatorDef] | None:
 
 @native("Transpose")
 def _transpose(tr: Translator, node: Any) -> list[OperatorDef] | None:
+    if not _torchable(tr, node.input[0]):
+        return None
     return _op("ONNXTranspose", node, perm=[int(p) for p in attrs(node).get("perm", [])])
 
 
 @native("Concat")
 def _concat(tr: Translator, node: Any) -> list[OperatorDef] | None:
+    if not _torchable(tr, node.input[0]):
+        return None
     a = attrs(node)
     if "axis" not in a or tr.dtype(node.input[0]) is None:
         return None
@@ -146,6 +154,8 @@ def _concat(tr: Translator, node: Any) -> list[OperatorDef] | None:
 
 @native("Identity")
 def _identity(tr: Translator, node: Any) -> list[OperatorDef] | None:
+    if not _torchable(tr, node.input[0]):
+        return None
     if tr.dtype(node.input[0]) is None:
         return None  # sequences and optionals: the reference op
     return _op("ONNXIdentity", node)
@@ -154,6 +164,8 @@ def _identity(tr: Translator, node: Any) -> list[OperatorDef] | None:
 @native("Dropout")
 def _dropout(tr: Translator, node: Any) -> list[OperatorDef] | None:
     """Inference Dropout (no training_mode input, one output) is the identity."""
+    if not _torchable(tr, node.input[0]):
+        return None
     if len([o for o in node.output if o]) != 1 or len([n for n in node.input if n]) > 2 or tr.dtype(node.input[0]) is None:
         return None
     if len(node.input) > 2 and node.input[2]:
@@ -174,6 +186,8 @@ def _softmax(tr: Translator, node: Any) -> list[OperatorDef] | None:
 
 @native("Gather")
 def _gather(tr: Translator, node: Any) -> list[OperatorDef] | None:
+    if not _torchable(tr, node.input[0]):
+        return None
     if tr.dtype(node.input[0]) is None or tr.dtype(node.input[1]) is None:
         return None
     return _op("ONNXGather", node, axis=int(attrs(node).get("axis", 0)))
@@ -181,6 +195,8 @@ def _gather(tr: Translator, node: Any) -> list[OperatorDef] | None:
 
 @native("Expand")
 def _expand(tr: Translator, node: Any) -> list[OperatorDef] | None:
+    if not _torchable(tr, node.input[0]):
+        return None
     if tr.dtype(node.input[0]) is None:
         return None
     return _op("ONNXExpand", node)
@@ -335,3 +351,94 @@ def _optional(tr: Translator, node: Any) -> list[OperatorDef] | None:
     if node.input and node.input[0]:
         return _op("ONNXIdentity", node)
     return [OperatorDef("ONNXEmptyOptional", [], [node.output[0]])]
+
+
+NUMERIC = "biuf"
+
+
+def _numeric(tr: Translator, names: Any) -> bool:
+    return all(n and tr.dtype(n) is not None and tr.dtype(n).kind in NUMERIC and tr.dtype(n).itemsize <= 8
+               and tr.dtype(n).name in _NUMPY_NAMES for n in names)
+
+
+_NUMPY_NAMES = {"bool", "int8", "int16", "int32", "int64", "uint8", "float16", "float32", "float64"}  # torch has these too
+
+
+@native("Shape")
+def _shape(tr: Translator, node: Any) -> list[OperatorDef] | None:
+    if not _torchable(tr, node.input[0]):
+        return None
+    if tr.dtype(node.input[0]) is None:
+        return None
+    a = attrs(node)
+    return _op("ONNXShape", node, start=int(a.get("start", 0)), end=int(a.get("end", 2**62)))
+
+
+@native("Unsqueeze", "Squeeze")
+def _squeeze(tr: Translator, node: Any) -> list[OperatorDef] | None:
+    if not _torchable(tr, node.input[0]):
+        return None
+    if tr.dtype(node.input[0]) is None:
+        return None
+    a = attrs(node)
+    return _op("ONNX" + node.op_type, node, axes=[int(v) for v in a.get("axes", [])])
+
+
+@native("Slice")
+def _slice(tr: Translator, node: Any) -> list[OperatorDef] | None:
+    if tr.opset < 10 or not _numeric(tr, node.input[:1]) or any(not n for n in node.input[1:]):
+        return None
+    return _op("ONNXSlice", node)
+
+
+@native("Sqrt", "Exp", "Log", "Neg", "Abs", "Reciprocal")
+def _unary(tr: Translator, node: Any) -> list[OperatorDef] | None:
+    if not tr.all_float(node.input):
+        return None
+    return _op("ONNXUnary", node, fn=node.op_type)
+
+
+@native("Cast")
+def _cast(tr: Translator, node: Any) -> list[OperatorDef] | None:
+    to = int(attrs(node).get("to", 0))
+    a = attrs(node)
+    if set(a) - {"to"} or not _numeric(tr, node.input) or to not in (1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 13):
+        return None
+    if tr.dtype(node.input[0]).kind == "f" and to not in (1, 10, 11):
+        return None  # float -> int/bool: out-of-range values are implementation-defined; keep the reference's
+    if to in (4, 12, 13):
+        return None  # uint16/32/64: torch has no kernels for them
+    return _op("ONNXCast", node, to=to)
+
+
+@native("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin")
+def _reduce(tr: Translator, node: Any) -> list[OperatorDef] | None:
+    a = attrs(node)
+    shape = tr.shape(node.input[0])
+    if (not tr.all_float(node.input[:1]) or a.get("noop_with_empty_axes", 0) or shape is None
+            or any(not isinstance(d, int) or d == 0 for d in shape) or set(a) - {"axes", "keepdims"}):
+        return None
+    if len(node.input) > 1 and node.input[1] and tr.const(node.input[1]) is None:
+        return None
+    return _op("ONNXReduce", node, fn=node.op_type[len("Reduce"):].lower(), axes=[int(v) for v in a.get("axes", [])],
+               keepdims=bool(a.get("keepdims", 1)))
+
+
+@native("Pow")
+def _pow(tr: Translator, node: Any) -> list[OperatorDef] | None:
+    if not tr.all_float(node.input) or tr.dtype(node.input[0]) != tr.dtype(node.input[1]):
+        return None
+    return _op("ONNXPow", node)
+
+
+@native("Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual")
+def _compare(tr: Translator, node: Any) -> list[OperatorDef] | None:
+    if not _numeric(tr, node.input) or tr.dtype(node.input[0]) != tr.dtype(node.input[1]) or tr.opset < 7:
+        return None
+    return _op("ONNXCompare", node, fn=node.op_type)
+
+
+def _torchable(tr: Translator, name: str) -> bool:
+    """The value's dtype is known and one torch has too (so a net on torch tensors keeps one library)."""
+    d = tr.dtype(name)
+    return d is not None and d.name in _NUMPY_NAMES

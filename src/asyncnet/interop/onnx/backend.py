@@ -24,7 +24,7 @@ from onnx.backend.base import Backend, BackendRep, Device, DeviceType
 
 from asyncnet.core.workspace import Workspace
 from asyncnet.interop.onnx._import import OnnxInputError, OnnxModel, load
-from asyncnet.ops.onnx_ref import OnnxValue
+from asyncnet.ops.onnx_ref import _TORCH_DTYPES, OnnxValue
 from asyncnet.tensor.namespace import to_numpy
 
 __all__ = ["AsyncnetBackend", "AsyncnetRep", "prepare", "run_model", "run_node", "supports_device"]
@@ -47,6 +47,8 @@ class AsyncnetRep(BackendRep):
         if tensors == "torch":
             for name in self.workspace.blobs():
                 self.workspace.feed(name, _to_torch(self.workspace.fetch(name)))
+        if tensors == "torch":
+            model.predict_net = _torch_outputs(model.predict_net)
         self.net = self.workspace.create_net(model.predict_net)
         self.input_names = [v.name for v in model.inputs]
         self.output_names = [v.name for v in model.outputs]
@@ -77,9 +79,18 @@ class AsyncnetRep(BackendRep):
                              f"got {type(inputs).__name__}")
 
 
+def _torch_outputs(net: Any) -> Any:
+    """The net with its reference ops returning torch tensors (their inputs may be numpy-only dtypes)."""
+    import dataclasses
+
+    ops = [dataclasses.replace(op, args={**op.args, "torch_outputs": True}) if op.type == "ONNXReference" else op
+           for op in net.ops]
+    return dataclasses.replace(net, ops=ops)
+
+
 def _to_torch(x: Any) -> Any:
     """A numpy array as a torch CPU tensor sharing its memory, 0-d arrays staying 0-d."""
-    if not isinstance(x, np.ndarray) or x.dtype.kind not in "biuf" or x.dtype.itemsize > 8 or x.dtype.name.startswith(("bfloat", "float8", "float4", "int4", "uint4")):
+    if not isinstance(x, np.ndarray) or x.dtype.name not in _TORCH_DTYPES:
         return x
     import torch
 

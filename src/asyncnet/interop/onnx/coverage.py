@@ -89,7 +89,12 @@ def how_imported() -> dict[str, str]:
         "Flatten": "ONNXFlatten", "Reshape": "ONNXReshape", "Transpose": "ONNXTranspose", "Concat": "ONNXConcat",
         "Identity": "ONNXIdentity", "Dropout": "ONNXIdentity", "Softmax": "ONNXSoftmax", "LogSoftmax": "ONNXSoftmax",
         "Gather": "ONNXGather", "Expand": "ONNXExpand", "Where": "ONNXWhere", "Erf": "ONNXErf", "Gelu": "ONNXGelu", "Clip": "ONNXClip",
-        "LayerNormalization": "ONNXLayerNorm", "LSTM": "ONNXLSTM", "GRU": "ONNXGRU", "If": "ONNXIf", "Optional": "ONNXIdentity / ONNXEmptyOptional", "Loop": "ONNXLoop", "Scan": "ONNXScan",
+        "LayerNormalization": "ONNXLayerNorm", "LSTM": "ONNXLSTM", "GRU": "ONNXGRU", "If": "ONNXIf", "Shape": "ONNXShape", "Unsqueeze": "ONNXUnsqueeze", "Squeeze": "ONNXSqueeze",
+        "Slice": "ONNXSlice", "Sqrt": "ONNXUnary", "Exp": "ONNXUnary", "Log": "ONNXUnary", "Neg": "ONNXUnary",
+        "Abs": "ONNXUnary", "Reciprocal": "ONNXUnary", "Cast": "ONNXCast", "ReduceMean": "ONNXReduce",
+        "ReduceSum": "ONNXReduce", "ReduceMax": "ONNXReduce", "ReduceMin": "ONNXReduce", "Pow": "ONNXPow",
+        "Equal": "ONNXCompare", "Less": "ONNXCompare", "Greater": "ONNXCompare", "LessOrEqual": "ONNXCompare",
+        "GreaterOrEqual": "ONNXCompare", "Optional": "ONNXIdentity / ONNXEmptyOptional", "Loop": "ONNXLoop", "Scan": "ONNXScan",
     }
     return {op: targets.get(op, "native") for op in NATIVE}
 
