@@ -23,8 +23,12 @@ def _no_unknown(node: Any, allowed: set[str]) -> bool:
 
 @native("Add", "Sub", "Mul", "Div")
 def _binary(tr: Translator, node: Any) -> list[OperatorDef] | None:
-    """Float elementwise arithmetic with numpy broadcasting (opset 7 on): asyncnet's Add/Sub/Mul/Div."""
-    if tr.opset < 7 or not tr.all_float(node.input) or node.attribute:
+    """Elementwise arithmetic with numpy broadcasting (opset 7 on): asyncnet's Add/Sub/Mul/Div (floats; Add,
+    Sub and Mul also on the integer types torch has, which wrap as ONNX's do)."""
+    if tr.opset < 7 or node.attribute or tr.dtype(node.input[0]) != tr.dtype(node.input[1]):
+        return None
+    ints = node.op_type != "Div" and _numeric(tr, node.input) and tr.dtype(node.input[0]).kind in "iu"
+    if not (tr.all_float(node.input) or ints):
         return None
     return _op(node.op_type, node)
 
