@@ -90,3 +90,24 @@ def test_control_flow_runs_on_asyncnet_nets() -> None:
         inputs, expected = cases[name].data_sets[0]
         for g, e in zip(rep.run(inputs), expected):
             np.testing.assert_allclose(g, e, rtol=1e-6)
+
+
+@pytest.mark.timeout(60)
+def test_conv_batch_norm_folded_at_import() -> None:
+    g = np.random.default_rng(3)
+    t = lambda name, a: oh.make_tensor(name, TensorProto.FLOAT, a.shape, a.astype(np.float32).ravel())  # noqa: E731
+    inits = [t("w", g.standard_normal((4, 3, 3, 3))), t("b", g.standard_normal(4)), t("s", g.standard_normal(4)),
+             t("beta", g.standard_normal(4)), t("mean", g.standard_normal(4)), t("var", g.uniform(0.5, 2, 4))]
+    nodes = [oh.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+             oh.make_node("BatchNormalization", ["c", "s", "beta", "mean", "var"], ["y"], epsilon=1e-3)]
+    graph = oh.make_graph(nodes, "g", [oh.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 5, 5])],
+                          [oh.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4, 5, 5])], initializer=inits)
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 15)])
+    x = g.standard_normal((2, 3, 5, 5)).astype(np.float32)
+    want = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    rep = backend.prepare(model)
+    assert [op.type for op in rep.model.predict_net.ops] == ["Conv"]
+    np.testing.assert_allclose(rep.run([x])[0], want, rtol=1e-5, atol=1e-5)
+    unfolded = backend.prepare(model, optimize=False)
+    assert [op.type for op in unfolded.model.predict_net.ops] == ["Conv", "ONNXBatchNorm"]
+    np.testing.assert_allclose(unfolded.run([x])[0], want, rtol=1e-5, atol=1e-5)

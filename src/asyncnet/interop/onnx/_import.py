@@ -125,11 +125,12 @@ def node_where(i: int, node: Any, field_name: str = "") -> str:
 
 
 def load(source: Any, *, net_type: str = "simple", num_workers: int | None = None, name: str = "onnx",
-         check: bool = True) -> OnnxModel:
+         check: bool = True, optimize: bool = True) -> OnnxModel:
     """Import an ONNX model (path, bytes or ``onnx.ModelProto``) as asyncnet nets.
 
     ``net_type`` and ``num_workers`` are the predict net's executor; ``check`` runs
-    ``onnx.checker`` first. Errors are :class:`OnnxImportError` naming the node and field::
+    ``onnx.checker`` first; ``optimize`` folds inference batch norms into the convolutions
+    before them (:mod:`._optimize`). Errors are :class:`OnnxImportError` naming the node and field::
 
         >>> import asyncnet as an
         >>> an.onnx.load(b"not a model")  # doctest: +ELLIPSIS
@@ -144,6 +145,10 @@ def load(source: Any, *, net_type: str = "simple", num_workers: int | None = Non
     opset = default_opset(model)
     if check:
         _check(model)
+    if optimize:
+        from asyncnet.interop.onnx._optimize import fold_batch_norm
+
+        model = fold_batch_norm(model)
     types = infer_types(model)
     graph = model.graph
     init_names = {t.name for t in graph.initializer}

@@ -127,11 +127,12 @@ class AsyncnetBackend(Backend):
 
     @classmethod
     def prepare(cls, model: Any, device: str = "CPU", net_type: str = "simple", num_workers: int | None = None,
-                tensors: str = "numpy", check: bool = True, **kwargs: Any) -> AsyncnetRep:
+                tensors: str = "numpy", check: bool = True, optimize: bool = True, **kwargs: Any) -> AsyncnetRep:
         """Import ``model`` (ModelProto, path or bytes) and create its nets once (``check``: run onnx.checker first)."""
         if not cls.supports_device(device):
             raise ValueError(f"expected device 'CPU', got {device!r}")
-        imported = load(model, net_type=net_type, num_workers=num_workers, name=f"onnx_{next(_ids)}", check=check)
+        imported = load(model, net_type=net_type, num_workers=num_workers, name=f"onnx_{next(_ids)}", check=check,
+                        optimize=optimize)
         return AsyncnetRep(imported, tensors)
 
     @classmethod
