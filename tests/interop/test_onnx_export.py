@@ -10,7 +10,7 @@ ort = pytest.importorskip("onnxruntime")
 
 import asyncnet as an  # noqa: E402
 from asyncnet.interop.onnx import OnnxExportError, export  # noqa: E402
-from asyncnet.model.zoo import cnn, dlrm, mlp  # noqa: E402
+from asyncnet.model.zoo import cnn, dlrm, lstm, mlp  # noqa: E402
 from asyncnet.model.zoo.dlrm import click_log  # noqa: E402
 
 
@@ -38,6 +38,8 @@ def _ort(model, feeds: dict) -> np.ndarray:  # type: ignore[no-untyped-def]
 
 
 CASES = {
+    "lstm": (lambda: lstm(hidden=12, num_classes=3), lambda g: {"data": g.standard_normal((4, 64), dtype=np.float32),
+                                                               "label": g.integers(0, 3, 4).astype(np.int32)}, ["data"], "softmax"),
     "mlp": (lambda: mlp(6, (16,), 4), lambda g: {"data": g.standard_normal((5, 6), dtype=np.float32),
                                                   "label": g.integers(0, 4, 5).astype(np.int32)}, ["data"], "softmax"),
     "cnn": (lambda: cnn((4, 8), 3, side=8), lambda g: {"data": g.standard_normal((3, 1, 8, 8), dtype=np.float32),

@@ -33,6 +33,7 @@ class _Graph:
         self.inits: dict[str, np.ndarray] = {}
         self.values = values
         self.n = 0
+        self.zero_states: set = set()
 
     def node(self, op_type: str, inputs: Sequence[str], outputs: Sequence[str], **attrs: Any) -> None:
         import onnx.helper
@@ -209,15 +210,70 @@ def _sparse_lengths_sum(g: _Graph, op: OperatorDef, needed: set) -> None:
 
 
 _USED_INPUTS = {"SoftmaxWithLoss": 1}  # the inputs an export reads (the loss's labels are not)
+
+
+@exporter("Transpose")
+def _transpose(g: _Graph, op: OperatorDef, needed: set) -> None:
+    axes = op.args.get("axes") or list(range(_rank(g, op, op.inputs[0])))[::-1]
+    g.node("Transpose", op.inputs[:1], op.outputs[:1], perm=[int(a) for a in axes])
+
+
+_TORCH_TO_ONNX_GATES = (0, 3, 1, 2)  # torch's (i, f, g, o) blocks in ONNX's order (i, o, f, c)
+
+
+@exporter("LSTM")
+def _lstm(g: _Graph, op: OperatorDef, needed: set) -> None:
+    """asyncnet's LSTM (torch.nn.LSTM's layout) as ONNX LSTM: the gate blocks reordered, the two
+    biases concatenated, the direction axis squeezed out of Y, h_T and c_T."""
+    if len(op.outputs) > 3 and op.outputs[3] in needed:
+        raise ValueError("the LSTM's gradient cache output has no ONNX equivalent")
+    x, h0, c0, w_ih, w_hh, b_ih, b_hh = op.inputs
+    for name in (w_ih, w_hh, b_ih, b_hh):
+        if name not in g.values:
+            raise ValueError(f"the LSTM's weight {name!r} is not a parameter")
+    hidden = g.values[w_hh].shape[1]
+
+    def gates(a: np.ndarray) -> np.ndarray:
+        blocks = np.split(a, 4, axis=0)
+        return np.concatenate([blocks[i] for i in _TORCH_TO_ONNX_GATES], axis=0)
+
+    w = g.const(gates(g.values[w_ih])[None], g.values[w_ih].dtype)
+    r = g.const(gates(g.values[w_hh])[None], g.values[w_hh].dtype)
+    b = g.const(np.concatenate([gates(g.values[b_ih]), gates(g.values[b_hh])])[None], g.values[b_ih].dtype)
+    states = []
+    for s in (h0, c0):
+        if s in g.zero_states:
+            states.append("")
+        else:
+            u = g.tmp(s + "_dir")
+            g.node("Unsqueeze", [s, g.const([0])], [u])
+            states.append(u)
+    y4, h3, c3 = g.tmp(op.outputs[0] + "_4d"), g.tmp(op.outputs[1] + "_dir"), g.tmp(op.outputs[2] + "_dir")
+    g.node("LSTM", [x, w, r, b, "", *states], [y4, h3, c3], hidden_size=int(hidden))
+    g.node("Squeeze", [y4, g.const([1])], op.outputs[:1])
+    g.node("Squeeze", [h3, g.const([0])], op.outputs[1:2])
+    g.node("Squeeze", [c3, g.const([0])], op.outputs[2:3])
+
+
+def _zero_states(ops: list[OperatorDef]) -> set:
+    """Blobs that a ConstantFill of value 0 makes from a shape (an LSTM's zero initial states)."""
+    return {op.outputs[0] for op in ops if op.type == "ConstantFill" and float(op.args.get("value", 0.0)) == 0.0}
+
+
+def _used(op: OperatorDef, zero: set) -> list[str]:
+    if op.type == "LSTM":
+        return [n for i, n in enumerate(op.inputs) if not (i in (1, 2) and n in zero)]
+    return list(op.inputs[:_USED_INPUTS.get(op.type)])
 _DROPPED = {"Accuracy", "AveragedLoss", "SigmoidCrossEntropyWithLogits", "LabelCrossEntropy", "SquaredL2Distance"}
 
 
 def _needed_ops(ops: list[OperatorDef], outputs: list[str]) -> tuple[list[OperatorDef], set]:
     needed, kept = set(outputs), []
+    zero = _zero_states(ops)
     for op in reversed(ops):
         if any(o in needed for o in op.outputs):
             kept.append(op)
-            needed.update(op.inputs[:_USED_INPUTS.get(op.type)])
+            needed.update(_used(op, zero))
     return kept[::-1], needed
 
 
@@ -282,13 +338,14 @@ def export(model: Any, path: str | os.PathLike[str] | None, inputs: Mapping[str,
     ops, needed = _needed_ops([op for op in pred.ops if op.type not in _DROPPED or any(o in outs for o in op.outputs)], outs)
     values = _values(init, NetDef(pred.name, ops=ops), workspace, feeds)
     g = _Graph(values)
+    g.zero_states = _zero_states(pred.ops)
     produced = set(feeds)
     for i, op in enumerate(ops):
         fn = EXPORTERS.get(op.type)
         if fn is None:
             raise OnnxExportError(f"op {op.type!r} has no ONNX export; exportable ops: {sorted(EXPORTERS)}",
                                   f"ops[{i}] ({op.type}{' ' + repr(op.name) if op.name else ''})")
-        for name in op.inputs[:_USED_INPUTS.get(op.type)]:
+        for name in _used(op, g.zero_states):
             if name not in produced and name not in g.inits:
                 if name not in values:
                     raise OnnxExportError(f"input {name!r} is neither a graph input, an op output nor a parameter",
