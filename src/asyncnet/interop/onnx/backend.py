@@ -52,6 +52,7 @@ class AsyncnetRep(BackendRep):
         self.net = self.workspace.create_net(model.predict_net)
         self.input_names = [v.name for v in model.inputs]
         self.output_names = [v.name for v in model.outputs]
+        self._pack = _outputs_type(self.output_names)
 
     def run(self, inputs: Any, **kwargs: Any) -> tuple[Any, ...]:
         """Outputs (numpy arrays, in graph order) for ``inputs``: a list in graph-input order, a
@@ -64,7 +65,7 @@ class AsyncnetRep(BackendRep):
                 self.workspace.feed(name, _to_torch(value) if self.tensors == "torch" else value)
             self.workspace.run_net(self.model.predict_net.name)
             outs = [_host(self.workspace.fetch(n)) for n in self.output_names]
-        return _outputs(self.output_names, outs)
+        return self._pack(outs)
 
     def _feeds(self, inputs: Any) -> dict[str, Any]:
         if isinstance(inputs, Mapping):
@@ -113,13 +114,14 @@ def _host(x: Any) -> Any:
     return to_numpy(x)
 
 
-def _outputs(names: Sequence[str], values: list[Any]) -> tuple[Any, ...]:
+def _outputs_type(names: Sequence[str]) -> Any:
+    """values -> a namedtuple of the outputs by name (a plain tuple for names that cannot be fields)."""
     fields = [n if n.isidentifier() and not n.startswith("_") else f"output_{i}" for i, n in enumerate(names)]
     try:
         cls = namedtuple("Outputs", fields)  # type: ignore[misc]
     except ValueError:  # repeated or keyword names
-        return tuple(values)
-    return cls(*values)
+        return tuple
+    return lambda values: cls(*values)
 
 
 class AsyncnetBackend(Backend):
