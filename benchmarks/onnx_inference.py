@@ -102,9 +102,13 @@ def _models() -> dict[str, tuple[Callable[[], Any], Callable[[int], np.ndarray]]
 def _export(model: Any, x: np.ndarray) -> bytes:
     import torch
 
+    import warnings
+
     f = io.BytesIO()
-    torch.onnx.export(model, (torch.from_numpy(x),), f, dynamo=False, opset_version=17, input_names=["x"],
-                      output_names=["y"], dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}})
+    with warnings.catch_warnings():  # the TorchScript exporter's deprecation notice (it needs no onnxscript)
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, (torch.from_numpy(x),), f, dynamo=False, opset_version=17, input_names=["x"],
+                          output_names=["y"], dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}})
     return f.getvalue()
 
 
