@@ -72,8 +72,63 @@ class _Ops:
         return list(self.lib.chunk(x, n, dim=-1)) if self.torch else np.split(x, n, axis=-1)
 
 
+# ONNX's gate blocks in torch's order: LSTM (i, o, f, c) -> (i, f, g, o); GRU (z, r, h) -> (r, z, n)
+_TORCH_ORDER = {4: (0, 2, 3, 1), 3: (1, 0, 2)}
+
+
+def _fused_torch(ctx: Any, x: Any, w: Any, r: Any, b: Any, h0: Any, c0: Any, n_gates: int) -> Any:
+    """torch's fused LSTM / GRU (torch.lstm, torch.gru: one C++ call for the whole sequence) with the
+    weights reordered; GRU only with linear_before_reset=1, the form torch computes."""
+    import torch
+
+    hidden, layout = ctx.args["hidden_size"], ctx.args["layout"]
+    direction = ctx.args["direction"]
+    dirs = 2 if direction == "bidirectional" else 1
+    if w.shape[0] != dirs or w.shape[1] != n_gates * hidden or r.shape[1] != n_gates * hidden or r.shape[2] != hidden:
+        return None  # the general path raises the shape error
+
+    def reorder(a: Any) -> Any:
+        blocks = torch.chunk(a, n_gates, dim=0)
+        return torch.cat([blocks[i] for i in _TORCH_ORDER[n_gates]], dim=0)
+
+    flat = []
+    for d in range(dirs):
+        flat += [reorder(w[d]), reorder(r[d])]
+        if b is not None:
+            flat += [reorder(b[d][: n_gates * hidden]), reorder(b[d][n_gates * hidden:])]
+    seq_first = x if layout == 0 else x.transpose(0, 1)
+    if direction == "reverse":
+        seq_first = seq_first.flip(0)
+    batch = seq_first.shape[1]
+
+    def initial(state: Any) -> Any:
+        if state is None:
+            return x.new_zeros((dirs, batch, hidden))
+        return state.transpose(0, 1).contiguous() if layout == 1 else state
+
+    h_init, c_init = initial(h0), initial(c0)
+    bidi = direction == "bidirectional"
+    if n_gates == 4:
+        y, h, c = torch.lstm(seq_first, (h_init, c_init), flat, b is not None, 1, 0.0, False, bidi, False)
+    else:
+        y, h = torch.gru(seq_first, h_init, flat, b is not None, 1, 0.0, False, bidi, False)
+        c = h
+    if direction == "reverse":
+        y = y.flip(0)
+    y = y.reshape(y.shape[0], batch, dirs, hidden).permute(0, 2, 1, 3)  # [seq, dirs, batch, H]
+    if layout == 1:
+        y, h, c = y.permute(2, 0, 1, 3), h.transpose(0, 1), c.transpose(0, 1)
+    picked = [v for v, p in zip([y, h, c][: len(ctx.args["produce"])], ctx.args["produce"]) if p]
+    return picked[0] if len(picked) == 1 else picked
+
+
 def _run(ctx: Any, x: Any, w: Any, r: Any, b: Any, h0: Any, c0: Any, cell: Any, n_gates: int) -> Any:
     x, w, r = float_array(ctx, x, 0), float_array(ctx, w, 1), float_array(ctx, r, 2)
+    if (is_torch(x) and x.shape[0 if ctx.args["layout"] == 0 else 1] > 0
+            and (n_gates == 4 or ctx.args.get("linear_before_reset")) and x.dtype in _fused_dtypes()):
+        out = _fused_torch(ctx, x, w, r, b, h0, c0, n_gates)
+        if out is not None:
+            return out
     ops = _Ops(x)
     hidden, layout = ctx.args["hidden_size"], ctx.args["layout"]
     if layout == 1:
@@ -110,6 +165,12 @@ def _run(ctx: Any, x: Any, w: Any, r: Any, b: Any, h0: Any, c0: Any, cell: Any, 
     results = [y, y_h, y_c][: len(ctx.args["produce"])]
     picked = [v for v, p in zip(results, ctx.args["produce"]) if p]
     return picked[0] if len(picked) == 1 else picked
+
+
+def _fused_dtypes() -> tuple[Any, ...]:
+    import torch
+
+    return (torch.float32, torch.float64)
 
 
 def _lstm_cell(ops: _Ops, xw: Any, h: Any, c: Any, r: Any, rb: Any) -> tuple[Any, Any]:
