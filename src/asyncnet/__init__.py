@@ -34,6 +34,14 @@ from asyncnet.autodiff import add_gradient_ops
 
 __version__ = "0.1.0"
 
+
+def __getattr__(name: str):  # type: ignore[no-untyped-def]
+    if name == "onnx":  # lazy: importing asyncnet must not import onnx
+        import importlib
+
+        return importlib.import_module("asyncnet.onnx")
+    raise AttributeError(f"module 'asyncnet' has no attribute {name!r}")
+
 __all__ = [
     "AsyncNetError", "BlobNotFoundError", "CheckpointError", "ExecutionError", "NetBusyError", "NetDefinitionError",
     "OperatorError", "SyncAbortedError", "SyncError", "SyncMismatchError", "SyncTimeoutError",

@@ -25,7 +25,9 @@ def run(args: argparse.Namespace) -> int:
 
     if not args.output.lower().endswith((".svg", ".png", ".dot", ".gv")):
         raise CLIError(f"-o expects a file ending in .svg, .png or .dot, got {args.output!r}")
-    net_def = load_net(args.net)
+    from asyncnet.cli.onnx_cmd import is_onnx, onnx_net
+
+    net_def = onnx_net(args.net) if is_onnx(args.net) else load_net(args.net)
     try:
         used = save_graph(net_def, args.output, engine=args.engine)
     except OSError as e:

@@ -120,7 +120,7 @@ def _dispatch(argv: list[str] | None, stop: "_StopSignals") -> int:
         if stop.received is not None:  # an error that the interruption itself caused
             return _stopped(stop.received)
         _say(f"asyncnet: error: {_one_line(str(e))}")
-        return EXIT_ERROR
+        return int(getattr(e, "exit_status", EXIT_ERROR))
     except MemoryError:
         _say("asyncnet: error: out of memory (an input too large for this machine?)")
         return EXIT_ERROR

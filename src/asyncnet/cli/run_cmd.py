@@ -7,6 +7,7 @@ import argparse
 import numpy as np
 
 from asyncnet.cli.common import CLIError, load_net, parse_feeds, save_npz
+from asyncnet.cli.onnx_cmd import is_onnx, run_onnx
 from asyncnet.core.workspace import Workspace
 
 
@@ -14,6 +15,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="run a net from a JSON file", description="Run NET.json against fed blobs.")
     p.add_argument("net", metavar="NET.json")
     p.add_argument("--feed", action="append", metavar="NAME=FILE.npy", help="blob to feed (repeatable)")
+    p.add_argument("--input", action="append", dest="feed", metavar="NAME=FILE.npy", help="same as --feed (an ONNX model's input)")
     p.add_argument("--fetch", action="append", metavar="NAME", help="blob to print after the run (repeatable)")
     p.add_argument("--save", metavar="OUT.npz", help="save the fetched blobs to an npz file")
     p.add_argument("--iters", type=int, default=1, help="number of runs (default 1)")
@@ -25,6 +27,8 @@ def run(args: argparse.Namespace) -> int:
         raise CLIError(f"--iters must be >= 0, got {args.iters}")
     if args.save and not args.save.lower().endswith(".npz"):
         raise CLIError(f"--save expects a file name ending in .npz, got {args.save!r}")
+    if is_onnx(args.net):
+        return run_onnx(args)
     net_def = load_net(args.net)
     ws = Workspace()
     for name, value in parse_feeds(args.feed).items():

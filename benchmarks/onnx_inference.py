@@ -1,0 +1,223 @@
+"""ONNX inference: asyncnet (simple and async_scheduling executors, numpy and torch tensors) against
+onnxruntime (1 and 2 intra-op threads) and torch eager (1 and 2 threads) on models exported with
+``torch.onnx.export`` from PyTorch models built here with random weights.
+
+For each model: the import time, batch-1 latency (ms) and batch-32 throughput (samples/s), medians
+over interleaved rounds (each round runs every peer once), and the load average before and after.
+
+    python benchmarks/onnx_inference.py [--quick] [--json] [--model NAME ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import statistics
+import sys
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+
+def _models() -> dict[str, tuple[Callable[[], Any], Callable[[int], np.ndarray]]]:
+    import torch
+    from torch import nn
+
+    class Block(nn.Module):
+        def __init__(self, c_in: int, c_out: int, stride: int):
+            super().__init__()
+            self.body = nn.Sequential(nn.Conv2d(c_in, c_out, 3, stride, 1, bias=False), nn.BatchNorm2d(c_out), nn.ReLU(),
+                                      nn.Conv2d(c_out, c_out, 3, 1, 1, bias=False), nn.BatchNorm2d(c_out))
+            self.skip = (nn.Sequential(nn.Conv2d(c_in, c_out, 1, stride, bias=False), nn.BatchNorm2d(c_out))
+                         if stride != 1 or c_in != c_out else nn.Identity())
+
+        def forward(self, x):  # type: ignore[no-untyped-def]
+            return torch.relu(self.body(x) + self.skip(x))
+
+    def resnet() -> nn.Module:  # ResNet-18's layout at 1/4 width
+        layers: list[nn.Module] = [nn.Conv2d(3, 16, 7, 2, 3, bias=False), nn.BatchNorm2d(16), nn.ReLU(), nn.MaxPool2d(3, 2, 1)]
+        c = 16
+        for c_out, stride in ((16, 1), (32, 2), (64, 2), (128, 2)):
+            layers += [Block(c, c_out, stride), Block(c_out, c_out, 1)]
+            c = c_out
+        return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(c, 10))
+
+    class Inception(nn.Module):
+        def __init__(self, c: int):
+            super().__init__()
+            self.b1 = nn.Conv2d(c, 16, 1)
+            self.b2 = nn.Sequential(nn.Conv2d(c, 16, 1), nn.ReLU(), nn.Conv2d(16, 24, 3, padding=1))
+            self.b3 = nn.Sequential(nn.Conv2d(c, 8, 1), nn.ReLU(), nn.Conv2d(8, 12, 5, padding=2))
+            self.b4 = nn.Sequential(nn.MaxPool2d(3, 1, 1), nn.Conv2d(c, 12, 1))
+
+        def forward(self, x):  # type: ignore[no-untyped-def]
+            return torch.relu(torch.cat([self.b1(x), self.b2(x), self.b3(x), self.b4(x)], 1))
+
+    def inception() -> nn.Module:
+        return nn.Sequential(nn.Conv2d(3, 32, 3, 2, 1), nn.ReLU(), Inception(32), Inception(64), nn.MaxPool2d(2),
+                             Inception(64), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 10))
+
+    def mobilenet() -> nn.Module:
+        def dw(c_in: int, c_out: int, s: int) -> nn.Module:
+            return nn.Sequential(nn.Conv2d(c_in, c_in, 3, s, 1, groups=c_in, bias=False), nn.BatchNorm2d(c_in), nn.ReLU6(),
+                                 nn.Conv2d(c_in, c_out, 1, bias=False), nn.BatchNorm2d(c_out), nn.ReLU6())
+
+        return nn.Sequential(nn.Conv2d(3, 32, 3, 2, 1), nn.ReLU6(), dw(32, 64, 1), dw(64, 128, 2), dw(128, 128, 1),
+                             dw(128, 256, 2), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(256, 10))
+
+    class Transformer(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            layer = nn.TransformerEncoderLayer(d_model=64, nhead=4, dim_feedforward=128, dropout=0.0, batch_first=True)
+            self.enc = nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=False)
+            self.head = nn.Linear(64, 5)
+
+        def forward(self, x):  # type: ignore[no-untyped-def]
+            return self.head(self.enc(x).mean(dim=1))
+
+    class LSTMClassifier(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lstm = nn.LSTM(32, 64, batch_first=True)
+            self.head = nn.Linear(64, 5)
+
+        def forward(self, x):  # type: ignore[no-untyped-def]
+            out, _ = self.lstm(x)
+            return self.head(out[:, -1])
+
+    g = np.random.default_rng(0)
+    image = lambda b: g.standard_normal((b, 3, 64, 64), dtype=np.float32)  # noqa: E731
+    return {
+        "resnet": (resnet, image),
+        "inception": (inception, image),
+        "mobilenet": (mobilenet, image),
+        "transformer": (Transformer, lambda b: g.standard_normal((b, 16, 64), dtype=np.float32)),
+        "lstm": (LSTMClassifier, lambda b: g.standard_normal((b, 20, 32), dtype=np.float32)),
+    }
+
+
+def _export(model: Any, x: np.ndarray) -> bytes:
+    import torch
+
+    import warnings
+
+    f = io.BytesIO()
+    with warnings.catch_warnings():  # the TorchScript exporter's deprecation notice (it needs no onnxscript)
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, (torch.from_numpy(x),), f, dynamo=False, opset_version=17, input_names=["x"],
+                          output_names=["y"], dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}})
+    return f.getvalue()
+
+
+def _peers(name: str, blob: bytes, model: Any) -> tuple[dict[str, Callable[[np.ndarray], Any]], dict[str, float]]:
+    """name -> run(x) for every peer, and the import times (s)."""
+    import onnxruntime as ort
+    import torch
+
+    from asyncnet.interop.onnx import backend
+
+    peers: dict[str, Callable[[np.ndarray], Any]] = {}
+    loads: dict[str, float] = {}
+    for net_type, workers in (("simple", None), ("async_scheduling", 2)):
+        for tensors in ("numpy", "torch"):
+            t0 = time.perf_counter()
+            rep = backend.prepare(blob, net_type=net_type, num_workers=workers, tensors=tensors)
+            loads[f"asyncnet {net_type} {tensors}"] = time.perf_counter() - t0
+            peers[f"asyncnet {net_type} {tensors}"] = lambda x, rep=rep: _one_thread(rep.run, [x])
+    for threads in (1, 2):
+        so = ort.SessionOptions()
+        so.intra_op_num_threads, so.inter_op_num_threads = threads, 1
+        sess = ort.InferenceSession(blob, so, providers=["CPUExecutionProvider"])
+        peers[f"onnxruntime {threads}t"] = lambda x, s=sess: s.run(None, {"x": x})
+
+        def eager(x: np.ndarray, threads: int = threads) -> Any:
+            torch.set_num_threads(threads)
+            with torch.inference_mode():
+                return model(torch.from_numpy(x))
+
+        peers[f"torch eager {threads}t"] = eager
+    return peers, loads
+
+
+def _one_thread(fn: Callable[..., Any], *args: Any) -> Any:
+    """Run with torch's intra-op threads at 1 (the executor's workers are the parallelism)."""
+    import torch
+
+    torch.set_num_threads(1)
+    return fn(*args)
+
+
+def _time(fn: Callable[[np.ndarray], Any], x: np.ndarray, reps: int) -> float:
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        fn(x)
+    return (time.perf_counter() - t0) / reps
+
+
+def bench_model(name: str, rounds: int, reps: int) -> dict[str, Any]:
+    import torch
+
+    make, data = _models()[name]
+    torch.manual_seed(0)
+    model = make().eval()
+    blob = _export(model, data(2))
+    peers, loads = _peers(name, blob, model)
+    out: dict[str, Any] = {"model": name, "import_s": loads, "latency_ms": {}, "throughput": {}}
+    for batch, key in ((1, "latency_ms"), (32, "throughput")):
+        x = data(batch)
+        for fn in peers.values():
+            fn(x)  # warm up
+        samples: dict[str, list[float]] = {p: [] for p in peers}
+        for _ in range(rounds):
+            for p, fn in peers.items():  # interleaved: every peer once per round
+                samples[p].append(_time(fn, x, reps if batch == 1 else max(1, reps // 8)))
+        for p, s in samples.items():
+            med = statistics.median(s)
+            out[key][p] = med * 1e3 if batch == 1 else batch / med
+    torch.set_num_threads(os.cpu_count() or 1)
+    return out
+
+
+def _best(d: dict[str, float], prefix: str, lower: bool) -> tuple[str, float]:
+    items = [(k, v) for k, v in d.items() if k.startswith(prefix)]
+    return (min if lower else max)(items, key=lambda kv: kv[1])
+
+
+def report(r: dict[str, Any]) -> list[str]:
+    lines = [f"{r['model']}: import {min(r['import_s'].values()):.3f}-{max(r['import_s'].values()):.3f} s"]
+    for key, unit, lower in (("latency_ms", "ms (batch 1)", True), ("throughput", "samples/s (batch 32)", False)):
+        d = r[key]
+        for p, v in sorted(d.items()):
+            lines.append(f"  {key:11s} {p:36s} {v:10.2f} {unit}")
+        best_name, best = _best(d, "asyncnet", lower)
+        for peer in ("onnxruntime 1t", "onnxruntime 2t", "torch eager 1t", "torch eager 2t"):
+            ratio = (d[peer] / best) if lower else (best / d[peer])
+            lines.append(f"  {key:11s} asyncnet best ({best_name[9:]}) vs {peer}: {ratio:.2f}x")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="asyncnet vs onnxruntime vs torch eager on exported ONNX models")
+    parser.add_argument("--quick", action="store_true", help="fewer rounds (a smoke run)")
+    parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    parser.add_argument("--model", action="append", help="only these models (repeatable)")
+    ns = parser.parse_args(argv)
+    rounds, reps = (3, 4) if ns.quick else (7, 20)
+    names = ns.model or list(_models())
+    load_before = open("/proc/loadavg").read().split()[:3] if os.path.exists("/proc/loadavg") else []
+    results = [bench_model(n, rounds, reps) for n in names]
+    load_after = open("/proc/loadavg").read().split()[:3] if os.path.exists("/proc/loadavg") else []
+    if ns.json:
+        print(json.dumps({"load_before": load_before, "load_after": load_after, "results": results}, indent=2))
+        return 0
+    print(f"load average before {' '.join(load_before)}, after {' '.join(load_after)}; {os.cpu_count()} cores")
+    for r in results:
+        print("\n".join(report(r)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

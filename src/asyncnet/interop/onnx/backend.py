@@ -1,0 +1,168 @@
+"""asyncnet as an ONNX backend (``onnx.backend.base.Backend``): ``prepare`` imports a model and
+creates its nets once in a workspace; ``rep.run(inputs)`` feeds, runs the predict net, fetches.
+
+Options of :func:`prepare` (and :func:`run_model`, :func:`run_node`): ``net_type`` ("simple" or
+"async_scheduling", any asyncnet net type), ``num_workers``, ``tensors`` ("numpy" or "torch":
+the library the blobs live in while the net runs; results come back as numpy arrays).
+
+    >>> import onnx, onnx.helper as oh, numpy as np
+    >>> from asyncnet.interop.onnx import backend
+    >>> node = oh.make_node("Mul", ["x", "y"], ["z"])
+    >>> backend.run_node(node, [np.float32([1, 2]), np.float32([3, 4])])[0]
+    array([3., 8.], dtype=float32)
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections import namedtuple
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+from onnx.backend.base import Backend, BackendRep, Device, DeviceType
+
+from asyncnet.core.workspace import Workspace
+from asyncnet.interop.onnx._import import OnnxInputError, OnnxModel, load
+from asyncnet.ops.onnx_ref import _TORCH_DTYPES, OnnxValue
+from asyncnet.tensor.namespace import to_numpy
+
+__all__ = ["AsyncnetBackend", "AsyncnetRep", "prepare", "run_model", "run_node", "supports_device"]
+
+TENSORS = ("numpy", "torch")
+_ids = itertools.count()
+
+
+class AsyncnetRep(BackendRep):
+    """A prepared model: its workspace holds the initializers and the created predict net."""
+
+    def __init__(self, model: OnnxModel, tensors: str = "numpy"):
+        if tensors not in TENSORS:
+            raise ValueError(f"expected tensors one of {TENSORS}, got {tensors!r}")
+        self.model = model
+        self.tensors = tensors
+        self.workspace = Workspace()
+        self._lock = threading.Lock()
+        self.workspace.run_net_once(model.init_net)
+        if tensors == "torch":
+            for name in self.workspace.blobs():
+                self.workspace.feed(name, _to_torch(self.workspace.fetch(name)))
+        if tensors == "torch":
+            model.predict_net = _torch_outputs(model.predict_net)
+        self.net = self.workspace.create_net(model.predict_net)
+        self.input_names = [v.name for v in model.inputs]
+        self.output_names = [v.name for v in model.outputs]
+        self._pack = _outputs_type(self.output_names)
+
+    def run(self, inputs: Any, **kwargs: Any) -> tuple[Any, ...]:
+        """Outputs (numpy arrays, in graph order) for ``inputs``: a list in graph-input order, a
+        dict by name, or one array for a one-input model."""
+        feeds = self._feeds(inputs)
+        self.model.check_feeds(feeds)
+        with self._lock:
+            for name, value in feeds.items():
+                value = _as_blob(value)
+                self.workspace.feed(name, _to_torch(value) if self.tensors == "torch" else value)
+            self.workspace.run_net(self.model.predict_net.name)
+            outs = [_host(self.workspace.fetch(n)) for n in self.output_names]
+        return self._pack(outs)
+
+    def _feeds(self, inputs: Any) -> dict[str, Any]:
+        if isinstance(inputs, Mapping):
+            return dict(inputs)
+        if isinstance(inputs, (list, tuple)):
+            if len(inputs) != len(self.input_names):
+                raise OnnxInputError(f"expected {len(self.input_names)} inputs {self.input_names}, got {len(inputs)}")
+            return dict(zip(self.input_names, inputs))
+        if len(self.input_names) == 1:
+            return {self.input_names[0]: inputs}
+        raise OnnxInputError(f"expected a list or dict of {len(self.input_names)} inputs {self.input_names}, "
+                             f"got {type(inputs).__name__}")
+
+
+def _torch_outputs(net: Any) -> Any:
+    """The net with its reference ops returning torch tensors (their inputs may be numpy-only dtypes)."""
+    import dataclasses
+
+    ops = [dataclasses.replace(op, args={**op.args, "torch_outputs": True}) if op.type == "ONNXReference" else op
+           for op in net.ops]
+    return dataclasses.replace(net, ops=ops)
+
+
+def _to_torch(x: Any) -> Any:
+    """A numpy array as a torch CPU tensor sharing its memory, 0-d arrays staying 0-d."""
+    if not isinstance(x, np.ndarray) or x.dtype.name not in _TORCH_DTYPES:
+        return x
+    import torch
+
+    return torch.from_numpy(x if x.flags.c_contiguous and x.flags.writeable else x.copy())
+
+
+def _as_blob(x: Any) -> Any:
+    if isinstance(x, np.generic):
+        return np.asarray(x)
+    if x is None or isinstance(x, list):
+        return OnnxValue(x)
+    return x
+
+
+def _host(x: Any) -> Any:
+    if isinstance(x, OnnxValue):
+        x = x.value
+    if isinstance(x, list):
+        return [_host(v) for v in x]
+    return to_numpy(x)
+
+
+def _outputs_type(names: Sequence[str]) -> Any:
+    """values -> a namedtuple of the outputs by name (a plain tuple for names that cannot be fields)."""
+    fields = [n if n.isidentifier() and not n.startswith("_") else f"output_{i}" for i, n in enumerate(names)]
+    try:
+        cls = namedtuple("Outputs", fields)  # type: ignore[misc]
+    except ValueError:  # repeated or keyword names
+        return tuple
+    return lambda values: cls(*values)
+
+
+class AsyncnetBackend(Backend):
+    """The ONNX backend API on asyncnet's executors (CPU)."""
+
+    @classmethod
+    def prepare(cls, model: Any, device: str = "CPU", net_type: str = "simple", num_workers: int | None = None,
+                tensors: str = "numpy", check: bool = True, optimize: bool = True, **kwargs: Any) -> AsyncnetRep:
+        """Import ``model`` (ModelProto, path or bytes) and create its nets once (``check``: run onnx.checker first)."""
+        if not cls.supports_device(device):
+            raise ValueError(f"expected device 'CPU', got {device!r}")
+        imported = load(model, net_type=net_type, num_workers=num_workers, name=f"onnx_{next(_ids)}", check=check,
+                        optimize=optimize)
+        return AsyncnetRep(imported, tensors)
+
+    @classmethod
+    def run_model(cls, model: Any, inputs: Any, device: str = "CPU", **kwargs: Any) -> tuple[Any, ...]:
+        return cls.prepare(model, device, **kwargs).run(inputs)
+
+    @classmethod
+    def run_node(cls, node: Any, inputs: Any, device: str = "CPU", outputs_info: Any = None, **kwargs: Any) -> tuple[Any, ...]:
+        """Run one ``NodeProto`` on ``inputs`` (a list in the node's input order, or a dict)."""
+        import onnx.helper
+
+        names = [n for n in node.input if n]
+        values = [inputs[n] for n in names] if isinstance(inputs, Mapping) else list(inputs)
+        g_in = [onnx.helper.make_tensor_value_info(n, onnx.helper.np_dtype_to_tensor_dtype(np.asarray(v).dtype), np.shape(v))
+                for n, v in zip(names, values)]
+        g_out = [onnx.helper.make_empty_tensor_value_info(n) for n in node.output if n]
+        opset = kwargs.pop("opset_version", onnx.defs.onnx_opset_version())
+        model = onnx.helper.make_model(onnx.helper.make_graph([node], "run_node", g_in, g_out),
+                                       opset_imports=[onnx.helper.make_opsetid(node.domain or "", opset)])
+        rep = cls.prepare(model, device, check=False, **kwargs)  # outputs have no declared types
+        return rep.run(dict(zip(names, values)))
+
+    @classmethod
+    def supports_device(cls, device: str) -> bool:
+        return Device(device).type == DeviceType.CPU
+
+
+prepare = AsyncnetBackend.prepare
+run_model = AsyncnetBackend.run_model
+run_node = AsyncnetBackend.run_node
+supports_device = AsyncnetBackend.supports_device
