@@ -31,6 +31,7 @@ bytes as ``pb`` for every proto in that form::
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any
 
@@ -38,13 +39,15 @@ from google.protobuf import message as _pb_message
 from google.protobuf import text_format
 
 from asyncnet.core.defs import NET_TYPES, DeviceOption, NetDef, OperatorDef
-from asyncnet.core.registry import validate_op
+from asyncnet.core.registry import get_schema, validate_op
 from asyncnet.errors import NetDefinitionError
 from caffe2.proto import caffe2_pb2
 
-__all__ = ["to_asyncnet", "from_asyncnet", "op_to_asyncnet", "op_from_asyncnet", "device_to_asyncnet",
+__all__ = ["to_asyncnet", "from_asyncnet", "lenient", "drop_unknown_args", "op_to_asyncnet", "op_from_asyncnet", "device_to_asyncnet",
            "device_from_asyncnet", "arg_to_value", "value_to_arg", "read_netdef", "load_net_file", "write_netdef"]
 
+logger = logging.getLogger("caffe2")
+_WARNED: set[tuple[str, str]] = set()
 _DEVICE_NAMES = {caffe2_pb2.PROTO_CPU: "cpu", caffe2_pb2.PROTO_CUDA: "cuda"}
 _DEVICE_CODES = {v: k for k, v in _DEVICE_NAMES.items()}
 _HINT_FIELDS = ("is_gradient_op", "debug_info", "op_version")
@@ -182,6 +185,38 @@ def op_from_asyncnet(op: OperatorDef) -> Any:
     return out
 
 
+def drop_unknown_args(op: OperatorDef, where: str = "op") -> OperatorDef:
+    """Caffe2's leniency: the arguments ``op``'s schema does not take are dropped, each logged
+    once (per op type and name) as a warning; an unknown op type is still an error. Arguments
+    whose meaning asyncnet cannot honour (a ``legacy_pad`` other than NOTSET or VALID) are refused."""
+    try:
+        schema = get_schema(op.type)
+    except NetDefinitionError as e:
+        raise NetDefinitionError(str(e), f"{where}.type") from None
+    pad = op.args.get("legacy_pad")
+    if "legacy_pad" not in schema.args and pad not in (None, 0, 1):
+        raise NetDefinitionError(f"legacy_pad={pad!r} (Caffe2's SAME or CAFFE_LEGACY_POOLING padding) is not "
+                                 "supported; give explicit pads instead", f"{where} ({op.type}).args.legacy_pad")
+    unknown = [k for k in op.args if k not in schema.args and k != "engine"
+               and (schema.extra_args is None or schema.extra_args(k) is None)]
+    if not unknown:
+        return op
+    for k in unknown:
+        if (op.type, k) not in _WARNED:
+            _WARNED.add((op.type, k))
+            logger.warning("%s (%s): argument %r is not used by asyncnet's %s; ignored (as Caffe2 ignores "
+                           "arguments an operator does not read)", where, op.type, k, op.type)
+    args = {k: v for k, v in op.args.items() if k not in unknown}
+    return OperatorDef(op.type, op.inputs, op.outputs, args, op.name, op.device_option, op.control_inputs)
+
+
+def lenient(nd: NetDef) -> NetDef:
+    """``nd`` with :func:`drop_unknown_args` applied to every op (a new NetDef; ``nd`` is unchanged)."""
+    ops = [drop_unknown_args(op, f"ops[{i}]") for i, op in enumerate(nd.ops)]
+    return NetDef(nd.name, ops, nd.type, nd.num_workers, nd.external_inputs, nd.external_outputs, nd.device_option,
+                  nd.own_pool, nd.intra_op_threads)
+
+
 def to_asyncnet(pb: Any, where: str = "") -> NetDef:
     """asyncnet's NetDef for a ``caffe2_pb2.NetDef`` (each field checked; errors name the field)."""
     prefix = f"{where}: " if where else ""
@@ -274,14 +309,19 @@ def _unknown_fields(msg: Any, path: str = "net") -> list[str]:
 
 
 def load_net_file(path: str | os.PathLike[str], validate: bool = True) -> NetDef:
-    """Read a Caffe2 ``.pb``/``.pbtxt`` net file as asyncnet's NetDef; with ``validate`` each op
-    is also checked against its schema (unknown op types, arguments, arities), errors naming the file.
+    """Read a Caffe2 ``.pb``/``.pbtxt`` net file as asyncnet's NetDef, with Caffe2's leniency
+    (:func:`drop_unknown_args`); with ``validate`` each op is also checked against its schema
+    (unknown op types, argument types, arities), errors naming the file.
 
         >>> load_net_file("/no/such.pb")
         Traceback (most recent call last):
         FileNotFoundError: [Errno 2] No such file or directory: '/no/such.pb'
     """
     nd = to_asyncnet(read_netdef(path), os.fspath(path))
+    try:
+        nd = lenient(nd)
+    except NetDefinitionError as e:
+        raise NetDefinitionError(f"{os.fspath(path)}: {e}") from None
     if validate:
         for i, op in enumerate(nd.ops):
             try:

@@ -209,7 +209,21 @@ def test_bad_pbtxt_and_a_load_that_creates_nothing(tmp_path):
         load_net_file(path)
     pb = caffe2_pb2.NetDef(name="half")
     pb.op.add(input=["x"], output=["y"], type="Relu")
-    pb.op.add(input=["y"], output=["z"], type="Relu").arg.add(name="nonsense", i=1)
+    pb.op.add(input=["y"], output=["z"], type="Cast").arg.add(name="to", s=b"not-a-type")
     write_netdef(pb, tmp_path / "half.pb")
-    with pytest.raises(an.NetDefinitionError, match=r"half\.pb.*ops\[1\].*nonsense"):
+    with pytest.raises(an.NetDefinitionError, match=r"half\.pb.*ops\[1\].*to"):
         load_net_file(tmp_path / "half.pb")
+
+
+def test_unknown_arguments_are_dropped_with_a_warning(tmp_path, caplog):
+    pb = caffe2_pb2.NetDef(name="lenient")
+    op = pb.op.add(input=["x"], output=["y"], type="Relu")
+    op.arg.add(name="use_cudnn", i=1)
+    op.arg.add(name="cudnn_exhaustive_search", i=0)
+    write_netdef(pb, tmp_path / "l.pb")
+    with caplog.at_level("WARNING", logger="caffe2"):
+        nd = load_net_file(tmp_path / "l.pb")
+    assert nd.ops[0].args == {}
+    assert "use_cudnn" in caplog.text
+    with pytest.raises(an.NetDefinitionError, match="unknown argument 'use_cudnn'"):
+        an.Workspace().run_net_once(to_asyncnet(pb))  # asyncnet's own API keeps refusing it
