@@ -342,3 +342,37 @@ def write_netdef(nd: NetDef | Any, path: str | os.PathLike[str]) -> None:
     with open(path, "wb") as f:
         f.write(data)
 
+
+
+# -- plans -----------------------------------------------------------------------------------
+
+_STEP_UNSUPPORTED = ("criteria_network", "report_net", "report_interval", "run_every_ms", "create_workspace",
+                     "num_concurrent_instances")
+
+
+def plan_to_asyncnet(pb: Any) -> Any:
+    """asyncnet's :class:`~asyncnet.Plan` for a ``caffe2_pb2.PlanDef`` (its nets made lenient)."""
+    from asyncnet.exec.plan import Plan
+
+    nets: dict[str, NetDef] = {}
+    for i, net in enumerate(pb.network):
+        nets[net.name] = lenient(to_asyncnet(net, f"plan {pb.name!r} network[{i}]"))
+    return Plan(pb.name, [step_to_asyncnet(s, nets, f"execution_step[{i}]") for i, s in enumerate(pb.execution_step)])
+
+
+def step_to_asyncnet(pb: Any, nets: dict[str, NetDef], where: str = "step") -> Any:
+    """asyncnet's ExecutionStep for a ``caffe2_pb2.ExecutionStep``; its nets are looked up in ``nets``."""
+    from asyncnet.exec.plan import ExecutionStep
+
+    for fname in _STEP_UNSUPPORTED:
+        if pb.HasField(fname):
+            raise NetDefinitionError(f"step field {fname!r} is not supported", f"{where} {pb.name!r}.{fname}")
+    missing = [n for n in pb.network if n not in nets]
+    if missing:
+        raise NetDefinitionError(f"the step runs net(s) {missing} that the plan does not define", f"{where} {pb.name!r}")
+    return ExecutionStep(
+        pb.name, nets=[nets[n] for n in pb.network] or None,
+        substeps=[step_to_asyncnet(s, nets, f"{where}.substep[{i}]") for i, s in enumerate(pb.substep)] or None,
+        num_iter=pb.num_iter if pb.HasField("num_iter") else None,
+        concurrent_substeps=pb.concurrent_substeps,
+        should_stop_blob=pb.should_stop_blob or None, only_once=pb.only_once)
