@@ -12,12 +12,14 @@ boundary, and hands asyncnet a plain :class:`~asyncnet.NetDef`. The mapping, fie
   or list; one holding only its name is an empty list. Net- and tensor-valued arguments
   (``n``, ``nets``, ``t``, ``tensors``, ``qtensors``) have no asyncnet equivalent and are refused.
 * ``is_gradient_op``, ``debug_info`` and ``op_version`` are hints Caffe2 itself ignores at run
-  time: they are dropped. A ``domain`` other than "" or "caffe2" (an ATen op) is refused.
+  time: asyncnet does not model them (they survive a round trip of an unedited op, see below).
+  A ``domain`` other than "" or "caffe2" (an ATen op) is refused.
 
-Converting back gives the canonical Caffe2 proto (a field is present when it holds something
-other than its default, device options carry ``device_type`` and ``device_id`` as Caffe2's
-``core.DeviceOption`` writes them), so ``from_asyncnet(to_asyncnet(pb))`` serializes to the same
-bytes as ``pb`` for every proto in that form::
+Converting back gives the proto that was read, byte for byte, for every net and op not edited
+since (a converted object remembers its proto; hint fields and fields explicitly set to their
+default survive that way). An edited or newly built net comes back in canonical form: a field
+is present when it holds something other than its default, and device options carry
+``device_type`` and ``device_id`` as Caffe2's ``core.DeviceOption`` writes them::
 
     >>> from caffe2.proto import caffe2_pb2
     >>> pb = caffe2_pb2.NetDef(name="n", external_input=["x"])
@@ -164,11 +166,34 @@ def op_to_asyncnet(op: Any, where: str = "op") -> OperatorDef:
     if op.engine:
         args["engine"] = op.engine
     dev = device_to_asyncnet(op.device_option, f"{where}.device_option") if op.HasField("device_option") else None
-    return OperatorDef(op.type, list(op.input), list(op.output), args, op.name, dev, list(op.control_input))
+    out = OperatorDef(op.type, list(op.input), list(op.output), args, op.name, dev, list(op.control_input))
+    out._caffe2_proto = op  # type: ignore[attr-defined]
+    return out
+
+
+def _original(obj: Any, convert: Any) -> Any:
+    """The proto ``obj`` was converted from, when converting it again still gives ``obj``
+    (nothing was edited since): it carries what asyncnet does not model (hint fields, fields
+    set to their default), so writing it back gives the bytes that were read."""
+    orig = getattr(obj, "_caffe2_proto", None)
+    if orig is None:
+        return None
+    try:
+        same = convert(orig) == obj
+    except NetDefinitionError:
+        return None
+    if not same:
+        return None
+    copy = type(orig)()
+    copy.CopyFrom(orig)
+    return copy
 
 
 def op_from_asyncnet(op: OperatorDef) -> Any:
-    """The ``caffe2_pb2.OperatorDef`` of an asyncnet OperatorDef."""
+    """The ``caffe2_pb2.OperatorDef`` of an asyncnet OperatorDef (the proto it was read from, if unchanged)."""
+    orig = _original(op, op_to_asyncnet)
+    if orig is not None:
+        return orig
     out = caffe2_pb2.OperatorDef(input=op.inputs, output=op.outputs, type=op.type)
     if op.name:
         out.name = op.name
@@ -240,15 +265,21 @@ def to_asyncnet(pb: Any, where: str = "") -> NetDef:
             raise NetDefinitionError(f"{prefix}{e.args[0] if e.args else e}") from None
     dev = device_to_asyncnet(pb.device_option, "device_option") if pb.HasField("device_option") else None
     try:
-        return NetDef(pb.name, ops, type=net_type, num_workers=num_workers or None,
-                      external_inputs=list(pb.external_input), external_outputs=list(pb.external_output),
-                      device_option=dev)
+        out = NetDef(pb.name, ops, type=net_type, num_workers=num_workers or None,
+                     external_inputs=list(pb.external_input), external_outputs=list(pb.external_output),
+                     device_option=dev)
     except NetDefinitionError as e:
         raise NetDefinitionError(f"{prefix}{e.args[0] if e.args else e}") from None
+    out._caffe2_proto = pb  # type: ignore[attr-defined]
+    return out
 
 
 def from_asyncnet(nd: NetDef) -> Any:
-    """The ``caffe2_pb2.NetDef`` of an asyncnet NetDef (canonical: default-valued fields left out)."""
+    """The ``caffe2_pb2.NetDef`` of an asyncnet NetDef: the proto it was read from while nothing
+    changed, else the canonical one (default-valued fields left out, each unchanged op as read)."""
+    orig = _original(nd, to_asyncnet)
+    if orig is not None:
+        return orig
     out = caffe2_pb2.NetDef(name=nd.name)
     out.op.extend(op_from_asyncnet(op) for op in nd.ops)
     if nd.type != "simple":
