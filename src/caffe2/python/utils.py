@@ -21,7 +21,8 @@ from google.protobuf.message import Message
 from caffe2.proto import caffe2_pb2
 
 __all__ = ["MakeArgument", "ArgsToDict", "NumpyArrayToCaffe2Tensor", "Caffe2TensorToNumpyArray", "CaffeBlobToNumpyArray",
-           "GetContentFromProto", "DebugMode", "raiseIfNotEqual", "BuildUniqueMutexIter", "EnumClassKeyVals"]
+           "GetContentFromProto", "DebugMode", "raiseIfNotEqual", "BuildUniqueMutexIter", "EnumClassKeyVals",
+           "OPTIMIZER_ITERATION_NAME", "ITERATION_MUTEX_NAME"]
 
 _DT = caffe2_pb2.TensorProto
 # numpy dtype -> (TensorProto data type, the TensorProto field holding it)
@@ -201,16 +202,24 @@ def raiseIfNotEqual(a: Any, b: Any, msg: str) -> None:
         raise Exception(f"{msg}. {a} != {b}")
 
 
+OPTIMIZER_ITERATION_NAME = "optimizer_iteration"
+ITERATION_MUTEX_NAME = "iteration_mutex"
+
+
 def BuildUniqueMutexIter(init_net: Any, net: Any, iter: Any = None, iter_mutex: Any = None, iter_val: int = 0) -> Any:
-    """Create the ``iteration_mutex`` and ``iter`` blobs (in the init net) and add ``AtomicIter`` to ``net``."""
+    """The mutex-guarded iteration counter (``optimizer_iteration``), made once: an int64 [1]
+    ConstantFill and a CreateMutex in ``init_net``, an AtomicIter in ``net``; returns the counter."""
     from caffe2.python import core
 
-    iter = iter if iter is not None else core.ScopedBlobReference("iter")
-    iter_mutex = iter_mutex if iter_mutex is not None else core.ScopedBlobReference("iteration_mutex")
-    init_net.CreateMutex([], [iter_mutex])
-    init_net.ConstantFill([], [iter], shape=[1], value=iter_val, dtype=core.DataType.INT64)
-    net.AtomicIter([iter_mutex, iter], [iter])
-    return iter
+    iter = iter if iter is not None else OPTIMIZER_ITERATION_NAME
+    iter_mutex = iter_mutex if iter_mutex is not None else ITERATION_MUTEX_NAME
+    if init_net.BlobIsDefined(iter):
+        return init_net.GetBlobRef(iter)
+    with core.DeviceScope(core.DeviceOption(caffe2_pb2.CPU, 0)):
+        iteration = init_net.ConstantFill([], iter, shape=[1], value=iter_val, dtype=core.DataType.INT64)
+        mutex = init_net.CreateMutex([], [iter_mutex])
+        net.AtomicIter([mutex, iteration], [iteration])
+    return iteration
 
 
 def EnumClassKeyVals(cls: type) -> dict[str, Any]:
