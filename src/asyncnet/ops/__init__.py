@@ -2,7 +2,7 @@
 
 from asyncnet.ops import fill, math, nn, grad, logic, atomic, barrier, collective, loss, optim, device  # noqa: F401
 from asyncnet.ops import shape, conv, pool, norm, sparse, recurrent  # noqa: F401
-from asyncnet.ops import dbio  # noqa: F401
+from asyncnet.ops import dbio, caffe2_misc  # noqa: F401
 
 __all__ = ["fill", "math", "nn", "grad", "logic", "atomic", "barrier", "collective", "loss", "optim", "device",
-           "shape", "conv", "pool", "norm", "sparse", "recurrent", "dbio"]
+           "shape", "conv", "pool", "norm", "sparse", "recurrent", "dbio", "caffe2_misc"]

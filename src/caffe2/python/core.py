@@ -37,10 +37,11 @@ from caffe2.python import scope, utils, workspace
 __all__ = ["DataType", "DeviceOption", "device_option_equal", "IsOperator", "IsOperatorWithEngine", "GradientSlice",
            "BlobReference", "ScopedName", "ScopedBlobReference", "CreateOperator", "Net", "ExecutionStep", "Plan",
            "execution_step", "to_execution_step", "DeviceScope", "NameScope", "InferBlobDevices", "IsGPUDeviceType",
-           "RefreshRegisteredOperators", "get_net_name", "AddNets"]
+           "RefreshRegisteredOperators", "get_net_name", "AddNets", "GlobalInit"]
 
 DeviceScope = scope.DeviceScope
 NameScope = scope.NameScope
+GlobalInit = workspace.GlobalInit
 
 
 class DataType:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 from typing import Any, Iterator
 
 import numpy as np
@@ -90,6 +91,8 @@ def ResetWorkspace(root_folder: str | None = None) -> bool:
     ws = _workspaces[_current]
     ws.reset()
     if root_folder is not None:
+        if root_folder and not os.path.exists(root_folder):
+            os.makedirs(root_folder)
         _roots[_current] = root_folder
     return True
 
@@ -303,7 +306,36 @@ def _net_proto(net: Any) -> Any:
 
 
 def _as_asyncnet(net: Any) -> NetDef:
-    return lenient(to_asyncnet(_net_proto(net)))
+    return _with_root(lenient(to_asyncnet(_net_proto(net))))
+
+
+_ROOTED_REPORTS = ("Print", "Summarize")
+_ROOTED_FILES = ("Save", "Load")
+
+
+def _with_root(nd: NetDef) -> NetDef:
+    """Caffe2 resolved report files and relative Save/Load paths against the workspace's root
+    folder; asyncnet's ops take the folder as an argument, filled in here."""
+    root = RootFolder()
+    if not root:
+        return nd
+    for i, op in enumerate(nd.ops):
+        if op.type in _ROOTED_REPORTS and op.args.get("to_file") and "root_folder" not in op.args:
+            nd.ops[i] = _replace_args(op, root_folder=root)
+        elif op.type in _ROOTED_FILES and not op.args.get("absolute_path"):
+            fixed = {k: os.path.join(root, op.args[k]) for k in ("db",) if op.args.get(k) and not os.path.isabs(op.args[k])}
+            if op.args.get("dbs"):
+                fixed["dbs"] = [p if os.path.isabs(p) else os.path.join(root, p) for p in op.args["dbs"]]
+            if fixed:
+                nd.ops[i] = _replace_args(op, **fixed)
+    return nd
+
+
+def _replace_args(op: Any, **changes: Any) -> Any:
+    from asyncnet.core.defs import OperatorDef
+
+    return OperatorDef(op.type, op.inputs, op.outputs, {**op.args, **changes}, op.name, op.device_option,
+                       op.control_inputs)
 
 
 def CreateNet(net: Any, overwrite: bool = False, input_blobs: Any = None) -> bool:
@@ -338,7 +370,7 @@ def RunOperatorOnce(operator: Any) -> bool:
     if not isinstance(operator, caffe2_pb2.OperatorDef):
         raise TypeError(f"expected a caffe2_pb2.OperatorDef, got {type(operator).__name__}")
     op = op_to_asyncnet(operator)
-    nd = lenient(NetDef(op.name or op.type, ops=[op]))
+    nd = _with_root(lenient(NetDef(op.name or op.type, ops=[op])))
     _workspaces[_current].run_net_once(nd)
     return True
 

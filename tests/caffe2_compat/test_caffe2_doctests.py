@@ -1,0 +1,20 @@
+"""The examples in the docstrings of the caffe2 package and of its new asyncnet ops run as shown."""
+
+import doctest
+import importlib
+
+import pytest
+
+MODULES = ["caffe2.proto.caffe2_pb2", "caffe2.convert", "caffe2.python", "caffe2.python.scope", "caffe2.python.utils",
+           "caffe2.python.workspace", "caffe2.python.core", "caffe2.python.brew", "caffe2.python.model_helper",
+           "caffe2.python.optimizer", "caffe2.python.modeling.initializers", "asyncnet.ops._tensorproto",
+           "asyncnet.ops.dbio", "asyncnet.ops.caffe2_misc"]
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_docstring_examples(name):
+    module = importlib.import_module(name)
+    result = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    assert result.attempted > 0 and result.failed == 0
