@@ -9,7 +9,8 @@ MODULES = ["caffe2.proto.caffe2_pb2", "caffe2.convert", "caffe2.python", "caffe2
            "caffe2.python.workspace", "caffe2.python.core", "caffe2.python.brew", "caffe2.python.model_helper",
            "caffe2.python.optimizer", "caffe2.python.modeling.initializers", "asyncnet.ops._tensorproto",
            "asyncnet.ops.dbio", "asyncnet.ops.caffe2_misc", "caffe2.proto.metanet_pb2", "caffe2.python.predictor_constants",
-           "caffe2.python.predictor.predictor_exporter"]
+           "caffe2.python.predictor.predictor_exporter", "caffe2.python.dyndep", "caffe2.python.timeout_guard",
+           "caffe2.python.experiment_util"]
 
 pytestmark = pytest.mark.timeout(120)
 
