@@ -61,6 +61,14 @@ def test_visualize_tiles_nchw():
     np.testing.assert_array_equal(tiled[:, 4:, 0], batch[1, 0])
 
 
+def test_visualize_shows_nchw_batches():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    image = visualize.NCHW.ShowMultiple(np.zeros((4, 1, 5, 5)))
+    assert image.get_array().shape == (11, 11)
+
+
 def test_net_drawer_without_pydot_says_what_to_do():
     try:
         import pydot  # noqa: F401

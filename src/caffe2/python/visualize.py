@@ -29,7 +29,7 @@ class PatchVisualizer:
 
     def ShowMultiple(self, patches: np.ndarray, ncols: int | None = None, cmap: Any = None,
                      bg_func: Callable[..., Any] = np.mean) -> Any:
-        return self.ShowSingle(self.get_tiled(patches, ncols, bg_func), cmap)
+        return PatchVisualizer.ShowSingle(self, self.get_tiled(patches, ncols, bg_func), cmap)
 
     def get_tiled(self, patches: np.ndarray, ncols: int | None = None,
                   bg_func: Callable[..., Any] = np.mean) -> np.ndarray:
