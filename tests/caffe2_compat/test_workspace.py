@@ -190,3 +190,17 @@ def test_device_option_cuda_feed_without_cuda_is_a_clear_error():
         pytest.skip("a CUDA device is present")
     with pytest.raises(an.AsyncNetError):
         workspace.FeedBlob("g", np.ones(2, np.float32), core.DeviceOption(caffe2_pb2.CUDA, 0))
+
+
+def test_feeding_a_cpu_torch_tensor_gives_a_numpy_copy():
+    torch = pytest.importorskip("torch")
+    t = torch.arange(4, dtype=torch.float32)
+    workspace.FeedBlob("t", t)
+    t[0] = 9.0
+    got = workspace.FetchBlob("t")
+    assert isinstance(got, np.ndarray) and got[0] == 0.0
+    workspace.FeedBlob("w", np.ones(4, np.float32))
+    net = core.Net("mixed")
+    net.Add(["t", "w"], "s")
+    workspace.RunNetOnce(net)  # one library: fed torch CPU tensors are Caffe2 CPU tensors too
+    np.testing.assert_array_equal(workspace.FetchBlob("s"), [1, 2, 3, 4])

@@ -187,7 +187,10 @@ def _copy_for_feed(name: str, arr: Any) -> Any:
     if isinstance(arr, (str, bytes)):
         return arr
     if type(arr).__module__ == "torch":
-        return arr.detach().clone()
+        if arr.device.type == "cpu":  # a Caffe2 CPU tensor, as every other fed array (Caffe2 wrapped it)
+            arr = arr.detach().numpy()
+        else:
+            return arr.detach().clone()
     if isinstance(arr, np.generic):
         arr = np.asarray(arr)
     if not isinstance(arr, np.ndarray):
