@@ -204,3 +204,17 @@ def test_feeding_a_cpu_torch_tensor_gives_a_numpy_copy():
     net.Add(["t", "w"], "s")
     workspace.RunNetOnce(net)  # one library: fed torch CPU tensors are Caffe2 CPU tensors too
     np.testing.assert_array_equal(workspace.FetchBlob("s"), [1, 2, 3, 4])
+
+
+def test_integer_adagrad_moment_is_taken_as_float():
+    workspace.FeedBlob("w", np.ones((3, 2), np.float32))
+    workspace.FeedBlob("h", np.full((3, 2), 0))  # int64 zeros, as dlrm feeds them
+    workspace.FeedBlob("idx", np.array([0, 2], np.int64))
+    workspace.FeedBlob("g", np.ones((2, 2), np.float32))
+    workspace.FeedBlob("lr", np.array([-0.5], np.float32))
+    net = core.Net("int_moment")
+    net.SparseAdagrad(["w", "h", "idx", "g", "lr"], ["w", "h"], epsilon=1e-8)
+    workspace.CreateNet(net)
+    workspace.RunNet(net)
+    np.testing.assert_allclose(workspace.FetchBlob("h"), [[1, 1], [0, 0], [1, 1]])
+    np.testing.assert_allclose(workspace.FetchBlob("w"), [[0.5, 0.5], [1, 1], [0.5, 0.5]], rtol=1e-6)

@@ -341,11 +341,31 @@ def _replace_args(op: Any, **changes: Any) -> Any:
                        op.control_inputs)
 
 
+# Optimizer ops whose state input Caffe2 wrote as float whatever it held (mutable_data<float>()
+# re-typed the tensor): {op type: index of the state input}.
+_FLOAT_STATE_INPUTS = {"Adagrad": 1, "SparseAdagrad": 1, "RowWiseSparseAdagrad": 1}
+
+
+def _float_state(nd: NetDef) -> None:
+    """An integer array fed as an Adagrad moment (dlrm feeds ``np.full(shape, 0)``) becomes float32
+    once, when the net is created: Caffe2's kernels re-typed it to float on their first write."""
+    ws = _workspaces[_current]
+    for op in nd.ops:
+        i = _FLOAT_STATE_INPUTS.get(op.type)
+        if i is None or len(op.inputs) <= i or not ws.has(op.inputs[i]):
+            continue
+        value = ws.fetch(op.inputs[i])
+        if isinstance(value, np.ndarray) and value.dtype.kind in "iub":
+            ws.feed(op.inputs[i], value.astype(np.float32))
+
+
 def CreateNet(net: Any, overwrite: bool = False, input_blobs: Any = None) -> bool:
     """Create ``net`` in the current workspace (checked once, here); returns True."""
     for b in input_blobs or []:
         CreateBlob(b)
-    _workspaces[_current].create_net(_as_asyncnet(net), overwrite=overwrite)
+    nd = _as_asyncnet(net)
+    _float_state(nd)
+    _workspaces[_current].create_net(nd, overwrite=overwrite)
     return True
 
 
@@ -364,7 +384,9 @@ def RunNet(name: Any, num_iter: int = 1, allow_fail: bool = False) -> bool:
 
 def RunNetOnce(net: Any) -> bool:
     """Run ``net`` once without keeping it; returns True."""
-    _workspaces[_current].run_net_once(_as_asyncnet(net))
+    nd = _as_asyncnet(net)
+    _float_state(nd)
+    _workspaces[_current].run_net_once(nd)
     return True
 
 
