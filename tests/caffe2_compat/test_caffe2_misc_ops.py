@@ -119,3 +119,34 @@ def test_save_load_relative_to_root_folder(tmp_path):
     workspace.ResetWorkspace()
     workspace.RunOperatorOnce(core.CreateOperator("Load", [], ["p"], db="params.minidb", db_type="minidb"))
     np.testing.assert_array_equal(workspace.FetchBlob("p"), np.ones(3))
+
+
+def test_channel_stats_and_backprop_stats_against_spatial_bn():
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((4, 3, 2, 5))
+    dy = rng.standard_normal(x.shape)
+    workspace.FeedBlob("x", x)
+    workspace.FeedBlob("dy", dy)
+    net = core.Net("stats")
+    s, ss = net.ChannelStats("x", ["s", "ss"])
+    workspace.RunNetOnce(net)
+    np.testing.assert_allclose(workspace.FetchBlob("s"), x.sum((0, 2, 3)))
+    np.testing.assert_allclose(workspace.FetchBlob("ss"), (x * x).sum((0, 2, 3)))
+    n = x.size / 3
+    mean = x.sum((0, 2, 3)) / n
+    inv_std = 1 / np.sqrt((x * x).sum((0, 2, 3)) / n - mean ** 2 + 1e-5)
+    workspace.FeedBlob("mean", mean)
+    workspace.FeedBlob("inv_std", inv_std)
+    back = core.Net("back_stats")
+    back.ChannelBackpropStats(["x", "mean", "inv_std", "dy"], ["dscale", "dbias"])
+    workspace.RunNetOnce(back)
+    # the scale and bias gradients of SpatialBN (training mode) computed by asyncnet's autodiff
+    bn = core.Net("bn")
+    bn.SpatialBN(["x", "scale", "bias", "rm", "riv"], ["y", "rm", "riv", "sm", "siv"], epsilon=1e-5, is_test=0)
+    bn.AveragedLoss(bn.Mul(["y", "dy"], "ydy"), "loss")
+    bn.AddGradientOperators(["loss"])
+    for k, v in (("scale", np.ones(3)), ("bias", np.zeros(3)), ("rm", np.zeros(3)), ("riv", np.ones(3))):
+        workspace.FeedBlob(k, v)
+    workspace.RunNetOnce(bn)
+    np.testing.assert_allclose(workspace.FetchBlob("dscale") / x.size, workspace.FetchBlob("scale_grad"), rtol=1e-6)
+    np.testing.assert_allclose(workspace.FetchBlob("dbias") / x.size, workspace.FetchBlob("bias_grad"), rtol=1e-6)

@@ -1,6 +1,7 @@
 """Caffe2 operators its example scripts emit: Print and Summarize (reporting), Clip and
 MakeTwoClass (element-wise, with gradients), Unique and UnsortedSegmentSum (sparse gradient
-deduplication, with UnsortedSegmentSum's gradient a Gather).
+deduplication, with UnsortedSegmentSum's gradient a Gather), ChannelStats and
+ChannelBackpropStats (the per-channel sums of a SpatialBN synchronized across devices).
 
     >>> import numpy as np, asyncnet as an
     >>> ws = an.Workspace(); ws.feed("p", np.array([0.25, 1.0], np.float32))
@@ -203,3 +204,45 @@ def _unsorted_segment_sum_grad(op: OperatorDef, gout: list[str | None]) -> tuple
 
 
 register_no_gradient("Unique")
+
+
+# -- ChannelStats and ChannelBackpropStats (the sums behind a synchronized SpatialBN) ---------------
+
+def _nchw(ctx: Any, x: Any, i: int) -> np.ndarray:
+    x = float_array(ctx, x, i)
+    if x.ndim < 2:
+        raise ValueError(f"expected input {i} {ctx.op.inputs[i]!r} of shape [N, C, ...], got {tuple(x.shape)}")
+    return x
+
+
+def _channel_axes(x: np.ndarray) -> tuple[int, ...]:
+    return (0, *range(2, x.ndim))
+
+
+@register_op("ChannelStats", inputs=1, outputs=2, inputs_doc=("X [N, C, ...]",),
+             outputs_doc=("sum [C]", "sumsq [C]"),
+             doc="Per-channel sum and sum of squares of X (Caffe2's ChannelStats; SpatialBN across devices adds them up).")
+def channel_stats(ctx: Any, x: Any) -> tuple[Any, Any]:
+    x = _nchw(ctx, x, 0)
+    axes = _channel_axes(x)
+    return x.sum(axis=axes), (x * x).sum(axis=axes)
+
+
+@register_op("ChannelBackpropStats", inputs=4, outputs=2, inputs_doc=("X [N, C, ...]", "mean [C]", "inv_std [C]", "dY"),
+             outputs_doc=("scale_grad [C] = sum(dY * (X - mean) * inv_std)", "bias_grad [C] = sum(dY)"),
+             doc="Per-channel gradients of SpatialBN's scale and bias (Caffe2's ChannelBackpropStats).")
+def channel_backprop_stats(ctx: Any, x: Any, mean: Any, inv_std: Any, dy: Any) -> tuple[Any, Any]:
+    x, dy = _nchw(ctx, x, 0), float_array(ctx, dy, 3)
+    if x.shape != dy.shape:
+        raise ValueError(f"X {tuple(x.shape)} and dY {tuple(dy.shape)} must have one shape")
+    c = x.shape[1]
+    mean, inv_std = float_array(ctx, mean, 1), float_array(ctx, inv_std, 2)
+    if mean.shape != (c,) or inv_std.shape != (c,):
+        raise ValueError(f"expected mean and inv_std of shape [{c}], got {tuple(mean.shape)} and {tuple(inv_std.shape)}")
+    shape = (1, c) + (1,) * (x.ndim - 2)
+    axes = _channel_axes(x)
+    xhat = (x - mean.reshape(shape)) * inv_std.reshape(shape)
+    return (dy * xhat).sum(axis=axes), dy.sum(axis=axes)
+
+
+register_no_gradient("ChannelStats", "ChannelBackpropStats")
