@@ -100,14 +100,15 @@ def test_summarize_matches_numpy_and_writes_its_file(tmp_path):
     assert [float(v) for v in lines[1].split()] == pytest.approx([1, 8, 3.75, x.std(ddof=1)], rel=1e-5)
 
 
-def test_print_to_stdout_and_to_file(tmp_path, capsys):
+def test_print_to_the_log_and_to_file(tmp_path, caplog):
     workspace.ResetWorkspace(str(tmp_path))
     workspace.FeedBlob("v", np.array([1, 2, 3], np.int32))
     net = core.Net("printing")
     net.Print("v", [])
     net.Print("v", [], to_file=1, limit=2)
-    _run(net)
-    assert "Tensor v of type int32. Dims: (3,): 1,2,3" in capsys.readouterr().out
+    with caplog.at_level("INFO", logger="asyncnet.ops.print"):
+        _run(net)
+    assert "Tensor v of type int32. Dims: (3,): 1,2,3" in caplog.text
     assert (tmp_path / "v.log").read_text().strip().endswith(": 1,2")
 
 

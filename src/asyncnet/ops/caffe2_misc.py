@@ -13,8 +13,8 @@ ChannelBackpropStats (the per-channel sums of a SpatialBN synchronized across de
 
 from __future__ import annotations
 
+import logging
 import os
-import sys
 import threading
 from typing import Any
 
@@ -48,6 +48,7 @@ def _print_line(name: str, x: Any, limit: int) -> str:
 
 
 _PRINT_COUNTS: dict[int, int] = {}
+_print_log = logging.getLogger("asyncnet.ops.print")
 
 
 @register_op("Print", inputs=1, outputs=0,
@@ -55,7 +56,9 @@ _PRINT_COUNTS: dict[int, int] = {}
                    Arg("limit", int, 1000, "print at most this many values"),
                    Arg("every_n", int, 1, "print on every n-th run only"),
                    Arg("root_folder", str, "", "the folder of to_file output (Caffe2: the workspace's root folder)")],
-             inputs_doc=("the blob to print",), doc="Print a tensor's type, dims and values (Caffe2's Print).")
+             inputs_doc=("the blob to print",),
+             doc="Log a tensor's type, dims and values (logger asyncnet.ops.print, INFO: Caffe2's LOG(INFO)), or append "
+                 "them to a file (Caffe2's Print).")
 def print_op(ctx: Any, x: Any) -> None:
     every = max(ctx.args["every_n"], 1)
     key = id(ctx.op)
@@ -67,7 +70,7 @@ def print_op(ctx: Any, x: Any) -> None:
     if ctx.args["to_file"]:
         _append(_report_path(ctx, ctx.op.inputs[0], ".log"), line)
     else:
-        print(line, file=sys.stdout, flush=True)
+        _print_log.info("%s", line)
     return None
 
 

@@ -182,7 +182,7 @@ def test_populate_proto_with_file_name():
     net.Relu("x", "y")
     net.PopulateProtoWithFileName()
     name = net.Proto().op[0].name
-    assert name.endswith("test_populate_proto_with_file_name") and "test_core.py:" in name
+    assert name.endswith("test_populate_proto_with_file_name") and "test_c2_core.py:" in name
 
 
 def test_data_type_matches_the_proto_enum():
