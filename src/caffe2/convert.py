@@ -5,7 +5,7 @@ boundary, and hands asyncnet a plain :class:`~asyncnet.NetDef`. The mapping, fie
 
 * ``name``, ``op``, ``external_input``/``external_output``, ``device_option`` map one to one;
   ``type`` "" is asyncnet's "simple"; ``num_workers`` (field 4, or a net ``arg`` of that name)
-  is ``num_workers``.
+  is ``num_workers``; other net arguments (executor hints) are ignored with a warning.
 * An op's ``engine`` is asyncnet's ``engine`` argument (accepted and ignored by every op);
   ``control_input`` is ``control_inputs``.
 * An ``Argument`` holding ``f``/``i``/``s``/``floats``/``ints``/``strings`` is a float, int, str
@@ -50,6 +50,7 @@ __all__ = ["to_asyncnet", "from_asyncnet", "lenient", "drop_unknown_args", "op_t
 
 logger = logging.getLogger("caffe2")
 _WARNED: set[tuple[str, str]] = set()
+_WARNED_NET_ARGS: set[tuple[str, str]] = set()
 _DEVICE_NAMES = {caffe2_pb2.PROTO_CPU: "cpu", caffe2_pb2.PROTO_CUDA: "cuda"}
 _DEVICE_CODES = {v: k for k, v in _DEVICE_NAMES.items()}
 _HINT_FIELDS = ("is_gradient_op", "debug_info", "op_version")
@@ -249,12 +250,13 @@ def to_asyncnet(pb: Any, where: str = "") -> NetDef:
     if net_type not in NET_TYPES:
         raise NetDefinitionError(f"{prefix}net type {net_type!r} is not supported; expected one of {NET_TYPES}", "type")
     num_workers = pb.num_workers if pb.HasField("num_workers") else None
-    for i, arg in enumerate(pb.arg):
+    for arg in pb.arg:
         if arg.name == "num_workers" and arg.HasField("i"):
             num_workers = arg.i
-        else:
-            raise NetDefinitionError(f"{prefix}net argument {arg.name!r} is not supported; asyncnet takes "
-                                     "'num_workers' here", f"arg[{i}]")
+        elif (pb.name, arg.name) not in _WARNED_NET_ARGS:  # executor hints (first_iter_only_one_worker...)
+            _WARNED_NET_ARGS.add((pb.name, arg.name))
+            logger.warning("%snet argument %r has no asyncnet meaning; ignored (asyncnet takes num_workers here)",
+                           prefix, arg.name)
     if len(pb.partition_info):
         raise NetDefinitionError(f"{prefix}partition_info is not supported (backend partitions)", "partition_info")
     ops = []

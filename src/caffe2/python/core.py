@@ -551,7 +551,7 @@ class Net:
         must be None: each loss is seeded with ones) computed by asyncnet's autodiff; returns
         {blob: gradient BlobReference or GradientSlice} for the leaves (params and inputs).
         Several losses are added up by one ``Sum`` op first (their gradients add, as in Caffe2)."""
-        losses = _loss_names(ys)
+        losses = _loss_names(ys, self)
         builder = an.Net(self.Name())
         for i, pb_op in enumerate(self._net.op[skip:]):
             op = drop_unknown_args(op_to_asyncnet(pb_op, f"ops[{i + skip}]"), f"ops[{i + skip}]")
@@ -576,14 +576,23 @@ def _remap(field: Any, remap: dict[str, str]) -> None:
     field.extend(new)
 
 
-def _loss_names(ys: Any) -> list[str]:
+def _is_ones_seed(net: "Net", loss: str, grad: str) -> bool:
+    """Whether ``grad`` is written by ``ConstantFill(loss, value=1)`` in ``net`` (data_parallel_model's seed)."""
+    for op in net.Proto().op:
+        if list(op.output) == [grad] and op.type == "ConstantFill" and list(op.input) == [loss]:
+            return any(a.name == "value" and (a.f == 1.0 or a.i == 1) for a in op.arg)
+    return False
+
+
+def _loss_names(ys: Any, net: "Net | None" = None) -> list[str]:
     if isinstance(ys, (str, BlobReference)):
         return [str(ys)]
     if isinstance(ys, dict):
-        given = {str(k): v for k, v in ys.items() if v is not None}
-        if given:
-            raise NetDefinitionError(f"AddGradientOperators: given output gradients {sorted(given)} are not "
-                                     "supported; pass the losses only (each is seeded with ones)")
+        given = {str(k): str(v) for k, v in ys.items() if v is not None}
+        other = sorted(k for k, g in given.items() if net is None or not _is_ones_seed(net, k, g))
+        if other:
+            raise NetDefinitionError(f"AddGradientOperators: given output gradients for {other} are not supported; "
+                                     "pass the losses (each is seeded with ones), or a ConstantFill(loss, value=1)")
         return [str(k) for k in ys]
     names = [str(y) for y in ys]
     if not names:
