@@ -21,8 +21,8 @@ Not here: GPUs (``cpu_device=False``), multi-host rendezvous (Gloo), ``shared_mo
     ...     return [model.Scale(model.AveragedLoss(loss, "avg"), "loss", scale=loss_scale)]
     >>> data_parallel_model.Parallelize(m, inputs, forward, optimizer_builder_fun=lambda model:
     ...     optimizer.build_sgd(model, 0.1), devices=[0, 1], cpu_device=True)
-    >>> sorted(data_parallel_model.GetLearningRateBlobNames(m))
-    ['SgdOptimizer_0_lr_cpu']
+    >>> [n.split("_", 2)[2] for n in data_parallel_model.GetLearningRateBlobNames(m)]  # SgdOptimizer_<k>_lr_cpu
+    ['lr_cpu']
 """
 
 from __future__ import annotations
