@@ -10,7 +10,8 @@ MODULES = ["caffe2.proto.caffe2_pb2", "caffe2.convert", "caffe2.python", "caffe2
            "caffe2.python.optimizer", "caffe2.python.modeling.initializers", "asyncnet.ops._tensorproto",
            "asyncnet.ops.dbio", "asyncnet.ops.caffe2_misc", "caffe2.proto.metanet_pb2", "caffe2.python.predictor_constants",
            "caffe2.python.predictor.predictor_exporter", "caffe2.python.dyndep", "caffe2.python.timeout_guard",
-           "caffe2.python.experiment_util", "caffe2.python.models.resnet", "caffe2.python.data_parallel_model"]
+           "caffe2.python.experiment_util", "caffe2.python.models.resnet", "caffe2.python.data_parallel_model",
+           "caffe2.python.onnx.frontend"]
 
 pytestmark = pytest.mark.timeout(120)
 
