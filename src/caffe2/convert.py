@@ -45,8 +45,21 @@ from asyncnet.core.registry import get_schema, validate_op
 from asyncnet.errors import NetDefinitionError
 from caffe2.proto import caffe2_pb2
 
-__all__ = ["to_asyncnet", "from_asyncnet", "lenient", "drop_unknown_args", "op_to_asyncnet", "op_from_asyncnet", "device_to_asyncnet",
-           "device_from_asyncnet", "arg_to_value", "value_to_arg", "read_netdef", "load_net_file", "write_netdef"]
+__all__ = [
+    "arg_to_value",
+    "device_from_asyncnet",
+    "device_to_asyncnet",
+    "drop_unknown_args",
+    "from_asyncnet",
+    "lenient",
+    "load_net_file",
+    "op_from_asyncnet",
+    "op_to_asyncnet",
+    "read_netdef",
+    "to_asyncnet",
+    "value_to_arg",
+    "write_netdef",
+]
 
 logger = logging.getLogger("caffe2")
 _WARNED: set[tuple[str, str]] = set()

@@ -6,7 +6,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from caffe2.python import brew, core, data_parallel_model, model_helper, optimizer, workspace
+from caffe2.python import (
+    brew,
+    core,
+    data_parallel_model,
+    model_helper,
+    optimizer,
+    workspace,
+)
 from caffe2.python.models import resnet
 
 pytestmark = pytest.mark.timeout(300)

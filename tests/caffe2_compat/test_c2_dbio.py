@@ -18,8 +18,7 @@ pytestmark = pytest.mark.timeout(60)
 
 def _minidb(path, records):
     with open(path, "wb") as f:
-        for k, v in records:
-            f.write(struct.pack("<ii", len(k), len(v)) + k + v)
+        f.writelines(struct.pack("<ii", len(k), len(v)) + k + v for k, v in records)
 
 
 def _records(path):

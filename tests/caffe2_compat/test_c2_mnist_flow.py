@@ -11,9 +11,10 @@ import pytest
 
 pytest.importorskip("lmdb")
 
-from caffe2.python import brew, core, model_helper, optimizer, workspace  # noqa: E402
-import caffe2.python.predictor.predictor_exporter as pe  # noqa: E402
-from c2_mnist_fixture import write_mnist_lmdb  # noqa: E402
+from c2_mnist_fixture import write_mnist_lmdb
+
+import caffe2.python.predictor.predictor_exporter as pe
+from caffe2.python import brew, core, model_helper, optimizer, workspace
 
 pytestmark = pytest.mark.timeout(600)
 

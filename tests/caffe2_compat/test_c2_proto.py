@@ -14,10 +14,16 @@ import pytest
 
 pytest.importorskip("google.protobuf")
 
-import asyncnet as an  # noqa: E402
-from asyncnet.cli.main import main  # noqa: E402
-from caffe2.convert import from_asyncnet, load_net_file, read_netdef, to_asyncnet, write_netdef  # noqa: E402
-from caffe2.proto import caffe2_pb2  # noqa: E402
+import asyncnet as an
+from asyncnet.cli.main import main
+from caffe2.convert import (
+    from_asyncnet,
+    load_net_file,
+    read_netdef,
+    to_asyncnet,
+    write_netdef,
+)
+from caffe2.proto import caffe2_pb2
 
 pytestmark = pytest.mark.timeout(60)
 

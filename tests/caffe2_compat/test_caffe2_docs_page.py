@@ -6,7 +6,7 @@ import re
 import pytest
 
 PAGE = pathlib.Path(__file__).resolve().parents[2] / "docs" / "caffe2.md"
-BLOCKS = re.findall(r"```python\n(.*?)```", PAGE.read_text(), flags=re.S)
+BLOCKS = re.findall(r"```python\n(.*?)```", PAGE.read_text(), flags=re.DOTALL)
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -21,13 +21,21 @@ protobuf does); writing emits the canonical encoding (packed numbers, fields in 
 
 from __future__ import annotations
 
-import struct
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 
-__all__ = ["encode_tensor", "decode_tensor", "encode_tensor_protos", "decode_tensor_protos", "encode_blob",
-           "decode_blob", "DATA_TYPES", "TensorProtoError"]
+__all__ = [
+    "DATA_TYPES",
+    "TensorProtoError",
+    "decode_blob",
+    "decode_tensor",
+    "decode_tensor_protos",
+    "encode_blob",
+    "encode_tensor",
+    "encode_tensor_protos",
+]
 
 # TensorProto.DataType code -> numpy dtype (BYTE is read as uint8; STRING as an object array of bytes)
 DATA_TYPES = {1: np.dtype(np.float32), 2: np.dtype(np.int32), 3: np.dtype(np.uint8), 5: np.dtype(np.bool_),

@@ -21,7 +21,12 @@ from typing import Any
 import numpy as np
 
 from asyncnet.core.defs import OperatorDef
-from asyncnet.core.registry import Arg, register_gradient, register_no_gradient, register_op
+from asyncnet.core.registry import (
+    Arg,
+    register_gradient,
+    register_no_gradient,
+    register_op,
+)
 from asyncnet.ops._check import array, float_array
 
 __all__ = ["summary"]
@@ -65,13 +70,13 @@ def print_op(ctx: Any, x: Any) -> None:
     n = _PRINT_COUNTS.get(key, 0)
     _PRINT_COUNTS[key] = n + 1
     if n % every:
-        return None
+        return
     line = _print_line(ctx.op.inputs[0], x, ctx.args["limit"])
     if ctx.args["to_file"]:
         _append(_report_path(ctx, ctx.op.inputs[0], ".log"), line)
     else:
         _print_log.info("%s", line)
-    return None
+    return
 
 
 # -- Summarize --------------------------------------------------------------------------------------

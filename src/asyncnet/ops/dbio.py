@@ -28,7 +28,8 @@ from __future__ import annotations
 import os
 import struct
 import threading
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 
@@ -36,7 +37,7 @@ from asyncnet._atomicio import atomic_write
 from asyncnet.core.registry import Arg, register_no_gradient, register_op
 from asyncnet.ops import _tensorproto as tp
 
-__all__ = ["DBReader", "open_db", "write_db", "read_minidb", "CHUNK_SEPARATOR"]
+__all__ = ["CHUNK_SEPARATOR", "DBReader", "open_db", "read_minidb", "write_db"]
 
 CHUNK_SEPARATOR = "#%"
 DB_TYPES = ("minidb", "lmdb")
@@ -230,7 +231,7 @@ def blob_records(name: str, value: Any, chunk_size: int = DEFAULT_CHUNK_SIZE) ->
         end = min(begin + size, flat.size)
         chunk = flat[begin:end]
         blob = _chunk_blob(name, value.shape, chunk, (begin, end))
-        records.append((f"{name}{CHUNK_SEPARATOR}{begin // size}".encode("utf-8"), blob))
+        records.append((f"{name}{CHUNK_SEPARATOR}{begin // size}".encode(), blob))
     return records
 
 
@@ -265,7 +266,6 @@ def save(ctx: Any, *blobs: Any) -> None:
     for name, value in zip(names, blobs):
         records += blob_records(name, value, ctx.args["chunk_size"])
     write_db(ctx.args["db"], ctx.args["db_type"], records)
-    return None
 
 
 def _blob_name(key: bytes, strip: str, add: str) -> str:

@@ -23,17 +23,46 @@ import copy
 import functools
 import inspect
 import threading
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from caffe2.proto import caffe2_pb2
 from caffe2.python import core, scope
 from caffe2.python.modeling import initializers
 from caffe2.python.modeling.parameter_info import ParameterTags
 
-__all__ = ["arg_scope", "Register", "has_helper", "fc", "conv", "conv_nd", "conv_transpose", "max_pool", "average_pool",
-           "relu", "prelu", "tanh", "sigmoid", "softmax", "dropout", "spatial_bn", "sum", "accuracy", "iter",
-           "db_input", "concat", "depth_concat", "transpose", "mat_mul", "batch_mat_mul", "add_weight_decay",
-           "elementwise_linear", "layer_norm", "lrn", "get_current_scope"]
+__all__ = [
+    "Register",
+    "accuracy",
+    "add_weight_decay",
+    "arg_scope",
+    "average_pool",
+    "batch_mat_mul",
+    "concat",
+    "conv",
+    "conv_nd",
+    "conv_transpose",
+    "db_input",
+    "depth_concat",
+    "dropout",
+    "elementwise_linear",
+    "fc",
+    "get_current_scope",
+    "has_helper",
+    "iter",
+    "layer_norm",
+    "lrn",
+    "mat_mul",
+    "max_pool",
+    "prelu",
+    "relu",
+    "sigmoid",
+    "softmax",
+    "spatial_bn",
+    "sum",
+    "tanh",
+    "transpose",
+]
 
 _scope = threading.local()
 
@@ -303,7 +332,7 @@ def lrn(model: Any, blob_in: Any, blob_out: Any, order: str = "NCHW", use_cudnn:
 
 
 @Register
-def sum(model: Any, blob_in: Any, blob_out: Any, **kwargs: Any) -> Any:  # noqa: A001 - Caffe2's name
+def sum(model: Any, blob_in: Any, blob_out: Any, **kwargs: Any) -> Any:
     """Sum of the inputs."""
     return model.net.Sum(blob_in, blob_out, **kwargs)
 
@@ -363,7 +392,7 @@ def accuracy(model: Any, blob_in: Any, blob_out: Any, **kwargs: Any) -> None:
 
 
 @Register
-def iter(model: Any, blob_out: Any, **kwargs: Any) -> Any:  # noqa: A001 - Caffe2's name
+def iter(model: Any, blob_out: Any, **kwargs: Any) -> Any:
     """An int64 [1] counter (0 in the init net) that ``Iter`` adds one to per run."""
     kwargs.pop("device_option", None)
     model.param_init_net.ConstantFill([], blob_out, shape=[1], value=0, dtype=core.DataType.INT64,

@@ -22,7 +22,8 @@ from __future__ import annotations
 import inspect
 import os
 from collections import OrderedDict, namedtuple
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 
@@ -34,10 +35,31 @@ from caffe2.convert import drop_unknown_args, op_from_asyncnet, op_to_asyncnet
 from caffe2.proto import caffe2_pb2
 from caffe2.python import scope, utils, workspace
 
-__all__ = ["DataType", "DeviceOption", "device_option_equal", "IsOperator", "IsOperatorWithEngine", "GradientSlice",
-           "BlobReference", "ScopedName", "ScopedBlobReference", "CreateOperator", "Net", "ExecutionStep", "Plan",
-           "execution_step", "to_execution_step", "DeviceScope", "NameScope", "InferBlobDevices", "IsGPUDeviceType",
-           "RefreshRegisteredOperators", "get_net_name", "AddNets", "GlobalInit"]
+__all__ = [
+    "AddNets",
+    "BlobReference",
+    "CreateOperator",
+    "DataType",
+    "DeviceOption",
+    "DeviceScope",
+    "ExecutionStep",
+    "GlobalInit",
+    "GradientSlice",
+    "InferBlobDevices",
+    "IsGPUDeviceType",
+    "IsOperator",
+    "IsOperatorWithEngine",
+    "NameScope",
+    "Net",
+    "Plan",
+    "RefreshRegisteredOperators",
+    "ScopedBlobReference",
+    "ScopedName",
+    "device_option_equal",
+    "execution_step",
+    "get_net_name",
+    "to_execution_step",
+]
 
 DeviceScope = scope.DeviceScope
 NameScope = scope.NameScope
@@ -123,7 +145,7 @@ def device_option_equal(opt1: Any, opt2: Any, ignore_node_name: bool = True, ign
     return opt1.device_id == opt2.device_id
 
 
-def InferBlobDevices(net: "Net") -> dict[str, Any]:
+def InferBlobDevices(net: Net) -> dict[str, Any]:
     """{blob: the device option of the op that writes it}."""
     return {b: op.device_option for op in net.Proto().op for b in op.output}
 
@@ -134,7 +156,7 @@ GradientSlice = namedtuple("GradientSlice", ["indices", "values"])
 class BlobReference:
     """A blob name plus the net it comes from; ``ref.Relu([], "y")`` adds ``Relu([ref], "y")`` to that net."""
 
-    def __init__(self, name: Any, net: "Net | None" = None):
+    def __init__(self, name: Any, net: Net | None = None):
         self._name = name if isinstance(name, str) else name.decode("utf-8") if isinstance(name, bytes) else str(name)
         self._from_net = net
         self.meta: dict[str, Any] = {}
@@ -160,17 +182,17 @@ class BlobReference:
     def __repr__(self) -> str:
         return f'BlobReference("{self._name}")'
 
-    def __add__(self, other: str) -> "BlobReference":
+    def __add__(self, other: str) -> BlobReference:
         if not isinstance(other, str):
             raise RuntimeError("Cannot add BlobReference to a non-string.")
         return BlobReference(self._name + other, self._from_net)
 
-    def __radd__(self, other: str) -> "BlobReference":
+    def __radd__(self, other: str) -> BlobReference:
         if not isinstance(other, str):
             raise RuntimeError("Cannot add a non-string to BlobReference.")
         return BlobReference(other + self._name, self._from_net)
 
-    def Net(self) -> "Net | None":
+    def Net(self) -> Net | None:
         return self._from_net
 
     def GetNameScope(self) -> str:
@@ -210,7 +232,7 @@ def ScopedBlobReference(name: Any, *args: Any, **kwargs: Any) -> BlobReference:
     return BlobReference(ScopedName(name), *args, **kwargs)
 
 
-def _RectifyInputOutput(blobs: Any, net: "Net | None" = None) -> list[BlobReference]:
+def _RectifyInputOutput(blobs: Any, net: Net | None = None) -> list[BlobReference]:
     if isinstance(blobs, (bytes, str)):
         return [ScopedBlobReference(blobs, net=net)]
     if type(blobs) is BlobReference:
@@ -477,7 +499,7 @@ class Net:
             fill = "GivenTensorStringFill"
         return getattr(self, fill)([], blob_out or 1, shape=list(array.shape), values=array.ravel().tolist())
 
-    def AppendNet(self, net: "Net", device_option: Any = None) -> "Net":
+    def AppendNet(self, net: Net, device_option: Any = None) -> Net:
         outputs = self._op_outputs()
         for i in net.Proto().external_input:
             if i not in self._net.external_input and i not in outputs:
@@ -496,7 +518,7 @@ class Net:
         return self
 
     def Clone(self, name: str, blob_remap: dict[str, str] | None = None, op_id_mask: list[int] | None = None,
-              remap_funcs: Any = None, keep_schema: bool = True, update_external_list: bool = False) -> "Net":
+              remap_funcs: Any = None, keep_schema: bool = True, update_external_list: bool = False) -> Net:
         """A copy named ``name`` with blob names remapped by ``blob_remap`` and only the ops in ``op_id_mask``."""
         remap = {str(k): str(v) for k, v in (blob_remap or {}).items()}
         proto = caffe2_pb2.NetDef()
@@ -576,7 +598,7 @@ def _remap(field: Any, remap: dict[str, str]) -> None:
     field.extend(new)
 
 
-def _is_ones_seed(net: "Net", loss: str, grad: str) -> bool:
+def _is_ones_seed(net: Net, loss: str, grad: str) -> bool:
     """Whether ``grad`` is written by ``ConstantFill(loss, value=1)`` in ``net`` (data_parallel_model's seed)."""
     for op in net.Proto().op:
         if list(op.output) == [grad] and op.type == "ConstantFill" and list(op.input) == [loss]:
@@ -584,7 +606,7 @@ def _is_ones_seed(net: "Net", loss: str, grad: str) -> bool:
     return False
 
 
-def _loss_names(ys: Any, net: "Net | None" = None) -> list[str]:
+def _loss_names(ys: Any, net: Net | None = None) -> list[str]:
     if isinstance(ys, (str, BlobReference)):
         return [str(ys)]
     if isinstance(ys, dict):
@@ -621,7 +643,7 @@ def _next_step_name(base: str) -> str:
     return base if n == 0 else f"{base}_{n}"
 
 
-def _add_net_to_dict(net_dict: "OrderedDict[str, Net | None]", net: Any) -> bool:
+def _add_net_to_dict(net_dict: OrderedDict[str, Net | None], net: Any) -> bool:
     name = get_net_name(net)
     if name in net_dict:
         if net_dict[name] is not None and isinstance(net, Net) and net is not net_dict[name]:
@@ -645,7 +667,7 @@ class ExecutionStep:
         if num_iter is not None:
             self._step.num_iter = num_iter
 
-    def get_net(self, name: str) -> "Net | None":
+    def get_net(self, name: str) -> Net | None:
         return self._net_dict[name]
 
     def Name(self) -> str:
@@ -666,7 +688,7 @@ class ExecutionStep:
     def Nets(self) -> list[Net]:
         return [n for n in self._net_dict.values() if n is not None]
 
-    def Substeps(self) -> list["ExecutionStep"]:
+    def Substeps(self) -> list[ExecutionStep]:
         return self._substeps
 
     def SetIter(self, num_iter: int) -> None:
@@ -695,7 +717,7 @@ class ExecutionStep:
     def SetConcurrentSubsteps(self, concurrent_substeps: bool) -> None:
         self._step.concurrent_substeps = concurrent_substeps
 
-    def AddSubstep(self, substep: Any) -> "ExecutionStep":
+    def AddSubstep(self, substep: Any) -> ExecutionStep:
         if self.HasNets():
             raise ValueError("Cannot have both network and substeps.")
         if isinstance(substep, ExecutionStep):
@@ -711,7 +733,7 @@ class ExecutionStep:
         self._step.substep.add().CopyFrom(proto)
         return self
 
-    def AddNet(self, net: Any) -> "ExecutionStep":
+    def AddNet(self, net: Any) -> ExecutionStep:
         if self.HasSubsteps():
             raise ValueError("Cannot have both network and substeps.")
         if _add_net_to_dict(self._net_dict, net):

@@ -29,13 +29,22 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from caffe2.proto import caffe2_pb2
 from caffe2.python import core, scope, workspace
 
-__all__ = ["Parallelize", "Parallelize_CPU", "GetCheckpointParams", "FinalizeAfterCheckpoint",
-           "GetLearningRateBlobNames", "OptimizeGradientMemory", "GetDevices", "stripBlobName"]
+__all__ = [
+    "FinalizeAfterCheckpoint",
+    "GetCheckpointParams",
+    "GetDevices",
+    "GetLearningRateBlobNames",
+    "OptimizeGradientMemory",
+    "Parallelize",
+    "Parallelize_CPU",
+    "stripBlobName",
+]
 
 log = logging.getLogger("data_parallel_model")
 
@@ -54,7 +63,7 @@ def _device_of(model: Any, blob: Any) -> int:
     return int(name[len(prefix):name.index(scope._NAMESCOPE_SEPARATOR)])
 
 
-def _group_by_device(model: Any, blobs: list[Any]) -> "OrderedDict[str, dict[int, Any]]":
+def _group_by_device(model: Any, blobs: list[Any]) -> OrderedDict[str, dict[int, Any]]:
     grouped: OrderedDict[str, dict[int, Any]] = OrderedDict()
     for b in blobs:
         ref = b.values if isinstance(b, core.GradientSlice) else b
@@ -151,7 +160,7 @@ class _device_scope:
         self._dev.__enter__()
         self._name.__enter__()
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self._name.__exit__(*exc)
         self._dev.__exit__(*exc)
 

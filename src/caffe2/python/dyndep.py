@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["InitOpsLibrary", "GetImportedOpsLibraries", "OpsLibraryError"]
+__all__ = ["GetImportedOpsLibraries", "InitOpsLibrary", "OpsLibraryError"]
 
 
 class OpsLibraryError(RuntimeError):

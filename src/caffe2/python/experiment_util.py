@@ -23,7 +23,7 @@ import time
 from collections import OrderedDict
 from typing import Any
 
-__all__ = ["ModelTrainerLog", "ExternalLogger"]
+__all__ = ["ExternalLogger", "ModelTrainerLog"]
 
 
 class ExternalLogger:

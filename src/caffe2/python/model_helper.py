@@ -15,7 +15,7 @@ from typing import Any
 from caffe2.python import core, scope
 from caffe2.python.modeling.parameter_info import ParameterInfo, ParameterTags
 
-__all__ = ["ModelHelper", "ExtractPredictorNet"]
+__all__ = ["ExtractPredictorNet", "ModelHelper"]
 
 
 class ModelHelper:
@@ -24,7 +24,7 @@ class ModelHelper:
     ``net`` (``model.Relu(...)`` is ``model.net.Relu(...)``)."""
 
     def __init__(self, name: str | None = None, init_params: bool = True, allow_not_known_ops: bool = True,
-                 skip_sparse_optim: bool = False, param_model: "ModelHelper | None" = None,
+                 skip_sparse_optim: bool = False, param_model: ModelHelper | None = None,
                  arg_scope: dict[str, Any] | None = None):
         self.name = name or "model"
         self.net = core.Net(self.name)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["GetPydotGraph", "GetPydotGraphMinimal", "GetOperatorMapForPlan"]
+__all__ = ["GetOperatorMapForPlan", "GetPydotGraph", "GetPydotGraphMinimal"]
 
 OP_STYLE = {"shape": "box", "color": "#0F9D58", "style": "filled", "fontcolor": "#FFFFFF"}
 BLOB_STYLE = {"shape": "octagon"}

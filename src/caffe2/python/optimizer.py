@@ -30,9 +30,21 @@ from caffe2.proto import caffe2_pb2
 from caffe2.python import core, scope, utils
 from caffe2.python.modeling.parameter_info import ParameterInfo
 
-__all__ = ["Optimizer", "SgdOptimizer", "MultiPrecisionSgdOptimizer", "AdagradOptimizer", "AdamOptimizer",
-           "WeightDecayBuilder", "build_sgd", "build_multi_precision_sgd", "build_adagrad", "build_adam",
-           "add_weight_decay", "get_param_device", "AuxOptimizerParams"]
+__all__ = [
+    "AdagradOptimizer",
+    "AdamOptimizer",
+    "AuxOptimizerParams",
+    "MultiPrecisionSgdOptimizer",
+    "Optimizer",
+    "SgdOptimizer",
+    "WeightDecayBuilder",
+    "add_weight_decay",
+    "build_adagrad",
+    "build_adam",
+    "build_multi_precision_sgd",
+    "build_sgd",
+    "get_param_device",
+]
 
 AuxOptimizerParams = namedtuple("AuxOptimizerParams", ["local", "shared"])
 _optimizer_instance_count: defaultdict[str, int] = defaultdict(int)

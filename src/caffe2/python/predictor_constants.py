@@ -7,7 +7,7 @@
 
 from __future__ import annotations
 
-__all__ = ["predictor_constants", "PredictorConsts"]
+__all__ = ["PredictorConsts", "predictor_constants"]
 
 
 class PredictorConsts:

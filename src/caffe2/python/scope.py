@@ -11,12 +11,19 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from caffe2.proto import caffe2_pb2
 
-__all__ = ["CurrentNameScope", "CurrentDeviceScope", "NameScope", "DeviceScope", "EmptyNameScope",
-           "EmptyDeviceScope"]
+__all__ = [
+    "CurrentDeviceScope",
+    "CurrentNameScope",
+    "DeviceScope",
+    "EmptyDeviceScope",
+    "EmptyNameScope",
+    "NameScope",
+]
 
 _NAMESCOPE_SEPARATOR = "/"
 _threadlocal_scope = threading.local()

@@ -17,9 +17,9 @@ import os
 import sys
 import threading
 import traceback
-from typing import Iterator
+from collections.abc import Iterator
 
-__all__ = ["CompleteInTimeOrDie", "WatcherThread", "EuthanizeIfNecessary"]
+__all__ = ["CompleteInTimeOrDie", "EuthanizeIfNecessary", "WatcherThread"]
 
 log = logging.getLogger("timeout_guard")
 

@@ -20,9 +20,20 @@ from google.protobuf.message import Message
 
 from caffe2.proto import caffe2_pb2
 
-__all__ = ["MakeArgument", "ArgsToDict", "NumpyArrayToCaffe2Tensor", "Caffe2TensorToNumpyArray", "CaffeBlobToNumpyArray",
-           "GetContentFromProto", "DebugMode", "raiseIfNotEqual", "BuildUniqueMutexIter", "EnumClassKeyVals",
-           "OPTIMIZER_ITERATION_NAME", "ITERATION_MUTEX_NAME"]
+__all__ = [
+    "ITERATION_MUTEX_NAME",
+    "OPTIMIZER_ITERATION_NAME",
+    "ArgsToDict",
+    "BuildUniqueMutexIter",
+    "Caffe2TensorToNumpyArray",
+    "CaffeBlobToNumpyArray",
+    "DebugMode",
+    "EnumClassKeyVals",
+    "GetContentFromProto",
+    "MakeArgument",
+    "NumpyArrayToCaffe2Tensor",
+    "raiseIfNotEqual",
+]
 
 _DT = caffe2_pb2.TensorProto
 # numpy dtype -> (TensorProto data type, the TensorProto field holding it)

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
-__all__ = ["ChannelFirst", "ChannelLast", "NCHW", "NHWC", "PatchVisualizer"]
+__all__ = ["NCHW", "NHWC", "ChannelFirst", "ChannelLast", "PatchVisualizer"]
 
 
 class PatchVisualizer:

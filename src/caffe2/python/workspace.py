@@ -21,7 +21,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 
@@ -32,12 +33,45 @@ from caffe2.convert import lenient, op_to_asyncnet, plan_to_asyncnet, to_asyncne
 from caffe2.proto import caffe2_pb2
 from caffe2.python import scope
 
-__all__ = ["SwitchWorkspace", "CurrentWorkspace", "ResetWorkspace", "Workspaces", "FeedBlob", "FetchBlob", "FetchBlobs",
-           "Blobs", "HasBlob", "CreateBlob", "ResetBlob", "RemoveBlob", "CreateNet", "RunNet", "RunNetOnce",
-           "RunOperatorOnce", "RunOperatorsOnce", "RunPlan", "RunPlanInBackground", "GlobalInit", "RegisteredOperators",
-           "Nets", "StringifyProto", "GetNetName", "WorkspaceGuard", "C", "blobs", "FetchBlobNotFound",
-           "has_gpu_support", "has_cuda_support", "NumCudaDevices", "NumGpuDevices", "GpuDeviceType", "IsImmediate",
-           "RootFolder", "GetNameScope", "asyncnet_workspace"]
+__all__ = [
+    "Blobs",
+    "C",
+    "CreateBlob",
+    "CreateNet",
+    "CurrentWorkspace",
+    "FeedBlob",
+    "FetchBlob",
+    "FetchBlobNotFound",
+    "FetchBlobs",
+    "GetNameScope",
+    "GetNetName",
+    "GlobalInit",
+    "GpuDeviceType",
+    "HasBlob",
+    "IsImmediate",
+    "Nets",
+    "NumCudaDevices",
+    "NumGpuDevices",
+    "RegisteredOperators",
+    "RemoveBlob",
+    "ResetBlob",
+    "ResetWorkspace",
+    "RootFolder",
+    "RunNet",
+    "RunNetOnce",
+    "RunOperatorOnce",
+    "RunOperatorsOnce",
+    "RunPlan",
+    "RunPlanInBackground",
+    "StringifyProto",
+    "SwitchWorkspace",
+    "WorkspaceGuard",
+    "Workspaces",
+    "asyncnet_workspace",
+    "blobs",
+    "has_cuda_support",
+    "has_gpu_support",
+]
 
 logger = logging.getLogger("caffe2")
 

@@ -16,8 +16,14 @@ from typing import Any
 
 from caffe2.python.modeling.parameter_info import ParameterInfo
 
-__all__ = ["Initializer", "ExternalInitializer", "PseudoFP16Initializer", "ReversePseudoFP16Initializer",
-           "update_initializer", "create_xavier_fill_initializer"]
+__all__ = [
+    "ExternalInitializer",
+    "Initializer",
+    "PseudoFP16Initializer",
+    "ReversePseudoFP16Initializer",
+    "create_xavier_fill_initializer",
+    "update_initializer",
+]
 
 
 class Initializer:

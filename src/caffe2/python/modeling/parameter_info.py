@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["ParameterTags", "ParameterInfo"]
+__all__ = ["ParameterInfo", "ParameterTags"]
 
 
 class ParameterTags:

@@ -19,7 +19,7 @@ from typing import Any
 
 from caffe2.python import brew
 
-__all__ = ["create_resnet50", "ResNetBuilder"]
+__all__ = ["ResNetBuilder", "create_resnet50"]
 
 
 class ResNetBuilder:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["Caffe2Frontend", "caffe2_net_to_onnx_model", "caffe2_net_to_onnx_graph"]
+__all__ = ["Caffe2Frontend", "caffe2_net_to_onnx_graph", "caffe2_net_to_onnx_model"]
 
 _MESSAGE = ("Caffe2's ONNX frontend is not provided: convert the net with caffe2.convert.to_asyncnet and export it "
             "with asyncnet's ONNX interop (asyncnet.interop.onnx)")

@@ -30,8 +30,14 @@ from caffe2.python.predictor import predictor_py_utils as utils
 from caffe2.python.predictor import serde
 from caffe2.python.predictor_constants import predictor_constants
 
-__all__ = ["PredictorExportMeta", "prepare_prediction_net", "get_meta_net_def", "set_model_info", "save_to_db",
-           "load_from_db"]
+__all__ = [
+    "PredictorExportMeta",
+    "get_meta_net_def",
+    "load_from_db",
+    "prepare_prediction_net",
+    "save_to_db",
+    "set_model_info",
+]
 
 _FIELDS = "predict_net, parameters, inputs, outputs, shapes, name, extra_init_net, global_init_net, net_type, " \
           "num_workers, trainer_prefix"
@@ -42,7 +48,7 @@ class PredictorExportMeta(collections.namedtuple("PredictorExportMeta", _FIELDS)
 
     def __new__(cls, predict_net: Any, parameters: Any, inputs: Any, outputs: Any, shapes: Any = None, name: str = "",
                 extra_init_net: Any = None, global_init_net: Any = None, net_type: Any = None, num_workers: Any = None,
-                trainer_prefix: Any = None) -> "PredictorExportMeta":
+                trainer_prefix: Any = None) -> PredictorExportMeta:
         inputs = [str(i) for i in inputs]
         outputs = [str(o) for o in outputs]
         if len(set(inputs)) != len(inputs):

@@ -7,8 +7,20 @@ from typing import Any
 
 from caffe2.python import core, scope, workspace
 
-__all__ = ["create_predict_net", "create_predict_init_net", "get_comp_name", "GetNet", "GetBlobs", "GetPlan",
-           "GetApplicationSpecificInfo", "AddNet", "AddBlobs", "AddPlan", "GetArgumentByName", "AddModelIdArg"]
+__all__ = [
+    "AddBlobs",
+    "AddModelIdArg",
+    "AddNet",
+    "AddPlan",
+    "GetApplicationSpecificInfo",
+    "GetArgumentByName",
+    "GetBlobs",
+    "GetNet",
+    "GetPlan",
+    "create_predict_init_net",
+    "create_predict_net",
+    "get_comp_name",
+]
 
 
 def create_predict_net(predictor_export_meta: Any) -> Any:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["serialize_protobuf_struct", "deserialize_protobuf_struct"]
+__all__ = ["deserialize_protobuf_struct", "serialize_protobuf_struct"]
 
 
 def serialize_protobuf_struct(protobuf_struct: Any) -> bytes:
