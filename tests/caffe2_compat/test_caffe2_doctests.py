@@ -11,7 +11,7 @@ MODULES = ["caffe2.proto.caffe2_pb2", "caffe2.convert", "caffe2.python", "caffe2
            "asyncnet.ops.dbio", "asyncnet.ops.caffe2_misc", "caffe2.proto.metanet_pb2", "caffe2.python.predictor_constants",
            "caffe2.python.predictor.predictor_exporter", "caffe2.python.dyndep", "caffe2.python.timeout_guard",
            "caffe2.python.experiment_util", "caffe2.python.models.resnet", "caffe2.python.data_parallel_model",
-           "caffe2.python.onnx.frontend"]
+           "caffe2.python.onnx.frontend", "caffe2.python.rnn_cell"]
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -28,6 +28,7 @@ __all__ = [
     "Caffe2TensorToNumpyArray",
     "CaffeBlobToNumpyArray",
     "DebugMode",
+    "debug",
     "EnumClassKeyVals",
     "GetContentFromProto",
     "MakeArgument",
@@ -188,21 +189,34 @@ def GetContentFromProtoString(s: bytes, function_map: dict[Any, Any]) -> Any:
     raise ValueError("the string parses as none of the given message types")
 
 
-def DebugMode(func: Any) -> Any:
-    """Run ``func``; on an exception, open pdb post-mortem (Caffe2's debugging decorator)."""
-    import functools
-    import pdb
-    import sys
-    import traceback
+class DebugMode:
+    """Run a function; on an exception print the traceback and, on an interactive terminal, open
+    pdb post-mortem (Caffe2's ``DebugMode``); then re-raise."""
 
-    @functools.wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
+    @classmethod
+    def run(cls, func: Any, *args: Any, **kwargs: Any) -> Any:
+        import pdb
+        import sys
+        import traceback
+
         try:
             return func(*args, **kwargs)
+        except KeyboardInterrupt:
+            raise
         except Exception:
             traceback.print_exc()
-            pdb.post_mortem(sys.exc_info()[2])
+            if sys.stdin is not None and sys.stdin.isatty():
+                pdb.post_mortem(sys.exc_info()[2])
             raise
+
+
+def debug(f: Any) -> Any:
+    """Decorate ``f`` with :class:`DebugMode`'s behaviour (Caffe2's ``utils.debug``)."""
+    import functools
+
+    @functools.wraps(f)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        return DebugMode.run(f, *args, **kwargs)
 
     return wrapper
 
