@@ -21,8 +21,14 @@ class CLIError(Exception):
     """A user-facing failure: printed as one line, exit status 1."""
 
 
+CAFFE2_NET_SUFFIXES = (".pb", ".pbtxt", ".prototxt")
+
+
 def load_net(path: str) -> NetDef:
-    """Read and validate a NetDef JSON file."""
+    """Read and validate a NetDef: asyncnet's JSON, or a Caffe2 protobuf file (``.pb`` binary,
+    ``.pbtxt``/``.prototxt`` text), converted by the ``caffe2`` compatibility package."""
+    if path.lower().endswith(CAFFE2_NET_SUFFIXES):
+        return _load_caffe2_net(path)
     try:
         text = Path(path).read_bytes()
     except OSError as e:
@@ -31,6 +37,19 @@ def load_net(path: str) -> NetDef:
         return NetDef.from_json(text)
     except AsyncNetError as e:
         raise CLIError(f"{path}: {e}") from None
+
+
+def _load_caffe2_net(path: str) -> NetDef:
+    try:
+        from caffe2.convert import load_net_file
+    except ImportError as e:
+        raise CLIError(f"cannot read Caffe2 net file {path}: the caffe2 package needs protobuf ({e})") from None
+    try:
+        return load_net_file(path)
+    except OSError as e:
+        raise CLIError(f"cannot read net file {path}: {e.strerror or e}") from None
+    except AsyncNetError as e:
+        raise CLIError(str(e) if str(e).startswith(path) else f"{path}: {e}") from None
 
 
 def parse_feeds(specs: list[str] | None) -> dict[str, Any]:

@@ -67,14 +67,34 @@ def _arg(value: Any) -> Any:
 
 
 class Net:
-    """Builds a :class:`NetDef`. ``type`` is "simple" (default) or "async_scheduling"."""
+    """Builds a :class:`NetDef`. ``type`` is "simple" (default) or "async_scheduling".
 
-    def __init__(self, name: str, type: str = "simple", num_workers: int | None = None,
+    ``Net(net_def)`` continues an existing :class:`NetDef` (a copy; its fields are the net's)::
+
+        >>> import asyncnet as an
+        >>> more = an.Net(an.NetDef("n", ops=[an.OperatorDef("Relu", ["x"], ["y"])]))
+        >>> _ = more.Sigmoid("y", "z"); [op.type for op in more.ops]
+        ['Relu', 'Sigmoid']
+    """
+
+    def __init__(self, name: "str | NetDef", type: str = "simple", num_workers: int | None = None,
                  device_option: DeviceOption | None = None, own_pool: bool = False,
                  intra_op_threads: int | None = None):
+        self._auto = 0
+        if isinstance(name, NetDef):
+            given = {k: v for k, v in (("type", type != "simple"), ("num_workers", num_workers is not None),
+                                       ("device_option", device_option is not None), ("own_pool", own_pool),
+                                       ("intra_op_threads", intra_op_threads is not None)) if v}
+            if given:
+                raise TypeError(f"Net(net_def) takes its fields from the NetDef; got {sorted(given)} as well")
+            self._def = dataclasses.replace(name, ops=list(name.ops), external_inputs=list(name.external_inputs),
+                                            external_outputs=list(name.external_outputs))
+            self._auto = len(name.ops)
+            return
+        if not isinstance(name, str):
+            raise TypeError(f"Net takes a name (str) or a NetDef, got {name.__class__.__name__}")
         self._def = NetDef(name, type=type, num_workers=num_workers, device_option=device_option, own_pool=own_pool,
                            intra_op_threads=intra_op_threads)
-        self._auto = 0
 
     @property
     def name(self) -> str:

@@ -1,0 +1,1 @@
+"""Caffe2's protobuf messages: :mod:`caffe2.proto.caffe2_pb2`."""

@@ -1,0 +1,855 @@
+"""Caffe2's ``caffe2.python.core``: nets as live ``caffe2_pb2.NetDef`` protos, blob references,
+operator creation, execution steps and plans.
+
+A :class:`Net` holds the proto itself: ``net.Proto()`` is that proto (edits to it are the net),
+and ``net.Relu(...)`` appends an ``OperatorDef`` to it as Caffe2 did, unchecked until the net
+is created (``workspace.CreateNet``) or run, where it is converted to asyncnet's NetDef and
+validated once. Gradients come from asyncnet's autodiff::
+
+    >>> from caffe2.python import core
+    >>> net = core.Net("core_doc")
+    >>> x = net.AddExternalInputs("x")
+    >>> y = net.Relu(x, "y")
+    >>> z = y.Sigmoid([], "z")
+    >>> [op.type for op in net.Proto().op], str(z)
+    (['Relu', 'Sigmoid'], 'z')
+    >>> net.Proto().type = "dag"; net.Proto().type
+    'dag'
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+from collections import OrderedDict, namedtuple
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+
+import asyncnet as an
+from asyncnet.autodiff import add_gradient_ops
+from asyncnet.errors import NetDefinitionError, near_names
+from asyncnet.ops.sparse import GradientSlice as _AnGradientSlice
+from caffe2.convert import drop_unknown_args, op_from_asyncnet, op_to_asyncnet
+from caffe2.proto import caffe2_pb2
+from caffe2.python import scope, utils, workspace
+
+__all__ = [
+    "AddNets",
+    "BlobReference",
+    "CreateOperator",
+    "DataType",
+    "DeviceOption",
+    "DeviceScope",
+    "ExecutionStep",
+    "GlobalInit",
+    "GradientSlice",
+    "InferBlobDevices",
+    "IsGPUDeviceType",
+    "IsOperator",
+    "IsOperatorWithEngine",
+    "NameScope",
+    "Net",
+    "Plan",
+    "RefreshRegisteredOperators",
+    "ScopedBlobReference",
+    "ScopedName",
+    "device_option_equal",
+    "execution_step",
+    "get_net_name",
+    "to_execution_step",
+]
+
+DeviceScope = scope.DeviceScope
+NameScope = scope.NameScope
+GlobalInit = workspace.GlobalInit
+
+
+class DataType:
+    """Caffe2's ``TensorProto.DataType`` codes by name."""
+
+    UNDEFINED = 0
+    FLOAT = 1
+    INT32 = 2
+    BYTE = 3
+    STRING = 4
+    BOOL = 5
+    UINT8 = 6
+    INT8 = 7
+    UINT16 = 8
+    INT16 = 9
+    INT64 = 10
+    FLOAT16 = 12
+    DOUBLE = 13
+    ZERO_COLLISION_HASH = 14
+    REBATCHING_BUFFER = 15
+
+
+def IsOperator(op_type: str) -> bool:
+    """Whether asyncnet registers an operator named ``op_type``."""
+    return op_type in _registered()
+
+
+def IsOperatorWithEngine(op_type: str, engine: str) -> bool:
+    """Caffe2 registered engine variants (``Conv_ENGINE_CUDNN``); asyncnet ops take every engine."""
+    return IsOperator(op_type)
+
+
+_REGISTERED: dict[str, Any] = {}
+
+
+def _registered() -> dict[str, Any]:
+    if not _REGISTERED:
+        _REGISTERED.update(an.registered_ops())
+    return _REGISTERED
+
+
+def RefreshRegisteredOperators() -> None:
+    """Forget the cached operator list (after registering new asyncnet ops)."""
+    _REGISTERED.clear()
+
+
+def IsGPUDeviceType(device_type: int) -> bool:
+    """Whether ``device_type`` is CUDA or HIP."""
+    return device_type in (caffe2_pb2.CUDA, caffe2_pb2.HIP)
+
+
+def DeviceOption(device_type: int, device_id: int = 0, random_seed: int | None = None, node_name: str | None = None,
+                 numa_node_id: int | None = None, extra_info: Iterable[str] | None = None) -> Any:
+    """A ``caffe2_pb2.DeviceOption`` with ``device_type`` and ``device_id`` set (as Caffe2 writes it)."""
+    option = caffe2_pb2.DeviceOption(device_type=device_type, device_id=device_id)
+    if node_name is not None:
+        option.node_name = node_name
+    if random_seed is not None:
+        option.random_seed = random_seed
+    if numa_node_id is not None:
+        if device_type != caffe2_pb2.CPU:
+            raise ValueError("numa_node_id applies to CPU device options only")
+        option.numa_node_id = numa_node_id
+    if extra_info is not None:
+        option.extra_info.extend(extra_info)
+    return option
+
+
+def device_option_equal(opt1: Any, opt2: Any, ignore_node_name: bool = True, ignore_random_seed: bool = True) -> bool:
+    """Caffe2's comparison of two device options (CPU options are all equal)."""
+    if not opt1 or not opt2:
+        return opt1 == opt2
+    if not ignore_node_name and opt1.node_name != opt2.node_name:
+        return False
+    if not ignore_random_seed and opt1.random_seed != opt2.random_seed:
+        return False
+    if not opt1.device_type or not opt2.device_type:
+        return not opt1.device_type and not opt2.device_type
+    return opt1.device_id == opt2.device_id
+
+
+def InferBlobDevices(net: Net) -> dict[str, Any]:
+    """{blob: the device option of the op that writes it}."""
+    return {b: op.device_option for op in net.Proto().op for b in op.output}
+
+
+GradientSlice = namedtuple("GradientSlice", ["indices", "values"])
+
+
+class BlobReference:
+    """A blob name plus the net it comes from; ``ref.Relu([], "y")`` adds ``Relu([ref], "y")`` to that net."""
+
+    def __init__(self, name: Any, net: Net | None = None):
+        self._name = name if isinstance(name, str) else name.decode("utf-8") if isinstance(name, bytes) else str(name)
+        self._from_net = net
+        self.meta: dict[str, Any] = {}
+
+    def __hash__(self) -> int:
+        return hash(self._name)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, str):
+            return self._name == other
+        if isinstance(other, bytes):
+            return self._name == other.decode("utf-8")
+        if isinstance(other, BlobReference):
+            return self._name == other._name
+        return False
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    def __str__(self) -> str:
+        return self._name
+
+    def __repr__(self) -> str:
+        return f'BlobReference("{self._name}")'
+
+    def __add__(self, other: str) -> BlobReference:
+        if not isinstance(other, str):
+            raise RuntimeError("Cannot add BlobReference to a non-string.")
+        return BlobReference(self._name + other, self._from_net)
+
+    def __radd__(self, other: str) -> BlobReference:
+        if not isinstance(other, str):
+            raise RuntimeError("Cannot add a non-string to BlobReference.")
+        return BlobReference(other + self._name, self._from_net)
+
+    def Net(self) -> Net | None:
+        return self._from_net
+
+    def GetNameScope(self) -> str:
+        return self._name[: self._name.rfind(scope._NAMESCOPE_SEPARATOR) + 1]
+
+    def GetUnscopedName(self) -> str:
+        return self._name[self._name.rfind(scope._NAMESCOPE_SEPARATOR) + 1:]
+
+    def _CreateAndAddToNet(self, op_type: str, inputs: Any = None, *args: Any, **kwargs: Any) -> Any:
+        inputs = [] if inputs is None else inputs
+        if isinstance(inputs, (BlobReference, str)):
+            inputs = [inputs]
+        inputs = [self, *inputs]
+        return getattr(self._from_net, op_type)(inputs, *args, **kwargs)
+
+    def __getattr__(self, op_type: str) -> Any:
+        if op_type.startswith("__") or op_type in ("_name", "_from_net", "meta"):
+            raise AttributeError(op_type)
+        if self._from_net is None:
+            raise AttributeError("You cannot use a blob reference that does not have a net source to create "
+                                 "operators. Create the operator from an explicit net object.")
+        if not IsOperator(op_type):
+            raise AttributeError(f"Method {op_type} is not a registered operator. Did you mean: "
+                                 f"[{','.join(near_names(op_type, _registered()))}]")
+        return lambda *args, **kwargs: self._CreateAndAddToNet(op_type, *args, **kwargs)
+
+
+def ScopedName(name: Any) -> str:
+    """``name`` prefixed with the current name scope."""
+    if isinstance(name, bytes):
+        name = name.decode("ascii")
+    return scope.CurrentNameScope() + name
+
+
+def ScopedBlobReference(name: Any, *args: Any, **kwargs: Any) -> BlobReference:
+    """A BlobReference to ``name`` in the current name scope."""
+    return BlobReference(ScopedName(name), *args, **kwargs)
+
+
+def _RectifyInputOutput(blobs: Any, net: Net | None = None) -> list[BlobReference]:
+    if isinstance(blobs, (bytes, str)):
+        return [ScopedBlobReference(blobs, net=net)]
+    if type(blobs) is BlobReference:
+        return [blobs]
+    if type(blobs) in (list, tuple):
+        out = []
+        for blob in blobs:
+            if isinstance(blob, (bytes, str)):
+                out.append(ScopedBlobReference(blob, net=net))
+            elif type(blob) is BlobReference:
+                out.append(blob)
+            else:
+                raise TypeError(f"I/O blob #{len(out)} of unsupported type: {blob!s} of type {type(blob)}")
+        return out
+    raise TypeError(f"Unknown input/output type: {blobs!s} of type {type(blobs)}.")
+
+
+def CreateOperator(operator_type: str, inputs: Any, outputs: Any, name: str = "", control_input: Any = None,
+                   device_option: Any = None, arg: Any = None, engine: str | None = None, debug_info: str | None = None,
+                   **kwargs: Any) -> Any:
+    """A ``caffe2_pb2.OperatorDef`` (string blob names take the current name scope; the device
+    option is the given one, else the current DeviceScope's; ``None`` arguments are left out)."""
+    op = caffe2_pb2.OperatorDef(type=operator_type, name=name)
+    op.input.extend(map(str, _RectifyInputOutput(inputs)))
+    op.output.extend(map(str, _RectifyInputOutput(outputs)))
+    if control_input:
+        op.control_input.extend(map(str, _RectifyInputOutput(control_input)))
+    if device_option is not None:
+        op.device_option.CopyFrom(device_option)
+    elif scope.CurrentDeviceScope() is not None:
+        op.device_option.CopyFrom(scope.CurrentDeviceScope())
+    if engine is not None:
+        op.engine = engine
+    if debug_info is not None:
+        op.debug_info = debug_info
+    if "random_seed" in kwargs:
+        op.device_option.random_seed = kwargs.pop("random_seed")
+    if arg is not None:
+        op.arg.extend(arg)
+    for key, value in kwargs.items():
+        if value is not None:
+            op.arg.add().CopyFrom(utils.MakeArgument(key, value))
+    return op
+
+
+def get_net_name(netlike: Any) -> str:
+    """The name of a ``Net``, a ``NetDef`` or a name."""
+    if isinstance(netlike, Net):
+        return netlike.Proto().name
+    if isinstance(netlike, caffe2_pb2.NetDef):
+        return netlike.name
+    return str(netlike)
+
+
+_TRACEBACKS: dict[str, dict[int, tuple[str, int, str]]] = {}
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _caller() -> tuple[str, int, str]:
+    """(file, line, function) of the innermost frame outside this package."""
+    frame = inspect.currentframe()
+    while frame is not None and os.path.dirname(os.path.abspath(frame.f_code.co_filename)) == _HERE:
+        frame = frame.f_back
+    if frame is None:
+        return ("?", 0, "?")
+    return (frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name)
+
+
+class Net:
+    """A Caffe2 net: a live ``caffe2_pb2.NetDef`` plus op methods (``net.FC(...)``).
+
+    Built from a name (made unique among the nets of this process, as Caffe2 does: a second
+    ``Net("train")`` is named ``train_1``) or from a NetDef (copied)."""
+
+    _net_names_used_counters: dict[str, int] = {}
+
+    @staticmethod
+    def _get_next_net_name(basename: str) -> str:
+        idx = Net._net_names_used_counters.get(basename, 0)
+        Net._net_names_used_counters[basename] = idx + 1
+        return basename if idx == 0 else f"{basename}_{idx}"
+
+    @staticmethod
+    def _reset_used_names() -> None:
+        Net._net_names_used_counters = {}
+
+    def __init__(self, name_or_proto: Any, inplace: bool = False):
+        self._registered_blob_names: set[str] = set()
+        self._attr_dict: dict[str, list[Any]] = {}
+        self._next_blob_name_ids: dict[str, int] = {}
+        if isinstance(name_or_proto, caffe2_pb2.NetDef):
+            self._net = name_or_proto if inplace else caffe2_pb2.NetDef()
+            if not inplace:
+                self._net.CopyFrom(name_or_proto)
+            prefix = self._net.name + "_blob_"
+            indices = [int(s[len(prefix):]) for op in self._net.op for s in (*op.input, *op.output)
+                       if s.startswith(prefix) and s[len(prefix):].isdigit()]
+            self._next_name_index = max(indices) + 1 if indices else 0
+            name = self._net.name
+        elif isinstance(name_or_proto, str):
+            self._net = caffe2_pb2.NetDef()
+            self._next_name_index = 0
+            name = name_or_proto
+        else:
+            raise TypeError(f"Net takes a name (str) or a caffe2_pb2.NetDef, got {type(name_or_proto).__name__}")
+        self._net.name = Net._get_next_net_name(name)
+
+    # -- identity ------------------------------------------------------------------------------
+    def Name(self) -> str:
+        return self._net.name
+
+    def __str__(self) -> str:
+        return self.Name()
+
+    def __repr__(self) -> str:
+        return f"core.Net({self.Name()!r}, ops={len(self._net.op)})"
+
+    def Proto(self) -> Any:
+        """The live ``caffe2_pb2.NetDef`` (edits to it change the net)."""
+        return self._net
+
+    def to_asyncnet(self) -> an.NetDef:
+        """asyncnet's NetDef of this net (Caffe2's leniency applied: unknown arguments dropped)."""
+        return workspace._as_asyncnet(self)
+
+    # -- blobs -----------------------------------------------------------------------------------
+    def _op_outputs(self) -> set[str]:
+        return {o for op in self._net.op for o in op.output}
+
+    def BlobIsDefined(self, blob: Any) -> bool:
+        name = str(blob)
+        return name in self._op_outputs() or name in self._net.external_input
+
+    def UsesBlob(self, blob: Any) -> bool:
+        name = str(blob)
+        return any(name in op.input for op in self._net.op) or name in self._net.external_input
+
+    def UsedBlobNames(self) -> set[str]:
+        names = {b for op in self._net.op for b in (*op.input, *op.output)}
+        return names | set(self._net.external_input) | set(self._net.external_output)
+
+    def GetBlobRef(self, blob_name: Any) -> BlobReference:
+        if not self.BlobIsDefined(blob_name):
+            raise KeyError(f"Net does not define blob {blob_name}")
+        return BlobReference(str(blob_name), self)
+
+    def NextName(self, prefix: str | None = None, output_id: int | None = None) -> str:
+        """A blob name not used in this net yet (``<net>/<prefix>`` or ``<net>_blob_<n>``)."""
+        if prefix:
+            base = f"{self._net.name}/{prefix}"
+            name = base + (f":{output_id}" if output_id is not None else "")
+            index = self._next_blob_name_ids.get(name, 2)
+            key = name
+            while self.BlobIsDefined(str(ScopedBlobReference(name))):
+                name = f"{base}_{index}" + (f":{output_id}" if output_id is not None else "")
+                index += 1
+                self._next_blob_name_ids[key] = index
+            return name
+        name = f"{self._net.name}_blob_{self._next_name_index}"
+        self._next_name_index += 1
+        return name
+
+    def NextBlob(self, prefix: str = "unnamed") -> BlobReference:
+        base = BlobReference(prefix)
+        out, index = base, 0
+        while str(out) in self._registered_blob_names or self.BlobIsDefined(out):
+            out = base + f"_auto_{index}"
+            index += 1
+        self._registered_blob_names.add(str(out))
+        return out
+
+    def NextScopedBlob(self, prefix: str = "unnamed") -> BlobReference:
+        return self.NextBlob(ScopedName(prefix))
+
+    def AddExternalInput(self, *inputs: Any) -> Any:
+        """Declare external inputs; returns the reference (one input) or the list of references."""
+        if not inputs:
+            raise ValueError("AddExternalInput takes at least one blob")
+        names = [str(i) for i in inputs]
+        for n in names:
+            if n in self._net.external_input or names.count(n) > 1:
+                raise ValueError(f"Net already contains an input named {n}")
+        self._net.external_input.extend(names)
+        refs = [BlobReference(n) for n in names]
+        return refs[0] if len(refs) == 1 else refs
+
+    AddExternalInputs = AddExternalInput
+
+    def AddExternalOutput(self, *outputs: Any) -> None:
+        for o in outputs:
+            if not self.BlobIsDefined(o):
+                raise ValueError(f"{o} is not defined")
+        self._net.external_output.extend(str(o) for o in outputs)
+
+    def AddExternalOutputs(self, *outputs: Any) -> None:
+        self.AddExternalOutput(*outputs)
+
+    def AddScopedExternalInputs(self, *inputs: Any) -> list[BlobReference]:
+        res = self.AddExternalInput(*[ScopedBlobReference(b) for b in inputs])
+        return res if isinstance(res, list) else [res]
+
+    def AddScopedExternalOutputs(self, *outputs: Any) -> None:
+        self.AddExternalOutput(*[ScopedBlobReference(b) for b in outputs])
+
+    @property
+    def external_inputs(self) -> list[BlobReference]:
+        return [BlobReference(x) for x in self._net.external_input]
+
+    @property
+    def external_outputs(self) -> list[BlobReference]:
+        return [BlobReference(x) for x in self._net.external_output]
+
+    def is_external_input(self, blob: Any) -> bool:
+        return str(blob) in self._net.external_input
+
+    def AddArgument(self, arg_name: str, arg_value: Any) -> None:
+        self._net.arg.extend([utils.MakeArgument(arg_name, arg_value)])
+
+    # -- ops -------------------------------------------------------------------------------------
+    def _ExtendOps(self, new_ops: Iterable[Any]) -> None:
+        self._net.op.extend(new_ops)
+
+    def extend_ops(self, new_ops: Iterable[Any]) -> None:
+        self._ExtendOps(new_ops)
+
+    def _CreateAndAddToSelf(self, op_type: str, inputs: Any, outputs: Any = None, **kwargs: Any) -> Any:
+        inputs = _RectifyInputOutput(inputs)
+        for i in inputs:
+            if not self.BlobIsDefined(i):
+                self.AddExternalInput(i)
+        if outputs is None:
+            outputs = self.NextName(prefix=op_type)
+        elif type(outputs) is int:
+            outputs = [self.NextName(prefix=op_type, output_id=i) for i in range(outputs)]
+        outputs = _RectifyInputOutput(outputs, net=self)
+        op = CreateOperator(op_type, inputs, outputs, **kwargs)
+        self._ExtendOps([op])
+        _TRACEBACKS.setdefault(self.Name(), {})[len(self._net.op) - 1] = _caller()
+        if not op.output:
+            return None
+        if len(op.output) == 1:
+            return BlobReference(op.output[0], self)
+        return tuple(BlobReference(o, self) for o in op.output)
+
+    def __getattr__(self, op_type: str) -> Any:
+        if op_type.startswith("_"):
+            raise AttributeError(op_type)
+        if not IsOperator(op_type):
+            raise AttributeError(f"Method {op_type} is not a registered operator. Did you mean: "
+                                 f"[{','.join(near_names(op_type, _registered()))}]")
+        return lambda *args, **kwargs: self._CreateAndAddToSelf(op_type, *args, **kwargs)
+
+    def __dir__(self) -> list[str]:
+        return sorted(set(super().__dir__()) | set(_registered()))
+
+    def Const(self, array: Any, blob_out: Any = None, dtype: Any = None) -> BlobReference:
+        """A ``GivenTensor*Fill`` op holding ``array`` (a bool becomes a ConstantFill)."""
+        if isinstance(array, bool):
+            return self.ConstantFill([], blob_out or 1, dtype=DataType.BOOL, value=array)
+        array = np.array(array) if dtype is None else np.array(array, dtype=dtype)
+        fill = {np.dtype(np.int32): "GivenTensorIntFill", np.dtype(np.int64): "GivenTensorInt64Fill",
+                np.dtype(np.bool_): "GivenTensorBoolFill"}.get(array.dtype, "GivenTensorFill")
+        if array.dtype.kind in "SUO":
+            fill = "GivenTensorStringFill"
+        return getattr(self, fill)([], blob_out or 1, shape=list(array.shape), values=array.ravel().tolist())
+
+    def AppendNet(self, net: Net, device_option: Any = None) -> Net:
+        outputs = self._op_outputs()
+        for i in net.Proto().external_input:
+            if i not in self._net.external_input and i not in outputs:
+                self._net.external_input.append(i)
+        self._net.external_output.extend(o for o in net.Proto().external_output if o not in self._net.external_output)
+        ops = list(net.Proto().op)
+        if device_option is not None:
+            copies = []
+            for op in ops:
+                c = caffe2_pb2.OperatorDef()
+                c.CopyFrom(op)
+                c.device_option.CopyFrom(device_option)
+                copies.append(c)
+            ops = copies
+        self._ExtendOps(ops)
+        return self
+
+    def Clone(self, name: str, blob_remap: dict[str, str] | None = None, op_id_mask: list[int] | None = None,
+              remap_funcs: Any = None, keep_schema: bool = True, update_external_list: bool = False) -> Net:
+        """A copy named ``name`` with blob names remapped by ``blob_remap`` and only the ops in ``op_id_mask``."""
+        remap = {str(k): str(v) for k, v in (blob_remap or {}).items()}
+        proto = caffe2_pb2.NetDef()
+        proto.CopyFrom(self._net)
+        proto.name = name
+        ids = range(len(self._net.op)) if op_id_mask is None else op_id_mask
+        del proto.op[:]
+        for i in ids:
+            op = proto.op.add()
+            op.CopyFrom(self._net.op[i])
+            _remap(op.input, remap)
+            _remap(op.output, remap)
+        _remap(proto.external_input, remap)
+        _remap(proto.external_output, remap)
+        new = Net(proto)
+        new._attr_dict.update(self._attr_dict)
+        return new
+
+    def set_rand_seed(self, seed: int = 100, sequence_seed: bool = True, seed_on_op_def: bool = False) -> None:
+        """Give every op a random seed: ``seed + i`` (``sequence_seed``), or ``seed``."""
+        if sequence_seed and seed_on_op_def:
+            raise ValueError("sequence_seed and seed_on_op_def cannot be both set to True.")
+        for i, op in enumerate(self._net.op):
+            if seed_on_op_def:
+                op.device_option.random_seed = hash(str(op) + str(seed)) % np.iinfo(np.uint32).max
+            else:
+                op.device_option.random_seed = seed + i if sequence_seed else seed
+
+    def RunAllOnGPU(self, gpu_id: int = 0, use_cudnn: bool = False) -> None:
+        """Put the net on CUDA device ``gpu_id`` (``engine`` "CUDNN" on every op with ``use_cudnn``)."""
+        self._net.device_option.CopyFrom(DeviceOption(caffe2_pb2.CUDA, gpu_id))
+        if use_cudnn:
+            for op in self._net.op:
+                op.engine = "CUDNN"
+
+    def PopulateProtoWithFileName(self) -> None:
+        """Name each op after the file, line and function that created it (``file:line:function``)."""
+        tb = _TRACEBACKS.get(self.Name(), {})
+        for idx, op in enumerate(self._net.op):
+            if idx in tb:
+                op.name = ":".join(map(str, tb[idx]))
+
+    def add_attribute(self, name: str, obj: Any) -> None:
+        self._attr_dict.setdefault(name, []).append(obj)
+
+    def get_attributes(self, name: str) -> list[Any]:
+        return self._attr_dict.get(name, [])
+
+    # -- gradients -------------------------------------------------------------------------------
+    def AddGradientOperators(self, ys: Any, skip: int = 0) -> dict[str, Any]:
+        """Append the backward ops of the losses ``ys`` (a blob, a list, or a dict whose values
+        must be None: each loss is seeded with ones) computed by asyncnet's autodiff; returns
+        {blob: gradient BlobReference or GradientSlice} for the leaves (params and inputs).
+        Several losses are added up by one ``Sum`` op first (their gradients add, as in Caffe2)."""
+        losses = _loss_names(ys, self)
+        builder = an.Net(self.Name())
+        for i, pb_op in enumerate(self._net.op[skip:]):
+            op = drop_unknown_args(op_to_asyncnet(pb_op, f"ops[{i + skip}]"), f"ops[{i + skip}]")
+            builder.add_op(op.type, op.inputs, op.outputs, name=op.name, device_option=op.device_option,
+                           control_inputs=op.control_inputs, **op.args)
+        start = len(builder.ops)
+        loss = losses[0]
+        if len(losses) > 1:
+            loss = self.NextName(prefix="total_loss")
+            builder.add_op("Sum", losses, [loss])
+        grads = add_gradient_ops(builder, loss)
+        new_ops = [op_from_asyncnet(op) for op in builder.ops[start:]]
+        for op in new_ops[1 if len(losses) > 1 else 0:]:
+            op.is_gradient_op = True
+        self._ExtendOps(new_ops)
+        return {k: _grad_ref(v, self) for k, v in grads.items()}
+
+
+def _remap(field: Any, remap: dict[str, str]) -> None:
+    new = [remap.get(b, b) for b in field]
+    del field[:]
+    field.extend(new)
+
+
+def _is_ones_seed(net: Net, loss: str, grad: str) -> bool:
+    """Whether ``grad`` is written by ``ConstantFill(loss, value=1)`` in ``net`` (data_parallel_model's seed)."""
+    for op in net.Proto().op:
+        if list(op.output) == [grad] and op.type == "ConstantFill" and list(op.input) == [loss]:
+            return any(a.name == "value" and (a.f == 1.0 or a.i == 1) for a in op.arg)
+    return False
+
+
+def _loss_names(ys: Any, net: Net | None = None) -> list[str]:
+    if isinstance(ys, (str, BlobReference)):
+        return [str(ys)]
+    if isinstance(ys, dict):
+        given = {str(k): str(v) for k, v in ys.items() if v is not None}
+        other = sorted(k for k, g in given.items() if net is None or not _is_ones_seed(net, k, g))
+        if other:
+            raise NetDefinitionError(f"AddGradientOperators: given output gradients for {other} are not supported; "
+                                     "pass the losses (each is seeded with ones), or a ConstantFill(loss, value=1)")
+        return [str(k) for k in ys]
+    names = [str(y) for y in ys]
+    if not names:
+        raise ValueError("AddGradientOperators needs at least one loss blob")
+    return names
+
+
+def _grad_ref(g: Any, net: Net) -> Any:
+    if isinstance(g, _AnGradientSlice):
+        return GradientSlice(BlobReference(g.indices, net), BlobReference(g.values, net))
+    return BlobReference(g, net)
+
+
+def AddNets(*nets: Net) -> None:
+    """Nothing: Caffe2 kept no global net list either (kept for scripts that call it)."""
+
+
+# -- execution steps and plans -----------------------------------------------------------------
+
+_step_counter: dict[str, int] = {}
+
+
+def _next_step_name(base: str) -> str:
+    n = _step_counter.get(base, 0)
+    _step_counter[base] = n + 1
+    return base if n == 0 else f"{base}_{n}"
+
+
+def _add_net_to_dict(net_dict: OrderedDict[str, Net | None], net: Any) -> bool:
+    name = get_net_name(net)
+    if name in net_dict:
+        if net_dict[name] is not None and isinstance(net, Net) and net is not net_dict[name]:
+            raise ValueError(f"Different nets with the same name: {name}")
+        return False
+    net_dict[name] = net if isinstance(net, Net) else None
+    return True
+
+
+class ExecutionStep:
+    """A step of a plan (a live ``caffe2_pb2.ExecutionStep``): nets or substeps, iterated."""
+
+    def __init__(self, name: str, nets: Any = None, num_iter: int | None = None):
+        self._step = caffe2_pb2.ExecutionStep(name=name or _next_step_name("step"))
+        self._net_dict: OrderedDict[str, Net | None] = OrderedDict()
+        self._substeps: list[ExecutionStep] = []
+        if nets is not None:
+            for net in [nets] if isinstance(nets, Net) else nets:
+                if _add_net_to_dict(self._net_dict, net):
+                    self._step.network.extend([get_net_name(net)])
+        if num_iter is not None:
+            self._step.num_iter = num_iter
+
+    def get_net(self, name: str) -> Net | None:
+        return self._net_dict[name]
+
+    def Name(self) -> str:
+        return self._step.name
+
+    def __str__(self) -> str:
+        return self._step.name
+
+    def Proto(self) -> Any:
+        return self._step
+
+    def HasNets(self) -> bool:
+        return len(self._step.network) > 0
+
+    def HasSubsteps(self) -> bool:
+        return len(self._step.substep) > 0
+
+    def Nets(self) -> list[Net]:
+        return [n for n in self._net_dict.values() if n is not None]
+
+    def Substeps(self) -> list[ExecutionStep]:
+        return self._substeps
+
+    def SetIter(self, num_iter: int) -> None:
+        self._step.num_iter = num_iter
+
+    def SetCreateWorkspace(self, create_workspace: bool) -> None:
+        self._step.create_workspace = create_workspace
+
+    def SetNumConcurrentInstances(self, num_concurrent_instances: int) -> None:
+        self._step.num_concurrent_instances = num_concurrent_instances
+
+    def SetOnlyOnce(self, only_once: bool) -> None:
+        self._step.only_once = only_once
+
+    def SetShouldStopBlob(self, should_stop_blob: Any) -> None:
+        self._step.should_stop_blob = str(should_stop_blob)
+
+    def RunEveryMillis(self, interval: int) -> None:
+        self._step.run_every_ms = interval
+
+    def SetReportNet(self, report_net: Net, report_interval: int) -> None:
+        _add_net_to_dict(self._net_dict, report_net)
+        self._step.report_net = get_net_name(report_net)
+        self._step.report_interval = report_interval
+
+    def SetConcurrentSubsteps(self, concurrent_substeps: bool) -> None:
+        self._step.concurrent_substeps = concurrent_substeps
+
+    def AddSubstep(self, substep: Any) -> ExecutionStep:
+        if self.HasNets():
+            raise ValueError("Cannot have both network and substeps.")
+        if isinstance(substep, ExecutionStep):
+            if not substep.HasNets() and not substep.HasSubsteps():
+                return self
+            for net in substep._net_dict.values():
+                if net is not None:
+                    _add_net_to_dict(self._net_dict, net)
+            self._substeps.append(substep)
+            proto = substep.Proto()
+        else:
+            proto = substep
+        self._step.substep.add().CopyFrom(proto)
+        return self
+
+    def AddNet(self, net: Any) -> ExecutionStep:
+        if self.HasSubsteps():
+            raise ValueError("Cannot have both network and substeps.")
+        if _add_net_to_dict(self._net_dict, net):
+            self._step.network.extend([get_net_name(net)])
+        return self
+
+
+def _nets_in_order(step: ExecutionStep, out: list[str]) -> None:
+    for sub in step.Substeps():
+        _nets_in_order(sub, out)
+    for name in step.Proto().network:
+        if name not in out:
+            out.append(name)
+    if step.Proto().report_net and step.Proto().report_net not in out:
+        out.append(step.Proto().report_net)
+
+
+class Plan:
+    """A plan (a live ``caffe2_pb2.PlanDef``): its steps and the nets they run."""
+
+    def __init__(self, name_or_step: Any):
+        self._plan = caffe2_pb2.PlanDef()
+        self._net_dict: OrderedDict[str, Net | None] = OrderedDict()
+        self._steps: list[ExecutionStep] = []
+        if isinstance(name_or_step, ExecutionStep):
+            self._plan.name = name_or_step.Name()
+            self.AddStep(name_or_step)
+        elif isinstance(name_or_step, str):
+            self._plan.name = name_or_step
+        else:
+            raise ValueError("name_or_step must be a string or ExecutionStep")
+
+    def __str__(self) -> str:
+        return self._plan.name
+
+    def Proto(self) -> Any:
+        return self._plan
+
+    def AddNets(self, nets: Iterable[Any]) -> None:
+        for net in nets:
+            if _add_net_to_dict(self._net_dict, net):
+                if not isinstance(net, Net):
+                    raise TypeError(f"a plan holds core.Net objects, got {type(net).__name__}")
+                self._plan.network.add().CopyFrom(net.Proto())
+
+    def Nets(self) -> list[Net | None]:
+        return list(self._net_dict.values())
+
+    def AddStep(self, step: ExecutionStep) -> None:
+        if not isinstance(step, ExecutionStep):
+            raise TypeError(f"expected an ExecutionStep, got {type(step).__name__}")
+        if not step.HasNets() and not step.HasSubsteps():
+            return
+        self._plan.execution_step.add().CopyFrom(step.Proto())
+        self._steps.append(step)
+        names: list[str] = []
+        _nets_in_order(step, names)
+        self.AddNets([_find_net(step, n) for n in names])
+
+    def Steps(self) -> list[ExecutionStep]:
+        return self._steps
+
+
+def _find_net(step: ExecutionStep, name: str) -> Net:
+    net = step._net_dict.get(name)
+    if net is None:
+        raise ValueError(f"step {step.Name()!r} names net {name!r} but holds no core.Net of that name")
+    return net
+
+
+def execution_step(default_name: str, steps_or_nets: Any, num_iter: int | None = None, report_net: Net | None = None,
+                   report_interval: int | None = None, concurrent_substeps: bool | None = None,
+                   should_stop_blob: Any = None, only_once: bool | None = None,
+                   num_concurrent_instances: int | None = None, create_workspace: bool = False,
+                   run_every_ms: int | None = None) -> ExecutionStep:
+    """An ExecutionStep of nets or substeps with Caffe2's options."""
+    if should_stop_blob is not None and num_iter is not None:
+        raise ValueError("Cannot set both should_stop_blob and num_iter.")
+    step = ExecutionStep(default_name)
+    if should_stop_blob is not None:
+        step.SetShouldStopBlob(should_stop_blob)
+    if only_once is not None:
+        step.SetOnlyOnce(only_once)
+    if concurrent_substeps is not None:
+        step.SetConcurrentSubsteps(concurrent_substeps)
+    if report_net is not None:
+        step.SetReportNet(report_net, report_interval or 1)
+    if num_iter is not None:
+        step.SetIter(num_iter)
+    if num_concurrent_instances is not None:
+        step.SetNumConcurrentInstances(num_concurrent_instances)
+    if create_workspace:
+        step.SetCreateWorkspace(True)
+    if run_every_ms:
+        step.RunEveryMillis(run_every_ms)
+    if isinstance(steps_or_nets, ExecutionStep):
+        step.AddSubstep(steps_or_nets)
+    elif isinstance(steps_or_nets, Net):
+        step.AddNet(steps_or_nets)
+    elif isinstance(steps_or_nets, list):
+        if all(isinstance(x, Net) for x in steps_or_nets):
+            for x in steps_or_nets:
+                step.AddNet(x)
+        else:
+            for x in steps_or_nets:
+                step.AddSubstep(to_execution_step(x))
+    elif steps_or_nets:
+        raise ValueError(f"steps_or_nets must be a step, a net, or a list of them, got {type(steps_or_nets).__name__}")
+    return step
+
+
+def to_execution_step(step_or_nets: Any, default_name: str | None = None) -> ExecutionStep:
+    """``step_or_nets`` as an ExecutionStep."""
+    if isinstance(step_or_nets, ExecutionStep):
+        return step_or_nets
+    if not default_name and hasattr(step_or_nets, "name"):
+        default_name = step_or_nets.name
+    return execution_step(default_name or "", step_or_nets)
+

@@ -1,0 +1,1 @@
+"""Caffe2's model builders (``caffe2.python.models``): ResNet."""

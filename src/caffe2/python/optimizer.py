@@ -1,0 +1,403 @@
+"""Caffe2's ``caffe2.python.optimizer``: parameter updates emitted as Caffe2's own op sequences.
+
+Every optimizer shares one mutex-guarded iteration counter (``optimizer_iteration``:
+ConstantFill + CreateMutex in the init net, ``AtomicIter`` in the net), a ``LearningRate`` op
+with a *negative* ``base_lr`` (the update adds ``lr * grad``), then per parameter:
+
+* SGD: ``WeightedSum([param, ONE, grad, lr], param)``; with momentum ``MomentumSGDUpdate``;
+  sparse gradients ``ScatterWeightedSum`` / ``SparseMomentumSGDUpdate``.
+* Adagrad: ``Adagrad([param, param_squared_sum, grad, lr])`` (``SparseAdagrad``,
+  ``RowWiseSparseAdagrad`` for sparse gradients).
+* Adam: ``Adam([param, m1, m2, grad, lr, iter])`` (``SparseAdam`` for sparse gradients).
+* Weight decay: ``WeightedSum([grad, ONE, param, wd], grad)`` on the weights.
+
+    >>> from caffe2.python import brew, model_helper, optimizer
+    >>> m = model_helper.ModelHelper(name="opt_doc")
+    >>> fc = brew.fc(m, "x", "fc", dim_in=3, dim_out=1)
+    >>> loss = m.AveragedLoss(fc, "loss")
+    >>> _ = m.AddGradientOperators([loss])
+    >>> _ = optimizer.build_sgd(m, base_learning_rate=0.1)
+    >>> [op.type for op in m.net.Proto().op][-4:]
+    ['AtomicIter', 'LearningRate', 'WeightedSum', 'WeightedSum']
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict, namedtuple
+from typing import Any
+
+from caffe2.proto import caffe2_pb2
+from caffe2.python import core, scope, utils
+from caffe2.python.modeling.parameter_info import ParameterInfo
+
+__all__ = [
+    "AdagradOptimizer",
+    "AdamOptimizer",
+    "AuxOptimizerParams",
+    "MultiPrecisionSgdOptimizer",
+    "Optimizer",
+    "SgdOptimizer",
+    "WeightDecayBuilder",
+    "add_weight_decay",
+    "build_adagrad",
+    "build_adam",
+    "build_multi_precision_sgd",
+    "build_sgd",
+    "get_param_device",
+]
+
+AuxOptimizerParams = namedtuple("AuxOptimizerParams", ["local", "shared"])
+_optimizer_instance_count: defaultdict[str, int] = defaultdict(int)
+_LEARNING_RATE_INJECTION = "lr_injection"
+
+
+class Optimizer:
+    """Base class: ``optimizer(net, param_init_net, param, grad)`` adds the update of one parameter."""
+
+    def __init__(self) -> None:
+        self._aux_params = AuxOptimizerParams(local=[], shared=[])
+        self._instance_num = _optimizer_instance_count[self.__class__.__name__]
+        _optimizer_instance_count[self.__class__.__name__] += 1
+        self._lr_multiplier: Any = None
+        self._local_lr_multiplier: Any = None
+
+    def __call__(self, net: Any, param_init_net: Any, param: Any, grad: Any = None) -> None:
+        if grad is None:
+            if not isinstance(param, ParameterInfo) or param.grad is None:
+                raise ValueError("Expected a ParameterInfo with a gradient when grad is not given")
+        else:
+            if isinstance(param, str):
+                param = core.BlobReference(param)
+            param = ParameterInfo(param_id=None, param=param, grad=grad)
+        self._run(net, param_init_net, param)
+
+    def _run(self, net: Any, param_init_net: Any, param_info: ParameterInfo) -> None:
+        raise NotImplementedError("Optimizer needs to implement _run function")
+
+    def get_cpu_blob_name(self, base_str: str, node_name: str = "") -> str:
+        return f"{self.__class__.__name__}_{self._instance_num}_{base_str}{node_name}_cpu"
+
+    def get_gpu_blob_name(self, base_str: str, gpu_id: int, node_name: str) -> str:
+        return f"{self.__class__.__name__}_{self._instance_num}_{base_str}{node_name}_gpu{gpu_id}"
+
+    def make_unique_blob_name(self, base_str: str) -> str:
+        """``<Class>_<n>_<base>_cpu`` (or ``_gpu<id>`` under a CUDA device scope)."""
+        dev = scope.CurrentDeviceScope()
+        if dev is None:
+            return self.get_cpu_blob_name(base_str)
+        if core.IsGPUDeviceType(dev.device_type):
+            return self.get_gpu_blob_name(base_str, dev.device_id, dev.node_name)
+        return self.get_cpu_blob_name(base_str, dev.node_name)
+
+    def build_lr(self, net: Any, param_init_net: Any, base_learning_rate: float, learning_rate_blob: Any = None,
+                 policy: str = "fixed", iter_val: int = 0, **kwargs: Any) -> tuple[Any, Any]:
+        """The learning-rate blob (``LearningRate`` with ``base_lr = -base_learning_rate``) and the iteration counter."""
+        if learning_rate_blob is None:
+            learning_rate_blob = self.make_unique_blob_name("lr")
+        iteration = utils.BuildUniqueMutexIter(param_init_net, net, iter_val=iter_val)
+        if not net.BlobIsDefined(learning_rate_blob):
+            lr = net.LearningRate([iteration], learning_rate_blob, base_lr=-base_learning_rate, policy=policy, **kwargs)
+        else:
+            lr = net.GetBlobRef(learning_rate_blob)
+        if self._lr_multiplier is not None:
+            multiplier = net.CopyFromCPUInput(self._lr_multiplier, self.make_unique_blob_name("lr_multiplier"))
+            lr = net.Mul([lr, multiplier], self.make_unique_blob_name("scaled_lr"), broadcast=1)
+        if self._local_lr_multiplier is not None:
+            lr = net.Mul([lr, self._local_lr_multiplier], self.make_unique_blob_name("local_scaled_lr"), broadcast=1)
+        return lr, iteration
+
+    def add_lr_multiplier(self, lr_multiplier: Any) -> None:
+        self._lr_multiplier = lr_multiplier
+
+    def _add_local_lr_multiplier(self, local_lr_multiplier: Any, is_gpu_blob: bool = False) -> None:
+        self._local_lr_multiplier = local_lr_multiplier
+
+    @staticmethod
+    def dedup(net: Any, sparse_dedup_aggregator: str | None, grad: Any) -> Any:
+        if not isinstance(grad, core.GradientSlice):
+            raise TypeError("Dedup only works for sparse gradients (GradientSlice)")
+        if not sparse_dedup_aggregator:
+            return grad
+        unique, remap = net.Unique([grad.indices], 2)
+        if sparse_dedup_aggregator.lower() != "sum":
+            raise ValueError(f"sparse_dedup_aggregator {sparse_dedup_aggregator!r} is not supported; expected 'sum'")
+        values = net.UnsortedSegmentSum([grad.values, remap], 1)
+        return core.GradientSlice(indices=unique, values=values)
+
+    def get_auxiliary_parameters(self) -> AuxOptimizerParams:
+        return self._aux_params
+
+    def scale_learning_rate(self, *args: Any, **kwargs: Any) -> None:
+        raise NotImplementedError("Optimizer needs to implement scale_learning_rate method.")
+
+
+def _one(param_init_net: Any, with_node_name: bool = True) -> Any:
+    dev = scope.CurrentDeviceScope() or core.DeviceOption(caffe2_pb2.CPU)
+    name = f"ONE_{dev.device_type}_{dev.device_id}" + (dev.node_name if with_node_name else "")
+    return param_init_net.ConstantFill([], name, shape=[1], value=1.0)
+
+
+class SgdOptimizer(Optimizer):
+    """SGD, with optional (Nesterov) momentum."""
+
+    def __init__(self, base_learning_rate: float = 0.01, policy: str = "fixed", momentum: float = 0.0,
+                 nesterov: bool = True, sparse_dedup_aggregator: str | None = None, lars: Any = None, **kwargs: Any):
+        super().__init__()
+        self.base_learning_rate = base_learning_rate
+        self.policy = policy
+        self.momentum = momentum
+        self.nesterov = nesterov
+        self.sparse_dedup_aggregator = sparse_dedup_aggregator
+        self.lars = lars
+        self.init_kwargs = kwargs
+
+    def _run(self, net: Any, param_init_net: Any, param_info: ParameterInfo) -> None:
+        param, grad = param_info.blob, param_info.grad
+        if self.base_learning_rate == 0:
+            return
+        if self.base_learning_rate < 0:
+            raise ValueError(f"Expect positive base learning rate, got {self.base_learning_rate}")
+        lr_sign = -1 if self.momentum else 1
+        lr, _ = self.build_lr(net, param_init_net, base_learning_rate=self.base_learning_rate * lr_sign,
+                              policy=self.policy, **self.init_kwargs)
+        one = _one(param_init_net)
+        self._aux_params.shared.append(one)
+        if self.momentum > 0:
+            momentum_data = param_init_net.ConstantFill(param, str(param) + "_momentum", value=0.0)
+            self._aux_params.local.append(momentum_data)
+        if isinstance(grad, core.GradientSlice):
+            grad = self.dedup(net, self.sparse_dedup_aggregator, grad)
+            if self.momentum > 0:
+                net.SparseMomentumSGDUpdate([grad.values, momentum_data, lr, param, grad.indices],
+                                            [grad.values, momentum_data, param], momentum=self.momentum,
+                                            nesterov=self.nesterov)
+            else:
+                net.ScatterWeightedSum([param, one, grad.indices, grad.values, lr], param)
+        elif self.momentum > 0:
+            net.MomentumSGDUpdate([grad, momentum_data, lr, param], [grad, momentum_data, param],
+                                  momentum=self.momentum, nesterov=self.nesterov)
+        else:
+            net.WeightedSum([param, one, grad, lr], param)
+
+    def scale_learning_rate(self, scale: float) -> None:
+        self.base_learning_rate *= scale
+
+
+class MultiPrecisionSgdOptimizer(SgdOptimizer):
+    """SGD on an fp32 master copy of fp16 parameters (plain SGD for fp32 parameters)."""
+
+    def __init__(self, base_learning_rate: float = 0.1, momentum: float = 0.0, policy: str = "fixed",
+                 nesterov: bool = True, sparse_dedup_aggregator: str | None = None, **kwargs: Any):
+        super().__init__(base_learning_rate=base_learning_rate, policy=policy, momentum=momentum, nesterov=nesterov,
+                         sparse_dedup_aggregator=sparse_dedup_aggregator, **kwargs)
+
+    def _run(self, net: Any, param_init_net: Any, param_info: ParameterInfo) -> None:
+        param = param_info.blob
+        master = param_info.blob_copy[core.DataType.FLOAT] if param_info.blob_copy is not None else None
+        if master is None:
+            return SgdOptimizer._run(self, net, param_init_net, param_info)
+        grad = param_info.grad
+        if self.base_learning_rate == 0:
+            return None
+        lr, _ = self.build_lr(net, param_init_net, base_learning_rate=-self.base_learning_rate, policy=self.policy,
+                              **self.init_kwargs)
+        momentum_data = param_init_net.ConstantFill(master, str(param) + "_momentum", value=0.0)
+        self._aux_params.local.append(momentum_data)
+        if isinstance(grad, core.GradientSlice):
+            raise ValueError("MultiPrecisionSgd does not support sparse gradients")
+        grad_fp32 = net.HalfToFloat(grad, grad + "_fp32")
+        net.MomentumSGDUpdate([grad_fp32, momentum_data, lr, master], [grad_fp32, momentum_data, master],
+                              momentum=self.momentum, nesterov=self.nesterov)
+        net.FloatToHalf(master, param)
+        return None
+
+
+class WeightDecayBuilder(Optimizer):
+    """Adds ``weight_decay * param`` to each weight's gradient."""
+
+    def __init__(self, weight_decay: float):
+        self.weight_decay = weight_decay
+
+    def _run(self, net: Any, param_init_net: Any, param_info: ParameterInfo) -> None:
+        dev = scope.CurrentDeviceScope() or core.DeviceOption(caffe2_pb2.CPU)
+        one = param_init_net.ConstantFill([], f"ONE_{dev.device_type}_{dev.device_id}", shape=[1], value=1.0)
+        wd = param_init_net.ConstantFill([], f"wd_{dev.device_type}_{dev.device_id}", shape=[1], value=self.weight_decay)
+        if isinstance(param_info.grad, core.GradientSlice):
+            raise ValueError("Weight decay does not yet support sparse gradients")
+        net.WeightedSum([param_info.grad, one, param_info.blob, wd], param_info.grad)
+
+
+class AdagradOptimizer(Optimizer):
+    """Adagrad (dense ``Adagrad``; ``SparseAdagrad`` or, with ``rowWise``, ``RowWiseSparseAdagrad``)."""
+
+    def __init__(self, alpha: float = 0.01, epsilon: float = 1e-4, decay: float = 1, weight_decay: float = 0.0,
+                 policy: str = "fixed", sparse_dedup_aggregator: str | None = None, rowWise: bool = False,
+                 engine: str = "", lars: Any = None, output_effective_lr: bool = False,
+                 output_effective_lr_and_update: bool = False, **kwargs: Any):
+        super().__init__()
+        self.alpha = alpha
+        self.epsilon = epsilon
+        self.decay = decay
+        self.weight_decay = float(weight_decay)
+        self.policy = policy
+        self.sparse_dedup_aggregator = sparse_dedup_aggregator
+        self.rowWise = rowWise
+        self.engine = engine
+        self.lars = lars
+        self.output_effective_lr = output_effective_lr
+        self.output_effective_lr_and_update = output_effective_lr_and_update
+        self.init_kwargs = kwargs
+
+    def _run(self, net: Any, param_init_net: Any, param_info: ParameterInfo) -> None:
+        param, grad = param_info.blob, param_info.grad
+        if self.alpha <= 0:
+            return
+        lr, _ = self.build_lr(net, param_init_net, base_learning_rate=self.alpha, policy=self.policy, **self.init_kwargs)
+        if self.rowWise:
+            if param_info.shape is None:
+                raise ValueError(f"row-wise Adagrad needs the shape of {param}; create it with model.create_param")
+            squared = param_init_net.ConstantFill([], str(param) + "_avg_squared_sum", shape=[param_info.shape[0]],
+                                                  value=0.0)
+        else:
+            squared = param_init_net.ConstantFill([param], str(param) + "_squared_sum", value=0.0)
+        self._aux_params.local.append(squared)
+        extra = {"weight_decay": self.weight_decay} if self.weight_decay else {}
+        if isinstance(grad, core.GradientSlice):
+            if self.decay != 1:
+                raise ValueError("Decay is not implemented for SparseAdagrad and must be set to 1")
+            grad = self.dedup(net, self.sparse_dedup_aggregator, grad)
+            op = "RowWiseSparseAdagrad" if self.rowWise else "SparseAdagrad"
+            getattr(net, op)([param, squared, grad.indices, grad.values, lr], [param, squared], epsilon=self.epsilon,
+                             engine=self.engine, **extra)
+        else:
+            if self.rowWise:
+                raise ValueError("row-wise Adagrad takes sparse gradients only")
+            outputs = [param, squared]
+            if self.output_effective_lr_and_update:
+                outputs += [str(param) + "_effective_lr", str(param) + "_update"]
+            elif self.output_effective_lr:
+                outputs.append(str(param) + "_effective_lr")
+            net.Adagrad([param, squared, grad, lr], outputs, epsilon=self.epsilon, decay=float(self.decay),
+                        engine=self.engine, **extra)
+
+    def scale_learning_rate(self, scale: float) -> None:
+        self.alpha *= scale
+
+
+class AdamOptimizer(Optimizer):
+    """Adam (dense ``Adam``; ``SparseAdam`` for sparse gradients)."""
+
+    def __init__(self, alpha: float = 0.001, beta1: float = 0.9, beta2: float = 0.999, epsilon: float = 1e-8,
+                 policy: str = "fixed", use_lr_adaption: bool = False, lr_alpha: float = 0.01,
+                 normalized_lr_adaption: bool = True, sparse_dedup_aggregator: str | None = None,
+                 rowWise: bool = False, engine: str = "", enableRAdam: bool = False, **kwargs: Any):
+        super().__init__()
+        self.alpha = alpha
+        self.beta1 = beta1
+        self.beta2 = beta2
+        self.epsilon = epsilon
+        self.policy = policy
+        self.use_lr_adaption = use_lr_adaption
+        self.sparse_dedup_aggregator = sparse_dedup_aggregator
+        self.rowWise = rowWise
+        self.engine = engine
+        self.enableRAdam = enableRAdam
+        self.init_kwargs = kwargs
+
+    def _run(self, net: Any, param_init_net: Any, param_info: ParameterInfo) -> None:
+        param, grad = param_info.blob, param_info.grad
+        if self.alpha <= 0:
+            return
+        if self.use_lr_adaption or self.rowWise:
+            raise ValueError("Adam with use_lr_adaption or rowWise is not supported")
+        lr, iteration = self.build_lr(net, param_init_net, base_learning_rate=self.alpha, policy=self.policy,
+                                      **self.init_kwargs)
+        m1 = param_init_net.ConstantFill([param], param + "_first_moment", value=0.0)
+        m2 = param_init_net.ConstantFill([param], param + "_second_moment", value=0.0)
+        self._aux_params.shared.append(iteration)
+        self._aux_params.local.extend([m1, m2])
+        if isinstance(grad, core.GradientSlice):
+            grad = self.dedup(net, self.sparse_dedup_aggregator, grad)
+            net.SparseAdam([param, m1, m2, grad.indices, grad.values, lr, iteration], [param, m1, m2],
+                           beta1=self.beta1, beta2=self.beta2, epsilon=self.epsilon)
+        else:
+            net.Adam([param, m1, m2, grad, lr, iteration], [param, m1, m2], beta1=self.beta1, beta2=self.beta2,
+                     epsilon=self.epsilon)
+
+    def scale_learning_rate(self, scale: float) -> None:
+        self.alpha *= scale
+
+
+def _get_param_to_device(model: Any) -> dict[str, Any]:
+    return core.InferBlobDevices(model.param_init_net)
+
+
+def get_param_device(param_name: str, grad: Any, param_to_device: dict[str, Any] | None = None,
+                     default_device: Any = None) -> Any:
+    """The device option of the op that creates ``param_name`` (else ``default_device``)."""
+    return (param_to_device or {}).get(param_name, default_device)
+
+
+def _build(model: Any, optimizer: Optimizer, weights_only: bool = False, use_param_info_optim: bool = True,
+           max_gradient_norm: float | None = None, allow_lr_injection: bool = False) -> Optimizer:
+    param_to_device = _get_param_to_device(model)
+    model.Validate()
+    params = [info for info in model.GetOptimizationParamInfo()
+              if not weights_only or info.blob in model.weights]
+    if max_gradient_norm is not None:
+        raise ValueError("max_gradient_norm (gradient clipping by norm) is not supported")
+    lr_multiplier = None
+    if allow_lr_injection:
+        lr_multiplier = (model.param_init_net.ConstantFill([], _LEARNING_RATE_INJECTION, shape=[1], value=1.0)
+                         if not model.net.BlobIsDefined(_LEARNING_RATE_INJECTION) else _LEARNING_RATE_INJECTION)
+    optimizer.add_lr_multiplier(lr_multiplier)
+    for info in params:
+        device = get_param_device(str(info.blob), info.grad, param_to_device)
+        ctx = core.DeviceScope(device) if device is not None and device.ByteSize() else _null()
+        with ctx:
+            if getattr(info, "optimizer", None) and use_param_info_optim:
+                info.optimizer(model.net, model.param_init_net, info)
+            else:
+                optimizer(model.net, model.param_init_net, info)
+    return optimizer
+
+
+class _null:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def add_weight_decay(model: Any, weight_decay: float) -> None:
+    """L2 regularization: ``grad += weight_decay * param`` for every weight (not biases)."""
+    _build(model, WeightDecayBuilder(weight_decay=weight_decay), weights_only=True, use_param_info_optim=False)
+
+
+def build_sgd(model: Any, base_learning_rate: float, max_gradient_norm: float | None = None,
+              allow_lr_injection: bool = False, **kwargs: Any) -> Optimizer:
+    """SGD updates for every parameter with a gradient (``policy``, ``stepsize``, ``gamma``, ``momentum``...)."""
+    return _build(model, SgdOptimizer(base_learning_rate, **kwargs), max_gradient_norm=max_gradient_norm,
+                  allow_lr_injection=allow_lr_injection)
+
+
+def build_multi_precision_sgd(model: Any, base_learning_rate: float, max_gradient_norm: float | None = None,
+                              allow_lr_injection: bool = False, **kwargs: Any) -> Optimizer:
+    """SGD on fp32 master copies of fp16 parameters (see :class:`MultiPrecisionSgdOptimizer`)."""
+    return _build(model, MultiPrecisionSgdOptimizer(base_learning_rate, **kwargs), max_gradient_norm=max_gradient_norm,
+                  allow_lr_injection=allow_lr_injection)
+
+
+def build_adagrad(model: Any, base_learning_rate: float, parameters: Any = None, max_gradient_norm: float | None = None,
+                  allow_lr_injection: bool = False, **kwargs: Any) -> Optimizer:
+    """Adagrad updates (``epsilon``, ``decay``, ``weight_decay``, ``rowWise``...)."""
+    return _build(model, AdagradOptimizer(alpha=base_learning_rate, **kwargs), max_gradient_norm=max_gradient_norm,
+                  allow_lr_injection=allow_lr_injection)
+
+
+def build_adam(model: Any, base_learning_rate: float, max_gradient_norm: float | None = None,
+               allow_lr_injection: bool = False, **kwargs: Any) -> Optimizer:
+    """Adam updates (``beta1``, ``beta2``, ``epsilon``)."""
+    return _build(model, AdamOptimizer(alpha=base_learning_rate, **kwargs), max_gradient_norm=max_gradient_norm,
+                  allow_lr_injection=allow_lr_injection)

@@ -1,0 +1,493 @@
+"""Caffe2's ``caffe2.python.workspace`` on asyncnet's :class:`~asyncnet.Workspace`.
+
+A module-level *current* workspace ("default" at import) and named ones, as in Caffe2: every
+function acts on the current one. Nets given as ``core.Net`` objects or ``caffe2_pb2.NetDef``
+protos are converted once (when created, or at each ``RunNetOnce``) with Caffe2's leniency
+(unknown arguments dropped with a warning); running a created net goes straight to asyncnet.
+Return values are Caffe2's (``True`` from ``RunNetOnce``, ``CreateNet``, ``RunNet``, ``FeedBlob``)::
+
+    >>> import numpy as np
+    >>> from caffe2.python import workspace
+    >>> workspace.SwitchWorkspace("doc", True)
+    >>> workspace.FeedBlob("x", np.ones(2, np.float32))
+    True
+    >>> workspace.Blobs(), workspace.CurrentWorkspace()
+    (['x'], 'doc')
+    >>> workspace.SwitchWorkspace("default")
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+import asyncnet as an
+from asyncnet.core.defs import NetDef
+from asyncnet.errors import AsyncNetError, BlobNotFoundError
+from caffe2.convert import lenient, op_to_asyncnet, plan_to_asyncnet, to_asyncnet
+from caffe2.proto import caffe2_pb2
+from caffe2.python import scope
+
+__all__ = [
+    "Blobs",
+    "C",
+    "CreateBlob",
+    "CreateNet",
+    "CurrentWorkspace",
+    "FeedBlob",
+    "FetchBlob",
+    "FetchBlobNotFound",
+    "FetchBlobs",
+    "GetNameScope",
+    "GetNetName",
+    "GlobalInit",
+    "GpuDeviceType",
+    "HasBlob",
+    "IsImmediate",
+    "Nets",
+    "NumCudaDevices",
+    "NumGpuDevices",
+    "RegisteredOperators",
+    "RemoveBlob",
+    "ResetBlob",
+    "ResetWorkspace",
+    "RootFolder",
+    "RunNet",
+    "RunNetOnce",
+    "RunOperatorOnce",
+    "RunOperatorsOnce",
+    "RunPlan",
+    "RunPlanInBackground",
+    "StringifyProto",
+    "SwitchWorkspace",
+    "WorkspaceGuard",
+    "Workspaces",
+    "asyncnet_workspace",
+    "blobs",
+    "has_cuda_support",
+    "has_gpu_support",
+]
+
+logger = logging.getLogger("caffe2")
+
+_workspaces: dict[str, an.Workspace] = {"default": an.Workspace()}
+_current = "default"
+_roots: dict[str, str] = {"default": ""}
+
+has_cuda_support = False
+has_hip_support = False
+has_gpu_support = False
+GpuDeviceType = caffe2_pb2.CUDA
+is_asan = False
+
+
+class FetchBlobNotFound(BlobNotFoundError, RuntimeError):
+    """A blob that is not in the workspace (a KeyError as asyncnet raises it, and a RuntimeError
+    as Caffe2 raised it)."""
+
+
+def asyncnet_workspace() -> an.Workspace:
+    """The asyncnet :class:`~asyncnet.Workspace` behind the current Caffe2 workspace."""
+    return _workspaces[_current]
+
+
+# -- workspaces ------------------------------------------------------------------------------
+
+def SwitchWorkspace(name: str, create_if_missing: bool = False) -> None:
+    """Make workspace ``name`` current (created when ``create_if_missing``)."""
+    global _current
+    if name not in _workspaces:
+        if not create_if_missing:
+            raise RuntimeError(f"Workspace {name!r} does not exist; pass create_if_missing=True to create it "
+                               f"(existing: {sorted(_workspaces)})")
+        _workspaces[name] = an.Workspace()
+        _roots[name] = ""
+    _current = name
+
+
+def CurrentWorkspace() -> str:
+    """The current workspace's name."""
+    return _current
+
+
+def Workspaces() -> list[str]:
+    """The names of every workspace."""
+    return sorted(_workspaces)
+
+
+def ResetWorkspace(root_folder: str | None = None) -> bool:
+    """Empty the current workspace (its blobs and nets); returns True."""
+    ws = _workspaces[_current]
+    ws.reset()
+    if root_folder is not None:
+        if root_folder and not os.path.exists(root_folder):
+            os.makedirs(root_folder)
+        _roots[_current] = root_folder
+    return True
+
+
+def RootFolder() -> str:
+    """The root folder given to :func:`ResetWorkspace` ("" by default)."""
+    return _roots.get(_current, "")
+
+
+@contextlib.contextmanager
+def WorkspaceGuard(workspace_name: str) -> Iterator[None]:
+    """Run the body in workspace ``workspace_name`` (created if missing), then switch back."""
+    current = CurrentWorkspace()
+    SwitchWorkspace(workspace_name, True)
+    try:
+        yield
+    finally:
+        SwitchWorkspace(current)
+
+
+def GlobalInit(args: list[str]) -> None:
+    """Caffe2's flag parsing: the flags are accepted and logged; asyncnet has no global flags."""
+    if not isinstance(args, (list, tuple)):
+        raise TypeError(f"GlobalInit takes a list of strings, got {type(args).__name__}")
+    if len(args) > 1:
+        logger.info("GlobalInit: Caffe2 flags %s have no asyncnet equivalent; ignored", list(args[1:]))
+
+
+def RegisteredOperators() -> list[str]:
+    """The operator types asyncnet runs."""
+    return list(an.registered_ops())
+
+
+def IsImmediate() -> bool:
+    """Caffe2's immediate mode is not supported: always False."""
+    return False
+
+
+def GetNameScope() -> str:
+    """The current name scope (``scope.CurrentNameScope()``)."""
+    return scope.CurrentNameScope()
+
+
+def NumCudaDevices() -> int:
+    """The number of CUDA devices torch sees (0 without torch or CUDA)."""
+    try:
+        import torch
+    except ImportError:
+        return 0
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+NumGpuDevices = NumCudaDevices
+
+
+# -- blobs -----------------------------------------------------------------------------------
+
+_FEEDABLE_KINDS = "biuf"
+
+
+def _name(name: Any) -> str:
+    if isinstance(name, str):
+        return name
+    if type(name).__name__ == "BlobReference":
+        return str(name)
+    if isinstance(name, bytes):
+        return name.decode("utf-8")
+    raise TypeError(f"expected a blob name (str or BlobReference), got {type(name).__name__}")
+
+
+def FeedBlob(name: Any, arr: Any, device_option: Any = None) -> bool:
+    """Copy ``arr`` (a numpy array, a ``TensorProto``, a string or a torch tensor) into blob ``name``.
+
+    Strings become object arrays; other dtypes must be bool, ints, unsigned ints or floats (a
+    complex, datetime or structured array is refused, naming the blob and its dtype)."""
+    name = _name(name)
+    if isinstance(arr, caffe2_pb2.TensorProto):
+        from caffe2.python.utils import Caffe2TensorToNumpyArray
+
+        arr = Caffe2TensorToNumpyArray(arr)
+    if device_option is None:
+        device_option = scope.CurrentDeviceScope()
+    value = _copy_for_feed(name, arr)
+    device = None
+    if device_option is not None and device_option.device_type == caffe2_pb2.CUDA:
+        device = f"cuda:{device_option.device_id}"
+    _workspaces[_current].feed(name, value, device=device)
+    return True
+
+
+def _copy_for_feed(name: str, arr: Any) -> Any:
+    if isinstance(arr, (str, bytes)):
+        return arr
+    if type(arr).__module__ == "torch":
+        if arr.device.type == "cpu":  # a Caffe2 CPU tensor, as every other fed array (Caffe2 wrapped it)
+            arr = arr.detach().numpy()
+        else:
+            return arr.detach().clone()
+    if isinstance(arr, np.generic):
+        arr = np.asarray(arr)
+    if not isinstance(arr, np.ndarray):
+        raise TypeError(f"FeedBlob({name!r}): expected a numpy array, a TensorProto or a string, got "
+                        f"{type(arr).__name__} (Caffe2 feeds only those)")
+    if arr.dtype.kind in "SU":
+        return arr.astype(object)
+    if arr.dtype.kind == "O":
+        return arr.copy()
+    if arr.dtype.kind not in _FEEDABLE_KINDS or arr.dtype.fields is not None:
+        raise TypeError(f"FeedBlob({name!r}): unsupported dtype {arr.dtype}; expected bool, int8-64, uint8/16, "
+                        "float16/32/64 or strings")
+    return np.array(arr, copy=True, order="C")
+
+
+def FetchBlob(name: Any) -> Any:
+    """A copy of blob ``name``'s value (numpy for tensors on any device; strings as stored)."""
+    name = _name(name)
+    ws = _workspaces[_current]
+    if not ws.has(name):
+        raise FetchBlobNotFound(name, ws.blobs())
+    value = ws.fetch(name, copy=True, host=True)
+    return value
+
+
+def FetchBlobs(names: Any) -> list[Any]:
+    """``[FetchBlob(n) for n in names]``."""
+    return [FetchBlob(n) for n in names]
+
+
+def Blobs() -> list[str]:
+    """The names of the current workspace's blobs."""
+    return _workspaces[_current].blobs()
+
+
+def HasBlob(name: Any) -> bool:
+    """Whether blob ``name`` exists in the current workspace."""
+    return _workspaces[_current].has(_name(name))
+
+
+def CreateBlob(name: Any) -> bool:
+    """Make blob ``name`` exist (an empty float32 array when new; an existing blob is kept)."""
+    name = _name(name)
+    ws = _workspaces[_current]
+    if not ws.has(name):
+        ws.feed(name, np.empty((0,), np.float32))
+    return True
+
+
+def ResetBlob(name: Any) -> None:
+    """Empty blob ``name`` (it keeps existing)."""
+    _workspaces[_current].feed(_name(name), np.empty((0,), np.float32))
+
+
+def RemoveBlob(name: Any) -> None:
+    """Delete blob ``name``."""
+    _workspaces[_current].remove(_name(name))
+
+
+class _BlobDict:
+    """``workspace.blobs["x"]`` fetches, ``workspace.blobs["x"] = v`` feeds (Caffe2's dict view)."""
+
+    def __getitem__(self, key: Any) -> Any:
+        return FetchBlob(key)
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        FeedBlob(key, value)
+
+    def __len__(self) -> int:
+        return len(Blobs())
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(Blobs())
+
+    def __contains__(self, item: Any) -> bool:
+        return HasBlob(item)
+
+
+blobs = _BlobDict()
+
+
+# -- nets ------------------------------------------------------------------------------------
+
+def StringifyProto(obj: Any) -> bytes:
+    """The serialized protobuf of a message, or of an object with ``Proto()``."""
+    if isinstance(obj, (str, bytes)):
+        return obj if isinstance(obj, bytes) else obj.encode("utf-8")
+    if hasattr(obj, "SerializeToString"):
+        return obj.SerializeToString()
+    if hasattr(obj, "Proto"):
+        return obj.Proto().SerializeToString()
+    raise ValueError(f"Unexpected argument to StringifyProto of type {type(obj).__name__}")
+
+
+def GetNetName(net: Any) -> str:
+    """The name of a net given as a name, a ``core.Net`` or a ``caffe2_pb2.NetDef``."""
+    if isinstance(net, str):
+        return net
+    if type(net).__name__ == "Net" and hasattr(net, "Name"):
+        return net.Name()
+    if isinstance(net, caffe2_pb2.NetDef):
+        return net.name
+    raise TypeError(f"Not a Net object: {net!r:.80}")
+
+
+def _net_proto(net: Any) -> Any:
+    if isinstance(net, caffe2_pb2.NetDef):
+        return net
+    if hasattr(net, "Proto"):
+        return net.Proto()
+    if isinstance(net, (bytes, str)):
+        pb = caffe2_pb2.NetDef()
+        pb.ParseFromString(net if isinstance(net, bytes) else net.encode("latin-1"))
+        return pb
+    raise TypeError(f"expected a core.Net or a caffe2_pb2.NetDef, got {type(net).__name__}")
+
+
+def _as_asyncnet(net: Any) -> NetDef:
+    return _with_root(lenient(to_asyncnet(_net_proto(net))))
+
+
+_ROOTED_REPORTS = ("Print", "Summarize")
+_ROOTED_FILES = ("Save", "Load")
+
+
+def _with_root(nd: NetDef) -> NetDef:
+    """Caffe2 resolved report files and relative Save/Load paths against the workspace's root
+    folder; asyncnet's ops take the folder as an argument, filled in here."""
+    root = RootFolder()
+    if not root:
+        return nd
+    for i, op in enumerate(nd.ops):
+        if op.type in _ROOTED_REPORTS and op.args.get("to_file") and "root_folder" not in op.args:
+            nd.ops[i] = _replace_args(op, root_folder=root)
+        elif op.type in _ROOTED_FILES and not op.args.get("absolute_path"):
+            fixed = {k: os.path.join(root, op.args[k]) for k in ("db",) if op.args.get(k) and not os.path.isabs(op.args[k])}
+            if op.args.get("dbs"):
+                fixed["dbs"] = [p if os.path.isabs(p) else os.path.join(root, p) for p in op.args["dbs"]]
+            if fixed:
+                nd.ops[i] = _replace_args(op, **fixed)
+    return nd
+
+
+def _replace_args(op: Any, **changes: Any) -> Any:
+    from asyncnet.core.defs import OperatorDef
+
+    return OperatorDef(op.type, op.inputs, op.outputs, {**op.args, **changes}, op.name, op.device_option,
+                       op.control_inputs)
+
+
+# Optimizer ops whose state input Caffe2 wrote as float whatever it held (mutable_data<float>()
+# re-typed the tensor): {op type: index of the state input}.
+_FLOAT_STATE_INPUTS = {"Adagrad": 1, "SparseAdagrad": 1, "RowWiseSparseAdagrad": 1}
+
+
+def _float_state(nd: NetDef) -> None:
+    """An integer array fed as an Adagrad moment (dlrm feeds ``np.full(shape, 0)``) becomes float32
+    once, when the net is created: Caffe2's kernels re-typed it to float on their first write."""
+    ws = _workspaces[_current]
+    for op in nd.ops:
+        i = _FLOAT_STATE_INPUTS.get(op.type)
+        if i is None or len(op.inputs) <= i or not ws.has(op.inputs[i]):
+            continue
+        value = ws.fetch(op.inputs[i])
+        if isinstance(value, np.ndarray) and value.dtype.kind in "iub":
+            ws.feed(op.inputs[i], value.astype(np.float32))
+
+
+def CreateNet(net: Any, overwrite: bool = False, input_blobs: Any = None) -> bool:
+    """Create ``net`` in the current workspace (checked once, here); returns True."""
+    for b in input_blobs or []:
+        CreateBlob(b)
+    nd = _as_asyncnet(net)
+    _float_state(nd)
+    _workspaces[_current].create_net(nd, overwrite=overwrite)
+    return True
+
+
+def RunNet(name: Any, num_iter: int = 1, allow_fail: bool = False) -> bool:
+    """Run the created net ``name`` (a name, ``core.Net`` or NetDef) ``num_iter`` times; True,
+    or False on failure when ``allow_fail``."""
+    try:
+        _workspaces[_current].run_net(GetNetName(name), num_iter=num_iter)
+    except AsyncNetError:
+        if allow_fail:
+            logger.exception("RunNet(%r) failed", GetNetName(name))
+            return False
+        raise
+    return True
+
+
+def RunNetOnce(net: Any) -> bool:
+    """Run ``net`` once without keeping it; returns True."""
+    nd = _as_asyncnet(net)
+    _float_state(nd)
+    _workspaces[_current].run_net_once(nd)
+    return True
+
+
+def RunOperatorOnce(operator: Any) -> bool:
+    """Run one ``caffe2_pb2.OperatorDef``; returns True."""
+    if not isinstance(operator, caffe2_pb2.OperatorDef):
+        raise TypeError(f"expected a caffe2_pb2.OperatorDef, got {type(operator).__name__}")
+    op = op_to_asyncnet(operator)
+    nd = _with_root(lenient(NetDef(op.name or op.type, ops=[op])))
+    _workspaces[_current].run_net_once(nd)
+    return True
+
+
+def RunOperatorsOnce(operators: Any) -> bool:
+    """Run each operator once, in order; returns True."""
+    for op in operators:
+        RunOperatorOnce(op)
+    return True
+
+
+def _plan(plan_or_step: Any) -> Any:
+    if hasattr(plan_or_step, "Proto"):
+        plan_or_step = plan_or_step.Proto()
+    if isinstance(plan_or_step, caffe2_pb2.ExecutionStep):
+        raise TypeError("RunPlan takes a core.Plan, a core.ExecutionStep or a caffe2_pb2.PlanDef; a bare "
+                        "ExecutionStep proto has no nets")
+    if not isinstance(plan_or_step, caffe2_pb2.PlanDef):
+        raise TypeError(f"expected a plan, got {type(plan_or_step).__name__}")
+    return plan_to_asyncnet(plan_or_step)
+
+
+def RunPlan(plan_or_step: Any) -> bool:
+    """Run a ``core.Plan`` (or ``core.ExecutionStep``, or PlanDef) in the current workspace; True."""
+    if type(plan_or_step).__name__ == "ExecutionStep" and hasattr(plan_or_step, "Proto"):
+        from caffe2.python import core
+
+        plan_or_step = core.Plan(plan_or_step)
+    _workspaces[_current].run_plan(_plan(plan_or_step))
+    return True
+
+
+def RunPlanInBackground(plan_or_step: Any) -> Any:
+    """Start a plan on a thread of its own; returns a handle with ``is_done()``, ``is_succeeded()``, ``wait()``."""
+    if type(plan_or_step).__name__ == "ExecutionStep" and hasattr(plan_or_step, "Proto"):
+        from caffe2.python import core
+
+        plan_or_step = core.Plan(plan_or_step)
+    return _workspaces[_current].run_plan_async(_plan(plan_or_step))
+
+
+def Nets() -> list[str]:
+    """The names of the nets created in the current workspace."""
+    return _workspaces[_current].nets()
+
+
+class _C:
+    """The few ``workspace.C`` (Caffe2's pybind module) entries scripts reach for."""
+
+    @staticmethod
+    def nearby_opnames(op_type: str) -> list[str]:
+        from asyncnet.errors import near_names
+
+        return near_names(op_type, an.registered_ops())
+
+    @staticmethod
+    def registered_operators() -> list[str]:
+        return RegisteredOperators()
+
+
+C = _C()
