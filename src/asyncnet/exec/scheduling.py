@@ -100,6 +100,7 @@ from asyncnet.errors import ExecutionError, NetDefinitionError
 from asyncnet.exec.graph import build_graph
 from asyncnet.exec.inline import InlinePolicy, critical_path
 from asyncnet.exec.pools import PoolLease, acquire_pool, activity, check_device, claim_net_threads, device_key
+from asyncnet.tensor.route import route_operators
 from asyncnet.tensor.streams import RunStreams, StreamBook
 from asyncnet.tensor.threads import ThreadClaim
 
@@ -508,6 +509,7 @@ class AsyncSchedulingNet(NetBase):
     def __init__(self, net_def: NetDef, operators: Sequence[Operator], blobs: MutableMapping[str, Any]):
         super().__init__(net_def, operators, blobs)
         ops = self.operators
+        route_operators(ops)  # each op on the library that runs it faster (torch CPU tensors)
         _check_placements(ops)
         keys = [device_key(op.device) for op in ops]
         graph = build_graph([(op.inputs, op.outputs, op.definition.control_inputs) for op in ops], keys)
