@@ -102,3 +102,19 @@ def test_numpy_only_nets_keep_their_specialized_straight_code():
         inst = ws.create_net(net)
         assert route.is_routed(inst.operators[0].fn)
         assert specializable(inst.operators)
+
+
+def test_an_optimizer_with_a_host_learning_rate_takes_the_numpy_kernel():
+    route._TENSOR, route._from_numpy = torch.Tensor, torch.from_numpy
+    seen = []
+
+    def sgd(ctx, w, g, lr):
+        seen.append((type(w).__name__, type(lr).__name__))
+        return w
+
+    k = route.routed(sgd, route.HOST_INPUTS["SGD"])
+    w = torch.ones(3)
+    assert k(None, w, torch.ones(3), np.array([0.1], np.float32)) is w
+    assert seen == [("ndarray", "ndarray")]
+    k(None, w, np.ones(3, np.float32), np.array([0.1], np.float32))  # a numpy gradient is not a host input
+    assert seen[-1] == ("Tensor", "ndarray")

@@ -39,7 +39,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-__all__ = ["NUMPY_WINS", "ENABLED", "routed", "route_operators", "is_routed"]
+__all__ = ["NUMPY_WINS", "HOST_INPUTS", "ENABLED", "routed", "route_operators", "is_routed"]
 
 ENABLED = os.environ.get("ASYNCNET_ROUTE", "1") != "0"
 
@@ -47,7 +47,7 @@ ENABLED = os.environ.get("ASYNCNET_ROUTE", "1") != "0"
 #: ``benchmarks/op_libraries.py``; see docs/performance.md). Pure math on arrays only: ops that
 #: move data between devices, synchronise, or hold opaque state keep their own kernels.
 NUMPY_WINS = frozenset({
-    "FC", "FCGradient", "ReluGradient", "Sigmoid", "SigmoidGradient", "Tanh", "TanhGradient",
+    "FC", "FCGradient", "Relu", "ReluGradient", "Sigmoid", "SigmoidGradient", "Tanh", "TanhGradient",
     "Softmax", "SoftmaxGradient", "SoftmaxWithLoss", "SoftmaxWithLossGradient",
     "SigmoidCrossEntropyWithLogits", "SigmoidCrossEntropyWithLogitsGradient", "AveragedLoss", "AveragedLossGradient",
     "ConstantFill", "Flatten", "ResizeLike", "Reshape", "Transpose", "Shape", "Concat", "Split", "Slice",
@@ -56,6 +56,10 @@ NUMPY_WINS = frozenset({
     "Conv", "ConvGradient", "LSTM", "LSTMGradient",
     "SparseLengthsSum", "SparseLengthsSumGradient", "ScatterWeightedSum", "Accuracy",
 })
+
+#: inputs that are host values whatever the blobs' library (the learning rate, the iteration
+#: counter): a numpy array there does not stop an optimizer from taking its numpy kernel
+HOST_INPUTS = {"SGD": frozenset({2}), "MomentumSGDUpdate": frozenset({2}), "Adam": frozenset({4, 5})}
 
 _ndarray = np.ndarray
 _TENSOR: Any = None
@@ -67,13 +71,14 @@ def is_routed(fn: Callable[..., Any]) -> bool:
     return getattr(fn, "__wrapped__", None) is not None and getattr(fn, "_asyncnet_routed", False)
 
 
-def routed(fn: Callable[..., Any]) -> Callable[..., Any]:
+def routed(fn: Callable[..., Any], host_inputs: frozenset[int] = frozenset()) -> Callable[..., Any]:
     """``fn(ctx, *inputs)`` that runs on numpy views when every array input is a plain torch CPU
     tensor, and returns torch tensors over the results' memory (see the module docstring).
 
     Views cost ~1.3 us to make and a tensor ~1.2 us to wrap, as much as a small op: a tensor this
     module made keeps its array (:data:`_MADE`, for the tensor's lifetime), and each op keeps the
-    view of the tensor it last read per input (parameters are the same tensor every step)."""
+    view of the tensor it last read per input (parameters are the same tensor every step).
+    Numpy arrays at ``host_inputs`` (an optimizer's learning rate) are passed on as they are."""
     seen: dict[int, tuple[Any, Any, int]] = {}  # input index -> (tensor, its view, its data pointer)
 
     def kernel(ctx: Any, *xs: Any) -> Any:
@@ -98,8 +103,10 @@ def routed(fn: Callable[..., Any]) -> Callable[..., Any]:
                     if v is None:
                         return fn(ctx, *xs)
                     e = seen[i] = (x, v, x.data_ptr())
+                    if made is None:  # the next op reading this tensor (an activation) finds its view
+                        _remember(x, v)
                 views[i] = e[1]
-            elif tx is _ndarray:
+            elif tx is _ndarray and i not in host_inputs:
                 return fn(ctx, *xs)  # numpy inputs (or a mix: the kernel's own error)
         if views is None:
             return fn(ctx, *xs)
@@ -112,7 +119,8 @@ def routed(fn: Callable[..., Any]) -> Callable[..., Any]:
     return kernel
 
 
-#: id(tensor) -> (weak reference to the tensor, the numpy array it wraps), for tensors made here
+#: id(tensor) -> (weak reference to the tensor, the numpy array over its memory), for tensors made
+#: here and tensors viewed here once
 _MADE: dict[int, tuple[Any, Any]] = {}
 
 
@@ -155,9 +163,14 @@ def _one(r: Any, views: Sequence[Any], xs: Sequence[Any]) -> Any:
     except ValueError:  # negative strides (a reversed view): torch needs a copy
         r = np.array(r, copy=True)
         out = _from_numpy(r)
-    key = id(out)
-    _MADE[key] = (weakref.ref(out, _forget(key)), r)
+    _remember(out, r)
     return out
+
+
+def _remember(t: Any, a: Any) -> None:
+    """Keep ``a`` as the numpy view of tensor ``t`` for as long as ``t`` lives."""
+    key = id(t)
+    _MADE[key] = (weakref.ref(t, _forget(key)), a)
 
 
 def route_operators(operators: Sequence[Any]) -> None:
@@ -170,4 +183,4 @@ def route_operators(operators: Sequence[Any]) -> None:
     _TENSOR, _from_numpy = torch.Tensor, torch.from_numpy
     for op in operators:
         if op.type in NUMPY_WINS and op.device.device_type == "cpu" and op.fn is op.schema.fn:
-            op.fn = routed(op.fn)
+            op.fn = routed(op.fn, HOST_INPUTS.get(op.type, frozenset()))
