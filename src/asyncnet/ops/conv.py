@@ -22,8 +22,10 @@ runs 2-3x faster on numpy than on torch), torch's native convolution on wide one
 of ``C/group * kh * kw`` >= :data:`TORCH_MIN_REDUCTION`: Conv 16->32 3x3 on 4x4 images runs
 1.3x faster forward and backward, measured with ``benchmarks/op_libraries.py`` and ``asyncnet
 bench layers``). So numpy arrays with a wide filter run torch's kernel on zero-copy views
-(``torch.from_numpy``) when torch is imported, and give numpy arrays back; the choice depends
-on the shapes only, so every run and every executor gets the same bits.
+(``torch.from_numpy``) when torch is installed (imported at the first such call, its threads
+kept within the budget of :mod:`asyncnet.tensor.threads`), and give numpy arrays back; the
+choice depends on the shapes and the installation only, so every run, every executor and every
+process of a run gets the same bits.
 
     >>> import numpy as np, asyncnet as an
     >>> ws = an.Workspace()
@@ -41,6 +43,7 @@ on the shapes only, so every run and every executor gets the same bits.
 from __future__ import annotations
 
 import functools
+import importlib.util
 import math
 import sys
 from dataclasses import dataclass
@@ -303,10 +306,29 @@ TORCH_MIN_REDUCTION = 128
 
 
 def _torch_wins(x: Any, w: Any) -> Any:
-    """torch, when numpy arrays ``x``, ``w`` are better convolved by torch's kernel (and it is imported)."""
-    torch = sys.modules.get("torch")
-    if torch is None or w.shape[1] * w.shape[2] * w.shape[3] < TORCH_MIN_REDUCTION or x.dtype not in _TORCH_DTYPES:
+    """torch, when numpy arrays ``x``, ``w`` are better convolved by torch's kernel (and it is installed)."""
+    if w.shape[1] * w.shape[2] * w.shape[3] < TORCH_MIN_REDUCTION or x.dtype not in _TORCH_DTYPES:
         return None
+    return _torch()
+
+
+_HAS_TORCH: list[bool] = []  # [installed?] once looked up
+
+
+def _torch() -> Any:
+    """The torch module, imported on first use when installed; None when it is not."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        return torch
+    if not _HAS_TORCH:
+        _HAS_TORCH.append(importlib.util.find_spec("torch") is not None)
+    if not _HAS_TORCH[0]:
+        return None
+    import torch  # noqa: F811 - a wide convolution on numpy arrays: torch's kernel wins
+
+    from asyncnet.tensor.threads import torch_loaded
+
+    torch_loaded()
     return torch
 
 
