@@ -59,7 +59,8 @@ NUMPY_WINS = frozenset({
 
 #: inputs that are host values whatever the blobs' library (the learning rate, the iteration
 #: counter): a numpy array there does not stop an optimizer from taking its numpy kernel
-HOST_INPUTS = {"SGD": frozenset({2}), "MomentumSGDUpdate": frozenset({2}), "Adam": frozenset({4, 5})}
+HOST_INPUTS = {"SGD": frozenset({2}), "MomentumSGDUpdate": frozenset({2}), "Adam": frozenset({4, 5}),
+               "ScatterWeightedSum": frozenset(range(1, 3 * 64, 3))}  # Weight_0, Weight_1, ... (1 element each)
 
 _ndarray = np.ndarray
 _TENSOR: Any = None
