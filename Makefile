@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 TF_STAMP := $(VENV)/.installed-tensorflow
 ARGS ?=
 
-.PHONY: train test bench clean
+.PHONY: train test bench docs clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -28,7 +28,10 @@ test: $(TF_STAMP)
 	$(BIN)/python -m pytest -q -n 2 --dist loadgroup $(ARGS)
 
 bench: $(STAMP)
-	$(BIN)/asyncnet bench executor && $(BIN)/asyncnet bench atomics && $(BIN)/asyncnet bench allreduce && $(BIN)/asyncnet bench allreduce --latency && $(BIN)/asyncnet bench train && $(BIN)/asyncnet bench train --small
+	$(BIN)/python -m benchmarks all $(ARGS)
+
+docs: $(STAMP)
+	$(BIN)/python -m mkdocs build --strict
 
 clean:
-	rm -rf $(VENV) runs
+	rm -rf $(VENV) runs site

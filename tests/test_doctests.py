@@ -22,11 +22,11 @@ MODULES = [
     "asyncnet._atomicio",
     "asyncnet.tensor.threads",
     "asyncnet.cleanup",
-    "asyncnet.bench._single",
-    "asyncnet.bench._table",
-    "asyncnet.bench._ranks",
-    "asyncnet.bench.overlap",
-    "asyncnet.bench.scaling",
+    "asyncnet.simulate",
+    "asyncnet.simulate.model",
+    "asyncnet.simulate.measure",
+    "asyncnet._shm",
+    "asyncnet._flatviews",
 ]
 
 

@@ -15,7 +15,6 @@ Messages say what was expected, what was found, and where.
 
 from __future__ import annotations
 
-import difflib
 from typing import Iterable, Sequence
 
 __all__ = [
@@ -40,6 +39,8 @@ __all__ = [
 def near_names(name: str, candidates: Iterable[str], n: int = 3) -> list[str]:
     """Return up to ``n`` names from ``candidates`` that look like ``name`` (for suggestions)."""
     pool = list(candidates)
+    import difflib  # only when a name is not found
+
     found = difflib.get_close_matches(name, pool, n=n, cutoff=0.6)
     if len(found) < n:
         lowered = name.lower()

@@ -18,7 +18,7 @@ def no_shm_leak(monkeypatch):
     Only segments created by this test are checked (recorded by wrapping ``Segment.create``),
     so a benchmark or another test run on the same machine cannot make it fail.
     """
-    from asyncnet.atomic._segment import Segment
+    from asyncnet.atomic.shared import AtomicSegment as Segment
 
     created: list[str] = []
     original = Segment.create.__func__

@@ -19,7 +19,7 @@ SCRIPT = textwrap.dedent("""
     import numpy as np
     from multiprocessing import resource_tracker
     from asyncnet.atomic import SharedAtomicInt
-    from asyncnet.train.trainers._shm import SharedArrays
+    from asyncnet._shm import SharedArrays
 
     before = [SharedAtomicInt(1), SharedArrays.create({"w": np.ones(4, np.float32)})]
     tracker = resource_tracker._resource_tracker._pid

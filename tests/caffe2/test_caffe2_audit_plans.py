@@ -9,7 +9,7 @@ core.execution_step), caffe2/python/net_builder_test.py (its loops and stop guar
 caffe2/python/operator_test/async_net_barrier_test.py, caffe2/python/test/executor_test.py
 (compare_executors). The rest of those files (name scopes,
 device copies, GPU, immediate mode, predictors, transforms, serialization) is not about plans,
-executors or atomics; what is left out on purpose is in README's "Differences from Caffe2".
+executors or atomics; what is left out on purpose is in docs/compatibility.md.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ differences; caffe2/operators/pool_op.cc (AveragePool's count_include_pad defaul
 global_pooling pools the whole image). The references here are torch.nn.functional on the
 explicitly padded NCHW input (Caffe2's asymmetric pads) and central differences.
 Caffe2's 1-D forms (X [N, C, L], Conv1D, MaxPool1D...) and its 2-D names (Conv2D...) are
-checked too; asyncnet has no 3-D form and no `legacy_pad` (documented in the README).
+checked too; asyncnet has no 3-D form and no `legacy_pad` (documented in docs/compatibility.md).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ import pytest
 
 from asyncnet.cleanup import find_stale
 from asyncnet.cli.main import main
-from asyncnet.sync._shm import open_segment, unlink_segment
+from asyncnet._shm import open_segment, unlink_segment
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ needs_dot = pytest.mark.skipif(draw.dot_program() is None, reason="graphviz's do
 
 
 def train_net_28():
-    from asyncnet.train.model import MLP
+    from asyncnet.train import MLP
 
     nd = MLP(64, hidden=(32, 32, 32)).train_net().to_def()
     assert len(nd.ops) == 28  # the net of the issue: 28 ops

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 import asyncnet as an
 from asyncnet.core.registry import registered_ops
 from asyncnet.exec.specialize import MAX_VARIANTS, Variant, external_inputs
-from asyncnet.train.model import MLP
+from asyncnet.train import MLP
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.filterwarnings("ignore::RuntimeWarning")]
 

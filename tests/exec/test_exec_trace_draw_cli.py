@@ -132,8 +132,3 @@ def test_bad_input_is_one_line_error(tmp_path, capsys, argv):
     err = capsys.readouterr().err
     assert code != 0
     assert err.count("\n") == 1 and err.startswith("asyncnet: error:") and "Traceback" not in err
-
-
-def test_benchmark_smoke():
-    from asyncnet.bench.executor import main
-    assert main(["--quick", "--json", "--repeats", "1"]) == 0

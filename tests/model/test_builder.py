@@ -6,9 +6,10 @@ import pytest
 import asyncnet as an
 from asyncnet.errors import CheckpointError, NetDefinitionError
 from asyncnet.model import ModelHelper, load, save
+from asyncnet.model.checkpoint import META
 from asyncnet.model.zoo import mlp
 from asyncnet.train.data import epoch_batches, load_digits
-from asyncnet.train.model import MLP
+from asyncnet.train import MLP
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -127,7 +128,7 @@ def test_checkpoint_roundtrip_and_errors(tmp_path):
     ws.run_net_once(train)
     path = tmp_path / "m.npz"
     save(m, ws, path)
-    assert set(np.load(path).files) == {*m.params, *m.buffers, *m.optimizer_state, "iter"}
+    assert set(np.load(path).files) == {*m.params, *m.buffers, *m.optimizer_state, "iter", META}
     ws2 = an.Workspace()
     ws2.run_net_once(m.init_net)
     load(m, ws2, path)
@@ -135,7 +136,7 @@ def test_checkpoint_roundtrip_and_errors(tmp_path):
         np.testing.assert_array_equal(ws2.fetch(n), ws.fetch(n))
     other = ModelHelper("other")
     other.fc("x", "fc", 5, 2)  # fc_w of another shape
-    with pytest.raises(CheckpointError, match="lacks|shape"):
+    with pytest.raises(CheckpointError, match="lacks|shape|is for model"):
         load(other, ws2, path)
     with pytest.raises(CheckpointError, match="does not exist"):
         load(m, ws2, tmp_path / "none.npz")
@@ -168,3 +169,27 @@ def test_hoist_moves_only_ops_that_read_no_computed_blob():
     with pytest.raises(an.NetDefinitionError, match="reading only inputs and parameters"):
         m.hoist(["b"])
     assert [op.outputs[0] for op in m.forward_net().ops] == ["a", "b"]
+
+
+def test_inference_net_reads_no_label_and_eval_prefix_keeps_the_train_blobs():
+    m = _bn_dropout_model()
+    train = m.train_net(lr=0.0)
+    ws = an.Workspace()
+    ws.run_net_once(m.init_net)
+    x = np.random.default_rng(2).normal(size=(4, 3, 2, 2)).astype(np.float32)
+    ws.feed("x", x)
+    ws.feed("label", np.array([0, 1, 1, 0], np.int32))
+    ws.run_net_once(train)
+    loss = float(ws.fetch("loss"))
+    ws.run_net_once(m.eval_net(prefix="eval/"))
+    assert float(ws.fetch("loss")) == loss and ws.has("eval/loss") and ws.has("eval/accuracy")
+    inference = m.inference_net()
+    assert m.labels == ["label"] and [op.type for op in inference.ops][-1] == "Softmax"
+    assert not any("label" in op.inputs for op in inference.ops)
+    assert all(op.args.get("is_test") for op in inference.ops if op.type in ("SpatialBN", "Dropout"))
+    fresh = an.Workspace()
+    for n in m.checkpoint_blobs:
+        fresh.feed(n, np.array(ws.fetch(n)))
+    fresh.feed("x", x)
+    fresh.run_net_once(inference)
+    np.testing.assert_allclose(fresh.fetch("softmax"), ws.fetch("eval/softmax"), rtol=1e-6)

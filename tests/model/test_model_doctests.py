@@ -9,7 +9,7 @@ pytestmark = pytest.mark.timeout(60)
 
 MODULES = ["asyncnet.model.builder", "asyncnet.model.optimizer", "asyncnet.model.checkpoint", "asyncnet.model.zoo.mlp",
            "asyncnet.model.zoo.cnn", "asyncnet.model.zoo.lstm", "asyncnet.model.zoo.dlrm",
-           "asyncnet.model.zoo.torch_twins"]
+           "benchmarks.peers.torch_twins"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -9,7 +9,7 @@ import asyncnet as an
 from asyncnet.model import ModelHelper
 from asyncnet.model.zoo import cnn, dlrm, lstm, mlp
 from asyncnet.model.zoo.dlrm import click_log
-from asyncnet.model.zoo.torch_twins import torch_twin
+from benchmarks.peers.torch_twins import torch_twin
 from asyncnet.train.data import epoch_batches, load_digits
 
 torch = pytest.importorskip("torch")
@@ -33,7 +33,7 @@ def _train(m, epochs, optimizer, lr):
     return float(ws.fetch("accuracy"))
 
 
-# Short runs with a lower bar; the README states the full runs (cnn 98.6% after 20 epochs).
+# Short runs with a lower bar; docs/models.md states the full runs (cnn 98.6% after 20 epochs).
 def test_cnn_learns_digits():
     assert _train(cnn(), 5, "adam", 0.002) >= 0.95
 

@@ -18,7 +18,7 @@ def train_steps(sync, bucket_mb, optimizer="momentum"):
     """``STEPS`` data-parallel steps of a small MLP on this worker's batches; its parameters."""
     import asyncnet as an
     from asyncnet.core.bound import bound_flat, is_bound
-    from asyncnet.train.model import MLP
+    from asyncnet.train import MLP
 
     model = MLP(**DIMS, optimizer=optimizer, lr=0.1, seed=3, net_type="async_scheduling", num_workers=2)
     ws = an.Workspace()

@@ -9,10 +9,10 @@ from hypothesis import given, settings, strategies as st
 
 import asyncnet as an
 from asyncnet.core.bound import bind_views, bound_flat, is_bound
-from asyncnet.bench._ranks import free_port
+from asyncnet.simulate.measure import free_port
 from asyncnet.sync import run_parallel_workers
 from asyncnet.train.buckets import add_bucketed_allreduce, gradient_buckets, split_input_gradients
-from asyncnet.train.model import MLP
+from asyncnet.train import MLP
 
 import _overlap_workers as OW
 
@@ -241,7 +241,7 @@ def test_bound_outputs_only_for_views_of_one_bucket_in_order():
 
 
 def test_bench_overlap_timeline_has_every_op_and_thread_cpu():
-    from asyncnet.bench.overlap import _thread_cpu, _timeline, _timeline_lines
+    from benchmarks.overlap import _thread_cpu, _timeline, _timeline_lines
 
     m = MLP(**OW.DIMS, net_type="async_scheduling", num_workers=1)
     ws = an.Workspace()
@@ -288,21 +288,8 @@ def test_allreduce_start_binds_views_only_for_a_flattening_sync_and_not_a_mixed_
     assert bound_flat(out) is not None
 
 
-def test_bench_overlap_figures_are_the_slower_rank_per_round():
-    from asyncnet.bench.overlap import job_medians
-
-    r0 = {"compute": [0.030, 0.031, 0.029, 0.040], "compute_cpu": [0.03] * 4}
-    r1 = {"compute": [0.033, 0.030, 0.032, 0.030], "compute_cpu": [0.02] * 4}
-    out = job_medians([r0, r1])
-    assert out["compute_s"] == pytest.approx(0.0325)              # median of 0.033, 0.031, 0.032, 0.040
-    assert out["compute_rank0_s"] == pytest.approx(0.0305)        # each rank's own median, kept beside it
-    assert out["compute_rank1_s"] == pytest.approx(0.031)
-    assert out["compute_cpu_s"] == pytest.approx(0.03)
-    assert out["compute_s"] >= max(out["compute_rank0_s"], out["compute_rank1_s"])
-
-
 def test_bench_rounds_run_the_untimed_before_hook_ahead_of_its_part():
-    from asyncnet.bench.overlap import _interleaved_medians
+    from asyncnet.simulate.measure import interleaved_medians as _interleaved_medians
 
     calls: list[str] = []
     parts = {"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}
@@ -310,17 +297,3 @@ def test_bench_rounds_run_the_untimed_before_hook_ahead_of_its_part():
                                before={"b": lambda: calls.append("pre-b")})
     assert calls == ["|", "a", "|", "pre-b", "b"] * 3        # every round, the hook right before its part
     assert set(res) == {"a_s", "a_cpu_s", "b_s", "b_cpu_s"}
-
-
-@pytest.mark.timeout(180)
-def test_bench_scaling_validates_with_a_network_probed_after_compute():
-    pytest.importorskip("torch")
-    from asyncnet.bench.scaling import _table, validate
-
-    res = validate([1, 2], batch=16, bucket_mb=1.0, steps=1)
-    assert res["network_after_compute"] is True
-    assert [(r["ranks"], r["overlap"]) for r in res["rows"]] == [(1, False), (1, True), (2, False), (2, True)]
-    assert all(r["measured_s"] > 0 and r["predicted_s"] > 0 for r in res["rows"])
-    net = res["network"]
-    assert net["latency"] > 0 and net["bandwidth"] > 0
-    assert "(after compute)" in _table(res)

@@ -196,7 +196,7 @@ def test_wakeup_is_paid_once_per_allreduce_and_not_by_one_rank():
 
 
 def test_network_probe_separates_latency_wakeup_and_bandwidth():
-    from asyncnet.bench.scaling import PROBE_BYTES, _network
+    from asyncnet.simulate.measure import PROBE_BYTES, network_from as _network
 
     alpha, wake, beta = 150e-6, 1.5e-3, 1 / 2e9
     r = {"small_s": 2 * alpha, "small_cold_s": 2 * alpha + wake, "big_s": 2 * alpha + wake + PROBE_BYTES * beta,

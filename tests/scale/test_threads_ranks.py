@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import _overlap_workers as OW
-from asyncnet.bench._ranks import free_port
+from asyncnet.simulate.measure import free_port
 
 pytestmark = pytest.mark.timeout(120)
 

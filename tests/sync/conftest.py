@@ -47,7 +47,7 @@ def recorder(monkeypatch) -> Recorder:
 
     real_mkdtemp = tempfile.mkdtemp
     monkeypatch.setattr(cls, "new_workers", classmethod(recording_new_workers))
-    monkeypatch.setattr(process_module.tempfile, "mkdtemp", recording_mkdtemp)
+    monkeypatch.setattr(tempfile, "mkdtemp", recording_mkdtemp)
     return rec
 
 

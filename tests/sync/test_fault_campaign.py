@@ -56,7 +56,7 @@ def test_no_segment_is_created_after_the_orphan_cleanup(tmp_path):
     outlived the whole group. After the clean-up a worker now creates nothing; its collectives
     raise SyncAbortedError."""
     from asyncnet.errors import SyncAbortedError
-    from asyncnet.sync import process as P
+    from asyncnet.sync import launch as P
 
     syncs = ProcessGradientSync.new_workers(2, timeout=5)
     prefix = syncs[0]._prefix

@@ -15,7 +15,7 @@ pytestmark = [pytest.mark.timeout(60), pytest.mark.usefixtures("no_leaked_segmen
 
 def test_leak_check_ignores_other_runs_but_catches_ours(recorder):
     """A segment of another test run (same prefix family) is not ours; an unclosed group is."""
-    from asyncnet.sync._shm import open_segment, unlink_segment
+    from asyncnet._shm import open_segment, unlink_segment
 
     foreign = open_segment("asyncnet_sync_0000000000_ctl", create=True, size=64)
     try:

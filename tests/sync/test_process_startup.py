@@ -13,7 +13,7 @@ import pytest
 
 import _sync_workers as W
 from asyncnet.errors import SyncError
-from asyncnet.sync import process as process_module
+from asyncnet.sync import launch as launch_module
 from asyncnet.sync import run_parallel_workers
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.usefixtures("no_leaked_segments")]
@@ -58,7 +58,7 @@ def test_error_that_cannot_be_rebuilt_in_the_parent_is_a_sync_error():
 
 
 def test_worker_that_does_not_exit_after_returning_is_terminated(monkeypatch):
-    monkeypatch.setattr(process_module, "_EXIT_GRACE", 0.5)
+    monkeypatch.setattr(launch_module, "_EXIT_GRACE", 0.5)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         assert run_parallel_workers(2, W.leaves_a_thread_running, backend="processes", timeout=20) == [0, 1]

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from asyncnet.sync._robustcond import RobustCondition
-from asyncnet.sync._shm import open_segment, unlink_segment
+from asyncnet._shm import open_segment, unlink_segment
 
 pytestmark = pytest.mark.timeout(60)
 

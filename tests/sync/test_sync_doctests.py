@@ -6,9 +6,9 @@ import importlib
 import pytest
 
 MODULES = [
-    "asyncnet.sync._bucket", "asyncnet.sync._rounds", "asyncnet.sync._reduce", "asyncnet.sync._shm",
+    "asyncnet.sync._bucket", "asyncnet.sync._rounds", "asyncnet.sync._reduce",
     "asyncnet.sync._robustcond", "asyncnet.atomic._futex",
-    "asyncnet.sync.base", "asyncnet.sync.threaded", "asyncnet.sync.runner", "asyncnet.sync.helpers",
+    "asyncnet.sync.base", "asyncnet.sync.threaded", "asyncnet.sync.launch", "asyncnet.sync._failures",
     "asyncnet.ops.collective",
 ]
 

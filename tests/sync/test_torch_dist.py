@@ -8,7 +8,7 @@ torch = pytest.importorskip("torch")
 import torch.multiprocessing as tmp  # noqa: E402
 
 import _torch_workers as TW  # noqa: E402
-from asyncnet.bench._ranks import free_port  # noqa: E402
+from asyncnet.simulate.measure import free_port  # noqa: E402
 from asyncnet.errors import SyncError  # noqa: E402
 from asyncnet.sync import TorchDistributedGradientSync  # noqa: E402
 

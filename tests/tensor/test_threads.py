@@ -137,7 +137,8 @@ def test_claims_from_many_threads_balance():
 
 @needs_2_cores
 def test_sync_trainer_workers_do_not_oversubscribe(monkeypatch):
-    from asyncnet.train.trainers import TrainConfig, _common, train
+    from asyncnet.train import worker as _common
+    from asyncnet.train.trainers import TrainConfig, train
 
     seen = []
     orig = _common.WorkerNets.step

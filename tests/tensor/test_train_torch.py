@@ -54,7 +54,8 @@ def test_hogwild_torch_workers_share_the_parameter_storage():
     """Two workers' torch parameter tensors are views of the one shared numpy array: an SGD step
     of either writes into the memory both read."""
     from asyncnet.train.data import load_digits
-    from asyncnet.train.trainers._common import WorkerNets, build_model
+    from asyncnet.train.program import build_program as build_model
+    from asyncnet.train.worker import WorkerNets
 
     ds = load_digits()
     cfg = TrainConfig(mode="hogwild", workers=2, hidden=(16,), batch_size=32, trace=False, threads=1, tensor="torch")

@@ -25,9 +25,9 @@ class CreatedSegments:
 
 @pytest.fixture
 def created_segments(monkeypatch) -> CreatedSegments:
-    from asyncnet.atomic._segment import Segment
+    from asyncnet.atomic.shared import AtomicSegment as Segment
     from asyncnet.sync.process import ProcessGradientSync
-    from asyncnet.train.trainers._shm import SharedArrays
+    from asyncnet._shm import SharedArrays
 
     rec = CreatedSegments()
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -11,7 +10,7 @@ import numpy as np
 import pytest
 from _torchrun import run_torchrun
 
-from asyncnet.bench._ranks import free_port
+from asyncnet.simulate.measure import free_port
 from asyncnet.cli.main import main
 
 RUN_FILES = {"metrics.json", "loss_accuracy.png", "trace.json", "checkpoint.npz"}

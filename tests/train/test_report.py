@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import types
+from pathlib import Path
 
 import pytest
 

@@ -10,7 +10,7 @@ import pytest
 
 import asyncnet as an
 from asyncnet.train.data import load_digits
-from asyncnet.train.model import MLP
+from asyncnet.train import MLP
 from asyncnet.train.trainers import TrainConfig, train
 
 QUICK = dict(epochs=4, seed=0)
@@ -143,7 +143,8 @@ def test_net_type_default_is_straight_for_local_and_explicit_types_are_kept() ->
 
 def test_sync_default_runs_straight_nets_unless_buckets_can_overlap() -> None:
     from asyncnet.sync import ThreadedGradientSync
-    from asyncnet.train.trainers._common import WorkerNets, build_model
+    from asyncnet.train.program import build_program as build_model
+    from asyncnet.train.worker import WorkerNets
 
     def types(cfg: TrainConfig) -> tuple[str, str]:
         sync = ThreadedGradientSync.new_workers(2, timeout=30)[0]

@@ -71,8 +71,9 @@ def test_every_mode_trains_dlrm_near_the_optimal_auc(mode: str, backend: str, cr
 def test_dlrm_sync_densifies_table_gradients_and_hogwild_updates_rows_in_place() -> None:
     from asyncnet.atomic import Mutex
     from asyncnet.train.data import load_clicks
-    from asyncnet.train.trainers._common import WorkerNets, build_model
-    from asyncnet.train.trainers.hogwild import initial_state
+    from asyncnet.train.program import build_program as build_model
+    from asyncnet.train.worker import WorkerNets
+    from asyncnet.train.loop import initial_state
 
     cfg = TrainConfig(model="dlrm", mode="hogwild", workers=2, batch_size=8)
     ds = load_clicks(200, 50)
@@ -94,7 +95,7 @@ def test_dlrm_sync_densifies_table_gradients_and_hogwild_updates_rows_in_place()
         nets.close()
 
 
-@pytest.mark.parametrize("name", ["asyncnet.train.zoo_model", "asyncnet.train.data"])
+@pytest.mark.parametrize("name", ["asyncnet.train.program", "asyncnet.train.data"])
 def test_docstring_examples(name: str) -> None:
     import doctest
     import importlib

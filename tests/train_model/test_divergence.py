@@ -105,7 +105,7 @@ def test_many_hogwild_workers_warn_about_staleness(caplog) -> None:
 
 
 def test_every_optimizer_setting_reaches_the_model() -> None:
-    from asyncnet.train.trainers._common import build_model
+    from asyncnet.train.program import build_program as build_model
 
     cfg = TrainConfig(optimizer="momentum", momentum=0.5, weight_decay=1e-3, lr_policy="step", lr_step=7, lr_gamma=0.3)
     m = build_model(cfg, 64, 10)

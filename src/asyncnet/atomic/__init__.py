@@ -11,8 +11,22 @@ processes. Neither kind relies on the GIL for atomicity. This package imports no
     2
 """
 
+from typing import Any
+
 from asyncnet.atomic.local import AtomicBool, AtomicInt, Mutex
-from asyncnet.atomic.shared import OwnerDiedWarning, SharedAtomicBool, SharedAtomicInt, SharedMutex
+
+_SHARED = ("SharedMutex", "SharedAtomicInt", "SharedAtomicBool", "OwnerDiedWarning")
+
+
+def __getattr__(name: str) -> Any:
+    """The shared-memory primitives load on first use (ctypes, POSIX shared memory)."""
+    if name not in _SHARED:
+        raise AttributeError(f"module 'asyncnet.atomic' has no attribute {name!r}")
+    from asyncnet.atomic import shared
+
+    value = getattr(shared, name)
+    globals()[name] = value
+    return value
 
 __all__ = [
     "Mutex",

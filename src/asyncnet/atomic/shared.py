@@ -30,13 +30,106 @@ process tree has exited.
 
 from __future__ import annotations
 
+import mmap
+import os
+import struct
+import weakref
 from typing import Any, TypeVar
 
+from asyncnet._shm import close_segment, new_segment, open_segment, unlink_segment
 from asyncnet.atomic._intmath import as_int, check_bits, check_fits, wrap
 from asyncnet.atomic._pshared import OwnerDiedWarning, PSharedMutex
-from asyncnet.atomic._segment import KIND_BOOL, KIND_INT, KIND_MUTEX, MUTEX_OFFSET, VALUE_OFFSET, Segment
 
-__all__ = ["SharedMutex", "SharedAtomicInt", "SharedAtomicBool", "OwnerDiedWarning"]
+__all__ = ["SharedMutex", "SharedAtomicInt", "SharedAtomicBool", "OwnerDiedWarning", "AtomicSegment"]
+
+PREFIX = "asyncnet_atomic_"  # every segment name starts with this, anonymous ones go on with "<creator pid>_"
+SIZE = 128
+VALUE_OFFSET = 8
+MUTEX_OFFSET = 64
+_MAGIC = b"ANAT"
+_HEADER = struct.Struct("<4sBB")
+KIND_MUTEX, KIND_INT, KIND_BOOL = 1, 2, 3
+KIND_NAMES = {KIND_MUTEX: "SharedMutex", KIND_INT: "SharedAtomicInt", KIND_BOOL: "SharedAtomicBool"}
+
+
+def _finalize(mm: mmap.mmap, name: str | None, pid: int) -> None:
+    try:
+        mm.close()
+    except BufferError:  # still exported (an op in flight at interpreter exit): leave the mapping
+        pass
+    if name is not None and os.getpid() == pid:  # a forked child never unlinks
+        unlink_segment(name, tracked=True)
+
+
+class AtomicSegment:
+    """The segment of one shared primitive: ``create(kind, bits, name)`` or ``attach(name, kind)``.
+
+    Layout (128 bytes): magic ``b"ANAT"`` | kind (1 byte) | bits (1 byte) | 2 spare | value slot
+    (8 bytes, offset 8) | ... | robust process-shared mutex (offset 64). The magic is written
+    last (:meth:`publish`), so a process attaching by name never sees a half-initialised segment.
+    The creating handle owns the name: its ``close()`` (or garbage collection, or normal exit)
+    unlinks it, and the resource tracker does if the creator is killed; attached handles
+    never unlink on their own, so a child that crashes leaves nothing behind.
+    """
+
+    def __init__(self, mm: mmap.mmap, name: str, owner: bool, kind: int, bits: int) -> None:
+        self.mm = mm
+        self.name = name
+        self.owner = owner
+        self.kind = kind
+        self.bits = bits
+        self._finalizer = weakref.finalize(self, _finalize, mm, name if owner else None, os.getpid())
+
+    @classmethod
+    def create(cls, kind: int, bits: int, name: str | None = None) -> tuple["AtomicSegment", mmap.mmap]:
+        """Create a new segment (random name when ``name`` is None); return it and its map.
+
+        The caller initialises the payload, then calls :meth:`publish`.
+        """
+        if name is None:
+            seg = new_segment(PREFIX, SIZE, track=True)
+        else:
+            try:
+                seg = open_segment(name, create=True, size=SIZE, track=True)
+            except FileExistsError:
+                raise FileExistsError(f"a shared-memory segment named {name!r} already exists") from None
+        return cls(seg.buf, seg.name, True, kind, bits), seg.buf
+
+    def publish(self) -> None:
+        """Write the header (last), making the segment visible to ``attach``."""
+        self.mm[4:6] = bytes([self.kind, self.bits])
+        self.mm[0:4] = _MAGIC
+
+    @classmethod
+    def attach(cls, name: str, kind: int) -> "AtomicSegment":
+        """Map the existing segment ``name``; check it holds a primitive of ``kind``."""
+        try:
+            seg = open_segment(name)
+        except FileNotFoundError:
+            raise FileNotFoundError(
+                f"no shared {KIND_NAMES[kind]} named {name!r} (it was never created, or its owner unlinked it)"
+            ) from None
+        if seg.size < SIZE:
+            close_segment(seg)
+            raise ValueError(f"shared-memory segment {name!r} is not an asyncnet atomic ({seg.size} bytes)")
+        magic, got_kind, bits = _HEADER.unpack_from(seg.buf, 0)
+        if magic != _MAGIC or got_kind != kind:
+            close_segment(seg)
+            found = KIND_NAMES.get(got_kind, "something else") if magic == _MAGIC else "not an asyncnet atomic"
+            raise TypeError(f"shared-memory segment {name!r} holds {found}, expected a {KIND_NAMES[kind]}")
+        return cls(seg.buf, name, False, kind, bits)
+
+    def close(self) -> None:
+        """Unmap (and, for the owner, unlink) now; idempotent."""
+        self._finalizer()
+
+    def unlink(self) -> None:
+        """Remove the name now (any handle may); mappings stay valid until closed."""
+        unlink_segment(self.name, tracked=self.owner)
+        if self.owner:  # the finalizer must not unlink (or unregister) a second time
+            mm = self.mm
+            self._finalizer.detach()
+            self._finalizer = weakref.finalize(self, _finalize, mm, None, 0)
 
 _S = TypeVar("_S", bound="_SharedPrimitive")
 
@@ -65,7 +158,7 @@ class _SharedPrimitive:
     _WARN_OWNER_DIED = False
     _closed = True  # until _setup succeeds
 
-    def _setup(self, seg: Segment, init: bool) -> None:
+    def _setup(self, seg: AtomicSegment, init: bool) -> None:
         """Map the views of ``seg``; subclasses add their value view."""
         self._seg = seg
         self._views: list[memoryview] = []
@@ -76,7 +169,7 @@ class _SharedPrimitive:
 
     def _create(self, bits: int, name: str | None, initial: int | None) -> None:
         """Create, initialise and publish a new segment owned by this handle."""
-        seg, _ = Segment.create(self._KIND, bits, name)
+        seg, _ = AtomicSegment.create(self._KIND, bits, name)
         self._seg = seg
         try:
             self._setup(seg, init=True)
@@ -92,7 +185,7 @@ class _SharedPrimitive:
     def attach(cls: type[_S], name: str) -> _S:
         """Open the existing primitive called ``name`` (created by any process)."""
         self = cls.__new__(cls)
-        self._setup(Segment.attach(name, cls._KIND), init=False)
+        self._setup(AtomicSegment.attach(name, cls._KIND), init=False)
         return self
 
     @property
@@ -214,7 +307,7 @@ class SharedAtomicInt(_SharedPrimitive):
         v = check_fits(value, bits, "initial value")
         self._create(bits, name, v)
 
-    def _setup(self, seg: Segment, init: bool) -> None:
+    def _setup(self, seg: AtomicSegment, init: bool) -> None:
         super()._setup(seg, init)
         self._bits = seg.bits
         self._half = 1 << (seg.bits - 1)
@@ -318,7 +411,7 @@ class SharedAtomicBool(_SharedPrimitive):
     def __init__(self, value: bool = False, *, name: str | None = None) -> None:
         self._create(8, name, 1 if value else 0)
 
-    def _setup(self, seg: Segment, init: bool) -> None:
+    def _setup(self, seg: AtomicSegment, init: bool) -> None:
         super()._setup(seg, init)
         self._v = self._view("B", 1)
 

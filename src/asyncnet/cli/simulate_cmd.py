@@ -54,7 +54,7 @@ def _inputs(args: argparse.Namespace) -> tuple:
     from asyncnet.simulate import Network, Workload, parse_bandwidth
 
     if args.profile:
-        from asyncnet.bench.scaling import profile_compute
+        from asyncnet.simulate.measure import profile_compute
 
         work = profile_compute(args.batch, args.bucket_mb)
     else:
@@ -66,7 +66,7 @@ def _inputs(args: argparse.Namespace) -> tuple:
         work = Workload(args.forward_ms / 1e3, args.backward_ms / 1e3, args.update_ms / 1e3,
                         int(args.grad_mb * 2**20), max(1, int(args.bucket_mb * 2**20)), args.batch)
     if args.measure_network:
-        from asyncnet.bench.scaling import measure_network
+        from asyncnet.simulate.measure import measure_network
 
         net = measure_network()
     else:

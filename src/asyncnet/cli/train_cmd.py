@@ -1,9 +1,12 @@
-"""``asyncnet train``: the main job. Trains an MLP on the embedded 8x8 digits and leaves a run
-directory with metrics.json, loss_accuracy.png, trace.json (one training step of every worker),
-checkpoint.npz and TensorBoard event files (when tensorboard is installed).
+"""``asyncnet train``: the main job. Trains a model (the zoo's mlp on the embedded 8x8 digits by
+default, any zoo model, or your own ``--model my_module:build --data data.npz``) through
+:func:`asyncnet.train.api.run` and leaves a run directory with metrics.json, checkpoint.npz
+(both saved after every epoch, by every backend), loss_accuracy.png, trace.json (one training
+step of every worker) and TensorBoard event files (when tensorboard is installed).
 
     asyncnet train                                   # 2 sync workers on threads
     asyncnet train --mode hogwild --backend processes --epochs 5
+    asyncnet train --model my_models.py:classifier --data data.npz
     asyncnet train --resume runs/RUN --epochs 20     # continue that run to 20 epochs in total
     asyncnet train --config runs/RUN/metrics.json    # rerun a run's settings (flags override)
     torchrun --nproc-per-node 2 -m asyncnet train --backend torch
@@ -25,13 +28,12 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from asyncnet.errors import AsyncNetError, CheckpointError, TrainConfigError, TrainingDivergedError
+from asyncnet.errors import AsyncNetError, TrainConfigError, TrainingDivergedError
 
-RUN_FILES = ("metrics.json", "loss_accuracy.png", "trace.json", "checkpoint.npz")
-TB_DIR = "tensorboard"
 # flags that map one-to-one onto TrainConfig fields (dest == field name)
 CONFIG_FLAGS = ("mode", "workers", "backend", "epochs", "batch_size", "lr", "optimizer", "momentum", "weight_decay",
-                "lr_policy", "lr_step", "lr_gamma", "hidden", "seed", "target_accuracy", "threads", "tensor", "device", "model")
+                "lr_policy", "lr_step", "lr_gamma", "hidden", "seed", "target_accuracy", "threads", "tensor", "device", "model",
+                "checkpoint_every", "divergence_factor")
 
 
 class TrainingFailedError(AsyncNetError):
@@ -65,19 +67,31 @@ def _hidden(text: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError(f"expected comma-separated layer sizes like 64,32, got {text!r}") from None
 
 
+def _model(text: str) -> str:
+    from asyncnet.train.config import MODELS, is_model_spec
+
+    if text in MODELS or is_model_spec(text):
+        return text
+    raise argparse.ArgumentTypeError(f"expected one of {', '.join(MODELS)} or my_module:function "
+                                     f"(path/to/file.py:function), got {text!r}")
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    from asyncnet.train.trainers._common import BACKENDS, DEFAULT_LR, LR_POLICIES, MODELS, MODES, OPTIMIZERS, TrainConfig
+    from asyncnet.train.config import BACKENDS, DEFAULT_LR, LR_POLICIES, MODES, OPTIMIZERS, TrainConfig
 
     d = TrainConfig()
     lrs = ", ".join(f"{k} {v:g}" for k, v in DEFAULT_LR.items())
     p = sub.add_parser(
-        "train", help="train an MLP on the embedded 8x8 digits (the main job)",
-        description="Train an MLP on the embedded 8x8 handwritten digits (1,797 images) with local, "
+        "train", help="train a model (an MLP on the embedded 8x8 digits by default: the main job)",
+        description="Train a model (by default an MLP on the embedded 8x8 handwritten digits, 1,797 images; "
+                    "or any zoo model, or your own with --model and --data) with local, "
                     "data-parallel (sync) or Hogwild workers; writes a run directory. Settings come from "
                     "the defaults, then --config or --resume, then the flags given.")
     a = p.add_argument
-    a("--model", choices=MODELS, help=f"model of asyncnet.model.zoo: mlp, cnn (digits as 1x8x8), lstm (digits row by row) "
-                                      f"or dlrm (a generated click log) (default {d.model})")
+    a("--model", type=_model, metavar="MODEL",
+      help="model of asyncnet.model.zoo: mlp, cnn (digits as 1x8x8), lstm (digits row by row) or dlrm (a generated click "
+           f"log), or your own: my_module:build or path/to/file.py:build, a function returning a ModelHelper, trained "
+           f"on --data (default {d.model})")
     a("--data", metavar="FILE.npz", help="train on arrays x [N, features...] and y [N] class ids (optionally x_test, "
                                          "y_test; else 20%% held out) instead of the digits; checked before the first step; "
                                          "give it again with --resume")
@@ -99,6 +113,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     a("--seed", type=_int, help=f"random seed (default {d.seed})")
     a("--target-accuracy", type=_float, metavar="ACC",
       help="stop after the first epoch whose test accuracy reaches ACC (e.g. 0.95)")
+    a("--checkpoint-every", type=_int, metavar="N",
+      help="also save the checkpoint every N steps inside an epoch (sync and local modes; default: at every epoch's end)")
+    a("--divergence-factor", type=_float, metavar="F",
+      help=f"fail the run when a step's loss exceeds F x log(classes) (a classifier's loss at chance; else F x the first "
+           f"step's loss); 0 turns the check off, NaN and inf always fail (default {d.divergence_factor:g})")
     a("--config", metavar="FILE", help="take the settings from FILE: a run's metrics.json or a JSON object of the same "
                                        "shape as its \"config\" block; flags given override it")
     a("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR (its settings, parameters, optimizer state, "
@@ -114,44 +133,51 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from asyncnet.train.trainers import under_torchrun
+    from asyncnet.train.api import prepare_run_dir
+    from asyncnet.train.loop import under_torchrun
+    from asyncnet.train.report import RunWriter
 
     try:
         base, resume_dir = _base_settings(args)
         cfg = _config(args, base)
+        if cfg.model.startswith("user:"):
+            raise _UsageError(f"--model {cfg.model}: the run's model was a ModelHelper object given to train(); "
+                              "resume it there (train(model, data, resume=RUN_DIR)) or pass --model my_module:function")
         if cfg.backend == "torch" and not under_torchrun():
             raise _UsageError("--backend torch runs under torchrun, e.g. "
                               "torchrun --nproc-per-node 2 -m asyncnet train --backend torch")
         rank0 = not (cfg.backend == "torch" and os.environ.get("RANK", "0") != "0")
         out = resume_dir or (Path(args.out) if args.out else Path("runs") / time.strftime("%Y%m%d-%H%M%S"))
-        ds = _dataset(cfg, args.data)
+        data = _data_path(args, resume_dir)
+        ds = _dataset(cfg, data)
         resume = _load_resume(cfg, out, ds) if resume_dir is not None else None
+        source = _source(ds, data)
         if rank0:
-            _prepare_run_dir(out, cfg, overwrite=args.overwrite, resuming=resume is not None)
+            prepare_run_dir(out, cfg, overwrite=args.overwrite, resuming=resume_dir is not None, data=source)
     except (_UsageError, TrainConfigError) as e:
         return _usage_error(args, str(e))
-    saver = _EpochSaver(cfg, out, resume, ds)
+    writer = RunWriter(out, cfg.to_dict(), list(resume.epochs) if resume is not None else [], source)
     with _cli_logging(), _quiet_float_warnings():
         try:
-            result = _train(cfg, out, args.quiet, rank0, resume, saver, ds)
+            result = _train(cfg, out, args.quiet, rank0, resume, writer if rank0 else None, ds)
         except TrainingDivergedError as e:
             if rank0:
-                _write_failure(out, saver, "diverged", str(e))
+                _write_failure(out, writer, "diverged", str(e))
             raise
         except KeyboardInterrupt as e:  # SIGINT, or SIGTERM (cli.main's Terminated)
             if rank0:
-                _write_failure(out, saver, "interrupted", f"stopped by {_signal_name(e)}")
+                _write_failure(out, writer, "interrupted", f"stopped by {_signal_name(e)}")
             raise  # one line from main()
         except AsyncNetError as e:
             if rank0:
-                _write_failure(out, saver, "failed", str(e))
+                _write_failure(out, writer, "failed", str(e))
             raise  # one line from main()
         except Exception as e:  # noqa: BLE001 - never a traceback; the details go to the debug log
             logging.getLogger("asyncnet.train").debug("training failed", exc_info=True)
             where = f" (worker {e.worker_id})" if hasattr(e, "worker_id") else ""
             failed = TrainingFailedError(f"training failed{where}: {type(e).__name__}: {e}")
             if rank0:
-                _write_failure(out, saver, "failed", str(failed))
+                _write_failure(out, writer, "failed", str(failed))
             raise failed from e
     if not result.is_main:
         return 0
@@ -221,99 +247,74 @@ def _config(args: argparse.Namespace, base: dict[str, Any]) -> Any:
         raise TrainConfigError(f"{flag} {rest}") from None
 
 
+def _data_path(args: argparse.Namespace, resume_dir: Path | None) -> str | None:
+    """``--data``; resuming a run trained on a file without it, the one-line error naming that file."""
+    if args.data or resume_dir is None:
+        return args.data
+    try:
+        recorded = json.loads((resume_dir / "metrics.json").read_bytes()).get("data")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if isinstance(recorded, str) and recorded.endswith(".npz"):
+        raise _UsageError(f"--resume {resume_dir}: the run trained on --data {recorded}: pass --data {recorded} again")
+    if recorded == "arrays":
+        raise _UsageError(f"--resume {resume_dir}: the run trained on arrays given to train(): save them as --data "
+                          "FILE.npz (arrays x and y), or resume it with train(model, data, resume=RUN_DIR)")
+    return None
+
+
 def _dataset(cfg: Any, path: str | None) -> Any:
     """The run's data (``--data FILE.npz``, checked against the model, or the model's own), checked against ``cfg``."""
+    from asyncnet.train.config import MODELS
     from asyncnet.train.data import dataset_for, load_npz
 
+    if path is None and cfg.model not in MODELS:
+        raise _UsageError(f"--model {cfg.model} is your model: give its data with --data FILE.npz (arrays x and y)")
     ds = load_npz(path, cfg.model, seed=cfg.seed) if path else dataset_for(cfg.model)
     cfg.check_data(len(ds.x_train))
+    from asyncnet.train.program import build_program
+
+    build_program(cfg, ds.input_dim, ds.num_classes)  # a model that cannot be built: one line before the run
     return ds
+
+
+def _source(ds: Any, path: str | None) -> str:
+    from asyncnet.train.api import data_source
+
+    return data_source(ds, path)
+
+
+def _status_of(run_dir: Path) -> Any:
+    try:
+        return json.loads((run_dir / "metrics.json").read_bytes()).get("status")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def _load_resume(cfg: Any, run_dir: Path, ds: Any) -> Any:
     """The checkpoint and finished epochs of the run in ``run_dir`` (finished, or stopped midway:
-    its last saved epoch)."""
-    import asyncnet as an
-    from asyncnet.train.report import EpochMetrics
-    from asyncnet.train.trainers import Resume
-    from asyncnet.train.trainers._common import build_model
+    its last checkpoint); None, said in one line, when it saved none."""
+    from asyncnet.train.api import load_resume
 
-    data = json.loads((run_dir / "metrics.json").read_bytes())
-    try:
-        epochs = tuple(EpochMetrics.from_dict(m) for m in data.get("epochs", []))
-    except (ValueError, TypeError, AttributeError) as e:
-        raise _UsageError(f"--resume {run_dir}: metrics.json: {e}") from None
-    if not epochs and not (run_dir / "checkpoint.npz").exists():
-        raise _UsageError(f"--resume {run_dir}: the run ({data.get('status')}) saved no epoch: nothing to continue "
-                          "from; start a new run")
-    model = build_model(cfg, ds.input_dim, ds.num_classes)
-    ws = an.Workspace()
-    try:
-        ws.run_net_once(model.init_net)
-        model.load(ws, run_dir / "checkpoint.npz")
-        arrays = {n: ws.fetch(n).copy() for n in model.checkpoint_blobs}
-    finally:
-        ws.close()
-    epochs = _epochs_of_checkpoint(epochs, int(arrays["iter"][0]), run_dir)
-    if len(epochs) >= cfg.epochs:
-        raise _UsageError(f"--resume {run_dir}: the run has {len(epochs)} epoch(s) already; --epochs is the total, "
-                          f"e.g. --epochs {len(epochs) + 1}")
-    return Resume(arrays, epochs)
-
-
-def _epochs_of_checkpoint(epochs: tuple[Any, ...], step: int, run_dir: Path) -> tuple[Any, ...]:
-    """The epochs the checkpoint (at ``step``) has trained: metrics.json may be one epoch ahead
-    of it (stopped between the two writes of an epoch's end)."""
-    if any(m.step is None for m in epochs):  # a run from before steps were recorded
-        if step == 0 and epochs:
-            raise CheckpointError(f"{run_dir / 'checkpoint.npz'}: step 0 after {len(epochs)} epoch(s): "
-                                  "not this run's checkpoint")
-        return epochs
-    kept = tuple(m for m in epochs if m.step <= step)
-    if (kept[-1].step if kept else 0) != step:
-        raise CheckpointError(f"{run_dir / 'checkpoint.npz'} is at step {step}, but metrics.json has epochs ending at "
-                              f"steps {[m.step for m in epochs]}: not this run's checkpoint")
-    return kept
+    resume = load_resume(run_dir, cfg, ds)
+    status = _status_of(run_dir)
+    if resume is None and status in ("diverged", "failed"):
+        raise _UsageError(f"--resume {run_dir}: the run ({status}) saved no epoch: nothing to continue from; "
+                          "start a new run")
+    if resume is None:
+        print(f"asyncnet train: note: {run_dir} has no checkpoint (stopped before its first epoch ended): "
+              "starting it again from epoch 1", file=sys.stderr)
+    return resume
 
 
 # -- the run directory ----------------------------------------------------------------------
-def _prepare_run_dir(out: Path, cfg: Any, overwrite: bool, resuming: bool) -> None:
-    """Create ``out`` (or refuse it) and mark the run as started, before the first step. A
-    resumed run's metrics.json stays as it is until its next epoch is saved."""
-    if out.exists() and not out.is_dir():
-        raise _UsageError(f"--out {out} exists and is not a directory")
-    if not (overwrite or resuming) and out.is_dir() and any(out.iterdir()):
-        held = [n for n in RUN_FILES if (out / n).exists()]
-        what = "holds a run" if held else "is not empty"
-        raise _UsageError(f"--out {out} {what}: pass --overwrite to replace it, --resume {out} to continue it, "
-                          "or another --out")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        if resuming:
-            if not os.access(out, os.W_OK):
-                raise PermissionError(13, "Permission denied")
-        else:
-            _write_json(out / "metrics.json", {"status": "running", "config": cfg.to_dict()})
-    except OSError as e:
-        raise _UsageError(f"--out {out}: cannot create the run directory: {e.strerror or e}") from None
-
-
-def _write_json(path: Path, data: dict[str, Any]) -> None:
-    from asyncnet._atomicio import atomic_write_text
-
-    atomic_write_text(path, json.dumps(data, indent=2, allow_nan=False) + "\n")
-
-
-def _write_failure(out: Path, saver: "_EpochSaver", status: str, error: str) -> None:
+def _write_failure(out: Path, writer: Any, status: str, error: str) -> None:
     """metrics.json of a run that did not finish (``status`` "diverged", "failed" or
-    "interrupted"): the epochs saved before (the checkpoint is at the last of them: ``--resume``
-    continues from there, with a lower ``--lr`` after a divergence) and the error."""
-    from asyncnet.train.report import write_metrics
+    "interrupted"): the epochs its checkpoint holds (``--resume`` continues from there, with a
+    lower ``--lr`` after a divergence) and the error."""
+    from asyncnet.train.api import write_failure
 
-    try:
-        write_metrics(saver.history, out / "metrics.json", extra={"status": status, "error": error})
-    except (OSError, ValueError):
-        pass  # the one-line error still tells the user
+    write_failure(out, writer, status, error)
 
 
 def _signal_name(stop: KeyboardInterrupt) -> str:
@@ -323,13 +324,9 @@ def _signal_name(stop: KeyboardInterrupt) -> str:
 
 
 def _write_run_dir(result: Any, out: Path) -> None:
-    from asyncnet.train.report import plot_history, write_metrics
+    from asyncnet.train.api import finish_run_dir
 
-    plot_history(result.history, out / "loss_accuracy.png",
-                 title=f"{result.config.mode}, {result.config.num_workers} worker(s), {result.config.backend}")
-    result.write_trace(out / "trace.json")
-    result.save_checkpoint(out / "checkpoint.npz")
-    write_metrics(result.history, out / "metrics.json", extra={"status": "ok", "steps": result.steps})  # last: the run is done
+    finish_run_dir(result, out)
 
 
 # -- training and output --------------------------------------------------------------------
@@ -379,41 +376,15 @@ class _cli_logging:
         self.logger.propagate = self.saved
 
 
-class _EpochSaver:
-    """Saves the run at every epoch's end (threads and torch backends): metrics.json first
-    (``"status": "running"``, each epoch with its step counter), then the checkpoint. Killed
-    between the two, the checkpoint is one epoch behind and ``--resume`` drops that epoch."""
-
-    def __init__(self, cfg: Any, out: Path, resume: Any, ds: Any):
-        from asyncnet.train.report import History
-        from asyncnet.train.trainers._common import build_model
-
-        self.model = build_model(cfg, ds.input_dim, ds.num_classes)
-        self.out = out
-        self.history = History(config=cfg.to_dict(), epochs=list(resume.epochs) if resume is not None else [])
-
-    def __call__(self, metrics: Any, arrays: dict[str, Any]) -> None:
-        import asyncnet as an
-        from asyncnet.train.report import write_metrics
-
-        self.history.add(metrics)
-        write_metrics(self.history, self.out / "metrics.json", extra={"status": "running"})
-        ws = an.Workspace()
-        try:
-            for name, value in arrays.items():
-                ws.feed(name, value)
-            self.model.save(ws, self.out / "checkpoint.npz")
-        finally:
-            ws.close()
-
-
-def _train(cfg: Any, out: Path, quiet: bool, rank0: bool, resume: Any, saver: Any, ds: Any) -> Any:
-    """Train with progress on stderr and TensorBoard events (rank 0 only under torchrun)."""
+def _train(cfg: Any, out: Path, quiet: bool, rank0: bool, resume: Any, writer: Any, ds: Any) -> Any:
+    """Train with progress on stderr and TensorBoard events (rank 0 only under torchrun); the
+    run is saved after every epoch by ``writer``, from the worker of rank 0."""
+    from asyncnet.train.api import TB_DIR
+    from asyncnet.train.api import run as train
     from asyncnet.train.report import EventLog, Reporter
-    from asyncnet.train.trainers import train
 
     events = EventLog.open(out / TB_DIR) if rank0 else None
-    reporter = Reporter(quiet=quiet or not rank0, epochs=cfg.epochs, events=events, on_checkpoint=saver if rank0 else None)
+    reporter = Reporter(quiet=quiet or not rank0, epochs=cfg.epochs, events=events)
     ranks = os.environ.get("WORLD_SIZE", "")
     workers = (int(ranks) * cfg.threads_per_rank if ranks.isdigit() else "?") if cfg.backend == "torch" else cfg.num_workers
     start = f", from epoch {resume.start_epoch + 1}" if resume is not None else ""
@@ -421,7 +392,7 @@ def _train(cfg: Any, out: Path, quiet: bool, rank0: bool, resume: Any, saver: An
                    f"{'mlp hidden ' + ','.join(map(str, cfg.hidden)) if cfg.model == 'mlp' else cfg.model}, "
                    f"{cfg.optimizer} lr {cfg.lr:g}, batch {cfg.batch_size}, {cfg.epochs} epochs{start} -> {out}")
     try:
-        return train(cfg, ds, reporter=reporter, resume=resume)
+        return train(cfg, ds, reporter=reporter, resume=resume, writer=writer)
     finally:
         reporter.close()
 

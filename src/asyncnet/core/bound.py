@@ -23,7 +23,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from asyncnet.sync._bucket import contiguous_run
+from asyncnet._flatviews import contiguous_run
 
 __all__ = ["BoundMemory", "bind_views", "bound_flat", "is_bound"]
 

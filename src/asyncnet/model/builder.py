@@ -64,6 +64,7 @@ class ModelHelper:
         self.shapes: dict[str, tuple[int, ...]] = {}
         self.sparse: set[str] = set()
         self.loss: str | None = None
+        self.labels: list[str] = []   # the blobs the losses read as targets (not fed at inference)
         self.optimizer: str | None = None   # set by the first train_net (asyncnet.model.optimizer)
         self.optimizer_state: list[str] = []
         self._fwd = Net(f"{name}_forward")
@@ -220,6 +221,7 @@ class ModelHelper:
         if accuracy:
             self._fwd.Accuracy([p, label], accuracy)
         self.loss = str(l)
+        self._add_label(label)
         return p, l
 
     def sigmoid_xent_loss(self, logit: str, target: str, prob: str = "prob", loss: str = "loss") -> tuple[BlobRef, BlobRef]:
@@ -228,7 +230,12 @@ class ModelHelper:
         l = self._fwd.AveragedLoss(xent, loss)
         p = self._fwd.Sigmoid(logit, prob)
         self.loss = str(l)
+        self._add_label(target)
         return p, l
+
+    def _add_label(self, label: str) -> None:
+        if str(label) not in self.labels:
+            self.labels.append(str(label))
 
     # -- nets -------------------------------------------------------------------------------
     def _net(self, name: str) -> Net:
@@ -240,15 +247,37 @@ class ModelHelper:
         net.ops.extend(dataclasses.replace(op, args=dict(op.args)) for op in self._fwd.ops)
         return net
 
-    def eval_net(self, name: str = "eval") -> Net:
+    def eval_net(self, name: str = "eval", prefix: str = "") -> Net:
         """The same ops in test mode: Dropout passes through, SpatialBN uses the running
-        statistics and does not update them. Changes no parameter or buffer."""
+        statistics and does not update them. Changes no parameter or buffer. With ``prefix``
+        every blob the net writes is named ``prefix + name`` (``eval/loss``), so evaluating
+        leaves the train net's blobs (``loss``, ``accuracy``) as they are."""
         net = self._net(name)
         for op in self._fwd.ops:
-            if op.type in ("Dropout", "SpatialBN"):
-                op = dataclasses.replace(op, args={**op.args, "is_test": True}, outputs=op.outputs[:1])
-            net.ops.append(dataclasses.replace(op, args=dict(op.args)))
-        return net
+            net.ops.append(_test_mode(op))
+        return _prefixed(net, prefix)
+
+    def inference_net(self, name: str = "inference", prefix: str = "") -> Net:
+        """The eval net without the label: the loss and accuracy ops are left out, and a
+        ``SoftmaxWithLoss`` becomes a ``Softmax`` writing the same probabilities blob. Feed only
+        the inputs; fetch ``softmax`` (or ``prob``).
+
+            >>> m = ModelHelper("m"); _ = m.softmax_with_loss(m.fc("x", "fc", 4, 3), "y")
+            >>> [op.type for op in m.inference_net().ops]
+            ['FC', 'Softmax']
+        """
+        labels = set(self.labels) or {op.inputs[1] for op in self._fwd.ops if op.type in _LOSS_OPS}
+        net, tainted = self._net(name), set(labels)
+        for op in self._fwd.ops:
+            if op.type == "SoftmaxWithLoss" and op.inputs[1] in tainted:
+                net.ops.append(dataclasses.replace(op, type="Softmax", inputs=op.inputs[:1], outputs=op.outputs[:1],
+                                                   args={}, control_inputs=[]))
+                tainted.update(op.outputs[1:])
+            elif tainted.intersection(op.inputs):
+                tainted.update(op.outputs)
+            else:
+                net.ops.append(_test_mode(op))
+        return _prefixed(net, prefix)
 
     def gradient_net(self, name: str = "grad") -> tuple[Net, dict[str, Grad]]:
         """The forward net plus backward ops; returns it and {param: gradient} (a
@@ -277,3 +306,25 @@ class ModelHelper:
 
     def __repr__(self) -> str:
         return f"ModelHelper({self.name!r}, params={len(self.params)}, loss={self.loss!r})"
+
+
+_LOSS_OPS = ("SoftmaxWithLoss", "SigmoidCrossEntropyWithLogits")
+
+
+def _test_mode(op: Any) -> Any:
+    """A copy of ``op`` as the eval net runs it (Dropout and SpatialBN with ``is_test``)."""
+    if op.type in ("Dropout", "SpatialBN"):
+        return dataclasses.replace(op, args={**op.args, "is_test": True}, outputs=op.outputs[:1])
+    return dataclasses.replace(op, args=dict(op.args))
+
+
+def _prefixed(net: Net, prefix: str) -> Net:
+    """``net`` with every blob it writes renamed ``prefix + name`` (and read under that name)."""
+    if not prefix:
+        return net
+    written = {o for op in net.ops for o in op.outputs}
+    rename = {b: prefix + b for b in written}
+    net.ops[:] = [dataclasses.replace(op, inputs=[rename.get(i, i) for i in op.inputs],
+                                      outputs=[rename[o] for o in op.outputs],
+                                      control_inputs=[rename.get(c, c) for c in op.control_inputs]) for op in net.ops]
+    return net

@@ -22,30 +22,60 @@ from asyncnet.core.net import Net
 from asyncnet.core.registry import registered_ops
 from asyncnet.errors import NetDefinitionError
 
-__all__ = ["OPTIMIZERS", "build_optimizer"]
+__all__ = ["OPTIMIZERS", "LR_POLICIES", "DEFAULT_GAMMA", "ITER_OPS", "build_optimizer", "state_names"]
 
+#: every optimizer a model can train with (sparse tables: sgd and adagrad)
 OPTIMIZERS = ("sgd", "momentum", "adagrad", "adam")
+#: learning-rate policies of the ``LearningRate`` op: fixed, step (lr * gamma^floor(iter / stepsize)),
+#: exp (lr * gamma^iter)
+LR_POLICIES = ("fixed", "step", "exp")
+#: the decay factor of each policy when none is given
+DEFAULT_GAMMA = {"fixed": 1.0, "step": 0.1, "exp": 0.999}
+#: how the step counter advances: ``Iter``, ``AtomicIter`` under a mutex (Hogwild), or not at all
+ITER_OPS = ("Iter", "AtomicIter", None)
 _STATE = {"sgd": (), "momentum": ("momentum",), "adagrad": ("moment",), "adam": ("m1", "m2")}
+
+
+def state_names(param: str, optimizer: str) -> list[str]:
+    """The optimizer state blobs of ``param``: ``fc_w_momentum``, ``fc_w_m1``/``fc_w_m2``...
+
+        >>> state_names("fc_w", "adam")
+        ['fc_w_m1', 'fc_w_m2']
+    """
+    return [f"{param}_{s}" for s in _STATE[optimizer]]
 
 
 def build_optimizer(model: Any, net: Net, grads: dict[str, Grad], optimizer: str = "sgd", lr: float = 0.1,
                     momentum: float = 0.9, betas: tuple[float, float] = (0.9, 0.999), eps: float | None = None,
-                    weight_decay: float = 0.0, lr_policy: str = "fixed", **lr_args: Any) -> None:
-    """Append ``Iter``, ``LearningRate`` (blob ``lr``; ``lr_policy`` and ``lr_args`` as the op's
-    ``policy``, ``stepsize``, ``gamma``) and one update per parameter to ``net``."""
+                    weight_decay: float = 0.0, lr_policy: str = "fixed", stepsize: int = 1000,
+                    gamma: float | None = None, iter_op: str | None = "Iter", mutex_blob: str | None = None) -> None:
+    """Append the step counter (``iter_op``: ``Iter``, ``AtomicIter`` under ``mutex_blob``,
+    default ``iter_mutex``, or None), ``LearningRate`` (blob ``lr``; ``lr_policy`` with
+    ``stepsize`` and ``gamma``, default :data:`DEFAULT_GAMMA`) and one update per parameter to ``net``."""
+    where = f"model {model.name!r}"
     if optimizer not in OPTIMIZERS:
-        raise NetDefinitionError(f"expected optimizer in {list(OPTIMIZERS)}, got {optimizer!r}", f"model {model.name!r}")
+        raise NetDefinitionError(f"expected optimizer in {list(OPTIMIZERS)}, got {optimizer!r}", where)
+    if lr_policy not in LR_POLICIES:
+        raise NetDefinitionError(f"expected lr_policy in {list(LR_POLICIES)}, got {lr_policy!r}", where)
+    if iter_op not in ITER_OPS:
+        raise NetDefinitionError(f"expected iter_op 'Iter', 'AtomicIter' or None, got {iter_op!r}", "iter_op")
+    if isinstance(stepsize, bool) or not isinstance(stepsize, int) or stepsize < 1:
+        raise NetDefinitionError(f"expected lr_step >= 1, got {stepsize!r}", f"{where} lr_step")
     _add_state(model, optimizer)
     dt = model.dtype.name
     start = len(net.ops)
-    net.Iter(["iter"], ["iter"])
-    net.LearningRate(["iter"], ["lr"], base_lr=float(lr), policy=lr_policy, dtype=dt, **lr_args)
+    if iter_op == "Iter":
+        net.Iter(["iter"], ["iter"])
+    elif iter_op == "AtomicIter":
+        net.AtomicIter([mutex_blob or "iter_mutex", "iter"], ["iter"])
+    net.LearningRate(["iter"], ["lr"], base_lr=float(lr), policy=lr_policy, stepsize=int(stepsize),
+                     gamma=float(DEFAULT_GAMMA[lr_policy] if gamma is None else gamma), dtype=dt)
     if any(isinstance(g, GradientSlice) for g in grads.values()) and optimizer == "sgd":
         net.Scale("lr", "neg_lr", scale=-1.0)
         _join_sparse_chains(net, grads, start)
     for p in model.params:
         g = grads[p]
-        state = [f"{p}_{s}" for s in _STATE[optimizer]]
+        state = state_names(p, optimizer)
         if isinstance(g, GradientSlice):
             _sparse_update(model, net, p, g, optimizer, state, eps, weight_decay)
         elif optimizer == "sgd":

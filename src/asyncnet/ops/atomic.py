@@ -30,11 +30,12 @@ storage.)
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import numpy as np
 
-from asyncnet.atomic import AtomicBool, AtomicInt, Mutex, SharedAtomicBool, SharedAtomicInt, SharedMutex
+from asyncnet.atomic.local import AtomicBool, AtomicInt, Mutex
 from asyncnet.atomic._intmath import wrap
 from asyncnet.core.defs import OperatorDef
 from asyncnet.core.registry import Arg, register_op
@@ -42,14 +43,22 @@ from asyncnet.tensor.namespace import is_array, namespace
 
 __all__ = ["increment_iter"]
 
-_MUTEX_TYPES = (Mutex, SharedMutex)
-_BOOL_TYPES = (AtomicBool, SharedAtomicBool)
+
+def _is(x: Any, local: type, shared_name: str) -> bool:
+    """``x`` is a ``local`` primitive or the shared one named ``shared_name``; the shared module is
+    only consulted once loaded (no shared primitive exists before it is)."""
+    if isinstance(x, local):
+        return True
+    shared = sys.modules.get("asyncnet.atomic.shared")
+    return shared is not None and isinstance(x, getattr(shared, shared_name))
+
+
 _INT64_MAX = np.iinfo(np.int64).max
 _INT64 = np.dtype(np.int64)
 
 
 def _mutex(ctx: Any, x: Any, i: int) -> Any:
-    if not isinstance(x, _MUTEX_TYPES):
+    if not _is(x, Mutex, "SharedMutex"):
         raise TypeError(
             f"expected a Mutex (made by CreateMutex) in input {i} {ctx.op.inputs[i]!r}, got {type(x).__name__}"
         )
@@ -57,7 +66,7 @@ def _mutex(ctx: Any, x: Any, i: int) -> Any:
 
 
 def _atomic_bool(ctx: Any, x: Any, i: int) -> Any:
-    if not isinstance(x, _BOOL_TYPES):
+    if not _is(x, AtomicBool, "SharedAtomicBool"):
         raise TypeError(
             f"expected an AtomicBool (made by CreateAtomicBool) in input {i} {ctx.op.inputs[i]!r}, "
             f"got {type(x).__name__}"
@@ -248,12 +257,11 @@ def atomic_iter(ctx: Any, mutex: Any, counter: Any) -> np.ndarray:
 
 # -- Caffe2's counters (counter_ops.cc): an atomic int64 that counts down to "done" -------------
 
-_COUNTER_TYPES = (AtomicInt, SharedAtomicInt)
 _INIT_COUNT = Arg("init_count", int, 0, "the counter's value")
 
 
 def _counter(ctx: Any, x: Any) -> Any:
-    if not isinstance(x, _COUNTER_TYPES):
+    if not _is(x, AtomicInt, "SharedAtomicInt"):
         raise TypeError(f"expected a counter (made by CreateCounter) in input 0 {ctx.op.inputs[0]!r}, got {type(x).__name__}")
     return x
 

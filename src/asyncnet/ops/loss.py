@@ -174,7 +174,7 @@ def _softmax_with_loss(ctx: Any, x: Any, label: Any, weight: Any) -> tuple[Any, 
             log_p = z - xp.log(xp.exp(z).sum(axis=1, keepdims=True))
         log_likelihood, p = xp.take_rows(log_p, label), xp.exp(log_p)
     if w is None:
-        loss = -log_likelihood.mean()  # (the sign last: the bits of a zero loss as before)
+        loss = -log_likelihood.mean()  # negated after the mean: -(mean of log p)
     else:
         total = w.sum()
         loss = -(log_likelihood * w).sum() / total if float(total) != 0 else total * 0
@@ -364,7 +364,7 @@ def _softmax_with_loss_gradient(ctx: Any, p: Any, label: Any, dloss: Any, weight
     else:
         xp.add_rows(dx, targets, -1)
     if w is None:
-        dx *= g / n if a["scale"] == 1.0 else g * a["scale"] / n  # (the default's bits as before)
+        dx *= g / n if a["scale"] == 1.0 else g * a["scale"] / n  # g * scale / n (scale 1: g / n)
         return dx.reshape(p.shape)
     dx *= w.reshape(n, 1)
     if g is not None:

@@ -19,7 +19,6 @@ torch is never imported here: a tensor is recognised by its type's module and co
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -29,31 +28,6 @@ Layout = tuple[tuple[str, tuple[int, ...]], ...]
 
 _FLOAT_KINDS = ("f",)
 _NAMES: dict[np.dtype, str] = {}
-
-
-def contiguous_run(arrays: Sequence[Any]) -> np.ndarray | None:
-    """One 1-D view over ``arrays`` when they are C-contiguous numpy views of one C-contiguous
-    base array, each starting where the previous one ends (a gradient bucket's views); else None.
-
-        >>> flat = np.arange(5.0)
-        >>> contiguous_run([flat[:2].reshape(2, 1), flat[2:4]]).tolist()
-        [0.0, 1.0, 2.0, 3.0]
-        >>> contiguous_run([flat[2:4], flat[:2]]) is None
-        True
-    """
-    if not arrays or type(arrays[0]) is not np.ndarray:
-        return None
-    base = arrays[0].base
-    if type(base) is not np.ndarray or not base.flags.c_contiguous:
-        return None
-    start = end = arrays[0].__array_interface__["data"][0]
-    for a in arrays:
-        if (type(a) is not np.ndarray or a.base is not base or not a.flags.c_contiguous
-                or a.__array_interface__["data"][0] != end):
-            return None
-        end += a.nbytes
-    origin, k = base.__array_interface__["data"][0], base.itemsize
-    return base.reshape(-1)[(start - origin) // k:(end - origin) // k]
 
 
 def is_torch_tensor(x: Any) -> bool:
@@ -111,6 +85,8 @@ class Bucket:
 
     def digest(self, tag: str = "") -> int:
         """A 63-bit fingerprint of the layout (and ``tag``), to compare buckets across workers."""
+        import hashlib  # once per bucket layout
+
         h = hashlib.blake2b(repr((tag, self.layout)).encode(), digest_size=8).digest()
         return int.from_bytes(h, "little") >> 1
 

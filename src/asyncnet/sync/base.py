@@ -50,6 +50,16 @@ class GradientSync(Protocol):
         """Overwrite ``tensors`` in place on every worker with worker ``root``'s values."""
         ...
 
+    def barrier(self) -> None:
+        """Return once every worker of the group called ``barrier``."""
+        ...
+
+    def all_reduce_mean(self, values: Any) -> None:
+        """Replace ``values`` (float64 figures such as an epoch's loss sum and sample count) in
+        place with their mean over all workers: the same round as :meth:`sync_gradients`,
+        named for figures rather than gradients."""
+        ...
+
 
 class LocalGradientSync:
     """The identity sync of a single worker: changes nothing and allocates nothing."""
@@ -80,6 +90,13 @@ class LocalGradientSync:
     def broadcast(self, tensors: Any, root: int = 0) -> None:
         if root != 0:
             raise ValueError(f"root must be 0 for a single worker, got {root}")
+
+    def barrier(self) -> None:
+        """A single worker waits for nobody."""
+
+    def all_reduce_mean(self, values: Any) -> None:
+        """The mean over one worker is ``values`` itself."""
+        self.sync_gradients(values)
 
     def __repr__(self) -> str:
         return "LocalGradientSync()"

@@ -78,6 +78,17 @@ class HierarchicalGradientSync:
             self._leader(lambda: self._across.broadcast(tensors, root=rank), "broadcast")
             self._local.broadcast(tensors, root=0)
 
+    def barrier(self) -> None:
+        """The threads of this process meet, their leader meets the other ranks', they meet again."""
+        self._local.barrier()
+        if self._across.num_workers > 1:
+            self._leader(self._across.barrier, "barrier")
+            self._local.barrier()
+
+    def all_reduce_mean(self, values: Any) -> None:
+        """Replace the figures ``values`` in place with their mean over all ``W * R`` workers."""
+        self.sync_gradients(values)
+
     def abort(self, reason: str = "aborted") -> None:
         """Abort this process's threaded group (pending and future calls raise)."""
         self._local.abort(reason)
@@ -103,7 +114,7 @@ def run_hierarchical(threads: int, across: Any, fn: Any, timeout: float | None =
     import itertools
     import threading
 
-    from asyncnet.sync.runner import attach_errors
+    from asyncnet.sync._failures import attach_errors
 
     syncs = HierarchicalGradientSync.new_workers(threads, across, timeout)
     results: list[Any] = [None] * threads

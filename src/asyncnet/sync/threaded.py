@@ -95,6 +95,14 @@ class ThreadedGradientSync:
             raise ValueError(f"root must be in [0, {self._group.n}), got {root}")
         self._collective(tensors, "broadcast", root)
 
+    def barrier(self) -> None:
+        """Return once every worker of the group called ``barrier`` (a round of its own)."""
+        self._collective(np.zeros(1), "broadcast", 0, label="barrier")
+
+    def all_reduce_mean(self, values: Any) -> None:
+        """Replace the figures ``values`` in place with their mean over the workers."""
+        self._collective(values, "mean", 0, label="figures")
+
     def abort(self, reason: str = "aborted") -> None:
         """Abort the whole group: pending and future calls of every worker raise ``SyncAbortedError``."""
         self._engine.abort(reason)

@@ -28,7 +28,8 @@ from typing import Any
 import numpy as np
 
 from asyncnet.errors import SyncError, SyncMismatchError
-from asyncnet.sync._bucket import as_list, contiguous_run, format_layout, is_torch_tensor
+from asyncnet._flatviews import contiguous_run
+from asyncnet.sync._bucket import as_list, format_layout, is_torch_tensor
 
 __all__ = ["TorchDistributedGradientSync"]
 
@@ -129,6 +130,16 @@ class TorchDistributedGradientSync:
         src = root if self._group is None else dist.get_global_rank(self._group, root)
         for bucket in self._buckets(ts):
             self._apply(bucket, lambda flat: dist.broadcast(flat, src=src, group=self._group))
+
+    def barrier(self) -> None:
+        """``torch.distributed.barrier`` of the group."""
+        if self._ws > 1:
+            _, dist = _torch()
+            dist.barrier(group=self._group)
+
+    def all_reduce_mean(self, values: Any) -> None:
+        """Replace the figures ``values`` (numpy or torch) in place with their mean over ranks."""
+        self.sync_gradients(values)
 
     # -- internals ------------------------------------------------------------------------------
 

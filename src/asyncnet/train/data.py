@@ -28,7 +28,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-__all__ = ["Dataset", "load_digits", "load_clicks", "dataset_for", "load_npz", "epoch_batches", "shard", "num_batches", "worker_samples"]
+__all__ = ["Dataset", "load_digits", "load_clicks", "dataset_for", "load_npz", "from_arrays", "epoch_batches", "shard", "num_batches", "worker_samples"]
 
 DIGITS_FILE = "digits.csv.gz"
 
@@ -202,8 +202,9 @@ def load_npz(path: str, model: str = "mlp", test_fraction: float = 0.2, seed: in
     """
     from asyncnet.errors import TrainConfigError
 
-    where = f"--data {path}"
-    if model not in MODEL_INPUTS:
+    named = isinstance(path, (str, os.PathLike))
+    where = f"--data {path}" if named else "train() data"
+    if model not in MODEL_INPUTS and ":" not in model:  # "module:function": a user's model reads x as given
         raise TrainConfigError(f"{where}: --data feeds mlp, cnn or lstm (x and y arrays), not {model} "
                                "(dlrm trains on its generated click log)")
     try:
@@ -237,7 +238,7 @@ def load_npz(path: str, model: str = "mlp", test_fraction: float = 0.2, seed: in
     num_classes = int(max(y.max(), yt.max())) + 1
     if num_classes < 2:
         raise TrainConfigError(f"{where}: expected labels of at least 2 classes (0..C-1), found only class 0")
-    return Dataset(x_train=x, y_train=y, x_test=xt, y_test=yt, num_classes=num_classes, name=os.path.basename(path))
+    return Dataset(x_train=x, y_train=y, x_test=xt, y_test=yt, num_classes=num_classes, name=os.path.basename(path) if named else "arrays")
 
 
 def _features(x: np.ndarray, model: str, where: str) -> np.ndarray:
@@ -247,12 +248,12 @@ def _features(x: np.ndarray, model: str, where: str) -> np.ndarray:
         raise TrainConfigError(f"{where}: expected real numbers (float or int), found dtype {x.dtype}")
     if x.ndim < 2 or len(x) == 0:
         raise TrainConfigError(f"{where}: expected shape [N, features...] with N >= 1, found {list(x.shape)}")
-    want = MODEL_INPUTS[model]
+    want = MODEL_INPUTS.get(model)
     per = x.shape[1:]
     if want is not None and per not in (want, (int(np.prod(want)),)):
         shapes = f"[N, {int(np.prod(want))}] or [N, {', '.join(map(str, want))}]"
         raise TrainConfigError(f"{where}: model {model} reads {shapes}, found {list(x.shape)}")
-    out = np.ascontiguousarray(x.reshape(len(x), -1), np.float32)
+    out = np.ascontiguousarray(x.reshape(len(x), -1) if model in MODEL_INPUTS else x, np.float32)
     if not np.isfinite(out).all():
         raise TrainConfigError(f"{where}: expected finite values, found NaN or inf (or values beyond float32)")
     return out
@@ -280,3 +281,30 @@ def _same_length(x: np.ndarray, y: np.ndarray, where: str, xn: str, yn: str) -> 
 
     if len(x) != len(y):
         raise TrainConfigError(f"{where}: {xn} has {len(x)} examples, {yn} has {len(y)}")
+
+
+def from_arrays(data: Any, model: str = "mlp", test_fraction: float = 0.2, seed: int = 0) -> Dataset:
+    """A data set from numpy arrays: ``(x, y)``, ``(x, y, x_test, y_test)`` or a dict with
+    ``x``, ``y`` (and optionally ``x_test``, ``y_test``), checked as :func:`load_npz` checks a
+    file (a user's model reads ``x`` in the shape given).
+
+        >>> ds = from_arrays((np.zeros((10, 3)), np.arange(10) % 2), model="my_models:tiny")
+        >>> ds.x_train.shape, ds.x_test.shape, ds.num_classes
+        ((8, 3), (2, 3), 2)
+    """
+    import io
+
+    from asyncnet.errors import TrainConfigError
+
+    if isinstance(data, (tuple, list)) and len(data) in (2, 4):
+        data = dict(zip(("x", "y", "x_test", "y_test"), data))
+    if not isinstance(data, dict):
+        raise TrainConfigError(f"train() data: expected (x, y), (x, y, x_test, y_test) or a dict of arrays, "
+                               f"got {type(data).__name__}")
+    buf = io.BytesIO()
+    try:
+        np.savez(buf, **{k: np.asarray(v) for k, v in data.items()})
+    except (TypeError, ValueError) as e:
+        raise TrainConfigError(f"train() data: expected numpy arrays ({e})") from None
+    buf.seek(0)
+    return load_npz(buf, model, test_fraction, seed)  # type: ignore[arg-type]

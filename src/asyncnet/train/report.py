@@ -24,7 +24,11 @@ from typing import Any, Iterator
 
 from asyncnet._atomicio import atomic_write_text
 
-__all__ = ["EpochMetrics", "History", "write_metrics", "plot_history", "summary_table", "Reporter", "EventLog"]
+__all__ = ["EpochMetrics", "History", "write_metrics", "plot_history", "summary_table", "Reporter", "EventLog",
+           "RunWriter", "write_trace", "CHECKPOINT", "METRICS"]
+
+CHECKPOINT = "checkpoint.npz"
+METRICS = "metrics.json"
 
 log = logging.getLogger("asyncnet.train")
 
@@ -293,9 +297,7 @@ class Reporter:
     everything off; ``events`` (an :class:`EventLog`) also gets every epoch.
 
     The trainers call ``epoch_start(epoch, total_batches)``, ``batch(loss, accuracy, samples)``
-    (from one worker only) and ``epoch_end(metrics, arrays)``; ``arrays`` (a copy of the
-    checkpoint blobs at the epoch's end) is passed only when ``on_checkpoint`` is set, and goes
-    to ``on_checkpoint(metrics, arrays)`` (the command line saves the run there, every epoch).
+    (from one worker only) and ``epoch_end(metrics)``, after the epoch was saved (:class:`RunWriter`).
 
         >>> import io
         >>> r = Reporter(stream=io.StringIO(), epochs=3)
@@ -306,13 +308,12 @@ class Reporter:
     """
 
     def __init__(self, quiet: bool = False, console: Any = None, stream: Any = None, live: bool | None = None,
-                 epochs: int | None = None, events: EventLog | None = None, on_checkpoint: Any = None):
+                 epochs: int | None = None, events: EventLog | None = None):
         self.quiet = quiet
         self.stream = stream if stream is not None else sys.stderr
         self.live = _isatty(self.stream) if live is None else live
         self.epochs = epochs
         self.events = events
-        self.on_checkpoint = on_checkpoint
         self._console = console
         self._progress: Any = None
         self._task: Any = None
@@ -382,10 +383,8 @@ class Reporter:
         self._progress.update(self._task, advance=self._pending, figures=figures)
         self._pending = 0
 
-    def epoch_end(self, m: EpochMetrics, arrays: dict[str, Any] | None = None) -> None:
+    def epoch_end(self, m: EpochMetrics) -> None:
         """Show the epoch's figures: train loss and accuracy, test loss and accuracy, samples/s."""
-        if self.on_checkpoint is not None and arrays is not None:
-            self.on_checkpoint(m, arrays)
         self._epochs_seen += 1
         self._run_seconds += time.perf_counter() - self._t0 if self._t0 else m.seconds
         self._t0 = 0.0
@@ -450,3 +449,59 @@ def _time_column() -> Any:
             return Text(text, style="progress.elapsed")
 
     return TimeColumn()
+
+
+def write_trace(traces: list[list[dict[str, Any]]], path: str | Path) -> Path:
+    """Write the workers' traced steps (one list of events per worker, from
+    :meth:`~asyncnet.train.worker.WorkerNets.traced_step`) as one Chrome-trace JSON."""
+    from asyncnet.exec.trace import merge_chrome_traces
+
+    atomic_write_text(path, json.dumps(merge_chrome_traces(traces)) + "\n")
+    return Path(path)
+
+
+@dataclass
+class RunWriter:
+    """Saves a run into its directory ``out``, from one worker (rank 0), on every backend: at
+    each epoch's end (and every ``--checkpoint-every`` steps) the checkpoint first, atomically,
+    its metadata holding the finished epochs, the settings and the data source; then
+    metrics.json (``"status": "running"``). metrics.json is never ahead of the checkpoint, and
+    a run stopped at any point resumes from the checkpoint alone. Plain data: it pickles into
+    worker processes.
+
+        >>> import tempfile, numpy as np, asyncnet as an
+        >>> from asyncnet.train.program import mlp_program
+        >>> p = mlp_program(4, (3,), 2); ws = an.Workspace(); ws.run_net_once(p.init_net)
+        >>> arrays = {n: ws.fetch(n) for n in p.checkpoint_blobs}
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     w = RunWriter(Path(d), {"model": "mlp"}, data="digits")
+        ...     w.epoch_end(p, arrays, EpochMetrics(1, 0.5, 0.9, 0.4, 0.95, 100, 0.1, step=4))
+        ...     sorted(f.name for f in Path(d).iterdir()), len(json.loads(Path(d, METRICS).read_text())["epochs"])
+        (['checkpoint.npz', 'metrics.json'], 1)
+    """
+
+    out: Path
+    config: dict[str, Any]
+    epochs: list[EpochMetrics] = field(default_factory=list)
+    data: str | None = None
+
+    def epoch_end(self, program: Any, arrays: dict[str, Any], metrics: EpochMetrics) -> None:
+        """Save the run after the epoch ``metrics`` (``arrays``: the checkpoint blobs at its end)."""
+        self.epochs.append(metrics)
+        self._save(program, arrays, None)
+
+    def mid_epoch(self, program: Any, arrays: dict[str, Any], partial: dict[str, Any]) -> None:
+        """Save the run inside an epoch: ``partial`` says which epoch, how many of its batches
+        are done and their statistics; metrics.json lists only the finished epochs."""
+        self._save(program, arrays, partial)
+
+    def history(self) -> History:
+        return History(config=self.config, epochs=list(self.epochs))
+
+    def _save(self, program: Any, arrays: dict[str, Any], partial: dict[str, Any] | None) -> None:
+        from asyncnet.model.checkpoint import save_arrays
+
+        extra = {"run": {"config": self.config, "data": self.data, "epochs": [m.to_dict() for m in self.epochs],
+                         "partial": partial}}
+        save_arrays(program.model, arrays, self.out / CHECKPOINT, extra)
+        write_metrics(self.history(), self.out / METRICS, extra={"status": "running", "data": self.data})

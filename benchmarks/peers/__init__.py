@@ -1,0 +1,1 @@
+"""What a user would run instead of asyncnet, beside the benchmarks that measure against it."""

@@ -1,1 +1,0 @@
-"""Benchmarks: each module has ``main(argv) -> int`` and measures peers in the same run."""

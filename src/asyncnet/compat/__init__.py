@@ -1,0 +1,1 @@
+"""Other systems' APIs on asyncnet: :mod:`asyncnet.compat.kizzasi` (kizzasi's data-parallel helpers)."""
