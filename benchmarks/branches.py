@@ -1,6 +1,6 @@
 """8 independent 500x500 float64 MatMuls, simple vs async_scheduling with 2 workers, single-threaded BLAS.
 
-    python benchmarks/branches.py [--rounds 15] [--size 500] [--branches 8]
+    python -m benchmarks branches [--rounds 15] [--size 500] [--branches 8]
 
 Both nets are warmed up (async_scheduling measures its chains and decides in line or parallel:
 here parallel), then run in interleaved rounds; the medians, their ratio and the policy chosen
@@ -15,10 +15,8 @@ import statistics
 import sys
 import time
 
-for _k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ[_k] = "1"
 
-import numpy as np  # noqa: E402
+import numpy as np
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -26,7 +24,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=15)
     p.add_argument("--size", type=int, default=500)
     p.add_argument("--branches", type=int, default=8)
+    p.add_argument("--quick", action="store_true", help="a smoke run: fewer rounds and steps")
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = p.parse_args(argv)
+    from benchmarks._single import rerun_single_threaded
+
+    status = rerun_single_threaded("benchmarks.branches", argv)  # one BLAS thread: a child with the variables set
+    if status is not None:
+        return status
+    if args.quick:
+        args.rounds = min(args.rounds, 1)
+        args.size = min(args.size, 200)
     import asyncnet as an
 
     a = np.random.default_rng(0).standard_normal((args.size, args.size)) / args.size

@@ -4,7 +4,7 @@
 #   2. `asyncnet train --tensor torch --device cuda` for each zoo model, local and sync with 2 threads;
 #   3. each zoo model trained one epoch on cuda and on cpu (local, sync 2 threads, async_scheduling
 #      with 2 executor threads = two CUDA streams): the parameters must match within float32
-#      tolerance (benchmarks/gpu_check.py), printed as a table.
+#      tolerance (benchmarks/_gpu_check.py), printed as a table.
 # Without a CUDA device it prints one line and exits with status 77 (not run).
 # Usage: benchmarks/gpu_check.sh   (PYTHON=path/to/python to choose the interpreter)
 set -euo pipefail
@@ -12,7 +12,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PYTHON="${PYTHON:-$ROOT/.venv/bin/python}"
 [ -x "$PYTHON" ] || PYTHON="$(command -v python3)"
 export PYTHONPATH="$ROOT/src${PYTHONPATH:+:$PYTHONPATH}"
-HELPER="$ROOT/benchmarks/gpu_check.py"
+HELPER="$ROOT/benchmarks/_gpu_check.py"
 DEADLINE=$((SECONDS + 300))
 
 status=0

@@ -1,6 +1,6 @@
 """Which tensor library runs each op of the zoo's train nets faster on the CPU: numpy or torch.
 
-    python benchmarks/op_libraries.py [--model mlp,cnn,lstm,dlrm] [--rounds 7] [--reps 50] [--json]
+    python -m benchmarks op_libraries [--model mlp,cnn,lstm,dlrm] [--rounds 7] [--reps 50] [--json]
 
 For each zoo model the train net is built and run for a few steps on numpy arrays; then every
 op is timed on those blobs and on torch CPU tensors holding the same values, each op's kernel
@@ -20,24 +20,16 @@ import sys
 import time
 from typing import Any
 
-for _k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ.setdefault(_k, "1")
 
-import numpy as np  # noqa: E402
+import numpy as np
 
 
 def _nets(model: str) -> tuple[Any, Any]:
-    """A worker's nets for ``model`` on numpy, after three training steps, and its batches."""
-    from asyncnet.train.data import dataset_for, epoch_batches, load_clicks
-    from asyncnet.train.trainers import TrainConfig
-    from asyncnet.train.trainers._common import WorkerNets, build_model
+    """A worker's nets for ``model`` on numpy (simple executor), after three training steps, and its batch size."""
+    from benchmarks._zoo_worker import zoo_worker
 
-    ds = load_clicks(4000, 1000) if model == "dlrm" else dataset_for(model)
-    bs = 128 if model == "dlrm" else 32
-    cfg = TrainConfig(model=model, mode="local", workers=1, tensor="numpy", net_type="simple", seed=0, trace=False,
-                      threads=1, batch_size=bs)
-    w = WorkerNets(cfg, build_model(cfg, ds.input_dim, ds.num_classes), feeds=ds.feeds if model == "dlrm" else None)
-    for xb, yb in list(epoch_batches(ds.x_train, ds.y_train, bs, 1, 0))[:3]:
+    w, batches, bs = zoo_worker(model, "numpy", "simple", 3)
+    for xb, yb in batches:
         w.step(xb, yb)
     return w, bs
 
@@ -114,7 +106,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--reps", type=int, default=50)
     p.add_argument("--json", action="store_true")
+    p.add_argument("--quick", action="store_true", help="a smoke run: fewer rounds and steps")
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = p.parse_args(argv)
+    from benchmarks._single import rerun_single_threaded
+
+    status = rerun_single_threaded("benchmarks.op_libraries", argv)  # one BLAS thread: a child with the variables set
+    if status is not None:
+        return status
+    if args.quick:
+        args.rounds = min(args.rounds, 1)
+        args.reps = min(args.reps, 3)
     import torch
 
     torch.set_num_threads(1)

@@ -1,6 +1,6 @@
 """Training steps on torch CPU tensors with and without op routing (asyncnet.tensor.route), beside numpy arrays.
 
-    python benchmarks/torch_route.py [--model mlp,cnn,lstm,dlrm] [--rounds 7] [--steps 30]
+    python -m benchmarks torch_route [--model mlp,cnn,lstm,dlrm] [--rounds 7] [--steps 30]
 
 One worker per library (the trainers' WorkerNets, local mode, straight executor, one BLAS and
 one torch thread); each round runs ``--steps`` steps on numpy arrays, on torch tensors with
@@ -17,8 +17,6 @@ import statistics
 import sys
 import time
 
-for _k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ.setdefault(_k, "1")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -26,24 +24,27 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", default="mlp,cnn,lstm,dlrm")
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--quick", action="store_true", help="a smoke run: fewer rounds and steps")
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = p.parse_args(argv)
+    from benchmarks._single import rerun_single_threaded
+
+    status = rerun_single_threaded("benchmarks.torch_route", argv)  # one BLAS thread: a child with the variables set
+    if status is not None:
+        return status
+    if args.quick:
+        args.rounds = min(args.rounds, 1)
+        args.steps = min(args.steps, 5)
     import torch
 
     from asyncnet.tensor import route
-    from asyncnet.train.data import dataset_for, epoch_batches, load_clicks
-    from asyncnet.train.trainers import TrainConfig
-    from asyncnet.train.trainers._common import WorkerNets, build_model
+    from benchmarks._zoo_worker import zoo_worker
 
     torch.set_num_threads(1)
     for m in args.model.split(","):
-        ds = load_clicks(20000, 1000) if m == "dlrm" else dataset_for(m)
-        bs = 128 if m == "dlrm" else 32
-        batches = list(epoch_batches(ds.x_train, ds.y_train, bs, 1, 0))[:args.steps]
         workers = {}
         for t in ("numpy", "torch"):
-            cfg = TrainConfig(model=m, mode="local", workers=1, tensor=t, net_type="straight", seed=0, trace=False,
-                              threads=1, batch_size=bs)
-            workers[t] = WorkerNets(cfg, build_model(cfg, ds.input_dim, ds.num_classes), feeds=ds.feeds if m == "dlrm" else None)
+            workers[t], batches, bs = zoo_worker(m, t, "straight", args.steps)
         speed: dict[str, list[float]] = {"numpy": [], "torch routed": [], "torch own kernels": []}
         try:
             for r in range(args.rounds + 1):

@@ -1,6 +1,6 @@
 """The zoo's train nets on each executor at equal work: simple, async_scheduling, straight, on numpy and torch.
 
-    python benchmarks/zoo_executors.py [--model mlp,cnn,lstm,dlrm] [--tensor numpy,torch]
+    python -m benchmarks zoo_executors [--model mlp,cnn,lstm,dlrm] [--tensor numpy,torch]
                                        [--net simple,async_scheduling,straight] [--rounds 7] [--steps 40] [--json]
 
 For each model one worker (the trainers' :class:`WorkerNets`: the same batch feeds, the step's
@@ -22,25 +22,16 @@ import sys
 import time
 from typing import Any
 
-for _k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ.setdefault(_k, "1")
 
 
 def _workers(models: list[str], tensors: list[str], nets: list[str], steps: int) -> dict[tuple[str, str, str], Any]:
-    from asyncnet.train.data import dataset_for, epoch_batches, load_clicks
-    from asyncnet.train.trainers import TrainConfig
-    from asyncnet.train.trainers._common import WorkerNets, build_model
+    from benchmarks._zoo_worker import zoo_worker
 
     out = {}
     for m in models:
-        ds = load_clicks(20000, 1000) if m == "dlrm" else dataset_for(m)
-        bs = 128 if m == "dlrm" else 32
-        batches = list(epoch_batches(ds.x_train, ds.y_train, bs, 1, 0))[:steps]
         for t in tensors:
             for nt in nets:
-                cfg = TrainConfig(model=m, mode="local", workers=1, tensor=t, net_type=nt, seed=0,
-                                  trace=False, threads=1, batch_size=bs)
-                w = WorkerNets(cfg, build_model(cfg, ds.input_dim, ds.num_classes), feeds=ds.feeds if m == "dlrm" else None)
+                w, batches, _ = zoo_worker(m, t, nt, steps)
                 out[(m, t, nt)] = (w, batches)
     return out
 
@@ -76,7 +67,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--steps", type=int, default=40)
     p.add_argument("--json", action="store_true")
+    p.add_argument("--quick", action="store_true", help="a smoke run: fewer rounds and steps")
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = p.parse_args(argv)
+    from benchmarks._single import rerun_single_threaded
+
+    status = rerun_single_threaded("benchmarks.zoo_executors", argv)  # one BLAS thread: a child with the variables set
+    if status is not None:
+        return status
+    if args.quick:
+        args.rounds = min(args.rounds, 1)
+        args.steps = min(args.steps, 5)
     import torch
 
     torch.set_num_threads(1)

@@ -1,9 +1,9 @@
 """The Python half of ``benchmarks/gpu_check.sh``: CUDA tests, and every zoo model trained on
 CUDA against the same run on the CPU.
 
-    python benchmarks/gpu_check.py probe            # exit 77 with one line when there is no CUDA device
-    python benchmarks/gpu_check.py tests             # every test file that mentions CUDA; fails on a CUDA skip
-    python benchmarks/gpu_check.py compare [--json]  # each zoo model x (local, sync 2 threads, async 2 streams)
+    python -m benchmarks _gpu_check probe            # exit 77 with one line when there is no CUDA device
+    python -m benchmarks _gpu_check tests             # every test file that mentions CUDA; fails on a CUDA skip
+    python -m benchmarks _gpu_check compare [--json]  # each zoo model x (local, sync 2 threads, async 2 streams)
 
 ``compare`` trains each model for one epoch with ``tensor="torch"`` on ``cuda`` and on ``cpu``
 (same seed, same batches, TF32 off so cuDNN and cuBLAS compute in float32) and compares the
