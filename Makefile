@@ -22,8 +22,10 @@ $(TF_STAMP): $(STAMP)
 train: $(STAMP)
 	$(BIN)/asyncnet train $(ARGS)
 
+# Two pytest-xdist workers (one per core); tests that share a resource stay on one worker
+# through xdist_group (--dist loadgroup). `make test ARGS="-n 0"` runs everything in one process.
 test: $(TF_STAMP)
-	$(BIN)/python -m pytest -q $(ARGS)
+	$(BIN)/python -m pytest -q -n 2 --dist loadgroup $(ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks all $(ARGS)

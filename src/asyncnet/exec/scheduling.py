@@ -18,6 +18,10 @@ backward pass) ran about twice as slow handed off as run in line. A chain not ye
 counts as costly, so the first run hands everything out. Roots follow the same rule: only
 costly roots get pool tokens beyond the one a run needs when the caller does not help.
 
+Where the measured work off the critical path is too small to pay for any of this, ``net.run()``
+runs the whole net in line on the caller's thread, in op order, as the simple executor does:
+:mod:`asyncnet.exec.inline` decides it per net, from the chains' costs and a timed trial.
+
 A worker woken by a pool token drains the ready queue until it is empty, continuing through
 children the same way. ``net.run()`` without a timeout lets the caller's thread take part
 beside the ``num_workers`` pool threads (Caffe2's caller only waits): it takes root chains
@@ -94,7 +98,9 @@ from asyncnet.core.netbase import NetBase, call_done_callbacks, in_done_callback
 from asyncnet.core.operator import Operator
 from asyncnet.errors import ExecutionError, NetDefinitionError
 from asyncnet.exec.graph import build_graph
+from asyncnet.exec.inline import InlinePolicy, critical_path
 from asyncnet.exec.pools import PoolLease, acquire_pool, activity, check_device, claim_net_threads, device_key
+from asyncnet.tensor.route import route_operators
 from asyncnet.tensor.streams import RunStreams, StreamBook
 from asyncnet.tensor.threads import ThreadClaim
 
@@ -129,7 +135,8 @@ class _Run:
         self.callbacks: list[tuple[Any, Callable[[Any], object]]] | None = []
         self.record = net.recorder
         net.runs += 1
-        self.measure = net.runs <= 2 or net.runs % MEASURE_EVERY == 0  # chain costs: sampled
+        # chain costs: sampled, and measured in every run while the in-line policy decides
+        self.measure = net.runs <= 2 or net.runs % MEASURE_EVERY == 0 or net.policy.mode != "parallel"
         self.gpu = RunStreams() if net.streams is not None else None  # CUDA events of this run
         self.wake = threading.Event() if caller_helps else None  # a hand-out or the outcome wakes the helping caller
 
@@ -417,6 +424,33 @@ def wait_run(run: _Run, timeout: float | None) -> None:
         raise err
 
 
+def run_inline(net: "AsyncSchedulingNet") -> None:
+    """Run every op in op order on this thread, as the simple executor does (see
+    :mod:`asyncnet.exec.inline`); ``net.cancel()`` stops it between ops."""
+    if net.closed:
+        raise ExecutionError(f"net {net.name!r} is closed")
+    net._claim()
+    net.runs += 1
+    net._inline_running = True
+    try:
+        blobs, flag = net.blobs, net.cancel_flag
+        for op in net.operators:
+            if flag.is_set():
+                raise ExecutionError(f"the run of net {net.name!r} was cancelled")
+            op.run(blobs)
+    finally:
+        net._inline_running = False
+        net._release()
+
+
+def slack(net: "AsyncSchedulingNet") -> float | None:
+    """The measured work off the critical path (seconds), or None while a chain's cost is unknown."""
+    cost = net.chain_cost
+    if any(c == float("inf") for c in cost):
+        return None
+    return sum(cost) - critical_path(cost, net.chain_children)
+
+
 # -- the public objects ------------------------------------------------------------------------
 
 class AsyncRunHandle:
@@ -475,6 +509,7 @@ class AsyncSchedulingNet(NetBase):
     def __init__(self, net_def: NetDef, operators: Sequence[Operator], blobs: MutableMapping[str, Any]):
         super().__init__(net_def, operators, blobs)
         ops = self.operators
+        route_operators(ops)  # each op on the library that runs it faster (torch CPU tensors)
         _check_placements(ops)
         keys = [device_key(op.device) for op in ops]
         graph = build_graph([(op.inputs, op.outputs, op.definition.control_inputs) for op in ops], keys)
@@ -502,6 +537,8 @@ class AsyncSchedulingNet(NetBase):
         self.chain_pool: list[int] = [pool_index[keys[ch[0]]] for ch in graph.chains]
         self.pools = [lease.pool for lease in self._leases]
         self.chain_cuda, self.streams = cuda_chains(self.chain_ops)
+        self.policy = InlinePolicy(len(self.chain_ops))
+        self._inline_running = False
         self._thread_claim = claim_net_threads(net_def)
         self._finalizer = weakref.finalize(self, _release_all, self._leases, claim=self._thread_claim)
 
@@ -522,13 +559,30 @@ class AsyncSchedulingNet(NetBase):
                     raise TimeoutError(f"{e}; the run was cancelled (ops not started are skipped)") from None
                 wait_run(run, 1.0)  # it ended or failed just as the time ran out: report that outcome
             return
-        run = start_run(self, caller_helps=True)
-        help_run(run)
-        wait_run(run, None)
+        policy = self.policy
+        if self.streams is not None or self.recorder is not None:
+            inline = False
+        else:
+            inline = policy.pick(lambda: slack(self))
+        start = _perf()
+        ok = False
+        try:
+            if inline:
+                run_inline(self)
+            else:
+                run = start_run(self, caller_helps=True)
+                help_run(run)
+                wait_run(run, None)
+            ok = True
+        finally:
+            policy.note(inline, _perf() - start if ok else None)
 
     def cancel(self) -> bool:
         """Cancel the run in flight, if any (as its handle's ``cancel()``); True if one was stopped."""
         run = self._current
+        if run is None and self._inline_running:
+            self.cancel_flag.set()  # the in-line run checks it before each op
+            return True
         return run is not None and cancel_run(run)
 
     def close(self, timeout: float = CLOSE_TIMEOUT) -> None:

@@ -16,6 +16,7 @@ from asyncnet.core.netbase import NetBase, call_done_callbacks, register_net_typ
 from asyncnet.core.operator import Operator
 from asyncnet.errors import NetBusyError
 from asyncnet.exec.pools import claim_net_threads
+from asyncnet.tensor.route import route_operators
 
 __all__ = ["SimpleNet", "DoneHandle"]
 
@@ -65,6 +66,7 @@ class SimpleNet(NetBase):
 
     def __init__(self, net_def: NetDef, operators: Sequence[Operator], blobs: MutableMapping[str, Any]):
         super().__init__(net_def, operators, blobs)
+        route_operators(self.operators)  # each op on the library that runs it faster (torch CPU tensors)
         claim = claim_net_threads(net_def)
         self._finalizer = None if claim is None else weakref.finalize(self, claim.release)
 

@@ -44,6 +44,7 @@ from typing import Any, Callable, MutableMapping, Sequence
 import numpy as np
 
 from asyncnet.core.operator import Operator
+from asyncnet.tensor.route import is_routed
 
 __all__ = ["Specializer", "Variant", "external_inputs", "specializable", "MAX_VARIANTS", "MAX_OPS"]
 
@@ -73,10 +74,15 @@ def external_inputs(operators: Sequence[Operator]) -> list[str]:
 
 
 def specializable(operators: Sequence[Operator]) -> bool:
-    """Whether every op has a ``specialize`` and runs its schema's own kernel (nets of 1 to
-    :data:`MAX_OPS` ops)."""
-    return 0 < len(operators) <= MAX_OPS and all(op.schema.specialize is not None and op.fn is op.schema.fn
+    """Whether every op has a ``specialize`` and runs its schema's own kernel, possibly routed
+    (:mod:`asyncnet.tensor.route`: numpy inputs reach it unchanged) (nets of 1 to :data:`MAX_OPS` ops)."""
+    return 0 < len(operators) <= MAX_OPS and all(op.schema.specialize is not None and _own_kernel(op)
                                                  for op in operators)
+
+
+def _own_kernel(op: Operator) -> bool:
+    fn = op.fn
+    return fn is op.schema.fn or (is_routed(fn) and fn.__wrapped__ is op.schema.fn)
 
 
 class Variant:

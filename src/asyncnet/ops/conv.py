@@ -13,9 +13,19 @@ Caffe2's spellings are all accepted: ``kernel`` or ``kernel_h``/``kernel_w`` or 
 ``dilation``/``dilation_h``/``dilation_w``/``dilations``; the per-side forms win over the
 shared one. Output size: ``(H + pad_t + pad_b - dilation*(kernel-1) - 1) // stride + 1``.
 
-On torch tensors Conv runs torch's own kernel (``F.conv2d`` on the input padded by ``F.pad``,
-so Caffe2's asymmetric pads work) and ConvGradient differentiates it with ``torch.autograd``;
-the results agree with the numpy kernel within float rounding.
+On torch tensors Conv runs torch's own kernel (``F.conv2d``; an input padded by ``F.pad`` when
+Caffe2's pads are asymmetric) and ConvGradient calls torch's ``convolution_backward`` (no
+forward recomputed); the results agree with the numpy kernel within float rounding.
+
+Which library: im2col and one sgemm win on small filters (few input channels: the zoo's CNN
+runs 2-3x faster on numpy than on torch), torch's native convolution on wide ones (a reduction
+of ``C/group * kh * kw`` >= :data:`TORCH_MIN_REDUCTION`: Conv 16->32 3x3 on 4x4 images runs
+1.3x faster forward and backward, measured with ``benchmarks/op_libraries.py`` and ``asyncnet
+bench layers``). So numpy arrays with a wide filter run torch's kernel on zero-copy views
+(``torch.from_numpy``) when torch is installed (imported at the first such call, its threads
+kept within the budget of :mod:`asyncnet.tensor.threads`), and give numpy arrays back; the
+choice depends on the shapes and the installation only, so every run, every executor and every
+process of a run gets the same bits.
 
     >>> import numpy as np, asyncnet as an
     >>> ws = an.Workspace()
@@ -33,7 +43,9 @@ the results agree with the numpy kernel within float rounding.
 from __future__ import annotations
 
 import functools
+import importlib.util
 import math
+import sys
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -289,9 +301,48 @@ def im2col(x: np.ndarray, g: Geometry, grp: int) -> np.ndarray:
     return fields.reshape(grp, (c // grp) * g.kernel[0] * g.kernel[1], g.out[0] * g.out[1] * n)
 
 
+#: ``C/group * kh * kw`` from which torch's CPU convolution beats im2col + sgemm (measured)
+TORCH_MIN_REDUCTION = 128
+
+
+def _torch_wins(x: Any, w: Any) -> Any:
+    """torch, when numpy arrays ``x``, ``w`` are better convolved by torch's kernel (and it is installed)."""
+    if w.shape[1] * w.shape[2] * w.shape[3] < TORCH_MIN_REDUCTION or x.dtype not in _TORCH_DTYPES:
+        return None
+    return _torch()
+
+
+_HAS_TORCH: list[bool] = []  # [installed?] once looked up
+
+
+def _torch() -> Any:
+    """The torch module, imported on first use when installed; None when it is not."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        return torch
+    if not _HAS_TORCH:
+        _HAS_TORCH.append(importlib.util.find_spec("torch") is not None)
+    if not _HAS_TORCH[0]:
+        return None
+    import torch  # noqa: F811 - a wide convolution on numpy arrays: torch's kernel wins
+
+    from asyncnet.tensor.threads import torch_loaded
+
+    torch_loaded()
+    return torch
+
+
+_TORCH_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+
 def conv_forward(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, g: Geometry, grp: int) -> np.ndarray:
     if is_torch(x):
         return _conv_torch(x, w, b, g, grp)
+    torch = _torch_wins(x, w)
+    if torch is not None:
+        t = torch.from_numpy
+        return _conv_torch(t(np.ascontiguousarray(x)), t(np.ascontiguousarray(w)),
+                           None if b is None else t(np.ascontiguousarray(b)), g, grp).numpy()
     n, m = x.shape[0], w.shape[0]
     y = np.matmul(w.reshape(grp, m // grp, -1), im2col(x, g, grp))  # group, M/group, OH*OW*N
     yv = y.reshape(m, *g.out, n).transpose(3, 0, 1, 2)
@@ -300,20 +351,31 @@ def conv_forward(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, g: Geometry
     return np.add(yv, b.reshape(1, m, 1, 1), out=np.empty(yv.shape, y.dtype))  # NCHW and bias in one pass
 
 
+def _symmetric(g: Geometry) -> tuple[int, int] | None:
+    t, l, b, r = g.pads
+    return (t, l) if t == b and l == r else None
+
+
 def _conv_torch(x: Any, w: Any, b: Any, g: Geometry, grp: int) -> Any:
     import torch.nn.functional as F
 
+    pads = _symmetric(g)
+    if pads is not None:
+        return F.conv2d(x, w, b, stride=g.stride, padding=pads, dilation=g.dilation, groups=grp)
     return F.conv2d(pad_input(x, g), w, b, stride=g.stride, dilation=g.dilation, groups=grp)
 
 
 def _conv_backward_torch(x: Any, w: Any, dy: Any, g: Geometry, grp: int, want_dx: bool) -> tuple[Any, Any]:
     import torch
 
-    with torch.enable_grad():
-        xr, wr = x.detach().requires_grad_(want_dx), w.detach().requires_grad_(True)
-        y = _conv_torch(xr, wr, None, g, grp)
-        grads = torch.autograd.grad(y, [wr, xr] if want_dx else [wr], dy)
-    return grads[0], (grads[1] if want_dx else None)
+    pads = _symmetric(g)
+    xin = x if pads is not None else pad_input(x, g)
+    dx, dw, _ = torch.ops.aten.convolution_backward(
+        dy.contiguous(), xin, w, None, list(g.stride), list(pads or (0, 0)), list(g.dilation), False, [0, 0], grp,
+        [want_dx, True, False])
+    if want_dx and pads is None:
+        dx = unpad(dx, g, tuple(x.shape[2:]))
+    return dw, (dx if want_dx else None)
 
 
 @register_op("Conv", inputs=(2, 3), outputs=1, args=CONV_ARGS,
@@ -335,6 +397,12 @@ def conv_backward(x: np.ndarray, w: np.ndarray, dy: np.ndarray, g: Geometry, grp
     """(dW, dX or None) of ``conv_forward`` for the output gradient ``dy`` [N, M, OH, OW]."""
     if is_torch(x):
         return _conv_backward_torch(x, w, dy, g, grp, want_dx)
+    torch = _torch_wins(x, w)
+    if torch is not None:
+        t = torch.from_numpy
+        dw, dx = _conv_backward_torch(t(np.ascontiguousarray(x)), t(np.ascontiguousarray(w)), t(np.ascontiguousarray(dy)),
+                                      g, grp, want_dx)
+        return dw.numpy(), (None if dx is None else dx.numpy())
     n, c, h, wd = x.shape
     m, cg = w.shape[0], c // grp
     dyt = batch_last_copy(dy).reshape(grp, m // grp, -1)  # group, M/g, OH*OW*N

@@ -119,6 +119,23 @@ def claim_threads(workers: int = 0, threads: int | None = None, at_most: int | N
         return ThreadClaim(_next_id)
 
 
+def torch_loaded() -> None:
+    """Apply the live claims to torch's intra-op pool: call after importing torch lazily (a kernel
+    that chose torch's implementation), so its threads stay within the budget from the first call.
+
+    >>> torch_loaded()  # no claim live, or torch not imported: nothing to do
+    """
+    with _lock:
+        if _claims and _original is not None and _original["torch"] is None:
+            _state_reset()
+            _apply_locked()
+
+
+def _state_reset() -> None:
+    global _state
+    _state = None
+
+
 def intra_op_threads() -> int | None:
     """The intra-op thread count the budget set now (None: no claim is live, library defaults)."""
     return _applied

@@ -1,0 +1,71 @@
+"""Training steps on torch CPU tensors with and without op routing (asyncnet.tensor.route), beside numpy arrays.
+
+    python -m benchmarks torch_route [--model mlp,cnn,lstm,dlrm] [--rounds 7] [--steps 30]
+
+One worker per library (the trainers' WorkerNets, local mode, straight executor, one BLAS and
+one torch thread); each round runs ``--steps`` steps on numpy arrays, on torch tensors with
+routing (each op on the library measured faster for it) and on torch tensors with every op on
+torch's own kernel (:data:`asyncnet.tensor.route.ENABLED` off for that row), interleaved; the
+medians of the rounds after the first and their ratio to numpy are printed with the load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", default="mlp,cnn,lstm,dlrm")
+    p.add_argument("--rounds", type=int, default=7)
+    p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--quick", action="store_true", help="a smoke run: fewer rounds and steps")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = p.parse_args(argv)
+    from benchmarks._single import rerun_single_threaded
+
+    status = rerun_single_threaded("benchmarks.torch_route", argv)  # one BLAS thread: a child with the variables set
+    if status is not None:
+        return status
+    if args.quick:
+        args.rounds = min(args.rounds, 1)
+        args.steps = min(args.steps, 5)
+    import torch
+
+    from asyncnet.tensor import route
+    from benchmarks._zoo_worker import zoo_worker
+
+    torch.set_num_threads(1)
+    for m in args.model.split(","):
+        workers = {}
+        for t in ("numpy", "torch"):
+            workers[t], batches, bs = zoo_worker(m, t, "straight", args.steps)
+        speed: dict[str, list[float]] = {"numpy": [], "torch routed": [], "torch own kernels": []}
+        try:
+            for r in range(args.rounds + 1):
+                for row in speed:
+                    w = workers["numpy" if row == "numpy" else "torch"]
+                    route.ENABLED = row != "torch own kernels"
+                    start = time.perf_counter()
+                    for xb, yb in batches:
+                        w.step(xb, yb)
+                    if r:
+                        speed[row].append(len(batches) * bs / (time.perf_counter() - start))
+        finally:
+            route.ENABLED = True
+            for w in workers.values():
+                w.close()
+        base = statistics.median(speed["numpy"])
+        print(f"{m:<5} " + "  ".join(f"{k} {statistics.median(v):>9,.0f} ({statistics.median(v) / base:.2f}x)"
+                                     for k, v in speed.items()))
+    print("samples/s, medians of interleaved rounds; load " + " ".join(open("/proc/loadavg").read().split()[:3]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

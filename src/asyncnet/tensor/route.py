@@ -1,0 +1,187 @@
+"""Which library's kernel an op runs on the CPU: each op on the library measured faster for it.
+
+Policy
+------
+A blob keeps its library (numpy array or torch tensor) whatever kernel computes it; on the CPU
+the two libraries share memory without a copy (``tensor.numpy()`` and ``torch.from_numpy``), so
+an op may run either library's kernel and give back its inputs' library. Which one is faster
+depends on the op and the size: on the zoo's train nets (batch 32-128, layers of 8-128 units)
+torch's CPU kernels cost 1.5-10x numpy's for the same op (``benchmarks/op_libraries.py``: the
+fixed cost of torch's dispatcher, and slow paths for comparisons, type promotion and small
+reductions), while numpy's convolution and LSTM lose to torch's native ones on other shapes
+(those two choose per call, in :mod:`asyncnet.ops.conv` and :mod:`asyncnet.ops.recurrent`).
+
+So on the CPU an op whose type is in :data:`NUMPY_WINS` and whose array inputs are all plain
+torch CPU tensors (:func:`~asyncnet.tensor.namespace.cpu_tensors`: no autograd, no subclass)
+runs its numpy kernel on zero-copy numpy views of them; its numpy results come back as torch
+tensors over the same memory, and a result that *is* one of the views (an in-place update)
+comes back as the input tensor itself, so shared parameters (Hogwild) stay shared. Inputs that
+mix libraries, live on a GPU, need autograd or have a dtype numpy lacks (bfloat16) take the
+op's own kernel, with its checks and messages. Results are then the numpy backend's bits.
+
+Executors install the routing once, when a net is created and torch is already imported
+(:func:`route_operators`); a net of numpy arrays pays one type test per input of a routed op.
+:data:`ENABLED` (also the environment variable ``ASYNCNET_ROUTE=0``) turns it off, for
+measuring each library's own kernels.
+
+    >>> import numpy as np
+    >>> k = routed(lambda ctx, x: x * 2)
+    >>> k(None, np.ones(2)).tolist()
+    [2.0, 2.0]
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import weakref
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+__all__ = ["NUMPY_WINS", "HOST_INPUTS", "ENABLED", "routed", "route_operators", "is_routed"]
+
+ENABLED = os.environ.get("ASYNCNET_ROUTE", "1") != "0"
+
+#: Op types whose numpy kernel beats torch's on CPU tensors of the zoo's sizes (measured with
+#: ``benchmarks/op_libraries.py``; see docs/performance.md). Pure math on arrays only: ops that
+#: move data between devices, synchronise, or hold opaque state keep their own kernels.
+NUMPY_WINS = frozenset({
+    "FC", "FCGradient", "Relu", "ReluGradient", "Sigmoid", "SigmoidGradient", "Tanh", "TanhGradient",
+    "Softmax", "SoftmaxGradient", "SoftmaxWithLoss", "SoftmaxWithLossGradient",
+    "SigmoidCrossEntropyWithLogits", "SigmoidCrossEntropyWithLogitsGradient", "AveragedLoss", "AveragedLossGradient",
+    "ConstantFill", "Flatten", "ResizeLike", "Reshape", "Transpose", "Shape", "Concat", "Split", "Slice",
+    "SliceGradient", "Sum", "Scale", "BatchMatMul", "MaxPool", "MaxPoolGradient", "AveragePool",
+    "AveragePoolGradient", "SGD", "Adam", "MomentumSGDUpdate", "LearningRate", "Iter",
+    "Conv", "ConvGradient", "LSTM", "LSTMGradient",
+    "SparseLengthsSum", "SparseLengthsSumGradient", "ScatterWeightedSum", "Accuracy",
+})
+
+#: inputs that are host values whatever the blobs' library (the learning rate, the iteration
+#: counter): a numpy array there does not stop an optimizer from taking its numpy kernel
+HOST_INPUTS = {"SGD": frozenset({2}), "MomentumSGDUpdate": frozenset({2}), "Adam": frozenset({4, 5}),
+               "ScatterWeightedSum": frozenset(range(1, 3 * 64, 3))}  # Weight_0, Weight_1, ... (1 element each)
+
+_ndarray = np.ndarray
+_TENSOR: Any = None
+_from_numpy: Any = None
+
+
+def is_routed(fn: Callable[..., Any]) -> bool:
+    """True for a kernel wrapped by :func:`routed`."""
+    return getattr(fn, "__wrapped__", None) is not None and getattr(fn, "_asyncnet_routed", False)
+
+
+def routed(fn: Callable[..., Any], host_inputs: frozenset[int] = frozenset()) -> Callable[..., Any]:
+    """``fn(ctx, *inputs)`` that runs on numpy views when every array input is a plain torch CPU
+    tensor, and returns torch tensors over the results' memory (see the module docstring).
+
+    Views cost ~1.3 us to make and a tensor ~1.2 us to wrap, as much as a small op: a tensor this
+    module made keeps its array (:data:`_MADE`, for the tensor's lifetime), and each op keeps the
+    view of the tensor it last read per input (parameters are the same tensor every step).
+    Numpy arrays at ``host_inputs`` (an optimizer's learning rate) are passed on as they are."""
+    seen: dict[int, tuple[Any, Any, int]] = {}  # input index -> (tensor, its view, its data pointer)
+
+    def kernel(ctx: Any, *xs: Any) -> Any:
+        t = _TENSOR
+        if t is None or not ENABLED:
+            return fn(ctx, *xs)
+        views = None
+        for i, x in enumerate(xs):
+            tx = type(x)
+            if tx is t:
+                if views is None:
+                    views = list(xs)
+                if x.requires_grad:
+                    return fn(ctx, *xs)
+                made = _MADE.get(id(x))
+                if made is not None and made[0]() is x:
+                    views[i] = made[1]
+                    continue
+                e = seen.get(i)
+                if e is None or e[0] is not x or x.data_ptr() != e[2]:
+                    v = _view(x)
+                    if v is None:
+                        return fn(ctx, *xs)
+                    e = seen[i] = (x, v, x.data_ptr())
+                    if made is None:  # the next op reading this tensor (an activation) finds its view
+                        _remember(x, v)
+                views[i] = e[1]
+            elif tx is _ndarray and i not in host_inputs:
+                return fn(ctx, *xs)  # numpy inputs (or a mix: the kernel's own error)
+        if views is None:
+            return fn(ctx, *xs)
+        return _back(fn(ctx, *views), views, xs)
+
+    kernel.__wrapped__ = fn  # type: ignore[attr-defined]
+    kernel._asyncnet_routed = True  # type: ignore[attr-defined]
+    kernel.__name__ = getattr(fn, "__name__", "kernel")
+    kernel.__doc__ = fn.__doc__
+    return kernel
+
+
+#: id(tensor) -> (weak reference to the tensor, the numpy array over its memory), for tensors made
+#: here and tensors viewed here once
+_MADE: dict[int, tuple[Any, Any]] = {}
+
+
+def _forget(key: int) -> Callable[[Any], None]:
+    def drop(ref: Any) -> None:
+        e = _MADE.get(key)
+        if e is not None and e[0] is ref:
+            del _MADE[key]
+    return drop
+
+
+def _view(x: Any) -> Any:
+    """A numpy view of a plain CPU tensor, or None when it has none (GPU, bfloat16)."""
+    if not x.is_cpu:
+        return None
+    try:
+        return x.numpy()
+    except (TypeError, RuntimeError):
+        return None
+
+
+def _back(result: Any, views: Sequence[Any], xs: Sequence[Any]) -> Any:
+    if type(result) is tuple or type(result) is list:
+        return type(result)(_one(r, views, xs) for r in result)
+    return _one(result, views, xs)
+
+
+def _one(r: Any, views: Sequence[Any], xs: Sequence[Any]) -> Any:
+    if type(r) is not _ndarray:
+        if not isinstance(r, (np.ndarray, np.generic)):
+            return r
+        r = np.asarray(r)
+    for i, v in enumerate(views):
+        if r is v:
+            return xs[i]  # an in-place result: the input tensor itself
+    if not r.flags.writeable:
+        r = np.array(r, copy=True)
+    try:
+        out = _from_numpy(r)
+    except ValueError:  # negative strides (a reversed view): torch needs a copy
+        r = np.array(r, copy=True)
+        out = _from_numpy(r)
+    _remember(out, r)
+    return out
+
+
+def _remember(t: Any, a: Any) -> None:
+    """Keep ``a`` as the numpy view of tensor ``t`` for as long as ``t`` lives."""
+    key = id(t)
+    _MADE[key] = (weakref.ref(t, _forget(key)), a)
+
+
+def route_operators(operators: Sequence[Any]) -> None:
+    """Wrap the kernel of every op in :data:`NUMPY_WINS` on a CPU device with :func:`routed`
+    (once; only when torch is imported: without it no tensor can reach a kernel)."""
+    global _TENSOR, _from_numpy
+    torch = sys.modules.get("torch")
+    if torch is None or not ENABLED:
+        return
+    _TENSOR, _from_numpy = torch.Tensor, torch.from_numpy
+    for op in operators:
+        if op.type in NUMPY_WINS and op.device.device_type == "cpu" and op.fn is op.schema.fn:
+            op.fn = routed(op.fn, HOST_INPUTS.get(op.type, frozenset()))

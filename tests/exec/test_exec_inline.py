@@ -1,0 +1,170 @@
+"""The async executor runs a net of small ops in line on the caller's thread, and keeps
+running nets with work to overlap in parallel (asyncnet.exec.inline)."""
+
+import threading
+
+import numpy as np
+import pytest
+
+import asyncnet as an
+import exec_test_ops as tops
+from asyncnet.exec import inline
+from asyncnet.exec.inline import InlinePolicy, critical_path
+
+pytestmark = [pytest.mark.timeout(60), pytest.mark.usefixtures("no_leaked_threads")]
+
+
+def _fan(name: str, sleep: float, leaves: int = 4) -> an.Net:
+    net = an.Net(name, type="async_scheduling", num_workers=2, own_pool=True)
+    net.ExecTestWork([], ["a"], name="head")
+    for i in range(leaves):
+        net.ExecTestWork(["a"], [f"b{i}"], name=f"leaf{i}", sleep=sleep)
+    net.ExecTestWork([f"b{i}" for i in range(leaves)], ["z"], name="tail")
+    return net
+
+
+def _mlp(net_type: str) -> an.Net:
+    net = an.Net("mlp", type=net_type, num_workers=2, own_pool=True)
+    net.FC(["x", "w1", "b1"], "h")
+    net.Relu("h", "h")
+    net.FC(["h", "w2", "b2"], "y")
+    net.FC(["x", "w3", "b3"], "side")  # a branch beside the main chain
+    net.Sum(["y", "side"], "out")
+    return net
+
+
+def _feed(ws: an.Workspace, step: int) -> None:
+    rng = np.random.default_rng(step)
+    ws.feed("x", rng.standard_normal((8, 6)).astype(np.float32))
+    for i, (o, k) in enumerate([(5, 6), (4, 5), (4, 6)], start=1):
+        ws.feed(f"w{i}", rng.standard_normal((o, k)).astype(np.float32))
+        ws.feed(f"b{i}", rng.standard_normal(o).astype(np.float32))
+
+
+@pytest.mark.parametrize(("costs", "children", "expected"), [
+    ([1.0], [[]], 1.0),
+    ([1.0, 2.0, 4.0], [[1, 2], [], []], 5.0),
+    ([1.0, 2.0, 4.0, 1.0], [[1, 2], [3], [3], []], 6.0),
+    ([3.0, 1.0], [[], []], 3.0),
+])
+def test_critical_path_is_the_longest_dependent_sum(costs, children, expected):
+    assert critical_path(costs, children) == expected
+
+
+def test_a_net_of_tiny_ops_goes_in_line_after_its_trial_and_gives_the_simple_bits():
+    with an.Workspace() as wa, an.Workspace() as ws:
+        fast = wa.create_net(_mlp("async_scheduling"))
+        simple = ws.create_net(_mlp("simple"))
+        for step in range(inline.WARMUP + 2 * inline.TRIAL_RUNS + 3):
+            _feed(wa, step)
+            _feed(ws, step)
+            fast.run()
+            simple.run()
+            np.testing.assert_array_equal(wa.fetch("out"), ws.fetch("out"))
+        assert fast.policy.mode in ("inline", "parallel")  # decided by the trial's times
+        fast.policy.mode = "inline"
+        tops.LOG.clear()
+        _feed(wa, 99)
+        _feed(ws, 99)
+        fast.run()
+        simple.run()
+        np.testing.assert_array_equal(wa.fetch("out"), ws.fetch("out"))
+
+
+def test_a_net_with_slack_above_the_bar_stays_parallel():
+    with an.Workspace() as ws:
+        inst = ws.create_net(_fan("wide", sleep=2 * inline.TRIAL_BELOW))
+        for _ in range(inline.WARMUP + 3):
+            tops.LOG.clear()
+            inst.run()
+        assert inst.policy.mode == "parallel"
+        assert len({tid for name, *_, tid in tops.LOG if name.startswith("leaf")}) >= 2  # the pool and the caller
+
+
+def test_an_in_line_run_runs_every_op_in_order_on_the_caller():
+    with an.Workspace() as ws:
+        inst = ws.create_net(_fan("tiny", sleep=0.0))
+        inst.policy.mode = "inline"
+        tops.LOG.clear()
+        inst.run()
+        assert [name for name, *_ in tops.LOG] == ["head", "leaf0", "leaf1", "leaf2", "leaf3", "tail"]
+        assert {tid for *_, tid in tops.LOG} == {threading.get_ident()}
+        np.testing.assert_array_equal(ws.fetch("z"), np.full(2, 9.0))
+
+
+def test_an_in_line_run_raises_the_first_failure_and_frees_the_net():
+    net = an.Net("bad", type="async_scheduling", num_workers=2, own_pool=True)
+    net.ExecTestWork([], ["a"], name="ok")
+    net.ExecTestWork([], ["b"], name="boom", fail=True)
+    net.ExecTestWork(["a", "b"], ["z"], name="after")
+    with an.Workspace() as ws:
+        inst = ws.create_net(net)
+        inst.policy.mode = "inline"
+        tops.LOG.clear()
+        with pytest.raises(an.OperatorError, match="planned failure"):
+            inst.run()
+        assert [name for name, *_ in tops.LOG] == ["ok", "boom"]
+        inst.policy.mode = "inline"
+        with pytest.raises(an.OperatorError):
+            inst.run()  # not busy: the failed run released the net
+
+
+def test_cancel_stops_an_in_line_run_between_ops():
+    net = an.Net("slow", type="async_scheduling", num_workers=2, own_pool=True)
+    net.ExecTestWork([], ["a"], name="first", block=True)
+    net.ExecTestWork([], ["b"], name="second")
+    net.ExecTestWork(["a", "b"], ["z"], name="third")
+    with an.Workspace() as ws:
+        inst = ws.create_net(net)
+        inst.policy.mode = "inline"
+        errors: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                inst.run()
+            except BaseException as exc:  # noqa: BLE001 - checked below
+                errors.append(exc)
+
+        t = threading.Thread(target=run)
+        t.start()
+        assert tops.STARTED.wait(10)
+        assert inst.cancel()
+        tops.RELEASE.set()
+        t.join(10)
+        assert not t.is_alive()
+        assert len(errors) == 1 and "cancelled" in str(errors[0])
+        assert [name for name, *_ in tops.LOG] == ["first"]
+
+
+def test_the_policy_trial_picks_the_faster_mode_and_revisits():
+    p = InlinePolicy(num_chains=4)
+    for _ in range(inline.WARMUP):
+        assert p.pick(lambda: 1e-5) is False
+        p.note(False, 1.0)
+    picks = []
+    for _ in range(2 * inline.TRIAL_RUNS):
+        mode = p.pick(lambda: 1e-5)
+        picks.append(mode)
+        p.note(mode, 1.0 if mode else 3.0)  # in line is three times faster
+    assert picks == [True, False] * inline.TRIAL_RUNS
+    assert p.mode == "inline"
+    p.since = inline.REVISIT
+    assert p.pick(lambda: 1e-5) is False and p.mode == "warmup"
+
+
+def test_the_trial_keeps_parallel_when_it_is_clearly_faster():
+    p = InlinePolicy(num_chains=4)
+    p.mode = "trial"
+    while p.mode == "trial":
+        mode = p.pick(lambda: 1e-5)
+        p.note(mode, 3.0 if mode else 1.0)
+    assert p.mode == "parallel"
+
+
+def test_a_failed_run_is_no_sample_and_unknown_costs_keep_warming_up():
+    p = InlinePolicy(num_chains=2)
+    for _ in range(inline.WARMUP + 2):
+        assert p.pick(lambda: None) is False  # a chain never measured: no decision yet
+        p.note(False, None)
+    assert p.mode == "warmup"
+    assert InlinePolicy(num_chains=1).pick(lambda: None) is True  # one chain: nothing to overlap
