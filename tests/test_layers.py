@@ -31,7 +31,7 @@ RANKS = {  # the component (first name under asyncnet) -> its layer
     "exec": 3, "ops": 3,
     "autodiff": 4, "": 4,  # "": the package asyncnet itself (its __init__ loads core, ops, exec, autodiff)
     "model": 5,
-    "train": 6, "interop": 6, "compat": 6, "simulate": 6, "torch": 6, "tensorflow": 6,
+    "train": 6, "interop": 6, "compat": 6, "simulate": 6, "torch": 6, "tensorflow": 6, "onnx": 6,
     "cli": 7, "__main__": 7,
 }
 # Deliberate exceptions, each with its reason.

@@ -15,13 +15,14 @@ pytestmark = pytest.mark.timeout(60)
 
 SRC = Path(asyncnet.__file__).parent
 OUTPUT_OWNERS = {"cli", "bench", "train"}  # the command's own output; train/ logs on its own terms
+COMMANDS = {"interop/onnx/coverage.py"}  # run as `python -m ...`: the printed table is the command's output
 
 
 def test_no_print_or_stderr_writes_in_the_library():
     offenders = []
     for path in sorted(SRC.rglob("*.py")):
         rel = path.relative_to(SRC)
-        if rel.parts[0] in OUTPUT_OWNERS or rel.name == "__main__.py":
+        if rel.parts[0] in OUTPUT_OWNERS or rel.name == "__main__.py" or rel.as_posix() in COMMANDS:
             continue
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             if isinstance(node, ast.Call):
