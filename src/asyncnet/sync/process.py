@@ -62,7 +62,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from asyncnet.cleanup import pid_gone
+from asyncnet.cleanup import pid_gone, release_segments_of
 from asyncnet.errors import SyncAbortedError, SyncError
 from asyncnet.sync._bucket import Bucket, format_layout, open_bucket, slice_bounds
 from asyncnet.sync._reduce import reduce_slice
@@ -648,7 +648,9 @@ def _watch_parent(sync: ProcessGradientSync, payload_dir: str) -> Callable[[], N
 def _cleanup_orphaned(sync: ProcessGradientSync, payload_dir: str) -> None:
     """The parent died: unlink the group's names first (the main thread may end this process as
     soon as it sees the abort), then wake the peers."""
+    parent = mp.parent_process()
     steps = (sync._unlink_group_orphaned, lambda: shutil.rmtree(payload_dir, ignore_errors=True),
+             lambda: parent is not None and parent.pid is not None and release_segments_of(parent.pid),
              lambda: sync._engine is not None and sync._engine.abort("the parent process died"))
     for step in steps:
         try:
