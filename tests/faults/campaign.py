@@ -89,9 +89,14 @@ def env() -> dict[str, str]:
     return e
 
 
-def start(args: list[str], cwd: Path) -> subprocess.Popen:
-    """``python -m asyncnet ARGS`` in its own session (so the group can be signalled and reaped)."""
-    return subprocess.Popen([PYTHON, "-m", "asyncnet", *args], cwd=cwd, env=env(), stdin=subprocess.DEVNULL,
+TORCHRUN = [str(Path(PYTHON).parent / "torchrun"), "--nproc-per-node", "2"]
+
+
+def start(args: list[str], cwd: Path, torchrun: bool = False) -> subprocess.Popen:
+    """``python -m asyncnet ARGS`` (or under torchrun) in its own session (so the group can be
+    signalled and reaped; torchrun puts each rank in a session of its own)."""
+    head = [*TORCHRUN, "-m", "asyncnet"] if torchrun else [PYTHON, "-m", "asyncnet"]
+    return subprocess.Popen([*head, *args], cwd=cwd, env=env(), stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
 
 
@@ -179,6 +184,13 @@ def _listdir(path: str) -> list[str]:
         return []
 
 
+def asyncnet_traceback(err: str) -> str | None:
+    """Under torchrun, whose own logging and signal traceback are not ours: a traceback through asyncnet."""
+    if "Traceback" in err and ("/asyncnet/" in err.split("Traceback", 1)[1]):
+        return "traceback through asyncnet on stderr: " + err[-300:]
+    return None
+
+
 def stderr_problem(err: str, lines: int = 1) -> str | None:
     if "Traceback" in err:
         return "traceback on stderr: " + err[-300:]
@@ -230,6 +242,8 @@ TRAIN = ["train", "--epochs", "400", "--quiet"]
 
 def _train_args(rng: random.Random, backend: str, run: Path) -> list[str]:
     model = rng.choice(["mlp", "mlp", "cnn", "lstm"])
+    if backend == "torch":
+        return [*TRAIN, "--model", model, "--backend", "torch", "--out", str(run)]
     mode = rng.choice(["sync", "hogwild"]) if backend == "processes" else rng.choice(["sync", "hogwild", "local"])
     return [*TRAIN, "--model", model, "--mode", mode, "--backend", backend, "--out", str(run)]
 
@@ -239,14 +253,14 @@ def _started(proc: subprocess.Popen, run: Path, backend: str, bound: float = 60)
     def ready() -> bool:
         if proc.poll() is not None:
             return True
-        return (run / "metrics.json").exists() and (backend != "processes" or len(children(proc.pid)) >= 2)
+        return (run / "metrics.json").exists() and (backend == "threads" or len(children(proc.pid)) >= 2)
     return wait_for(ready, bound) and proc.poll() is None
 
 
-def _resume(run: Path, cwd: Path) -> tuple[bool, str]:
+def _resume(run: Path, cwd: Path, torchrun: bool = False) -> tuple[bool, str]:
     """``--resume`` the stopped run for one more epoch: (resumed, why not)."""
     n = saved_epochs(run)
-    proc = start(["train", "--resume", str(run), "--epochs", str(n + 1), "--quiet"], cwd)
+    proc = start(["train", "--resume", str(run), "--epochs", str(n + 1), "--quiet"], cwd, torchrun)
     status, err, hung = finish(proc)
     if hung:
         return False, "resume hung"
@@ -261,7 +275,8 @@ def kill_try(kind: str, rng: random.Random, work: Path) -> Try:
     """One try of a kill or signal kind: ``<what>[<backend>]``."""
     what, backend = kind.split("[")[0], kind.split("[")[1].rstrip("]")
     run = work / f"run{rng.randrange(10**9)}"
-    proc = start(_train_args(rng, backend, run), work)
+    torch = backend == "torch"
+    proc = start(_train_args(rng, backend, run), work, torch)
     pids = {proc.pid}
     try:
         if not _started(proc, run, backend):
@@ -283,14 +298,20 @@ def kill_try(kind: str, rng: random.Random, work: Path) -> Try:
         elif what == "checkpoint_kill":
             if not wait_for(lambda: any(p.name.startswith(".checkpoint") for p in _ls(run)) or proc.poll() is not None,
                             30, 0.0005):
-                return Try(kind, False, "no checkpoint write seen")
+                return Try(kind, False, "no checkpoint write seen in 30 s",
+                           H_TRAIN_RESUME if backend != "threads" else None)
             os.kill(proc.pid, signal.SIGKILL)
-        status, err, hung = finish(proc)
+        if what in ("parent_kill", "checkpoint_kill"):  # its children may hold its stderr: judge them first
+            proc.wait(30)
+            orphans, left = leftovers(pids, proc.pid)
+            status, err, hung = finish(proc, 10)
+        else:
+            status, err, hung = finish(proc)
+            orphans, left = leftovers(pids, proc.pid)
     finally:
         if proc.poll() is None:
             kill_group(proc.pid)
             proc.wait()
-    orphans, left = leftovers(pids, proc.pid)
     problems = []
     if hung:
         problems.append("hang")
@@ -301,15 +322,17 @@ def kill_try(kind: str, rng: random.Random, work: Path) -> Try:
     want_lines = 1
     if what in ("parent_kill", "checkpoint_kill"):
         want_lines = 0  # killed outright: it says nothing, and nothing it started may speak for it
-    bad_err = stderr_problem(err, want_lines)
+    bad_err = stderr_problem(err, want_lines) if not torch else asyncnet_traceback(err)
     if bad_err:
         problems.append(bad_err)
-    expect = {"worker_kill": {1}, "sigterm_group": {143}, "sigint_group": {130}}.get(what)
+    expect = {"worker_kill": {1}, "sigterm_group": {143}, "sigint_group": {130}}.get(what) if not torch else None
+    if torch and what != "parent_kill" and not hung and status == 0:
+        problems.append("torchrun exited 0 after the fault")
     if expect and not hung and status not in expect:
         problems.append(f"exit {status}, expected {sorted(expect)}: {err.strip()[-200:]}")
     if what == "worker_kill" and status == 1 and "worker" not in err:
         problems.append(f"the error does not name the worker: {err.strip()}")
-    if what in ("sigterm_group", "sigint_group") and err.strip() not in ("asyncnet: terminated", "asyncnet: interrupted"):
+    if what in ("sigterm_group", "sigint_group") and not torch and err.strip() not in ("asyncnet: terminated", "asyncnet: interrupted"):
         problems.append(f"not the one interrupt line: {err.strip()[-200:]}")
     ck = checkpoint_problem(run)
     if ck:
@@ -317,9 +340,13 @@ def kill_try(kind: str, rng: random.Random, work: Path) -> Try:
     stray = [p.name for p in _ls(run) if p.name.endswith(".tmp")]
     if problems:
         return Try(kind, False, "; ".join(problems))
-    resumed, why = _resume(run, work)
+    before = saved_epochs(run)
+    resumed, why = _resume(run, work, torch)
+    if not resumed and backend == "threads" and before == 0 and "saved no epoch" in why and not stray:
+        return Try(kind, True)  # stopped before its first epoch: resume says so in one line (exit 2)
     if not resumed:
-        owner = H_TRAIN_RESUME if backend == "processes" else (H_TRAIN_FIRST_CKPT if saved_epochs(run) <= 1 else None)
+        owner = (H_TRAIN_RESUME if backend in ("processes", "torch") else
+                 H_TRAIN_FIRST_CKPT if saved_epochs(run) <= 1 else None)
         return Try(kind, False, f"{why}" + (f" (stray {stray})" if stray else ""), owner)
     if stray:
         return Try(kind, False, f"temporary files left in the run directory after resume: {stray}", H_TRAIN_FIRST_CKPT)
@@ -405,9 +432,10 @@ def _fuzz_results(kind: str, status: int | None, err: str, hung: bool, orphans: 
 
 KILL_KINDS = [f"{w}[{b}]" for w in ("parent_kill", "sigterm_group", "sigint_group", "checkpoint_kill")
               for b in ("threads", "processes")] + ["worker_kill[processes]"]
+TORCH_KINDS = ["sigterm_group[torch]", "parent_kill[torch]"]  # torchrun's agent gets the signal or the kill
 RUN_KINDS = ["sigint_run[async_scheduling]", "sigint_run[simple]"]
 FUZZ_KINDS = ["fuzz_cli", "fuzz_data", "fuzz_netdef", "fuzz_checkpoint"]
-ALL_KINDS = RUN_KINDS + KILL_KINDS + ["diverge"] + FUZZ_KINDS
+ALL_KINDS = RUN_KINDS + KILL_KINDS + TORCH_KINDS + ["diverge"] + FUZZ_KINDS
 SHORT = {"sigint_run[async_scheduling]": 1, "parent_kill[processes]": 1, "worker_kill[processes]": 1,
          "sigterm_group[threads]": 1, "fuzz_cli": 12, "fuzz_data": 12, "fuzz_netdef": 40, "fuzz_checkpoint": 6}
 FUZZ_PER_TRY = 25  # cases per fuzzer "try" in the full campaign

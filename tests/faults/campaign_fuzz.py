@@ -157,10 +157,12 @@ def fuzz_data(rng: random.Random, i: int, work: Path) -> tuple[list[str], set[in
     if rng.random() < 0.4:  # a valid set with at most a small change
         gen = np.random.default_rng(rng.randrange(2**31))
         n = rng.choice([2, 5, 40])
-        arrays["x"] = gen.standard_normal((n, 64)).astype(rng.choice(["f4", "f8", "i4"]))
-        arrays["y"] = gen.integers(0, rng.choice([2, 10]), n)
+        x = gen.standard_normal((n, 64))
         if rng.random() < 0.5:
-            arrays["x"].flat[rng.randrange(arrays["x"].size)] = rng.choice([np.nan, np.inf, 1e300, 0, -1e6])
+            x.flat[rng.randrange(x.size)] = rng.choice([np.nan, np.inf, 1e300, 0, -1e6])
+        with np.errstate(all="ignore"):
+            arrays["x"] = x.astype(rng.choice(["f4", "f8", "i4"]) if np.isfinite(x).all() else rng.choice(["f4", "f8"]))
+        arrays["y"] = gen.integers(0, rng.choice([2, 10]), n)
     else:
         if rng.random() < 0.95:
             arrays["x"] = _random_x(rng, n)
