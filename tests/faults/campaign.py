@@ -25,7 +25,6 @@ file it writes is under one temporary folder, removed at the end.
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
 import random
@@ -34,10 +33,9 @@ import subprocess
 import sys
 import tempfile
 import time
-import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
 
 import numpy as np
 
@@ -488,7 +486,7 @@ def format_table(table: dict[str, Tally]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--tries", type=int, default=3, help="tries per kill/signal kind (fuzzers: x%d cases)" % FUZZ_PER_TRY)
+    p.add_argument("--tries", type=int, default=3, help=f"tries per kill/signal kind (fuzzers: x{FUZZ_PER_TRY} cases)")
     p.add_argument("--short", action="store_true", help="the short form the test suite runs")
     p.add_argument("--kinds", help="comma-separated kinds (default all): " + ", ".join(ALL_KINDS))
     p.add_argument("--seed", type=int, default=int(time.time()))
@@ -502,7 +500,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     table = run_campaign(plan, args.seed, log=lambda s: print(s, file=sys.stderr, flush=True))
     print(format_table(table))
-    print(f"\nseed {args.seed}, {time.monotonic() - started:.0f} s, load {open('/proc/loadavg').read().split()[:3]}")
+    print(f"\nseed {args.seed}, {time.monotonic() - started:.0f} s, load {Path('/proc/loadavg').read_text().split()[:3]}")
     for kind, t in table.items():
         for d in t.details:
             print(f"- {kind}: {d}")

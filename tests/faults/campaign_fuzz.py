@@ -11,14 +11,12 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import os
 import random
 import resource
 import shutil
 import signal
 import threading
 import time
-import zipfile
 from pathlib import Path
 from typing import Any, Callable
 

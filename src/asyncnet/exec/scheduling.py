@@ -429,7 +429,7 @@ class _DeferredStop:
     lock), and the exception is raised once the run has ended. A handler that returns leaves
     the run alone. Elsewhere than on the main thread this does nothing."""
 
-    __slots__ = ("run", "pending", "previous", "canceller")
+    __slots__ = ("canceller", "pending", "previous", "run")
 
     def __init__(self) -> None:
         self.run: _Run | None = None
