@@ -243,6 +243,8 @@ def _train_args(rng: random.Random, backend: str, run: Path) -> list[str]:
     if backend == "torch":
         return [*TRAIN, "--model", model, "--backend", "torch", "--out", str(run)]
     mode = rng.choice(["sync", "hogwild"]) if backend == "processes" else rng.choice(["sync", "hogwild", "local"])
+    if backend == "threads" and rng.random() < 0.2:
+        model, mode = "dlrm", "sync"
     return [*TRAIN, "--model", model, "--mode", mode, "--backend", backend, "--out", str(run)]
 
 
