@@ -265,7 +265,8 @@ def _resume(run: Path, cwd: Path, torchrun: bool = False) -> tuple[bool, str]:
     if hung:
         return False, "resume hung"
     if status != 0:
-        return False, f"resume exit {status}: {err.strip()[-200:]}"
+        ours = [line for line in err.splitlines() if line.startswith("asyncnet")]  # a rank's line under torchrun
+        return False, f"resume exit {status}: {(ours[0] if ours else err.strip()[-200:])}"
     if saved_epochs(run) != n + 1:
         return False, f"resume from {n} epochs gave {saved_epochs(run)}"
     return True, ""
@@ -282,6 +283,8 @@ def kill_try(kind: str, rng: random.Random, work: Path) -> Try:
         if not _started(proc, run, backend):
             status, err, hung = finish(proc, 5)
             return Try(kind, False, f"the run did not start (exit {status}): {err.strip()[-200:]}")
+        if rng.random() < 0.5:  # half the faults come once an epoch was saved (the others may come before)
+            wait_for(lambda: saved_epochs(run) >= 1 or proc.poll() is not None, 30, 0.05)
         time.sleep(rng.uniform(0.2, 2.5))
         pids |= children(proc.pid)
         victim = None
@@ -342,7 +345,7 @@ def kill_try(kind: str, rng: random.Random, work: Path) -> Try:
         return Try(kind, False, "; ".join(problems))
     before = saved_epochs(run)
     resumed, why = _resume(run, work, torch)
-    if not resumed and backend == "threads" and before == 0 and "saved no epoch" in why and not stray:
+    if not resumed and backend in ("threads", "torch") and before == 0 and "saved no epoch" in why and not stray:
         return Try(kind, True)  # stopped before its first epoch: resume says so in one line (exit 2)
     if not resumed:
         owner = (H_TRAIN_RESUME if backend in ("processes", "torch") else
