@@ -284,7 +284,7 @@ def kill_try(kind: str, rng: random.Random, work: Path) -> Try:
             status, err, hung = finish(proc, 5)
             return Try(kind, False, f"the run did not start (exit {status}): {err.strip()[-200:]}")
         if rng.random() < 0.5:  # half the faults come once an epoch was saved (the others may come before)
-            wait_for(lambda: saved_epochs(run) >= 1 or proc.poll() is not None, 30, 0.05)
+            wait_for(lambda: saved_epochs(run) >= 1 or proc.poll() is not None, 5 if backend == "processes" else 30, 0.05)
         time.sleep(rng.uniform(0.2, 2.5))
         pids |= children(proc.pid)
         victim = None
@@ -440,7 +440,7 @@ RUN_KINDS = ["sigint_run[async_scheduling]", "sigint_run[simple]"]
 FUZZ_KINDS = ["fuzz_cli", "fuzz_data", "fuzz_netdef", "fuzz_checkpoint"]
 ALL_KINDS = RUN_KINDS + KILL_KINDS + TORCH_KINDS + ["diverge"] + FUZZ_KINDS
 SHORT = {"sigint_run[async_scheduling]": 1, "parent_kill[processes]": 1, "worker_kill[processes]": 1,
-         "sigterm_group[threads]": 1, "fuzz_cli": 12, "fuzz_data": 12, "fuzz_netdef": 40, "fuzz_checkpoint": 6}
+         "sigterm_group[threads]": 1, "fuzz_cli": 10, "fuzz_data": 10, "fuzz_netdef": 30, "fuzz_checkpoint": 4}
 FUZZ_PER_TRY = 25  # cases per fuzzer "try" in the full campaign
 
 
