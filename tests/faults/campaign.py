@@ -150,6 +150,14 @@ def finish(proc: subprocess.Popen, bound: float = RUN_BOUND) -> tuple[int | None
         return None, err.decode(errors="replace"), True
 
 
+def send(pid: int, sig: int, group: bool = False) -> None:
+    """Signal a process (or its group); one that already ended is no error: its exit is judged."""
+    try:
+        (os.killpg if group else os.kill)(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
 def kill_group(pgid: int) -> None:
     try:
         os.killpg(pgid, signal.SIGKILL)
@@ -293,17 +301,17 @@ def kill_try(kind: str, rng: random.Random, work: Path) -> Try:
             if not workers:
                 return Try(kind, False, "no worker process found")
             victim = rng.choice(workers)
-            os.kill(victim, signal.SIGKILL)
+            send(victim, signal.SIGKILL)
         elif what == "parent_kill":
-            os.kill(proc.pid, signal.SIGKILL)
+            send(proc.pid, signal.SIGKILL)
         elif what in ("sigterm_group", "sigint_group"):
-            os.killpg(proc.pid, signal.SIGTERM if what == "sigterm_group" else signal.SIGINT)
+            send(proc.pid, signal.SIGTERM if what == "sigterm_group" else signal.SIGINT, group=True)
         elif what == "checkpoint_kill":
             if not wait_for(lambda: any(p.name.startswith(".checkpoint") for p in _ls(run)) or proc.poll() is not None,
                             30, 0.0005):
                 return Try(kind, False, "no checkpoint write seen in 30 s",
                            H_TRAIN_RESUME if backend != "threads" else None)
-            os.kill(proc.pid, signal.SIGKILL)
+            send(proc.pid, signal.SIGKILL)
         if what in ("parent_kill", "checkpoint_kill"):  # its children may hold its stderr: judge them first
             proc.wait(30)
             orphans, left = leftovers(pids, proc.pid)
@@ -388,7 +396,7 @@ def sigint_run_try(kind: str, rng: random.Random, work: Path) -> Try:
     time.sleep(rng.uniform(1.5, 3.0))
     pids = {proc.pid} | children(proc.pid)
     sent = time.monotonic()
-    os.killpg(proc.pid, signal.SIGINT)
+    send(proc.pid, signal.SIGINT, group=True)
     status, err, hung = finish(proc, 30)
     took = time.monotonic() - sent
     orphans, left = leftovers(pids, proc.pid)
@@ -461,7 +469,10 @@ def run_campaign(plan: dict[str, int], seed: int = 0, log: Callable[[str], None]
                 for _ in range(tries):
                     sub = Path(tempfile.mkdtemp(dir=work))
                     fn = sigint_run_try if kind.startswith("sigint_run") else diverge_try if kind == "diverge" else kill_try
-                    tally.add(fn(kind, rng, sub))
+                    t = fn(kind, rng, sub)
+                    tally.add(t)
+                    if not t.ok:
+                        log(f"  {kind}: {'expected, ' + t.expected if t.expected else 'BAD'}: {t.detail[:400]}")
             log(f"{kind}: {tally.tries} tries, {tally.good} good, {tally.bad} bad, {tally.expected} expected")
     return table
 
