@@ -27,7 +27,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 
-__all__ = ["StaleItem", "find_stale", "remove", "pid_gone"]
+__all__ = ["StaleItem", "find_stale", "remove", "pid_gone", "release_segments_of"]
 
 _NAME = re.compile(r"^asyncnet_(sync|hw|atomic|fn)_(\d+)_")
 
@@ -100,3 +100,44 @@ def remove(item: StaleItem) -> bool:
     except FileNotFoundError:
         return False
     return True
+
+
+def release_segments_of(pid: int, shm_dir: str = "/dev/shm") -> list[str]:
+    """Unlink the Hogwild and anonymous atomic segments of the dead process ``pid`` and tell
+    multiprocessing's resource tracker, which ``pid`` had registered them with: a worker whose
+    parent died cleans up in its place, so the tracker, when the last worker exits, has nothing
+    left to unlink and nothing to report as leaked. A name is unregistered only by the process
+    that removed it (the tracker prints a traceback for a name it does not hold), and only when
+    this process talks to the tracker its parent started (a spawned child). Returns the names
+    this call removed.
+
+        >>> release_segments_of(2**22 + 1, shm_dir="/nonexistent")
+        []
+    """
+    try:
+        names = sorted(os.listdir(shm_dir))
+    except OSError:
+        return []
+    removed = []
+    for name in names:
+        m = _NAME.match(name)
+        if m is None or m.group(1) not in ("hw", "atomic") or int(m.group(2)) != pid:
+            continue
+        try:
+            os.unlink(os.path.join(shm_dir, name))
+        except FileNotFoundError:  # a sibling worker removed it first
+            continue
+        removed.append(name)
+        _forget_in_tracker("/" + name)
+    return removed
+
+
+def _forget_in_tracker(name: str) -> None:
+    from multiprocessing import resource_tracker
+
+    if getattr(resource_tracker._resource_tracker, "_fd", None) is None:  # no tracker shared with the parent
+        return
+    try:
+        resource_tracker.unregister(name, "shared_memory")
+    except OSError:  # the tracker is gone too: it reports nothing then
+        pass

@@ -64,16 +64,23 @@ def one_killed(sync):
     return "unreachable"
 
 
-def one_never_comes(sync):
-    """Worker 2 skips the first round; the others must time out naming it."""
+def one_never_comes(flags, sync):
+    """Worker 2 arrives only once workers 0 and 1 have left their round (each touches
+    ``<flags>/<id>`` then), or after 30 s: the others must time out naming it, whatever the
+    machine's load, and its own late call must fail too."""
     g = np.full(4, float(sync.worker_id))
     if sync.worker_id == 2:
-        time.sleep(1.0)
+        deadline = time.monotonic() + 30.0
+        while not all(os.path.exists(os.path.join(flags, str(i))) for i in (0, 1)) and time.monotonic() < deadline:
+            time.sleep(0.01)
+    start = time.monotonic()
     try:
         sync.sync_gradients(g)
-        return ("ok", None, g)
+        return ("ok", None, g, time.monotonic() - start)
     except SyncTimeoutError as exc:
-        return ("timeout", exc.missing, g)
+        return ("timeout", exc.missing, g, time.monotonic() - start)
+    finally:
+        open(os.path.join(flags, str(sync.worker_id)), "w").close()
 
 
 def dies_mid_training(sync):

@@ -1,5 +1,6 @@
 """ProcessGradientSync through run_parallel_workers(backend="processes"), with fault tests."""
 
+import functools
 import os
 import time
 
@@ -90,12 +91,17 @@ def test_worker_exits_mid_training():
         run_parallel_workers(2, W.dies_mid_training, backend="processes", timeout=10)
 
 
-def test_worker_that_never_comes_times_out():
-    results = run_parallel_workers(3, W.one_never_comes, backend="processes", timeout=0.4)
+def test_worker_that_never_comes_times_out(tmp_path):
+    """Workers 0 and 1 wait 0.4 s (counted from the moment all three have started) for worker
+    2, which comes only after they gave up: however loaded the machine, they time out naming
+    it, no sooner than the timeout, with their gradients unchanged."""
+    results = run_parallel_workers(3, functools.partial(W.one_never_comes, str(tmp_path)),
+                                   backend="processes", timeout=0.4)
     for i in (0, 1):
-        kind, missing, g = results[i]
+        kind, missing, g, waited = results[i]
         assert kind == "timeout" and missing == [2]
         assert np.array_equal(g, np.full(4, float(i)))
+        assert waited >= 0.4
     assert results[2][0] == "timeout"  # the late arrival errors too
 
 

@@ -52,6 +52,39 @@ def _load_caffe2_net(path: str) -> NetDef:
         raise CLIError(str(e) if str(e).startswith(path) else f"{path}: {e}") from None
 
 
+def path_problem(path: str) -> str | None:
+    """Why ``path`` can never name a file here (a NUL byte, a name or a whole path longer than
+    the system allows), or None. Checked before a path is used, so the error is one line.
+
+        >>> path_problem("runs/a") is None, path_problem("x" * 300)
+        (True, 'a name in it is longer than 255 bytes (found 300)')
+    """
+    if "\0" in path:
+        return "it contains a NUL byte"
+    raw = os.fsencode(path)
+    name_max, path_max = _limits()
+    longest = max((len(part) for part in raw.split(b"/")), default=0)
+    if longest > name_max:
+        return f"a name in it is longer than {name_max} bytes (found {longest})"
+    if len(raw) >= path_max:
+        return f"it is longer than {path_max - 1} bytes (found {len(raw)})"
+    return None
+
+
+def _limits() -> tuple[int, int]:
+    """NAME_MAX and PATH_MAX of the file system at / (255 and 4096 on Linux)."""
+    try:
+        return os.pathconf("/", "PC_NAME_MAX"), os.pathconf("/", "PC_PATH_MAX")
+    except (OSError, ValueError, AttributeError):  # pragma: no cover - no pathconf
+        return 255, 4096
+
+
+def show_path(path: str, keep: int = 60) -> str:
+    """``path`` shortened for a one-line message (its start, its end and its length)."""
+    text = repr(path)[1:-1]
+    return text if len(text) <= keep else f"{text[:keep // 2]}...{text[-keep // 2:]} ({len(text)} characters)"
+
+
 def parse_feeds(specs: list[str] | None) -> dict[str, Any]:
     """``["x=x.npy", ...]`` -> {"x": array}; the file may be .npy or a JSON (nested) list of numbers."""
     feeds: dict[str, Any] = {}

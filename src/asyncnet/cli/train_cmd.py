@@ -200,6 +200,13 @@ def _usage_error(args: argparse.Namespace, message: str) -> int:
 # -- settings -------------------------------------------------------------------------------
 def _base_settings(args: argparse.Namespace) -> tuple[dict[str, Any], Path | None]:
     """The settings the flags override: --config's, --resume's run, or none."""
+    from asyncnet.cli.common import path_problem, show_path
+
+    for flag in ("out", "resume", "config", "data"):
+        value = getattr(args, flag, None)
+        problem = value and path_problem(value)
+        if problem:
+            raise _UsageError(f"--{flag} {show_path(value)}: unusable path: {problem}")
     if args.config and args.resume:
         raise _UsageError("--config and --resume both give the settings: use one (flags override either)")
     if args.resume and args.out:

@@ -86,6 +86,8 @@ Example::
 
 from __future__ import annotations
 
+import _signal  # signal's C module: signal.signal and getsignal convert to enums, 10x slower per run
+import signal
 import threading
 import time
 import warnings
@@ -113,6 +115,7 @@ SETTLE_GRACE = 1.0  # seconds wait() gives running ops to end after a failure or
 CLOSE_TIMEOUT = 10.0  # seconds close() waits for the running ops of a cancelled run and its pool threads
 
 _perf = time.perf_counter
+_STOP_SIGNALS = (int(signal.SIGINT), int(signal.SIGTERM))
 
 
 class _Run:
@@ -451,6 +454,51 @@ def slack(net: "AsyncSchedulingNet") -> float | None:
     return sum(cost) - critical_path(cost, net.chain_children)
 
 
+class _DeferredStop:
+    """While the caller's thread helps a run on the main thread, a SIGINT or SIGTERM handler
+    that raises (Ctrl-C's ``KeyboardInterrupt``) must not raise in the middle of the run's
+    bookkeeping: a chain taken but not completed would keep the run from ever ending. The
+    handler is called when the signal comes; its exception is held, the run is cancelled (from
+    a short-lived thread: the signal may have interrupted this thread while it held the run's
+    lock), and the exception is raised once the run has ended. A handler that returns leaves
+    the run alone. Elsewhere than on the main thread this does nothing."""
+
+    __slots__ = ("canceller", "pending", "previous", "run")
+
+    def __init__(self) -> None:
+        self.run: _Run | None = None
+        self.pending: BaseException | None = None
+        self.previous: dict[int, Callable[[int, Any], Any]] = {}
+        self.canceller: threading.Thread | None = None
+
+    def __enter__(self) -> "_DeferredStop":
+        if threading.current_thread() is threading.main_thread():
+            for sig in _STOP_SIGNALS:
+                handler = _signal.getsignal(sig)
+                if callable(handler):
+                    self.previous[sig] = handler
+                    _signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        try:
+            self.previous[signum](signum, frame)
+        except BaseException as exc:  # noqa: BLE001 - raised by __exit__, once the run ended
+            if self.pending is None:
+                self.pending = exc
+                if self.run is not None:
+                    self.canceller = threading.Thread(target=cancel_run, args=(self.run,), name="asyncnet-cancel")
+                    self.canceller.start()
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self.previous.items():
+            _signal.signal(sig, handler)
+        if self.canceller is not None:
+            self.canceller.join()
+        if self.pending is not None:
+            raise self.pending
+
+
 # -- the public objects ------------------------------------------------------------------------
 
 class AsyncRunHandle:
@@ -570,9 +618,12 @@ class AsyncSchedulingNet(NetBase):
             if inline:
                 run_inline(self)
             else:
-                run = start_run(self, caller_helps=True)
-                help_run(run)
-                wait_run(run, None)
+                with _DeferredStop() as stop:
+                    run = stop.run = start_run(self, caller_helps=True)
+                    if stop.pending is not None:
+                        cancel_run(run)
+                    help_run(run)
+                    wait_run(run, None)
             ok = True
         finally:
             policy.note(inline, _perf() - start if ok else None)

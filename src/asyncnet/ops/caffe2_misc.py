@@ -121,7 +121,7 @@ def clip(ctx: Any, x: Any) -> Any:
     lo, hi = ctx.args["min"], ctx.args["max"]
     if lo > hi:
         raise ValueError(f"expected min <= max, got min={lo}, max={hi}")
-    return np.clip(x, lo, hi).astype(x.dtype, copy=False) if isinstance(x, np.ndarray) else x.clamp(lo, hi)
+    return np.asarray(np.clip(x, lo, hi), x.dtype) if isinstance(x, np.ndarray) else x.clamp(lo, hi)  # 0-d stays an array
 
 
 @register_op("ClipGradient", inputs=2, outputs=1, allow_inplace={1: 0},
@@ -133,7 +133,7 @@ def clip_gradient(ctx: Any, y: Any, dy: Any) -> Any:
     if y.shape != dy.shape:
         raise ValueError(f"Y {tuple(y.shape)} and dY {tuple(dy.shape)} must have one shape")
     inside = (y > ctx.args["min"]) & (y < ctx.args["max"])
-    return dy * inside
+    return np.asarray(dy * inside, dy.dtype) if isinstance(dy, np.ndarray) else dy * inside
 
 
 @register_gradient("Clip")
@@ -158,7 +158,8 @@ def make_two_class_gradient(ctx: Any, dy: Any) -> Any:
     dy = float_array(ctx, dy, 0)
     if dy.ndim == 0 or dy.shape[-1] != 2:
         raise ValueError(f"expected dY with a last dimension of 2, got shape {tuple(dy.shape)}")
-    return dy[..., 1] - dy[..., 0]
+    dx = dy[..., 1] - dy[..., 0]
+    return np.asarray(dx, dy.dtype) if isinstance(dy, np.ndarray) else dx  # a 0-d result stays an array
 
 
 @register_gradient("MakeTwoClass")

@@ -45,7 +45,6 @@ from __future__ import annotations
 import functools
 import importlib.util
 import math
-import sys
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -56,7 +55,7 @@ from asyncnet.core.defs import OperatorDef
 from asyncnet.core.registry import Arg, register_gradient, register_op
 from asyncnet.ops._check import check_alloc, float_array, ndim, same_dtype
 from asyncnet.ops.grad import GradOut, MakerResult, output_grad
-from asyncnet.tensor.namespace import is_torch, namespace
+from asyncnet.tensor.namespace import imported_torch, is_torch, namespace
 
 __all__ = ["Geometry", "geometry", "in_order", "taps", "im2col", "conv", "conv_gradient", "WINDOW_ARGS", "KERNEL_ARGS"]
 
@@ -316,8 +315,9 @@ _HAS_TORCH: list[bool] = []  # [installed?] once looked up
 
 
 def _torch() -> Any:
-    """The torch module, imported on first use when installed; None when it is not."""
-    torch = sys.modules.get("torch")
+    """The torch module, imported on first use when installed; None when it is not. (A module
+    another thread is still importing is not returned: ``import torch`` below waits for it.)"""
+    torch = imported_torch()
     if torch is not None:
         return torch
     if not _HAS_TORCH:

@@ -126,10 +126,13 @@ def weighted_sum_gradient(ctx: Any, dy: Any, *inputs: Any) -> tuple[np.ndarray, 
     if len(ctx.op.outputs) != want:
         raise ValueError(f"expected {want} outputs for {len(xs)} (X, weight) pairs (grad_on_w={ctx.args['grad_on_w']}), "
                          f"got {len(ctx.op.outputs)}")
-    dxs = [as_array(dy * w) for w in ws]
-    if not ctx.args["grad_on_w"]:
-        return tuple(dxs)
-    return tuple(dxs) + tuple(as_array((dy * x).sum()).reshape(1) for x in xs)
+    outs = [as_array(dy * w) for w in ws]
+    if ctx.args["grad_on_w"]:  # each dw_i has w_i's shape and dtype (Caffe2's: [1], the weight's float)
+        xp = namespace(ctx, dy)
+        for x, i in zip(xs, range(2, len(inputs) + 1, 2)):
+            w = array(ctx, inputs[i - 1], i)
+            outs.append(xp.astype(as_array((dy * x).sum()).reshape(tuple(w.shape)), w))
+    return outs[0] if len(outs) == 1 else tuple(outs)
 
 
 @register_gradient("WeightedSum")

@@ -52,6 +52,7 @@ from multiprocessing.connection import wait as mp_wait
 from multiprocessing.reduction import ForkingPickler
 from typing import Any, Callable, TypeVar
 
+from asyncnet.cleanup import release_segments_of
 from asyncnet.errors import SyncAbortedError, SyncError
 from asyncnet.sync._failures import AFTER_ABORT, attach_errors
 from asyncnet.sync.process import ProcessGradientSync, WorkerDiedError, _Group
@@ -244,8 +245,11 @@ def _watch_parent(sync: ProcessGradientSync, payload_dir: str) -> Callable[[], N
 
 def _cleanup_orphaned(sync: ProcessGradientSync, payload_dir: str) -> None:
     """The parent died: unlink the group's names first (the main thread may end this process as
-    soon as it sees the abort), then wake the peers."""
+    soon as it sees the abort), release what the dead parent had registered with its resource
+    tracker (so no false leak warning), then wake the peers."""
+    parent = mp.parent_process()
     steps = (sync._unlink_group_orphaned, lambda: shutil.rmtree(payload_dir, ignore_errors=True),
+             lambda: parent is not None and parent.pid is not None and release_segments_of(parent.pid),
              lambda: sync._engine is not None and sync._engine.abort("the parent process died"))
     for step in steps:
         try:

@@ -52,9 +52,25 @@ __all__ = ["NUMPY", "namespace", "library_of", "device_of", "is_array", "is_torc
            "cpu_tensors"]
 
 
+def imported_torch() -> Any:
+    """The torch module once its import has finished, else None (without importing torch).
+
+    While one thread imports torch (a kernel choosing torch's implementation), the partly
+    initialised module already sits in ``sys.modules``; no tensor can exist before the import
+    ends, so until then the answer is None rather than a module without ``Tensor``.
+
+    >>> imported_torch() is None or hasattr(imported_torch(), "Tensor")
+    True
+    """
+    torch = sys.modules.get("torch")
+    if torch is None or getattr(getattr(torch, "__spec__", None), "_initializing", False):
+        return None
+    return torch
+
+
 def is_torch(x: Any) -> bool:
     """True for a torch tensor (without importing torch)."""
-    torch = sys.modules.get("torch")
+    torch = imported_torch()
     return torch is not None and isinstance(x, torch.Tensor)
 
 
@@ -71,7 +87,7 @@ def cpu_tensors(*xs: Any) -> bool:
     global _TENSOR
     t = _TENSOR
     if t is None:
-        torch = sys.modules.get("torch")
+        torch = imported_torch()
         if torch is None:
             return False
         t = _TENSOR = torch.Tensor
@@ -255,7 +271,7 @@ def namespace(ctx: Any, *xs: Any) -> Any:
 
 
 def _dispatch(ctx: Any, xs: tuple[Any, ...]) -> Any:
-    torch = sys.modules.get("torch")
+    torch = imported_torch()
     tensor = torch.Tensor if torch is not None else ()
     first, key = -1, None
     for i, x in enumerate(xs):

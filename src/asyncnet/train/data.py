@@ -246,14 +246,16 @@ def _features(x: np.ndarray, model: str, where: str) -> np.ndarray:
 
     if x.dtype.kind not in "biuf":
         raise TrainConfigError(f"{where}: expected real numbers (float or int), found dtype {x.dtype}")
-    if x.ndim < 2 or len(x) == 0:
-        raise TrainConfigError(f"{where}: expected shape [N, features...] with N >= 1, found {list(x.shape)}")
+    if x.ndim < 2 or x.size == 0:
+        raise TrainConfigError(f"{where}: expected shape [N, features...] with N >= 1 and at least 1 feature, "
+                               f"found {list(x.shape)}")
     want = MODEL_INPUTS.get(model)
     per = x.shape[1:]
     if want is not None and per not in (want, (int(np.prod(want)),)):
         shapes = f"[N, {int(np.prod(want))}] or [N, {', '.join(map(str, want))}]"
         raise TrainConfigError(f"{where}: model {model} reads {shapes}, found {list(x.shape)}")
-    out = np.ascontiguousarray(x.reshape(len(x), -1) if model in MODEL_INPUTS else x, np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):  # beyond float32 becomes inf: refused just below
+        out = np.ascontiguousarray(x.reshape(len(x), -1) if model in MODEL_INPUTS else x, np.float32)
     if not np.isfinite(out).all():
         raise TrainConfigError(f"{where}: expected finite values, found NaN or inf (or values beyond float32)")
     return out
