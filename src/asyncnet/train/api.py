@@ -80,7 +80,7 @@ class TrainResult:
             inputs = self.program.inputs
             if len(inputs) != 1:
                 raise TrainConfigError(f"predict feeds one input; model {self.program.name!r} reads {inputs}")
-            ws.feed(inputs[0], np.ascontiguousarray(x, self.program.dtype))
+            ws.feed(inputs[0], np.asarray(x, self.program.dtype, order="C"))
             ws.run_net_once(self.program.inference_net())
             return np.array(ws.fetch(self.program.scores, host=True))
         finally:

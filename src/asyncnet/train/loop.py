@@ -346,7 +346,8 @@ def initial_state(cfg: TrainConfig, ds: Dataset, model: Any = None) -> dict[str,
     program = build_program(cfg, ds.input_dim, ds.num_classes, model)
     ws = an.Workspace()
     ws.run_net_once(program.init_net)
-    state = {k: np.ascontiguousarray(ws.fetch(k)) for k in ws.blobs() if isinstance(ws.fetch(k), np.ndarray)}
+    # asarray(order="C"), not ascontiguousarray: that one makes a 0-d blob 1-d
+    state = {k: np.asarray(ws.fetch(k), order="C") for k in ws.blobs() if isinstance(ws.fetch(k), np.ndarray)}
     state.setdefault("iter", np.zeros(1, np.int64))
     return state
 
