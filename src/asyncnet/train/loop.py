@@ -34,14 +34,15 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from asyncnet.errors import TrainingDivergedError
+from asyncnet.errors import TrainConfigError, TrainingDivergedError
 from asyncnet.train.config import HOGWILD_STALE_WORKERS, TrainConfig
 from asyncnet.train.data import Dataset, epoch_batches, num_batches, shard, worker_samples
 from asyncnet.train.program import Program, build_program
 from asyncnet.train.report import EpochMetrics
 from asyncnet.train.worker import EpochClock, WorkerNets, WorkerResult
 
-__all__ = ["Resume", "DivergenceGuard", "run_worker", "launch", "SyncStrategy", "HogwildStrategy", "TRACE_STEP"]
+__all__ = ["Resume", "DivergenceGuard", "run_worker", "launch", "SyncStrategy", "HogwildStrategy", "TRACE_STEP",
+           "TRAINER_SYNC", "check_trainer_sync"]
 
 log = logging.getLogger("asyncnet.train")
 
@@ -111,6 +112,32 @@ def click_figures(ds: Any, test_loss: float, test_auc: float) -> dict[str, float
     return {"test_auc": float(test_auc), "test_log_loss": float(test_loss), "optimal_auc": ds.optimal_auc()}
 
 
+#: what the trainers use of a sync: the Allreduce ops call only ``sync_gradients``; the epoch
+#: loop also meets (``barrier``), averages its figures (``all_reduce_mean``) and hands rank 0's
+#: to the others (``broadcast``)
+TRAINER_SYNC = ("num_workers", "worker_id", "sync_gradients", "barrier", "all_reduce_mean", "broadcast")
+
+
+def check_trainer_sync(sync: Any) -> None:
+    """Raise one :class:`~asyncnet.errors.TrainConfigError` naming every member of
+    :data:`TRAINER_SYNC` that ``sync`` lacks (a user's sync written for the Allreduce op alone).
+
+        >>> class OnlyGradients:
+        ...     num_workers, worker_id = 1, 0
+        ...     def sync_gradients(self, grads): pass
+        >>> check_trainer_sync(OnlyGradients())
+        Traceback (most recent call last):
+        ...
+        asyncnet.errors.TrainConfigError: the trainers need a sync with num_workers, worker_id, sync_gradients(grads), barrier(), all_reduce_mean(values) and broadcast(values, root) (the asyncnet.sync.GradientSync protocol); OnlyGradients lacks barrier, all_reduce_mean, broadcast
+    """
+    attrs = ("num_workers", "worker_id")
+    missing = [m for m in TRAINER_SYNC if not (hasattr(sync, m) if m in attrs else callable(getattr(sync, m, None)))]
+    if missing:
+        raise TrainConfigError("the trainers need a sync with num_workers, worker_id, sync_gradients(grads), barrier(), "
+                               "all_reduce_mean(values) and broadcast(values, root) (the asyncnet.sync.GradientSync "
+                               f"protocol); {type(sync).__name__} lacks {', '.join(missing)}")
+
+
 # -- strategies ------------------------------------------------------------------------------
 class SyncStrategy:
     """Data-parallel replicas (one of them: local mode): sharded global batches, all-reduced
@@ -119,6 +146,7 @@ class SyncStrategy:
     mid_epoch_checkpoints = True
 
     def __init__(self, cfg: TrainConfig, ds: Dataset, program: Program, sync: Any):
+        check_trainer_sync(sync)
         self.cfg, self.ds, self.sync = cfg, ds, sync
         self.world, self.rank = sync.num_workers, sync.worker_id
         self.nets = WorkerNets(cfg, program, sync=sync, feeds=ds.feeds if ds.log is not None else None)
@@ -177,6 +205,7 @@ class HogwildStrategy:
 
     def __init__(self, cfg: TrainConfig, ds: Dataset, program: Program, sync: Any, state: dict[str, np.ndarray],
                  mutex: Any, stop: Any):
+        check_trainer_sync(sync)
         self.cfg, self.ds, self.sync, self.stop = cfg, ds, sync, stop
         self.world, self.rank = sync.num_workers, sync.worker_id
         self.batch = max(1, cfg.batch_size // self.world)  # as many samples in flight as one sync step
