@@ -49,12 +49,22 @@ import numpy as np
 _ndarray = np.ndarray
 
 __all__ = ["NUMPY", "namespace", "library_of", "device_of", "is_array", "is_torch", "to_numpy", "torch_namespace",
-           "cpu_tensors"]
+           "cpu_tensors", "loaded_torch"]
+
+
+def loaded_torch() -> Any:
+    """The torch module once completely imported, else None: not imported, or another thread is
+    importing it right now (in ``sys.modules`` but without ``torch.Tensor`` yet; no tensor can
+    exist before that import ends). Never imports torch."""
+    torch = sys.modules.get("torch")
+    if torch is None or getattr(getattr(torch, "__spec__", None), "_initializing", False):
+        return None
+    return torch
 
 
 def is_torch(x: Any) -> bool:
     """True for a torch tensor (without importing torch)."""
-    torch = sys.modules.get("torch")
+    torch = loaded_torch()
     return torch is not None and isinstance(x, torch.Tensor)
 
 
@@ -71,7 +81,7 @@ def cpu_tensors(*xs: Any) -> bool:
     global _TENSOR
     t = _TENSOR
     if t is None:
-        torch = sys.modules.get("torch")
+        torch = loaded_torch()
         if torch is None:
             return False
         t = _TENSOR = torch.Tensor
@@ -255,7 +265,7 @@ def namespace(ctx: Any, *xs: Any) -> Any:
 
 
 def _dispatch(ctx: Any, xs: tuple[Any, ...]) -> Any:
-    torch = sys.modules.get("torch")
+    torch = loaded_torch()
     tensor = torch.Tensor if torch is not None else ()
     first, key = -1, None
     for i, x in enumerate(xs):
