@@ -144,3 +144,18 @@ def test_a_model_without_random_ops_checkpoints_no_generators(tmp_path: Path):
     assert res.random_states is None
     with np.load(tmp_path / "run" / "checkpoint.npz") as f:
         assert RANDOM not in f.files
+
+
+def test_worker_processes_gather_their_generators_into_the_checkpoint(tmp_path: Path):
+    from asyncnet.train import train
+
+    (tmp_path / "dropnet.py").write_text(MODEL)
+    spec = f"{tmp_path / 'dropnet.py'}:build"
+    x, y = _data(300)
+    kw = {"mode": "sync", "workers": 2, "batch_size": 16, "lr": 0.05}
+    threads = train(spec, (x, y), epochs=2, backend="threads", **kw)
+    train(spec, (x, y), epochs=1, backend="processes", out=tmp_path / "run", **kw)
+    resumed = train(spec, (x, y), epochs=2, backend="processes", resume=tmp_path / "run", **kw)
+    for k in threads.params:  # the same bits on threads and processes, resumed or not
+        np.testing.assert_array_equal(resumed.params[k], threads.params[k])
+    np.testing.assert_array_equal(resumed.random_states, threads.random_states)
