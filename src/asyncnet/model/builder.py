@@ -23,7 +23,7 @@ backward ops (:func:`asyncnet.autodiff.add_gradient_ops`) and an optimizer's upd
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -290,12 +290,28 @@ class ModelHelper:
             split_input_gradients(net, [g for g in grads.values() if isinstance(g, str)], dx_first=True)
         return net, grads
 
-    def train_net(self, name: str = "train", optimizer: str = "sgd", lr: float = 0.1, **opts: Any) -> Net:
-        """Gradient net plus one step of ``optimizer`` ("sgd", "momentum", "adagrad", "adam")
-        on every parameter (sparse updates for embedding tables). The first call adds the
-        optimizer's state, ``iter`` and ``one`` to ``init_net``: build the train net before
-        running the init net."""
+    def train_net(self, name: str = "train", optimizer: str = "sgd", lr: float = 0.1,
+                  before_update: Callable[[Net, dict[str, Grad]], dict[str, Grad]] | None = None, **opts: Any) -> Net:
+        """Gradient net, then ``before_update(net, grads)`` if given, then one step of
+        ``optimizer`` (:data:`~asyncnet.model.optimizer.OPTIMIZERS`) on every parameter (sparse
+        updates for embedding tables) by :func:`~asyncnet.model.optimizer.build_optimizer`, its
+        settings ``opts``. The first call adds the optimizer's state, ``iter`` and ``one`` to
+        ``init_net``: build the train net before running the init net.
+
+        ``before_update`` appends a trainer's ops between the backward pass and the update (the
+        gradient all-reduce, gradient accumulation) and returns the gradients the update reads.
+        This is the one definition of a train net: :meth:`asyncnet.train.Program.train_net` is
+        this method with a program's optimizer settings and its sync.
+
+            >>> m = ModelHelper("m"); _ = m.softmax_with_loss(m.fc("x", "fc", 2, 3), "y")
+            >>> def scaled(net, grads):
+            ...     return {p: str(net.Scale(g, g + "_half", scale=0.5)) for p, g in grads.items()}
+            >>> [op.type for op in m.train_net(before_update=scaled).ops][-5:]
+            ['Scale', 'Iter', 'LearningRate', 'SGD', 'SGD']
+        """
         net, grads = self.gradient_net(name)
+        if before_update is not None:
+            grads = before_update(net, grads)
         build_optimizer(self, net, grads, optimizer, lr, **opts)
         return net
 

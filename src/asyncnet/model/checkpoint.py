@@ -4,7 +4,10 @@ A checkpoint is an npz archive of the model's :attr:`~asyncnet.model.ModelHelper
 plus one metadata entry, ``__asyncnet_checkpoint__``: a JSON object naming the model (its
 parameters and their shapes), the optimizer and the dtype, and whatever the caller adds
 (``extra``: a training run puts its epochs, settings and data source there, so the checkpoint
-alone says where a run stopped). Written through :func:`asyncnet._atomicio.atomic_write_npz`
+alone says where a run stopped). A trainer also saves the state of its workers' random
+generators (the Dropout ops' masks), so that a resumed run draws the masks an unbroken run
+would have: the entry :data:`RANDOM`, a uint64 array [workers, ops, words] (absent for a model
+without random ops), passed and returned under that key beside the blobs. Written through :func:`asyncnet._atomicio.atomic_write_npz`
 (a crash leaves the old file or the new one); a load checks every array (present, shape,
 dtype) and the metadata before any blob changes, and refuses a file without metadata.
 
@@ -32,10 +35,12 @@ import numpy as np
 from asyncnet._atomicio import atomic_write_npz
 from asyncnet.errors import CheckpointError
 
-__all__ = ["save", "load", "read", "describe", "metadata", "convert", "META"]
+__all__ = ["save", "load", "read", "describe", "metadata", "convert", "META", "RANDOM"]
 
 #: the npz entry holding the checkpoint's metadata (a JSON object)
 META = "__asyncnet_checkpoint__"
+#: the npz entry (and key of the arrays saved and read) holding the trainers' random generators
+RANDOM = "__asyncnet_random_states__"
 FORMAT = 2
 _META_MAX_CHARS = 1 << 20  # a model description plus a run's epochs: kilobytes
 
@@ -62,9 +67,12 @@ def save(model: Any, ws: Any, path: str | os.PathLike[str], extra: dict[str, Any
 
 def save_arrays(model: Any, arrays: dict[str, np.ndarray], path: str | os.PathLike[str],
                 extra: dict[str, Any] | None = None) -> None:
-    """:func:`save` of arrays already fetched (``{blob: array}``, every checkpoint blob)."""
+    """:func:`save` of arrays already fetched (``{blob: array}``, every checkpoint blob, and
+    optionally the random generators' states under :data:`RANDOM`)."""
     meta = {"format": FORMAT, "model": describe(model), **(extra or {})}
     out = {n: np.asarray(arrays[n]) for n in model.checkpoint_blobs}
+    if arrays.get(RANDOM) is not None:
+        out[RANDOM] = _random_states(np.asarray(arrays[RANDOM]), os.fspath(path))
     out[META] = np.array(json.dumps(meta, allow_nan=False, default=_json_default))
     try:
         atomic_write_npz(path, out)
@@ -77,6 +85,8 @@ def load(model: Any, ws: Any, path: str | os.PathLike[str]) -> dict[str, Any]:
     (shared Hogwild arrays stay shared); returns its metadata. Raises CheckpointError."""
     arrays, meta = read(model, path)
     for n, a in arrays.items():
+        if n == RANDOM:
+            continue
         cur = ws.fetch(n) if ws.has(n) else None
         if isinstance(cur, np.ndarray) and cur.shape == a.shape and cur.dtype == a.dtype and cur.flags.writeable:
             np.copyto(cur, a)
@@ -86,7 +96,8 @@ def load(model: Any, ws: Any, path: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 def read(model: Any, path: str | os.PathLike[str]) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    """The checked arrays of ``model`` in the checkpoint ``path`` and its metadata."""
+    """The checked arrays of ``model`` in the checkpoint ``path`` (with :data:`RANDOM` when it
+    holds random generators' states) and its metadata."""
     path = os.fspath(path)
     data = _read_npz(path)
     meta = data.pop(META, None)
@@ -94,6 +105,8 @@ def read(model: Any, path: str | os.PathLike[str]) -> tuple[dict[str, np.ndarray
     if found is not None:
         _check_model(model, found, path)
     arrays = _checked_arrays(model, data, path)
+    if RANDOM in data:
+        arrays[RANDOM] = _random_states(data[RANDOM], path)
     if found is None:
         raise CheckpointError(f"checkpoint {path!r} has no metadata entry {META!r} (deleted, or written before every "
                               f"model recorded one): convert it with python -m asyncnet.train.convert {path} "
@@ -153,6 +166,13 @@ def _checked_arrays(model: Any, data: dict[str, np.ndarray], path: str) -> dict[
                                       f"expected shape {want[0]} dtype {want[1]}")
         out[n] = a
     return out
+
+
+def _random_states(a: np.ndarray, path: str) -> np.ndarray:
+    if a.dtype != np.uint64 or a.ndim != 3:
+        raise CheckpointError(f"checkpoint {path!r}: {RANDOM!r} has shape {a.shape} dtype {a.dtype}, expected a "
+                              "uint64 array [workers, ops, words]")
+    return a
 
 
 def _parse_meta(path: str, meta: np.ndarray) -> dict[str, Any]:

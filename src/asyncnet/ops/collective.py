@@ -2,7 +2,8 @@
 
 Inputs ``(sync, grad_1, ..., grad_N)``, outputs the same ``N`` gradients, in place (output ``i``
 must be input ``i + 1``). Input 0 is a blob holding a :class:`~asyncnet.sync.GradientSync`
-(threaded, process, torch.distributed, or local); the op replaces the gradients with their mean
+(threaded, process, torch.distributed, or local), or any object with its ``sync_gradients``
+method (the only one the ops call); the op replaces the gradients with their mean
 over the workers, in one bucket. It has no gradient.
 
     >>> import numpy as np, asyncnet as an
@@ -49,7 +50,7 @@ import numpy as np
 
 from asyncnet.core.bound import bind_views, is_bound
 from asyncnet.core.registry import Arg, register_op
-from asyncnet.sync.base import GradientSync, start_sync
+from asyncnet.sync.base import start_sync
 
 
 def _grad_pair(i: int, o: int) -> bool:
@@ -78,8 +79,12 @@ def allreduce(ctx: Any, sync: Any, *grads: Any) -> Any:
 
 
 def _check_sync(ctx: Any, sync: Any) -> None:
-    if not isinstance(sync, GradientSync):
-        raise TypeError(f"expected a GradientSync in input 0 {ctx.op.inputs[0]!r}, got {type(sync).__name__}")
+    """The ops call only ``sync_gradients`` (or ``start_sync_gradients``, through
+    :func:`~asyncnet.sync.base.start_sync`): any object with it will do, not only a full
+    :class:`~asyncnet.sync.GradientSync`."""
+    if not callable(getattr(sync, "sync_gradients", None)):
+        raise TypeError(f"expected a gradient sync (an object with a sync_gradients(grads) method, such as an "
+                        f"asyncnet.sync.GradientSync) in input 0 {ctx.op.inputs[0]!r}, got {type(sync).__name__}")
 
 
 def _start_counts(op: Any) -> None:

@@ -55,7 +55,7 @@ from asyncnet.core.defs import OperatorDef
 from asyncnet.core.registry import Arg, register_gradient, register_op
 from asyncnet.ops._check import check_alloc, float_array, ndim, same_dtype
 from asyncnet.ops.grad import GradOut, MakerResult, output_grad
-from asyncnet.tensor.namespace import imported_torch, is_torch, namespace
+from asyncnet.tensor.namespace import is_torch, loaded_torch, namespace
 
 __all__ = ["Geometry", "geometry", "in_order", "taps", "im2col", "conv", "conv_gradient", "WINDOW_ARGS", "KERNEL_ARGS"]
 
@@ -315,16 +315,16 @@ _HAS_TORCH: list[bool] = []  # [installed?] once looked up
 
 
 def _torch() -> Any:
-    """The torch module, imported on first use when installed; None when it is not. (A module
-    another thread is still importing is not returned: ``import torch`` below waits for it.)"""
-    torch = imported_torch()
+    """The torch module, imported on first use when installed; None when it is not. While
+    another thread imports it, ``import torch`` below waits for that import to end."""
+    torch = loaded_torch()
     if torch is not None:
         return torch
     if not _HAS_TORCH:
         _HAS_TORCH.append(importlib.util.find_spec("torch") is not None)
     if not _HAS_TORCH[0]:
         return None
-    import torch  # noqa: F811 - a wide convolution on numpy arrays: torch's kernel wins
+    import torch  # a wide convolution on numpy arrays: torch's kernel wins
 
     from asyncnet.tensor.threads import torch_loaded
 

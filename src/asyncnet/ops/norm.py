@@ -37,7 +37,8 @@ from asyncnet.ops._check import array, axis_of, float_array, same_dtype
 from asyncnet.ops.grad import GradOut, MakerResult, output_grad
 from asyncnet.tensor.namespace import namespace
 
-__all__ = ["spatial_bn", "spatial_bn_gradient", "layer_norm", "layer_norm_gradient", "dropout", "dropout_grad"]
+__all__ = ["spatial_bn", "spatial_bn_gradient", "layer_norm", "layer_norm_gradient", "dropout", "dropout_grad",
+           "dropout_generator"]
 
 _EPS = Arg("epsilon", float, 1e-5, "added to the variance before the square root")
 _IS_TEST = Arg("is_test", bool, False, "inference mode")
@@ -316,6 +317,25 @@ _STREAM = "_random_seed_stream"  # key in the op instance's own args dict holdin
 _DROP_ARGS = [Arg("ratio", float, 0.5, "the probability of zeroing an element"), _IS_TEST]
 
 
+def dropout_generator(ctx: Any) -> np.random.Generator:
+    """The generator of one Dropout op instance (``ctx``: its context, ``operator.ctx``), made on
+    first use from its ``seed`` (else ``DeviceOption.random_seed``, else fresh entropy) and kept
+    with the instance. A trainer reads and sets its ``bit_generator.state`` to checkpoint it.
+
+        >>> import asyncnet as an
+        >>> ws = an.Workspace(); ws.feed("x", np.ones(4, np.float32))
+        >>> d = an.Net("d"); _ = d.Dropout("x", ["y", "m"], seed=3)
+        >>> net = ws.create_net(d); op = net.operators[0]; before = dropout_generator(op.ctx).bit_generator.state
+        >>> net.run(); dropout_generator(op.ctx).bit_generator.state == before
+        False
+    """
+    rng = ctx.args.get(_STREAM)
+    if rng is None:  # one generator per op instance (its args dict is its own), as fill.py does
+        seed = ctx.args["seed"]
+        rng = ctx.args[_STREAM] = np.random.default_rng(seed if seed >= 0 else getattr(ctx.device, "random_seed", None))
+    return rng
+
+
 @register_op("Dropout", inputs=1, outputs=(1, 2), allow_inplace={0: 0},
              args=[*_DROP_ARGS, Arg("seed", int, -1, "seed of the op's generator (made on its first run); -1: "
                                        "DeviceOption.random_seed, or fresh entropy when there is none")],
@@ -332,10 +352,7 @@ def dropout(ctx: Any, x: Any) -> Any:
         y = x if ctx.op.outputs[0] == ctx.op.inputs[0] else xp.copy(x)
         mask = np.ones(x.shape, dtype=np.bool_)
     else:
-        rng = ctx.args.get(_STREAM)
-        if rng is None:  # one generator per op instance (its args dict is its own), as fill.py does
-            seed = ctx.args["seed"]
-            rng = ctx.args[_STREAM] = np.random.default_rng(seed if seed >= 0 else getattr(ctx.device, "random_seed", None))
+        rng = dropout_generator(ctx)
         # numpy's draws on both libraries: one seed, one mask (asarray: a 0-d input draws a Python float)
         mask = np.asarray(rng.random(tuple(x.shape)) >= ratio)
     if xp.name == "torch":

@@ -89,7 +89,8 @@ def place(value: Any, device: str, library: str | None = None) -> Any:
     require_device(name)
     import torch
 
-    t = value if is_torch(value) else torch.from_numpy(np.ascontiguousarray(value))
+    # asarray(order="C"), not ascontiguousarray: that one makes a 0-d array 1-d
+    t = value if is_torch(value) else torch.from_numpy(np.asarray(value, order="C"))
     return t.to(name)
 
 

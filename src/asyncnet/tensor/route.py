@@ -38,7 +38,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from asyncnet.tensor.namespace import imported_torch
+from asyncnet.tensor.namespace import loaded_torch
 
 __all__ = ["NUMPY_WINS", "HOST_INPUTS", "ENABLED", "routed", "route_operators", "is_routed"]
 
@@ -179,7 +179,7 @@ def route_operators(operators: Sequence[Any]) -> None:
     """Wrap the kernel of every op in :data:`NUMPY_WINS` on a CPU device with :func:`routed`
     (once; only when torch is imported: without it no tensor can reach a kernel)."""
     global _TENSOR, _from_numpy
-    torch = imported_torch()
+    torch = loaded_torch()
     if torch is None or not ENABLED:
         return
     _TENSOR, _from_numpy = torch.Tensor, torch.from_numpy

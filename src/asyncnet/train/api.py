@@ -58,6 +58,7 @@ class TrainResult:
     steps: int = 0
     is_main: bool = True
     rank: int = 0
+    random_states: np.ndarray | None = None  # every worker's Dropout generators at the end (checkpointed)
 
     @property
     def program(self) -> Program:
@@ -80,7 +81,7 @@ class TrainResult:
             inputs = self.program.inputs
             if len(inputs) != 1:
                 raise TrainConfigError(f"predict feeds one input; model {self.program.name!r} reads {inputs}")
-            ws.feed(inputs[0], np.ascontiguousarray(x, self.program.dtype))
+            ws.feed(inputs[0], np.asarray(x, self.program.dtype, order="C"))
             ws.run_net_once(self.program.inference_net())
             return np.array(ws.fetch(self.program.scores, host=True))
         finally:
@@ -90,9 +91,10 @@ class TrainResult:
         """Write the final parameters, optimizer state and ``iter`` as an npz checkpoint
         (``program.load`` reads it back; ``train(..., resume=...)`` continues from it), with the
         run's settings, epochs and data source (``data``) in its metadata."""
-        from asyncnet.model.checkpoint import save_arrays
+        from asyncnet.model.checkpoint import RANDOM, save_arrays
 
-        save_arrays(self.program.model, self.params, str(path),
+        arrays = self.params if self.random_states is None else {**self.params, RANDOM: self.random_states}
+        save_arrays(self.program.model, arrays, str(path),
                     {"run": {"config": self.config.to_dict(), "epochs": [m.to_dict() for m in self.history],
                              "partial": None, "data": data}})
         return Path(path)
@@ -253,7 +255,8 @@ def _result(cfg: TrainConfig, ds: Dataset, model: Any, results: list[WorkerResul
     return TrainResult(config=cfg, history=history, params=main.params or {},
                        traces=[r.trace_events for r in results if r.trace_events],
                        model=build_program(cfg, ds.input_dim, ds.num_classes, model),
-                       steps=sum(r.steps for r in results), is_main=rank == 0, rank=rank)
+                       steps=sum(r.steps for r in results), is_main=rank == 0, rank=rank,
+                       random_states=main.random_states)
 
 
 # -- the run directory -----------------------------------------------------------------------

@@ -20,8 +20,10 @@ and reports. A strategy supplies the sharding, the update and the end-of-epoch h
   evaluates the parameters while they hold still, and ``broadcast`` hands its figures to all.
 
 Batches are a pure function of (seed, epoch), so a resumed run (:class:`Resume`) sees the data
-it would have seen unbroken; in sync mode a checkpoint taken inside an epoch
-(``checkpoint_every``) resumes at the next batch with the same bits.
+it would have seen unbroken; the random ops (Dropout) of each worker are seeded from (seed,
+rank) and their generators' states are checkpointed with the parameters (every worker's,
+gathered by :func:`gather_random_states`), so in sync mode a resumed run, also from a
+checkpoint taken inside an epoch (``checkpoint_every``), gives the bits of an unbroken one.
 """
 
 from __future__ import annotations
@@ -34,14 +36,16 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from asyncnet.errors import TrainingDivergedError
+from asyncnet.errors import TrainConfigError, TrainingDivergedError
+from asyncnet.model.checkpoint import RANDOM
 from asyncnet.train.config import HOGWILD_STALE_WORKERS, TrainConfig
 from asyncnet.train.data import Dataset, epoch_batches, num_batches, shard, worker_samples
 from asyncnet.train.program import Program, build_program
 from asyncnet.train.report import EpochMetrics
-from asyncnet.train.worker import EpochClock, WorkerNets, WorkerResult
+from asyncnet.train.worker import STATE_WORDS, EpochClock, WorkerNets, WorkerResult
 
-__all__ = ["Resume", "DivergenceGuard", "run_worker", "launch", "SyncStrategy", "HogwildStrategy", "TRACE_STEP"]
+__all__ = ["Resume", "DivergenceGuard", "run_worker", "launch", "SyncStrategy", "HogwildStrategy", "TRACE_STEP",
+           "TRAINER_SYNC", "check_trainer_sync", "gather_random_states", "restore_random_states"]
 
 log = logging.getLogger("asyncnet.train")
 
@@ -111,6 +115,80 @@ def click_figures(ds: Any, test_loss: float, test_auc: float) -> dict[str, float
     return {"test_auc": float(test_auc), "test_log_loss": float(test_loss), "optimal_auc": ds.optimal_auc()}
 
 
+#: what the trainers use of a sync: the Allreduce ops call only ``sync_gradients``; the epoch
+#: loop also meets (``barrier``), averages its figures (``all_reduce_mean``) and hands rank 0's
+#: to the others (``broadcast``)
+TRAINER_SYNC = ("num_workers", "worker_id", "sync_gradients", "barrier", "all_reduce_mean", "broadcast")
+
+
+def check_trainer_sync(sync: Any) -> None:
+    """Raise one :class:`~asyncnet.errors.TrainConfigError` naming every member of
+    :data:`TRAINER_SYNC` that ``sync`` lacks (a user's sync written for the Allreduce op alone).
+
+        >>> class OnlyGradients:
+        ...     num_workers, worker_id = 1, 0
+        ...     def sync_gradients(self, grads): pass
+        >>> check_trainer_sync(OnlyGradients())
+        Traceback (most recent call last):
+        ...
+        asyncnet.errors.TrainConfigError: the trainers need a sync with num_workers, worker_id, sync_gradients(grads), barrier(), all_reduce_mean(values) and broadcast(values, root) (the asyncnet.sync.GradientSync protocol); OnlyGradients lacks barrier, all_reduce_mean, broadcast
+    """
+    attrs = ("num_workers", "worker_id")
+    missing = [m for m in TRAINER_SYNC if not (hasattr(sync, m) if m in attrs else callable(getattr(sync, m, None)))]
+    if missing:
+        raise TrainConfigError("the trainers need a sync with num_workers, worker_id, sync_gradients(grads), barrier(), "
+                               "all_reduce_mean(values) and broadcast(values, root) (the asyncnet.sync.GradientSync "
+                               f"protocol); {type(sync).__name__} lacks {', '.join(missing)}")
+
+
+def gather_random_states(strategy: Any) -> np.ndarray | None:
+    """Every worker's random generators, uint64 [workers, ops, words], on every worker (one
+    broadcast round per worker, each word sent as two exact 32-bit halves in float64); None,
+    with no round, for a model without random ops. Every worker calls it at the same point."""
+    nets, world, rank = strategy.nets, strategy.world, strategy.rank
+    if not nets.random_ops:
+        return None
+    mine = nets.random_states()
+    out = np.zeros((world, *mine.shape), np.uint64)
+    for root in range(world):
+        halves = _halves(mine) if root == rank else np.zeros(2 * mine.size, np.float64)
+        if world > 1:
+            strategy.sync.broadcast(halves, root=root)
+        out[root] = _joined(halves).reshape(mine.shape)
+    return out
+
+
+def _halves(words: np.ndarray) -> np.ndarray:
+    w = words.reshape(-1)
+    return np.stack([w >> np.uint64(32), w & np.uint64(0xFFFFFFFF)], axis=1).astype(np.float64).reshape(-1)
+
+
+def _joined(halves: np.ndarray) -> np.ndarray:
+    hl = halves.reshape(-1, 2).astype(np.uint64)
+    return (hl[:, 0] << np.uint64(32)) | hl[:, 1]
+
+
+def restore_random_states(strategy: Any, arrays: dict[str, np.ndarray] | None) -> None:
+    """Continue this worker's random generators from a checkpoint's :data:`RANDOM` entry; a
+    checkpoint of another number of workers or random ops leaves them as seeded (logged)."""
+    states = None if not arrays else arrays.get(RANDOM)
+    nets = strategy.nets
+    if states is None or not nets.random_ops:
+        return
+    want = (strategy.world, nets.random_ops, STATE_WORDS)
+    if states.shape != want:
+        log.warning("the checkpoint's random generators are for [workers, ops, words] = %s, this run has %s: "
+                    "the Dropout masks start from the seed", list(states.shape), list(want))
+        return
+    nets.set_random_states(states[strategy.rank])
+
+
+def _with_states(arrays: dict[str, np.ndarray], states: np.ndarray | None) -> dict[str, np.ndarray]:
+    if states is not None:
+        arrays[RANDOM] = states
+    return arrays
+
+
 # -- strategies ------------------------------------------------------------------------------
 class SyncStrategy:
     """Data-parallel replicas (one of them: local mode): sharded global batches, all-reduced
@@ -119,13 +197,15 @@ class SyncStrategy:
     mid_epoch_checkpoints = True
 
     def __init__(self, cfg: TrainConfig, ds: Dataset, program: Program, sync: Any):
+        check_trainer_sync(sync)
         self.cfg, self.ds, self.sync = cfg, ds, sync
         self.world, self.rank = sync.num_workers, sync.worker_id
-        self.nets = WorkerNets(cfg, program, sync=sync, feeds=ds.feeds if ds.log is not None else None)
+        self.nets = WorkerNets(cfg, program, sync=sync, feeds=ds.feeds if ds.log is not None else None, rank=self.rank)
 
     def start(self, resume: Resume | None) -> None:
         if resume is not None:
             self.nets.load(resume.arrays)
+            restore_random_states(self, resume.arrays)
         if self.world > 1:
             self.sync.barrier()  # start together: no epoch times a peer's start-up
 
@@ -177,14 +257,17 @@ class HogwildStrategy:
 
     def __init__(self, cfg: TrainConfig, ds: Dataset, program: Program, sync: Any, state: dict[str, np.ndarray],
                  mutex: Any, stop: Any):
+        check_trainer_sync(sync)
         self.cfg, self.ds, self.sync, self.stop = cfg, ds, sync, stop
         self.world, self.rank = sync.num_workers, sync.worker_id
         self.batch = max(1, cfg.batch_size // self.world)  # as many samples in flight as one sync step
         self.nets = WorkerNets(cfg, program, shared=state, iter_op="AtomicIter", mutex=mutex,
-                               feeds=ds.feeds if ds.log is not None else None)
+                               feeds=ds.feeds if ds.log is not None else None, rank=self.rank)
         self._part: tuple[np.ndarray, np.ndarray] | None = None
 
     def start(self, resume: Resume | None) -> None:
+        if resume is not None:
+            restore_random_states(self, resume.arrays)
         self.sync.barrier()  # the state is loaded by the launcher; start together
 
     def _samples(self, epoch: int) -> tuple[np.ndarray, np.ndarray]:
@@ -291,9 +374,16 @@ def _epoch(cfg: TrainConfig, strategy: Any, program: Program, epoch: int, result
             reporter.batch(loss, acc, samples)
         if every and nets.iteration() % every == 0:  # the same step on every replica
             clocks = strategy.gather_clocks(clock)
+            states = gather_random_states(strategy)
             if writer is not None:
-                writer.mid_epoch(program, nets.params(), {"epoch": epoch, "batches": b + 1, "workers": clocks})
+                writer.mid_epoch(program, _with_states(nets.params(), states),
+                                 {"epoch": epoch, "batches": b + 1, "workers": clocks})
     metrics, arrays = strategy.end_epoch(epoch, clock, snapshot=writer is not None)
+    states = gather_random_states(strategy)  # every worker, every epoch: the final checkpoint has them too
+    if rank == 0:
+        result.random_states = states
+    if arrays is not None:
+        _with_states(arrays, states)
     guard.check(metrics.test_loss, f"the end of epoch {epoch} (test loss, worker {rank})")
     if writer is not None:
         writer.epoch_end(program, arrays, metrics)
@@ -346,7 +436,8 @@ def initial_state(cfg: TrainConfig, ds: Dataset, model: Any = None) -> dict[str,
     program = build_program(cfg, ds.input_dim, ds.num_classes, model)
     ws = an.Workspace()
     ws.run_net_once(program.init_net)
-    state = {k: np.ascontiguousarray(ws.fetch(k)) for k in ws.blobs() if isinstance(ws.fetch(k), np.ndarray)}
+    # asarray(order="C"), not ascontiguousarray: that one makes a 0-d blob 1-d
+    state = {k: np.asarray(ws.fetch(k), order="C") for k in ws.blobs() if isinstance(ws.fetch(k), np.ndarray)}
     state.setdefault("iter", np.zeros(1, np.int64))
     return state
 
@@ -376,8 +467,10 @@ def _launch_hogwild(cfg: TrainConfig, ds: Dataset, model: Any, reporter: Any, re
     state = initial_state(cfg, ds, model)
     if resume is not None:
         for name, value in resume.arrays.items():
-            np.copyto(state[name], value)
-        resume = Resume({}, resume.epochs)  # the arrays are in the shared state already
+            if name != RANDOM:
+                np.copyto(state[name], value)
+        # the arrays are in the shared state already; each worker continues its own generators
+        resume = Resume({k: v for k, v in resume.arrays.items() if k == RANDOM}, resume.epochs)
     if cfg.backend == "threads":
         from asyncnet.atomic import AtomicBool, Mutex
 

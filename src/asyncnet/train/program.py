@@ -183,9 +183,12 @@ class Program:
     def gradient_net(self, name: str = "grad") -> Net:
         """The forward net plus the backward ops: also writes every ``self.grads[p]``."""
         net, grads = self.model.gradient_net(name)
+        self._check_grads(grads)
+        return net
+
+    def _check_grads(self, grads: dict[str, Any]) -> None:
         if grads != self.grads:  # the builder is deterministic; this guards the contract
             raise NetDefinitionError(f"gradient names changed: {grads} != {self.grads}")
-        return net
 
     def update_net(self, name: str = "update", iter_op: str | None = "Iter", mutex_blob: str | None = None) -> Net:
         """Advances ``iter`` (``Iter``, ``AtomicIter`` under ``mutex_blob``, or None), computes
@@ -206,17 +209,20 @@ class Program:
         backward pass. Both give the same bits. ``micro_batches=k > 1`` is gradient
         accumulation: run :meth:`accumulate_net` on micro-batches 1..k-1 and this net on the k-th.
         """
-        net = self.gradient_net(name)
-        grads = dict(self.grads)
-        if micro_batches > 1:
-            add_accumulated_mean(net, [g for g in grads.values() if isinstance(g, str)], micro_batches)
-        elif micro_batches != 1:
+        if not (micro_batches == 1 or micro_batches > 1):
             raise NetDefinitionError(f"expected micro_batches >= 1, got {micro_batches!r}", "micro_batches")
-        if sync_blob is not None:
-            grads = _densified(net, grads)
-            self._add_allreduce(net, sync_blob, grads, bucket_mb)
-        self._add_update(net, grads, iter_op, mutex_blob)
-        return net
+
+        def before_update(net: Net, grads: dict[str, Any]) -> dict[str, Any]:
+            self._check_grads(grads)
+            if micro_batches > 1:
+                add_accumulated_mean(net, [g for g in grads.values() if isinstance(g, str)], micro_batches)
+            if sync_blob is not None:
+                grads = _densified(net, grads)
+                self._add_allreduce(net, sync_blob, grads, bucket_mb)
+            return grads
+
+        return self.model.train_net(name, self.optimizer, self.lr, before_update=before_update,
+                                    **self.update_settings(iter_op, mutex_blob))
 
     def accumulate_net(self, name: str = "accumulate", first: bool = False) -> Net:
         """A micro-batch of gradient accumulation: the gradient net, then each gradient copied
@@ -235,10 +241,20 @@ class Program:
             nbytes = {grads[p]: int(np.prod(self.shapes[p])) * self.dtype.itemsize for p in self.params}
             add_bucketed_allreduce(net, sync_blob, gradient_buckets(net, dense, nbytes, max(1, int(bucket_mb * 2**20))))
 
+    def update_settings(self, iter_op: str | None = "Iter", mutex_blob: str | None = None) -> dict[str, Any]:
+        """The keyword arguments of :func:`~asyncnet.model.optimizer.build_optimizer` (and of
+        :meth:`ModelHelper.train_net <asyncnet.model.ModelHelper.train_net>`) besides the
+        optimizer and lr: this program's update.
+
+            >>> mlp_program(2, (2,), 2, lr_step=5).update_settings()["stepsize"]
+            5
+        """
+        return {"momentum": self.momentum, "betas": self.betas, "eps": self.eps, "weight_decay": self.weight_decay,
+                "lr_policy": self.lr_policy, "stepsize": self.lr_step, "gamma": self.lr_gamma, "iter_op": iter_op,
+                "mutex_blob": mutex_blob, "lr_args": self.lr_args}
+
     def _add_update(self, net: Net, grads: dict[str, Any], iter_op: str | None, mutex_blob: str | None) -> None:
-        build_optimizer(self.model, net, grads, self.optimizer, self.lr, momentum=self.momentum, betas=self.betas,
-                        eps=self.eps, weight_decay=self.weight_decay, lr_policy=self.lr_policy, stepsize=self.lr_step,
-                        gamma=self.lr_gamma, iter_op=iter_op, mutex_blob=mutex_blob, lr_args=self.lr_args)
+        build_optimizer(self.model, net, grads, self.optimizer, self.lr, **self.update_settings(iter_op, mutex_blob))
 
     # -- checkpoints ------------------------------------------------------------------------
     def save(self, ws: Any, path: str | os.PathLike[str], extra: dict[str, Any] | None = None) -> None:
