@@ -210,3 +210,13 @@ def test_caffe2_squeezenet_predict_net_matches_torch(hw):
     pool1 = workspace.FetchBlob("pool1")
     conv1 = (hw[0] - 3) // 2 + 1
     assert pool1.shape[2] == _torch_ceil_out(conv1, 3, 2, 0)
+
+
+def test_onnx_export_refuses_input_dependent_legacy_pads():
+    pytest.importorskip("onnx")
+    from asyncnet.interop.onnx import OnnxExportError, export
+
+    net = an.Net("p")
+    net.MaxPool("x", "y", kernel=3, stride=2, legacy_pad=3)
+    with pytest.raises(OnnxExportError, match="legacy_pad"):
+        export((an.Net("init").to_def(), net.to_def()), None, {"x": np.zeros((1, 1, 7, 7), np.float32)}, ["y"])
