@@ -220,3 +220,18 @@ def test_onnx_export_refuses_input_dependent_legacy_pads():
     net.MaxPool("x", "y", kernel=3, stride=2, legacy_pad=3)
     with pytest.raises(OnnxExportError, match="legacy_pad"):
         export((an.Net("init").to_def(), net.to_def()), None, {"x": np.zeros((1, 1, 7, 7), np.float32)}, ["y"])
+
+
+def test_same_on_1d_inputs_and_torch_tensors():
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((2, 3, 9)).astype(np.float32)  # Caffe2's 1-D form [N, C, L]
+    w = rng.standard_normal((4, 3, 4)).astype(np.float32)
+    head, tail, out = legacy_size_and_pad(SAME, 9, 2, 4, 1, 0)
+    ref = F.conv1d(F.pad(torch.tensor(x), (head, tail)), torch.tensor(w), stride=2).numpy()
+    assert ref.shape[-1] == out == 5
+    np.testing.assert_allclose(_run("Conv", {"x": x, "w": w}, stride=2, legacy_pad=2).fetch("y"), ref, atol=1e-5)
+    x4 = rng.standard_normal((1, 3, 8, 7)).astype(np.float32)
+    w4 = rng.standard_normal((2, 3, 3, 3)).astype(np.float32)
+    want = _run("Conv", {"x": x4, "w": w4}, stride=2, legacy_pad=2).fetch("y")
+    got = _run("Conv", {"x": torch.tensor(x4), "w": torch.tensor(w4)}, stride=2, legacy_pad=2).fetch("y")
+    np.testing.assert_allclose(np.asarray(got), want, atol=1e-5)
