@@ -30,7 +30,7 @@ import numpy as np
 from asyncnet.core.registry import Arg, register_no_gradient, register_op
 from asyncnet.ops._check import array
 
-__all__ = ["StatRegistry", "DEFAULT", "atomic_iter_key"]
+__all__ = ["DEFAULT", "StatRegistry", "atomic_iter_key"]
 
 
 class StatRegistry:
