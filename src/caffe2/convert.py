@@ -227,7 +227,8 @@ def op_from_asyncnet(op: OperatorDef) -> Any:
 def drop_unknown_args(op: OperatorDef, where: str = "op") -> OperatorDef:
     """Caffe2's leniency: the arguments ``op``'s schema does not take are dropped, each logged
     once (per op type and name) as a warning; an unknown op type is still an error. Arguments
-    whose meaning asyncnet cannot honour (a ``legacy_pad`` other than NOTSET or VALID) are refused."""
+    whose meaning asyncnet cannot honour (a ``legacy_pad`` other than NOTSET or VALID on an op whose
+    schema has no ``legacy_pad``, such as ConvTranspose) are refused."""
     try:
         schema = get_schema(op.type)
     except NetDefinitionError as e:

@@ -7,7 +7,7 @@ differences; caffe2/operators/pool_op.cc (AveragePool's count_include_pad defaul
 global_pooling pools the whole image). The references here are torch.nn.functional on the
 explicitly padded NCHW input (Caffe2's asymmetric pads) and central differences.
 Caffe2's 1-D forms (X [N, C, L], Conv1D, MaxPool1D...) and its 2-D names (Conv2D...) are
-checked too; asyncnet has no 3-D form and no `legacy_pad` (documented in docs/compatibility.md).
+checked too; asyncnet has no 3-D form (documented in docs/compatibility.md); `legacy_pad` is tested in tests/caffe2_compat/test_c2_legacy_pad.py.
 """
 
 from __future__ import annotations
@@ -161,7 +161,7 @@ def test_pooling_gradients(op, order):
 def test_what_asyncnet_does_not_take():
     x = np.zeros((1, 1, 4, 4), np.float32)
     with pytest.raises(an.NetDefinitionError, match="legacy_pad"):
-        run("MaxPool", {"x": x}, kernel=2, legacy_pad=3)
+        run("MaxPool", {"x": x}, kernel=2, legacy_pad=5)
     with pytest.raises(an.NetDefinitionError, match="order"):
         run("MaxPool", {"x": x}, kernel=2, order="NCDHW")
     with pytest.raises(an.OperatorError, match="4-D"):

@@ -39,6 +39,7 @@ from asyncnet.atomic.local import AtomicBool, AtomicInt, Mutex
 from asyncnet.atomic._intmath import wrap
 from asyncnet.core.defs import OperatorDef
 from asyncnet.core.registry import Arg, register_op
+from asyncnet.ops.caffe2_stats import DEFAULT as STATS, atomic_iter_key
 from asyncnet.tensor.namespace import is_array, namespace
 
 __all__ = ["increment_iter"]
@@ -244,7 +245,8 @@ def iter_op(ctx: Any, *inputs: Any) -> np.ndarray:
 
 @register_op(
     "AtomicIter", inputs=2, outputs=1, enforce_inplace={1: 0}, devices=("cpu", "cuda"),
-    doc="Under the mutex (input 0), increment the int64 counter in input 1 in place (output 0 is the same blob).",
+    doc="Under the mutex (input 0), increment the int64 counter in input 1 in place (output 0 is the same blob); "
+        "counts the run in the process's stat registry (key atomic_iter/stats/<iter>/num_iter, see StatRegistryExport).",
     inputs_doc=("mutex", "iter (int64, 1 element)"), outputs_doc=("iter (int64)",),
 )
 def atomic_iter(ctx: Any, mutex: Any, counter: Any) -> np.ndarray:
@@ -252,6 +254,7 @@ def atomic_iter(ctx: Any, mutex: Any, counter: Any) -> np.ndarray:
     counter = _iter_tensor(ctx, counter, 1, "input")
     with mutex:
         increment_iter(counter)
+    STATS.add(atomic_iter_key(ctx.op.inputs[1]), 1)
     return counter
 
 

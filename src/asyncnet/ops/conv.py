@@ -57,7 +57,8 @@ from asyncnet.ops._check import check_alloc, float_array, ndim, same_dtype
 from asyncnet.ops.grad import GradOut, MakerResult, output_grad
 from asyncnet.tensor.namespace import is_torch, loaded_torch, namespace
 
-__all__ = ["Geometry", "geometry", "in_order", "taps", "im2col", "conv", "conv_gradient", "WINDOW_ARGS", "KERNEL_ARGS"]
+__all__ = ["Geometry", "geometry", "in_order", "taps", "im2col", "conv", "conv_gradient", "WINDOW_ARGS", "KERNEL_ARGS",
+           "legacy_size_and_pad"]
 
 ORDER = Arg("order", str, "NCHW", "memory order: NCHW, or NHWC (filters [M, kh, kw, C/group])", choices=("NCHW", "NHWC"))
 KERNEL_ARGS = [Arg("kernel", int, 0, "kernel size, both dims (0: not given)"),
@@ -65,7 +66,10 @@ KERNEL_ARGS = [Arg("kernel", int, 0, "kernel size, both dims (0: not given)"),
 WINDOW_ARGS = [Arg("stride", int, 1), Arg("stride_h", int, 0, "0: use stride"), Arg("stride_w", int, 0, "0: use stride"),
                Arg("strides", list, [], "[stride_h, stride_w]", item_type=int),
                Arg("pad", int, 0), *(Arg(f"pad_{s}", int, -1, "-1: use pad") for s in "tlbr"),
-               Arg("pads", list, [], "[pad_t, pad_l, pad_b, pad_r]", item_type=int), ORDER]
+               Arg("pads", list, [], "[pad_t, pad_l, pad_b, pad_r]", item_type=int), ORDER,
+               Arg("legacy_pad", int, 0, "Caffe2's LegacyPadding: 0 NOTSET (the pads given), 1 VALID (no pad), 2 SAME "
+                   "(out = ceil(in / stride), the odd pad at the tail), 3 CAFFE_LEGACY_POOLING (Caffe's ceil-mode "
+                   "output size; the head pads given, the tail pads derived)", choices=(0, 1, 2, 3))]
 DILATION_ARGS = [Arg("dilation", int, 1), Arg("dilation_h", int, 0, "0: use dilation"), Arg("dilation_w", int, 0, "0: use dilation"),
                  Arg("dilations", list, [], "[dilation_h, dilation_w]", item_type=int)]
 
@@ -197,6 +201,9 @@ def geometry(args: dict[str, Any], hw: tuple[int, int], kernel: tuple[int, int] 
         base = args.get("pad", 0)
         pads = tuple(base if args.get(f"pad_{s}", -1) == -1 else args[f"pad_{s}"] for s in "tlbr")
     pads = (0, 0, 0, 0) if glob else pads
+    mode = 0 if glob else args.get("legacy_pad", 0)
+    if mode:
+        return _legacy_geometry(mode, hw, tuple(k), stride, dil, pads)  # type: ignore[arg-type]
     if min(stride) < 1 or min(dil) < 1 or min(pads) < 0:
         raise ValueError(f"expected strides and dilations >= 1 and pads >= 0, got stride {stride}, dilation {dil}, pads {pads}")
     span = (dil[0] * (k[0] - 1) + 1, dil[1] * (k[1] - 1) + 1)
@@ -205,6 +212,51 @@ def geometry(args: dict[str, Any], hw: tuple[int, int], kernel: tuple[int, int] 
         raise ValueError(f"the kernel {tuple(k)} (dilation {dil}) spans {span}, more than the padded input {padded}")
     out = ((padded[0] - span[0]) // stride[0] + 1, (padded[1] - span[1]) // stride[1] + 1)
     return Geometry(tuple(k), tuple(stride), tuple(dil), pads, out)  # type: ignore[arg-type]
+
+
+NOTSET, VALID, SAME, CAFFE_LEGACY_POOLING = 0, 1, 2, 3  # Caffe2's LegacyPadding (caffe2_legacy.proto)
+
+
+def legacy_size_and_pad(mode: int, size: int, stride: int, kernel: int, dilation: int, head: int) -> tuple[int, int, int]:
+    """(pad_head, pad_tail, out_size) of one spatial dim under Caffe2's ``legacy_pad`` ``mode``
+    (VALID, SAME or CAFFE_LEGACY_POOLING), as Caffe2's ConvPoolOpBase computed them; ``head``
+    is the head pad given (read by CAFFE_LEGACY_POOLING only).
+
+    >>> legacy_size_and_pad(SAME, 7, 2, 3, 1, 0)        # out = ceil(7 / 2), one pad each side
+    (1, 1, 4)
+    >>> legacy_size_and_pad(CAFFE_LEGACY_POOLING, 6, 2, 3, 1, 0)   # Caffe's ceil-mode pooling
+    (0, 2, 3)
+    """
+    span = dilation * (kernel - 1) + 1
+    if mode == VALID:
+        if size < span:
+            raise ValueError(f"legacy_pad=VALID: the kernel spans {span}, more than the input's {size}")
+        return 0, 0, (size - span) // stride + 1
+    if mode == SAME:
+        if dilation != 1:
+            raise ValueError(f"legacy_pad=SAME takes no dilation (as in Caffe2), got dilation {dilation}")
+        need = (-(-size // stride) - 1) * stride + kernel - size
+        if need < 0:
+            raise ValueError(f"legacy_pad=SAME needs a negative pad ({need}) for kernel {kernel} and stride {stride}")
+        return need // 2, need - need // 2, (size + need - span) // stride + 1
+    extent = size + 2 * head - kernel
+    if extent < 0:
+        raise ValueError(f"legacy_pad=CAFFE_LEGACY_POOLING: the kernel {kernel} is larger than the input {size} padded by {head} each side")
+    out = -(-extent // stride) + 1  # Caffe rounds the output size up, Caffe2 down
+    if head > 0 and (out - 1) * stride >= size + head:
+        out -= 1  # the last window must start inside the image or its head pad
+    standard = extent // stride + 1
+    return head, head + stride * (out - standard), out
+
+
+def _legacy_geometry(mode: int, hw: tuple[int, int], k: tuple[int, int], stride: tuple[int, int], dil: tuple[int, int],
+                     pads: tuple[int, ...]) -> Geometry:
+    if mode in (VALID, SAME) and any(pads):
+        raise ValueError(f"legacy_pad={'VALID' if mode == VALID else 'SAME'} takes no pads (as in Caffe2), got pads (t, l, b, r) = {pads}")
+    if min(stride) < 1 or min(dil) < 1 or min(pads) < 0:
+        raise ValueError(f"expected strides and dilations >= 1 and pads >= 0, got stride {stride}, dilation {dil}, pads {pads}")
+    (t, b, oh), (l, r, ow) = (legacy_size_and_pad(mode, hw[i], stride[i], k[i], dil[i], pads[i]) for i in (0, 1))
+    return Geometry(k, stride, dil, (t, l, b, r), (oh, ow))
 
 
 def pad_input(x: np.ndarray, g: Geometry, value: float = 0.0) -> np.ndarray:

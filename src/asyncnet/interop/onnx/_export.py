@@ -83,6 +83,8 @@ def _fc(g: _Graph, op: OperatorDef, needed: set) -> None:
 def _window(op: OperatorDef, kernel: tuple[int, int] | None) -> dict[str, Any]:
     from asyncnet.ops.conv import geometry
 
+    if op.args.get("legacy_pad", 0) not in (0, 1):
+        raise ValueError("legacy_pad SAME or CAFFE_LEGACY_POOLING (pads that depend on the input size)")
     geo = geometry(dict(op.args), (1 << 20, 1 << 20), kernel)
     return {"kernel_shape": list(geo.kernel), "strides": list(geo.stride), "pads": list(geo.pads)}, geo
 
