@@ -390,6 +390,17 @@ def _spatial_bn(draw, dt):
     return inputs, {"is_test": False, INPLACE: {1: 3, 2: 4}}, 5, [0, 1, 2], [0]
 
 
+@builder("LSTMUnit")
+def _lstm_unit(draw, dt):
+    n, d = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    h, c, gates = (arr(draw, s, dt, -0.5, 0.5) for s in ((1, n, d), (1, n, d), (1, n, 4 * d)))
+    step = np.array([draw(st.integers(0, 3))], np.int32)
+    if draw(st.booleans()):  # with seq_lengths: some sequences may have ended
+        lengths = np.asarray(draw(st.lists(st.integers(0, 4), min_size=n, max_size=n)), np.int32)
+        return [h, c, gates, lengths, step], {"drop_states": draw(st.booleans())}, 2, [0, 1, 2], [0, 1]
+    return [h, c, gates, step], {"sequence_lengths": False}, 2, [0, 1, 2], [0, 1]
+
+
 @builder("LSTM")
 def _lstm(draw, dt):
     t, n, i, h = (draw(st.integers(1, 3)) for _ in range(4))
