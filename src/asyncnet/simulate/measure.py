@@ -31,10 +31,11 @@ import tempfile
 import time
 from typing import Any, Callable
 
-from asyncnet.simulate.model import Network, Workload
+from asyncnet.simulate.model import HybridWorkload, Network, Workload, hybrid_step_seconds
 
 __all__ = ["BLAS_ENV", "DIMS", "PROBE_BYTES", "free_port", "spawn_ranks", "interleaved_rounds", "interleaved_medians",
-           "run_ranks", "profile_compute", "measure_network", "cores_got", "workload_from", "network_from"]
+           "run_ranks", "profile_compute", "measure_network", "cores_got", "workload_from", "network_from",
+           "HYBRID_PHASES", "run_hybrid", "hybrid_workload_from", "validate_hybrid"]
 
 BLAS_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 DIMS = (64, 1024, 1024, 10)
@@ -222,3 +223,102 @@ def network_from(r: dict[str, Any]) -> Network:
     return Network(bandwidth=PROBE_BYTES / max(r["big_s"] - 2 * alpha - wakeup, 1e-9), latency=alpha,
                    cpu_per_byte=max(r["big_cpu_s"] - 2 * cpu_msg, 0.0) / PROBE_BYTES, cpu_per_message=cpu_msg,
                    wakeup=wakeup)
+
+
+HYBRID_PHASES = ("lookup", "alltoall", "dense", "allreduce", "update")
+
+
+def _hybrid_rank(rank: int, world: int, port: int, out: str, spec: str, batch: int, steps: int, dims: dict[str, Any],
+                 network: bool, after_compute: bool = True) -> None:
+    """One gloo rank of the hybrid dlrm: median step and phase seconds (and the network probes)."""
+    import numpy as np
+    import torch
+    import torch.distributed as dist
+
+    from asyncnet.train.criteo import load_click_data
+    from asyncnet.train.dlrm_hybrid import HybridDLRM, TorchComm
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    try:
+        log = load_click_data(spec)
+        model = HybridDLRM(TorchComm(), lr=0.01, **dims, **log.model_args)
+        feeds = [log.batch(np.arange(i * batch, (i + 1) * batch) % len(log)) for i in range(4)]
+        phases: dict[str, list[float]] = {}
+        count = [0]
+
+        def step() -> None:
+            model.step(feeds[count[0] % len(feeds)])
+            count[0] += 1
+            for k, v in model.times.items():
+                phases.setdefault(k, []).append(v)
+
+        parts, before = _network_parts(after_compute) if network and world > 1 else ({}, {})
+        parts["step"] = step
+        res: dict[str, Any] = {"ranks": world, "tables": model.num_tables, "dim": model.dim, "batch": batch,
+                               "owned": len(model.local),
+                               "mlp_grads": [int(np.asarray(model.ws.fetch(g)).nbytes) for g in model.dense_params]}
+        res.update(interleaved_medians(parts, steps, 2, dist.barrier, before))
+        res.update({f"{k}_s": statistics.median(v[-steps:]) for k, v in phases.items()})
+        with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
+            json.dump(res, f)
+    finally:
+        model_ws = locals().get("model")
+        if model_ws is not None:
+            model_ws.ws.close()
+        dist.destroy_process_group()
+
+
+def run_hybrid(world: int, spec: str, batch: int, steps: int = 10, dims: dict[str, Any] | None = None,
+               network: bool = True, after_compute: bool = True) -> dict[str, Any]:
+    """Spawn ``world`` gloo ranks training the hybrid dlrm on ``spec`` (``random:...``) with a
+    global batch of ``batch``; rank 0's medians of the step, of its phases (``lookup_s``,
+    ``alltoall_s``, ``dense_s``, ``allreduce_s``, ``update_s`` and their ``_cpu_s``) and, with
+    ``network`` and 2 ranks or more, the network probes of :func:`measure_network` (after a
+    GEMM, or warm: ``after_compute``)."""
+    return spawn_ranks(_hybrid_rank, world, spec, batch, steps, dict(dims or {}), network, after_compute,
+                       prefix="asyncnet-hybrid-")
+
+
+def hybrid_workload_from(r: dict[str, Any], clock: str = "", call: float | None = None) -> HybridWorkload:
+    """The one-process :class:`~asyncnet.simulate.model.HybridWorkload` from a run's phase medians
+    (``clock=""`` wall, ``"_cpu"`` process CPU), scaled back from that run's share of the work;
+    the seconds per collective ``call`` from a one-rank run's collectives unless given.
+
+    >>> r = {"ranks": 2, "tables": 4, "owned": 2, "dim": 8, "batch": 64, "mlp_grads": [40],
+    ...      "lookup_s": 1.0, "dense_s": 2.0, "update_s": 3.0}
+    >>> w = hybrid_workload_from(r); (w.lookup, w.dense, w.update, w.mlp_grads)
+    (2.0, 4.0, 6.0, (40,))
+    """
+    tables, owned, ranks = r["tables"], max(r["owned"], 1), r["ranks"]
+    if call is None:
+        call = (r.get(f"alltoall{clock}_s", 0.0) + r.get(f"allreduce{clock}_s", 0.0)) / (3 + len(r["mlp_grads"]))
+    return HybridWorkload(call=call, lookup=r[f"lookup{clock}_s"] * tables / owned, dense=r[f"dense{clock}_s"] * ranks,
+                          update=r[f"update{clock}_s"] * tables / owned, tables=tables, dim=r["dim"],
+                          batch=r["batch"], mlp_grads=tuple(r["mlp_grads"]))
+
+
+def validate_hybrid(spec: str, batch: int, steps: int = 10, dims: dict[str, Any] | None = None,
+                    ranks: tuple[int, ...] = (1, 2), after_compute: bool = True) -> dict[str, Any]:
+    """Measured step seconds of the hybrid dlrm on 1 and 2 gloo ranks against
+    :func:`~asyncnet.simulate.model.hybrid_step_seconds`, predicted from the 1-rank run's phases
+    and the 2-rank run's network probes (*predicted*), and from the R-rank run's own compute CPU
+    on the cores it got (*cores got*, as :func:`cores_got`). ``after_compute``: the network probed
+    after a GEMM (the phases of a large model are long enough for gloo's threads to sleep) or warm."""
+    runs = {p: run_hybrid(p, spec, batch, steps, dims, after_compute=after_compute) for p in ranks}
+    one = runs.get(1) or run_hybrid(1, spec, batch, steps, dims)
+    two = runs.get(2) or run_hybrid(2, spec, batch, steps, dims, after_compute=after_compute)
+    work, net = hybrid_workload_from(one), network_from(two)
+    cores = os.cpu_count() or 1
+    rows = []
+    for p, m in runs.items():
+        compute = sum(m[f"{k}_s"] for k in ("lookup", "dense", "update"))
+        compute_cpu = sum(m[f"{k}_cpu_s"] for k in ("lookup", "dense", "update"))
+        got = cores_got({"compute_s": compute, "compute_cpu_s": compute_cpu}, p, cores)
+        pred = hybrid_step_seconds(work, p, net, cores_per_host=cores, ranks_per_host=p)
+        here = hybrid_step_seconds(hybrid_workload_from(m, "_cpu", work.call), p, net, cores_per_host=got, ranks_per_host=p)
+        rows.append({"ranks": p, "measured_s": m["step_s"], "predicted_s": pred, "error": pred / m["step_s"] - 1,
+                     "predicted_here_s": here, "error_here": here / m["step_s"] - 1, "cores_got": got,
+                     "phases_s": {k: m[f"{k}_s"] for k in HYBRID_PHASES}})
+    return {"workload": work.__dict__, "network": net.__dict__, "network_after_compute": after_compute,
+            "cores": cores, "rows": rows, "load_average": os.getloadavg()}

@@ -98,6 +98,16 @@ class HybridDLRM:
             upd.ScatterWeightedSum([tables[k], "one", f"ids{k}", f"demb{k}_rows", "neg_lr"], tables[k])
         self.nets = {"emb": emb, "dense": fwd, "update": upd}
         self.created: set[str] = set()
+        self.times: dict[str, float] = {}  # the last step's seconds per phase (wall; ``<phase>_cpu``: process CPU)
+        self._clock = (0.0, 0.0)
+
+    def _tick(self, phase: str | None = None) -> None:
+        """End ``phase`` (wall and process CPU seconds since the last tick) and restart the clock."""
+        now = (time.perf_counter(), time.process_time())
+        if phase is not None:
+            self.times[phase] = self.times.get(phase, 0.0) + now[0] - self._clock[0]
+            self.times[f"{phase}_cpu"] = self.times.get(f"{phase}_cpu", 0.0) + now[1] - self._clock[1]
+        self._clock = now
 
     def _run(self, name: str) -> None:
         if name not in self.created:
@@ -112,13 +122,17 @@ class HybridDLRM:
             raise TrainConfigError(f"the global batch ({b}) must divide into the {self.world} ranks")
         per = b // self.world
         mine = slice(self.rank * per, (self.rank + 1) * per)
+        self.times = {}
+        self._tick()
         for k in self.local:
             self.ws.feed(f"ids{k}", feeds[f"ids{k}"])
             self.ws.feed(f"lengths{k}", feeds[f"lengths{k}"])
         self._run("emb")
         pooled = {k: np.asarray(self.ws.fetch(f"emb{k}")) for k in self.local}
+        self._tick("lookup")
         received = self._exchange({k: [pooled[k][r * per:(r + 1) * per] for r in range(self.world)] for k in self.local},
                                   per)
+        self._tick("alltoall")
         for k in range(self.num_tables):
             self.ws.feed(f"emb{k}", received[k])
         self.ws.feed("dense", feeds["dense"][mine])
@@ -126,11 +140,16 @@ class HybridDLRM:
         self._run_dense()
         loss = float(self.ws.fetch("loss"))
         back = {k: np.asarray(self.ws.fetch(self.pooled_grads[k])) / self.world for k in range(self.num_tables)}
+        self._tick("dense")
         full = self._return(back, per)
+        self._tick("alltoall")
         for k in self.local:
             self.ws.feed(f"demb{k}", full[k])
         self._run("update")
-        return self.comm.mean(loss)
+        self._tick("update")
+        mean = self.comm.mean(loss)
+        self._tick("allreduce")
+        return mean
 
     def _run_dense(self) -> None:
         """The dense part: forward, gradients, the MLP gradients averaged over the ranks, SGD."""
@@ -148,8 +167,10 @@ class HybridDLRM:
             self.ws.create_net(sgd_net)
             self.created.add("dense")
         self.ws.run_net("dense_grad")
+        self._tick("dense")
         for g in self.dense_grads:
             self.ws.feed(g, self.comm.average(np.ascontiguousarray(self.ws.fetch(g))))
+        self._tick("allreduce")
         self.ws.run_net("dense_sgd")
 
     def _exchange(self, outgoing: dict[int, list[np.ndarray]], per: int) -> dict[int, np.ndarray]:
