@@ -195,6 +195,16 @@ class HybridDLRM:
         return {k: np.concatenate([got[r][j * per:(j + 1) * per] for r in range(self.world)])
                 for j, k in enumerate(self.local)}
 
+    def load(self, arrays: dict[str, np.ndarray]) -> None:
+        """Take this rank's parameters (the MLPs and its own tables) from a full set, e.g. a checkpoint's."""
+        for n in [*self.dense_params, *(f"emb{k}_table" for k in self.local)]:
+            self.ws.feed(n, np.array(arrays[n], copy=True))
+
+    def gather(self) -> dict[str, np.ndarray] | None:
+        """Every parameter, the tables gathered from their owners, on rank 0 (None elsewhere)."""
+        mine = {n: a.copy() for n, a in self.params().items()}
+        return self.comm.gather(mine)
+
     def params(self) -> dict[str, np.ndarray]:
         """This rank's parameters: the MLPs and its own tables."""
         names = [*self.dense_params, *(f"emb{k}_table" for k in self.local)]
@@ -225,6 +235,17 @@ class TorchComm:
         self.dist.all_reduce(t)
         return float(t[0]) / self.world
 
+    def gather(self, part: dict[str, np.ndarray]) -> dict[str, np.ndarray] | None:
+        """Every rank's ``part`` merged on rank 0 (None on the others)."""
+        parts: list[Any] = [None] * self.world if self.rank == 0 else []
+        self.dist.gather_object(part, parts if self.rank == 0 else None, dst=0)
+        if self.rank != 0:
+            return None
+        merged: dict[str, np.ndarray] = {}
+        for p in parts:
+            merged.update(p)
+        return merged
+
     def all_to_all(self, send: list[np.ndarray], recv_rows: list[int], dim: int) -> list[np.ndarray]:
         """Rank r gets ``send[r]``; this rank receives ``recv_rows[r]`` rows of ``dim`` from rank r."""
         import torch
@@ -237,6 +258,72 @@ class TorchComm:
             parts.append(out[start:start + n].numpy())
             start += n
         return parts
+
+
+def train_run(cfg: Any, ds: Any, out: Any, resume: Any = None, quiet: bool = False) -> list[Any]:
+    """``asyncnet train --model dlrm --backend torch --hybrid`` under torchrun: ``cfg.epochs``
+    epochs of SGD over ``ds``'s training rows in order, global batches of ``cfg.batch_size``
+    (the last partial batch left out), each epoch ending with the tables gathered on rank 0,
+    which writes ``checkpoint.npz`` and ``metrics.json`` in ``out`` (no test set is evaluated:
+    an epoch's test loss is its train loss, its accuracies 0); ``resume`` (a
+    :class:`~asyncnet.train.loop.Resume`) continues from its arrays and epochs. Returns the
+    epochs' metrics."""
+    import torch.distributed as dist
+
+    from asyncnet.model.zoo.dlrm import split_model_args
+    from asyncnet.train.program import build_program
+    from asyncnet.train.report import EpochMetrics
+
+    if cfg.optimizer != "sgd":
+        raise TrainConfigError(f"--hybrid trains with sgd, got --optimizer {cfg.optimizer}")
+    kw, lr_args = split_model_args(cfg.model_args)
+    if lr_args:
+        raise TrainConfigError("--hybrid trains at a constant learning rate: drop the lr_* model args")
+    dist.init_process_group("gloo")
+    try:
+        model = HybridDLRM(TorchComm(), lr=cfg.lr, seed=cfg.seed, **kw)
+        program = build_program(cfg, ds.input_dim, ds.num_classes)
+        epochs = list(resume.epochs) if resume is not None else []
+        step = 0
+        if resume is not None:
+            model.load(resume.arrays)
+            step = int(np.asarray(resume.arrays["iter"]).reshape(-1)[0])
+        rows, b = ds.x_train[:, 0], cfg.batch_size
+        for epoch in range(len(epochs) + 1, cfg.epochs + 1):
+            t0, losses = time.perf_counter(), []
+            for start in range(0, len(rows) - b + 1, b):
+                losses.append(model.step(ds.log.batch(rows[start:start + b])))
+                step += 1
+            seconds = time.perf_counter() - t0
+            mean = float(np.mean(losses)) if losses else float("nan")
+            epochs.append(EpochMetrics(epoch, mean, 0.0, mean, 0.0, len(losses) * b, seconds, lr=cfg.lr, step=step))
+            if model.rank == 0 and not quiet:
+                print(f"epoch {epoch}: train loss {mean:.6f}, {len(losses) * b / seconds:,.0f} samples/s", flush=True)
+            full = model.gather()
+            if full is not None:
+                _save_run(program, full, step, cfg, epochs, out)
+        return epochs
+    finally:
+        dist.destroy_process_group()
+
+
+def _save_run(program: Any, params: dict[str, np.ndarray], step: int, cfg: Any, epochs: list[Any], out: Any) -> None:
+    """Rank 0: the gathered parameters as the run's checkpoint (with the program's other
+    checkpoint blobs at their initial values) and metrics.json."""
+    import asyncnet as an
+    from asyncnet.model.checkpoint import save_arrays
+    from asyncnet.train.api import CHECKPOINT, METRICS
+    from asyncnet.train.report import History, write_metrics
+
+    with an.Workspace() as ws:
+        ws.run_net_once(program.init_net)
+        arrays = {n: np.asarray(ws.fetch(n)) for n in program.model.checkpoint_blobs if n in ws}
+    arrays.update(params)
+    arrays["iter"] = np.full_like(arrays["iter"], step) if "iter" in arrays else np.array([step], np.int64)
+    run = {"config": cfg.to_dict(), "epochs": [m.to_dict() for m in epochs], "partial": None, "data": None}
+    save_arrays(program.model, arrays, str(out / CHECKPOINT), {"run": run})
+    write_metrics(History(config=cfg.to_dict(), epochs=list(epochs)), out / METRICS,
+                  extra={"status": "ok" if len(epochs) == cfg.epochs else "running", "steps": step, "hybrid": True})
 
 
 def main(argv: list[str] | None = None) -> int:
