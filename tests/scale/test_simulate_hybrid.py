@@ -7,8 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from asyncnet.simulate import (HybridWorkload, Network, allreduce_seconds, alltoall_cpu_seconds, alltoall_seconds,
-                               hybrid_step_seconds)
+from asyncnet.simulate import HybridWorkload, Network, alltoall_cpu_seconds, alltoall_seconds, hybrid_step_seconds
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -47,26 +46,28 @@ def test_alltoall_formula_counts_the_pairwise_exchange(p):
 
 
 def test_hybrid_step_by_hand():
-    w = HybridWorkload(lookup=0.004, dense=0.020, update=0.006, tables=3, dim=16, batch=256, mlp_grads=(4096, 64),
+    w = HybridWorkload(lookup=0.004, dense=0.020, update=0.006, tables=3, dim=16, batch=256, grad_bytes=4096 + 64 + 4,
                        call=1e-4)
     net = Network(bandwidth=1e9, latency=5e-5, wakeup=1e-3)
-    assert w.calls == 5
-    assert hybrid_step_seconds(w, 1, net) == pytest.approx(0.030 + 5e-4)
+    assert w.calls == 3
+    assert hybrid_step_seconds(w, 1, net) == pytest.approx(0.030 + 3e-4)
     # 2 ranks: the busier owns 2 of 3 tables; it sends half of 2 x 256 x 16 x 4 bytes, twice
     sent = 2 * 256 * 16 * 4
     a2a = 5e-5 + sent / 2 / 1e9 + 1e-3
-    grads = allreduce_seconds(4096, 2, Network(1e9, 5e-5)) + allreduce_seconds(64, 2, Network(1e9, 5e-5)) + 1e-3
-    expect = 0.010 * 2 / 3 + 0.010 + 5e-4 + 2 * a2a + grads + allreduce_seconds(8, 2, net)
-    assert hybrid_step_seconds(w, 2, net) == pytest.approx(expect)
+    grads = 2 * 5e-5 + (4096 + 64 + 4) / 1e9 + 1e-3          # ring, p = 2: 2 alpha + n beta, the wake-up once
+    compute = 0.010 * 2 / 3 + 0.010 + 3e-4
+    assert hybrid_step_seconds(w, 2, net) == pytest.approx(compute + 2 * a2a + grads)
     # 2 ranks on 1 core: compute twice as slow; a CPU-hungry network sets a floor on the communication
-    assert hybrid_step_seconds(w, 2, net, cores_per_host=1) == pytest.approx(expect + (0.010 * 2 / 3 + 0.010 + 5e-4))
+    assert hybrid_step_seconds(w, 2, net, cores_per_host=1) == pytest.approx(2 * compute + 2 * a2a + grads)
     hungry = Network(1e12, 0.0, cpu_per_byte=1e-6)
-    cpu = 2 * alltoall_cpu_seconds(sent, 2, hungry) + (4096 + 64 + 8) * 1e-6
-    assert hybrid_step_seconds(w, 2, hungry, cores_per_host=2) == pytest.approx(0.010 * 2 / 3 + 0.010 + 5e-4 + 2 * cpu / 2)
+    cpu = 2 * alltoall_cpu_seconds(sent, 2, hungry) + (4096 + 64 + 4) * 1e-6
+    assert hybrid_step_seconds(w, 2, hungry, cores_per_host=2) == pytest.approx(compute + 2 * cpu / 2)
+    with pytest.raises(ValueError, match="ranks >= 1"):
+        hybrid_step_seconds(w, 0, net)
 
 
 def test_many_ranks_share_the_tables_and_pay_more_messages():
-    w = HybridWorkload(lookup=0.01, dense=0.05, update=0.02, tables=26, dim=64, batch=65536, mlp_grads=(2**20,) * 6)
+    w = HybridWorkload(lookup=0.01, dense=0.05, update=0.02, tables=26, dim=64, batch=65536, grad_bytes=6 * 2**20)
     net = Network(bandwidth=12.5e9, latency=5e-6)
     steps = {p: hybrid_step_seconds(w, p, net) for p in (1, 2, 26, 1000)}
     assert steps[2] < steps[1] and steps[26] < steps[2]
@@ -90,5 +91,6 @@ def test_validation_runs_hybrid_dlrm_on_1_and_2_ranks():
         assert r["measured_s"] > 0 and r["predicted_s"] > 0 and r["predicted_here_s"] > 0
         assert set(r["phases_s"]) == {"lookup", "alltoall", "dense", "allreduce", "update"}
         assert r["error"] == pytest.approx(r["predicted_s"] / r["measured_s"] - 1)
-    assert res["workload"]["tables"] == 4 and res["workload"]["mlp_grads"]
+    assert res["workload"]["tables"] == 4 and res["workload"]["grad_bytes"] == 4 * (1 + (4 * 16 + 16) + (16 * 8 + 8)
+                                                                                   + (16 * 18 + 16) + (16 + 1))
     assert res["network"]["latency"] > 0 and res["network_after_compute"] is False

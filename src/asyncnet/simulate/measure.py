@@ -257,7 +257,8 @@ def _hybrid_rank(rank: int, world: int, port: int, out: str, spec: str, batch: i
         parts["step"] = step
         res: dict[str, Any] = {"ranks": world, "tables": model.num_tables, "dim": model.dim, "batch": batch,
                                "owned": len(model.local),
-                               "mlp_grads": [int(np.asarray(model.ws.fetch(g)).nbytes) for g in model.dense_params]}
+                               "grad_bytes": 4 * (1 + sum(int(np.asarray(model.ws.fetch(p)).size)
+                                                          for p in model.dense_params))}
         res.update(interleaved_medians(parts, steps, 2, dist.barrier, before))
         res.update({f"{k}_s": statistics.median(v[-steps:]) for k, v in phases.items()})
         with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
@@ -285,17 +286,17 @@ def hybrid_workload_from(r: dict[str, Any], clock: str = "", call: float | None 
     (``clock=""`` wall, ``"_cpu"`` process CPU), scaled back from that run's share of the work;
     the seconds per collective ``call`` from a one-rank run's collectives unless given.
 
-    >>> r = {"ranks": 2, "tables": 4, "owned": 2, "dim": 8, "batch": 64, "mlp_grads": [40],
-    ...      "lookup_s": 1.0, "dense_s": 2.0, "update_s": 3.0}
-    >>> w = hybrid_workload_from(r); (w.lookup, w.dense, w.update, w.mlp_grads)
-    (2.0, 4.0, 6.0, (40,))
+    >>> r = {"ranks": 2, "tables": 4, "owned": 2, "dim": 8, "batch": 64, "grad_bytes": 40,
+    ...      "lookup_s": 1.0, "dense_s": 2.0, "update_s": 3.0, "alltoall_s": 0.2, "allreduce_s": 0.1}
+    >>> w = hybrid_workload_from(r); (w.lookup, w.dense, w.update, w.grad_bytes, round(w.call, 3))
+    (2.0, 4.0, 6.0, 40, 0.1)
     """
     tables, owned, ranks = r["tables"], max(r["owned"], 1), r["ranks"]
     if call is None:
-        call = (r.get(f"alltoall{clock}_s", 0.0) + r.get(f"allreduce{clock}_s", 0.0)) / (3 + len(r["mlp_grads"]))
+        call = (r.get(f"alltoall{clock}_s", 0.0) + r.get(f"allreduce{clock}_s", 0.0)) / 3
     return HybridWorkload(call=call, lookup=r[f"lookup{clock}_s"] * tables / owned, dense=r[f"dense{clock}_s"] * ranks,
                           update=r[f"update{clock}_s"] * tables / owned, tables=tables, dim=r["dim"],
-                          batch=r["batch"], mlp_grads=tuple(r["mlp_grads"]))
+                          batch=r["batch"], grad_bytes=int(r["grad_bytes"]))
 
 
 def validate_hybrid(spec: str, batch: int, steps: int = 10, dims: dict[str, Any] | None = None,

@@ -212,9 +212,10 @@ class HybridWorkload:
     """One process's step of a hybrid-parallel DLRM on the whole global batch of ``batch``
     examples: seconds to pool all ``tables`` (``lookup``), of the dense part (bottom and top
     MLPs, interaction, loss, their gradients and SGD: ``dense``) and of the tables' row update
-    (``update``); ``dim`` the embeddings' width, ``itemsize`` bytes per value; ``mlp_grads``
-    the bytes of each MLP gradient (one all-reduce each); ``call`` the seconds a rank spends
-    issuing one collective whatever the ranks (copies in and out: measured at one rank)."""
+    (``update``); ``dim`` the embeddings' width, ``itemsize`` bytes per value; ``grad_bytes``
+    the bytes of the MLP gradients and the loss (one all-reduce of one buffer); ``call`` the
+    seconds a rank spends issuing one collective whatever the ranks (copies in and out:
+    measured at one rank)."""
 
     lookup: float
     dense: float
@@ -222,14 +223,10 @@ class HybridWorkload:
     tables: int
     dim: int
     batch: int
-    mlp_grads: tuple[int, ...] = ()
+    grad_bytes: int = 0
     itemsize: int = 4
     call: float = 0.0
-
-    @property
-    def calls(self) -> int:
-        """Collectives per step: two all-to-alls, one all-reduce per MLP gradient, the loss's."""
-        return 3 + len(self.mlp_grads)
+    calls: int = 3  # collectives per step: two all-to-alls and the all-reduce
 
     def pooled_bytes(self, tables: int) -> int:
         """Bytes of ``tables`` tables' pooled vectors over the global batch."""
@@ -244,16 +241,16 @@ def hybrid_step_seconds(w: HybridWorkload, ranks: int, net: Network, cores_per_h
     - compute: ``(lookup + update) ceil(T/p) / T + dense / p`` (its tables over the global
       batch; the dense part on its ``B / p`` examples), slowed when the host's ranks outnumber
       its cores, plus ``call`` per collective;
-    - an all-to-all of its tables' pooled vectors (it keeps ``1/p``, sends the rest), an
-      all-reduce of each MLP gradient, one all-to-all of the pooled gradients back, and an
-      all-reduce of the loss: four phases, each issued after compute (the wake-up once each);
+    - an all-to-all of its tables' pooled vectors (it keeps ``1/p``, sends the rest), one
+      all-reduce of the MLP gradients and the loss, one all-to-all of the pooled gradients
+      back: three phases, each issued after compute (the wake-up once each);
     - with ``cores_per_host``, the phases take at least the host's ranks' CPU seconds of
       communication over its cores.
 
-        >>> w = HybridWorkload(lookup=0.004, dense=0.020, update=0.006, tables=8, dim=64, batch=512)
+        >>> w = HybridWorkload(lookup=0.004, dense=0.020, update=0.006, tables=8, dim=64, batch=512, grad_bytes=2**20)
         >>> net = Network(bandwidth=1e9, latency=1e-4)
         >>> round(hybrid_step_seconds(w, 1, net) * 1e3, 2), round(hybrid_step_seconds(w, 2, net) * 1e3, 2)
-        (30.0, 15.92)
+        (30.0, 16.97)
     """
     if ranks < 1:
         raise ValueError(f"expected ranks >= 1, got {ranks}")
@@ -264,9 +261,7 @@ def hybrid_step_seconds(w: HybridWorkload, ranks: int, net: Network, cores_per_h
     if ranks == 1:
         return compute
     sent = w.pooled_bytes(math.ceil(w.tables / ranks))
-    warm = Network(net.bandwidth, net.latency)
-    grads = sum(allreduce_seconds(n, ranks, warm) for n in w.mlp_grads) + (net.wakeup if w.mlp_grads else 0.0)
-    comm = 2 * alltoall_seconds(sent, ranks, net) + grads + allreduce_seconds(8, ranks, net)
-    cpu = 2 * alltoall_cpu_seconds(sent, ranks, net) + sum(allreduce_cpu_seconds(n, ranks, net) for n in (*w.mlp_grads, 8))
+    comm = 2 * alltoall_seconds(sent, ranks, net) + allreduce_seconds(w.grad_bytes, ranks, net)
+    cpu = 2 * alltoall_cpu_seconds(sent, ranks, net) + allreduce_cpu_seconds(w.grad_bytes, ranks, net)
     floor = host_ranks * cpu / cores_per_host if cores_per_host else 0.0
     return compute + max(comm, floor)

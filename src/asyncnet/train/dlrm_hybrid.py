@@ -11,8 +11,8 @@ examples [r B/R, (r + 1) B/R) and the tables :func:`place_tables` gives it):
    the pooled rows of its own examples for every table;
 3. each rank runs the dense part (bottom MLP, interaction, top MLP, loss) on its B/R examples,
    with the gradients of its MLP parameters and of the pooled embeddings it received;
-4. the MLP gradients are averaged over the ranks (all-reduce), then every replica takes the
-   same SGD step;
+4. the MLP gradients and the loss are averaged over the ranks (one all-reduce of one buffer),
+   then every replica takes the same SGD step;
 5. all-to-all back: the pooled embeddings' gradients return to the tables' owners (scaled by
    1/R: the loss is the mean over the global batch), which update their tables' rows (the
    ``update`` net: SparseLengthsSumGradient, ScatterWeightedSum).
@@ -137,8 +137,7 @@ class HybridDLRM:
             self.ws.feed(f"emb{k}", received[k])
         self.ws.feed("dense", feeds["dense"][mine])
         self.ws.feed("click", feeds["click"][mine])
-        self._run_dense()
-        loss = float(self.ws.fetch("loss"))
+        mean = self._run_dense()
         back = {k: np.asarray(self.ws.fetch(self.pooled_grads[k])) / self.world for k in range(self.num_tables)}
         self._tick("dense")
         full = self._return(back, per)
@@ -147,12 +146,11 @@ class HybridDLRM:
             self.ws.feed(f"demb{k}", full[k])
         self._run("update")
         self._tick("update")
-        mean = self.comm.mean(loss)
-        self._tick("allreduce")
         return mean
 
-    def _run_dense(self) -> None:
-        """The dense part: forward, gradients, the MLP gradients averaged over the ranks, SGD."""
+    def _run_dense(self) -> float:
+        """The dense part: forward, gradients, the MLP gradients and the loss averaged over the
+        ranks in one all-reduce, SGD; the global batch's mean loss."""
         net = self.nets["dense"]
         if "dense" not in self.created:
             # split at the first SGD op: the all-reduce runs between the gradients and the updates
@@ -167,11 +165,18 @@ class HybridDLRM:
             self.ws.create_net(sgd_net)
             self.created.add("dense")
         self.ws.run_net("dense_grad")
+        grads = [np.asarray(self.ws.fetch(g)) for g in self.dense_grads]
+        flat = np.concatenate([*(g.astype(np.float32, copy=False).ravel() for g in grads),
+                               np.asarray(self.ws.fetch("loss"), np.float32).reshape(1)])
         self._tick("dense")
-        for g in self.dense_grads:
-            self.ws.feed(g, self.comm.average(np.ascontiguousarray(self.ws.fetch(g))))
+        flat = self.comm.average(flat)
         self._tick("allreduce")
+        start = 0
+        for name, g in zip(self.dense_grads, grads):
+            self.ws.feed(name, flat[start:start + g.size].reshape(g.shape).astype(g.dtype, copy=False))
+            start += g.size
         self.ws.run_net("dense_sgd")
+        return float(flat[-1])
 
     def _exchange(self, outgoing: dict[int, list[np.ndarray]], per: int) -> dict[int, np.ndarray]:
         """All-to-all of pooled rows: ``outgoing[k][r]`` (rank r's examples of local table k)
@@ -227,13 +232,6 @@ class TorchComm:
         self.dist.all_reduce(t)
         t /= self.world
         return a
-
-    def mean(self, x: float) -> float:
-        import torch
-
-        t = torch.tensor([x], dtype=torch.float64)
-        self.dist.all_reduce(t)
-        return float(t[0]) / self.world
 
     def gather(self, part: dict[str, np.ndarray]) -> dict[str, np.ndarray] | None:
         """Every rank's ``part`` merged on rank 0 (None on the others)."""
