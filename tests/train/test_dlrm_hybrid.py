@@ -118,6 +118,16 @@ def test_cli_hybrid_writes_the_run_and_resumes_with_one_process_losses(tmp_path)
         ckpt = np.load(tmp_path / "run" / "checkpoint.npz")
         for p in m.params:
             np.testing.assert_allclose(ckpt[p], ws.fetch(p), rtol=1e-4, atol=1e-6, err_msg=p)
+        # asyncnet predict scores with the gathered model: one process's probabilities
+        for k, v in log.batch(np.arange(len(log))).items():
+            ws.feed(k, v)
+        ws.run_net_once(m.forward_net("score"))
+        prob = np.asarray(ws.fetch("prob"))[:, 0]
+    pred = __import__("subprocess").run([sys.executable, "-m", "asyncnet", "predict", "run", "--data", SPEC, "--out",
+                                         "scores.txt"], capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                                        env={**os.environ, "PYTHONPATH": SRC})
+    assert pred.returncode == 0, pred.stderr
+    np.testing.assert_allclose(np.loadtxt(tmp_path / "scores.txt"), prob, rtol=1e-4, atol=1e-6)
 
 
 def test_cli_hybrid_refuses_other_models_in_one_line(tmp_path):

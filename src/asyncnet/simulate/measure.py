@@ -240,6 +240,7 @@ def _hybrid_rank(rank: int, world: int, port: int, out: str, spec: str, batch: i
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    model: Any = None
     try:
         log = load_click_data(spec)
         model = HybridDLRM(TorchComm(), lr=0.01, **dims, **log.model_args)
@@ -264,9 +265,8 @@ def _hybrid_rank(rank: int, world: int, port: int, out: str, spec: str, batch: i
         with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
             json.dump(res, f)
     finally:
-        model_ws = locals().get("model")
-        if model_ws is not None:
-            model_ws.ws.close()
+        if model is not None:
+            model.ws.close()
         dist.destroy_process_group()
 
 

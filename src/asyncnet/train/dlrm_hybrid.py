@@ -281,6 +281,7 @@ def train_run(cfg: Any, ds: Any, out: Any, resume: Any = None, quiet: bool = Fal
     try:
         model = HybridDLRM(TorchComm(), lr=cfg.lr, seed=cfg.seed, **kw)
         program = build_program(cfg, ds.input_dim, ds.num_classes)
+        data = _recorded_data(out) if model.rank == 0 else None
         epochs = list(resume.epochs) if resume is not None else []
         step = 0
         if resume is not None:
@@ -299,13 +300,26 @@ def train_run(cfg: Any, ds: Any, out: Any, resume: Any = None, quiet: bool = Fal
                 print(f"epoch {epoch}: train loss {mean:.6f}, {len(losses) * b / seconds:,.0f} samples/s", flush=True)
             full = model.gather()
             if full is not None:
-                _save_run(program, full, step, cfg, epochs, out)
+                _save_run(program, full, step, cfg, epochs, out, data)
         return epochs
     finally:
         dist.destroy_process_group()
 
 
-def _save_run(program: Any, params: dict[str, np.ndarray], step: int, cfg: Any, epochs: list[Any], out: Any) -> None:
+def _recorded_data(out: Any) -> str | None:
+    """The data source the run directory's metrics.json names (written when the run started)."""
+    import json
+
+    from asyncnet.train.api import METRICS
+
+    try:
+        return json.loads((out / METRICS).read_bytes()).get("data")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _save_run(program: Any, params: dict[str, np.ndarray], step: int, cfg: Any, epochs: list[Any], out: Any,
+              data: str | None) -> None:
     """Rank 0: the gathered parameters as the run's checkpoint (with the program's other
     checkpoint blobs at their initial values) and metrics.json."""
     import asyncnet as an
@@ -318,10 +332,11 @@ def _save_run(program: Any, params: dict[str, np.ndarray], step: int, cfg: Any, 
         arrays = {n: np.asarray(ws.fetch(n)) for n in program.model.checkpoint_blobs if n in ws}
     arrays.update(params)
     arrays["iter"] = np.full_like(arrays["iter"], step) if "iter" in arrays else np.array([step], np.int64)
-    run = {"config": cfg.to_dict(), "epochs": [m.to_dict() for m in epochs], "partial": None, "data": None}
+    run = {"config": cfg.to_dict(), "epochs": [m.to_dict() for m in epochs], "partial": None, "data": data}
     save_arrays(program.model, arrays, str(out / CHECKPOINT), {"run": run})
     write_metrics(History(config=cfg.to_dict(), epochs=list(epochs)), out / METRICS,
-                  extra={"status": "ok" if len(epochs) == cfg.epochs else "running", "steps": step, "hybrid": True})
+                  extra={"status": "ok" if len(epochs) == cfg.epochs else "running", "steps": step, "hybrid": True,
+                         "data": data})
 
 
 def main(argv: list[str] | None = None) -> int:
