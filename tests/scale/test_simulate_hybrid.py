@@ -84,7 +84,7 @@ def test_validation_runs_hybrid_dlrm_on_1_and_2_ranks():
     from asyncnet.simulate.measure import validate_hybrid
 
     res = validate_hybrid("random:tables=200-200-200-200,dense=4,batches=4,batch=64", 64, steps=3,
-                          dims={"dim": 8, "bottom": [16], "top": [16]}, after_compute=False)
+                          dims={"dim": 8, "bottom": [16], "top": [16]})
     rows = {r["ranks"]: r for r in res["rows"]}
     assert sorted(rows) == [1, 2]
     for r in rows.values():
@@ -93,4 +93,4 @@ def test_validation_runs_hybrid_dlrm_on_1_and_2_ranks():
         assert r["error"] == pytest.approx(r["predicted_s"] / r["measured_s"] - 1)
     assert res["workload"]["tables"] == 4 and res["workload"]["grad_bytes"] == 4 * (1 + (4 * 16 + 16) + (16 * 8 + 8)
                                                                                    + (16 * 18 + 16) + (16 + 1))
-    assert res["network"]["latency"] > 0 and res["network_after_compute"] is False
+    assert res["network"]["latency"] > 0 and res["network_after_compute"] is True

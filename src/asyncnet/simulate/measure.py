@@ -229,8 +229,9 @@ HYBRID_PHASES = ("lookup", "alltoall", "dense", "allreduce", "update")
 
 
 def _hybrid_rank(rank: int, world: int, port: int, out: str, spec: str, batch: int, steps: int, dims: dict[str, Any],
-                 network: bool, after_compute: bool = True) -> None:
-    """One gloo rank of the hybrid dlrm: median step and phase seconds (and the network probes)."""
+                 network: bool, after_compute: bool = True, solo: bool = False) -> None:
+    """One gloo rank of the hybrid dlrm: median step and phase seconds (and the network probes;
+    with ``solo``, one process's step on rank 0 alone, the others waiting, in the same rounds)."""
     import numpy as np
     import torch
     import torch.distributed as dist
@@ -240,44 +241,87 @@ def _hybrid_rank(rank: int, world: int, port: int, out: str, spec: str, batch: i
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
-    model: Any = None
+    models: list[Any] = []
     try:
         log = load_click_data(spec)
-        model = HybridDLRM(TorchComm(), lr=0.01, **dims, **log.model_args)
         feeds = [log.batch(np.arange(i * batch, (i + 1) * batch) % len(log)) for i in range(4)]
-        phases: dict[str, list[float]] = {}
-        count = [0]
-
-        def step() -> None:
-            model.step(feeds[count[0] % len(feeds)])
-            count[0] += 1
-            for k, v in model.times.items():
-                phases.setdefault(k, []).append(v)
-
-        parts, before = _network_parts(after_compute) if network and world > 1 else ({}, {})
-        parts["step"] = step
-        res: dict[str, Any] = {"ranks": world, "tables": model.num_tables, "dim": model.dim, "batch": batch,
-                               "owned": len(model.local),
-                               "grad_bytes": 4 * (1 + sum(int(np.asarray(model.ws.fetch(p)).size)
-                                                          for p in model.dense_params))}
+        model = HybridDLRM(TorchComm(), lr=0.01, **dims, **log.model_args)
+        models.append(model)
+        model.step(feeds[0])  # creates its nets; the probes below may run them
+        parts, before = _network_parts(False) if network and world > 1 else ({}, {})
+        if parts and after_compute:
+            compute = _local_compute(model)
+            before = {"small_cold": compute, "big": compute}
+        phases: dict[str, dict[str, list[float]]] = {"": {}, "solo": {}}
+        parts["step"] = _timed_steps(model, feeds, phases[""])
+        if solo and world > 1:
+            group = dist.new_group([0])  # rank 0 alone: its collectives of one rank cost what one process's do
+            alone = HybridDLRM(TorchComm(group), lr=0.01, **dims, **log.model_args) if rank == 0 else None
+            models.append(alone)
+            parts["solo"] = _timed_steps(alone, feeds, phases["solo"]) if alone is not None else (lambda: None)
+        res = _hybrid_record(model, world, batch)
         res.update(interleaved_medians(parts, steps, 2, dist.barrier, before))
-        res.update({f"{k}_s": statistics.median(v[-steps:]) for k, v in phases.items()})
+        res.update({f"{k}_s": statistics.median(v[-steps:]) for k, v in phases[""].items()})
+        if phases["solo"]:
+            res["solo"] = {**_hybrid_record(models[1], 1, batch), "step_s": res["solo_s"], "step_cpu_s": res["solo_cpu_s"],
+                           **{f"{k}_s": statistics.median(v[-steps:]) for k, v in phases["solo"].items()}}
         with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
             json.dump(res, f)
     finally:
-        if model is not None:
-            model.ws.close()
+        for m in models:
+            if m is not None:
+                m.ws.close()
         dist.destroy_process_group()
 
 
+def _local_compute(model: Any) -> Callable[[], None]:
+    """The step's compute between its collectives (the dense part's gradients on the pooled rows
+    of the last step, the lookup), with no communication: what the network probes follow when
+    they are taken after compute."""
+    import numpy as np
+
+    pooled = {f"emb{k}": np.array(model.ws.fetch(f"emb{k}")) for k in range(model.num_tables)}
+
+    def compute() -> None:
+        for name, value in pooled.items():
+            model.ws.feed(name, value)
+        model.ws.run_net("dense_grad")
+        model.ws.run_net("emb")
+
+    return compute
+
+
+def _timed_steps(model: Any, feeds: list[Any], phases: dict[str, list[float]]) -> Callable[[], None]:
+    """A step of ``model`` on the next of ``feeds``, its phase seconds appended to ``phases``."""
+    count = [0]
+
+    def step() -> None:
+        model.step(feeds[count[0] % len(feeds)])
+        count[0] += 1
+        for k, v in model.times.items():
+            phases.setdefault(k, []).append(v)
+
+    return step
+
+
+def _hybrid_record(model: Any, world: int, batch: int) -> dict[str, Any]:
+    """What :func:`hybrid_workload_from` needs besides the times: the ranks, tables, width, batch, bytes."""
+    import numpy as np
+
+    return {"ranks": world, "tables": model.num_tables, "dim": model.dim, "batch": batch, "owned": len(model.local),
+            "grad_bytes": 4 * (1 + sum(int(np.asarray(model.ws.fetch(p)).size) for p in model.dense_params))}
+
+
 def run_hybrid(world: int, spec: str, batch: int, steps: int = 10, dims: dict[str, Any] | None = None,
-               network: bool = True, after_compute: bool = True) -> dict[str, Any]:
+               network: bool = True, after_compute: bool = True, solo: bool = False) -> dict[str, Any]:
     """Spawn ``world`` gloo ranks training the hybrid dlrm on ``spec`` (``random:...``) with a
     global batch of ``batch``; rank 0's medians of the step, of its phases (``lookup_s``,
     ``alltoall_s``, ``dense_s``, ``allreduce_s``, ``update_s`` and their ``_cpu_s``) and, with
-    ``network`` and 2 ranks or more, the network probes of :func:`measure_network` (after a
-    GEMM, or warm: ``after_compute``)."""
-    return spawn_ranks(_hybrid_rank, world, spec, batch, steps, dict(dims or {}), network, after_compute,
+    ``network`` and 2 ranks or more, the network probes of :func:`measure_network`, each after
+    the step's own compute between collectives (``after_compute``: its lookup and dense
+    gradients, no communication) or warm, right after a barrier; with ``solo``, ``"solo"`` holds one process's step measured
+    in the same rounds (rank 0 alone, the others waiting at the barrier)."""
+    return spawn_ranks(_hybrid_rank, world, spec, batch, steps, dict(dims or {}), network, after_compute, solo,
                        prefix="asyncnet-hybrid-")
 
 
@@ -300,15 +344,18 @@ def hybrid_workload_from(r: dict[str, Any], clock: str = "", call: float | None 
 
 
 def validate_hybrid(spec: str, batch: int, steps: int = 10, dims: dict[str, Any] | None = None,
-                    ranks: tuple[int, ...] = (1, 2), after_compute: bool = True) -> dict[str, Any]:
-    """Measured step seconds of the hybrid dlrm on 1 and 2 gloo ranks against
-    :func:`~asyncnet.simulate.model.hybrid_step_seconds`, predicted from the 1-rank run's phases
-    and the 2-rank run's network probes (*predicted*), and from the R-rank run's own compute CPU
-    on the cores it got (*cores got*, as :func:`cores_got`). ``after_compute``: the network probed
-    after a GEMM (the phases of a large model are long enough for gloo's threads to sleep) or warm."""
-    runs = {p: run_hybrid(p, spec, batch, steps, dims, after_compute=after_compute) for p in ranks}
-    one = runs.get(1) or run_hybrid(1, spec, batch, steps, dims)
-    two = runs.get(2) or run_hybrid(2, spec, batch, steps, dims, after_compute=after_compute)
+                    after_compute: bool = True) -> dict[str, Any]:
+    """Measured step seconds of the hybrid dlrm on 1 process and 2 gloo ranks against
+    :func:`~asyncnet.simulate.model.hybrid_step_seconds`, predicted from the 1-process step's
+    phases and the 2 ranks' network probes (*predicted*), and from each run's own compute CPU on
+    the cores it got (*cores got*, as :func:`cores_got`). One job of 2 ranks measures all of it,
+    the parts taking turns each round (the 1-process step on rank 0 while rank 1 waits), so a
+    change of the machine's load hits them alike. ``after_compute``: the network probed after the
+    step's own compute (what a collective of the step follows; on a loaded machine a rank that
+    waits loses its core and pays for getting it back) or warm, right after a barrier."""
+    two = run_hybrid(2, spec, batch, steps, dims, after_compute=after_compute, solo=True)
+    one = two["solo"]
+    runs = {1: one, 2: two}
     work, net = hybrid_workload_from(one), network_from(two)
     cores = os.cpu_count() or 1
     rows = []

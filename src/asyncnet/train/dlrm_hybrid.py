@@ -36,7 +36,7 @@ import numpy as np
 
 from asyncnet.errors import TrainConfigError
 
-__all__ = ["HybridDLRM", "main", "place_tables"]
+__all__ = ["HybridDLRM", "LocalComm", "TorchComm", "main", "place_tables", "train_run"]
 
 
 def place_tables(table_sizes: Sequence[int], dim: int, ranks: int) -> list[int]:
@@ -216,27 +216,47 @@ class HybridDLRM:
         return {n: np.asarray(self.ws.fetch(n)) for n in names}
 
 
-class TorchComm:
-    """The collectives of :class:`HybridDLRM` on torch.distributed (gloo on CPU)."""
+class LocalComm:
+    """The collectives of one process alone (world 1): :class:`HybridDLRM` as plain training.
 
-    def __init__(self) -> None:
+        >>> LocalComm().all_to_all([np.ones((2, 3))], [2], 3)[0].shape
+        (2, 3)
+    """
+
+    rank, world = 0, 1
+
+    def average(self, a: np.ndarray) -> np.ndarray:
+        return a
+
+    def all_to_all(self, send: list[np.ndarray], recv_rows: list[int], dim: int) -> list[np.ndarray]:
+        return [np.asarray(x).reshape(-1, dim) for x in send]
+
+    def gather(self, part: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return dict(part)
+
+
+class TorchComm:
+    """The collectives of :class:`HybridDLRM` on torch.distributed (gloo on CPU), among the
+    ranks of ``group`` (default: all)."""
+
+    def __init__(self, group: Any = None) -> None:
         import torch.distributed as dist
 
-        self.dist = dist
-        self.rank, self.world = dist.get_rank(), dist.get_world_size()
+        self.dist, self.group = dist, group
+        self.rank, self.world = dist.get_rank(group), dist.get_world_size(group)
 
     def average(self, a: np.ndarray) -> np.ndarray:
         import torch
 
         t = torch.from_numpy(a)
-        self.dist.all_reduce(t)
+        self.dist.all_reduce(t, group=self.group)
         t /= self.world
         return a
 
     def gather(self, part: dict[str, np.ndarray]) -> dict[str, np.ndarray] | None:
         """Every rank's ``part`` merged on rank 0 (None on the others)."""
         parts: list[Any] = [None] * self.world if self.rank == 0 else []
-        self.dist.gather_object(part, parts if self.rank == 0 else None, dst=0)
+        self.dist.gather_object(part, parts if self.rank == 0 else None, group=self.group, group_dst=0)
         if self.rank != 0:
             return None
         merged: dict[str, np.ndarray] = {}
@@ -250,7 +270,8 @@ class TorchComm:
 
         flat = torch.from_numpy(np.ascontiguousarray(np.concatenate([s.reshape(-1, dim) for s in send]), np.float32))
         out = torch.empty((sum(recv_rows), dim), dtype=torch.float32)
-        self.dist.all_to_all_single(out, flat, output_split_sizes=recv_rows, input_split_sizes=[len(s) for s in send])
+        self.dist.all_to_all_single(out, flat, output_split_sizes=recv_rows, input_split_sizes=[len(s) for s in send],
+                                     group=self.group)
         parts, start = [], 0
         for n in recv_rows:
             parts.append(out[start:start + n].numpy())
