@@ -244,3 +244,44 @@ def test_the_chunk_parser_and_the_line_parser_agree(tmp_path):
     np.testing.assert_array_equal(log.targets, y)
     np.testing.assert_allclose(log.dense, dense, rtol=1e-6)
     np.testing.assert_array_equal(np.stack(log.ids, 1), cats)
+
+
+def test_terabyte_days_train_on_all_but_the_last_and_split_it_into_test_and_validation(tmp_path):
+    folder = tmp_path / "terabyte"
+    folder.mkdir()
+    days = [sample_lines(n, seed=d) for d, n in enumerate((40, 25, 31))]
+    for d, lines in enumerate(days):
+        write(folder / f"day_{d}", lines)
+    for data in (str(folder), str(folder / "day")):        # a folder, or the reference's prefix
+        assert [p.name for p in criteo.terabyte_days(data)] == ["day_0", "day_1", "day_2"]
+    ds = criteo.click_dataset(str(folder), {"max_ind_range": 1000})
+    assert ds.x_train[:, 0].tolist() == list(range(65))                    # days 0 and 1, in order
+    assert ds.x_test[:, 0].tolist() == list(range(65, 65 + 16))            # ceil(31 / 2) of the last day
+    _, _, val = criteo.day_split([40, 25, 31])
+    assert val[:, 0].tolist() == list(range(81, 96))
+    y, dense, cats = expected([line for lines in days for line in lines], 1000)
+    rows = np.array([3, 39, 40, 64, 70, 95, 0])
+    b = ds.log.batch(rows)
+    np.testing.assert_allclose(b["dense"], dense[rows], rtol=1e-6)
+    np.testing.assert_array_equal(b["click"][:, 0], y[rows])
+    for k in (0, 13, 25):
+        np.testing.assert_array_equal(b[f"ids{k}"], cats[rows, k])
+    np.testing.assert_array_equal(ds.y_test, y[65:81])
+    assert criteo.terabyte_days(str(tmp_path / "nothing")) is None
+    with pytest.raises(TrainConfigError, match="at least 2 days"):
+        criteo.day_split([10])
+
+
+def test_terabyte_days_train_from_the_cli(tmp_path):
+    folder = tmp_path / "tb"
+    folder.mkdir()
+    for d in range(3):
+        write(folder / f"day_{d}", sample_lines(60, seed=10 + d))
+    r = subprocess.run([sys.executable, "-m", "asyncnet", "train", "--model", "dlrm", "--data", str(folder),
+                        "--mode", "local", "--workers", "1", "--epochs", "1", "--batch-size", "20",
+                        "--model-arg", "max_ind_range=500", "--out", str(tmp_path / "run"), "--quiet"],
+                       capture_output=True, text=True, timeout=240, cwd=tmp_path,
+                       env={**os.environ, "PYTHONPATH": SRC, "ASYNCNET_CACHE": str(tmp_path / "cache")})
+    assert r.returncode == 0, r.stderr[-2000:]
+    m = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert m["epochs"][0]["samples"] == 120 and m["config"]["model_args"]["table_sizes"] == [500] * 26

@@ -96,6 +96,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                          "y_test; else 20%% held out) instead of the digits; checked before the first step; "
                                          "give it again with --resume. With --model dlrm: a Criteo Kaggle text file, "
                                          "the reference's preprocessed .npz, or random:KEY=VALUE,... (docs/dlrm.md)")
+    a("--hybrid", action="store_true",
+      help="with --model dlrm --backend torch under torchrun: tables sharded across the ranks (all-to-all of pooled "
+           "embeddings), MLPs data-parallel, sgd (docs/dlrm.md)")
     a("--model-arg", action="append", type=_model_arg, metavar="KEY=VALUE", dest="model_arg",
       help="an option of --model dlrm (repeatable), VALUE as JSON or a word: interaction=cat, loss=mse, "
            "loss_threshold=1e-7, weighted_pooling=learned, qr_collisions=4, md_dims=[16,4], bottom=[512,256], "
@@ -161,6 +164,8 @@ def run(args: argparse.Namespace) -> int:
             prepare_run_dir(out, cfg, overwrite=args.overwrite, resuming=resume_dir is not None, data=source)
     except (_UsageError, TrainConfigError) as e:
         return _usage_error(args, str(e))
+    if getattr(args, "hybrid", False):
+        return _hybrid(args, cfg, ds, out, resume)
     writer = RunWriter(out, cfg.to_dict(), list(resume.epochs) if resume is not None else [], source)
     with _cli_logging(), _quiet_float_warnings():
         try:
@@ -188,6 +193,22 @@ def run(args: argparse.Namespace) -> int:
         return 0
     _write_run_dir(result, out)
     _print_summary(result, out, args.quiet)
+    return 0
+
+
+def _hybrid(args: argparse.Namespace, cfg: Any, ds: Any, out: Path, resume: Any) -> int:
+    """The hybrid-parallel dlrm (asyncnet.train.dlrm_hybrid) in the run directory ``out``."""
+    from asyncnet.train.dlrm_hybrid import train_run
+
+    if cfg.model != "dlrm" or cfg.backend != "torch":
+        return _usage_error(args, f"--hybrid trains --model dlrm --backend torch, got --model {cfg.model} "
+                                  f"--backend {cfg.backend}")
+    try:
+        epochs = train_run(cfg, ds, out, resume, quiet=args.quiet)
+    except TrainConfigError as e:
+        return _usage_error(args, str(e))
+    if os.environ.get("RANK", "0") == "0" and epochs:
+        print(f"train loss {epochs[-1].train_loss:.6f} after {len(epochs)} epoch(s); run directory: {out}", flush=True)
     return 0
 
 

@@ -41,7 +41,7 @@ import json
 import math
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -428,6 +428,73 @@ def random_log(spec: str) -> ExampleLog:
                       np.concatenate(targets).reshape(-1), list(o["tables"]), source=f"random:{spec}")
 
 
+# -- Terabyte: one text file per day ------------------------------------------------------------
+class _Stacked:
+    """Arrays (memory-mapped, one per day) read as one along axis 0: ``a[rows]`` gathers from
+    the parts holding ``rows``, reading only those."""
+
+    def __init__(self, parts: Sequence[np.ndarray]):
+        self.parts = list(parts)
+        self.starts = np.concatenate([[0], np.cumsum([len(p) for p in self.parts])]).astype(np.int64)
+        self.shape = (int(self.starts[-1]), *self.parts[0].shape[1:])
+        self.dtype = self.parts[0].dtype
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, rows: Any) -> np.ndarray:
+        rows = np.asarray(rows, np.int64)
+        out = np.empty((len(rows), *self.shape[1:]), self.dtype)
+        part = np.searchsorted(self.starts, rows, side="right") - 1
+        for d in np.unique(part):
+            at = part == d
+            out[at] = self.parts[d][rows[at] - self.starts[d]]
+        return out
+
+
+def terabyte_days(data: str) -> list[Path] | None:
+    """The day files of the Criteo Terabyte log ``data`` names: a folder holding ``day_0``,
+    ``day_1``, ... or the reference's ``--raw-data-file`` prefix (``.../day``: ``day_0``, ...),
+    in day order up to the first missing one; None when ``data`` names neither."""
+    base = Path(data)
+    prefix = base / "day" if base.is_dir() else base
+    days = []
+    while (f := Path(f"{prefix}_{len(days)}")).is_file():
+        days.append(f)
+    return days or None
+
+
+def load_terabyte(days: Sequence[Path], max_ind_range: int = DEFAULT_MAX_IND_RANGE,
+                  bad_rows: str = "error") -> tuple[ExampleLog, list[int]]:
+    """The days' text files (each as :func:`load_kaggle`: converted once, memory-mapped) as one
+    :class:`ExampleLog`, days in order, and the examples of each day."""
+    logs = [load_kaggle(str(d), max_ind_range, bad_rows) for d in days]
+    if any(not log.labeled for log in logs):
+        raise TrainConfigError(f"--data {days[0].parent}: a Terabyte day file without labels (39 fields)")
+    log = ExampleLog(_Stacked([x.dense for x in logs]),  # type: ignore[arg-type]
+                     [_Stacked([x.ids[k] for x in logs]) for k in range(NUM_SPARSE)],  # type: ignore[misc]
+                     [None] * NUM_SPARSE, np.concatenate([x.targets for x in logs]), logs[0].table_sizes,
+                     skipped=sum(x.skipped for x in logs), source=str(days[0].parent))
+    return log, [len(x) for x in logs]
+
+
+def day_split(day_rows: Sequence[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Row numbers [N, 1] of the reference's Terabyte split: every day but the last for
+    training; the last day's first ceil(n / 2) examples for the test, the rest for validation.
+
+        >>> [r[:, 0].tolist() for r in day_split([3, 2, 5])]
+        [[0, 1, 2, 3, 4], [5, 6, 7], [8, 9]]
+    """
+    if len(day_rows) < 2:
+        raise TrainConfigError(f"expected at least 2 days (training days and a last day to test on), found {len(day_rows)}")
+    n_train, last = int(sum(day_rows[:-1])), int(day_rows[-1])
+    if last < 2:
+        raise TrainConfigError(f"expected at least 2 examples on the last day (test and validation), found {last}")
+    test = math.ceil(last / 2)
+    rows = np.arange(n_train + last, dtype=np.int64)[:, None]
+    return rows[:n_train], rows[n_train:n_train + test], rows[n_train + test:]
+
+
 # -- one entry point ----------------------------------------------------------------------------
 def load_click_data(data: str, options: dict[str, Any] | None = None) -> ExampleLog:
     """The click log ``data`` names: ``random:...``, a reference ``.npz`` or Kaggle text.
@@ -441,6 +508,8 @@ def load_click_data(data: str, options: dict[str, Any] | None = None) -> Example
         return random_log(data[len("random:"):])
     if data.endswith(".npz"):
         return load_processed_npz(data, int(o.get("max_ind_range", -1)))
+    if (days := terabyte_days(data)) is not None:
+        return load_terabyte(days, int(o.get("max_ind_range", DEFAULT_MAX_IND_RANGE)), str(o.get("bad_rows", "error")))[0]
     return load_kaggle(data, int(o.get("max_ind_range", DEFAULT_MAX_IND_RANGE)), str(o.get("bad_rows", "error")))
 
 
@@ -460,7 +529,8 @@ def click_dataset(data: str, options: dict[str, Any] | None = None) -> Any:
     """A :class:`~asyncnet.train.data.Dataset` over the click log ``data``
     (:func:`load_click_data`): row numbers into the log, its clicks as labels, the last
     ``test_fraction`` (option, default 0.1) of a file's examples for the test, the random
-    generator's examples for both (as the reference)."""
+    generator's examples for both (as the reference); Terabyte days (:func:`terabyte_days`)
+    split as the reference (:func:`day_split`: the last day's first half is the test)."""
     from asyncnet.train.data import Dataset
 
     o = dict(options or {})
@@ -468,8 +538,10 @@ def click_dataset(data: str, options: dict[str, Any] | None = None) -> Any:
     log = load_click_data(data, o)
     if data.startswith("random:"):
         train = test = np.arange(len(log), dtype=np.int64)[:, None]
+    elif isinstance(log.dense, _Stacked):
+        train, test, _ = day_split([len(p) for p in log.dense.parts])
     else:
         train, test = split_rows(len(log), fraction)
     labels = log.clicks.astype(np.int32)
     return Dataset(x_train=train, y_train=labels[train[:, 0]], x_test=test, y_test=labels[test[:, 0]], num_classes=2,
-                   name=os.path.basename(data) if not data.startswith("random:") else "random", log=log)
+                   name=os.path.basename(os.path.normpath(data)) if not data.startswith("random:") else "random", log=log)
