@@ -235,9 +235,12 @@ def onnx_layer_norm(ctx: Any, x: Any, scale: Any, b: Any = None) -> Any:
         y = y * scale
         return y + b if b is not None else y
     dims = tuple(range(axis, x.ndim))
-    mean = x.mean(axis=dims, keepdims=True)
+    n = math.prod(x.shape[axis:])
+    if n == 0:  # no elements: Y is as empty as X
+        return x.copy()
+    mean = np.add.reduce(x, axis=dims, keepdims=True) / n  # x.mean's arithmetic without its Python layers
     d = x - mean
-    var = (d * d).mean(axis=dims, keepdims=True)
+    var = np.add.reduce(d * d, axis=dims, keepdims=True) / n
     y = d / np.sqrt(var + x.dtype.type(eps)) * scale
     return as_array(y + b if b is not None else y)
 
