@@ -149,3 +149,30 @@ def test_lstm_on_torch_sees_weights_changed_in_place():
             ws.run_net("n")
             want = ref.run(None, {"X": x, "W": w * scale, "R": r})[0]
             np.testing.assert_allclose(ws.fetch("Y", host=True), want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("op,fill", [("LSTM", 0.0), ("GRU", 0.0), ("LSTM", 0.5)])
+def test_zero_initial_states_from_constant_of_shape_are_left_out(op, fill):
+    g = np.random.default_rng(4)
+    hid, inp, gates = 3, 2, 4 if op == "LSTM" else 3
+    inits = [_t("W", g.standard_normal((1, gates * hid, inp)).astype(np.float32)),
+             _t("R", g.standard_normal((1, gates * hid, hid)).astype(np.float32)),
+             _t("B", g.standard_normal((1, 2 * gates * hid)).astype(np.float32)),
+             _t("one", np.array([1], np.int64)), _t("hid", np.array([hid], np.int64)), _t("i1", np.array(1, np.int64)),
+             _t("ax", np.array([0], np.int64))]
+    states = ["h0", "h0"] if op == "LSTM" else ["h0"]
+    nodes = [oh.make_node("Shape", ["X"], ["s"]), oh.make_node("Gather", ["s", "i1"], ["batch"]),
+             oh.make_node("Unsqueeze", ["batch", "ax"], ["b1"]),
+             oh.make_node("Concat", ["one", "b1", "hid"], ["state_shape"], axis=0),
+             oh.make_node("ConstantOfShape", ["state_shape"], ["h0"], value=_t("v", np.array([fill], np.float32))),
+             oh.make_node(op, ["X", "W", "R", "B", "", *states], ["Y"], hidden_size=hid)]
+    graph = oh.make_graph(nodes, "g", [oh.make_tensor_value_info("X", TensorProto.FLOAT, [5, "batch", inp])],
+                          [oh.make_tensor_value_info("Y", TensorProto.FLOAT, [5, 1, "batch", hid])], initializer=inits)
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 14)])
+    rep = backend.prepare(model)
+    types = [o.type for o in rep.model.predict_net.ops]
+    assert (types == [f"ONNX{op}"]) == (fill == 0.0), types
+    ref = ReferenceEvaluator(model)
+    for batch in (1, 4):
+        x = g.standard_normal((5, batch, inp)).astype(np.float32)
+        np.testing.assert_allclose(rep.run([x])[0], ref.run(None, {"X": x})[0], rtol=1e-5, atol=1e-5)

@@ -147,9 +147,9 @@ def load(source: Any, *, net_type: str = "simple", num_workers: int | None = Non
     if check:
         _check(model)
     if optimize:
-        from asyncnet.interop.onnx._optimize import fold_batch_norm, fold_shapes
+        from asyncnet.interop.onnx._optimize import drop_zero_states, fold_batch_norm, fold_shapes
 
-        model = fold_batch_norm(model)
+        model = drop_zero_states(fold_batch_norm(model))
         for _ in range(4):  # a folded Reshape target lets shape inference find the dims the next round folds
             folded = fold_shapes(model, infer_types(model))
             if folded is model:

@@ -336,12 +336,7 @@ def _rebuild(model: Any, folded: set[int], reshape_targets: dict[int, str], new_
             node.input[1] = reshape_targets[k]
         nodes.append(node)
     outputs = {v.name for v in ng.output}
-    while True:  # drop what nothing reads
-        read = Counter(n for node in nodes for n in node.input) + Counter(outputs)
-        keep = [n for n in nodes if any(read[o] for o in n.output if o) or not any(n.output)]
-        if len(keep) == len(nodes):
-            break
-        nodes = keep
+    nodes = _drop_unread(nodes, outputs)
     read = Counter(n for node in nodes for n in node.input) + Counter(outputs)
     del ng.node[:]
     ng.node.extend(nodes)
@@ -390,3 +385,65 @@ def fuse_matmul_add(ops: list[Any], params: dict[str, tuple[tuple[int, ...], Any
     if not fused:
         return ops
     return [fused.get(i, op) for i, op in enumerate(ops) if i not in dropped]
+
+
+def _drop_unread(nodes: list[Any], outputs: set[str]) -> list[Any]:
+    """``nodes`` without those whose outputs nothing reads (repeated until none is left)."""
+    while True:
+        read = Counter(n for node in nodes for n in node.input) + Counter(outputs)
+        keep = [n for n in nodes if any(read[o] for o in n.output if o) or not any(n.output)]
+        if len(keep) == len(nodes):
+            return nodes
+        nodes = keep
+
+
+def drop_zero_states(model: Any) -> Any:
+    """A copy of ``model`` where an LSTM's or GRU's initial states that a ``ConstantOfShape`` of 0
+    makes are left out (ONNX's default initial state is zeros), and the shape arithmetic only they
+    read dropped: what ``torch.onnx.export`` writes for ``nn.LSTM`` called without states. A state
+    is left out only with every later state input (positions would shift otherwise)."""
+    import onnx
+    from onnx import numpy_helper
+
+    g = model.graph
+    producer = {o: node for node in g.node for o in node.output}
+    graph_inputs = {v.name for v in g.input}
+
+    def zero(name: str) -> bool:
+        p = producer.get(name)
+        if p is None or name in graph_inputs or p.op_type != "ConstantOfShape" or p.domain not in ("", "ai.onnx"):
+            return False
+        value = next((a.t for a in p.attribute if a.name == "value"), None)
+        return value is None or not numpy_helper.to_array(value).any()
+
+    edits: dict[int, list[str]] = {}
+    for k, node in enumerate(g.node):
+        if node.op_type not in ("LSTM", "GRU") or node.domain not in ("", "ai.onnx"):
+            continue
+        ins = list(node.input)
+        last = 7 if node.op_type == "LSTM" else 6  # initial_h [, initial_c]
+        changed = False
+        for i in range(min(len(ins), last) - 1, 4, -1):
+            if not ins[i]:
+                continue
+            if not zero(ins[i]):
+                break
+            ins[i], changed = "", True
+        if changed:
+            while ins and not ins[-1]:
+                ins.pop()
+            edits[k] = ins
+    if not edits:
+        return model
+    new = onnx.ModelProto()
+    new.CopyFrom(model)
+    for k, ins in edits.items():
+        del new.graph.node[k].input[:]
+        new.graph.node[k].input.extend(ins)
+    nodes = _drop_unread(list(new.graph.node), {v.name for v in new.graph.output})
+    kept = [onnx.NodeProto() for _ in nodes]
+    for a, b in zip(kept, nodes):
+        a.CopyFrom(b)
+    del new.graph.node[:]
+    new.graph.node.extend(kept)
+    return new
