@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 
 onnx = pytest.importorskip("onnx")
-from onnx import TensorProto, helper as oh  # noqa: E402
-from onnx.reference import ReferenceEvaluator  # noqa: E402
+from onnx import TensorProto
+from onnx import helper as oh
+from onnx.reference import ReferenceEvaluator
 
-from asyncnet.interop.onnx import backend  # noqa: E402
+from asyncnet.interop.onnx import backend
 
 pytestmark = pytest.mark.timeout(120)
 
