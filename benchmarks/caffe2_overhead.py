@@ -10,7 +10,9 @@ the converted NetDef in an ``asyncnet.Workspace`` holding the same blobs and run
 hits both alike); the medians, their ratio and the load average are printed, or a JSON object
 with ``--json``::
 
-    python benchmarks/caffe2_overhead.py --layers 8 --iters 200 --rounds 7
+    python -m benchmarks caffe2_overhead --layers 8 --iters 200 --rounds 7
+
+``--quick`` (a smoke run, what ``python -m benchmarks all --quick`` uses): 20 runs per round, 3 rounds.
 """
 
 from __future__ import annotations
@@ -85,7 +87,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--iters", type=int, default=200, help="net runs per round (default 200)")
     p.add_argument("--rounds", type=int, default=7, help="alternating rounds (default 7)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--quick", action="store_true", help="a smoke run: 20 runs per round, 3 rounds")
     a = p.parse_args(argv)
+    if a.quick:
+        a.iters, a.rounds = 20, 3
     r = measure(a.layers, a.width, a.batch, a.iters, a.rounds)
     if a.json:
         print(json.dumps(r))

@@ -1,6 +1,9 @@
 """DLRM training steps and its sparse ops: asyncnet against a PyTorch eager peer.
 
-``python benchmarks/dlrm.py [--sizes zoo,large] [--threads 1,2] [--steps N] [--reps N] [--json]``
+``python -m benchmarks dlrm [--quick] [--sizes zoo,large] [--threads 1,2] [--steps N] [--reps N] [--json]``
+
+``--quick`` (a smoke run, what ``python -m benchmarks all --quick`` uses): the zoo size only, 3
+steps, 2 repetitions of the per-op measurement on the zoo size's tables.
 
 The peer computes what facebookresearch/dlrm's ``DLRM_Net`` and its training-loop body compute
 (written here: ``nn.EmbeddingBag(mode="sum", sparse=True)`` tables, ReLU MLPs, the dot
@@ -181,14 +184,14 @@ def train_steps(size_name: str, threads: int, steps: int, warmup: int = 3) -> di
                    "vs_reference": ref / statistics.median(t)} for name, t in times.items()}
 
 
-def sparse_ops(reps: int) -> dict[str, Any]:
-    """Per-op ms of the large size's lookup and update, asyncnet numpy / torch against the peer."""
+def sparse_ops(reps: int, size_name: str = "large") -> dict[str, Any]:
+    """Per-op ms of one size's lookup and update, asyncnet numpy / torch against the peer."""
     import torch
 
     import asyncnet as an
 
     torch.set_num_threads(1)
-    size = SIZES["large"]
+    size = SIZES[size_name]
     rng = np.random.default_rng(0)
     t, r, d, b, n = len(size["tables"]), size["tables"][0], size["dim"], size["batch"], size["ids"]
     tables = [rng.uniform(-0.003, 0.003, (r, d)).astype(np.float32) for _ in range(t)]
@@ -254,6 +257,7 @@ def _load() -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="a smoke run: zoo size, 3 steps, small per-op tables")
     ap.add_argument("--sizes", default="zoo,large")
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--steps", type=int, default=20)
@@ -262,6 +266,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-train", action="store_true", help="skip the training steps")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
+    if args.quick:
+        args.sizes, args.steps, args.reps = "zoo", 3, 2
     report: dict[str, Any] = {"load_before": _load(), "train": {}, "ops": {}}
     for size in [] if args.no_train else args.sizes.split(","):
         for threads in (int(t) for t in args.threads.split(",")):
@@ -272,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"{size:5s} {threads}t  {name:34s} {r['ms_per_step']:8.2f} ms/step {r['samples_per_s']:10,.0f} "
                           f"samples/s  {r['vs_reference']:.2f}x the reference")
     if not args.no_ops:
-        report["ops"] = sparse_ops(args.reps)
+        report["ops"] = sparse_ops(args.reps, "zoo" if args.quick else "large")
         if not args.json:
             for name, ms in report["ops"].items():
                 print(f"ops   {name:36s} {ms:8.2f} ms")

@@ -5,7 +5,7 @@ onnxruntime (1 and 2 intra-op threads) and torch eager (1 and 2 threads) on mode
 For each model: the import time, batch-1 latency (ms) and batch-32 throughput (samples/s), medians
 over interleaved rounds (each round runs every peer once), and the load average before and after.
 
-    python benchmarks/onnx_inference.py [--quick] [--json] [--model NAME ...]
+    python -m benchmarks onnx_inference [--quick] [--json] [--model NAME ...]
 """
 
 from __future__ import annotations
@@ -192,6 +192,10 @@ def report(r: dict[str, Any]) -> list[str]:
         d = r[key]
         for p, v in sorted(d.items()):
             lines.append(f"  {key:11s} {p:36s} {v:10.2f} {unit}")
+        for lib in ("numpy", "torch"):
+            simple, parallel = d[f"asyncnet simple {lib}"], d[f"asyncnet async_scheduling {lib}"]
+            lines.append(f"  {key:11s} async_scheduling (2 workers) vs simple, {lib}: "
+                         f"{(simple / parallel) if lower else (parallel / simple):.2f}x")
         best_name, best = _best(d, "asyncnet", lower)
         for peer in ("onnxruntime 1t", "onnxruntime 2t", "torch eager 1t", "torch eager 2t"):
             ratio = (d[peer] / best) if lower else (best / d[peer])

@@ -137,6 +137,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     a("--out", default=None, help="run directory (default runs/<timestamp>); must not hold a run unless --overwrite")
     a("--overwrite", action="store_true", help="replace the run already in --out")
     a("--quiet", action="store_true", help="no progress, no table: only the result line")
+    a("--export-onnx", metavar="FILE", help="after training, write the model's inference net with the trained "
+                                            "parameters as an ONNX model (needs the onnx extra; docs/onnx.md)")
     p.set_defaults(handler=run, _parser=p)
 
 
@@ -192,6 +194,10 @@ def run(args: argparse.Namespace) -> int:
     if not result.is_main:
         return 0
     _write_run_dir(result, out)
+    if getattr(args, "export_onnx", None):
+        from asyncnet.interop.onnx import export_trained
+
+        export_trained(result, ds, args.export_onnx)
     _print_summary(result, out, args.quiet)
     return 0
 

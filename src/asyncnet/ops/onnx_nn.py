@@ -35,6 +35,8 @@ def _torch() -> Any:
 
 def _ints(values: Any) -> list[int]:
     """A shape or index tensor (numpy or torch) as Python ints."""
+    if type(values) is np.ndarray and values.dtype.kind in "iu":
+        return values.reshape(-1).tolist()
     if is_torch(values):
         values = values.detach().cpu().numpy()
     return [int(v) for v in np.asarray(values).reshape(-1)]
@@ -61,6 +63,18 @@ def onnx_gemm(ctx: Any, a: Any, b: Any, c: Any = None) -> Any:
     if c is not None:
         y = y + (c if args["beta"] == 1.0 else c * _scalar(args["beta"], c))
     return as_array(y)
+
+
+@_op("ONNXMatMulAdd", inputs=3, doc="Y = matmul(A, B) + C: ONNX MatMul then Add of a bias C [N] (B [K, N]), "
+     "as one op (the importer fuses the pair when B and C are initializers).")
+def onnx_matmul_add(ctx: Any, a: Any, b: Any, c: Any) -> Any:
+    a = array(ctx, a, 0)
+    y = a @ b
+    if is_torch(y):
+        return y.add_(c)
+    y = as_array(y)
+    y += c
+    return y
 
 
 def _scalar(v: float, like: Any) -> Any:
@@ -116,6 +130,14 @@ def onnx_gather(ctx: Any, x: Any, idx: Any) -> Any:
     x, idx = array(ctx, x, 0), array(ctx, idx, 1)
     axis = ctx.args["axis"] % x.ndim
     n = x.shape[axis]
+    if idx.ndim == 0:  # one index: a view of X without that axis
+        k = int(idx)
+        if not -n <= k < n:
+            raise IndexError(f"index {k} out of range [-{n}, {n}) along axis {axis}")
+        k = k + n if k < 0 else k
+        if is_torch(x):
+            return x.select(axis, k)
+        return as_array(x[(slice(None),) * axis + (k,)])
     if is_torch(x):
         torch = _torch()
         i = idx.long()
@@ -136,6 +158,16 @@ def onnx_expand(ctx: Any, x: Any, shape: Any) -> Any:
     if is_torch(x):
         return x.expand(out).clone()
     return np.broadcast_to(x, out).copy()
+
+
+@_op("ONNXConstantOfShape", args=[Arg("value", float, 0.0, "the fill value"),
+                                   Arg("to", int, 1, "the ONNX element type of Y (default float)")],
+     doc="Y = a tensor of the shape in input 0 filled with value (ONNX ConstantOfShape); a torch shape gives a torch Y.")
+def onnx_constant_of_shape(ctx: Any, shape: Any) -> Any:
+    y = np.full(tuple(_ints(shape)), ctx.args["value"], _ONNX_TO_NP[ctx.args["to"]])
+    if is_torch(shape):
+        return _torch().from_numpy(y).to(shape.device)
+    return y
 
 
 @_op("ONNXWhere", inputs=3, doc="Y = X where the condition holds, else Z (ONNX Where, broadcasting).")
@@ -203,9 +235,12 @@ def onnx_layer_norm(ctx: Any, x: Any, scale: Any, b: Any = None) -> Any:
         y = y * scale
         return y + b if b is not None else y
     dims = tuple(range(axis, x.ndim))
-    mean = x.mean(axis=dims, keepdims=True)
+    n = math.prod(x.shape[axis:])
+    if n == 0:  # no elements: Y is as empty as X
+        return x.copy()
+    mean = np.add.reduce(x, axis=dims, keepdims=True) / n  # x.mean's arithmetic without its Python layers
     d = x - mean
-    var = (d * d).mean(axis=dims, keepdims=True)
+    var = np.add.reduce(d * d, axis=dims, keepdims=True) / n
     y = d / np.sqrt(var + x.dtype.type(eps)) * scale
     return as_array(y + b if b is not None else y)
 

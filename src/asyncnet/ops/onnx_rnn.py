@@ -17,6 +17,7 @@ says which of the node's outputs (Y, Y_h[, Y_c]) the op writes, in that order.
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import numpy as np
@@ -76,6 +77,10 @@ class _Ops:
 _TORCH_ORDER = {4: (0, 2, 3, 1), 3: (1, 0, 2)}
 
 
+# id(W) -> (W, the versions of W, R and B, R, the weights in torch's order): reordered once per weight
+_REORDERED: dict[int, tuple[Any, Any, Any, list[Any]]] = {}
+
+
 def _fused_torch(ctx: Any, x: Any, w: Any, r: Any, b: Any, h0: Any, c0: Any, n_gates: int) -> Any:
     """torch's fused LSTM / GRU (torch.lstm, torch.gru: one C++ call for the whole sequence) with the
     weights reordered; GRU only with linear_before_reset=1, the form torch computes."""
@@ -91,11 +96,19 @@ def _fused_torch(ctx: Any, x: Any, w: Any, r: Any, b: Any, h0: Any, c0: Any, n_g
         blocks = torch.chunk(a, n_gates, dim=0)
         return torch.cat([blocks[i] for i in _TORCH_ORDER[n_gates]], dim=0)
 
-    flat = []
-    for d in range(dirs):
-        flat += [reorder(w[d]), reorder(r[d])]
-        if b is not None:
-            flat += [reorder(b[d][: n_gates * hidden]), reorder(b[d][n_gates * hidden:])]
+    key = (w._version, r._version, None if b is None else (id(b), b._version), n_gates, dirs)
+    cached = _REORDERED.get(id(w))
+    if cached is not None and cached[0]() is w and cached[1] == key and cached[2] is r:
+        flat = cached[3]
+    else:
+        flat = []
+        for d in range(dirs):
+            flat += [reorder(w[d]), reorder(r[d])]
+            if b is not None:
+                flat += [reorder(b[d][: n_gates * hidden]), reorder(b[d][n_gates * hidden:])]
+        if len(_REORDERED) > 256:
+            _REORDERED.clear()
+        _REORDERED[id(w)] = (weakref.ref(w), key, r, flat)
     seq_first = x if layout == 0 else x.transpose(0, 1)
     if direction == "reverse":
         seq_first = seq_first.flip(0)
@@ -147,6 +160,9 @@ def _run(ctx: Any, x: Any, w: Any, r: Any, b: Any, h0: Any, c0: Any, cell: Any, 
         xw = x @ w[d].T  # [seq, batch, G*H] for every step at once
         if wb is not None:
             xw = xw + wb
+        if rb is not None and n_gates == 4:  # the LSTM's recurrent bias is added to every gate: once here
+            xw = xw + rb
+            rb = None
         h = h0[d] if h0 is not None else ops.zeros((batch, hidden), x)
         c = c0[d] if c0 is not None else ops.zeros((batch, hidden), x)
         steps = range(seq - 1, -1, -1) if direction == "reverse" else range(seq)
@@ -177,9 +193,10 @@ def _lstm_cell(ops: _Ops, xw: Any, h: Any, c: Any, r: Any, rb: Any) -> tuple[Any
     g = xw + h @ r.T
     if rb is not None:
         g = g + rb
-    i, o, f, cand = ops.split(g, 4)
-    c = ops.sigmoid(f) * c + ops.sigmoid(i) * ops.tanh(cand)
-    return ops.sigmoid(o) * ops.tanh(c), c
+    hidden = h.shape[-1]
+    s = ops.sigmoid(g[..., : 3 * hidden])  # i, o, f in one call
+    c = s[..., 2 * hidden:] * c + s[..., :hidden] * ops.tanh(g[..., 3 * hidden:])
+    return s[..., hidden: 2 * hidden] * ops.tanh(c), c
 
 
 @register_op("ONNXLSTM", inputs=(3, 6), outputs=(1, 3), args=_ARGS, validate=_validate(2), devices=("cpu", "cuda"),

@@ -12,11 +12,11 @@
 
 from asyncnet.interop.onnx._import import OnnxImportError, OnnxInputError, OnnxModel, ValueSpec, load
 
-__all__ = ["load", "export", "OnnxModel", "ValueSpec", "OnnxImportError", "OnnxInputError", "OnnxExportError"]
+__all__ = ["load", "export", "export_trained", "OnnxModel", "ValueSpec", "OnnxImportError", "OnnxInputError", "OnnxExportError"]
 
 
 def __getattr__(name: str):  # type: ignore[no-untyped-def]
-    if name in ("export", "OnnxExportError"):
+    if name in ("export", "export_trained", "OnnxExportError"):
         from asyncnet.interop.onnx import _export
 
         return getattr(_export, name)

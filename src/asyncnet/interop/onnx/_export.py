@@ -10,7 +10,7 @@ Only the ops the outputs need are exported; loss and metric ops are dropped, and
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Collection, Mapping, Sequence
 
 import numpy as np
 
@@ -279,6 +279,19 @@ def _needed_ops(ops: list[OperatorDef], outputs: list[str]) -> tuple[list[Operat
     return kept[::-1], needed
 
 
+def _traced_ops(all_ops: list[OperatorDef], kept: list[OperatorDef]) -> list[OperatorDef]:
+    """The exported ops and every op they read from (the zero initial states' fills and what
+    their shapes come from included): what runs to trace the blobs' ranks."""
+    needed = {i for op in kept for i in op.inputs}
+    out = [op for op in kept]
+    ids = {id(op) for op in kept}
+    for op in reversed(all_ops):
+        if id(op) not in ids and any(o in needed for o in op.outputs):
+            ids.add(id(op))
+            needed.update(op.inputs)
+    return [op for op in all_ops if id(op) in ids] if out else []
+
+
 def _nets(model: Any) -> tuple[NetDef, NetDef]:
     if isinstance(model, tuple) and len(model) == 2:
         init, pred = model
@@ -315,13 +328,23 @@ def _values(init: NetDef, pred: NetDef, workspace: Any, feeds: Mapping[str, np.n
     return {**params, **ranks}
 
 
+def _input_dims(name: str, v: np.ndarray, dynamic_batch: bool | Collection[str]) -> list[Any]:
+    """An input's dims: dim 0 symbolic (``batch``, or ``<name>_len`` for an input not named in a
+    collection ``dynamic_batch``, such as a flat id list), unless ``dynamic_batch`` is False."""
+    if not v.ndim or dynamic_batch is False:
+        return list(v.shape)
+    first = "batch" if dynamic_batch is True or name in dynamic_batch else f"{name}_len"
+    return [first, *v.shape[1:]]
+
+
 def export(model: Any, path: str | os.PathLike[str] | None, inputs: Mapping[str, np.ndarray], outputs: Sequence[str] | None = None,
-           workspace: Any = None, opset: int = OPSET, dynamic_batch: bool = True) -> Any:
+           workspace: Any = None, opset: int = OPSET, dynamic_batch: bool | Collection[str] = True) -> Any:
     """Export ``model`` (a ModelHelper or ``(init_net, predict_net)``) as an ONNX model; returns the
     ``ModelProto`` and writes it to ``path`` (when not None).
 
     ``inputs`` maps each graph input to an example array (its dtype and shape; the first dim is the
-    symbolic ``batch`` when ``dynamic_batch``); ``outputs`` are the blobs to export (default: the
+    symbolic ``batch`` when ``dynamic_batch`` is True; a collection of names: those inputs' first dim
+    is ``batch``, the others' ``<name>_len``); ``outputs`` are the blobs to export (default: the
     predict net's external outputs, else the outputs of its last op); ``workspace`` holds the
     trained parameters (default: run the init net).
 
@@ -338,7 +361,7 @@ def export(model: Any, path: str | os.PathLike[str] | None, inputs: Mapping[str,
     outs = list(outputs or pred.external_outputs or (pred.ops[-1].outputs[:1] if pred.ops else []))
     feeds = {k: np.asarray(v) for k, v in inputs.items()}
     ops, needed = _needed_ops([op for op in pred.ops if op.type not in _DROPPED or any(o in outs for o in op.outputs)], outs)
-    values = _values(init, NetDef(pred.name, ops=ops), workspace, feeds)
+    values = _values(init, NetDef(pred.name, ops=_traced_ops(pred.ops, ops)), workspace, feeds)
     g = _Graph(values)
     g.zero_states = _zero_states(pred.ops)
     produced = set(feeds)
@@ -358,8 +381,7 @@ def export(model: Any, path: str | os.PathLike[str] | None, inputs: Mapping[str,
         except (ValueError, KeyError) as e:
             raise OnnxExportError(str(e).strip("'\""), f"ops[{i}] ({op.type}{' ' + repr(op.name) if op.name else ''})") from None
         produced.update(op.outputs)
-    g_inputs = [onnx.helper.make_tensor_value_info(k, onnx.helper.np_dtype_to_tensor_dtype(v.dtype),
-                                                   (["batch", *v.shape[1:]] if dynamic_batch and v.ndim else list(v.shape)))
+    g_inputs = [onnx.helper.make_tensor_value_info(k, onnx.helper.np_dtype_to_tensor_dtype(v.dtype), _input_dims(k, v, dynamic_batch))
                 for k, v in feeds.items()]
     g_outputs = [onnx.helper.make_empty_tensor_value_info(o) for o in outs]
     from onnx import numpy_helper
@@ -375,3 +397,30 @@ def export(model: Any, path: str | os.PathLike[str] | None, inputs: Mapping[str,
     if path is not None:
         onnx.save(proto, os.fspath(path))
     return proto
+
+
+def export_trained(result: Any, dataset: Any, path: str | os.PathLike[str], rows: int = 8) -> Any:
+    """Export a training run's model (a :class:`~asyncnet.train.api.TrainResult`) as ONNX: its
+    inference net (inputs -> ``softmax`` or ``prob``) with the trained parameters, the first
+    ``rows`` test examples of ``dataset`` giving the inputs' dtypes and shapes (an input whose
+    length follows the number of examples gets the symbolic ``batch`` dim, another one, such as
+    DLRM's flat id lists, a dim of its own). What
+    ``asyncnet train --export-onnx FILE`` does after training; for example
+    ``export_trained(an.train("mlp", ds, epochs=1), ds, "mlp.onnx")`` writes ``mlp.onnx``, whose
+    output ``softmax`` onnxruntime computes as ``result.predict(x)`` does.
+    """
+    program = result.program
+    names = program.inputs
+    feeds = dataset.feeds(dataset.x_test[:rows], dataset.y_test[:rows])
+    more = dataset.feeds(dataset.x_test[:rows + 1], dataset.y_test[:rows + 1])
+    missing = [n for n in names if n not in feeds]
+    if missing:
+        raise OnnxExportError(f"the dataset gives no example for the model's inputs {missing}", "inputs")
+    batched = [n for n in names if np.ndim(feeds[n]) and len(feeds[n]) == rows and len(more[n]) == rows + 1]
+    ws = result.workspace()
+    try:
+        inputs = {n: np.ascontiguousarray(feeds[n]) for n in names}
+        return export((program.model.init_net, program.inference_net()), path, inputs, [program.scores], workspace=ws,
+                      dynamic_batch=batched)
+    finally:
+        ws.close()

@@ -130,7 +130,8 @@ def load(source: Any, *, net_type: str = "simple", num_workers: int | None = Non
 
     ``net_type`` and ``num_workers`` are the predict net's executor; ``check`` runs
     ``onnx.checker`` first; ``optimize`` folds inference batch norms into the convolutions
-    before them (:mod:`._optimize`). Errors are :class:`OnnxImportError` naming the node and field::
+    before them, computes shape arithmetic at import and fuses MatMul + Add pairs
+    (:mod:`._optimize`). Errors are :class:`OnnxImportError` naming the node and field::
 
         >>> import asyncnet as an
         >>> an.onnx.load(b"not a model")  # doctest: +ELLIPSIS
@@ -146,9 +147,14 @@ def load(source: Any, *, net_type: str = "simple", num_workers: int | None = Non
     if check:
         _check(model)
     if optimize:
-        from asyncnet.interop.onnx._optimize import fold_batch_norm
+        from asyncnet.interop.onnx._optimize import drop_zero_states, fold_batch_norm, fold_shapes
 
-        model = fold_batch_norm(model)
+        model = drop_zero_states(fold_batch_norm(model))
+        for _ in range(4):  # a folded Reshape target lets shape inference find the dims the next round folds
+            folded = fold_shapes(model, infer_types(model))
+            if folded is model:
+                break
+            model = folded
     types = infer_types(model)
     graph = model.graph
     init_names = {t.name for t in graph.initializer}
@@ -161,6 +167,12 @@ def load(source: Any, *, net_type: str = "simple", num_workers: int | None = Non
         if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and constant_op(tr, i, node, init_ops):
             continue
         predict_ops += tr.node(i, node)
+    if optimize:
+        from asyncnet.interop.onnx._optimize import fuse_matmul_add
+
+        params = {t.name: (tuple(t.dims), onnx.helper.tensor_dtype_to_np_dtype(t.data_type)) for t in graph.initializer
+                  if t.data_type in (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE) and t.name not in {v.name for v in graph.input}}
+        predict_ops = fuse_matmul_add(predict_ops, params, {v.name for v in graph.output})
     known = [v.name for v in inputs] + [op.outputs[0] for op in init_ops]
     init_net = NetDef(f"{name}_init", ops=init_ops, external_outputs=[op.outputs[0] for op in init_ops])
     predict_net = NetDef(name, ops=predict_ops, type=net_type, num_workers=num_workers, external_inputs=known,

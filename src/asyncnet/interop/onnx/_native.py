@@ -206,6 +206,21 @@ def _expand(tr: Translator, node: Any) -> list[OperatorDef] | None:
     return _op("ONNXExpand", node)
 
 
+@native("ConstantOfShape")
+def _constant_of_shape(tr: Translator, node: Any) -> list[OperatorDef] | None:
+    from onnx import numpy_helper
+
+    from asyncnet.ops.onnx_nn import _ONNX_TO_NP
+
+    value = next((a.t for a in node.attribute if a.name == "value"), None)
+    if value is None:
+        return _op("ONNXConstantOfShape", node, value=0.0, to=1)
+    v = numpy_helper.to_array(value).reshape(-1)
+    if value.data_type not in _ONNX_TO_NP or v.size != 1 or float(v[0]) != v[0]:
+        return None
+    return _op("ONNXConstantOfShape", node, value=float(v[0]), to=int(value.data_type))
+
+
 @native("Where")
 def _where(tr: Translator, node: Any) -> list[OperatorDef] | None:
     if tr.dtype(node.input[1]) is None or tr.dtype(node.input[1]).kind not in "biuf":
@@ -420,10 +435,15 @@ def _reduce(tr: Translator, node: Any) -> list[OperatorDef] | None:
     a = attrs(node)
     shape = tr.shape(node.input[0])
     if (not tr.all_float(node.input[:1]) or a.get("noop_with_empty_axes", 0) or shape is None
-            or any(not isinstance(d, int) or d == 0 for d in shape) or set(a) - {"axes", "keepdims"}):
+            or set(a) - {"axes", "keepdims"}):
         return None
     if len(node.input) > 1 and node.input[1] and tr.const(node.input[1]) is None:
         return None
+    axes = ([int(v) for v in tr.const(node.input[1]).reshape(-1)] if len(node.input) > 1 and node.input[1]
+            else [int(v) for v in a.get("axes", [])])
+    reduced = [shape[x] for x in axes if -len(shape) <= x < len(shape)] if axes else list(shape)
+    if len(reduced) != (len(axes) or len(shape)) or any(not isinstance(d, int) or d == 0 for d in reduced):
+        return None  # a reduced dim symbolic or empty (the other dims may be symbolic: the batch)
     return _op("ONNXReduce", node, fn=node.op_type[len("Reduce"):].lower(), axes=[int(v) for v in a.get("axes", [])],
                keepdims=bool(a.get("keepdims", 1)))
 

@@ -93,7 +93,7 @@ def how_imported() -> dict[str, str]:
         "GlobalAveragePool": "ONNXGlobalPool", "GlobalMaxPool": "ONNXGlobalPool", "BatchNormalization": "ONNXBatchNorm",
         "Flatten": "ONNXFlatten", "Reshape": "ONNXReshape", "Transpose": "ONNXTranspose", "Concat": "ONNXConcat",
         "Identity": "ONNXIdentity", "Dropout": "ONNXIdentity", "Softmax": "ONNXSoftmax", "LogSoftmax": "ONNXSoftmax",
-        "Gather": "ONNXGather", "Expand": "ONNXExpand", "Where": "ONNXWhere", "Erf": "ONNXErf", "Gelu": "ONNXGelu", "Clip": "ONNXClip",
+        "Gather": "ONNXGather", "ConstantOfShape": "ONNXConstantOfShape", "Expand": "ONNXExpand", "Where": "ONNXWhere", "Erf": "ONNXErf", "Gelu": "ONNXGelu", "Clip": "ONNXClip",
         "LayerNormalization": "ONNXLayerNorm", "LSTM": "ONNXLSTM", "GRU": "ONNXGRU", "If": "ONNXIf", "Shape": "ONNXShape", "Unsqueeze": "ONNXUnsqueeze", "Squeeze": "ONNXSqueeze",
         "Slice": "ONNXSlice", "Sqrt": "ONNXUnary", "Exp": "ONNXUnary", "Log": "ONNXUnary", "Neg": "ONNXUnary",
         "Abs": "ONNXUnary", "Reciprocal": "ONNXUnary", "Cast": "ONNXCast", "ReduceMean": "ONNXReduce",
