@@ -10,6 +10,7 @@
     array([2., 2.], dtype=float32)
 """
 
+from asyncnet.interop.onnx import _native  # noqa: F401 - registers the native translators in _translate.NATIVE
 from asyncnet.interop.onnx._import import OnnxImportError, OnnxInputError, OnnxModel, ValueSpec, load
 
 __all__ = ["load", "export", "export_trained", "OnnxModel", "ValueSpec", "OnnxImportError", "OnnxInputError", "OnnxExportError"]

@@ -14,7 +14,7 @@ from typing import Any, Callable
 import numpy as np
 
 from asyncnet.core.defs import OperatorDef
-from asyncnet.interop.onnx._import import OnnxImportError, node_where, reference_op
+from asyncnet.interop.onnx._model import OnnxImportError, node_where, reference_op
 
 Translate = Callable[["Translator", Any], "list[OperatorDef] | None"]
 NATIVE: dict[str, Translate] = {}
@@ -55,20 +55,20 @@ class Translator:
     # -- facts about values ------------------------------------------------------------------
     def dtype(self, name: str) -> np.dtype | None:
         """The inferred numpy dtype of value ``name`` (None if unknown or not a tensor)."""
-        from asyncnet.interop.onnx._import import value_spec
+        from asyncnet.interop.onnx._model import value_spec
 
         v = self.types.get(name)
         return None if v is None else value_spec(v).dtype
 
     def rank(self, name: str) -> int | None:
-        from asyncnet.interop.onnx._import import value_spec
+        from asyncnet.interop.onnx._model import value_spec
 
         v = self.types.get(name)
         s = None if v is None else value_spec(v).shape
         return None if s is None else len(s)
 
     def shape(self, name: str) -> tuple[Any, ...] | None:
-        from asyncnet.interop.onnx._import import value_spec
+        from asyncnet.interop.onnx._model import value_spec
 
         v = self.types.get(name)
         return None if v is None else value_spec(v).shape
@@ -118,7 +118,7 @@ class Translator:
     def subnet(self, graph: Any, name: str) -> tuple[Any, list[str]]:
         """A subgraph (If branch, Loop or Scan body) as a NetDef and its outer-scope names."""
         from asyncnet.core.defs import NetDef
-        from asyncnet.interop.onnx._import import constant_op, initializer_op
+        from asyncnet.interop.onnx._model import constant_op, initializer_op
 
         child = Translator.__new__(Translator)
         child.__dict__.update(self.__dict__)
@@ -213,4 +213,3 @@ def attrs(node: Any) -> dict[str, Any]:
     return {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
 
 
-from asyncnet.interop.onnx import _native  # noqa: E402,F401  (registers the native translators)
