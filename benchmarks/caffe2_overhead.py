@@ -74,9 +74,18 @@ def measure(layers: int, width: int, batch: int, iters: int, rounds: int) -> dic
     workspace.ResetWorkspace()
     workspace.SwitchWorkspace("default")
     c2, anet = statistics.median(caffe2_times), statistics.median(asyncnet_times)
-    return {"ops": 2 * layers, "batch": batch, "width": width, "iters": iters, "rounds": rounds,
-            "caffe2_runnet_us": c2 * 1e6, "asyncnet_run_net_us": anet * 1e6, "ratio": c2 / anet,
-            "same_outputs": bool(same), "loadavg": os.getloadavg()}
+    return {
+        "ops": 2 * layers,
+        "batch": batch,
+        "width": width,
+        "iters": iters,
+        "rounds": rounds,
+        "caffe2_runnet_us": c2 * 1e6,
+        "asyncnet_run_net_us": anet * 1e6,
+        "ratio": c2 / anet,
+        "same_outputs": bool(same),
+        "loadavg": os.getloadavg(),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -95,8 +104,10 @@ def main(argv: list[str] | None = None) -> int:
     if a.json:
         print(json.dumps(r))
         return 0
-    print(f"net: {r['ops']} ops (FC+Relu x {a.layers}), batch {a.batch}, width {a.width}; "
-          f"{a.rounds} rounds x {a.iters} runs, medians per run")
+    print(
+        f"net: {r['ops']} ops (FC+Relu x {a.layers}), batch {a.batch}, width {a.width}; "
+        f"{a.rounds} rounds x {a.iters} runs, medians per run"
+    )
     print(f"  caffe2.python.workspace.RunNet : {r['caffe2_runnet_us']:9.1f} us")
     print(f"  asyncnet Workspace.run_net     : {r['asyncnet_run_net_us']:9.1f} us")
     print(f"  ratio caffe2 / asyncnet        : {r['ratio']:9.3f}   (same outputs: {r['same_outputs']})")

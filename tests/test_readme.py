@@ -55,7 +55,9 @@ def test_readme_opens_with_the_two_commands():
 
 def test_readme_is_a_front_door():
     text = README.read_text()
-    assert len(text) <= README_LIMIT, f"README.md has {len(text):,} characters; the limit is {README_LIMIT:,}: move detail to docs/"
+    assert len(text) <= README_LIMIT, (
+        f"README.md has {len(text):,} characters; the limit is {README_LIMIT:,}: move detail to docs/"
+    )
     assert "`make bench` runs every benchmark; `python -m benchmarks NAME` runs one" in text
 
 

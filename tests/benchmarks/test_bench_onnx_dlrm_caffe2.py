@@ -13,8 +13,14 @@ import benchmarks
 
 
 def _run_json(name: str, *args: str) -> dict:
-    out = subprocess.run([sys.executable, "-m", "benchmarks", name, "--quick", "--json", *args],
-                         env=benchmarks.child_env(), check=False, capture_output=True, text=True, timeout=280)
+    out = subprocess.run(
+        [sys.executable, "-m", "benchmarks", name, "--quick", "--json", *args],
+        env=benchmarks.child_env(),
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=280,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     return json.loads(out.stdout)
 

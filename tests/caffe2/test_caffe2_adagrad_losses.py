@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from _c2run import run_op
+from _gradcheck_helpers import autodiff_grads, numeric_grads
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import asyncnet as an
-from _c2run import run_op
-from _gradcheck_helpers import autodiff_grads, numeric_grads
 
 pytestmark = pytest.mark.timeout(60)
 FEW = settings(max_examples=15, deadline=None)
@@ -36,37 +36,64 @@ def ref_adagrad(param, mom, grad, lr, epsilon, decay=1.0):  # adagrad_test_helpe
 
 
 @FEW
-@given(seed=st.integers(0, 2**16), lr=st.floats(-0.5, 0.5), epsilon=st.floats(1e-6, 1e-2), decay=st.sampled_from([1.0, 0.95]),
-       n_out=st.integers(2, 4), in_place=st.booleans())
+@given(
+    seed=st.integers(0, 2**16),
+    lr=st.floats(-0.5, 0.5),
+    epsilon=st.floats(1e-6, 1e-2),
+    decay=st.sampled_from([1.0, 0.95]),
+    n_out=st.integers(2, 4),
+    in_place=st.booleans(),
+)
 def test_adagrad(seed, lr, epsilon, decay, n_out, in_place):
     rng = np.random.default_rng(seed)
     p, g = (rng.normal(size=(3, 4)).astype(np.float32) for _ in range(2))
     m = np.abs(rng.normal(size=(3, 4))).astype(np.float32)
-    outs = (["p", "m"] if in_place else ["p2", "m2"]) + ["elr", "upd"][:n_out - 2]
-    got = run("Adagrad", {"p": p.copy(), "m": m.copy(), "g": g, "lr": np.array([lr], np.float32)}, outs,
-              epsilon=epsilon, decay=decay)
+    outs = (["p", "m"] if in_place else ["p2", "m2"]) + ["elr", "upd"][: n_out - 2]
+    got = run(
+        "Adagrad",
+        {"p": p.copy(), "m": m.copy(), "g": g, "lr": np.array([lr], np.float32)},
+        outs,
+        epsilon=epsilon,
+        decay=decay,
+    )
     for name, have, want in zip(outs, got, ref_adagrad(p, m, g, np.float32(lr), epsilon, decay)):
         assert have.dtype == np.float32 and have.shape == (3, 4), name
         np.testing.assert_allclose(have, want, rtol=1e-5, atol=1e-6, err_msg=name)
 
 
 @FEW
-@given(data=st.data(), rows=st.integers(1, 8), index_shape=st.sampled_from([(0,), (3,), (2, 2)]), unique=st.booleans(),
-       epsilon=st.floats(1e-6, 1e-2), lr=st.floats(-0.5, 0.5))
+@given(
+    data=st.data(),
+    rows=st.integers(1, 8),
+    index_shape=st.sampled_from([(0,), (3,), (2, 2)]),
+    unique=st.booleans(),
+    epsilon=st.floats(1e-6, 1e-2),
+    lr=st.floats(-0.5, 0.5),
+)
 def test_sparse_adagrad(data, rows, index_shape, unique, epsilon, lr):
     rng = np.random.default_rng(data.draw(st.integers(0, 2**16)))
     size = int(np.prod(index_shape))
     if unique and size > rows:
         return
-    indices = (rng.permutation(rows)[:size] if unique else rng.integers(rows, size=size)).reshape(index_shape).astype(np.int64)
+    indices = (
+        (rng.permutation(rows)[:size] if unique else rng.integers(rows, size=size))
+        .reshape(index_shape)
+        .astype(np.int64)
+    )
     param = rng.normal(size=(rows, 3)).astype(np.float32)
     mom = np.abs(rng.normal(size=(rows, 3))).astype(np.float32)
     grad = rng.normal(size=index_shape + (3,)).astype(np.float32)
-    p_out, m_out = run("SparseAdagrad", {"p": param.copy(), "m": mom.copy(), "i": indices, "g": grad,
-                                         "lr": np.array([lr], np.float32)}, ["p", "m"], epsilon=epsilon)
+    p_out, m_out = run(
+        "SparseAdagrad",
+        {"p": param.copy(), "m": mom.copy(), "i": indices, "g": grad, "lr": np.array([lr], np.float32)},
+        ["p", "m"],
+        epsilon=epsilon,
+    )
     want_p, want_m = param.copy(), mom.copy()
     for k, idx in enumerate(indices.ravel()):  # ref_sparse, repeated indices applied one after another
-        want_p[idx], want_m[idx] = ref_adagrad(want_p[idx], want_m[idx], grad.reshape(-1, 3)[k], np.float32(lr), epsilon)[:2]
+        want_p[idx], want_m[idx] = ref_adagrad(
+            want_p[idx], want_m[idx], grad.reshape(-1, 3)[k], np.float32(lr), epsilon
+        )[:2]
     np.testing.assert_allclose(p_out, want_p, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(m_out, want_m, rtol=1e-5, atol=1e-6)
 
@@ -106,7 +133,9 @@ def test_sigmoid_cross_entropy_with_logits(shape, log_d_trick, unjoined):
     rng = np.random.default_rng(1)
     lgt = (rng.normal(size=shape) * 5).astype(np.float64)
     tgt = (rng.random(shape) > 0.5).astype(np.float64) if log_d_trick else rng.random(shape)
-    (out,) = run("SigmoidCrossEntropyWithLogits", {"l": lgt, "t": tgt}, log_D_trick=log_d_trick, unjoined_lr_loss=unjoined)
+    (out,) = run(
+        "SigmoidCrossEntropyWithLogits", {"l": lgt, "t": tgt}, log_D_trick=log_d_trick, unjoined_lr_loss=unjoined
+    )
     want = -_sigmoid_xent_caffe2(lgt, tgt, log_d_trick, unjoined).mean(axis=-1)
     assert out.shape == shape[:-1]
     np.testing.assert_allclose(out, want, rtol=1e-10, atol=1e-12)

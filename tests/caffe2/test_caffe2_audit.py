@@ -36,13 +36,12 @@ import math
 
 import numpy as np
 import pytest
+import torch
+from _c2run import run_op
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import torch
-
 import asyncnet as an
-from _c2run import run_op
 from asyncnet.autodiff import add_gradient_ops
 
 pytestmark = pytest.mark.timeout(60)
@@ -102,8 +101,13 @@ def test_gather_axis1_wrap_gradient_is_dense_on_the_wrapped_slices():
 
 # -- BatchGather: gather_ops_test.TestBatchGatherOps (reference np.take on axis 1, gradient) -----
 @FEW
-@given(batch=st.integers(2, 10), rows=st.integers(1, 20), block=st.integers(1, 2), index_num=st.integers(1, 10),
-       seed=st.integers(0, 2**16))
+@given(
+    batch=st.integers(2, 10),
+    rows=st.integers(1, 20),
+    block=st.integers(1, 2),
+    index_num=st.integers(1, 10),
+    seed=st.integers(0, 2**16),
+)
 def test_batch_gather(batch, rows, block, index_num, seed):
     rng = np.random.default_rng(seed)
     data = rng.uniform(-10, 10, (batch, rows, block)).astype(np.float32)
@@ -209,9 +213,15 @@ def _scatter_ref(d, w0, ind, *args):  # the test's reference, as written there
 
 
 @FEW
-@given(num_args=st.integers(1, 5), first_dim=st.integers(1, 20), index_dim=st.integers(1, 10),
-       extra_dims=st.lists(st.integers(1, 4), min_size=0, max_size=3), ind_type=st.sampled_from([np.int32, np.int64]),
-       lib=st.sampled_from(["numpy", "torch"]), seed=st.integers(0, 2**16))
+@given(
+    num_args=st.integers(1, 5),
+    first_dim=st.integers(1, 20),
+    index_dim=st.integers(1, 10),
+    extra_dims=st.lists(st.integers(1, 4), min_size=0, max_size=3),
+    ind_type=st.sampled_from([np.int32, np.int64]),
+    lib=st.sampled_from(["numpy", "torch"]),
+    seed=st.integers(0, 2**16),
+)
 def test_scatter_weighted_sum(num_args, first_dim, index_dim, extra_dims, ind_type, lib, seed):
     rng = np.random.default_rng(seed)
     d = rng.random((first_dim, *extra_dims)).astype(np.float32)
@@ -235,8 +245,13 @@ def test_scatter_weighted_sum(num_args, first_dim, index_dim, extra_dims, ind_ty
 def test_scatter_weighted_sum_scales_a_repeated_row_once_per_occurrence():
     d = np.array([[1.0], [10.0]], np.float32)
     ws = an.Workspace()
-    for n, v in dict(d=d, w0=np.array([0.5], np.float32), i=np.array([1, 1, 0], np.int64),
-                     x=np.array([[1.0], [2.0], [4.0]], np.float32), w=np.array([1.0], np.float32)).items():
+    for n, v in dict(
+        d=d,
+        w0=np.array([0.5], np.float32),
+        i=np.array([1, 1, 0], np.int64),
+        x=np.array([[1.0], [2.0], [4.0]], np.float32),
+        w=np.array([1.0], np.float32),
+    ).items():
         ws.feed(n, v)
     net = an.Net("s")
     net.ScatterWeightedSum(["d", "w0", "i", "x", "w"], "d")
@@ -251,8 +266,13 @@ def lr_at(it: int, **args) -> float:
 
 
 @FEW
-@given(it=st.integers(1, 10**5 - 1), num_iter=st.integers(100, 999), base=st.floats(-1, 1), m1=st.floats(-1, 1),
-       m2=st.floats(-1, 1))
+@given(
+    it=st.integers(1, 10**5 - 1),
+    num_iter=st.integers(100, 999),
+    base=st.floats(-1, 1),
+    m1=st.floats(-1, 1),
+    m2=st.floats(-1, 1),
+)
 def test_gate_learning_rate(it, num_iter, base, m1, m2):
     want = (m1 if it < num_iter else m2) * base
     got = lr_at(it, policy="gate", num_iter=num_iter, multiplier_1=m1, multiplier_2=m2, base_lr=base)
@@ -268,13 +288,29 @@ def test_composite_learning_rate(min_num_iter, max_num_iter):  # the test's four
     for i in range(1, 4):
         accu[i] += accu[i - 1]
     scale = rng.uniform(low=2.0, high=2.0, size=4)
-    step_size, step_gamma, exp_gamma, base_lr = rng.randint(low=2, high=min_num_iter // 2), rng.random_sample(), \
-        rng.random_sample(), 0.1
-    args = dict(policy="composite", sub_policy_num_iters=[int(n) for n in iter_nums], base_lr=base_lr,
-                sub_policy_0_policy="exp", sub_policy_0_lr_scale=scale[0], sub_policy_0_gamma=exp_gamma,
-                sub_policy_1_policy="step", sub_policy_1_lr_scale=scale[1], sub_policy_1_stepsize=int(step_size),
-                sub_policy_1_gamma=step_gamma, sub_policy_2_policy="fixed", sub_policy_2_lr_scale=scale[2],
-                sub_policy_3_policy="exp", sub_policy_3_gamma=exp_gamma, sub_policy_3_lr_scale=scale[3])
+    step_size, step_gamma, exp_gamma, base_lr = (
+        rng.randint(low=2, high=min_num_iter // 2),
+        rng.random_sample(),
+        rng.random_sample(),
+        0.1,
+    )
+    args = dict(
+        policy="composite",
+        sub_policy_num_iters=[int(n) for n in iter_nums],
+        base_lr=base_lr,
+        sub_policy_0_policy="exp",
+        sub_policy_0_lr_scale=scale[0],
+        sub_policy_0_gamma=exp_gamma,
+        sub_policy_1_policy="step",
+        sub_policy_1_lr_scale=scale[1],
+        sub_policy_1_stepsize=int(step_size),
+        sub_policy_1_gamma=step_gamma,
+        sub_policy_2_policy="fixed",
+        sub_policy_2_lr_scale=scale[2],
+        sub_policy_3_policy="exp",
+        sub_policy_3_gamma=exp_gamma,
+        sub_policy_3_lr_scale=scale[3],
+    )
     ws = an.Workspace()
     net = an.Net("lr")
     net.LearningRate("iter", "lr", **args)
@@ -293,10 +329,16 @@ def test_composite_learning_rate(min_num_iter, max_num_iter):  # the test's four
         ws.run_net("lr")
         assert float(ws.fetch("lr")) == pytest.approx(base_lr * m * 2.0, rel=1e-5, abs=1e-9), it
     # one sub-policy: it runs on past its count
-    one = dict(policy="composite", sub_policy_num_iters=[int(iter_nums[0])], sub_policy_0_lr_scale=2.0,
-               sub_policy_0_policy="exp", sub_policy_0_gamma=exp_gamma, base_lr=base_lr)
+    one = dict(
+        policy="composite",
+        sub_policy_num_iters=[int(iter_nums[0])],
+        sub_policy_0_lr_scale=2.0,
+        sub_policy_0_policy="exp",
+        sub_policy_0_gamma=exp_gamma,
+        base_lr=base_lr,
+    )
     for it in (1, int(accu[-1])):
-        assert lr_at(it, **one) == pytest.approx(base_lr * 2.0 * exp_gamma ** it, rel=1e-5, abs=1e-12)
+        assert lr_at(it, **one) == pytest.approx(base_lr * 2.0 * exp_gamma**it, rel=1e-5, abs=1e-12)
 
 
 def test_composite_rules():
@@ -304,19 +346,23 @@ def test_composite_rules():
     with pytest.raises(an.NetDefinitionError, match="expected one of"):  # no composite inside a composite
         an.Net("n").LearningRate("i", "lr", sub_policy_num_iters=[3], sub_policy_0_policy="composite", **base)
     with pytest.raises(an.NetDefinitionError, match="unknown argument 'sub_policy_0_gama'"):
-        an.Net("n").LearningRate("i", "lr", sub_policy_num_iters=[3], sub_policy_0_policy="exp", sub_policy_0_gama=0.5,
-                                 **base)
+        an.Net("n").LearningRate(
+            "i", "lr", sub_policy_num_iters=[3], sub_policy_0_policy="exp", sub_policy_0_gama=0.5, **base
+        )
     with pytest.raises(an.NetDefinitionError, match="past the 1"):
-        an.Net("n").LearningRate("i", "lr", sub_policy_num_iters=[3], sub_policy_0_policy="exp", sub_policy_1_gamma=0.5,
-                                 **base)
+        an.Net("n").LearningRate(
+            "i", "lr", sub_policy_num_iters=[3], sub_policy_0_policy="exp", sub_policy_1_gamma=0.5, **base
+        )
     with pytest.raises(an.NetDefinitionError, match="sub_policy_0_policy"):
         an.Net("n").LearningRate("i", "lr", sub_policy_num_iters=[3], **base)
     with pytest.raises(an.NetDefinitionError, match="positive counts"):
-        an.Net("n").LearningRate("i", "lr", sub_policy_num_iters=[3, 0], sub_policy_0_policy="fixed",
-                                 sub_policy_1_policy="fixed", **base)
+        an.Net("n").LearningRate(
+            "i", "lr", sub_policy_num_iters=[3, 0], sub_policy_0_policy="fixed", sub_policy_1_policy="fixed", **base
+        )
     with pytest.raises(an.NetDefinitionError, match=r"sub-policy 0\) needs gamma"):
-        an.Net("n").LearningRate("i", "lr", sub_policy_num_iters=[3], sub_policy_0_policy="exp", sub_policy_0_gamma=0.0,
-                                 **base)
+        an.Net("n").LearningRate(
+            "i", "lr", sub_policy_num_iters=[3], sub_policy_0_policy="exp", sub_policy_0_gamma=0.0, **base
+        )
     with pytest.raises(an.OperatorError, match="before the first sub-policy"):
         lr_at(0, sub_policy_num_iters=[3], sub_policy_0_policy="fixed", **base)
 
@@ -330,11 +376,11 @@ def _cyclical(t, base_lr, max_lr, stepsize, decay):  # learning_rate_functors.h'
 def _cosine(t, min_lr=0.1, max_lr=0.5, period=50, t_mult=1.0, lr_shrink=0.99):  # CosineLearningRate
     if t_mult != 1.0:
         i = math.floor(math.log(1 - t / period * (1.0 - t_mult)) / math.log(t_mult))
-        t_i, t_curr = t_mult ** i * period, t - (1.0 - t_mult ** i) / (1.0 - t_mult) * period
+        t_i, t_curr = t_mult**i * period, t - (1.0 - t_mult**i) / (1.0 - t_mult) * period
     else:
         i = math.floor(t / period)
         t_i, t_curr = period, t - period * i
-    lo, hi = min_lr * lr_shrink ** i, max_lr * lr_shrink ** i
+    lo, hi = min_lr * lr_shrink**i, max_lr * lr_shrink**i
     return lo + 0.5 * (hi - lo) * (1 + math.cos(math.pi * t_curr / t_i))
 
 
@@ -342,30 +388,67 @@ def _warmup(t, s0=0.1, c=10**7, n=10**7):  # ConstantThenLinearWarmupLearningRat
     return s0 if t < c else s0 + (1 - s0) * (t - c) / n if t < c + n else 1.0
 
 
-@pytest.mark.parametrize("args, multiplier", [
-    ({"policy": "slope", "num_iter_1": 20, "multiplier_1": 1.0, "num_iter_2": 60, "multiplier_2": 0.2},
-     lambda t: 1.0 if t < 20 else max(0.2, 1.0 + (t - 20) * (0.2 - 1.0) / 40)),
-    ({"policy": "slope", "num_iter_1": 19, "num_iter_2": 21}, lambda t: 0.0),  # Caffe2's defaults: both multipliers 0
-    ({"policy": "gate", "num_iter": 21}, lambda t: 1.0),  # gate's: both 1
-    ({"policy": "pieceWarmup", "m1": 0.1, "n1": 20, "m2": 0.4, "n2": 63, "m3": 1.0},
-     lambda t: 0.1 if t < 20 else 0.4 if t < 63 else 1.0),
-    ({"policy": "pieceWarmup"}, lambda t: 0.5),
-    ({"policy": "cyclical", "max_lr": 0.9, "stepsize": 7, "decay": 0.8}, lambda t: _cyclical(t, -0.3, 0.9, 7, 0.8)),
-    ({"policy": "cyclical", "stepsize": 5}, lambda t: _cyclical(t, -0.3, 0.005, 5, 1.0)),
-    ({"policy": "cosine"}, _cosine),
-    ({"policy": "cosine", "max_lr": 0.9, "min_lr": 0.2, "period": 15, "t_mult": 2.0, "lr_shrink": 0.5},
-     lambda t: _cosine(t, 0.2, 0.9, 15, 2.0, 0.5)),
-    ({"policy": "constantThenLinearWarmup", "start_warmup_multiplier": 0.2, "constant_warmup_num_iter": 19,
-      "linear_warmup_num_iter": 44}, lambda t: _warmup(t, 0.2, 19, 44)),
-    ({"policy": "constantThenLinearWarmup"}, lambda t: 0.1),
-    ({"policy": "compositeCyclical", "constant_warmup_num_iter": 5, "linear_warmup_num_iter": 15,
-      "cyclical_max_lr": 0.6, "cyclical_step_size": 9, "cyclical_decay": 0.9},
-     lambda t: _warmup(t, 0.1, 5, 15) if t < 20 else _cyclical(t - 20, -0.3, 0.6, 9, 0.9)),
-    ({"policy": "compositeCosine", "start_warmup_multiplier": 0.3, "constant_warmup_num_iter": 1,
-      "linear_warmup_num_iter": 19, "cosine_max_lr": 0.8, "cosine_min_lr": 0.05, "cosine_period": 30,
-      "cosine_t_mult": 1.5, "cosine_lr_shrink": 0.9},
-     lambda t: _warmup(t, 0.3, 1, 19) if t < 20 else _cosine(t - 20, 0.05, 0.8, 30, 1.5, 0.9)),
-])
+@pytest.mark.parametrize(
+    "args, multiplier",
+    [
+        (
+            {"policy": "slope", "num_iter_1": 20, "multiplier_1": 1.0, "num_iter_2": 60, "multiplier_2": 0.2},
+            lambda t: 1.0 if t < 20 else max(0.2, 1.0 + (t - 20) * (0.2 - 1.0) / 40),
+        ),
+        (
+            {"policy": "slope", "num_iter_1": 19, "num_iter_2": 21},
+            lambda t: 0.0,
+        ),  # Caffe2's defaults: both multipliers 0
+        ({"policy": "gate", "num_iter": 21}, lambda t: 1.0),  # gate's: both 1
+        (
+            {"policy": "pieceWarmup", "m1": 0.1, "n1": 20, "m2": 0.4, "n2": 63, "m3": 1.0},
+            lambda t: 0.1 if t < 20 else 0.4 if t < 63 else 1.0,
+        ),
+        ({"policy": "pieceWarmup"}, lambda t: 0.5),
+        ({"policy": "cyclical", "max_lr": 0.9, "stepsize": 7, "decay": 0.8}, lambda t: _cyclical(t, -0.3, 0.9, 7, 0.8)),
+        ({"policy": "cyclical", "stepsize": 5}, lambda t: _cyclical(t, -0.3, 0.005, 5, 1.0)),
+        ({"policy": "cosine"}, _cosine),
+        (
+            {"policy": "cosine", "max_lr": 0.9, "min_lr": 0.2, "period": 15, "t_mult": 2.0, "lr_shrink": 0.5},
+            lambda t: _cosine(t, 0.2, 0.9, 15, 2.0, 0.5),
+        ),
+        (
+            {
+                "policy": "constantThenLinearWarmup",
+                "start_warmup_multiplier": 0.2,
+                "constant_warmup_num_iter": 19,
+                "linear_warmup_num_iter": 44,
+            },
+            lambda t: _warmup(t, 0.2, 19, 44),
+        ),
+        ({"policy": "constantThenLinearWarmup"}, lambda t: 0.1),
+        (
+            {
+                "policy": "compositeCyclical",
+                "constant_warmup_num_iter": 5,
+                "linear_warmup_num_iter": 15,
+                "cyclical_max_lr": 0.6,
+                "cyclical_step_size": 9,
+                "cyclical_decay": 0.9,
+            },
+            lambda t: _warmup(t, 0.1, 5, 15) if t < 20 else _cyclical(t - 20, -0.3, 0.6, 9, 0.9),
+        ),
+        (
+            {
+                "policy": "compositeCosine",
+                "start_warmup_multiplier": 0.3,
+                "constant_warmup_num_iter": 1,
+                "linear_warmup_num_iter": 19,
+                "cosine_max_lr": 0.8,
+                "cosine_min_lr": 0.05,
+                "cosine_period": 30,
+                "cosine_t_mult": 1.5,
+                "cosine_lr_shrink": 0.9,
+            },
+            lambda t: _warmup(t, 0.3, 1, 19) if t < 20 else _cosine(t - 20, 0.05, 0.8, 30, 1.5, 0.9),
+        ),
+    ],
+)
 @pytest.mark.parametrize("it", [0, 1, 19, 20, 21, 63, 100, 1234])
 def test_the_other_policies_are_their_functors(args, multiplier, it):
     assert lr_at(it, base_lr=-0.3, **args) == pytest.approx(np.float32(-0.3 * multiplier(it)), rel=1e-6, abs=1e-7)
@@ -373,8 +456,13 @@ def test_the_other_policies_are_their_functors(args, multiplier, it):
 
 # -- SparseToDense: hypothesis_test.test_sparse_to_dense (reference; gradient on the values) -------
 @FEW
-@given(first_dim=st.integers(2, 10), rows=st.integers(1, 6), row=st.sampled_from([(), (2,), (2, 3)]),
-       dtype=st.sampled_from([np.int32, np.int64, np.float32]), seed=st.integers(0, 2**16))
+@given(
+    first_dim=st.integers(2, 10),
+    rows=st.integers(1, 6),
+    row=st.sampled_from([(), (2,), (2, 3)]),
+    dtype=st.sampled_from([np.int32, np.int64, np.float32]),
+    seed=st.integers(0, 2**16),
+)
 def test_sparse_to_dense(first_dim, rows, row, dtype, seed):
     rng = np.random.default_rng(seed)
     x = (rng.random((rows, *row)) * 10).astype(dtype)
@@ -419,8 +507,14 @@ def _ref_adagrad(param, mom, grad, lr, epsilon, weight_decay=0.0, counter_halfli
 
 
 @FEW
-@given(rows=st.integers(1, 8), row=st.sampled_from([(), (3,), (2, 2)]), weight_decay=st.sampled_from([0.0, 0.1]),
-       counter_halflife=st.sampled_from([-1, 0, 3]), lib=st.sampled_from(["numpy", "torch"]), seed=st.integers(0, 2**16))
+@given(
+    rows=st.integers(1, 8),
+    row=st.sampled_from([(), (3,), (2, 2)]),
+    weight_decay=st.sampled_from([0.0, 0.1]),
+    counter_halflife=st.sampled_from([-1, 0, 3]),
+    lib=st.sampled_from(["numpy", "torch"]),
+    seed=st.integers(0, 2**16),
+)
 def test_sparse_adagrad_weight_decay_and_counter(rows, row, weight_decay, counter_halflife, lib, seed):
     rng = np.random.default_rng(seed)
     param = rng.standard_normal((rows, *row)).astype(np.float32)
@@ -431,16 +525,18 @@ def test_sparse_adagrad_weight_decay_and_counter(rows, row, weight_decay, counte
     count = None if counter_halflife == -1 else np.where(rng.random(rows) < 0.3, 0.0, rng.random(rows))
     want_p, want_m = param.copy(), mom.copy()
     for k, i in enumerate(ind):
-        want_p[i], want_m[i] = _ref_adagrad(param[i], mom[i], grad[k], lr[0], eps, weight_decay, counter_halflife,
-                                            None if count is None else count[i])
+        want_p[i], want_m[i] = _ref_adagrad(
+            param[i], mom[i], grad[k], lr[0], eps, weight_decay, counter_halflife, None if count is None else count[i]
+        )
     feed = (lambda a: torch.from_numpy(a)) if lib == "torch" else (lambda a: a)
     ws = an.Workspace()
     names = ["param", "mom", "ind", "grad", "lr"] + ([] if count is None else ["count"])
     for n, v in zip(names, [param, mom, ind, grad, lr, count]):
         ws.feed(n, feed(v.copy()))
     net = an.Net("s")
-    net.SparseAdagrad(names, ["param", "mom"], epsilon=eps, weight_decay=weight_decay,
-                      counter_halflife=counter_halflife, engine=None)
+    net.SparseAdagrad(
+        names, ["param", "mom"], epsilon=eps, weight_decay=weight_decay, counter_halflife=counter_halflife, engine=None
+    )
     ws.run_net_once(net)
     np.testing.assert_allclose(np.asarray(ws.fetch("param")), want_p, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(np.asarray(ws.fetch("mom")), want_m, rtol=1e-5, atol=1e-6)
@@ -458,14 +554,21 @@ def test_sparse_adagrad_count_input_rules():
 
 # -- Gather / BatchGather with match_outer (gather_ops_test's ref_gather_match_outer) ---------------
 def _ref_gather_match_outer(data, ind, axis=1):
-    out = np.zeros((*data.shape[:axis], *ind.shape[axis:], *data.shape[axis + 1:]), np.float32)
+    out = np.zeros((*data.shape[:axis], *ind.shape[axis:], *data.shape[axis + 1 :]), np.float32)
     if axis == 1:
         for i in range(data.shape[0]):
-            out[i] = data[i, ind[i], ]
+            out[i] = data[
+                i,
+                ind[i],
+            ]
     else:
         for i in range(data.shape[0]):
             for j in range(data.shape[1]):
-                out[i, j] = data[i, j, ind[i, j], ]
+                out[i, j] = data[
+                    i,
+                    j,
+                    ind[i, j],
+                ]
     return out
 
 
@@ -483,9 +586,14 @@ def _dense_grad(op, args, data, ind, r):
 
 
 @FEW
-@given(op_axis=st.sampled_from([("Gather", 1), ("BatchGather", 1), ("Gather", 2)]), batch=st.integers(1, 6),
-       rows=st.integers(1, 6), index_num=st.integers(1, 8), lib=st.sampled_from(["numpy", "torch"]),
-       seed=st.integers(0, 2**16))
+@given(
+    op_axis=st.sampled_from([("Gather", 1), ("BatchGather", 1), ("Gather", 2)]),
+    batch=st.integers(1, 6),
+    rows=st.integers(1, 6),
+    index_num=st.integers(1, 8),
+    lib=st.sampled_from(["numpy", "torch"]),
+    seed=st.integers(0, 2**16),
+)
 def test_gather_match_outer(op_axis, batch, rows, index_num, lib, seed):
     op, axis = op_axis
     rng = np.random.default_rng(seed)
@@ -528,13 +636,16 @@ def test_gather_dense_gradient():
 
 
 # -- SumReduceLike: elementwise_op_broadcast_test.test_sum_reduce (broadcast=1 is passed, not read) --
-@pytest.mark.parametrize("x_shape, y_shape, args, reduce", [
-    ((2, 3, 4, 5), (4, 5), {}, lambda x: x.sum(0).sum(0)),
-    ((2, 3, 4, 5), (2, 3), {"axis": 0}, lambda x: x.sum(3).sum(2)),
-    ((2, 3, 4, 5), (3, 4), {"axis": 1}, lambda x: x.sum(0).sum(2)),
-    ((2, 3, 4, 50), (1,), {}, lambda x: np.array(x.sum())),
-    ((2, 3, 4, 5), (1, 3, 4, 1), {}, lambda x: x.sum(0).sum(2).reshape(1, 3, 4, 1)),
-])
+@pytest.mark.parametrize(
+    "x_shape, y_shape, args, reduce",
+    [
+        ((2, 3, 4, 5), (4, 5), {}, lambda x: x.sum(0).sum(0)),
+        ((2, 3, 4, 5), (2, 3), {"axis": 0}, lambda x: x.sum(3).sum(2)),
+        ((2, 3, 4, 5), (3, 4), {"axis": 1}, lambda x: x.sum(0).sum(2)),
+        ((2, 3, 4, 50), (1,), {}, lambda x: np.array(x.sum())),
+        ((2, 3, 4, 5), (1, 3, 4, 1), {}, lambda x: x.sum(0).sum(2).reshape(1, 3, 4, 1)),
+    ],
+)
 def test_sum_reduce_like(x_shape, y_shape, args, reduce):
     rng = np.random.default_rng(8)
     x, y = rng.random(x_shape).astype(np.float32), rng.random(y_shape).astype(np.float32)
@@ -594,8 +705,10 @@ def test_label_cross_entropy_views_x_as_caffe2(shape, label):
 
 
 # -- HasElements over several inputs (utility_ops.h's HasElementsOp) -------------------------------
-@pytest.mark.parametrize("shapes, want", [([(0,)], False), ([(2, 3)], True), ([(0, 3), (0,)], False),
-                                          ([(0, 3), (1,)], True), ([(2,), (0,), (0, 2)], True)])
+@pytest.mark.parametrize(
+    "shapes, want",
+    [([(0,)], False), ([(2, 3)], True), ([(0, 3), (0,)], False), ([(0, 3), (1,)], True), ([(2,), (0,), (0, 2)], True)],
+)
 def test_has_elements_of_several_inputs(shapes, want):
     (out,) = run("HasElements", {f"x{i}": np.zeros(s, np.float32) for i, s in enumerate(shapes)})
     assert out.shape == () and bool(out) is want
@@ -607,8 +720,18 @@ def test_conv_takes_caffe2s_implementation_args(op):
     rng = np.random.default_rng(10)
     x, w, b = rng.random((2, 3, 5, 5), np.float32), rng.random((4, 3, 3, 3), np.float32), rng.random(4, np.float32)
     (plain,) = run(op, {"x": x, "w": w, "b": b}, kernel=3, pad=1)
-    (tuned,) = run(op, {"x": x, "w": w, "b": b}, kernel=3, pad=1, engine="EIGEN", shared_buffer=1, force_algo_fwd=-1,
-                   force_algo_dgrad=-1, force_algo_wgrad=-1, exhaustive_search=True)
+    (tuned,) = run(
+        op,
+        {"x": x, "w": w, "b": b},
+        kernel=3,
+        pad=1,
+        engine="EIGEN",
+        shared_buffer=1,
+        force_algo_fwd=-1,
+        force_algo_dgrad=-1,
+        force_algo_wgrad=-1,
+        exhaustive_search=True,
+    )
     np.testing.assert_array_equal(tuned, plain)
     net = an.Net("g")
     net.Conv(["x", "w", "b"], "y", kernel=3, shared_buffer=1, force_algo_wgrad=-1)
@@ -622,5 +745,7 @@ def test_a_failing_operator_is_a_runtime_error():
     with pytest.raises(RuntimeError):  # conv_test's error path: the kernel is larger than the padded image
         run("Conv", {"x": np.zeros((1, 1, 2, 2), np.float32), "w": np.zeros((1, 1, 3, 3), np.float32)}, kernel=3)
     with pytest.raises(RuntimeError):  # segment_ops_test.test_sparse_lengths_sum_invalid_index
-        run("SparseLengthsSum", {"d": np.zeros((5, 2), np.float32), "i": np.array([10000], np.int64),
-                                 "l": np.array([1], np.int32)})
+        run(
+            "SparseLengthsSum",
+            {"d": np.zeros((5, 2), np.float32), "i": np.array([10000], np.int64), "l": np.array([1], np.int32)},
+        )

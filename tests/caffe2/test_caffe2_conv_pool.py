@@ -16,12 +16,12 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from _c2run import run_op
+from _gradcheck_helpers import check_all
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import asyncnet as an
-from _c2run import run_op
-from _gradcheck_helpers import check_all
 
 pytestmark = pytest.mark.timeout(60)
 FEW = settings(max_examples=12, deadline=None)
@@ -41,19 +41,46 @@ def _pads(p):  # (t, l, b, r) -> torch's F.pad order
 
 
 @FEW
-@given(stride_h=st.integers(1, 3), stride_w=st.integers(1, 3), pad_t=st.integers(0, 2), pad_l=st.integers(0, 2),
-       pad_b=st.integers(0, 2), pad_r=st.integers(0, 2), kernel=st.integers(1, 3), dilation=st.integers(1, 2),
-       group=st.sampled_from([1, 2]), use_bias=st.booleans(), seed=st.integers(0, 2**16))
-def test_conv_both_orders_against_torch(stride_h, stride_w, pad_t, pad_l, pad_b, pad_r, kernel, dilation, group, use_bias, seed):
+@given(
+    stride_h=st.integers(1, 3),
+    stride_w=st.integers(1, 3),
+    pad_t=st.integers(0, 2),
+    pad_l=st.integers(0, 2),
+    pad_b=st.integers(0, 2),
+    pad_r=st.integers(0, 2),
+    kernel=st.integers(1, 3),
+    dilation=st.integers(1, 2),
+    group=st.sampled_from([1, 2]),
+    use_bias=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_conv_both_orders_against_torch(
+    stride_h, stride_w, pad_t, pad_l, pad_b, pad_r, kernel, dilation, group, use_bias, seed
+):
     rng = np.random.default_rng(seed)
     n, c, m, size = 2, 2 * group, 2 * group, 7
     x = rng.random((n, c, size, size)).astype(np.float32) - 0.5
     w = rng.random((m, c // group, kernel, kernel)).astype(np.float32) - 0.5
     b = rng.random(m).astype(np.float32) - 0.5
-    args = dict(stride_h=stride_h, stride_w=stride_w, pad_t=pad_t, pad_l=pad_l, pad_b=pad_b, pad_r=pad_r,
-                kernel=kernel, dilation=dilation, group=group)
-    want = F.conv2d(F.pad(torch.tensor(x), _pads((pad_t, pad_l, pad_b, pad_r))), torch.tensor(w),
-                    torch.tensor(b) if use_bias else None, stride=(stride_h, stride_w), dilation=dilation, groups=group).numpy()
+    args = dict(
+        stride_h=stride_h,
+        stride_w=stride_w,
+        pad_t=pad_t,
+        pad_l=pad_l,
+        pad_b=pad_b,
+        pad_r=pad_r,
+        kernel=kernel,
+        dilation=dilation,
+        group=group,
+    )
+    want = F.conv2d(
+        F.pad(torch.tensor(x), _pads((pad_t, pad_l, pad_b, pad_r))),
+        torch.tensor(w),
+        torch.tensor(b) if use_bias else None,
+        stride=(stride_h, stride_w),
+        dilation=dilation,
+        groups=group,
+    ).numpy()
     ins = {"x": x, "w": w, **({"b": b} if use_bias else {})}
     y = run("Conv", ins, **args)
     np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-5)
@@ -105,11 +132,22 @@ def _torch_pool(op, x, kernel, stride, pads, count_include_pad=False):
 
 
 @FEW
-@given(op=st.sampled_from(["MaxPool", "AveragePool"]), stride_h=st.integers(1, 3), stride_w=st.integers(1, 3),
-       pad_t=st.integers(0, 1), pad_l=st.integers(0, 1), pad_b=st.integers(0, 1), pad_r=st.integers(0, 1),
-       kernel=st.integers(2, 3), order=st.sampled_from(["NCHW", "NHWC"]), count_include_pad=st.booleans(),
-       seed=st.integers(0, 2**16))
-def test_pooling_separate_stride_pad(op, stride_h, stride_w, pad_t, pad_l, pad_b, pad_r, kernel, order, count_include_pad, seed):
+@given(
+    op=st.sampled_from(["MaxPool", "AveragePool"]),
+    stride_h=st.integers(1, 3),
+    stride_w=st.integers(1, 3),
+    pad_t=st.integers(0, 1),
+    pad_l=st.integers(0, 1),
+    pad_b=st.integers(0, 1),
+    pad_r=st.integers(0, 1),
+    kernel=st.integers(2, 3),
+    order=st.sampled_from(["NCHW", "NHWC"]),
+    count_include_pad=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_pooling_separate_stride_pad(
+    op, stride_h, stride_w, pad_t, pad_l, pad_b, pad_r, kernel, order, count_include_pad, seed
+):
     x = np.random.default_rng(seed).random((2, 3, 7, 6)).astype(np.float32)
     pads = (pad_t, pad_l, pad_b, pad_r)
     args = dict(stride_h=stride_h, stride_w=stride_w, pad_t=pad_t, pad_l=pad_l, pad_b=pad_b, pad_r=pad_r, kernel=kernel)
@@ -152,7 +190,9 @@ def test_pooling_gradients(op, order):
             y = F.max_pool2d(F.pad(xc, (0, 1, 1, 1), value=-np.inf), 3, 2)
         else:
             ones = F.pad(torch.ones_like(xc[:1, :1]), (0, 1, 1, 1))
-            y = F.avg_pool2d(F.pad(xc, (0, 1, 1, 1)), 3, 2, divisor_override=1) / F.avg_pool2d(ones, 3, 2, divisor_override=1)
+            y = F.avg_pool2d(F.pad(xc, (0, 1, 1, 1)), 3, 2, divisor_override=1) / F.avg_pool2d(
+                ones, 3, 2, divisor_override=1
+            )
         return ((y.permute(0, 2, 3, 1) if order == "NHWC" else y) * r).mean()
 
     check_all(build, ref, feeds, ["x"])
@@ -165,7 +205,9 @@ def test_what_asyncnet_does_not_take():
     with pytest.raises(an.NetDefinitionError, match="order"):
         run("MaxPool", {"x": x}, kernel=2, order="NCDHW")
     with pytest.raises(an.OperatorError, match="4-D"):
-        run("Conv", {"x": np.zeros((1, 1, 4, 4, 4), np.float32), "w": np.zeros((1, 1, 2, 2, 2), np.float32)})  # 3-D conv
+        run(
+            "Conv", {"x": np.zeros((1, 1, 4, 4, 4), np.float32), "w": np.zeros((1, 1, 2, 2, 2), np.float32)}
+        )  # 3-D conv
 
 
 @pytest.mark.parametrize("op", ["Conv", "MaxPool", "AveragePool", "SpatialBN"])
@@ -178,7 +220,9 @@ def test_nhwc_on_torch_tensors_matches_numpy(op):
         ins["w"] = rng.random((4, 2, 2, 3)).astype(np.float32)  # [M, kh, kw, C]
         args.update(pad=1)
     elif op == "SpatialBN":
-        ins.update(s=np.ones(3, np.float32), b=np.zeros(3, np.float32), m=np.zeros(3, np.float32), v=np.ones(3, np.float32))
+        ins.update(
+            s=np.ones(3, np.float32), b=np.zeros(3, np.float32), m=np.zeros(3, np.float32), v=np.ones(3, np.float32)
+        )
         outs = ["y", "m", "v", "sm", "sv"]
     else:
         args.update(kernel=2, stride=1)
@@ -202,7 +246,9 @@ def test_list_forms_of_the_window_arguments():
     x = rng.random((1, 2, 7, 8)).astype(np.float32)
     w = rng.random((3, 2, 2, 3)).astype(np.float32)
     y = run("Conv", {"x": x, "w": w}, kernels=[2, 3], strides=[2, 1], pads=[1, 0, 0, 2], dilations=[2, 1])
-    want = F.conv2d(F.pad(torch.tensor(x), _pads((1, 0, 0, 2))), torch.tensor(w), stride=(2, 1), dilation=(2, 1)).numpy()
+    want = F.conv2d(
+        F.pad(torch.tensor(x), _pads((1, 0, 0, 2))), torch.tensor(w), stride=(2, 1), dilation=(2, 1)
+    ).numpy()
     np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-6)
     p = run("MaxPool", {"x": x}, kernels=[3, 2], strides=[1, 2], pads=[0, 1, 1, 0])
     np.testing.assert_allclose(p, _torch_pool("MaxPool", x, (3, 2), (1, 2), (0, 1, 1, 0)), rtol=1e-6)
@@ -211,15 +257,24 @@ def test_list_forms_of_the_window_arguments():
 
 
 @FEW
-@given(op=st.sampled_from(["Conv", "Conv1D"]), stride=st.integers(1, 3), pad=st.integers(0, 2), kernel=st.integers(1, 3),
-       order=st.sampled_from(["NCHW", "NHWC"]), use_bias=st.booleans(), seed=st.integers(0, 2**16))
+@given(
+    op=st.sampled_from(["Conv", "Conv1D"]),
+    stride=st.integers(1, 3),
+    pad=st.integers(0, 2),
+    kernel=st.integers(1, 3),
+    order=st.sampled_from(["NCHW", "NHWC"]),
+    use_bias=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
 def test_1d_convolution(op, stride, pad, kernel, order, use_bias, seed):
     # conv_test.py's test_1d_convolution: strides=[s], pads=[p, p], kernels=[k]; X [N, C, L] or [N, L, C]
     rng = np.random.default_rng(seed)
     x = rng.random((2, 3, 8)).astype(np.float32) - 0.5
     w = rng.random((4, 3, kernel)).astype(np.float32) - 0.5
     b = rng.random(4).astype(np.float32)
-    want = F.conv1d(F.pad(torch.tensor(x), (pad, pad)), torch.tensor(w), torch.tensor(b) if use_bias else None, stride=stride).numpy()
+    want = F.conv1d(
+        F.pad(torch.tensor(x), (pad, pad)), torch.tensor(w), torch.tensor(b) if use_bias else None, stride=stride
+    ).numpy()
     t = (lambda a: np.ascontiguousarray(a.transpose(0, 2, 1))) if order == "NHWC" else (lambda a: a)
     ins = {"x": t(x), "w": t(w), **({"b": b} if use_bias else {})}
     y = run(op, ins, strides=[stride], pads=[pad, pad], kernels=[kernel], order=order)
@@ -266,10 +321,17 @@ def test_2d_names_and_1d_argument_rules():
     np.testing.assert_array_equal(run("MaxPool2D", {"x": x}, kernel=2), run("MaxPool", {"x": x}, kernel=2))
     np.testing.assert_array_equal(run("AveragePool2D", {"x": x}, kernel=2), run("AveragePool", {"x": x}, kernel=2))
     from asyncnet.autodiff import add_gradient_ops
-    net = an.Net("g"); net.Conv2D(["x", "w"], "y"); net.AveragedLoss("y", "loss")
+
+    net = an.Net("g")
+    net.Conv2D(["x", "w"], "y")
+    net.AveragedLoss("y", "loss")
     add_gradient_ops(net, "loss", wrt=["x"])
     assert "Conv2DGradient" in [op.type for op in net.to_def().ops]  # Caffe2's gradient name: type + "Gradient"
     x1 = x[:, :, 0]
-    for bad, match in (({"kernel_h": 2}, "2-D inputs"), ({"kernels": [2, 2]}, "length 1"), ({"kernel": 2, "pads": [0, 1, 0, 1]}, "left, right")):
+    for bad, match in (
+        ({"kernel_h": 2}, "2-D inputs"),
+        ({"kernels": [2, 2]}, "length 1"),
+        ({"kernel": 2, "pads": [0, 1, 0, 1]}, "left, right"),
+    ):
         with pytest.raises(an.OperatorError, match=match):
             run("MaxPool1D", {"x": x1}, **bad)

@@ -13,9 +13,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from _gradcheck_helpers import check_all
 
 import asyncnet as an
-from _gradcheck_helpers import check_all
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -36,8 +36,13 @@ def _check(op, feeds, out_shape, torch_fn, wrt, **args):
 
 
 # (X shape, axis, W shape, axis_w, N)
-FC_CASES = [((3, 4), 1, (5, 4), 1, 5), ((2, 3, 4), 2, (5, 4), 1, 5), ((2, 3, 4), 1, (5, 12), 1, 5),
-            ((2, 3, 2, 2), 1, (5, 3, 2, 2), 1, 5), ((2, 3, 4), -1, (3, 2, 4), 2, 6)]
+FC_CASES = [
+    ((3, 4), 1, (5, 4), 1, 5),
+    ((2, 3, 4), 2, (5, 4), 1, 5),
+    ((2, 3, 4), 1, (5, 12), 1, 5),
+    ((2, 3, 2, 2), 1, (5, 3, 2, 2), 1, 5),
+    ((2, 3, 4), -1, (3, 2, 4), 2, 6),
+]
 
 
 @pytest.mark.parametrize("x_shape,axis,w_shape,axis_w,n", FC_CASES)
@@ -53,38 +58,58 @@ def test_fc_axis_and_axis_w(x_shape, axis, w_shape, axis_w, n):
     ws = an.Workspace()
     for name, v in feeds.items():
         ws.feed(name, v)
-    net = an.Net("fc"); net.FC(["x", "w", "b"], "y", axis=axis, axis_w=axis_w)
+    net = an.Net("fc")
+    net.FC(["x", "w", "b"], "y", axis=axis, axis_w=axis_w)
     ws.run_net_once(net)
     assert ws.fetch("y").shape == out
     _check("FC", feeds, out, ref, ["x", "w", "b"], axis=axis, axis_w=axis_w)
 
 
-@pytest.mark.parametrize("x_shape,axis,w_shape,axis_w", [((3, 4), 1, (4, 5), 1), ((2, 3, 4), 2, (2, 2, 5), 2),
-                                                         ((2, 3, 4), 1, (12, 5), 1)])
+@pytest.mark.parametrize(
+    "x_shape,axis,w_shape,axis_w", [((3, 4), 1, (4, 5), 1), ((2, 3, 4), 2, (2, 2, 5), 2), ((2, 3, 4), 1, (12, 5), 1)]
+)
 def test_fc_transposed(x_shape, axis, w_shape, axis_w):
     k = int(np.prod(x_shape[axis:]))
     n = int(np.prod(w_shape[axis_w:]))
     feeds = {"x": _rand(3, x_shape), "w": _rand(4, w_shape), "b": _rand(5, (n,))}
     out = x_shape[:axis] + (n,)
-    _check("FCTransposed", feeds, out, lambda x, w, b: (x.reshape(-1, k) @ w.reshape(k, n) + b).reshape(out),
-           ["x", "w", "b"], axis=axis, axis_w=axis_w)
+    _check(
+        "FCTransposed",
+        feeds,
+        out,
+        lambda x, w, b: (x.reshape(-1, k) @ w.reshape(k, n) + b).reshape(out),
+        ["x", "w", "b"],
+        axis=axis,
+        axis_w=axis_w,
+    )
 
 
 def test_fc_shape_errors():
     ws = an.Workspace()
-    ws.feed("x", np.ones((2, 3, 4))); ws.feed("w", np.ones((5, 4))); ws.feed("b", np.ones(5))
-    net = an.Net("bad"); net.FC(["x", "w", "b"], "y")  # axis=1: K = 12, W has K = 4
+    ws.feed("x", np.ones((2, 3, 4)))
+    ws.feed("w", np.ones((5, 4)))
+    ws.feed("b", np.ones(5))
+    net = an.Net("bad")
+    net.FC(["x", "w", "b"], "y")  # axis=1: K = 12, W has K = 4
     with pytest.raises(an.OperatorError, match="axis_w"):
         ws.run_net_once(net)
-    net = an.Net("bad2"); net.FC(["x", "w", "b"], "y", axis=3)
+    net = an.Net("bad2")
+    net.FC(["x", "w", "b"], "y", axis=3)
     with pytest.raises(an.OperatorError, match="out of range"):
         ws.run_net_once(net)
 
 
-@pytest.mark.parametrize("a_shape,axis_a,b_shape,axis_b,ta,tb", [
-    ((3, 4), 1, (4, 5), 1, False, False), ((2, 3, 4), 2, (4, 5), 1, False, False),
-    ((2, 3, 4), 1, (12, 5), 1, False, False), ((4, 2, 3), 1, (4, 5), 1, True, False),
-    ((3, 4), 1, (5, 2, 2), 1, False, True), ((2, 2, 3), 2, (5, 2, 2), 1, True, True)])
+@pytest.mark.parametrize(
+    "a_shape,axis_a,b_shape,axis_b,ta,tb",
+    [
+        ((3, 4), 1, (4, 5), 1, False, False),
+        ((2, 3, 4), 2, (4, 5), 1, False, False),
+        ((2, 3, 4), 1, (12, 5), 1, False, False),
+        ((4, 2, 3), 1, (4, 5), 1, True, False),
+        ((3, 4), 1, (5, 2, 2), 1, False, True),
+        ((2, 2, 3), 2, (5, 2, 2), 1, True, True),
+    ],
+)
 def test_matmul_axes(a_shape, axis_a, b_shape, axis_b, ta, tb):
     def flat(t, axis):
         return t.reshape(int(np.prod(t.shape[:axis])), -1)
@@ -115,18 +140,25 @@ def test_batch_matmul(batch, ta, tb):
 
 def test_batch_matmul_broadcast_is_numpy_matmul_without_gradient():
     from asyncnet.autodiff import add_gradient_ops
+
     ws = an.Workspace()
     cases = [((2, 3, 4), (4, 5)), ((4,), (2, 4, 5)), ((2, 1, 3, 4), (5, 4, 2)), ((4,), (4,))]
     for i, (sa, sb) in enumerate(cases):
         a, b = _rand(i, sa), _rand(i + 10, sb)
-        ws.feed("a", a); ws.feed("b", b)
-        net = an.Net(f"bb{i}"); net.BatchMatMul(["a", "b"], "y", broadcast=1)
+        ws.feed("a", a)
+        ws.feed("b", b)
+        net = an.Net(f"bb{i}")
+        net.BatchMatMul(["a", "b"], "y", broadcast=1)
         ws.run_net_once(net)
         np.testing.assert_allclose(ws.fetch("y"), np.matmul(a, b), rtol=1e-12)
-    ws.feed("a", _rand(0, (2, 3, 4))); ws.feed("b", _rand(1, (4, 5)))
-    net = an.Net("nb"); net.BatchMatMul(["a", "b"], "y")
+    ws.feed("a", _rand(0, (2, 3, 4)))
+    ws.feed("b", _rand(1, (4, 5)))
+    net = an.Net("nb")
+    net.BatchMatMul(["a", "b"], "y")
     with pytest.raises(an.OperatorError, match="equal batch dims"):
         ws.run_net_once(net)
-    net = an.Net("g"); net.BatchMatMul(["a", "b"], "y", broadcast=1); net.AveragedLoss("y", "loss")
+    net = an.Net("g")
+    net.BatchMatMul(["a", "b"], "y", broadcast=1)
+    net.AveragedLoss("y", "loss")
     with pytest.raises(an.NetDefinitionError, match="broadcast=1"):
         add_gradient_ops(net, "loss", wrt=["a"])

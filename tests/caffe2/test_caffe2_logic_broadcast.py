@@ -10,11 +10,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from _gradcheck_helpers import check_all
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import asyncnet as an
-from _gradcheck_helpers import check_all
 
 pytestmark = pytest.mark.timeout(60)
 FEW = settings(max_examples=15, deadline=None)
@@ -31,7 +31,14 @@ def run(op: str, inputs: dict[str, np.ndarray], n_out: int = 1, **args):
     return ws.fetch(outs[0]) if n_out == 1 else [ws.fetch(o) for o in outs]
 
 
-COMPARE = {"LT": np.less, "LE": np.less_equal, "GT": np.greater, "GE": np.greater_equal, "EQ": np.equal, "NE": np.not_equal}
+COMPARE = {
+    "LT": np.less,
+    "LE": np.less_equal,
+    "GT": np.greater,
+    "GE": np.greater_equal,
+    "EQ": np.equal,
+    "NE": np.not_equal,
+}
 LOGIC = {"And": np.logical_and, "Or": np.logical_or, "Xor": np.logical_xor}
 
 
@@ -70,14 +77,19 @@ def test_comparison_errors():
 
 # elementwise_op_broadcast_test.py: (A shape, B shape, args, B as numpy must see it)
 LEGACY_CASES = [
-    ((2, 3, 4, 5), (4, 5), {}, (4, 5)),               # no axis: B matches A's last dims
-    ((2, 3, 4, 5), (3, 4), {"axis": 1}, (3, 4, 1)),   # intermediate dims
+    ((2, 3, 4, 5), (4, 5), {}, (4, 5)),  # no axis: B matches A's last dims
+    ((2, 3, 4, 5), (3, 4), {"axis": 1}, (3, 4, 1)),  # intermediate dims
     ((2, 3, 4, 5), (2,), {"axis": 0}, (2, 1, 1, 1)),  # the first dim
     ((2, 3, 4, 5), (1, 4, 1), {"axis": 1}, (1, 4, 1)),  # single-element dims at both ends
-    ((2, 3, 4, 5), (1,), {}, ()),                    # one element: a scalar
+    ((2, 3, 4, 5), (1,), {}, ()),  # one element: a scalar
     ((2, 3, 4, 5), (3,), {"axis_str": "C"}, (3, 1, 1)),  # axis named by NCHW's letter
 ]
-ARITH = {"Add": (np.add, torch.add), "Sub": (np.subtract, torch.sub), "Mul": (np.multiply, torch.mul), "Div": (np.divide, torch.div)}
+ARITH = {
+    "Add": (np.add, torch.add),
+    "Sub": (np.subtract, torch.sub),
+    "Mul": (np.multiply, torch.mul),
+    "Div": (np.divide, torch.div),
+}
 
 
 @pytest.mark.parametrize("a_shape,b_shape,args,b_seen", LEGACY_CASES)
@@ -130,8 +142,19 @@ def test_legacy_broadcast_rules_from_caffe2():
         run("Add", {"a": a, "b": np.zeros(3, np.float32)})
 
 
-CAFFE2_ENUM = {1: np.float32, 2: np.int32, 3: np.uint8, 5: np.bool_, 6: np.uint8, 7: np.int8, 8: np.uint16,
-               9: np.int16, 10: np.int64, 12: np.float16, 13: np.float64}
+CAFFE2_ENUM = {
+    1: np.float32,
+    2: np.int32,
+    3: np.uint8,
+    5: np.bool_,
+    6: np.uint8,
+    7: np.int8,
+    8: np.uint16,
+    9: np.int16,
+    10: np.int64,
+    12: np.float16,
+    13: np.float64,
+}
 
 
 @pytest.mark.parametrize("to,dtype", sorted(CAFFE2_ENUM.items()))
@@ -147,8 +170,15 @@ def test_cast_to_caffe2_enum_numbers(to, dtype):
 
 def test_cast_names_and_errors():
     x = np.array([1, 0, 3], np.int64)
-    for to, dtype in [("FLOAT", np.float32), ("float", np.float32), ("INT32", np.int32), ("bool", np.bool_),
-                      ("DOUBLE", np.float64), ("float64", np.float64), ("int64", np.int64)]:
+    for to, dtype in [
+        ("FLOAT", np.float32),
+        ("float", np.float32),
+        ("INT32", np.int32),
+        ("bool", np.bool_),
+        ("DOUBLE", np.float64),
+        ("float64", np.float64),
+        ("int64", np.int64),
+    ]:
         assert run("Cast", {"x": x}, to=to).dtype == dtype, to
     for bad in (0, 4, 14, 99, "STRING", "complex64", "nonsense"):
         with pytest.raises(an.NetDefinitionError, match="Cast to="):
@@ -159,6 +189,7 @@ def test_cast_names_and_errors():
 
 def test_cast_gradient_casts_back_and_needs_from_type():
     from asyncnet.autodiff import add_gradient_ops
+
     ws = an.Workspace()
     ws.feed("x", np.array([1.0, -2.0, 3.0], np.float64))
     net = an.Net("g")

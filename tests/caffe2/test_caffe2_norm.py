@@ -14,12 +14,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from _c2run import run_op
+from _gradcheck_helpers import check_all
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import asyncnet as an
-from _c2run import run_op
-from _gradcheck_helpers import check_all
 
 pytestmark = pytest.mark.timeout(60)
 FEW = settings(max_examples=12, deadline=None)
@@ -35,27 +35,45 @@ def _to_order(x: np.ndarray, order: str) -> np.ndarray:
 
 def _bn_params(c: int, seed: int = 1701) -> dict[str, np.ndarray]:
     rng = np.random.RandomState(seed)
-    return {"scale": rng.rand(c).astype(np.float32) + 0.5, "bias": rng.rand(c).astype(np.float32) - 0.5,
-            "mean": rng.randn(c).astype(np.float32), "var": rng.rand(c).astype(np.float32) + 0.5}
+    return {
+        "scale": rng.rand(c).astype(np.float32) + 0.5,
+        "bias": rng.rand(c).astype(np.float32) - 0.5,
+        "mean": rng.randn(c).astype(np.float32),
+        "var": rng.rand(c).astype(np.float32) + 0.5,
+    }
 
 
 @FEW
-@given(spatial=st.sampled_from([(), (7,), (3, 4), (2, 3, 2)]), c=st.integers(1, 6), n=st.integers(0, 3),
-       order=st.sampled_from(["NCHW", "NHWC"]), epsilon=st.floats(1e-5, 1e-2), inplace=st.booleans())
+@given(
+    spatial=st.sampled_from([(), (7,), (3, 4), (2, 3, 2)]),
+    c=st.integers(1, 6),
+    n=st.integers(0, 3),
+    order=st.sampled_from(["NCHW", "NHWC"]),
+    epsilon=st.floats(1e-5, 1e-2),
+    inplace=st.booleans(),
+)
 def test_spatial_bn_test_mode(spatial, c, n, order, epsilon, inplace):
     p = _bn_params(c)
     x = np.random.RandomState(3).rand(n, c, *spatial).astype(np.float32) - 0.5
     bshape = (1, c) + (1,) * len(spatial)
-    want = (x - p["mean"].reshape(bshape)) / np.sqrt(p["var"].reshape(bshape) + epsilon) * p["scale"].reshape(bshape) \
-        + p["bias"].reshape(bshape)
+    want = (x - p["mean"].reshape(bshape)) / np.sqrt(p["var"].reshape(bshape) + epsilon) * p["scale"].reshape(
+        bshape
+    ) + p["bias"].reshape(bshape)
     out = "x" if inplace else "y"
     (y,) = run("SpatialBN", {"x": _to_order(x, order), **p}, (out,), order=order, is_test=1, epsilon=epsilon)
     np.testing.assert_allclose(y, _to_order(want, order), rtol=1e-5, atol=1e-5)
 
 
 @FEW
-@given(size=st.integers(1, 5), c=st.integers(1, 6), n=st.integers(0, 3), order=st.sampled_from(["NCHW", "NHWC"]),
-       epsilon=st.floats(1e-5, 1e-2), momentum=st.floats(0.5, 0.9), inplace=st.booleans())
+@given(
+    size=st.integers(1, 5),
+    c=st.integers(1, 6),
+    n=st.integers(0, 3),
+    order=st.sampled_from(["NCHW", "NHWC"]),
+    epsilon=st.floats(1e-5, 1e-2),
+    momentum=st.floats(0.5, 0.9),
+    inplace=st.booleans(),
+)
 def test_spatial_bn_train_mode(size, c, n, order, epsilon, momentum, inplace):
     if n * size * size == 1:
         return  # Caffe2's test assumes it away (its unbias scale is infinite); asyncnet refuses it, see below
@@ -64,11 +82,15 @@ def test_spatial_bn_train_mode(size, c, n, order, epsilon, momentum, inplace):
     x = np.random.RandomState(5).randn(n, c, size, size).astype(np.float32)
     rm0, rv0 = p["mean"].copy(), p["var"].copy()
     outs = ("x" if inplace else "y", "mean", "var", "saved_mean", "saved_var")
-    y, rm, rv, sm, sv = run("SpatialBN", {"x": _to_order(x, order), **p}, outs, order=order, epsilon=epsilon, momentum=momentum)
+    y, rm, rv, sm, sv = run(
+        "SpatialBN", {"x": _to_order(x, order), **p}, outs, order=order, epsilon=epsilon, momentum=momentum
+    )
     if n == 0:  # batch_norm_ref's empty batch
         assert y.shape == _to_order(x, order).shape
-        np.testing.assert_array_equal(rm, rm0); np.testing.assert_array_equal(rv, rv0)
-        np.testing.assert_array_equal(sm, np.zeros(c)); np.testing.assert_array_equal(sv, np.zeros(c))
+        np.testing.assert_array_equal(rm, rm0)
+        np.testing.assert_array_equal(rv, rv0)
+        np.testing.assert_array_equal(sm, np.zeros(c))
+        np.testing.assert_array_equal(sv, np.zeros(c))
         return
     reduce_size = n * size * size
     mu, var = x.mean(axis=(0, 2, 3)), x.var(axis=(0, 2, 3))
@@ -77,7 +99,9 @@ def test_spatial_bn_train_mode(size, c, n, order, epsilon, momentum, inplace):
     want_y = (x - mu.reshape(b)) / std.reshape(b) * p["scale"].reshape(b) + p["bias"].reshape(b)
     np.testing.assert_allclose(y, _to_order(want_y, order), rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(rm, momentum * rm0 + (1 - momentum) * mu, rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(rv, momentum * rv0 + (1 - momentum) * reduce_size / (reduce_size - 1) * var, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(
+        rv, momentum * rv0 + (1 - momentum) * reduce_size / (reduce_size - 1) * var, rtol=1e-4, atol=1e-5
+    )
     np.testing.assert_allclose(sm, mu, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(sv, 1 / std, rtol=1e-4)
 
@@ -94,11 +118,19 @@ def test_spatial_bn_train_mode_gradients(order, spatial):
     c, n = 3, 2
     rng = np.random.default_rng(7)
     x = rng.random((n, c, *spatial)) - 0.5
-    feeds = {"x": _to_order(x, order), "scale": rng.random(c) + 0.5, "bias": rng.random(c) - 0.5,
-             "mean": np.zeros(c), "var": np.ones(c), "r": _to_order(rng.normal(size=x.shape), order)}
+    feeds = {
+        "x": _to_order(x, order),
+        "scale": rng.random(c) + 0.5,
+        "bias": rng.random(c) - 0.5,
+        "mean": np.zeros(c),
+        "var": np.ones(c),
+        "r": _to_order(rng.normal(size=x.shape), order),
+    }
 
     def build(net):
-        net.SpatialBN(["x", "scale", "bias", "mean", "var"], ["y", "mean", "var", "sm", "sv"], order=order, epsilon=1e-3)
+        net.SpatialBN(
+            ["x", "scale", "bias", "mean", "var"], ["y", "mean", "var", "sm", "sv"], order=order, epsilon=1e-3
+        )
         net.Mul(["y", "r"], "yr")
         return net.AveragedLoss("yr", "loss")
 
@@ -111,9 +143,18 @@ def test_spatial_bn_train_mode_gradients(order, spatial):
 
 
 @FEW
-@given(n=st.integers(0, 4), c=st.integers(1, 5), h=st.integers(1, 3), w=st.integers(1, 3), epsilon=st.floats(1e-5, 1e-2),
-       momentum=st.floats(0.5, 0.9), order=st.sampled_from(["NCHW", "NHWC"]), num_batches=st.integers(2, 5),
-       in_place=st.booleans(), seed=st.integers(0, 2**16))
+@given(
+    n=st.integers(0, 4),
+    c=st.integers(1, 5),
+    h=st.integers(1, 3),
+    w=st.integers(1, 3),
+    epsilon=st.floats(1e-5, 1e-2),
+    momentum=st.floats(0.5, 0.9),
+    order=st.sampled_from(["NCHW", "NHWC"]),
+    num_batches=st.integers(2, 5),
+    in_place=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
 def test_spatial_bn_multi_batch(n, c, h, w, epsilon, momentum, order, num_batches, in_place, seed):
     rng = np.random.default_rng(seed)
     x = rng.normal(size=(n, c, h, w)).astype(np.float32)
@@ -122,13 +163,23 @@ def test_spatial_bn_multi_batch(n, c, h, w, epsilon, momentum, order, num_batche
     batch_mean = rng.random(c).astype(np.float32) - 0.5  # sums over num_batches batches, as Caffe2's test feeds them
     batch_var = rng.random(c).astype(np.float32) + 1.0
     outs = ["y", "mean", "var", "bm", "bv"] if in_place else ["y", "mean", "var", "sm", "sv"]
-    feeds = {"x": _to_order(x, order), "scale": scale, "bias": bias, "mean": mean.copy(), "var": var.copy(),
-             "bm": batch_mean, "bv": batch_var}
-    y, rm, rv, sm, sv = run("SpatialBN", feeds, tuple(outs), order=order, epsilon=epsilon, momentum=momentum,
-                            num_batches=num_batches)
+    feeds = {
+        "x": _to_order(x, order),
+        "scale": scale,
+        "bias": bias,
+        "mean": mean.copy(),
+        "var": var.copy(),
+        "bm": batch_mean,
+        "bv": batch_var,
+    }
+    y, rm, rv, sm, sv = run(
+        "SpatialBN", feeds, tuple(outs), order=order, epsilon=epsilon, momentum=momentum, num_batches=num_batches
+    )
     if n == 0:  # spatial_bn_multi_batch_ref
-        np.testing.assert_array_equal(rm, mean); np.testing.assert_array_equal(rv, var)
-        np.testing.assert_array_equal(sm, np.zeros(c)); np.testing.assert_array_equal(sv, np.zeros(c))
+        np.testing.assert_array_equal(rm, mean)
+        np.testing.assert_array_equal(rv, var)
+        np.testing.assert_array_equal(sm, np.zeros(c))
+        np.testing.assert_array_equal(sv, np.zeros(c))
         return
     size = num_batches * n * h * w
     mu = batch_mean / size
@@ -144,20 +195,36 @@ def test_spatial_bn_multi_batch(n, c, h, w, epsilon, momentum, order, num_batche
 
 
 @FEW
-@given(n=st.integers(0, 4), c=st.integers(1, 5), h=st.integers(1, 3), w=st.integers(1, 3), epsilon=st.floats(1e-5, 1e-2),
-       order=st.sampled_from(["NCHW", "NHWC"]), num_batches=st.integers(2, 5), in_place=st.booleans(),
-       seed=st.integers(0, 2**16))
+@given(
+    n=st.integers(0, 4),
+    c=st.integers(1, 5),
+    h=st.integers(1, 3),
+    w=st.integers(1, 3),
+    epsilon=st.floats(1e-5, 1e-2),
+    order=st.sampled_from(["NCHW", "NHWC"]),
+    num_batches=st.integers(2, 5),
+    in_place=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
 def test_spatial_bn_multi_batch_gradient(n, c, h, w, epsilon, order, num_batches, in_place, seed):
     rng = np.random.default_rng(seed)
     dy, x = (rng.normal(size=(n, c, h, w)).astype(np.float32) for _ in range(2))
     scale, mean, dscale_sum, dbias_sum = (rng.normal(size=c).astype(np.float32) for _ in range(4))
     rstd = rng.random(c).astype(np.float32)
     outs = ("dx", "dscale_sum", "dbias_sum") if in_place else ("dx", "dscale", "dbias")
-    feeds = {"x": _to_order(x, order), "scale": scale, "dy": _to_order(dy, order), "mean": mean, "rstd": rstd,
-             "dscale_sum": dscale_sum, "dbias_sum": dbias_sum}
+    feeds = {
+        "x": _to_order(x, order),
+        "scale": scale,
+        "dy": _to_order(dy, order),
+        "mean": mean,
+        "rstd": rstd,
+        "dscale_sum": dscale_sum,
+        "dbias_sum": dbias_sum,
+    }
     dx, dscale, dbias = run("SpatialBNGradient", feeds, outs, order=order, epsilon=epsilon, num_batches=num_batches)
     if n == 0:  # spatial_bn_multi_batch_grad_ref
-        np.testing.assert_array_equal(dscale, np.zeros(c)); np.testing.assert_array_equal(dbias, np.zeros(c))
+        np.testing.assert_array_equal(dscale, np.zeros(c))
+        np.testing.assert_array_equal(dbias, np.zeros(c))
         assert dx.shape == feeds["x"].shape
         return
     ds, db = dscale_sum / num_batches, dbias_sum / num_batches
@@ -166,7 +233,8 @@ def test_spatial_bn_multi_batch_gradient(n, c, h, w, epsilon, order, num_batches
     gamma = alpha * (mean * ds * rstd - db) / (n * h * w)
     b = (c, 1, 1)
     want = alpha.reshape(b) * dy + beta.reshape(b) * x + gamma.reshape(b)
-    np.testing.assert_allclose(dscale, ds, rtol=1e-6); np.testing.assert_allclose(dbias, db, rtol=1e-6)
+    np.testing.assert_allclose(dscale, ds, rtol=1e-6)
+    np.testing.assert_allclose(dbias, db, rtol=1e-6)
     np.testing.assert_allclose(dx, _to_order(want, order), rtol=1e-4, atol=1e-5)
 
 
@@ -177,6 +245,7 @@ def test_spatial_bn_multi_batch_rules():
     net.SpatialBN(["x", "s", "b", "m", "v", "bm", "bv"], ["y", "m", "v", "sm", "sv"], num_batches=2)
     net.AveragedLoss("y", "loss")
     from asyncnet.autodiff import add_gradient_ops
+
     with pytest.raises(an.NetDefinitionError, match="7 inputs"):
         add_gradient_ops(net, "loss", wrt=["x"])
 
@@ -191,8 +260,12 @@ def ref_layer_norm(x: np.ndarray, axis: int, epsilon: float) -> tuple[np.ndarray
 
 
 @FEW
-@given(shape=st.sampled_from([(2, 3), (2, 3, 4), (2, 2, 3, 2)]), data=st.data(), epsilon=st.floats(1e-5, 1e-2),
-       affine=st.booleans())
+@given(
+    shape=st.sampled_from([(2, 3), (2, 3, 4), (2, 2, 3, 2)]),
+    data=st.data(),
+    epsilon=st.floats(1e-5, 1e-2),
+    affine=st.booleans(),
+)
 def test_layer_norm(shape, data, epsilon, affine):
     axis = data.draw(st.integers(-len(shape), len(shape) - 1))
     a = axis % len(shape)
@@ -200,7 +273,9 @@ def test_layer_norm(shape, data, epsilon, affine):
     x = rng.normal(size=shape).astype(np.float32)
     inputs = {"x": x}
     if affine:
-        inputs.update(gamma=rng.normal(size=shape[a:]).astype(np.float32), beta=rng.normal(size=shape[a:]).astype(np.float32))
+        inputs.update(
+            gamma=rng.normal(size=shape[a:]).astype(np.float32), beta=rng.normal(size=shape[a:]).astype(np.float32)
+        )
     y, mean, std = run("LayerNorm", inputs, ("y", "mean", "std"), axis=axis, epsilon=epsilon, elementwise_affine=affine)
     want = ref_layer_norm(x.astype(np.float64), a, epsilon)
     if affine:
@@ -250,14 +325,22 @@ def test_layer_norm_gradient_op_caffe2_inputs(shape, data):
     axis = data.draw(st.integers(0, len(shape) - 1))
     x = np.random.default_rng(data.draw(st.integers(0, 2**16))).normal(size=shape).astype(np.float32)
     norm, mean, std = (v.astype(np.float32) for v in ref_layer_norm(x.astype(np.float64), axis, 1e-4))
-    (dx,) = run("LayerNormGradient", {"gout": norm, "out": norm, "mean": mean, "stdev": std, "in": x}, ("gin",),
-                axis=axis, epsilon=1e-4)
-    want = ref_layer_norm_grad(axis, norm.astype(np.float64), mean.astype(np.float64), std.astype(np.float64),
-                               x.astype(np.float64))
+    (dx,) = run(
+        "LayerNormGradient",
+        {"gout": norm, "out": norm, "mean": mean, "stdev": std, "in": x},
+        ("gin",),
+        axis=axis,
+        epsilon=1e-4,
+    )
+    want = ref_layer_norm_grad(
+        axis, norm.astype(np.float64), mean.astype(np.float64), std.astype(np.float64), x.astype(np.float64)
+    )
     assert dx.shape == x.shape and dx.dtype == np.float32
     np.testing.assert_allclose(dx, want, rtol=1e-3, atol=1e-3)
     # asyncnet's earlier short form (dY, X, mean, std) gives the same values
-    (short,) = run("LayerNormGradient", {"gout": norm, "in": x, "mean": mean, "stdev": std}, ("gin",), axis=axis, epsilon=1e-4)
+    (short,) = run(
+        "LayerNormGradient", {"gout": norm, "in": x, "mean": mean, "stdev": std}, ("gin",), axis=axis, epsilon=1e-4
+    )
     np.testing.assert_array_equal(short, dx)
 
 
@@ -279,7 +362,9 @@ def test_layer_norm_gradient_maker_uses_caffe2_inputs(affine):
 def test_layer_norm_gradient_input_count_refused(affine, n):
     net = an.Net("t")
     with pytest.raises(an.NetDefinitionError, match="Caffe2's order"):
-        net.LayerNormGradient([f"i{k}" for k in range(n)], ["dx", "dg", "db"][: 3 if affine else 1], elementwise_affine=affine)
+        net.LayerNormGradient(
+            [f"i{k}" for k in range(n)], ["dx", "dg", "db"][: 3 if affine else 1], elementwise_affine=affine
+        )
 
 
 @pytest.mark.parametrize("inplace", [False, True])

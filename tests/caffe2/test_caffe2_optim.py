@@ -57,7 +57,8 @@ def test_momentum_sgd_update_as_caffe2(seed, momentum, nesterov, in_place):
     arrays = {"g": g.copy(), "m": m.copy(), "lr": lr, "w": w.copy()}
     _feed(ws, **arrays)
     outs = ["g", "m", "w"] if in_place else ["g2", "m2", "w2"]
-    net = an.Net("u"); net.MomentumSGDUpdate(["g", "m", "lr", "w"], outs, momentum=momentum, nesterov=nesterov)
+    net = an.Net("u")
+    net.MomentumSGDUpdate(["g", "m", "lr", "w"], outs, momentum=momentum, nesterov=nesterov)
     ws.run_net_once(net)
     for name, ref in zip(outs, want):
         np.testing.assert_allclose(ws.fetch(name), ref, rtol=1e-5, atol=1e-6, err_msg=name)
@@ -65,7 +66,8 @@ def test_momentum_sgd_update_as_caffe2(seed, momentum, nesterov, in_place):
         assert ws.fetch("w") is arrays["w"] and ws.fetch("m") is arrays["m"] and ws.fetch("g") is arrays["g"]
     else:
         np.testing.assert_array_equal(ws.fetch("w"), w)
-    net = an.Net("v"); net.MomentumSGD(["g", "m", "lr"], ["g3", "m3"], momentum=momentum, nesterov=nesterov)
+    net = an.Net("v")
+    net.MomentumSGD(["g", "m", "lr"], ["g3", "m3"], momentum=momentum, nesterov=nesterov)
     _feed(ws, g=g.copy(), m=m.copy())
     ws.run_net_once(net)
     for name, ref in zip(["g3", "m3"], ref_momentum_sgd(g, m, lr[0], momentum, nesterov)):
@@ -79,14 +81,20 @@ def test_momentum_schema_is_caffe2s():
         an.Net("n").MomentumSGDUpdate(["g", "m", "lr", "w"], ["w", "m", "g"])
     ws = an.Workspace()
     _feed(ws, g=np.ones(2), m=np.ones(2), lr=np.array([0.5]), w=np.zeros(2))
-    net = an.Net("d"); net.MomentumSGDUpdate(["g", "m", "lr", "w"], ["g", "m", "w"])  # momentum defaults to 0
+    net = an.Net("d")
+    net.MomentumSGDUpdate(["g", "m", "lr", "w"], ["g", "m", "w"])  # momentum defaults to 0
     ws.run_net_once(net)
     np.testing.assert_allclose(ws.fetch("w"), [-0.5, -0.5])
 
 
 @FEW
-@given(seed=st.integers(0, 2**16), it=st.integers(0, 20), beta1=st.sampled_from([0.9, 0.5]), beta2=st.sampled_from([0.999, 0.9]),
-       output_grad=st.booleans())
+@given(
+    seed=st.integers(0, 2**16),
+    it=st.integers(0, 20),
+    beta1=st.sampled_from([0.9, 0.5]),
+    beta2=st.sampled_from([0.999, 0.9]),
+    output_grad=st.booleans(),
+)
 def test_adam_as_caffe2(seed, it, beta1, beta2, output_grad):
     rng = np.random.default_rng(seed)
     w, m1, g = (rng.normal(size=(5,)).astype(np.float32) for _ in range(3))
@@ -95,7 +103,8 @@ def test_adam_as_caffe2(seed, it, beta1, beta2, output_grad):
     ws = an.Workspace()
     _feed(ws, w=w.copy(), m1=m1.copy(), m2=m2.copy(), g=g, lr=lr, iter=np.array([it], np.int64))
     outs = ["w", "m1", "m2"] + (["ng"] if output_grad else [])
-    net = an.Net("adam"); net.Adam(["w", "m1", "m2", "g", "lr", "iter"], outs, beta1=beta1, beta2=beta2)
+    net = an.Net("adam")
+    net.Adam(["w", "m1", "m2", "g", "lr", "iter"], outs, beta1=beta1, beta2=beta2)
     ws.run_net_once(net)
     want = ref_adam(w, m1, m2, g, lr[0], it, beta1, beta2, 1e-5)  # Caffe2's default epsilon
     for name, ref in zip(outs, want):
@@ -104,12 +113,22 @@ def test_adam_as_caffe2(seed, it, beta1, beta2, output_grad):
 
 def test_adam_iteration_rules():
     ws = an.Workspace()
-    _feed(ws, w=np.ones(2), m1=np.zeros(2), m2=np.zeros(2), g=np.ones(2), lr=np.array([-0.1]), iter=np.array([-1], np.int64))
-    net = an.Net("a"); net.Adam(["w", "m1", "m2", "g", "lr", "iter"], ["w", "m1", "m2"])
+    _feed(
+        ws,
+        w=np.ones(2),
+        m1=np.zeros(2),
+        m2=np.zeros(2),
+        g=np.ones(2),
+        lr=np.array([-0.1]),
+        iter=np.array([-1], np.int64),
+    )
+    net = an.Net("a")
+    net.Adam(["w", "m1", "m2", "g", "lr", "iter"], ["w", "m1", "m2"])
     with pytest.raises(an.OperatorError, match=">= 0"):
         ws.run_net_once(net)
     ws.feed("iter", np.array([0], np.int64))  # torch's formula counts from 1: 0 is refused there
-    net = an.Net("t"); net.Adam(["w", "m1", "m2", "g", "lr", "iter"], ["w", "m1", "m2"], formula="torch")
+    net = an.Net("t")
+    net.Adam(["w", "m1", "m2", "g", "lr", "iter"], ["w", "m1", "m2"], formula="torch")
     with pytest.raises(an.OperatorError, match=">= 1"):
         ws.run_net_once(net)
 
@@ -117,11 +136,17 @@ def test_adam_iteration_rules():
 @pytest.mark.parametrize("grad_on_w", [False, True])
 def test_weighted_sum_gradient(grad_on_w):
     rng = np.random.default_rng(0)
-    feeds = {"x0": rng.normal(size=(3, 2)), "w0": np.array([0.7]), "x1": rng.normal(size=(3, 2)), "w1": np.array([-1.3]),
-             "r": rng.normal(size=(3, 2))}
+    feeds = {
+        "x0": rng.normal(size=(3, 2)),
+        "w0": np.array([0.7]),
+        "x1": rng.normal(size=(3, 2)),
+        "w1": np.array([-1.3]),
+        "r": rng.normal(size=(3, 2)),
+    }
     net = an.Net("g")
     net.WeightedSum(["x0", "w0", "x1", "w1"], "y", grad_on_w=grad_on_w)
-    net.Mul(["y", "r"], "yr"); net.AveragedLoss("yr", "loss")
+    net.Mul(["y", "r"], "yr")
+    net.AveragedLoss("yr", "loss")
     wrt = ["x0", "x1"] + (["w0", "w1"] if grad_on_w else [])
     names = add_gradient_ops(net, "loss", wrt=wrt, dtype="float64")
     ws = an.Workspace()
@@ -142,7 +167,8 @@ def test_softmax_with_loss_only_loss_reuses_the_softmax_array():
     for only_loss in (False, True):
         ws = an.Workspace()
         _feed(ws, x=rng.normal(size=(4, 3)) if not results else results[0][2], label=np.array([0, 2, 1, 2], np.int32))
-        net = an.Net("s"); net.SoftmaxWithLoss(["x", "label"], ["p", "loss"], only_loss=only_loss)
+        net = an.Net("s")
+        net.SoftmaxWithLoss(["x", "label"], ["p", "loss"], only_loss=only_loss)
         names = add_gradient_ops(net, "loss", wrt=["x"], dtype="float64")
         ws.create_net(net)
         ws.run_net("s")

@@ -28,8 +28,10 @@ def _init(op, args, device=None, net_device=None, **extra):
 def test_random_seed_of_the_net_device_option(op, args):
     seeded = an.DeviceOption(random_seed=1234)
     ws1, ws2 = an.Workspace(), an.Workspace()
-    ws1.create_net(_init(op, args, net_device=seeded)); ws2.create_net(_init(op, args, net_device=seeded))
-    ws1.run_net("init"); ws2.run_net("init")
+    ws1.create_net(_init(op, args, net_device=seeded))
+    ws2.create_net(_init(op, args, net_device=seeded))
+    ws1.run_net("init")
+    ws2.run_net("init")
     a1 = ws1.fetch("a").copy()
     np.testing.assert_array_equal(a1, ws2.fetch("a"))  # same seed, same values in another workspace
     np.testing.assert_array_equal(a1, ws1.fetch("b"))  # each op's context is seeded alike (Caffe2)
@@ -42,7 +44,9 @@ def test_random_seed_of_the_net_device_option(op, args):
 
 def test_op_device_option_wins_and_seed_argument_wins_over_both():
     ws = an.Workspace()
-    ws.run_net_once(_init("GaussianFill", {}, device=an.DeviceOption(random_seed=5), net_device=an.DeviceOption(random_seed=6)))
+    ws.run_net_once(
+        _init("GaussianFill", {}, device=an.DeviceOption(random_seed=5), net_device=an.DeviceOption(random_seed=6))
+    )
     a5 = ws.fetch("a")
     ws.run_net_once(_init("GaussianFill", {}, net_device=an.DeviceOption(random_seed=5)))
     np.testing.assert_array_equal(a5, ws.fetch("a"))
@@ -73,7 +77,9 @@ def test_caffe2_async_net_types(net_type):
     with an.Workspace() as ws:
         ws.feed("x", np.arange(4.0))
         net = an.Net("n", type=net_type, num_workers=2)
-        net.Scale("x", "a", scale=2.0); net.Scale("x", "b", scale=3.0); net.Add(["a", "b"], "y")
+        net.Scale("x", "a", scale=2.0)
+        net.Scale("x", "b", scale=3.0)
+        net.Add(["a", "b"], "y")
         instance = ws.create_net(net)
         ws.run_net("n", num_iter=3)
         np.testing.assert_array_equal(ws.fetch("y"), 5 * np.arange(4.0))
@@ -85,7 +91,8 @@ def test_caffe2_async_simple_is_the_sequential_net():
     with an.Workspace() as ws:
         ws.feed("x", np.arange(3.0))
         net = an.Net("s", type="async_simple")
-        net.Scale("x", "x", scale=2.0); net.Scale("x", "x", scale=3.0)  # order matters: in place
+        net.Scale("x", "x", scale=2.0)
+        net.Scale("x", "x", scale=3.0)  # order matters: in place
         instance = ws.create_net(net)
         ws.run_net("s", num_iter=2)
         np.testing.assert_array_equal(ws.fetch("x"), 36 * np.arange(3.0))

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from _c2run import run_op
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import asyncnet as an
-from _c2run import run_op
 from asyncnet.autodiff import add_gradient_ops
 
 pytestmark = pytest.mark.timeout(60)
@@ -37,8 +37,11 @@ def tensor_splits(draw, add_axis=False):  # concat_split_op_test.py's _tensor_sp
     if add_axis:
         return axis, np.ones(shape[axis], np.int32), [np.array(tensor.take(i, axis=axis)) for i in range(shape[axis])]
     splits = sorted(draw(st.lists(st.integers(0, shape[axis]), max_size=4)) + [0, shape[axis]])
-    return axis, np.diff(splits).astype(np.int32), [tensor.take(range(splits[i], splits[i + 1]), axis=axis)
-                                                    for i in range(len(splits) - 1)]
+    return (
+        axis,
+        np.diff(splits).astype(np.int32),
+        [tensor.take(range(splits[i], splits[i + 1]), axis=axis) for i in range(len(splits) - 1)],
+    )
 
 
 @FEW
@@ -93,13 +96,25 @@ def test_concat_and_split_gradients_are_each_others():
 
 
 # reshape_ops_test.py: (old shape, new shape, expected shape)
-RESHAPES = [((4, 2, 1), (2, 4), (2, 4)), ((4, 2, 1), (-1, 8), (1, 8)), ((4, 2, 1), (0, 0, 0), (4, 2, 1)),
-            ((4, 2, 1), (0, 2, 1), (4, 2, 1)), ((4, 2, 1), (0, -1, 0), (4, 2, 1)), ((4, 3, 2), (-1, 0), (8, 3)),
-            ((4, 2), (1, 2, -1), (1, 2, 4)), ((1,), (1, -1), (1, 1))]
+RESHAPES = [
+    ((4, 2, 1), (2, 4), (2, 4)),
+    ((4, 2, 1), (-1, 8), (1, 8)),
+    ((4, 2, 1), (0, 0, 0), (4, 2, 1)),
+    ((4, 2, 1), (0, 2, 1), (4, 2, 1)),
+    ((4, 2, 1), (0, -1, 0), (4, 2, 1)),
+    ((4, 3, 2), (-1, 0), (8, 3)),
+    ((4, 2), (1, 2, -1), (1, 2, 4)),
+    ((1,), (1, -1), (1, 1)),
+]
 # for an empty tensor Caffe2 keeps a 0 as a literal 0 (it copies dims only when the tensor has elements)
 # and sets the -1 to 0
-EMPTY_RESHAPES = [((0, 0), (0, 0, 0), (0, 0, 0)), ((2, 0), (-1, 0), (0, 0)),
-                  ((4, 0), (1, -1), (1, 0)), ((0,), (1, -1), (1, 0)), ((0,), (0, -1), (0, 0))]
+EMPTY_RESHAPES = [
+    ((0, 0), (0, 0, 0), (0, 0, 0)),
+    ((2, 0), (-1, 0), (0, 0)),
+    ((4, 0), (1, -1), (1, 0)),
+    ((0,), (1, -1), (1, 0)),
+    ((0,), (0, -1), (0, 0)),
+]
 
 
 def _check_reshape(old, new, want, how, in_place):
@@ -108,7 +123,9 @@ def _check_reshape(old, new, want, how, in_place):
     if how == "arg":
         y, old_shape = run("Reshape", {"x": x.copy()}, [out, "old"], shape=list(new))
     else:
-        y, old_shape = run("Reshape", {"x": x.copy(), "s": np.array(new, np.int64 if how == "int64" else np.int32)}, [out, "old"])
+        y, old_shape = run(
+            "Reshape", {"x": x.copy(), "s": np.array(new, np.int64 if how == "int64" else np.int32)}, [out, "old"]
+        )
     assert y.shape == want
     np.testing.assert_array_equal(y.ravel(), x.ravel())
     assert old_shape.dtype == np.int64 and old_shape.tolist() == list(old)
@@ -135,7 +152,8 @@ def test_reshape_gradient_and_errors():
     net.AveragedLoss("p", "loss")
     names = add_gradient_ops(net, "loss", wrt=["x"], dtype="float64")
     ws = an.Workspace()
-    ws.feed("x", x); ws.feed("w", w)
+    ws.feed("x", x)
+    ws.feed("w", w)
     ws.run_net_once(net)
     np.testing.assert_allclose(ws.fetch(names["x"]), (w / 8).reshape(x.shape))
     for new in ([3, -1], [-1, -1], [4, 0, 0, 0]):  # wrong size, two unknowns, a non-zero tensor to zero size

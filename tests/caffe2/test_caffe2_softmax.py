@@ -14,12 +14,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from _c2run import run_op
+from _gradcheck_helpers import check_all
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import asyncnet as an
-from _c2run import run_op
-from _gradcheck_helpers import check_all
 
 pytestmark = pytest.mark.timeout(60)
 FEW = settings(max_examples=10, deadline=None)
@@ -109,8 +109,9 @@ def test_softmax_with_loss(n, d, only_loss, label_col):
 def test_softmax_with_loss_has_no_clamp_on_the_log():
     # with class ids Caffe2 reads the loss off its log-softmax (SoftmaxCPU with logarithmic=true), so
     # there is no clamp (the 1e-20 clamp is label_prob's, and the Python test's reference): here p[0] = exp(-100)
-    _, loss = run("SoftmaxWithLoss", {"x": np.array([[0.0, 100.0]], np.float32), "label": np.array([0], np.int32)},
-                  ("p", "loss"))
+    _, loss = run(
+        "SoftmaxWithLoss", {"x": np.array([[0.0, 100.0]], np.float32), "label": np.array([0], np.int32)}, ("p", "loss")
+    )
     np.testing.assert_allclose(loss, 100.0, rtol=1e-6)
 
 
@@ -163,9 +164,19 @@ def test_softmax_with_loss_modes_gradient_against_autograd(mode):
     ids = rng.integers(0, d, rows).astype(np.int32)
     probs = rng.random((rows, d))
     probs /= probs.sum(axis=1, keepdims=True)
-    feeds = {"x": x, "label": probs if mode.startswith("label_prob") else (ids.reshape(2, n) if mode == "axis" else ids)}
-    args = {"label_prob": 1} if mode.startswith("label_prob") else {"scale": 2.5} if mode == "scale" else \
-        {"axis": 2} if mode == "axis" else {}
+    feeds = {
+        "x": x,
+        "label": probs if mode.startswith("label_prob") else (ids.reshape(2, n) if mode == "axis" else ids),
+    }
+    args = (
+        {"label_prob": 1}
+        if mode.startswith("label_prob")
+        else {"scale": 2.5}
+        if mode == "scale"
+        else {"axis": 2}
+        if mode == "axis"
+        else {}
+    )
     if mode.endswith("weighted"):
         feeds["w"] = rng.random(rows) + 0.1
 
@@ -175,7 +186,11 @@ def test_softmax_with_loss_modes_gradient_against_autograd(mode):
 
     def ref(x, label, w=None):
         log_p = torch.log_softmax(x.reshape(-1, d), 1)
-        per = -(log_p * label).sum(1) if mode.startswith("label_prob") else -log_p[torch.arange(rows), label.reshape(-1).long()]
+        per = (
+            -(log_p * label).sum(1)
+            if mode.startswith("label_prob")
+            else -log_p[torch.arange(rows), label.reshape(-1).long()]
+        )
         loss = per.mean() if w is None else (per * w).sum() / w.sum()
         return loss * 2.5 if mode == "scale" else loss
 
@@ -187,10 +202,14 @@ def test_softmax_with_loss_refuses_bad_label_probs_and_weights():
     with pytest.raises(an.OperatorError, match="summing to 1"):
         run("SoftmaxWithLoss", {"x": x, "t": np.full((2, 3), 0.5, np.float32)}, ("p", "loss"), label_prob=1)
     with pytest.raises(an.OperatorError, match="non-negative"):
-        run("SoftmaxWithLoss", {"x": x, "t": np.array([[2, -1, 0], [1, 0, 0]], np.float32)}, ("p", "loss"), label_prob=1)
+        run(
+            "SoftmaxWithLoss", {"x": x, "t": np.array([[2, -1, 0], [1, 0, 0]], np.float32)}, ("p", "loss"), label_prob=1
+        )
     with pytest.raises(an.OperatorError, match="2 weights"):
         run("SoftmaxWithLoss", {"x": x, "t": np.array([0, 1], np.int32), "w": np.ones(3, np.float32)}, ("p", "loss"))
     with pytest.raises(an.NetDefinitionError, match="scale >= 0"):
         run("SoftmaxWithLoss", {"x": x, "t": np.array([0, 1], np.int32)}, ("p", "loss"), scale=-1.0)
-    _, loss = run("SoftmaxWithLoss", {"x": x, "t": np.array([0, 1], np.int32), "w": np.zeros(2, np.float32)}, ("p", "loss"))
+    _, loss = run(
+        "SoftmaxWithLoss", {"x": x, "t": np.array([0, 1], np.int32), "w": np.zeros(2, np.float32)}, ("p", "loss")
+    )
     assert loss == 0 and loss.dtype == np.float32  # Caffe2: weights summing to 0 give a loss of 0

@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
+from _c2run import run_op
+from _gradcheck_helpers import check_all
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import torch
-
 import asyncnet as an
-from _c2run import run_op
-from _gradcheck_helpers import check_all
 
 pytestmark = pytest.mark.timeout(60)
 FEW = settings(max_examples=15, deadline=None)
@@ -30,8 +29,13 @@ def run(op: str, inputs: dict[str, np.ndarray], **args) -> np.ndarray:
 
 
 @FEW
-@given(rows=st.integers(1, 50), index_num=st.integers(0, 40), index_shape_2d=st.booleans(),
-       dtype=st.sampled_from([np.int32, np.int64]), seed=st.integers(0, 2**16))
+@given(
+    rows=st.integers(1, 50),
+    index_num=st.integers(0, 40),
+    index_shape_2d=st.booleans(),
+    dtype=st.sampled_from([np.int32, np.int64]),
+    seed=st.integers(0, 2**16),
+)
 def test_gather_axis0(rows, index_num, index_shape_2d, dtype, seed):
     rng = np.random.default_rng(seed)
     data = rng.random((rows, 10, 20)).astype(np.float32)
@@ -84,8 +88,13 @@ def ref_lengths_sum(data, indices, lengths, weights=None):
 
 
 @FEW
-@given(rows=st.integers(1, 20), lengths=st.lists(st.integers(0, 4), min_size=1, max_size=6),
-       idx_dtype=st.sampled_from([np.int32, np.int64]), weighted=st.booleans(), seed=st.integers(0, 2**16))
+@given(
+    rows=st.integers(1, 20),
+    lengths=st.lists(st.integers(0, 4), min_size=1, max_size=6),
+    idx_dtype=st.sampled_from([np.int32, np.int64]),
+    weighted=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
 def test_sparse_lengths_sum(rows, lengths, idx_dtype, weighted, seed):
     rng = np.random.default_rng(seed)
     data = rng.random((rows, 3)).astype(np.float32)
@@ -119,6 +128,10 @@ def test_batch_gather_gradient_numpy_and_torch_agree():
         want[:, i] += dy.reshape(2, 4, 3)[:, k]
     got = run("BatchGatherGradient", {"data": data, "ind": ind, "dy": dy}, axis=1)
     np.testing.assert_allclose(got, want, rtol=1e-6)
-    t = run("BatchGatherGradient", {"data": torch.from_numpy(data), "ind": torch.from_numpy(ind), "dy": torch.from_numpy(dy)}, axis=1)
+    t = run(
+        "BatchGatherGradient",
+        {"data": torch.from_numpy(data), "ind": torch.from_numpy(ind), "dy": torch.from_numpy(dy)},
+        axis=1,
+    )
     assert isinstance(t, torch.Tensor) and t.dtype == torch.float32
     np.testing.assert_allclose(t.numpy(), want, rtol=1e-6)

@@ -15,7 +15,7 @@ def synthetic_digits(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     images = rng.integers(0, 60, (n, 1, 28, 28)).astype(np.uint8)
     for i, k in enumerate(labels):
         r, c = 2 + (k // 5) * 13, 1 + (k % 5) * 5
-        images[i, 0, r:r + 7, c:c + 5] = rng.integers(180, 256, (7, 5))
+        images[i, 0, r : r + 7, c : c + 5] = rng.integers(180, 256, (7, 5))
     return images, labels
 
 

@@ -42,8 +42,21 @@ def test_device_scope_and_explicit_device_option():
 
 
 def test_create_operator_arguments_as_caffe2_types_them():
-    op = core.CreateOperator("Foo", ["a"], ["b"], engine="CUDNN", f=1.5, i=2, flag=True, s="text", fs=[1.0, 2.0],
-                             ints=[1, 2], strs=["u", "v"], none_is_left_out=None, random_seed=9)
+    op = core.CreateOperator(
+        "Foo",
+        ["a"],
+        ["b"],
+        engine="CUDNN",
+        f=1.5,
+        i=2,
+        flag=True,
+        s="text",
+        fs=[1.0, 2.0],
+        ints=[1, 2],
+        strs=["u", "v"],
+        none_is_left_out=None,
+        random_seed=9,
+    )
     args = {a.name: a for a in op.arg}
     assert args["f"].f == 1.5 and args["i"].i == 2 and args["flag"].i == 1 and args["s"].s == b"text"
     assert list(args["fs"].floats) == [1.0, 2.0] and list(args["ints"].ints) == [1, 2]
@@ -91,7 +104,9 @@ def test_add_external_inputs_returns_references():
 
 def test_blob_reference_equality_and_scope_parts():
     ref = core.BlobReference("scope/sub/name")
-    assert ref == "scope/sub/name" and ref == core.BlobReference("scope/sub/name") and hash(ref) == hash("scope/sub/name")
+    assert (
+        ref == "scope/sub/name" and ref == core.BlobReference("scope/sub/name") and hash(ref) == hash("scope/sub/name")
+    )
     assert ref.GetNameScope() == "scope/sub/" and ref.GetUnscopedName() == "name"
     assert str(ref + "_grad") == "scope/sub/name_grad" and str("pre_" + core.BlobReference("x")) == "pre_x"
     with core.NameScope("s"):

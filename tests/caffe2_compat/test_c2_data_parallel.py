@@ -25,16 +25,22 @@ def _linear(devices, data, labels, lr=0.1):
 
     def inputs(model):
         d = int(core.ScopedName("")[4:-1])
-        workspace.FeedBlob(core.ScopedName("data"), data[d * per:(d + 1) * per])
-        workspace.FeedBlob(core.ScopedName("label"), labels[d * per:(d + 1) * per])
+        workspace.FeedBlob(core.ScopedName("data"), data[d * per : (d + 1) * per])
+        workspace.FeedBlob(core.ScopedName("label"), labels[d * per : (d + 1) * per])
 
     def forward(model, loss_scale):
         fc = brew.fc(model, "data", "fc", 3, 1)
         dist = model.SquaredL2Distance([fc, "label"], "dist")
         return [model.Scale(model.AveragedLoss(dist, "avg"), "loss", scale=loss_scale)]
 
-    data_parallel_model.Parallelize(m, inputs, forward, optimizer_builder_fun=lambda model: optimizer.build_sgd(model, lr),
-                                    devices=devices, cpu_device=True)
+    data_parallel_model.Parallelize(
+        m,
+        inputs,
+        forward,
+        optimizer_builder_fun=lambda model: optimizer.build_sgd(model, lr),
+        devices=devices,
+        cpu_device=True,
+    )
     return m
 
 
@@ -58,14 +64,16 @@ def test_two_cpu_devices_take_the_step_of_the_whole_batch():
         np.testing.assert_allclose(workspace.FetchBlob(f"cpu_{d}/fc_b"), b0 - 0.1 * gb, rtol=1e-5, atol=1e-6)
     (lr,) = data_parallel_model.GetLearningRateBlobNames(m)
     assert lr.startswith("SgdOptimizer_") and lr.endswith("_lr_cpu") and workspace.HasBlob(lr)
-    assert {str(b) for b in data_parallel_model.GetCheckpointParams(m)} >= {"cpu_0/fc_w", "cpu_0/fc_b",
-                                                                              "optimizer_iteration"}
+    assert {str(b) for b in data_parallel_model.GetCheckpointParams(m)} >= {
+        "cpu_0/fc_w",
+        "cpu_0/fc_b",
+        "optimizer_iteration",
+    }
 
 
 def test_finalize_after_checkpoint_copies_the_first_device():
     rng = np.random.default_rng(1)
-    m = _linear([0, 1], rng.standard_normal((4, 3)).astype(np.float32),
-                rng.standard_normal((4, 1)).astype(np.float32))
+    m = _linear([0, 1], rng.standard_normal((4, 3)).astype(np.float32), rng.standard_normal((4, 1)).astype(np.float32))
     workspace.RunNetOnce(m.param_init_net)
     workspace.FeedBlob("cpu_0/fc_w", np.full((1, 3), 7.0, np.float32))
     data_parallel_model.FinalizeAfterCheckpoint(m)
@@ -77,11 +85,13 @@ def test_unsupported_setups_are_refused_clearly():
     with pytest.raises(NotImplementedError, match="GPU"):
         data_parallel_model.Parallelize(m, lambda model: None, lambda model, s: [], devices=[0])
     with pytest.raises(NotImplementedError, match="rendezvous"):
-        data_parallel_model.Parallelize(m, lambda model: None, lambda model, s: [], devices=[0], cpu_device=True,
-                                        rendezvous={"num_shards": 2})
+        data_parallel_model.Parallelize(
+            m, lambda model: None, lambda model, s: [], devices=[0], cpu_device=True, rendezvous={"num_shards": 2}
+        )
     with pytest.raises(NotImplementedError, match="one device"):
-        data_parallel_model.Parallelize(m, lambda model: None, lambda model, s: [], devices=[0, 1], cpu_device=True,
-                                        shared_model=True)
+        data_parallel_model.Parallelize(
+            m, lambda model: None, lambda model, s: [], devices=[0, 1], cpu_device=True, shared_model=True
+        )
 
 
 def test_resnet50_builds_and_runs_forward():

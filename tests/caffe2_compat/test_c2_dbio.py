@@ -26,14 +26,23 @@ def _records(path):
     while pos < len(data):
         kl, vl = struct.unpack_from("<ii", data, pos)
         pos += 8
-        out.append((data[pos:pos + kl], data[pos + kl:pos + kl + vl]))
+        out.append((data[pos : pos + kl], data[pos + kl : pos + kl + vl]))
         pos += kl + vl
     return out
 
 
-@pytest.mark.parametrize("array", [np.arange(6, dtype=np.float32).reshape(2, 3), np.array([1, -2], np.int64),
-                                   np.array([[True, False]]), np.arange(4, dtype=np.uint8), np.float64(2.5) * np.ones(3),
-                                   np.array([b"ab", b"c"], dtype=object), np.zeros((0, 2), np.float32)])
+@pytest.mark.parametrize(
+    "array",
+    [
+        np.arange(6, dtype=np.float32).reshape(2, 3),
+        np.array([1, -2], np.int64),
+        np.array([[True, False]]),
+        np.arange(4, dtype=np.uint8),
+        np.float64(2.5) * np.ones(3),
+        np.array([b"ab", b"c"], dtype=object),
+        np.zeros((0, 2), np.float32),
+    ],
+)
 def test_codec_matches_protobuf(array):
     ref = utils.NumpyArrayToCaffe2Tensor(array)
     assert tp.encode_tensor(array) == ref.SerializeToString()
@@ -66,8 +75,9 @@ def test_save_writes_caffe2_minidb(tmp_path):
     w = np.arange(5, dtype=np.float32)
     workspace.FeedBlob("w", w)
     workspace.FeedBlob("meta", "some text")
-    workspace.RunOperatorOnce(core.CreateOperator("Save", ["w", "meta"], [], db=path, db_type="minidb",
-                                                  absolute_path=1, chunk_size=2))
+    workspace.RunOperatorOnce(
+        core.CreateOperator("Save", ["w", "meta"], [], db=path, db_type="minidb", absolute_path=1, chunk_size=2)
+    )
     recs = _records(path)
     assert [k for k, _ in recs] == [b"w#%0", b"w#%1", b"w#%2", b"meta"]
     chunks = [caffe2_pb2.BlobProto.FromString(v) for _, v in recs[:3]]
@@ -77,7 +87,9 @@ def test_save_writes_caffe2_minidb(tmp_path):
     meta = caffe2_pb2.BlobProto.FromString(recs[3][1])
     assert meta.type == "std::string" and meta.content == b"some text"
     workspace.ResetWorkspace()
-    workspace.RunOperatorOnce(core.CreateOperator("Load", [], ["w", "meta"], db=path, db_type="minidb", absolute_path=1))
+    workspace.RunOperatorOnce(
+        core.CreateOperator("Load", [], ["w", "meta"], db=path, db_type="minidb", absolute_path=1)
+    )
     np.testing.assert_array_equal(workspace.FetchBlob("w"), w)
     assert workspace.FetchBlob("meta") == b"some text"
 
@@ -88,8 +100,9 @@ def test_load_reads_what_caffe2_wrote(tmp_path):
     whole.tensor.CopyFrom(utils.NumpyArrayToCaffe2Tensor(np.array([[1, 2], [3, 4]], np.int32)))
     whole.tensor.device_detail.device_type = 0
     _minidb(path, [(b"b", whole.SerializeToString())])
-    workspace.RunOperatorOnce(core.CreateOperator("Load", [], ["renamed"], db=path, db_type="minidb",
-                                                  source_blob_names=["b"]))
+    workspace.RunOperatorOnce(
+        core.CreateOperator("Load", [], ["renamed"], db=path, db_type="minidb", source_blob_names=["b"])
+    )
     np.testing.assert_array_equal(workspace.FetchBlob("renamed"), [[1, 2], [3, 4]])
     with pytest.raises(an.AsyncNetError, match=r"\['nope'\] not found"):
         workspace.RunOperatorOnce(core.CreateOperator("Load", [], ["nope"], db=path, db_type="minidb"))
@@ -127,8 +140,9 @@ def _mnist_like_lmdb(path, n=10):
 def test_db_input_reads_batches_and_wraps(tmp_path):
     images, labels = _mnist_like_lmdb(tmp_path / "db", n=10)
     m = model_helper.ModelHelper(name="dbin")
-    data, label = brew.db_input(m, blobs_out=["data_uint8", "label"], batch_size=4, db=str(tmp_path / "db"),
-                                db_type="lmdb")
+    data, label = brew.db_input(
+        m, blobs_out=["data_uint8", "label"], batch_size=4, db=str(tmp_path / "db"), db_type="lmdb"
+    )
     workspace.RunNetOnce(m.param_init_net)
     workspace.CreateNet(m.net)
     got = []

@@ -19,8 +19,9 @@ pytestmark = pytest.mark.timeout(120)
 
 def test_learning_rate_op_fetches_0d_as_in_caffe2():
     workspace.FeedBlob("it", np.array([7], np.int64))
-    workspace.RunOperatorOnce(core.CreateOperator("LearningRate", ["it"], ["lr"], base_lr=-0.1, policy="step",
-                                                  stepsize=5, gamma=0.5))
+    workspace.RunOperatorOnce(
+        core.CreateOperator("LearningRate", ["it"], ["lr"], base_lr=-0.1, policy="step", stepsize=5, gamma=0.5)
+    )
     lr = workspace.FetchBlob("lr")
     assert lr.shape == () and lr.dtype == np.float32
     np.testing.assert_allclose(lr, np.array(-0.1 * 0.5), rtol=1e-6)  # Caffe2's test reference: np.array(base_lr * ...)

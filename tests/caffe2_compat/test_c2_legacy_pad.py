@@ -49,7 +49,9 @@ def _torch_ceil_out(size, k, s, p):
 
 
 @pytest.mark.parametrize("size", range(3, 20))
-@pytest.mark.parametrize("k,s,p", [(3, 2, 0), (2, 2, 0), (3, 2, 1), (3, 3, 1), (5, 3, 2), (2, 1, 0), (3, 1, 1), (4, 3, 1)])
+@pytest.mark.parametrize(
+    "k,s,p", [(3, 2, 0), (2, 2, 0), (3, 2, 1), (3, 3, 1), (5, 3, 2), (2, 1, 0), (3, 1, 1), (4, 3, 1)]
+)
 def test_caffe_legacy_pooling_size_is_torch_ceil_mode(size, k, s, p):
     if size + 2 * p < k:
         return
@@ -68,8 +70,16 @@ def test_same_and_valid_sizes(size, k, s):
         assert out == math.ceil(size / s) and tail - head in (0, 1)
 
 
-@pytest.mark.parametrize("shape,k,s,p", [((2, 3, 16, 16), 3, 2, 0), ((1, 2, 13, 10), 3, 2, 1), ((2, 1, 9, 12), 2, 2, 0),
-                                          ((1, 4, 7, 7), 3, 3, 1), ((1, 2, 6, 11), 4, 3, 1)])
+@pytest.mark.parametrize(
+    "shape,k,s,p",
+    [
+        ((2, 3, 16, 16), 3, 2, 0),
+        ((1, 2, 13, 10), 3, 2, 1),
+        ((2, 1, 9, 12), 2, 2, 0),
+        ((1, 4, 7, 7), 3, 3, 1),
+        ((1, 2, 6, 11), 4, 3, 1),
+    ],
+)
 def test_legacy_max_pool_and_its_gradient_match_torch_ceil_mode(shape, k, s, p):
     x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
     ws = _run("MaxPool", {"x": x}, grad=True, kernel=k, stride=s, pad=p, legacy_pad=3)
@@ -124,8 +134,10 @@ def test_same_matches_tensorflow():
 
 def test_valid_ignores_nothing_and_refuses_pads():
     x = np.random.default_rng(4).standard_normal((1, 1, 7, 7)).astype(np.float32)
-    np.testing.assert_array_equal(_run("MaxPool", {"x": x}, kernel=3, stride=2, legacy_pad=1).fetch("y"),
-                                  _run("MaxPool", {"x": x}, kernel=3, stride=2).fetch("y"))
+    np.testing.assert_array_equal(
+        _run("MaxPool", {"x": x}, kernel=3, stride=2, legacy_pad=1).fetch("y"),
+        _run("MaxPool", {"x": x}, kernel=3, stride=2).fetch("y"),
+    )
     for mode in (1, 2):
         with pytest.raises(an.OperatorError, match="takes no pads"):
             _run("MaxPool", {"x": x}, kernel=3, stride=2, pad=1, legacy_pad=mode)
@@ -142,24 +154,38 @@ def test_global_pooling_wins_over_legacy_pad():
 def test_nhwc_and_torch_tensors_take_legacy_pad():
     x = np.random.default_rng(6).standard_normal((1, 9, 9, 2)).astype(np.float32)  # NHWC
     ref = F.max_pool2d(torch.tensor(x).permute(0, 3, 1, 2), 3, 2, 1, ceil_mode=True).permute(0, 2, 3, 1).numpy()
-    np.testing.assert_allclose(_run("MaxPool", {"x": x}, kernel=3, stride=2, pad=1, order="NHWC", legacy_pad=3).fetch("y"), ref)
+    np.testing.assert_allclose(
+        _run("MaxPool", {"x": x}, kernel=3, stride=2, pad=1, order="NHWC", legacy_pad=3).fetch("y"), ref
+    )
     ws = _run("MaxPool", {"x": torch.tensor(x)}, kernel=3, stride=2, pad=1, order="NHWC", legacy_pad=3)
     np.testing.assert_allclose(np.asarray(ws.fetch("y")), ref)
 
 
 # -- Caffe2's SqueezeNet (v1.1) predict net, as Caffe2's test assets ship it ------------------------------
-_FIRES = {2: (64, 16, 64), 3: (128, 16, 64), 4: (128, 32, 128), 5: (256, 32, 128),
-          6: (256, 48, 192), 7: (384, 48, 192), 8: (384, 64, 256), 9: (512, 64, 256)}
+_FIRES = {
+    2: (64, 16, 64),
+    3: (128, 16, 64),
+    4: (128, 32, 128),
+    5: (256, 32, 128),
+    6: (256, 48, 192),
+    7: (384, 48, 192),
+    8: (384, 64, 256),
+    9: (512, 64, 256),
+}
 
 
 def _squeezenet_weights(rng, classes=1000):
     def conv(out, inp, k):
-        return ((rng.standard_normal((out, inp, k, k)) * math.sqrt(2.0 / (inp * k * k))).astype(np.float32),
-                (rng.standard_normal(out) * 0.1).astype(np.float32))
+        return (
+            (rng.standard_normal((out, inp, k, k)) * math.sqrt(2.0 / (inp * k * k))).astype(np.float32),
+            (rng.standard_normal(out) * 0.1).astype(np.float32),
+        )
 
     shapes = {"conv1": (64, 3, 3), "conv10": (classes, 512, 1)}
     for n, (cin, sq, ex) in _FIRES.items():
-        shapes.update({f"fire{n}/squeeze1x1": (sq, cin, 1), f"fire{n}/expand1x1": (ex, sq, 1), f"fire{n}/expand3x3": (ex, sq, 3)})
+        shapes.update(
+            {f"fire{n}/squeeze1x1": (sq, cin, 1), f"fire{n}/expand1x1": (ex, sq, 1), f"fire{n}/expand3x3": (ex, sq, 3)}
+        )
     out = {}
     for name, shape in shapes.items():
         out[name + "_w"], out[name + "_b"] = conv(*shape)
@@ -193,7 +219,8 @@ def test_caffe2_squeezenet_predict_net_matches_torch(hw):
     pb = caffe2_pb2.NetDef()
     pb.ParseFromString(ASSET.read_bytes())
     assert [op.type for op in pb.op if op.type == "MaxPool"] and all(
-        a.i == 3 for op in pb.op for a in op.arg if a.name == "legacy_pad")
+        a.i == 3 for op in pb.op for a in op.arg if a.name == "legacy_pad"
+    )
     wb = _squeezenet_weights(np.random.default_rng(7))
     assert set(wb) == set(pb.external_input) - {"data"}
     x = np.random.default_rng(8).standard_normal((2, 3, *hw)).astype(np.float32)

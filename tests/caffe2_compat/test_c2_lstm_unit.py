@@ -20,19 +20,23 @@ def _torch_unit(h, c, gates, valid, forget_bias=0.0, drop=False):
     """LSTMUnit written with torch.nn.LSTMCell on the gates (its own i, f, g, o order)."""
     d = c.shape[-1]
     cell = torch.nn.LSTMCell(4 * d, d, bias=True)
-    perm = torch.cat([torch.arange(0, d), torch.arange(d, 2 * d), torch.arange(3 * d, 4 * d), torch.arange(2 * d, 3 * d)])
+    perm = torch.cat(
+        [torch.arange(0, d), torch.arange(d, 2 * d), torch.arange(3 * d, 4 * d), torch.arange(2 * d, 3 * d)]
+    )
     with torch.no_grad():
         cell.weight_ih.copy_(torch.eye(4 * d)[perm])
         cell.weight_hh.zero_()
         cell.bias_ih.zero_()
         cell.bias_hh.zero_()
-        cell.bias_ih[d:2 * d] = forget_bias
+        cell.bias_ih[d : 2 * d] = forget_bias
     h1, c1 = cell(gates[0], (h[0], c[0]))
     keep_h, keep_c = (torch.zeros_like(h[0]), torch.zeros_like(c[0])) if drop else (h[0], c[0])
     return torch.where(valid, h1, keep_h)[None], torch.where(valid, c1, keep_c)[None]
 
 
-@pytest.mark.parametrize("forget_bias,drop,seq", [(0.0, False, True), (1.0, False, True), (0.5, True, True), (0.0, False, False)])
+@pytest.mark.parametrize(
+    "forget_bias,drop,seq", [(0.0, False, True), (1.0, False, True), (0.5, True, True), (0.0, False, False)]
+)
 def test_lstm_unit_and_gradient_match_torch(forget_bias, drop, seq):
     rng = np.random.default_rng(0)
     n, d, t = 5, 3, 2
@@ -40,7 +44,15 @@ def test_lstm_unit_and_gradient_match_torch(forget_bias, drop, seq):
     x = rng.standard_normal((1, n, 4 * d)).astype(np.float32)
     lengths = np.array([0, 1, 2, 3, 4], np.int32)
     rh, rc = (rng.standard_normal((1, n, d)).astype(np.float32) for _ in range(2))
-    feeds = {"h": h, "c": c, "x": x, **({"len": lengths} if seq else {}), "t": np.array([t], np.int32), "rh": rh, "rc": rc}
+    feeds = {
+        "h": h,
+        "c": c,
+        "x": x,
+        **({"len": lengths} if seq else {}),
+        "t": np.array([t], np.int32),
+        "rh": rh,
+        "rc": rc,
+    }
     ws = an.Workspace()
     for k, v in feeds.items():
         ws.feed(k, v)
@@ -76,8 +88,15 @@ def test_unrolled_over_time_with_sequence_lengths_matches_torch():
     zero_b = np.zeros(4 * d, np.float32)
     lengths = np.array([4, 2, 3], np.int32)
     ws = an.Workspace()
-    feeds = {"w_x": w_x, "w_h": w_h, "b": b, "zb": zero_b, "len": lengths, "h0": np.zeros((1, n, d), np.float32),
-             "c0": np.zeros((1, n, d), np.float32)}
+    feeds = {
+        "w_x": w_x,
+        "w_h": w_h,
+        "b": b,
+        "zb": zero_b,
+        "len": lengths,
+        "h0": np.zeros((1, n, d), np.float32),
+        "c0": np.zeros((1, n, d), np.float32),
+    }
     net = an.Net("unrolled")
     h, c = "h0", "c0"
     for s in range(steps):
@@ -98,7 +117,12 @@ def test_unrolled_over_time_with_sequence_lengths_matches_torch():
     th, tc = torch.zeros(n, d), torch.zeros(n, d)
     for s in range(steps):
         gates = torch.tensor(xs[s]) @ tw_x.T + tb + th @ tw_h.T
-        i, f, o, g = gates[:, :d].sigmoid(), (gates[:, d:2 * d] + 1.0).sigmoid(), gates[:, 2 * d:3 * d].sigmoid(), gates[:, 3 * d:].tanh()
+        i, f, o, g = (
+            gates[:, :d].sigmoid(),
+            (gates[:, d : 2 * d] + 1.0).sigmoid(),
+            gates[:, 2 * d : 3 * d].sigmoid(),
+            gates[:, 3 * d :].tanh(),
+        )
         c_new = f * tc + i * g
         h_new = o * c_new.tanh()
         valid = torch.tensor(s < lengths)[:, None]
@@ -118,6 +142,8 @@ def test_caffe2_package_runs_lstm_unit_and_checks_inputs():
     np.testing.assert_allclose(workspace.FetchBlob("c1"), np.zeros((1, 2, 3)))  # i * g = 0.5 * tanh(0)
     workspace.FeedBlob("g", np.zeros((1, 2, 11), np.float32))
     with pytest.raises(an.OperatorError, match=r"gates of shape \[1, N, 4D\]"):
-        workspace.RunOperatorOnce(core.CreateOperator("LSTMUnit", ["h", "c", "g", "t"], ["h1", "c1"], sequence_lengths=0))
+        workspace.RunOperatorOnce(
+            core.CreateOperator("LSTMUnit", ["h", "c", "g", "t"], ["h1", "c1"], sequence_lengths=0)
+        )
     with pytest.raises(an.OperatorError, match="expected 5 inputs"):
         workspace.RunOperatorOnce(core.CreateOperator("LSTMUnit", ["h", "c", "g", "t"], ["h1", "c1"]))

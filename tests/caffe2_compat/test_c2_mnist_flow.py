@@ -20,8 +20,9 @@ pytestmark = pytest.mark.timeout(600)
 
 
 def add_input(model, batch_size, db, db_type):
-    data_uint8, label = brew.db_input(model, blobs_out=["data_uint8", "label"], batch_size=batch_size, db=db,
-                                      db_type=db_type)
+    data_uint8, label = brew.db_input(
+        model, blobs_out=["data_uint8", "label"], batch_size=batch_size, db=db, db_type=db_type
+    )
     data = model.Cast(data_uint8, "data", to=core.DataType.FLOAT)
     data = model.Scale(data, data, scale=float(1.0 / 256))
     data = model.StopGradient(data, data)
@@ -83,8 +84,9 @@ def test_mnist_tutorial_flow(tmp_path):
         accuracies.append(float(workspace.FetchBlob("accuracy")))
     assert np.mean(accuracies) >= 0.9
 
-    meta = pe.PredictorExportMeta(predict_net=deploy.net.Proto(), parameters=[str(b) for b in deploy.params],
-                                  inputs=["data"], outputs=["softmax"])
+    meta = pe.PredictorExportMeta(
+        predict_net=deploy.net.Proto(), parameters=[str(b) for b in deploy.params], inputs=["data"], outputs=["softmax"]
+    )
     model_file = os.path.join(root, "mnist_model.minidb")
     pe.save_to_db("minidb", model_file, meta)
     blob = workspace.FetchBlob("data")

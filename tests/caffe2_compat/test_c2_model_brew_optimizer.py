@@ -45,7 +45,11 @@ def test_brew_fc_params_and_init_ops():
     assert list(ops[0].output) == ["fc1_w"] and [a.ints for a in ops[0].arg if a.name == "shape"][0] == [3, 4]
     assert [str(p) for p in m.GetParams("tower")] == ["tower/fc2_w", "tower/fc2_b"]
     fc = m.net.Proto().op[1]
-    assert list(fc.input) == ["tower/x", "tower/fc2_w", "tower/fc2_b"]  # a string blob takes the scope and list(fc.output) == ["tower/fc2"]
+    assert list(fc.input) == [
+        "tower/x",
+        "tower/fc2_w",
+        "tower/fc2_b",
+    ]  # a string blob takes the scope and list(fc.output) == ["tower/fc2"]
 
 
 def test_init_params_false_adds_no_init_ops():
@@ -113,10 +117,11 @@ def test_adam_step():
     gw, _ = _grads(x, w0, b0)
     m1, m2 = 0.1 * gw, 0.001 * gw * gw
     t = 2  # AtomicIter has counted this run when Adam reads the counter (Caffe2's t = iter + 1)
-    corr = np.sqrt(1 - 0.999 ** t) / (1 - 0.9 ** t)
+    corr = np.sqrt(1 - 0.999**t) / (1 - 0.9**t)
     np.testing.assert_allclose(workspace.FetchBlob("fc_w_first_moment"), m1, rtol=1e-5, atol=1e-7)
-    np.testing.assert_allclose(workspace.FetchBlob("fc_w"), w0 - 0.01 * corr * m1 / (np.sqrt(m2) + 1e-8),
-                               rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(
+        workspace.FetchBlob("fc_w"), w0 - 0.01 * corr * m1 / (np.sqrt(m2) + 1e-8), rtol=1e-4, atol=1e-6
+    )
 
 
 def test_weight_decay_touches_weights_only():

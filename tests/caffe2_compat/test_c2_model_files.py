@@ -19,8 +19,16 @@ def _weights(rng):
     def w(*shape):
         return (rng.standard_normal(shape) / np.sqrt(np.prod(shape[1:]))).astype(np.float32)
 
-    return {"conv1_w": w(6, 1, 5, 5), "conv1_b": w(6, 1)[:, 0], "conv2_w": w(16, 6, 5, 5), "conv2_b": w(16, 1)[:, 0],
-            "fc3_w": w(32, 16 * 4 * 4), "fc3_b": w(32, 1)[:, 0], "pred_w": w(10, 32), "pred_b": w(10, 1)[:, 0]}
+    return {
+        "conv1_w": w(6, 1, 5, 5),
+        "conv1_b": w(6, 1)[:, 0],
+        "conv2_w": w(16, 6, 5, 5),
+        "conv2_b": w(16, 1)[:, 0],
+        "fc3_w": w(32, 16 * 4 * 4),
+        "fc3_b": w(32, 1)[:, 0],
+        "pred_w": w(10, 32),
+        "pred_b": w(10, 1)[:, 0],
+    }
 
 
 def _pair(weights):
@@ -28,14 +36,16 @@ def _pair(weights):
     for name, value in weights.items():
         init.op.append(core.CreateOperator("GivenTensorFill", [], [name], shape=list(value.shape), values=value))
     pred = caffe2_pb2.NetDef(name="lenet_predict", external_input=["data", *weights], external_output=["softmax"])
-    ops = [("Conv", ["data", "conv1_w", "conv1_b"], ["conv1"], {"kernel": 5, "order": "NCHW"}),
-           ("MaxPool", ["conv1"], ["pool1"], {"kernel": 2, "stride": 2}),
-           ("Conv", ["pool1", "conv2_w", "conv2_b"], ["conv2"], {"kernel": 5}),
-           ("MaxPool", ["conv2"], ["pool2"], {"kernel": 2, "stride": 2}),
-           ("FC", ["pool2", "fc3_w", "fc3_b"], ["fc3"], {}),
-           ("Relu", ["fc3"], ["fc3"], {}),
-           ("FC", ["fc3", "pred_w", "pred_b"], ["pred"], {}),
-           ("Softmax", ["pred"], ["softmax"], {})]
+    ops = [
+        ("Conv", ["data", "conv1_w", "conv1_b"], ["conv1"], {"kernel": 5, "order": "NCHW"}),
+        ("MaxPool", ["conv1"], ["pool1"], {"kernel": 2, "stride": 2}),
+        ("Conv", ["pool1", "conv2_w", "conv2_b"], ["conv2"], {"kernel": 5}),
+        ("MaxPool", ["conv2"], ["pool2"], {"kernel": 2, "stride": 2}),
+        ("FC", ["pool2", "fc3_w", "fc3_b"], ["fc3"], {}),
+        ("Relu", ["fc3"], ["fc3"], {}),
+        ("FC", ["fc3", "pred_w", "pred_b"], ["pred"], {}),
+        ("Softmax", ["pred"], ["softmax"], {}),
+    ]
     for t, i, o, a in ops:
         pred.op.append(core.CreateOperator(t, i, o, **a))
     return init, pred

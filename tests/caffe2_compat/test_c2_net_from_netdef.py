@@ -9,8 +9,9 @@ pytestmark = pytest.mark.timeout(30)
 
 
 def test_net_from_netdef_runs_and_extends():
-    nd = an.NetDef("from_def", ops=[an.OperatorDef("Scale", ["x"], ["y"], {"scale": 3.0})], type="dag",
-                   external_inputs=["x"])
+    nd = an.NetDef(
+        "from_def", ops=[an.OperatorDef("Scale", ["x"], ["y"], {"scale": 3.0})], type="dag", external_inputs=["x"]
+    )
     net = an.Net(nd)
     assert net.name == "from_def" and len(net.ops) == 1
     net.Relu("y", "z")

@@ -29,30 +29,79 @@ pytestmark = pytest.mark.timeout(60)
 
 # (message, field, number) for every field the conversion reads or writes, from caffe2.proto.
 CAFFE2_FIELDS = [
-    ("NetDef", "name", 1), ("NetDef", "op", 2), ("NetDef", "type", 3), ("NetDef", "num_workers", 4),
-    ("NetDef", "device_option", 5), ("NetDef", "arg", 6), ("NetDef", "external_input", 7),
-    ("NetDef", "external_output", 8), ("NetDef", "partition_info", 9),
-    ("OperatorDef", "input", 1), ("OperatorDef", "output", 2), ("OperatorDef", "name", 3), ("OperatorDef", "type", 4),
-    ("OperatorDef", "arg", 5), ("OperatorDef", "device_option", 6), ("OperatorDef", "engine", 7),
-    ("OperatorDef", "control_input", 8), ("OperatorDef", "is_gradient_op", 9), ("OperatorDef", "debug_info", 10),
-    ("OperatorDef", "domain", 11), ("OperatorDef", "op_version", 12),
-    ("Argument", "name", 1), ("Argument", "f", 2), ("Argument", "i", 3), ("Argument", "s", 4),
-    ("Argument", "floats", 5), ("Argument", "ints", 6), ("Argument", "strings", 7), ("Argument", "n", 8),
-    ("Argument", "nets", 9), ("Argument", "t", 10), ("Argument", "tensors", 11), ("Argument", "qtensors", 12),
-    ("DeviceOption", "device_type", 1), ("DeviceOption", "device_id", 2), ("DeviceOption", "random_seed", 3),
-    ("DeviceOption", "node_name", 4), ("DeviceOption", "numa_node_id", 5), ("DeviceOption", "extra_info", 6),
-    ("TensorProto", "dims", 1), ("TensorProto", "data_type", 2), ("TensorProto", "float_data", 3),
-    ("TensorProto", "int32_data", 4), ("TensorProto", "byte_data", 5), ("TensorProto", "string_data", 6),
-    ("TensorProto", "name", 7), ("TensorProto", "device_detail", 8), ("TensorProto", "double_data", 9),
-    ("TensorProto", "int64_data", 10), ("TensorProto", "segment", 11), ("TensorProto", "storage_type", 12),
-    ("TensorProto", "raw_data", 13), ("TensorProto", "external_data", 14), ("TensorProto", "data_format", 15),
+    ("NetDef", "name", 1),
+    ("NetDef", "op", 2),
+    ("NetDef", "type", 3),
+    ("NetDef", "num_workers", 4),
+    ("NetDef", "device_option", 5),
+    ("NetDef", "arg", 6),
+    ("NetDef", "external_input", 7),
+    ("NetDef", "external_output", 8),
+    ("NetDef", "partition_info", 9),
+    ("OperatorDef", "input", 1),
+    ("OperatorDef", "output", 2),
+    ("OperatorDef", "name", 3),
+    ("OperatorDef", "type", 4),
+    ("OperatorDef", "arg", 5),
+    ("OperatorDef", "device_option", 6),
+    ("OperatorDef", "engine", 7),
+    ("OperatorDef", "control_input", 8),
+    ("OperatorDef", "is_gradient_op", 9),
+    ("OperatorDef", "debug_info", 10),
+    ("OperatorDef", "domain", 11),
+    ("OperatorDef", "op_version", 12),
+    ("Argument", "name", 1),
+    ("Argument", "f", 2),
+    ("Argument", "i", 3),
+    ("Argument", "s", 4),
+    ("Argument", "floats", 5),
+    ("Argument", "ints", 6),
+    ("Argument", "strings", 7),
+    ("Argument", "n", 8),
+    ("Argument", "nets", 9),
+    ("Argument", "t", 10),
+    ("Argument", "tensors", 11),
+    ("Argument", "qtensors", 12),
+    ("DeviceOption", "device_type", 1),
+    ("DeviceOption", "device_id", 2),
+    ("DeviceOption", "random_seed", 3),
+    ("DeviceOption", "node_name", 4),
+    ("DeviceOption", "numa_node_id", 5),
+    ("DeviceOption", "extra_info", 6),
+    ("TensorProto", "dims", 1),
+    ("TensorProto", "data_type", 2),
+    ("TensorProto", "float_data", 3),
+    ("TensorProto", "int32_data", 4),
+    ("TensorProto", "byte_data", 5),
+    ("TensorProto", "string_data", 6),
+    ("TensorProto", "name", 7),
+    ("TensorProto", "device_detail", 8),
+    ("TensorProto", "double_data", 9),
+    ("TensorProto", "int64_data", 10),
+    ("TensorProto", "segment", 11),
+    ("TensorProto", "storage_type", 12),
+    ("TensorProto", "raw_data", 13),
+    ("TensorProto", "external_data", 14),
+    ("TensorProto", "data_format", 15),
     ("TensorProtos", "protos", 1),
-    ("ExecutionStep", "name", 1), ("ExecutionStep", "substep", 2), ("ExecutionStep", "network", 3),
-    ("ExecutionStep", "num_iter", 4), ("ExecutionStep", "concurrent_substeps", 6),
-    ("ExecutionStep", "should_stop_blob", 9), ("ExecutionStep", "only_once", 10), ("ExecutionStep", "run_every_ms", 11),
-    ("PlanDef", "name", 1), ("PlanDef", "network", 2), ("PlanDef", "execution_step", 3),
-    ("BlobProto", "name", 1), ("BlobProto", "type", 2), ("BlobProto", "tensor", 3), ("BlobProto", "content", 4),
-    ("DBReaderProto", "name", 1), ("DBReaderProto", "source", 2), ("DBReaderProto", "db_type", 3),
+    ("ExecutionStep", "name", 1),
+    ("ExecutionStep", "substep", 2),
+    ("ExecutionStep", "network", 3),
+    ("ExecutionStep", "num_iter", 4),
+    ("ExecutionStep", "concurrent_substeps", 6),
+    ("ExecutionStep", "should_stop_blob", 9),
+    ("ExecutionStep", "only_once", 10),
+    ("ExecutionStep", "run_every_ms", 11),
+    ("PlanDef", "name", 1),
+    ("PlanDef", "network", 2),
+    ("PlanDef", "execution_step", 3),
+    ("BlobProto", "name", 1),
+    ("BlobProto", "type", 2),
+    ("BlobProto", "tensor", 3),
+    ("BlobProto", "content", 4),
+    ("DBReaderProto", "name", 1),
+    ("DBReaderProto", "source", 2),
+    ("DBReaderProto", "db_type", 3),
     ("DBReaderProto", "key", 4),
 ]
 
@@ -64,9 +113,22 @@ def test_field_numbers_are_caffe2s(message, field, number):
 
 def test_data_type_enum_is_caffe2s():
     assert dict(caffe2_pb2.TensorProto.DataType.items()) == {
-        "UNDEFINED": 0, "FLOAT": 1, "INT32": 2, "BYTE": 3, "STRING": 4, "BOOL": 5, "UINT8": 6, "INT8": 7,
-        "UINT16": 8, "INT16": 9, "INT64": 10, "FLOAT16": 12, "DOUBLE": 13, "ZERO_COLLISION_HASH": 14,
-        "REBATCHING_BUFFER": 15}
+        "UNDEFINED": 0,
+        "FLOAT": 1,
+        "INT32": 2,
+        "BYTE": 3,
+        "STRING": 4,
+        "BOOL": 5,
+        "UINT8": 6,
+        "INT8": 7,
+        "UINT16": 8,
+        "INT16": 9,
+        "INT64": 10,
+        "FLOAT16": 12,
+        "DOUBLE": 13,
+        "ZERO_COLLISION_HASH": 14,
+        "REBATCHING_BUFFER": 15,
+    }
     assert caffe2_pb2.TensorProto().data_type == caffe2_pb2.TensorProto.FLOAT  # Caffe2's default
 
 
@@ -77,7 +139,17 @@ def test_wire_bytes_written_by_hand():
     op.arg.add(name="k", i=300)
     arg = b"\x0a\x05scale" + b"\x15" + struct.pack("<f", 1.5)
     arg2 = b"\x0a\x01k" + b"\x18\xac\x02"  # 300 as a varint
-    body = b"\x0a\x01x" + b"\x12\x01y" + b"\x22\x05Scale" + b"\x2a" + bytes([len(arg)]) + arg + b"\x2a" + bytes([len(arg2)]) + arg2
+    body = (
+        b"\x0a\x01x"
+        + b"\x12\x01y"
+        + b"\x22\x05Scale"
+        + b"\x2a"
+        + bytes([len(arg)])
+        + arg
+        + b"\x2a"
+        + bytes([len(arg2)])
+        + arg2
+    )
     expected = b"\x0a\x01n" + b"\x12" + bytes([len(body)]) + body + b"\x3a\x01x"
     assert net.SerializeToString() == expected
     t = caffe2_pb2.TensorProto(dims=[2], data_type=caffe2_pb2.TensorProto.INT32, int32_data=[1, 2])
@@ -86,8 +158,13 @@ def test_wire_bytes_written_by_hand():
 
 def _caffe2_style_net():
     """A net as Caffe2's core.Net/CreateOperator writes it: device options with type and id set."""
-    net = caffe2_pb2.NetDef(name="train", type="async_scheduling", num_workers=2,
-                            external_input=["data", "w", "b"], external_output=["loss"])
+    net = caffe2_pb2.NetDef(
+        name="train",
+        type="async_scheduling",
+        num_workers=2,
+        external_input=["data", "w", "b"],
+        external_output=["loss"],
+    )
     net.device_option.CopyFrom(caffe2_pb2.DeviceOption(device_type=0, device_id=0))
     fc = net.op.add(input=["data", "w", "b"], output=["fc"], name="fc1", type="FC")
     fc.arg.add(name="axis", i=1)
@@ -148,8 +225,23 @@ def test_cli_runs_caffe2_files(tmp_path, capsys, suffix):
     path = tmp_path / f"mlp{suffix}"
     write_netdef(pb, path)
     out = tmp_path / "out.npz"
-    assert main(["run", str(path), "--feed", f"x={tmp_path / 'x.npy'}", "--feed", f"w={tmp_path / 'w.npy'}",
-                 "--fetch", "y", "--save", str(out)]) == 0
+    assert (
+        main(
+            [
+                "run",
+                str(path),
+                "--feed",
+                f"x={tmp_path / 'x.npy'}",
+                "--feed",
+                f"w={tmp_path / 'w.npy'}",
+                "--fetch",
+                "y",
+                "--save",
+                str(out),
+            ]
+        )
+        == 0
+    )
     np.testing.assert_allclose(np.load(out)["y"], expected, rtol=1e-12)
     assert read_netdef(path) == pb
 

@@ -65,8 +65,13 @@ def test_training_through_the_lstm_lowers_the_loss():
     optimizer.build_sgd(m, base_learning_rate=0.5)
     seq = rng.integers(0, D, T * N + 1)
     x = np.eye(D, dtype=np.float32)[seq[:-1]].reshape(T, N, D)
-    for name, value in (("x", x), ("h0", np.zeros((1, N, H), np.float32)), ("c0", np.zeros((1, N, H), np.float32)),
-                        ("seq_lengths", np.full(N, T, np.int32)), ("target", seq[:-1].astype(np.int32))):
+    for name, value in (
+        ("x", x),
+        ("h0", np.zeros((1, N, H), np.float32)),
+        ("c0", np.zeros((1, N, H), np.float32)),
+        ("seq_lengths", np.full(N, T, np.int32)),
+        ("target", seq[:-1].astype(np.int32)),
+    ):
         workspace.FeedBlob(name, value)
     workspace.RunNetOnce(m.param_init_net)
     workspace.CreateNet(m.net)

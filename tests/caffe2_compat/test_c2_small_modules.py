@@ -36,8 +36,13 @@ def test_timeout_guard_joins_its_thread():
 def test_timeout_guard_ends_a_hung_process():
     code = "import time\nfrom caffe2.python import timeout_guard\nwith timeout_guard.CompleteInTimeOrDie(0.3):\n    time.sleep(30)\n"
     start = time.monotonic()
-    proc = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": os.path.abspath(SRC)},
-                          capture_output=True, text=True, timeout=50)
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, "PYTHONPATH": os.path.abspath(SRC)},
+        capture_output=True,
+        text=True,
+        timeout=50,
+    )
     assert proc.returncode == 1 and time.monotonic() - start < 25
     assert "did not finish in time" in proc.stderr
 
@@ -49,8 +54,16 @@ def test_model_trainer_log(tmp_path, monkeypatch):
     log.log(input_count=20, batch_count=10, additional_values={"loss": 1.0, "accuracy": 0.75})
     lines = open(log.filename).read().splitlines()
     assert lines[0] == "# {'batch': 2}"
-    assert lines[1].split(",") == ["time_spent", "cumulative_time_spent", "input_count", "cumulative_input_count",
-                                   "cumulative_batch_count", "inputs_per_sec", "accuracy", "loss"]
+    assert lines[1].split(",") == [
+        "time_spent",
+        "cumulative_time_spent",
+        "input_count",
+        "cumulative_input_count",
+        "cumulative_batch_count",
+        "inputs_per_sec",
+        "accuracy",
+        "loss",
+    ]
     assert lines[3].split(",")[2:5] == ["10", "20", "10"] and lines[3].endswith(",0.75,1.0")
 
 

@@ -54,8 +54,9 @@ def test_feed_copies_and_fetch_copies():
     assert workspace.FetchBlob("x")[0, 1] == 1.0
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.int64, np.bool_, np.uint8, np.int8, np.int16,
-                                   np.uint16, np.float16])
+@pytest.mark.parametrize(
+    "dtype", [np.float32, np.float64, np.int32, np.int64, np.bool_, np.uint8, np.int8, np.int16, np.uint16, np.float16]
+)
 def test_feed_fetch_types(dtype):
     x = (np.arange(12).reshape(3, 4) % 3).astype(dtype)
     workspace.FeedBlob("x", x)

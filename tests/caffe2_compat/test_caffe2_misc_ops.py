@@ -135,7 +135,7 @@ def test_channel_stats_and_backprop_stats_against_spatial_bn():
     np.testing.assert_allclose(workspace.FetchBlob("ss"), (x * x).sum((0, 2, 3)))
     n = x.size / 3
     mean = x.sum((0, 2, 3)) / n
-    inv_std = 1 / np.sqrt((x * x).sum((0, 2, 3)) / n - mean ** 2 + 1e-5)
+    inv_std = 1 / np.sqrt((x * x).sum((0, 2, 3)) / n - mean**2 + 1e-5)
     workspace.FeedBlob("mean", mean)
     workspace.FeedBlob("inv_std", inv_std)
     back = core.Net("back_stats")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -13,7 +13,9 @@ from asyncnet.autodiff import add_gradient_ops
 Build = Callable[[an.Net], str]  # appends forward ops, returns the loss blob name
 
 
-def autodiff_grads(build: Build, feeds: dict[str, np.ndarray], wrt: list[str], dtype: str = "float64") -> tuple[float, dict[str, np.ndarray]]:
+def autodiff_grads(
+    build: Build, feeds: dict[str, np.ndarray], wrt: list[str], dtype: str = "float64"
+) -> tuple[float, dict[str, np.ndarray]]:
     net = an.Net("grad")
     loss = build(net)
     names = add_gradient_ops(net, loss, wrt=wrt, dtype=dtype)
@@ -24,7 +26,9 @@ def autodiff_grads(build: Build, feeds: dict[str, np.ndarray], wrt: list[str], d
     return float(ws.fetch(loss)), {w: ws.fetch(names[w]) for w in wrt}
 
 
-def numeric_grads(build: Build, feeds: dict[str, np.ndarray], wrt: list[str], eps: float = 1e-6) -> dict[str, np.ndarray]:
+def numeric_grads(
+    build: Build, feeds: dict[str, np.ndarray], wrt: list[str], eps: float = 1e-6
+) -> dict[str, np.ndarray]:
     """Central differences of the forward net's loss (use float64 feeds)."""
     net = an.Net("fd")
     loss = build(net)
@@ -53,7 +57,9 @@ def numeric_grads(build: Build, feeds: dict[str, np.ndarray], wrt: list[str], ep
     return out
 
 
-def torch_grads(fn: Callable[..., torch.Tensor], feeds: dict[str, np.ndarray], wrt: list[str]) -> tuple[float, dict[str, np.ndarray]]:
+def torch_grads(
+    fn: Callable[..., torch.Tensor], feeds: dict[str, np.ndarray], wrt: list[str]
+) -> tuple[float, dict[str, np.ndarray]]:
     """``fn(**tensors)`` -> scalar loss; gradients of the ``wrt`` tensors by torch autograd."""
     t = {k: torch.tensor(v, requires_grad=k in wrt) for k, v in feeds.items()}
     loss = fn(**t)
@@ -61,8 +67,15 @@ def torch_grads(fn: Callable[..., torch.Tensor], feeds: dict[str, np.ndarray], w
     return float(loss.detach()), {w: t[w].grad.numpy() for w in wrt}
 
 
-def check_all(build: Build, torch_fn: Callable[..., torch.Tensor], feeds: dict[str, np.ndarray], wrt: list[str],
-              rtol: float = 1e-6, atol: float = 1e-9, fd_atol: float = 1e-6) -> None:
+def check_all(
+    build: Build,
+    torch_fn: Callable[..., torch.Tensor],
+    feeds: dict[str, np.ndarray],
+    wrt: list[str],
+    rtol: float = 1e-6,
+    atol: float = 1e-9,
+    fd_atol: float = 1e-6,
+) -> None:
     """Autodiff (float64) == torch autograd, and == finite differences."""
     loss, ours = autodiff_grads(build, feeds, wrt)
     tloss, theirs = torch_grads(torch_fn, feeds, wrt)

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from _gradcheck_helpers import autodiff_grads, check_all, weighted_mean_head
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -13,8 +14,6 @@ import asyncnet as an
 from asyncnet.autodiff import add_gradient_ops
 from asyncnet.core.defs import OperatorDef
 from asyncnet.core.registry import register_gradient, register_op
-
-from _gradcheck_helpers import autodiff_grads, check_all, weighted_mean_head
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -64,8 +63,14 @@ def _rebuild(net):
 
 def test_mlp_with_in_place_relu_and_softmax_loss_vs_torch():
     rng = np.random.default_rng(0)
-    feeds = {"x": rng.normal(size=(6, 5)), "w1": rng.normal(size=(7, 5)), "b1": rng.normal(size=7),
-             "w2": rng.normal(size=(3, 7)), "b2": rng.normal(size=3), "label": rng.integers(0, 3, 6).astype(np.int64)}
+    feeds = {
+        "x": rng.normal(size=(6, 5)),
+        "w1": rng.normal(size=(7, 5)),
+        "b1": rng.normal(size=7),
+        "w2": rng.normal(size=(3, 7)),
+        "b2": rng.normal(size=3),
+        "label": rng.integers(0, 3, 6).astype(np.int64),
+    }
 
     def build(net):
         net.FC(["x", "w1", "b1"], "h")
@@ -83,8 +88,12 @@ def test_mlp_with_in_place_relu_and_softmax_loss_vs_torch():
 
 def test_float32_gradients_match_torch():
     rng = np.random.default_rng(1)
-    feeds = {"x": rng.normal(size=(8, 4)).astype(np.float32), "w": rng.normal(size=(3, 4)).astype(np.float32),
-             "b": np.zeros(3, np.float32), "label": rng.integers(0, 3, 8).astype(np.int32)}
+    feeds = {
+        "x": rng.normal(size=(8, 4)).astype(np.float32),
+        "w": rng.normal(size=(3, 4)).astype(np.float32),
+        "b": np.zeros(3, np.float32),
+        "label": rng.integers(0, 3, 8).astype(np.int32),
+    }
     net = an.Net("f32")
     net.FC(["x", "w", "b"], "y")
     net.SoftmaxWithLoss(["y", "label"], ["p", "loss"])
@@ -166,15 +175,18 @@ def test_gradient_through_softmax_output_of_softmax_with_loss_is_refused():
 # -- the maker protocol, with an op registered here -------------------------------------------
 @register_op("TestCube", inputs=1, outputs=1, doc="y = x^3 (test op)")
 def _cube(ctx, x):
-    return x ** 3
+    return x**3
 
 
 @register_gradient("TestCube")
 def _cube_grad(op: OperatorDef, gout):
     # d/dx x^3 = 3 x^2 dy: built from existing ops; local names are free, autodiff renames them
     x, dy = op.inputs[0], gout[0]
-    return [OperatorDef("Mul", [x, x], ["#x2"]), OperatorDef("Mul", ["#x2", dy], ["#t"]),
-            OperatorDef("Scale", ["#t"], ["#dx"], {"scale": 3.0})], ["#dx"]
+    return [
+        OperatorDef("Mul", [x, x], ["#x2"]),
+        OperatorDef("Mul", ["#x2", dy], ["#t"]),
+        OperatorDef("Scale", ["#t"], ["#dx"], {"scale": 3.0}),
+    ], ["#dx"]
 
 
 def test_custom_gradient_maker_protocol():
@@ -183,5 +195,5 @@ def test_custom_gradient_maker_protocol():
     def build(net):
         return weighted_mean_head(net, net.TestCube("x", "y"))
 
-    check_all(build, lambda x, r: (x ** 3 * r).mean(), feeds, ["x"])
+    check_all(build, lambda x, r: (x**3 * r).mean(), feeds, ["x"])
     assert an.get_schema("TestCube").differentiable

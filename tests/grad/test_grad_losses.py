@@ -6,12 +6,11 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from _gradcheck_helpers import check_all, weighted_mean_head
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import asyncnet as an
-
-from _gradcheck_helpers import check_all, weighted_mean_head
 
 pytestmark = pytest.mark.timeout(60)
 FEW = settings(max_examples=12, deadline=None)
@@ -35,17 +34,23 @@ def test_softmax_with_loss_forward_vs_torch(nds, label_dtype, column):
     rng = np.random.default_rng(seed)
     x = (rng.normal(size=(n, d)) * 5).astype(np.float32)
     label = rng.integers(0, d, n).astype(label_dtype)
-    ws = run(lambda net: net.SoftmaxWithLoss(["x", "label"], ["p", "loss"]),
-             {"x": x, "label": label.reshape(n, 1) if column else label})
+    ws = run(
+        lambda net: net.SoftmaxWithLoss(["x", "label"], ["p", "loss"]),
+        {"x": x, "label": label.reshape(n, 1) if column else label},
+    )
     loss = ws.fetch("loss")
     assert loss.shape == () and loss.dtype == np.float32
-    np.testing.assert_allclose(loss, F.cross_entropy(torch.tensor(x), torch.tensor(label).long()).item(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        loss, F.cross_entropy(torch.tensor(x), torch.tensor(label).long()).item(), rtol=1e-5, atol=1e-6
+    )
     np.testing.assert_allclose(ws.fetch("p"), torch.softmax(torch.tensor(x), 1).numpy(), rtol=1e-5, atol=1e-7)
 
 
 def test_softmax_with_loss_is_stable_for_huge_logits():
     x = np.array([[1000.0, 0.0, -1000.0], [0.0, 1e4, 0.0]], np.float32)
-    ws = run(lambda net: net.SoftmaxWithLoss(["x", "label"], ["p", "loss"]), {"x": x, "label": np.array([2, 1], np.int32)})
+    ws = run(
+        lambda net: net.SoftmaxWithLoss(["x", "label"], ["p", "loss"]), {"x": x, "label": np.array([2, 1], np.int32)}
+    )
     assert np.isfinite(ws.fetch("loss")) and np.isclose(ws.fetch("loss"), 1000.0)
 
 
@@ -55,8 +60,12 @@ def test_softmax_with_loss_gradient(nds):
     n, d, seed = nds
     rng = np.random.default_rng(seed)
     feeds = {"x": rng.normal(size=(n, d)), "label": rng.integers(0, d, n).astype(np.int32)}
-    check_all(lambda net: net.SoftmaxWithLoss(["x", "label"], ["p", "loss"])[1],
-              lambda x, label: F.cross_entropy(x, label.long()), feeds, ["x"])
+    check_all(
+        lambda net: net.SoftmaxWithLoss(["x", "label"], ["p", "loss"])[1],
+        lambda x, label: F.cross_entropy(x, label.long()),
+        feeds,
+        ["x"],
+    )
 
 
 @FEW
@@ -72,8 +81,10 @@ def test_label_cross_entropy_and_averaged_loss(nds):
         return net.AveragedLoss(xent, "loss")
 
     check_all(build, lambda x, label: F.nll_loss(torch.log_softmax(x, 1), label), feeds, ["x"])
-    ws = run(lambda net: net.LabelCrossEntropy(["p", "label"], "xent"), {"p": np.array([[0.25, 0.75], [1.0, 0.0]]),
-                                                                         "label": np.array([1, 1], np.int32)})
+    ws = run(
+        lambda net: net.LabelCrossEntropy(["p", "label"], "xent"),
+        {"p": np.array([[0.25, 0.75], [1.0, 0.0]]), "label": np.array([1, 1], np.int32)},
+    )
     np.testing.assert_allclose(ws.fetch("xent"), [-np.log(0.75), -np.log(1e-20)])
 
 
@@ -84,7 +95,7 @@ def test_squared_l2(shape, seed):
     feeds = {"x": rng.normal(size=shape), "y": rng.normal(size=shape), "r": rng.normal(size=shape[:1])}
     ws = run(lambda net: net.SquaredL2(["x", "y"], "d"), feeds)
     diff = (feeds["x"] - feeds["y"]).reshape(shape[0], -1)
-    np.testing.assert_allclose(ws.fetch("d"), 0.5 * (diff ** 2).sum(1))
+    np.testing.assert_allclose(ws.fetch("d"), 0.5 * (diff**2).sum(1))
 
     def build(net):
         return weighted_mean_head(net, net.SquaredL2(["x", "y"], "d"))
@@ -116,8 +127,13 @@ def test_accuracy_ties_go_to_the_lower_index_like_argmax():
     assert float(ws.fetch("acc")) == 0.5
 
 
-@pytest.mark.parametrize("label,match", [(np.array([0, 3]), "class ids in"), (np.array([0.0, 1.0]), "int32 or int64"),
-                                         (np.array([0, 1, 1]), "shape")])
+@pytest.mark.parametrize(
+    "label,match",
+    [(np.array([0, 3]), "class ids in"), (np.array([0.0, 1.0]), "int32 or int64"), (np.array([0, 1, 1]), "shape")],
+)
 def test_bad_labels_are_operator_errors(label, match):
     with pytest.raises(an.OperatorError, match=match):
-        run(lambda net: net.SoftmaxWithLoss(["x", "label"], ["p", "loss"]), {"x": np.zeros((2, 3), np.float32), "label": label})
+        run(
+            lambda net: net.SoftmaxWithLoss(["x", "label"], ["p", "loss"]),
+            {"x": np.zeros((2, 3), np.float32), "label": label},
+        )

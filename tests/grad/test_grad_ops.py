@@ -5,10 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from _gradcheck_helpers import check_all, weighted_mean_head
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from _gradcheck_helpers import check_all, weighted_mean_head
 
 pytestmark = pytest.mark.timeout(60)
 FEW = settings(max_examples=12, deadline=None)
@@ -25,7 +24,7 @@ def rand(seed: int, shape: tuple[int, ...], away_from_zero: bool = False) -> np.
 def broadcast_partner(shape: tuple[int, ...], mask: list[int], drop: int) -> tuple[int, ...]:
     """A shape that broadcasts to ``shape``: some dims set to 1, some leading dims dropped."""
     s = tuple(1 if m else d for d, m in zip(shape, mask))
-    return s[min(drop, len(s) - 1):]
+    return s[min(drop, len(s) - 1) :]
 
 
 @pytest.mark.parametrize("op,tfn", [("Relu", torch.relu), ("Sigmoid", torch.sigmoid), ("Tanh", torch.tanh)])
@@ -54,7 +53,13 @@ def test_relu_in_place(shape, seed):
 
 
 @FEW
-@given(n=st.integers(1, 4), d=st.integers(1, 5), extra=st.integers(1, 3), axis=st.sampled_from([1, 2]), seed=st.integers(0, 2**16))
+@given(
+    n=st.integers(1, 4),
+    d=st.integers(1, 5),
+    extra=st.integers(1, 3),
+    axis=st.sampled_from([1, 2]),
+    seed=st.integers(0, 2**16),
+)
 def test_softmax(n, d, extra, axis, seed):
     shape = (n, d, extra)
     feeds = {"x": rand(seed, shape), "r": rand(seed + 1, shape)}
@@ -71,8 +76,13 @@ def test_softmax(n, d, extra, axis, seed):
 
 @pytest.mark.parametrize("op,tfn", [("Add", torch.add), ("Sub", torch.sub), ("Mul", torch.mul), ("Div", torch.div)])
 @FEW
-@given(shape=shapes, mask=st.lists(st.booleans(), min_size=3, max_size=3), drop=st.integers(0, 2),
-       swap=st.booleans(), seed=st.integers(0, 2**16))
+@given(
+    shape=shapes,
+    mask=st.lists(st.booleans(), min_size=3, max_size=3),
+    drop=st.integers(0, 2),
+    swap=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
 def test_binary_broadcast(op, tfn, shape, mask, drop, swap, seed):
     other = broadcast_partner(shape, mask, drop)
     sa, sb = (other, shape) if swap else (shape, other)
@@ -106,7 +116,14 @@ def test_sum_scale_copy(shape, k, scale, seed):
 
 
 @FEW
-@given(m=st.integers(1, 4), k=st.integers(1, 4), n=st.integers(1, 4), ta=st.booleans(), tb=st.booleans(), seed=st.integers(0, 2**16))
+@given(
+    m=st.integers(1, 4),
+    k=st.integers(1, 4),
+    n=st.integers(1, 4),
+    ta=st.booleans(),
+    tb=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
 def test_matmul(m, k, n, ta, tb, seed):
     a = rand(seed, (k, m) if ta else (m, k))
     b = rand(seed + 1, (n, k) if tb else (k, n))
@@ -122,12 +139,21 @@ def test_matmul(m, k, n, ta, tb, seed):
 
 
 @FEW
-@given(dims=st.lists(st.integers(1, 3), min_size=2, max_size=3), out=st.integers(1, 4), axis=st.integers(1, 2), seed=st.integers(0, 2**16))
+@given(
+    dims=st.lists(st.integers(1, 3), min_size=2, max_size=3),
+    out=st.integers(1, 4),
+    axis=st.integers(1, 2),
+    seed=st.integers(0, 2**16),
+)
 def test_fc(dims, out, axis, seed):
     axis = min(axis, len(dims) - 1)
     rows, cols = int(np.prod(dims[:axis])), int(np.prod(dims[axis:]))
-    feeds = {"x": rand(seed, tuple(dims)), "w": rand(seed + 1, (out, cols)), "b": rand(seed + 2, (out,)),
-             "r": rand(seed + 3, tuple(dims[:axis]) + (out,))}  # Caffe2: Y keeps X's dims before axis
+    feeds = {
+        "x": rand(seed, tuple(dims)),
+        "w": rand(seed + 1, (out, cols)),
+        "b": rand(seed + 2, (out,)),
+        "r": rand(seed + 3, tuple(dims[:axis]) + (out,)),
+    }  # Caffe2: Y keeps X's dims before axis
 
     def build(net):
         return weighted_mean_head(net, net.FC(["x", "w", "b"], "y", axis=axis))

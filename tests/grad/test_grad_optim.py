@@ -51,16 +51,28 @@ def problem(seed: int, dtype=np.float64, steps: int = 6):
 @given(seed=st.integers(0, 2**16), lr=st.floats(1e-3, 1.0), wd=st.sampled_from([0.0, 0.01]))
 def test_sgd_vs_torch(seed, lr, wd):
     w0, grads = problem(seed)
-    ours, _ = our_steps(lambda net, **kw: net.SGD(["w", "g", "lr"], "w", **kw), w0, grads, [], {"base_lr": lr}, weight_decay=wd)
-    np.testing.assert_allclose(ours, torch_steps(torch.optim.SGD, w0, grads, lr=lr, weight_decay=wd), rtol=1e-10, atol=1e-12)
+    ours, _ = our_steps(
+        lambda net, **kw: net.SGD(["w", "g", "lr"], "w", **kw), w0, grads, [], {"base_lr": lr}, weight_decay=wd
+    )
+    np.testing.assert_allclose(
+        ours, torch_steps(torch.optim.SGD, w0, grads, lr=lr, weight_decay=wd), rtol=1e-10, atol=1e-12
+    )
 
 
 @settings(max_examples=10, deadline=None)
 @given(seed=st.integers(0, 2**16), mu=st.floats(0.0, 0.99), nesterov=st.booleans(), wd=st.sampled_from([0.0, 0.01]))
 def test_momentum_vs_torch(seed, mu, nesterov, wd):
     w0, grads = problem(seed)
-    ours, ws = our_steps(lambda net, **kw: net.MomentumSGDUpdate(["g", "m", "lr", "w"], ["g", "m", "w"], formula="torch", **kw), w0, grads, ["m"],
-                         {"base_lr": 0.1}, momentum=mu, nesterov=nesterov, weight_decay=wd)
+    ours, ws = our_steps(
+        lambda net, **kw: net.MomentumSGDUpdate(["g", "m", "lr", "w"], ["g", "m", "w"], formula="torch", **kw),
+        w0,
+        grads,
+        ["m"],
+        {"base_lr": 0.1},
+        momentum=mu,
+        nesterov=nesterov,
+        weight_decay=wd,
+    )
     theirs = torch_steps(torch.optim.SGD, w0, grads, lr=0.1, momentum=mu, nesterov=nesterov and mu > 0, weight_decay=wd)
     if nesterov and mu == 0:
         theirs = torch_steps(torch.optim.SGD, w0, grads, lr=0.1, weight_decay=wd)
@@ -69,8 +81,14 @@ def test_momentum_vs_torch(seed, mu, nesterov, wd):
 
 def test_momentum_matches_torch_with_a_step_schedule():
     w0, grads = problem(3, steps=8)
-    ours, _ = our_steps(lambda net, **kw: net.MomentumSGDUpdate(["g", "m", "lr", "w"], ["g", "m", "w"], formula="torch", **kw), w0, grads, ["m"],
-                        {"base_lr": 0.5, "policy": "step", "stepsize": 3, "gamma": 0.5}, momentum=0.9)
+    ours, _ = our_steps(
+        lambda net, **kw: net.MomentumSGDUpdate(["g", "m", "lr", "w"], ["g", "m", "w"], formula="torch", **kw),
+        w0,
+        grads,
+        ["m"],
+        {"base_lr": 0.5, "policy": "step", "stepsize": 3, "gamma": 0.5},
+        momentum=0.9,
+    )
     p = torch.nn.Parameter(torch.tensor(w0.copy()))
     opt = torch.optim.SGD([p], lr=0.5, momentum=0.9)
     for t, g in enumerate(grads, 1):
@@ -82,12 +100,26 @@ def test_momentum_matches_torch_with_a_step_schedule():
 
 
 @settings(max_examples=10, deadline=None)
-@given(seed=st.integers(0, 2**16), lr=st.floats(1e-3, 0.5), betas=st.sampled_from([(0.9, 0.999), (0.5, 0.9)]),
-       wd=st.sampled_from([0.0, 0.01]), dtype=st.sampled_from([np.float32, np.float64]))
+@given(
+    seed=st.integers(0, 2**16),
+    lr=st.floats(1e-3, 0.5),
+    betas=st.sampled_from([(0.9, 0.999), (0.5, 0.9)]),
+    wd=st.sampled_from([0.0, 0.01]),
+    dtype=st.sampled_from([np.float32, np.float64]),
+)
 def test_adam_vs_torch(seed, lr, betas, wd, dtype):
     w0, grads = problem(seed, dtype)
-    ours, ws = our_steps(lambda net, **kw: net.Adam(["w", "m1", "m2", "g", "lr", "iter"], ["w", "m1", "m2"], formula="torch", **kw), w0, grads,
-                         ["m1", "m2"], {"base_lr": lr}, beta1=betas[0], beta2=betas[1], epsilon=1e-8, weight_decay=wd)
+    ours, ws = our_steps(
+        lambda net, **kw: net.Adam(["w", "m1", "m2", "g", "lr", "iter"], ["w", "m1", "m2"], formula="torch", **kw),
+        w0,
+        grads,
+        ["m1", "m2"],
+        {"base_lr": lr},
+        beta1=betas[0],
+        beta2=betas[1],
+        epsilon=1e-8,
+        weight_decay=wd,
+    )
     theirs = torch_steps(torch.optim.Adam, w0, grads, lr=lr, betas=betas, eps=1e-8, weight_decay=wd)
     tol = 1e-5 if dtype == np.float32 else 1e-10
     np.testing.assert_allclose(ours, theirs, rtol=tol, atol=tol)
@@ -95,15 +127,20 @@ def test_adam_vs_torch(seed, lr, betas, wd, dtype):
 
 
 @settings(max_examples=30, deadline=None)
-@given(it=st.integers(0, 10**6), base=st.floats(1e-4, 1.0), gamma=st.floats(0.1, 1.0), step=st.integers(1, 1000),
-       policy=st.sampled_from(["fixed", "step", "exp"]))
+@given(
+    it=st.integers(0, 10**6),
+    base=st.floats(1e-4, 1.0),
+    gamma=st.floats(0.1, 1.0),
+    step=st.integers(1, 1000),
+    policy=st.sampled_from(["fixed", "step", "exp"]),
+)
 def test_learning_rate_policies(it, base, gamma, step, policy):
     ws = an.Workspace()
     ws.feed("iter", np.array(it, np.int64))
     net = an.Net("lr")
     net.LearningRate("iter", "lr", base_lr=base, policy=policy, stepsize=step, gamma=gamma, dtype="float64")
     ws.run_net_once(net)
-    want = {"fixed": base, "step": base * gamma ** (it // step), "exp": base * gamma ** it}[policy]
+    want = {"fixed": base, "step": base * gamma ** (it // step), "exp": base * gamma**it}[policy]
     assert ws.fetch("lr").shape == ()
     np.testing.assert_allclose(ws.fetch("lr"), want, rtol=1e-12, atol=1e-300)
 
@@ -121,7 +158,10 @@ def test_learning_rate_rejects_negative_or_float_counters():
 def test_weighted_sum_in_place_and_out_of_place():
     ws = an.Workspace()
     x, y = np.array([1.0, 2.0], np.float32), np.array([10.0, 20.0], np.float32)
-    ws.feed("x", x); ws.feed("y", y); ws.feed("a", np.array([2.0], np.float32)); ws.feed("b", np.array(0.5, np.float32))
+    ws.feed("x", x)
+    ws.feed("y", y)
+    ws.feed("a", np.array([2.0], np.float32))
+    ws.feed("b", np.array(0.5, np.float32))
     net = an.Net("ws")
     net.WeightedSum(["x", "a", "y", "b"], "z")
     net.WeightedSum(["x", "a", "y", "b"], "x")
@@ -141,7 +181,9 @@ def test_update_ops_enforce_in_place_and_writable_arrays():
     ws = an.Workspace()
     w = np.ones(3)
     w.flags.writeable = False
-    ws.feed("w", w); ws.feed("g", np.ones(3)); ws.feed("lr", np.array(0.1))
+    ws.feed("w", w)
+    ws.feed("g", np.ones(3))
+    ws.feed("lr", np.array(0.1))
     ok = an.Net("ro")
     ok.SGD(["w", "g", "lr"], "w")
     with pytest.raises(an.OperatorError, match="read-only"):
@@ -157,7 +199,9 @@ def test_shared_parameter_array_sees_updates_from_two_workspaces():
     wss = []
     for _ in range(2):
         ws = an.Workspace()
-        ws.feed("w", w); ws.feed("g", np.ones(4, np.float32)); ws.feed("lr", np.array(0.5, np.float32))
+        ws.feed("w", w)
+        ws.feed("g", np.ones(4, np.float32))
+        ws.feed("lr", np.array(0.5, np.float32))
         net = an.Net("step")
         net.SGD(["w", "g", "lr"], "w")
         ws.create_net(net)

@@ -6,17 +6,22 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from _gradcheck_helpers import autodiff_grads, torch_grads
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import asyncnet as an
 
-from _gradcheck_helpers import autodiff_grads, torch_grads
-
 pytestmark = pytest.mark.timeout(60)
 
-UNARY = {"Relu": torch.relu, "Sigmoid": torch.sigmoid, "Tanh": torch.tanh, "Copy": lambda x: x * 1,
-         "Scale": lambda x: x * 0.5, "Softmax": lambda x: torch.softmax(x, 1)}
+UNARY = {
+    "Relu": torch.relu,
+    "Sigmoid": torch.sigmoid,
+    "Tanh": torch.tanh,
+    "Copy": lambda x: x * 1,
+    "Scale": lambda x: x * 0.5,
+    "Softmax": lambda x: torch.softmax(x, 1),
+}
 BINARY = {"Add": torch.add, "Sub": torch.sub, "Mul": torch.mul}
 LEAVES = ["x0", "x1", "x2"]
 
@@ -50,6 +55,7 @@ def build_net(prog):
             net.add_op(op, ins, out, **kw)
         net.Mul([prog[-1][2], "r"], "yr")
         return net.AveragedLoss("yr", "loss")
+
     return build
 
 
@@ -60,6 +66,7 @@ def torch_program(prog):
             args = [env[i] for i in ins]
             env[out] = sum(args[1:], args[0]) if op == "Sum" else (UNARY.get(op) or BINARY[op])(*args)
         return (env[prog[-1][2]] * r).mean()
+
     return fn
 
 

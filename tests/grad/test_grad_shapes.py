@@ -9,7 +9,8 @@ backward ops. Each dense input gradient must have its input's shape and dtype; a
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest
@@ -34,6 +35,7 @@ def builder(*names: str):
         for n in names:
             BUILDERS[n] = fn
         return fn
+
     return deco
 
 
@@ -156,7 +158,7 @@ def _broadcast_pair(draw):
     full = dims(draw, 0, 4)
     a = tuple(1 if draw(st.booleans()) and draw(st.booleans()) else d for d in full)
     b = tuple(1 if draw(st.booleans()) else d for d in full)
-    b = b[draw(st.integers(0, len(b))):]
+    b = b[draw(st.integers(0, len(b))) :]
     return (a, b) if draw(st.booleans()) else (b, a)
 
 
@@ -308,8 +310,9 @@ def _batch_gather(draw, dt):
 
 def _bags(draw, rows: int):
     lengths = np.asarray(draw(st.lists(st.integers(0, 3), min_size=1, max_size=3)), np.int32)
-    indices = np.asarray(draw(st.lists(st.integers(0, rows - 1), min_size=int(lengths.sum()),
-                                       max_size=int(lengths.sum()))), np.int64)
+    indices = np.asarray(
+        draw(st.lists(st.integers(0, rows - 1), min_size=int(lengths.sum()), max_size=int(lengths.sum()))), np.int64
+    )
     return indices, lengths
 
 
@@ -409,10 +412,14 @@ def _lstm(draw, dt):
 
 
 # -- the check --------------------------------------------------------------------------------
-GRADIENT_OPS = sorted(n for n, s in _REGISTRY.items()  # the package's ops (tests register ops of their own)
-                      if s.gradient is not None and s.gradient is not _no_gradient_maker
-                      and s.gradient.__module__.startswith(("asyncnet.", "caffe2."))
-                      and s.fn.__module__.startswith(("asyncnet.", "caffe2.")))
+GRADIENT_OPS = sorted(
+    n
+    for n, s in _REGISTRY.items()  # the package's ops (tests register ops of their own)
+    if s.gradient is not None
+    and s.gradient is not _no_gradient_maker
+    and s.gradient.__module__.startswith(("asyncnet.", "caffe2."))
+    and s.fn.__module__.startswith(("asyncnet.", "caffe2."))
+)
 
 
 def test_every_op_with_a_gradient_has_a_case():
@@ -453,8 +460,9 @@ def check_shapes(op_type: str, case: Case, dt: np.dtype) -> None:
         where = f"{op_type}: gradient of input {i} {x.dtype}{list(x.shape)}, args {case[1]}"
         if isinstance(g, GradientSlice):
             idx, values = np.asarray(ws.fetch(g.indices)), np.asarray(ws.fetch(g.values))
-            assert values.shape == (idx.size, *x.shape[1:]) or values.shape == (*idx.shape, *x.shape[1:]), \
+            assert values.shape == (idx.size, *x.shape[1:]) or values.shape == (*idx.shape, *x.shape[1:]), (
                 f"{where}: sparse values {list(values.shape)} for {idx.size} indices"
+            )
             assert values.dtype == x.dtype, f"{where}: sparse values dtype {values.dtype}"
             continue
         gv = ws.fetch(g)

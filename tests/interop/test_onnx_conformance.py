@@ -13,8 +13,8 @@ import pytest
 
 pytest.importorskip("onnx")
 
-from asyncnet.interop.onnx import coverage  # noqa: E402
-from asyncnet.interop.onnx._translate import NATIVE  # noqa: E402
+from asyncnet.interop.onnx import coverage
+from asyncnet.interop.onnx._translate import NATIVE
 
 
 @pytest.mark.slow
@@ -22,13 +22,17 @@ from asyncnet.interop.onnx._translate import NATIVE  # noqa: E402
 def test_every_node_test_passes_but_the_listed_ones() -> None:
     passed, total, failed = coverage.run(coverage._configured("simple", "numpy"))
     listed = coverage.excluded()
-    assert sorted(failed) == sorted(listed), {"failing but not listed": sorted(set(failed) - set(listed)),
-                                              "listed but passing": sorted(set(listed) - set(failed))}
+    assert sorted(failed) == sorted(listed), {
+        "failing but not listed": sorted(set(failed) - set(listed)),
+        "listed but passing": sorted(set(listed) - set(failed)),
+    }
     assert passed == total - len(listed)
     assert passed >= 1588  # onnxruntime 1.32.0's count with the same runner
     doc = (Path(__file__).resolve().parents[2] / "docs" / "onnx.md").read_text()
     table = "\n".join(coverage.table(failed, markdown=True))
-    assert table in doc, "docs/onnx.md's coverage table is stale: regenerate it with python -m asyncnet.interop.onnx.coverage --markdown"
+    assert table in doc, (
+        "docs/onnx.md's coverage table is stale: regenerate it with python -m asyncnet.interop.onnx.coverage --markdown"
+    )
     assert f"{passed} of {total}" in doc
 
 

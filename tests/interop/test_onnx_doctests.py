@@ -9,9 +9,16 @@ import pytest
 
 pytest.importorskip("onnx")
 
-MODULES = ["asyncnet.interop.onnx", "asyncnet.interop.onnx._import", "asyncnet.interop.onnx._export",
-           "asyncnet.interop.onnx.backend", "asyncnet.ops.onnx_ref", "asyncnet.ops.onnx_nn", "asyncnet.ops.onnx_rnn",
-           "asyncnet.ops.onnx_control"]
+MODULES = [
+    "asyncnet.interop.onnx",
+    "asyncnet.interop.onnx._import",
+    "asyncnet.interop.onnx._export",
+    "asyncnet.interop.onnx.backend",
+    "asyncnet.ops.onnx_ref",
+    "asyncnet.ops.onnx_nn",
+    "asyncnet.ops.onnx_rnn",
+    "asyncnet.ops.onnx_control",
+]
 
 
 @pytest.mark.parametrize("name", MODULES)

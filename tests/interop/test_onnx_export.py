@@ -8,10 +8,10 @@ import pytest
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 
-import asyncnet as an  # noqa: E402
-from asyncnet.interop.onnx import OnnxExportError, export  # noqa: E402
-from asyncnet.model.zoo import cnn, dlrm, lstm, mlp  # noqa: E402
-from asyncnet.model.zoo.dlrm import click_log  # noqa: E402
+import asyncnet as an
+from asyncnet.interop.onnx import OnnxExportError, export
+from asyncnet.model.zoo import cnn, dlrm, lstm, mlp
+from asyncnet.model.zoo.dlrm import click_log
 
 
 def _train(m, batch: dict, steps: int = 3) -> an.Workspace:  # type: ignore[no-untyped-def]
@@ -38,12 +38,27 @@ def _ort(model, feeds: dict) -> np.ndarray:  # type: ignore[no-untyped-def]
 
 
 CASES = {
-    "lstm": (lambda: lstm(hidden=12, num_classes=3), lambda g: {"data": g.standard_normal((4, 64), dtype=np.float32),
-                                                               "label": g.integers(0, 3, 4).astype(np.int32)}, ["data"], "softmax"),
-    "mlp": (lambda: mlp(6, (16,), 4), lambda g: {"data": g.standard_normal((5, 6), dtype=np.float32),
-                                                  "label": g.integers(0, 4, 5).astype(np.int32)}, ["data"], "softmax"),
-    "cnn": (lambda: cnn((4, 8), 3, side=8), lambda g: {"data": g.standard_normal((3, 1, 8, 8), dtype=np.float32),
-                                                       "label": g.integers(0, 3, 3).astype(np.int32)}, ["data"], "softmax"),
+    "lstm": (
+        lambda: lstm(hidden=12, num_classes=3),
+        lambda g: {"data": g.standard_normal((4, 64), dtype=np.float32), "label": g.integers(0, 3, 4).astype(np.int32)},
+        ["data"],
+        "softmax",
+    ),
+    "mlp": (
+        lambda: mlp(6, (16,), 4),
+        lambda g: {"data": g.standard_normal((5, 6), dtype=np.float32), "label": g.integers(0, 4, 5).astype(np.int32)},
+        ["data"],
+        "softmax",
+    ),
+    "cnn": (
+        lambda: cnn((4, 8), 3, side=8),
+        lambda g: {
+            "data": g.standard_normal((3, 1, 8, 8), dtype=np.float32),
+            "label": g.integers(0, 3, 3).astype(np.int32),
+        },
+        ["data"],
+        "softmax",
+    ),
 }
 
 
@@ -82,4 +97,9 @@ def test_unexportable_op_names_the_op() -> None:
     net.StopGradient(["x"], ["y"])  # an op the exporter has no mapping for, whose output is asked for
     last = net.to_def().ops[-1]
     with pytest.raises(OnnxExportError, match=last.type):
-        export((an.Net("init").to_def(), net.to_def()), None, {"x": np.zeros((2, 2), np.float32)}, list(last.outputs) or ["x"])
+        export(
+            (an.Net("init").to_def(), net.to_def()),
+            None,
+            {"x": np.zeros((2, 2), np.float32)},
+            list(last.outputs) or ["x"],
+        )

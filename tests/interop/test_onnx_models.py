@@ -11,7 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 ort = pytest.importorskip("onnxruntime")
 
-from asyncnet.interop.onnx import backend  # noqa: E402
+from asyncnet.interop.onnx import backend
 
 nn = torch.nn
 
@@ -23,15 +23,29 @@ class Block(nn.Module):
         self.b1 = nn.BatchNorm2d(c_out)
         self.c2 = nn.Conv2d(c_out, c_out, 3, 1, 1, bias=False)
         self.b2 = nn.BatchNorm2d(c_out)
-        self.skip = nn.Sequential(nn.Conv2d(c_in, c_out, 1, stride, bias=False), nn.BatchNorm2d(c_out)) if stride != 1 or c_in != c_out else nn.Identity()
+        self.skip = (
+            nn.Sequential(nn.Conv2d(c_in, c_out, 1, stride, bias=False), nn.BatchNorm2d(c_out))
+            if stride != 1 or c_in != c_out
+            else nn.Identity()
+        )
 
     def forward(self, x):  # type: ignore[no-untyped-def]
         return torch.relu(self.b2(self.c2(torch.relu(self.b1(self.c1(x))))) + self.skip(x))
 
 
 def resnet() -> nn.Module:
-    return nn.Sequential(nn.Conv2d(3, 16, 7, 2, 3, bias=False), nn.BatchNorm2d(16), nn.ReLU(), nn.MaxPool2d(3, 2, 1),
-                         Block(16, 16, 1), Block(16, 32, 2), Block(32, 64, 2), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 10))
+    return nn.Sequential(
+        nn.Conv2d(3, 16, 7, 2, 3, bias=False),
+        nn.BatchNorm2d(16),
+        nn.ReLU(),
+        nn.MaxPool2d(3, 2, 1),
+        Block(16, 16, 1),
+        Block(16, 32, 2),
+        Block(32, 64, 2),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(64, 10),
+    )
 
 
 class Inception(nn.Module):
@@ -47,17 +61,38 @@ class Inception(nn.Module):
 
 
 def inception() -> nn.Module:
-    return nn.Sequential(nn.Conv2d(3, 16, 3, 2, 1), nn.ReLU(), Inception(16), Inception(32), nn.AvgPool2d(2),
-                         nn.Flatten(), nn.Linear(32 * 8 * 8, 10))
+    return nn.Sequential(
+        nn.Conv2d(3, 16, 3, 2, 1),
+        nn.ReLU(),
+        Inception(16),
+        Inception(32),
+        nn.AvgPool2d(2),
+        nn.Flatten(),
+        nn.Linear(32 * 8 * 8, 10),
+    )
 
 
 def mobilenet() -> nn.Module:
     def dw(c_in: int, c_out: int, s: int) -> nn.Module:
-        return nn.Sequential(nn.Conv2d(c_in, c_in, 3, s, 1, groups=c_in, bias=False), nn.BatchNorm2d(c_in), nn.ReLU6(),
-                             nn.Conv2d(c_in, c_out, 1, bias=False), nn.BatchNorm2d(c_out), nn.ReLU6())
+        return nn.Sequential(
+            nn.Conv2d(c_in, c_in, 3, s, 1, groups=c_in, bias=False),
+            nn.BatchNorm2d(c_in),
+            nn.ReLU6(),
+            nn.Conv2d(c_in, c_out, 1, bias=False),
+            nn.BatchNorm2d(c_out),
+            nn.ReLU6(),
+        )
 
-    return nn.Sequential(nn.Conv2d(3, 16, 3, 2, 1), nn.ReLU6(), dw(16, 32, 1), dw(32, 64, 2), dw(64, 64, 1),
-                         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 10))
+    return nn.Sequential(
+        nn.Conv2d(3, 16, 3, 2, 1),
+        nn.ReLU6(),
+        dw(16, 32, 1),
+        dw(32, 64, 2),
+        dw(64, 64, 1),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(64, 10),
+    )
 
 
 class Transformer(nn.Module):
@@ -116,7 +151,9 @@ def exported(name: str) -> tuple[bytes, np.ndarray]:
                 m.running_var.uniform_(0.5, 1.5)
     x = data(np.random.default_rng(0))
     f = io.BytesIO()
-    torch.onnx.export(model, (torch.from_numpy(x),), f, dynamo=False, opset_version=17, input_names=["x"], output_names=["y"])
+    torch.onnx.export(
+        model, (torch.from_numpy(x),), f, dynamo=False, opset_version=17, input_names=["x"], output_names=["y"]
+    )
     return f.getvalue(), x
 
 

@@ -9,23 +9,28 @@ import numpy as np
 import pytest
 
 onnx = pytest.importorskip("onnx")
-from onnx import TensorProto, helper as oh  # noqa: E402
-from onnx.reference import ReferenceEvaluator  # noqa: E402
+from onnx import TensorProto
+from onnx import helper as oh
+from onnx.reference import ReferenceEvaluator
 
-from asyncnet.interop.onnx import backend  # noqa: E402
+from asyncnet.interop.onnx import backend
 
 
-def _rnn_model(op: str, direction: str, layout: int, lbr: int, with_state: bool, outputs: list[str]) -> tuple[onnx.ModelProto, dict]:
+def _rnn_model(
+    op: str, direction: str, layout: int, lbr: int, with_state: bool, outputs: list[str]
+) -> tuple[onnx.ModelProto, dict]:
     g = np.random.default_rng(7)
     seq, batch, inp, hid = 4, 3, 5, 6
     gates = 4 if op == "LSTM" else 3
     dirs = 2 if direction == "bidirectional" else 1
     x_shape = (batch, seq, inp) if layout else (seq, batch, inp)
     s_shape = (batch, dirs, hid) if layout else (dirs, batch, hid)
-    feeds = {"X": g.standard_normal(x_shape).astype(np.float32),
-             "W": g.standard_normal((dirs, gates * hid, inp)).astype(np.float32) * 0.5,
-             "R": g.standard_normal((dirs, gates * hid, hid)).astype(np.float32) * 0.5,
-             "B": g.standard_normal((dirs, 2 * gates * hid)).astype(np.float32) * 0.5}
+    feeds = {
+        "X": g.standard_normal(x_shape).astype(np.float32),
+        "W": g.standard_normal((dirs, gates * hid, inp)).astype(np.float32) * 0.5,
+        "R": g.standard_normal((dirs, gates * hid, hid)).astype(np.float32) * 0.5,
+        "B": g.standard_normal((dirs, 2 * gates * hid)).astype(np.float32) * 0.5,
+    }
     ins = ["X", "W", "R", "B"]
     if with_state:
         feeds["h0"] = g.standard_normal(s_shape).astype(np.float32)
@@ -84,7 +89,12 @@ def test_control_flow_runs_on_asyncnet_nets() -> None:
     from onnx.backend.test.loader import load_model_tests
 
     cases = {t.name: t for t in load_model_tests(kind="node")}
-    for name, op in (("test_if", "ONNXIf"), ("test_loop11", "ONNXLoop"), ("test_scan9_sum", "ONNXScan"), ("test_scan_sum", "ONNXScan")):
+    for name, op in (
+        ("test_if", "ONNXIf"),
+        ("test_loop11", "ONNXLoop"),
+        ("test_scan9_sum", "ONNXScan"),
+        ("test_scan_sum", "ONNXScan"),
+    ):
         rep = backend.prepare(cases[name].model)
         assert [o.type for o in rep.model.predict_net.ops] == [op]
         inputs, expected = cases[name].data_sets[0]
@@ -95,13 +105,26 @@ def test_control_flow_runs_on_asyncnet_nets() -> None:
 @pytest.mark.timeout(60)
 def test_conv_batch_norm_folded_at_import() -> None:
     g = np.random.default_rng(3)
-    t = lambda name, a: oh.make_tensor(name, TensorProto.FLOAT, a.shape, a.astype(np.float32).ravel())  # noqa: E731
-    inits = [t("w", g.standard_normal((4, 3, 3, 3))), t("b", g.standard_normal(4)), t("s", g.standard_normal(4)),
-             t("beta", g.standard_normal(4)), t("mean", g.standard_normal(4)), t("var", g.uniform(0.5, 2, 4))]
-    nodes = [oh.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
-             oh.make_node("BatchNormalization", ["c", "s", "beta", "mean", "var"], ["y"], epsilon=1e-3)]
-    graph = oh.make_graph(nodes, "g", [oh.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 5, 5])],
-                          [oh.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4, 5, 5])], initializer=inits)
+    t = lambda name, a: oh.make_tensor(name, TensorProto.FLOAT, a.shape, a.astype(np.float32).ravel())
+    inits = [
+        t("w", g.standard_normal((4, 3, 3, 3))),
+        t("b", g.standard_normal(4)),
+        t("s", g.standard_normal(4)),
+        t("beta", g.standard_normal(4)),
+        t("mean", g.standard_normal(4)),
+        t("var", g.uniform(0.5, 2, 4)),
+    ]
+    nodes = [
+        oh.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+        oh.make_node("BatchNormalization", ["c", "s", "beta", "mean", "var"], ["y"], epsilon=1e-3),
+    ]
+    graph = oh.make_graph(
+        nodes,
+        "g",
+        [oh.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 5, 5])],
+        [oh.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4, 5, 5])],
+        initializer=inits,
+    )
     model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 15)])
     x = g.standard_normal((2, 3, 5, 5)).astype(np.float32)
     want = ReferenceEvaluator(model).run(None, {"x": x})[0]

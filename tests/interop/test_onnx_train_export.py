@@ -19,8 +19,25 @@ pytestmark = pytest.mark.timeout(300)
 
 def _train(tmp_path, model: str) -> tuple:
     out, path = tmp_path / "run", tmp_path / f"{model}.onnx"
-    cmd = [sys.executable, "-m", "asyncnet", "train", "--model", model, "--epochs", "1", "--workers", "1", "--mode", "local",
-           "--out", str(out), "--quiet", "--export-onnx", str(path)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "asyncnet",
+        "train",
+        "--model",
+        model,
+        "--epochs",
+        "1",
+        "--workers",
+        "1",
+        "--mode",
+        "local",
+        "--out",
+        str(out),
+        "--quiet",
+        "--export-onnx",
+        str(path),
+    ]
     done = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=280)
     assert done.returncode == 0, done.stderr[-2000:]
     return out, path
@@ -78,8 +95,23 @@ def build_untrained(model: str, inputs: dict[str, np.ndarray]) -> np.ndarray:
 
 
 def test_export_onnx_to_a_bad_path_is_one_line(tmp_path):
-    cmd = [sys.executable, "-m", "asyncnet", "train", "--epochs", "1", "--workers", "1", "--mode", "local",
-           "--out", str(tmp_path / "run"), "--quiet", "--export-onnx", str(tmp_path / "no" / "such" / "dir" / "m.onnx")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "asyncnet",
+        "train",
+        "--epochs",
+        "1",
+        "--workers",
+        "1",
+        "--mode",
+        "local",
+        "--out",
+        str(tmp_path / "run"),
+        "--quiet",
+        "--export-onnx",
+        str(tmp_path / "no" / "such" / "dir" / "m.onnx"),
+    ]
     done = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=280)
     assert done.returncode != 0 and "Traceback" not in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and "m.onnx" in done.stderr

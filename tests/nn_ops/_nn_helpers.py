@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numpy as np
-
 from _op_run import run  # noqa: F401  (re-exported for the op-family tests)
 
 

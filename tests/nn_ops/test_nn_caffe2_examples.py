@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from _nn_helpers import run
 
 pytestmark = pytest.mark.timeout(60)

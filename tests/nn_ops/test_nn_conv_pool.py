@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from _gradcheck_helpers import check_all, weighted_mean_head
+from _nn_helpers import rand, run
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import asyncnet as an
-from _gradcheck_helpers import check_all, weighted_mean_head
-from _nn_helpers import rand, run
 
 pytestmark = pytest.mark.timeout(60)
 FEW = settings(max_examples=6, deadline=None)
@@ -28,8 +28,19 @@ def conv_case(draw):
     pads = [draw(st.integers(0, 2)) for _ in range(4)]
     h = draw(st.integers(dh * (kh - 1) + 1, 6))
     w = draw(st.integers(dw * (kw - 1) + 1, 6))
-    return dict(n=draw(st.integers(1, 2)), c=c, m=m, grp=grp, k=(kh, kw), s=(sh, sw), d=(dh, dw), pads=pads, hw=(h, w),
-                bias=draw(st.booleans()), seed=draw(st.integers(0, 2**16)))
+    return dict(
+        n=draw(st.integers(1, 2)),
+        c=c,
+        m=m,
+        grp=grp,
+        k=(kh, kw),
+        s=(sh, sw),
+        d=(dh, dw),
+        pads=pads,
+        hw=(h, w),
+        bias=draw(st.booleans()),
+        seed=draw(st.integers(0, 2**16)),
+    )
 
 
 def torch_conv(x, w, b, case):
@@ -38,8 +49,15 @@ def torch_conv(x, w, b, case):
 
 
 def conv_args(case):
-    return dict(kernel_h=case["k"][0], kernel_w=case["k"][1], strides=list(case["s"]), dilation_h=case["d"][0],
-                dilation_w=case["d"][1], pads=case["pads"], group=case["grp"])
+    return dict(
+        kernel_h=case["k"][0],
+        kernel_w=case["k"][1],
+        strides=list(case["s"]),
+        dilation_h=case["d"][0],
+        dilation_w=case["d"][1],
+        pads=case["pads"],
+        group=case["grp"],
+    )
 
 
 @FEW
@@ -74,8 +92,15 @@ def test_conv_float32_and_shared_arg_spellings():
     np.testing.assert_array_equal(y, same)
 
 
-@pytest.mark.parametrize("bad,match", [(dict(kernel=5), "filter's kernel"), (dict(group=2), "divisible by group"),
-                                       (dict(pads=[1, 1]), "pads"), (dict(stride=0), "strides")])
+@pytest.mark.parametrize(
+    "bad,match",
+    [
+        (dict(kernel=5), "filter's kernel"),
+        (dict(group=2), "divisible by group"),
+        (dict(pads=[1, 1]), "pads"),
+        (dict(stride=0), "strides"),
+    ],
+)
 def test_conv_errors(bad, match):
     x, w = np.zeros((1, 3, 5, 5)), np.zeros((4, 3, 3, 3))
     with pytest.raises(an.OperatorError, match=match):
@@ -87,11 +112,14 @@ def test_conv_gradient_wrt_filter_only_has_no_dx():
     net.Conv(["x", "w", "b"], "y", kernel=3)
     net.AveragedLoss("y", "loss")
     from asyncnet.autodiff import add_gradient_ops
+
     add_gradient_ops(net, "loss", wrt=["w"])
     gop = [op for op in net.ops if op.type == "ConvGradient"][0]
     assert len(gop.outputs) == 1  # neither dbias nor dX is computed when nobody reads them
     ws = an.Workspace()
-    ws.feed("x", np.ones((1, 1, 4, 4))); ws.feed("w", np.ones((2, 1, 3, 3))); ws.feed("b", np.zeros(2))
+    ws.feed("x", np.ones((1, 1, 4, 4)))
+    ws.feed("w", np.ones((2, 1, 3, 3)))
+    ws.feed("b", np.zeros(2))
     ws.run_net_once(net)
 
 
@@ -101,7 +129,13 @@ def pool_case(draw):
     pad = draw(st.integers(0, k // 2))  # torch's rule: pad <= kernel / 2
     s = draw(st.integers(1, 3))
     h, w = draw(st.integers(k, 6)), draw(st.integers(k, 6))
-    return dict(k=k, pad=pad, s=s, shape=(draw(st.integers(1, 2)), draw(st.integers(1, 3)), h, w), seed=draw(st.integers(0, 2**16)))
+    return dict(
+        k=k,
+        pad=pad,
+        s=s,
+        shape=(draw(st.integers(1, 2)), draw(st.integers(1, 3)), h, w),
+        seed=draw(st.integers(0, 2**16)),
+    )
 
 
 @FEW
@@ -112,8 +146,12 @@ def test_max_pool(case):
     y = run("MaxPool", [x], **args)
     np.testing.assert_array_equal(y, F.max_pool2d(torch.tensor(x), case["k"], case["s"], case["pad"]).numpy())
     feeds = {"x": x, "r": rand(case["seed"] + 1, y.shape)}
-    check_all(lambda net: weighted_mean_head(net, net.MaxPool("x", "y", **args)),
-              lambda x, r: (F.max_pool2d(x, case["k"], case["s"], case["pad"]) * r).mean(), feeds, ["x"])
+    check_all(
+        lambda net: weighted_mean_head(net, net.MaxPool("x", "y", **args)),
+        lambda x, r: (F.max_pool2d(x, case["k"], case["s"], case["pad"]) * r).mean(),
+        feeds,
+        ["x"],
+    )
 
 
 @pytest.mark.parametrize("k, hw", [(2, (8, 8)), (2, (4, 6)), (3, (6, 3)), (1, (2, 2))])
@@ -126,7 +164,7 @@ def test_max_pool_tiling_windows_and_ties(k, hw):
     np.testing.assert_array_equal(y, F.max_pool2d(torch.tensor(x), k, k).numpy())
     dy = rng.normal(size=y.shape).astype(np.float32)
     dx = run("MaxPoolGradient", [x, y, dy], kernel=k, stride=k)
-    up = lambda a: a.repeat(k, axis=2).repeat(k, axis=3)  # noqa: E731
+    up = lambda a: a.repeat(k, axis=2).repeat(k, axis=3)
     np.testing.assert_array_equal(dx, np.where(x == up(y), up(dy), 0))
 
 
@@ -142,8 +180,12 @@ def test_average_pool(case, include):
     y = run("AveragePool", [x], **args)
     np.testing.assert_allclose(y, tpool(torch.tensor(x)).numpy(), rtol=1e-12, atol=1e-14)
     feeds = {"x": x, "r": rand(case["seed"] + 1, y.shape)}
-    check_all(lambda net: weighted_mean_head(net, net.AveragePool("x", "y", **args)),
-              lambda x, r: (tpool(x) * r).mean(), feeds, ["x"])
+    check_all(
+        lambda net: weighted_mean_head(net, net.AveragePool("x", "y", **args)),
+        lambda x, r: (tpool(x) * r).mean(),
+        feeds,
+        ["x"],
+    )
 
 
 def test_average_pool_default_excludes_padding_like_caffe2():
@@ -158,9 +200,17 @@ def test_global_pooling(op):
     ref = x.max(axis=(2, 3), keepdims=True) if op == "MaxPool" else x.mean(axis=(2, 3), keepdims=True)
     np.testing.assert_allclose(y, ref, rtol=1e-12)
     feeds = {"x": x, "r": rand(1, y.shape)}
-    tf = (lambda x: x.amax(dim=(2, 3), keepdim=True)) if op == "MaxPool" else (lambda x: x.mean(dim=(2, 3), keepdim=True))
-    check_all(lambda net: weighted_mean_head(net, getattr(net, op)("x", "y", global_pooling=1)),
-              lambda x, r: (tf(x) * r).mean(), feeds, ["x"])
+    tf = (
+        (lambda x: x.amax(dim=(2, 3), keepdim=True))
+        if op == "MaxPool"
+        else (lambda x: x.mean(dim=(2, 3), keepdim=True))
+    )
+    check_all(
+        lambda net: weighted_mean_head(net, getattr(net, op)("x", "y", global_pooling=1)),
+        lambda x, r: (tf(x) * r).mean(),
+        feeds,
+        ["x"],
+    )
 
 
 def test_pool_kernel_required():

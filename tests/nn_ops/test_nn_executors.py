@@ -15,26 +15,47 @@ LSTM_IN = ["seq", "h0", "c0", "w_ih", "w_hh", "b_ih", "b_hh"]
 
 def feeds():
     rng = np.random.default_rng(0)
-    shapes = {"img": (4, 2, 6, 6), "cw": (3, 2, 3, 3), "cb": (3,), "bn_s": (3,), "bn_b": (3,), "fw": (5, 27), "fb": (5,),
-              "emb": (20, 5), "seq": (3, 4, 5), "h0": (4, 5), "c0": (4, 5), "w_ih": (20, 5), "w_hh": (20, 5),
-              "b_ih": (20,), "b_hh": (20,), "g": (10,), "be": (10,)}
+    shapes = {
+        "img": (4, 2, 6, 6),
+        "cw": (3, 2, 3, 3),
+        "cb": (3,),
+        "bn_s": (3,),
+        "bn_b": (3,),
+        "fw": (5, 27),
+        "fb": (5,),
+        "emb": (20, 5),
+        "seq": (3, 4, 5),
+        "h0": (4, 5),
+        "c0": (4, 5),
+        "w_ih": (20, 5),
+        "w_hh": (20, 5),
+        "b_ih": (20,),
+        "b_hh": (20,),
+        "g": (10,),
+        "be": (10,),
+    }
     out = {k: rng.normal(size=s).astype(np.float32) for k, s in shapes.items()}
-    out |= {"rm": np.zeros(3, np.float32), "rv": np.ones(3, np.float32), "ids": rng.integers(0, 20, 9),
-            "lens": np.array([3, 2, 4, 0], np.int32), "t": rng.uniform(size=(4, 10)).astype(np.float32)}
+    out |= {
+        "rm": np.zeros(3, np.float32),
+        "rv": np.ones(3, np.float32),
+        "ids": rng.integers(0, 20, 9),
+        "lens": np.array([3, 2, 4, 0], np.int32),
+        "t": rng.uniform(size=(4, 10)).astype(np.float32),
+    }
     return out
 
 
 def build(net_type):
     net = an.Net(f"all_{net_type}", type=net_type, num_workers=2)
-    net.Conv(["img", "cw", "cb"], "c", kernel=3, pad=1, stride=2)                 # [4, 3, 3, 3]
+    net.Conv(["img", "cw", "cb"], "c", kernel=3, pad=1, stride=2)  # [4, 3, 3, 3]
     net.SpatialBN(["c", "bn_s", "bn_b", "rm", "rv"], ["cn", "rm", "rv", "sm", "siv"])
-    net.MaxPool("cn", "p", kernel=2, stride=1, pad=1)                              # [4, 3, 4, 4]
-    net.AveragePool("p", "ap", kernel=2, stride=2)                                 # [4, 3, 2, 2]
-    net.Flatten("c", "flat")                                                       # [4, 27]
-    net.FC(["flat", "fw", "fb"], "h")                                              # [4, 5]
-    net.SparseLengthsSum(["emb", "ids", "lens"], "bag")                            # [4, 5]
+    net.MaxPool("cn", "p", kernel=2, stride=1, pad=1)  # [4, 3, 4, 4]
+    net.AveragePool("p", "ap", kernel=2, stride=2)  # [4, 3, 2, 2]
+    net.Flatten("c", "flat")  # [4, 27]
+    net.FC(["flat", "fw", "fb"], "h")  # [4, 5]
+    net.SparseLengthsSum(["emb", "ids", "lens"], "bag")  # [4, 5]
     net.LSTM(LSTM_IN, ["y", "hT", "cT", "cache"])
-    net.Concat(["h", "bag"], ["hb", "info"], axis=1)                               # [4, 10]
+    net.Concat(["h", "bag"], ["hb", "info"], axis=1)  # [4, 10]
     net.LayerNorm(["hb", "g", "be"], ["ln", "mu", "sd"], elementwise_affine=1)
     net.Add(["ln", "hb"], "z")
     net.SigmoidCrossEntropyWithLogits(["z", "t"], "xent")

@@ -5,13 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from _gradcheck_helpers import check_all
+from _nn_helpers import rand, run
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import asyncnet as an
 from asyncnet.autodiff import add_gradient_ops
-from _gradcheck_helpers import check_all
-from _nn_helpers import rand, run
 
 pytestmark = pytest.mark.timeout(60)
 NAMES = ["x", "h0", "c0", "w_ih", "w_hh", "b_ih", "b_hh"]
@@ -31,8 +31,14 @@ def torch_lstm(x, h0, c0, w_ih, w_hh, b_ih, b_hh):
 
 
 @settings(max_examples=6, deadline=None)
-@given(t=st.integers(1, 4), n=st.integers(1, 3), i=st.integers(1, 3), h=st.integers(1, 3), seed=st.integers(0, 2**16),
-       cached=st.booleans())
+@given(
+    t=st.integers(1, 4),
+    n=st.integers(1, 3),
+    i=st.integers(1, 3),
+    h=st.integers(1, 3),
+    seed=st.integers(0, 2**16),
+    cached=st.booleans(),
+)
 def test_lstm_matches_torch(t, n, i, h, seed, cached):
     feeds = feeds_for(t, n, i, h, seed)
     y, hT, cT = run("LSTM", [feeds[k] for k in NAMES], 3)

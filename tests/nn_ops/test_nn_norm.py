@@ -7,13 +7,13 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from _gradcheck_helpers import check_all, weighted_mean_head
+from _nn_helpers import rand, run
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import asyncnet as an
 from asyncnet.autodiff import add_gradient_ops
-from _gradcheck_helpers import check_all, weighted_mean_head
-from _nn_helpers import rand, run
 
 pytestmark = pytest.mark.timeout(60)
 FEW = settings(max_examples=6, deadline=None)
@@ -34,8 +34,16 @@ def test_spatial_bn_training_matches_torch(shape, seed, momentum):
     net.SpatialBN(["x", "s", "b", "rm", "rv"], ["y", "rm", "rv", "sm", "siv"], momentum=momentum, epsilon=1e-3)
     ws.run_net_once(net)
     trm, trv = torch.tensor(rm), torch.tensor(rv)
-    ty = F.batch_norm(torch.tensor(x), trm, trv, torch.tensor(scale), torch.tensor(bias), training=True,
-                      momentum=1 - momentum, eps=1e-3)
+    ty = F.batch_norm(
+        torch.tensor(x),
+        trm,
+        trv,
+        torch.tensor(scale),
+        torch.tensor(bias),
+        training=True,
+        momentum=1 - momentum,
+        eps=1e-3,
+    )
     np.testing.assert_allclose(ws.fetch("y"), ty.numpy(), rtol=1e-10, atol=1e-12)
     assert ws.fetch("rm") is rm_in and ws.fetch("rv") is rv_in  # updated in place
     np.testing.assert_allclose(rm_in, trm.numpy(), rtol=1e-12)
@@ -48,8 +56,14 @@ def test_spatial_bn_training_matches_torch(shape, seed, momentum):
 @given(shape=bn_shapes, seed=st.integers(0, 2**16))
 def test_spatial_bn_gradient(shape, seed):
     c = shape[1]
-    feeds = {"x": rand(seed, shape), "s": rand(seed + 1, (c,)), "b": rand(seed + 2, (c,)),
-             "rm": np.zeros(c), "rv": np.ones(c), "r": rand(seed + 3, shape)}
+    feeds = {
+        "x": rand(seed, shape),
+        "s": rand(seed + 1, (c,)),
+        "b": rand(seed + 2, (c,)),
+        "rm": np.zeros(c),
+        "rv": np.ones(c),
+        "r": rand(seed + 3, shape),
+    }
 
     def build(net):
         net.SpatialBN(["x", "s", "b", "rm", "rv"], ["y", "rm", "rv", "sm", "siv"])
@@ -84,15 +98,25 @@ def _bn_net(outs, **args):
 
 
 @FEW
-@given(shape=st.sampled_from([(3, 4), (2, 3, 4), (2, 2, 2, 3)]), axis=st.sampled_from([1, -1]), affine=st.booleans(),
-       seed=st.integers(0, 2**16))
+@given(
+    shape=st.sampled_from([(3, 4), (2, 3, 4), (2, 2, 2, 3)]),
+    axis=st.sampled_from([1, -1]),
+    affine=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
 def test_layer_norm(shape, axis, affine, seed):
     a = axis % len(shape)
     pshape = shape[a:]
     x, gamma, beta = rand(seed, shape), rand(seed + 1, pshape), rand(seed + 2, pshape)
     ins = [x, gamma, beta] if affine else [x]
     y, mean, std = run("LayerNorm", ins, 3, axis=axis, epsilon=1e-4, elementwise_affine=affine)
-    ref = F.layer_norm(torch.tensor(x), pshape, torch.tensor(gamma) if affine else None, torch.tensor(beta) if affine else None, eps=1e-4)
+    ref = F.layer_norm(
+        torch.tensor(x),
+        pshape,
+        torch.tensor(gamma) if affine else None,
+        torch.tensor(beta) if affine else None,
+        eps=1e-4,
+    )
     np.testing.assert_allclose(y, ref.numpy(), rtol=1e-9, atol=1e-12)
     assert mean.shape == (*shape[:a], 1) and std.shape == (*shape[:a], 1)
     np.testing.assert_allclose(std.reshape(-1), np.sqrt(x.reshape(mean.size, -1).var(axis=1) + 1e-4), rtol=1e-12)
@@ -169,7 +193,8 @@ def test_dropout_gradient(is_test):
     net.AveragedLoss("yr", "loss")
     grads = add_gradient_ops(net, "loss", wrt=["x"], dtype="float64")
     ws = an.Workspace()
-    ws.feed("x", x); ws.feed("r", r)
+    ws.feed("x", x)
+    ws.feed("r", r)
     ws.run_net_once(net)
     mask = ws.fetch("m")
     tx = torch.tensor(x, requires_grad=True)

@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from _gradcheck_helpers import check_all, weighted_mean_head
+from _nn_helpers import rand, run
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import asyncnet as an
-from _gradcheck_helpers import check_all, weighted_mean_head
-from _nn_helpers import rand, run
 
 pytestmark = pytest.mark.timeout(60)
 FEW = settings(max_examples=8, deadline=None)
@@ -67,13 +67,21 @@ def test_transpose(shape, seed, data):
     np.testing.assert_array_equal(run("Transpose", [x]), x.T)
     out_shape = tuple(shape[a] for a in axes)
     feeds = {"x": x, "r": rand(seed + 1, out_shape)}
-    check_all(lambda net: weighted_mean_head(net, net.Transpose("x", "y", axes=list(axes))),
-              lambda x, r: (x.permute(*axes) * r).mean(), feeds, ["x"])
+    check_all(
+        lambda net: weighted_mean_head(net, net.Transpose("x", "y", axes=list(axes))),
+        lambda x, r: (x.permute(*axes) * r).mean(),
+        feeds,
+        ["x"],
+    )
 
 
 @FEW
-@given(n=st.integers(1, 3), sizes=st.lists(st.integers(1, 3), min_size=1, max_size=3), axis=st.sampled_from([0, 1, -1]),
-       seed=st.integers(0, 2**16))
+@given(
+    n=st.integers(1, 3),
+    sizes=st.lists(st.integers(1, 3), min_size=1, max_size=3),
+    axis=st.sampled_from([0, 1, -1]),
+    seed=st.integers(0, 2**16),
+)
 def test_concat_split(n, sizes, axis, seed):
     base = [2, 3, 2]
     parts = []
@@ -166,8 +174,12 @@ def test_slice_grad(seed, s0, s1):
         return
     feeds = {"x": x, "r": rand(seed + 1, x[window].shape)}
     ends = [-1, s1 if s1 < 0 else 4]
-    check_all(lambda net: weighted_mean_head(net, net.Slice("x", "y", starts=[s0, 0], ends=ends)),
-              lambda x, r: (x[window] * r).mean(), feeds, ["x"])
+    check_all(
+        lambda net: weighted_mean_head(net, net.Slice("x", "y", starts=[s0, 0], ends=ends)),
+        lambda x, r: (x[window] * r).mean(),
+        feeds,
+        ["x"],
+    )
 
 
 @FEW

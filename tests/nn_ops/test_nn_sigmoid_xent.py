@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from _gradcheck_helpers import check_all
+from _nn_helpers import rand, run
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import asyncnet as an
-from _gradcheck_helpers import check_all
-from _nn_helpers import rand, run
 
 pytestmark = pytest.mark.timeout(60)
 FEW = settings(max_examples=8, deadline=None)

@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from _gradcheck_helpers import numeric_grads
+from _nn_helpers import rand, run
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import asyncnet as an
 from asyncnet.autodiff import GradientSlice, add_gradient_ops
-from _gradcheck_helpers import numeric_grads
-from _nn_helpers import rand, run
 
 pytestmark = pytest.mark.timeout(60)
 FEW = settings(max_examples=10, deadline=None)
@@ -53,9 +53,18 @@ def test_sparse_lengths_sum_and_sparse_gradient(case, weighted):
     rows, dim, lengths, idx, seed = case
     table, w, r = rand(seed, (rows, dim)), rand(seed + 1, idx.shape), rand(seed + 2, (lengths.size, dim))
     offsets = torch.tensor(np.r_[0, np.cumsum(lengths)[:-1]])
-    ref = F.embedding_bag(torch.tensor(idx), torch.tensor(table), offsets, mode="sum",
-                          per_sample_weights=torch.tensor(w) if weighted else None).numpy()
-    out = run("SparseLengthsWeightedSum", [table, w, idx, lengths]) if weighted else run("SparseLengthsSum", [table, idx, lengths])
+    ref = F.embedding_bag(
+        torch.tensor(idx),
+        torch.tensor(table),
+        offsets,
+        mode="sum",
+        per_sample_weights=torch.tensor(w) if weighted else None,
+    ).numpy()
+    out = (
+        run("SparseLengthsWeightedSum", [table, w, idx, lengths])
+        if weighted
+        else run("SparseLengthsSum", [table, idx, lengths])
+    )
     np.testing.assert_allclose(out, ref, rtol=1e-12, atol=1e-12)
     feeds = {"t": table, "w": w, "i": idx, "l": lengths, "r": r}
 
@@ -72,7 +81,9 @@ def test_sparse_lengths_sum_and_sparse_gradient(case, weighted):
     assert ws.fetch(g.values).shape == (idx.size, dim)  # one row per index, never the table
     assert not any(op.type == "SparseToDense" for op in net.ops)
     tt = torch.tensor(table, requires_grad=True)
-    emb = F.embedding_bag(torch.tensor(idx), tt, offsets, mode="sum", per_sample_weights=torch.tensor(w) if weighted else None)
+    emb = F.embedding_bag(
+        torch.tensor(idx), tt, offsets, mode="sum", per_sample_weights=torch.tensor(w) if weighted else None
+    )
     (emb * torch.tensor(r)).mean().backward()
     dense = densify(ws, g, table.shape)
     np.testing.assert_allclose(dense, tt.grad.numpy(), rtol=1e-10, atol=1e-12)
@@ -83,7 +94,13 @@ def test_sparse_lengths_sum_and_sparse_gradient(case, weighted):
 @given(case=bags())
 def test_weighted_sum_gradient_on_weights(case):
     rows, dim, lengths, idx, seed = case
-    feeds = {"t": rand(seed, (rows, dim)), "w": rand(seed + 1, idx.shape), "i": idx, "l": lengths, "r": rand(seed + 2, (lengths.size, dim))}
+    feeds = {
+        "t": rand(seed, (rows, dim)),
+        "w": rand(seed + 1, idx.shape),
+        "i": idx,
+        "l": lengths,
+        "r": rand(seed + 2, (lengths.size, dim)),
+    }
 
     def build(net):
         net.SparseLengthsWeightedSum(["t", "w", "i", "l"], "y", grad_on_weights=1)
@@ -144,10 +161,16 @@ def test_two_lookups_join_slices_and_dense_use_densifies():
 
 
 def test_lookup_of_an_intermediate_gets_a_dense_gradient():
-    feeds = {"x": rand(0, (4, 3)), "w": rand(1, (5, 3)), "b": rand(2, (5,)), "i": np.array([2, 0, 2]), "r": rand(3, (3, 5))}
+    feeds = {
+        "x": rand(0, (4, 3)),
+        "w": rand(1, (5, 3)),
+        "b": rand(2, (5,)),
+        "i": np.array([2, 0, 2]),
+        "r": rand(3, (3, 5)),
+    }
 
     def build(net):
-        net.FC(["x", "w", "b"], "h")           # h [4, 5] is computed, then looked up
+        net.FC(["x", "w", "b"], "h")  # h [4, 5] is computed, then looked up
         net.Gather(["h", "i"], "rows")
         net.Mul(["rows", "r"], "rr")
         return net.AveragedLoss("rr", "loss")
@@ -256,10 +279,15 @@ def test_dense_adagrad_matches_torch(formula):
     p, g = rand(0, (3, 4)), rand(1, (3, 4))
     ws = an.Workspace()
     lr = 0.05 if formula == "torch" else -0.05
-    ws.feed("p", p.copy()); ws.feed("m", np.zeros((3, 4))); ws.feed("g", g); ws.feed("lr", np.array([lr]))
+    ws.feed("p", p.copy())
+    ws.feed("m", np.zeros((3, 4)))
+    ws.feed("g", g)
+    ws.feed("lr", np.array([lr]))
     held = ws.fetch("p")
     net = an.Net("a")
-    net.Adagrad(["p", "m", "g", "lr"], ["p", "m"], epsilon=1e-10, **({"formula": "torch"} if formula == "torch" else {}))
+    net.Adagrad(
+        ["p", "m", "g", "lr"], ["p", "m"], epsilon=1e-10, **({"formula": "torch"} if formula == "torch" else {})
+    )
     ws.create_net(net)
     tp = torch.tensor(p, requires_grad=True)
     opt = torch.optim.Adagrad([tp], lr=0.05, eps=1e-10)
@@ -285,8 +313,11 @@ def test_sparse_sgd_is_scatter_weighted_sum_with_negative_lr():
     """Caffe2's sparse SGD: the autodiff GradientSlice fed to ScatterWeightedSum with -lr."""
     table = rand(0, (6, 2))
     ws = an.Workspace()
-    ws.feed("t", table.copy()); ws.feed("i", np.array([1, 5, 1])); ws.feed("l", np.array([3], np.int32))
-    ws.feed("one", np.array([1.0])); ws.feed("lr", np.array([0.5]))
+    ws.feed("t", table.copy())
+    ws.feed("i", np.array([1, 5, 1]))
+    ws.feed("l", np.array([3], np.int32))
+    ws.feed("one", np.array([1.0]))
+    ws.feed("lr", np.array([0.5]))
     net = an.Net("train")
     net.SparseLengthsSum(["t", "i", "l"], "y")
     net.AveragedLoss("y", "loss")

@@ -30,8 +30,13 @@ def loop_bags(data, idx, lengths, w=None):
 
 
 @SOME
-@given(seed=st.integers(0, 2**31), rows=st.sampled_from([1, 5, 300]), row=st.sampled_from([(), (4,), (2, 3), (64,)]),
-       even=st.booleans(), weighted=st.booleans())
+@given(
+    seed=st.integers(0, 2**31),
+    rows=st.sampled_from([1, 5, 300]),
+    row=st.sampled_from([(), (4,), (2, 3), (64,)]),
+    even=st.booleans(),
+    weighted=st.booleans(),
+)
 def test_torch_bags_match_the_loop(seed, rows, row, even, weighted):
     rng = np.random.default_rng(seed)
     b = int(rng.integers(1, 40))
@@ -44,7 +49,11 @@ def test_torch_bags_match_the_loop(seed, rows, row, even, weighted):
     got = run("SparseLengthsWeightedSum", t) if weighted else run("SparseLengthsSum", [t[0], t[2], t[3]])
     assert isinstance(got, torch.Tensor) and got.dtype == torch.float32
     np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-5)
-    got_np = run("SparseLengthsWeightedSum", [data, w, idx, lengths]) if weighted else run("SparseLengthsSum", [data, idx, lengths])
+    got_np = (
+        run("SparseLengthsWeightedSum", [data, w, idx, lengths])
+        if weighted
+        else run("SparseLengthsSum", [data, idx, lengths])
+    )
     np.testing.assert_allclose(got_np, want, rtol=1e-5, atol=1e-5)
 
 
@@ -100,7 +109,9 @@ def rowwise_dlrm_torch(param, moment, idx, grad, lr, eps):
     """What facebookresearch/dlrm's RWSAdagrad step computes on a sparse gradient: coalesce,
     moment += mean of squares per row, param -= lr * g / (sqrt(moment) + eps)."""
     p, m = torch.tensor(param), torch.tensor(moment)
-    sp = torch.sparse_coo_tensor(torch.tensor(idx)[None], torch.tensor(grad), p.shape, check_invariants=False).coalesce()
+    sp = torch.sparse_coo_tensor(
+        torch.tensor(idx)[None], torch.tensor(grad), p.shape, check_invariants=False
+    ).coalesce()
     rows, g = sp.indices()[0], sp.values()
     m.index_add_(0, rows, g.pow(2).mean(dim=1))
     std = m[rows].sqrt() + eps
@@ -119,15 +130,22 @@ def rowwise(inputs, **args):
 
 
 @SOME
-@given(seed=st.integers(0, 2**31), rows=st.sampled_from([3, 50]), k=st.integers(1, 40), wd=st.sampled_from([0.0, 0.1]),
-       library=st.sampled_from(["numpy", "torch"]))
+@given(
+    seed=st.integers(0, 2**31),
+    rows=st.sampled_from([3, 50]),
+    k=st.integers(1, 40),
+    wd=st.sampled_from([0.0, 0.1]),
+    library=st.sampled_from(["numpy", "torch"]),
+)
 def test_rowwise_sparse_adagrad_caffe2_loop(seed, rows, k, wd, library):
     rng = np.random.default_rng(seed)
     param, moment = rng.normal(size=(rows, 6)), rng.random(rows)
     idx, grad = rng.integers(0, rows, k), rng.normal(size=(k, 6))
     want = rowwise_caffe2_loop(param, moment, idx, grad, -0.1, 1e-5, wd)
     conv = torch.from_numpy if library == "torch" else np.array
-    got = rowwise([conv(param.copy()), conv(moment.copy()), conv(idx), conv(grad), conv(np.array([-0.1]))], weight_decay=wd)
+    got = rowwise(
+        [conv(param.copy()), conv(moment.copy()), conv(idx), conv(grad), conv(np.array([-0.1]))], weight_decay=wd
+    )
     for g, w in zip(got, want):
         np.testing.assert_allclose(np.asarray(g), w, rtol=1e-12, atol=1e-12)
 
@@ -148,5 +166,8 @@ def test_rowwise_sparse_adagrad_errors():
     with pytest.raises(an.AsyncNetError, match="one per row"):
         rowwise([np.zeros((4, 2)), np.zeros((4, 2)), np.array([1]), np.ones((1, 2)), np.array([0.1])])
     with pytest.raises(an.AsyncNetError, match="weight_decay"):
-        rowwise([np.zeros((4, 2)), np.zeros(4), np.array([1]), np.ones((1, 2)), np.array([0.1])], formula="torch",
-                weight_decay=0.1)
+        rowwise(
+            [np.zeros((4, 2)), np.zeros(4), np.array([1]), np.ones((1, 2)), np.array([0.1])],
+            formula="torch",
+            weight_decay=0.1,
+        )

@@ -9,15 +9,18 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from _nn_helpers import run
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import asyncnet as an
 from asyncnet.ops import sparse
-from _nn_helpers import run
 
-pytestmark = [pytest.mark.timeout(60), pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning"),
-              pytest.mark.filterwarnings("ignore:overflow:RuntimeWarning")]
+pytestmark = [
+    pytest.mark.timeout(60),
+    pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning"),
+    pytest.mark.filterwarnings("ignore:overflow:RuntimeWarning"),
+]
 SOME = settings(max_examples=25, deadline=None)
 SPECIAL = np.array([-0.0, 0.0, np.inf, -np.inf, np.nan, 1e30, -1e-30])
 
@@ -68,8 +71,13 @@ def every_layout(monkeypatch, fn):
     real = sparse._bag_slots
     for forced in ("padded", "add.at"):
         with monkeypatch.context() as m:
-            m.setattr(sparse, "_bag_slots", lambda lengths, k, row: (
-                None if forced == "add.at" or k == 0 else np.arange(int(lengths.max()))[:, None] < lengths))
+            m.setattr(
+                sparse,
+                "_bag_slots",
+                lambda lengths, k, row: (
+                    None if forced == "add.at" or k == 0 else np.arange(int(lengths.max()))[:, None] < lengths
+                ),
+            )
             results.append(fn())
     assert sparse._bag_slots is real
     return results

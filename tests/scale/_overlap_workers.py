@@ -10,8 +10,13 @@ DIMS = dict(input_dim=16, hidden=(48, 32), num_classes=5)
 
 def batches(worker, steps=STEPS, size=12):
     rng = np.random.default_rng(100 + worker)
-    return [(rng.standard_normal((size, DIMS["input_dim"])).astype(np.float32),
-             rng.integers(0, DIMS["num_classes"], size).astype(np.int32)) for _ in range(steps)]
+    return [
+        (
+            rng.standard_normal((size, DIMS["input_dim"])).astype(np.float32),
+            rng.integers(0, DIMS["num_classes"], size).astype(np.int32),
+        )
+        for _ in range(steps)
+    ]
 
 
 def train_steps(sync, bucket_mb, optimizer="momentum"):
@@ -56,8 +61,12 @@ def torch_rank(rank, world_size, port, out_dir):
     try:
         sync = TorchDistributedGradientSync()
         over, whole, plain = overlap_and_not(sync)
-        np.savez(os.path.join(out_dir, f"rank{rank}.npz"), **{f"over_{k}": v for k, v in over.items()},
-                 **{f"whole_{k}": v for k, v in whole.items()}, **{f"plain_{k}": v for k, v in plain.items()})
+        np.savez(
+            os.path.join(out_dir, f"rank{rank}.npz"),
+            **{f"over_{k}": v for k, v in over.items()},
+            **{f"whole_{k}": v for k, v in whole.items()},
+            **{f"plain_{k}": v for k, v in plain.items()},
+        )
     finally:
         dist.destroy_process_group()
 
@@ -71,7 +80,11 @@ def threads_x_ranks(rank, world_size, port, out_dir):
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size)
     try:
         res = train(TrainConfig(mode="sync", backend="torch", threads_per_rank=2, epochs=1, trace=False, timeout=60))
-        np.savez(os.path.join(out_dir, f"rank{rank}.npz"), workers=res.config.workers, steps=res.steps,
-                 **res.params if rank == 0 else {})
+        np.savez(
+            os.path.join(out_dir, f"rank{rank}.npz"),
+            workers=res.config.workers,
+            steps=res.steps,
+            **res.params if rank == 0 else {},
+        )
     finally:
         dist.destroy_process_group()

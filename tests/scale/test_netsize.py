@@ -33,15 +33,24 @@ def test_snapshot_keeps_every_field_of_the_definition():
     assert snap.external_inputs == ["x"]
 
 
-@pytest.mark.parametrize("op,message", [
-    (an.OperatorDef("Sum", ["a", "b"], ["b"]), r"ops\[0\] \(Sum\).*output 0 'b' may not overwrite input 1"),
-    (an.OperatorDef("FCGradient", ["x", "w", "dy"], ["d", "d", "e"]), "outputs must be distinct"),
-    (an.OperatorDef("AllreduceStart", ["s", "g"], ["h", "w"]), "must be the same blob"),
-    (an.OperatorDef("Scale", ["x"], ["y"], args={"scale": True}, name="s"), r"ops\[0\] \(Scale 's'\)\.args\.scale.*got bool"),
-    (an.OperatorDef("Scale", ["x"], ["y"], args={"scale": "2"}), "expected float"),
-    (an.OperatorDef("Scale", ["x"], ["y"], args={"scael": 2.0}), "did you mean 'scale'"),
-    (an.OperatorDef("ResizeLike", ["x", "l"], ["y"], device_option=an.DeviceOption("cuda")), r"ops\[0\] \(ResizeLike\).*device .cuda."),
-])
+@pytest.mark.parametrize(
+    "op,message",
+    [
+        (an.OperatorDef("Sum", ["a", "b"], ["b"]), r"ops\[0\] \(Sum\).*output 0 'b' may not overwrite input 1"),
+        (an.OperatorDef("FCGradient", ["x", "w", "dy"], ["d", "d", "e"]), "outputs must be distinct"),
+        (an.OperatorDef("AllreduceStart", ["s", "g"], ["h", "w"]), "must be the same blob"),
+        (
+            an.OperatorDef("Scale", ["x"], ["y"], args={"scale": True}, name="s"),
+            r"ops\[0\] \(Scale 's'\)\.args\.scale.*got bool",
+        ),
+        (an.OperatorDef("Scale", ["x"], ["y"], args={"scale": "2"}), "expected float"),
+        (an.OperatorDef("Scale", ["x"], ["y"], args={"scael": 2.0}), "did you mean 'scale'"),
+        (
+            an.OperatorDef("ResizeLike", ["x", "l"], ["y"], device_option=an.DeviceOption("cuda")),
+            r"ops\[0\] \(ResizeLike\).*device .cuda.",
+        ),
+    ],
+)
 def test_validation_fast_paths_still_refuse_what_they_refused(op, message):
     """create_net validates a million ops: the common case skips work, never a rule."""
     from asyncnet.core.registry import validate_op
@@ -53,7 +62,7 @@ def test_validation_fast_paths_still_refuse_what_they_refused(op, message):
 def test_validation_fast_paths_give_the_typed_args():
     from asyncnet.core.registry import validate_op
 
-    _, args = validate_op(an.OperatorDef("Scale", ["x"], ["x"], args={"scale": 2}), 0)   # int for a float arg
+    _, args = validate_op(an.OperatorDef("Scale", ["x"], ["x"], args={"scale": 2}), 0)  # int for a float arg
     assert args == {"scale": 2.0} and type(args["scale"]) is float
     _, args = validate_op(an.OperatorDef("Scale", ["x"], ["y"], args={"scale": 0.5}), 0)
     assert args["scale"] == 0.5

@@ -2,19 +2,18 @@
 backend, async torch work handles, gradients as bucket views, gradient accumulation equal to
 one big batch."""
 
-
+import _overlap_workers as OW
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import asyncnet as an
 from asyncnet.core.bound import bind_views, bound_flat, is_bound
 from asyncnet.simulate.measure import free_port
 from asyncnet.sync import run_parallel_workers
-from asyncnet.train.buckets import add_bucketed_allreduce, gradient_buckets, split_input_gradients
 from asyncnet.train import MLP
-
-import _overlap_workers as OW
+from asyncnet.train.buckets import add_bucketed_allreduce, gradient_buckets, split_input_gradients
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -26,9 +25,12 @@ def test_buckets_follow_production_order_and_close_at_the_cap():
     grads = [m.grads[p] for p in m.params]
     # the backward pass makes fc3's gradients first; within one op, reverse parameter order (DDP)
     assert gradient_buckets(net, grads, nbytes, 2**20) == [
-        ["fc3_b_grad", "fc3_w_grad", "fc2_b_grad", "fc2_w_grad"], ["fc1_b_grad", "fc1_w_grad"]]
+        ["fc3_b_grad", "fc3_w_grad", "fc2_b_grad", "fc2_w_grad"],
+        ["fc1_b_grad", "fc1_w_grad"],
+    ]
     assert gradient_buckets(net, grads, nbytes, 25 * 2**20) == [
-        ["fc3_b_grad", "fc3_w_grad", "fc2_b_grad", "fc2_w_grad", "fc1_b_grad", "fc1_w_grad"]]
+        ["fc3_b_grad", "fc3_w_grad", "fc2_b_grad", "fc2_w_grad", "fc1_b_grad", "fc1_w_grad"]
+    ]
     assert len(gradient_buckets(net, grads, nbytes, 1)) == 6
 
 
@@ -40,7 +42,9 @@ def test_each_start_follows_its_last_producer_and_starts_are_chained():
     assert len(starts) == len(m.params)
     for k, i in enumerate(starts):
         grads = ops[i].inputs[1:]
-        producer = max(j for j, op in enumerate(ops[:i]) if set(grads) & set(op.outputs) and op.type != "AllreduceStart")
+        producer = max(
+            j for j, op in enumerate(ops[:i]) if set(grads) & set(op.outputs) and op.type != "AllreduceStart"
+        )
         assert all(ops[j].type == "AllreduceStart" for j in range(producer + 1, i))  # right after it
         assert ops[i].control_inputs == ([] if k == 0 else [f"sync/work{k - 1}"])
     first_update = next(i for i, op in enumerate(ops) if op.type == "SGD")
@@ -51,9 +55,15 @@ def test_each_start_follows_its_last_producer_and_starts_are_chained():
     assert [ops[i].control_inputs for i in waits] == [[last_work]] * (len(waits) - 1) + [[]]
 
 
-@pytest.mark.parametrize("op_type,x_shape,w_shape,axis,axis_w", [
-    ("FCGradient", (6, 5), (4, 5), 1, 1), ("FCGradient", (3, 2, 5, 2), (4, 5, 2), 2, 1),
-    ("FCTransposedGradient", (6, 5), (5, 4), 1, 1), ("FCGradient", (6, 10), (4, 5, 2), 1, 1)])
+@pytest.mark.parametrize(
+    "op_type,x_shape,w_shape,axis,axis_w",
+    [
+        ("FCGradient", (6, 5), (4, 5), 1, 1),
+        ("FCGradient", (3, 2, 5, 2), (4, 5, 2), 2, 1),
+        ("FCTransposedGradient", (6, 5), (5, 4), 1, 1),
+        ("FCGradient", (6, 10), (4, 5, 2), 1, 1),
+    ],
+)
 def test_split_input_gradient_gives_fc_gradients_bits(op_type, x_shape, w_shape, axis, axis_w):
     rng = np.random.default_rng(0)
     x = rng.standard_normal(x_shape).astype(np.float32)
@@ -70,7 +80,7 @@ def test_split_input_gradient_gives_fc_gradients_bits(op_type, x_shape, w_shape,
         if split:
             assert split_input_gradients(net, ["dw"]) == 1
             assert [op.type for op in net.ops] == [op_type, "MatMul", "Shape", "Reshape"]
-            assert net.ops[1].control_inputs == ["dw"]          # dX after dW: the bucket starts first
+            assert net.ops[1].control_inputs == ["dw"]  # dX after dW: the bucket starts first
         ws.run_net_once(net)
         outs[split] = [ws.fetch(k) for k in ("dw", "db", "dx")]
         ws.close()
@@ -81,7 +91,7 @@ def test_split_input_gradient_gives_fc_gradients_bits(op_type, x_shape, w_shape,
 
 def test_split_leaves_ops_without_a_bucketed_weight_gradient():
     net = an.Net("t")
-    net.add_op("FCGradient", ["x", "w", "dy"], ["dw", "db"])         # no dX: nothing to split
+    net.add_op("FCGradient", ["x", "w", "dy"], ["dw", "db"])  # no dX: nothing to split
     net.add_op("FCGradient", ["x", "w2", "dy2"], ["dw2", "db2", "dx2"])
     assert split_input_gradients(net, ["dw", "other"]) == 0 and len(net.ops) == 2
 
@@ -141,9 +151,14 @@ def test_accumulating_micro_batches_equals_one_big_batch(optimizer):
         return {p: ws.fetch(p) for p in m.params}
 
     big = run(lambda m: [(m.train_net(), (x, y))])
-    parts = [(x[i * size:(i + 1) * size], y[i * size:(i + 1) * size]) for i in range(k)]
-    acc = run(lambda m: [(m.accumulate_net(first=True), parts[0]), (m.accumulate_net(), parts[1]),
-                         (m.train_net(micro_batches=k, sync_blob=None), parts[2])])
+    parts = [(x[i * size : (i + 1) * size], y[i * size : (i + 1) * size]) for i in range(k)]
+    acc = run(
+        lambda m: [
+            (m.accumulate_net(first=True), parts[0]),
+            (m.accumulate_net(), parts[1]),
+            (m.train_net(micro_batches=k, sync_blob=None), parts[2]),
+        ]
+    )
     init = run(lambda m: [])
     for p in big:
         assert not np.allclose(big[p], init[p], rtol=0, atol=1e-6), p  # the step changed every parameter
@@ -195,8 +210,13 @@ def test_sync_trainer_with_buckets_matches_one_allreduce():
 
 
 @settings(max_examples=25, deadline=None)
-@given(m=st.integers(1, 9), k=st.integers(1, 9), n=st.integers(1, 9), dtype=st.sampled_from([np.float32, np.float64]),
-       seed=st.integers(0, 2**16))
+@given(
+    m=st.integers(1, 9),
+    k=st.integers(1, 9),
+    n=st.integers(1, 9),
+    dtype=st.sampled_from([np.float32, np.float64]),
+    seed=st.integers(0, 2**16),
+)
 def test_fc_gradient_writes_into_bound_outputs_with_the_same_bits(m, k, n, dtype, seed):
     rng = np.random.default_rng(seed)
     x, w, dy = (rng.standard_normal(s).astype(dtype) for s in ((m, k), (n, k), (m, n)))
@@ -222,13 +242,15 @@ def test_fc_gradient_writes_into_bound_outputs_with_the_same_bits(m, k, n, dtype
 
 def test_bound_outputs_only_for_views_of_one_bucket_in_order():
     a, b = bind_views([np.ones((2, 3), np.float32), np.ones(3, np.float32)])
-    c, = bind_views([np.ones(3, np.float32)])
+    (c,) = bind_views([np.ones(3, np.float32)])
     assert is_bound(a) and not is_bound(np.ones(3)) and not is_bound(a.copy())
     assert bound_flat([a, b]).shape == (9,) and np.shares_memory(bound_flat([a, b]), b)
     assert bound_flat([b, a]) is None and bound_flat([a, c]) is None and bound_flat([a.T, b]) is None
     # a bound output of another shape or dtype is not written: the kernel returns a fresh array
-    for x, w, dy in ((np.ones((4, 2), np.float32), np.ones((3, 2), np.float32), np.ones((4, 3), np.float32)),
-                     (np.ones((4, 3)), np.ones((2, 3)), np.ones((4, 2)))):
+    for x, w, dy in (
+        (np.ones((4, 2), np.float32), np.ones((3, 2), np.float32), np.ones((4, 3), np.float32)),
+        (np.ones((4, 3)), np.ones((2, 3)), np.ones((4, 2))),
+    ):
         ws = an.Workspace()
         for name, v in (("x", x), ("w", w), ("dy", dy), ("dw", a), ("db", b)):
             ws.feed(name, v)
@@ -279,12 +301,12 @@ def test_allreduce_start_binds_views_only_for_a_flattening_sync_and_not_a_mixed_
 
     a, b = np.ones((2, 2), np.float32), np.arange(3, dtype=np.float32)
     _, out = start(LocalGradientSync(), {"a": a, "b": b})
-    assert out[0] is a and out[1] is b                          # no flat buffer to save: untouched
+    assert out[0] is a and out[1] is b  # no flat buffer to save: untouched
     _, (va, vb) = start(Flat(), {"a": a, "b": b})
     assert bound_flat([va, vb]) is not None and vb.tolist() == [0, 1, 2]  # bound: one copy, in order
-    _, out = start(Flat(), {"a": va, "b": b})                    # one view kept, one fresh array
-    assert out[0] is va and out[1] is b                          # mixed: left alone (the sync concatenates)
-    _, out = start(Flat(), {"a": a, "b": b.copy()})              # every producer made a fresh array
+    _, out = start(Flat(), {"a": va, "b": b})  # one view kept, one fresh array
+    assert out[0] is va and out[1] is b  # mixed: left alone (the sync concatenates)
+    _, out = start(Flat(), {"a": a, "b": b.copy()})  # every producer made a fresh array
     assert bound_flat(out) is not None
 
 
@@ -293,7 +315,8 @@ def test_bench_rounds_run_the_untimed_before_hook_ahead_of_its_part():
 
     calls: list[str] = []
     parts = {"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}
-    res = _interleaved_medians(parts, steps=2, warmup=1, barrier=lambda: calls.append("|"),
-                               before={"b": lambda: calls.append("pre-b")})
-    assert calls == ["|", "a", "|", "pre-b", "b"] * 3        # every round, the hook right before its part
+    res = _interleaved_medians(
+        parts, steps=2, warmup=1, barrier=lambda: calls.append("|"), before={"b": lambda: calls.append("pre-b")}
+    )
+    assert calls == ["|", "a", "|", "pre-b", "b"] * 3  # every round, the hook right before its part
     assert set(res) == {"a_s", "a_cpu_s", "b_s", "b_cpu_s"}

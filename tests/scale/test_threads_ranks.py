@@ -1,10 +1,9 @@
 """W threads x R torch ranks train like W x R threads."""
 
-
+import _overlap_workers as OW
 import numpy as np
 import pytest
 
-import _overlap_workers as OW
 from asyncnet.simulate.measure import free_port
 
 pytestmark = pytest.mark.timeout(120)

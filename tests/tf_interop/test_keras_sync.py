@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from _tfcheck import tensorflow_or_skip  # noqa: E402
+from _tfcheck import tensorflow_or_skip
 
 tf = tensorflow_or_skip()
 keras = pytest.importorskip("keras")
@@ -31,7 +30,7 @@ def _grads(worker: int) -> list:
 
 def _reference(workers: int) -> list:
     means = []
-    for i, d in enumerate(DTYPES):
+    for i in range(len(DTYPES)):
         means.append(np.mean([_grads(w)[i].numpy().astype(np.float64) for w in range(workers)], axis=0))
     table = np.zeros((5, 4))
     for w in range(workers):
@@ -106,8 +105,10 @@ def _data() -> tuple[np.ndarray, np.ndarray]:
 
 def _compile(model: keras.Model, sync) -> None:
     opt = keras.optimizers.SGD(0.3, momentum=0.5)
-    model.compile(optimizer=opt if sync is None else SyncOptimizer(opt, sync),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.compile(
+        optimizer=opt if sync is None else SyncOptimizer(opt, sync),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
 
 
 @pytest.mark.parametrize("eager", [False, True], ids=["fit-compiled", "fit-eager"])
@@ -232,8 +233,18 @@ def test_torch_distributed_backend() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
-           "--master-port", str(port), str(here / "_torchrun_worker.py")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        "2",
+        "--master-addr",
+        "127.0.0.1",
+        "--master-port",
+        str(port),
+        str(here / "_torchrun_worker.py"),
+    ]
     proc = run_torchrun(cmd, "RESULT", timeout=140)
     results = [json.loads(m) for m in re.findall(r"RESULT (\{.*?\})", proc.stdout)]
     assert sorted(r["rank"] for r in results) == [0, 1], proc.stdout + proc.stderr[-2000:]

@@ -7,8 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
-
-from _tfcheck import tensorflow_or_skip  # noqa: E402
+from _tfcheck import tensorflow_or_skip
 
 tensorflow_or_skip()
 
@@ -19,7 +18,7 @@ def _section_blocks() -> list[str]:
     text = PAGE.read_text()
     start = text.index("## TensorFlow interop")
     end = text.find("\n## ", start + 1)
-    return re.findall(r"```python\n(.*?)```", text[start:end if end != -1 else len(text)], re.S)
+    return re.findall(r"```python\n(.*?)```", text[start : end if end != -1 else len(text)], re.S)
 
 
 def test_the_section_has_its_examples() -> None:

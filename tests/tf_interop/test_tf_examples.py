@@ -9,8 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from _tfcheck import tensorflow_or_skip  # noqa: E402
+from _tfcheck import tensorflow_or_skip
 
 tensorflow_or_skip()
 
@@ -18,7 +17,9 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def _run(name: str, *args: str, timeout: float) -> str:
-    proc = subprocess.run([sys.executable, str(EXAMPLES / name), *args], capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(
+        [sys.executable, str(EXAMPLES / name), *args], capture_output=True, text=True, timeout=timeout
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     return proc.stdout
 

@@ -9,8 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from _tfcheck import tensorflow_or_skip  # noqa: E402
+from _tfcheck import tensorflow_or_skip
 
 tf = tensorflow_or_skip()
 torch = pytest.importorskip("torch")
@@ -42,6 +41,7 @@ def _feeds(rng: np.random.Generator) -> dict[str, np.ndarray]:
 
 def test_gradient_of_a_two_output_function_matches_torch_and_finite_differences() -> None:
     """Output 1 (a row sum) does not reach the loss: its gradient is None and is not sent."""
+
     def build(net: an.Net) -> str:
         net.TFFunction(["x", "w"], ["y", "s"], function="t_affine2")
         return weighted_mean_head(net, "y")
@@ -110,9 +110,15 @@ def test_a_saved_net_names_the_function_and_loads_only_where_it_is_registered(tm
     path.write_text(text)
     np.save(tmp_path / "x.npy", np.ones(2))
     # a fresh process that never imported asyncnet.tensorflow: the command line prints one line
-    proc = subprocess.run([sys.executable, "-m", "asyncnet", "run", str(path), "--feed", f"x={tmp_path / 'x.npy'}"],
-                          capture_output=True, text=True, timeout=60)
-    assert proc.returncode != 0 and "TFFunction" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    proc = subprocess.run(
+        [sys.executable, "-m", "asyncnet", "run", str(path), "--feed", f"x={tmp_path / 'x.npy'}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode != 0 and "TFFunction" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, (
+        proc.stderr
+    )
     ws = an.Workspace()  # here, where t_sq is registered, the same text runs
     ws.feed("x", np.full(2, 3.0))
     ws.run_net_once(an.NetDef.from_json(text))

@@ -22,7 +22,7 @@ from asyncnet.model.checkpoint import RANDOM
 
 pytestmark = pytest.mark.timeout(600)
 
-MODEL = textwrap.dedent('''
+MODEL = textwrap.dedent("""
     from asyncnet.model import ModelHelper
 
     def build():
@@ -30,7 +30,7 @@ MODEL = textwrap.dedent('''
         h = m.dropout(m.relu(m.fc("data", "fc1", 8, 32), "h"), "drop", ratio=0.3)
         m.softmax_with_loss(m.fc(h, "fc2", 32, 3), "label")
         return m
-''')
+""")
 EPOCHS = 5
 ARGS = ("--mode", "sync", "--workers", "2", "--backend", "threads", "--batch-size", "16", "--lr", "0.05", "--quiet")
 
@@ -65,13 +65,24 @@ def _epochs(run: Path) -> int:
 def test_a_model_with_dropout_sigtermed_after_epoch_1_resumes_with_the_bits_of_an_unbroken_run(tmp_path: Path):
     base, env = _setup(tmp_path)
     model = ["--model", str(tmp_path / "dropnet.py") + ":build"]
-    done = subprocess.run([*base, *model, "--epochs", str(EPOCHS), "--out", str(tmp_path / "full")], env=env,
-                          capture_output=True, text=True, timeout=300, check=False)
+    done = subprocess.run(
+        [*base, *model, "--epochs", str(EPOCHS), "--out", str(tmp_path / "full")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
 
     stopped = tmp_path / "stopped"
-    proc = subprocess.Popen([*base, *model, "--epochs", str(EPOCHS), "--out", str(stopped)], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [*base, *model, "--epochs", str(EPOCHS), "--out", str(stopped)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 240
         while _epochs(stopped) < 1:
@@ -92,8 +103,14 @@ def test_a_model_with_dropout_sigtermed_after_epoch_1_resumes_with_the_bits_of_a
     assert states.shape == (2, 1, 6) and states.dtype == np.uint64
     assert (states[0] != states[1]).any()  # each worker its own masks
 
-    resumed = subprocess.run([*base, "--resume", str(stopped), "--epochs", str(EPOCHS)], env=env,
-                             capture_output=True, text=True, timeout=300, check=False)
+    resumed = subprocess.run(
+        [*base, "--resume", str(stopped), "--epochs", str(EPOCHS)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert resumed.returncode == 0, resumed.stderr
     assert _epochs(stopped) == EPOCHS
     full, again = _weights(tmp_path / "full"), _weights(stopped)

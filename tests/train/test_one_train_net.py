@@ -23,21 +23,31 @@ def _model() -> ModelHelper:
 
 
 def _ops(net: an.Net) -> list[tuple]:
-    return [(op.type, list(op.inputs), list(op.outputs), sorted(op.args.items()), list(op.control_inputs))
-            for op in net.ops]
+    return [
+        (op.type, list(op.inputs), list(op.outputs), sorted(op.args.items()), list(op.control_inputs)) for op in net.ops
+    ]
 
 
-SETTINGS = [{"optimizer": o, "lr_policy": p, "weight_decay": wd, "momentum": 0.8, "lr_step": 7, "lr_gamma": g}
-            for o, p, wd, g in itertools.product(("sgd", "momentum", "adagrad", "adam"), LR_POLICIES, (0.0, 1e-3),
-                                                 (None, 0.5))]
+SETTINGS = [
+    {"optimizer": o, "lr_policy": p, "weight_decay": wd, "momentum": 0.8, "lr_step": 7, "lr_gamma": g}
+    for o, p, wd, g in itertools.product(("sgd", "momentum", "adagrad", "adam"), LR_POLICIES, (0.0, 1e-3), (None, 0.5))
+]
 
 
 @pytest.mark.parametrize("s", SETTINGS, ids=lambda s: "-".join(str(v) for v in s.values()))
 def test_program_and_model_helper_build_the_same_train_net(s):
     program = Program(_model(), lr=0.05, **s)
     helper = _model()
-    direct = helper.train_net("t", s["optimizer"], 0.05, momentum=s["momentum"], weight_decay=s["weight_decay"],
-                              lr_policy=s["lr_policy"], stepsize=s["lr_step"], gamma=s["lr_gamma"])
+    direct = helper.train_net(
+        "t",
+        s["optimizer"],
+        0.05,
+        momentum=s["momentum"],
+        weight_decay=s["weight_decay"],
+        lr_policy=s["lr_policy"],
+        stepsize=s["lr_step"],
+        gamma=s["lr_gamma"],
+    )
     assert _ops(program.train_net("t")) == _ops(direct)
     assert _ops(program.init_net) == _ops(helper.init_net)
     assert program.checkpoint_blobs == helper.checkpoint_blobs
@@ -67,7 +77,7 @@ def test_the_program_puts_its_sync_between_the_backward_pass_and_the_update():
     allreduce = [i for i, op in enumerate(synced) if op[0] == "Allreduce"]
     assert len(allreduce) == 1
     i = allreduce[0]
-    assert synced[:i] + synced[i + 1:] == plain  # the same net with the all-reduce inserted
+    assert synced[:i] + synced[i + 1 :] == plain  # the same net with the all-reduce inserted
     assert synced[i + 1][0] == "Iter" and any(op[0] == "DropoutGrad" for op in synced[:i])
 
 

@@ -65,8 +65,18 @@ def _damaged(good: dict[str, np.ndarray], raw: bytes, rng: random.Random) -> byt
     kind = rng.randrange(6)
     if kind == 0:  # metadata JSON mutated, or not JSON, or nested past the recursion limit
         meta = json.loads(str(good[META]))
-        text = rng.choice([json.dumps(_mutate_json(meta, rng)), "{" * rng.randint(1, 5), "[" * 100_000,
-                           '{"a":' * 50_000, "", "null", "\x00", json.dumps([meta])])
+        text = rng.choice(
+            [
+                json.dumps(_mutate_json(meta, rng)),
+                "{" * rng.randint(1, 5),
+                "[" * 100_000,
+                '{"a":' * 50_000,
+                "",
+                "null",
+                "\x00",
+                json.dumps([meta]),
+            ]
+        )
         arrays[META] = np.array(text)
     elif kind == 1:  # metadata of the wrong kind
         arrays[META] = rng.choice([np.zeros(3), np.array(b"{}"), np.array(["{}", "{}"]), np.array(1)])

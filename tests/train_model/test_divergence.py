@@ -48,10 +48,19 @@ def test_a_row_of_nans_is_wrong() -> None:
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.integers(1, 6).flatmap(lambda d: st.tuples(
-    arrays(np.float32, st.tuples(st.integers(1, 8), st.just(d)),
-           elements=st.sampled_from([np.nan, -1.0, 0.0, 0.5, 1.0, 2.0])),
-    st.integers(0, 10**6), st.integers(1, d))))
+@given(
+    st.integers(1, 6).flatmap(
+        lambda d: st.tuples(
+            arrays(
+                np.float32,
+                st.tuples(st.integers(1, 8), st.just(d)),
+                elements=st.sampled_from([np.nan, -1.0, 0.0, 0.5, 1.0, 2.0]),
+            ),
+            st.integers(0, 10**6),
+            st.integers(1, d),
+        )
+    )
+)
 def test_accuracy_matches_torch_topk_with_nans(case) -> None:
     pred, seed, k = case
     label = np.random.default_rng(seed).integers(0, pred.shape[1], len(pred)).astype(np.int32)
@@ -70,16 +79,19 @@ def test_a_diverging_run_stops_with_one_error_naming_step_and_setting(mode: str)
     assert ("--workers" in msg) == (mode == "hogwild")
 
 
-@pytest.mark.parametrize("kwargs,words", [
-    (dict(batch_size=100_000), "larger than the training set"),
-    (dict(mode="hogwild", workers=40, batch_size=32), "at least the number of hogwild workers"),
-    (dict(mode="sync", workers=3, batch_size=2), "at least the number of sync workers"),
-    (dict(lr=float("nan")), "lr must be a positive number"),
-    (dict(momentum=1.0), "momentum must be in [0, 1)"),
-    (dict(lr_policy="cosine"), "lr_policy must be one of"),
-    (dict(weight_decay=-1e-4), "weight_decay"),
-    (dict(hidden=(0,)), "hidden"),
-])
+@pytest.mark.parametrize(
+    "kwargs,words",
+    [
+        (dict(batch_size=100_000), "larger than the training set"),
+        (dict(mode="hogwild", workers=40, batch_size=32), "at least the number of hogwild workers"),
+        (dict(mode="sync", workers=3, batch_size=2), "at least the number of sync workers"),
+        (dict(lr=float("nan")), "lr must be a positive number"),
+        (dict(momentum=1.0), "momentum must be in [0, 1)"),
+        (dict(lr_policy="cosine"), "lr_policy must be one of"),
+        (dict(weight_decay=-1e-4), "weight_decay"),
+        (dict(hidden=(0,)), "hidden"),
+    ],
+)
 def test_settings_that_cannot_work_are_refused_before_any_step(kwargs: dict, words: str) -> None:
     with pytest.raises(TrainConfigError) as exc:
         train(TrainConfig(**{"epochs": 1, **kwargs}))
@@ -109,8 +121,15 @@ def test_every_optimizer_setting_reaches_the_model() -> None:
 
     cfg = TrainConfig(optimizer="momentum", momentum=0.5, weight_decay=1e-3, lr_policy="step", lr_step=7, lr_gamma=0.3)
     m = build_model(cfg, 64, 10)
-    assert (m.optimizer, m.momentum, m.weight_decay, m.lr_policy, m.lr_step, m.lr_gamma, m.lr) == \
-        ("momentum", 0.5, 1e-3, "step", 7, 0.3, 0.05)
+    assert (m.optimizer, m.momentum, m.weight_decay, m.lr_policy, m.lr_step, m.lr_gamma, m.lr) == (
+        "momentum",
+        0.5,
+        1e-3,
+        "step",
+        7,
+        0.3,
+        0.05,
+    )
     assert TrainConfig.from_dict(cfg.to_dict()) == cfg
     ops = {op.type: op for op in m.train_net().to_def().ops}
     assert ops["LearningRate"].args["stepsize"] == 7 and ops["MomentumSGDUpdate"].args["weight_decay"] == 1e-3

@@ -48,7 +48,8 @@ def test_forward_outputs_and_gradients_match_torch():
     m = MLP(input_dim=6, hidden=(5,), num_classes=3, dtype=np.float64)
     ws = init(m)
     x, y = blobs(10, 6, 3)
-    ws.feed("data", x.astype(np.float64)); ws.feed("label", y)
+    ws.feed("data", x.astype(np.float64))
+    ws.feed("label", y)
     ws.run_net_once(m.gradient_net())
     loss, acc = ws.fetch("loss"), ws.fetch("accuracy")
     assert loss.shape == () and acc.shape == () and ws.fetch("softmax").shape == (10, 3)
@@ -71,9 +72,11 @@ def test_trains_a_separable_problem_to_high_accuracy(optimizer, lr):
     rng = np.random.default_rng(0)
     for _ in range(150):
         idx = rng.integers(0, len(x), 32)
-        ws.feed("data", x[idx]); ws.feed("label", y[idx])
+        ws.feed("data", x[idx])
+        ws.feed("label", y[idx])
         ws.run_net("train")
-    ws.feed("data", x); ws.feed("label", y)
+    ws.feed("data", x)
+    ws.feed("label", y)
     ws.run_net("eval")
     assert float(ws.fetch("accuracy")) >= 0.97
     assert int(ws.fetch("iter")[0]) == 150
@@ -85,11 +88,14 @@ def test_async_scheduling_nets_and_separate_gradient_and_update_nets():
     ref = MLP(input_dim=8, hidden=(8, 8), num_classes=3, optimizer="momentum")
     a, b = init(m), init(ref)
     for ws in (a, b):
-        ws.feed("data", x); ws.feed("label", y)
-    a.create_net(m.gradient_net()); a.create_net(m.update_net())
+        ws.feed("data", x)
+        ws.feed("label", y)
+    a.create_net(m.gradient_net())
+    a.create_net(m.update_net())
     b.create_net(ref.train_net())
     for _ in range(5):
-        a.run_net("grad"); a.run_net("update")
+        a.run_net("grad")
+        a.run_net("update")
         b.run_net("train")
     for p in m.params:
         np.testing.assert_array_equal(a.fetch(p), b.fetch(p))  # same bits whatever the executor
@@ -102,7 +108,7 @@ def test_updates_write_into_the_shared_parameter_arrays():
     arrays = {n: shared.fetch(n) for n in m.checkpoint_blobs}
     x, y = blobs(256)
     workers = []
-    for k in range(2):
+    for _ in range(2):
         ws = an.Workspace()
         for n, arr in arrays.items():
             ws.feed(n, arr)
@@ -114,7 +120,8 @@ def test_updates_write_into_the_shared_parameter_arrays():
         ws = workers[k]
         for i in range(20):
             sl = slice((i * 2 + k) * 8 % 256, (i * 2 + k) * 8 % 256 + 8)
-            ws.feed("data", x[sl]); ws.feed("label", y[sl])
+            ws.feed("data", x[sl])
+            ws.feed("label", y[sl])
             ws.run_net("train")
 
     threads = [threading.Thread(target=work, args=(k,)) for k in range(2)]
@@ -131,7 +138,8 @@ def test_updates_write_into_the_shared_parameter_arrays():
 def test_lr_policies_feed_the_learning_rate():
     m = MLP(input_dim=2, hidden=(), num_classes=2, lr=0.5, lr_policy="step", lr_step=2)
     ws = init(m)
-    ws.feed("data", np.zeros((1, 2), np.float32)); ws.feed("label", np.zeros(1, np.int32))
+    ws.feed("data", np.zeros((1, 2), np.float32))
+    ws.feed("label", np.zeros(1, np.int32))
     ws.create_net(m.train_net())
     seen = []
     for _ in range(5):
@@ -143,7 +151,9 @@ def test_lr_policies_feed_the_learning_rate():
 def test_train_net_with_allreduce_op():
     if "Allreduce" not in an.registered_ops():
         pytest.skip("the Allreduce op is not registered yet")
-    net = MLP(input_dim=4, hidden=(3,), num_classes=2).train_net(sync_blob="sync", bucket_mb=None)  # one Allreduce (default: buckets, tests/scale)
+    net = MLP(input_dim=4, hidden=(3,), num_classes=2).train_net(
+        sync_blob="sync", bucket_mb=None
+    )  # one Allreduce (default: buckets, tests/scale)
     ar = [op for op in net.ops if op.type == "Allreduce"]
     assert len(ar) == 1 and ar[0].inputs[0] == "sync" and ar[0].outputs == ar[0].inputs[1:]
 
@@ -152,7 +162,8 @@ def test_save_load_round_trip_resumes_bit_for_bit(tmp_path):
     x, y = blobs(64)
     m = MLP(input_dim=8, hidden=(8,), num_classes=3, optimizer="momentum", lr=0.05)
     ws = init(m)
-    ws.feed("data", x); ws.feed("label", y)
+    ws.feed("data", x)
+    ws.feed("label", y)
     ws.create_net(m.train_net())
     ws.run_net("train", num_iter=3)
     path = tmp_path / "ckpt.npz"
@@ -164,7 +175,8 @@ def test_save_load_round_trip_resumes_bit_for_bit(tmp_path):
     assert other.fetch("fc1_w") is kept  # loaded in place
     for n in m.checkpoint_blobs:
         np.testing.assert_array_equal(other.fetch(n), ws.fetch(n))
-    other.feed("data", x); other.feed("label", y)
+    other.feed("data", x)
+    other.feed("label", y)
     other.create_net(m.train_net())
     ws.run_net("train", num_iter=2)
     other.run_net("train", num_iter=2)
@@ -196,8 +208,16 @@ def test_load_errors(tmp_path):
     assert issubclass(CheckpointError, an.AsyncNetError)
 
 
-@pytest.mark.parametrize("kwargs,field", [({"optimizer": "rmsprop"}, "optimizer"), ({"lr_policy": "cosine"}, "lr_policy"),
-                                          ({"hidden": (0,)}, "hidden"), ({"dtype": np.int32}, "dtype"), ({"lr_step": 0}, "lr_step")])
+@pytest.mark.parametrize(
+    "kwargs,field",
+    [
+        ({"optimizer": "rmsprop"}, "optimizer"),
+        ({"lr_policy": "cosine"}, "lr_policy"),
+        ({"hidden": (0,)}, "hidden"),
+        ({"dtype": np.int32}, "dtype"),
+        ({"lr_step": 0}, "lr_step"),
+    ],
+)
 def test_bad_options_are_definition_errors(kwargs, field):
     with pytest.raises(an.NetDefinitionError, match=field):
         MLP(input_dim=4, **kwargs)

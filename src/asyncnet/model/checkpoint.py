@@ -54,8 +54,11 @@ def describe(model: Any) -> dict[str, Any]:
         >>> describe(m)["params"]
         {'fc_w': [3, 2], 'fc_b': [3]}
     """
-    return {"params": {p: list(model.shapes[p]) for p in (*model.params, *model.buffers)},
-            "optimizer": model.optimizer, "dtype": model.dtype.name}
+    return {
+        "params": {p: list(model.shapes[p]) for p in (*model.params, *model.buffers)},
+        "optimizer": model.optimizer,
+        "dtype": model.dtype.name,
+    }
 
 
 def save(model: Any, ws: Any, path: str | os.PathLike[str], extra: dict[str, Any] | None = None) -> None:
@@ -65,8 +68,9 @@ def save(model: Any, ws: Any, path: str | os.PathLike[str], extra: dict[str, Any
     save_arrays(model, arrays, path, extra)
 
 
-def save_arrays(model: Any, arrays: dict[str, np.ndarray], path: str | os.PathLike[str],
-                extra: dict[str, Any] | None = None) -> None:
+def save_arrays(
+    model: Any, arrays: dict[str, np.ndarray], path: str | os.PathLike[str], extra: dict[str, Any] | None = None
+) -> None:
     """:func:`save` of arrays already fetched (``{blob: array}``, every checkpoint blob, and
     optionally the random generators' states under :data:`RANDOM`)."""
     meta = {"format": FORMAT, "model": describe(model), **(extra or {})}
@@ -108,9 +112,11 @@ def read(model: Any, path: str | os.PathLike[str]) -> tuple[dict[str, np.ndarray
     if RANDOM in data:
         arrays[RANDOM] = _random_states(data[RANDOM], path)
     if found is None:
-        raise CheckpointError(f"checkpoint {path!r} has no metadata entry {META!r} (deleted, or written before every "
-                              f"model recorded one): convert it with python -m asyncnet.train.convert {path} "
-                              "--model NAME")
+        raise CheckpointError(
+            f"checkpoint {path!r} has no metadata entry {META!r} (deleted, or written before every "
+            f"model recorded one): convert it with python -m asyncnet.train.convert {path} "
+            "--model NAME"
+        )
     return arrays, found
 
 
@@ -141,7 +147,7 @@ def _read_npz(path: str) -> dict[str, np.ndarray]:
         raise
     except FileNotFoundError:
         raise CheckpointError(f"checkpoint {path!r} does not exist") from None
-    except Exception as e:  # noqa: BLE001 - any unreadable file is one kind of error for the caller
+    except Exception as e:
         raise CheckpointError(f"checkpoint {path!r} is not a readable npz file: {type(e).__name__}: {e}") from e
 
 
@@ -154,38 +160,47 @@ def _checked_arrays(model: Any, data: dict[str, np.ndarray], path: str) -> dict[
         a = data[n]
         if n == "iter":
             if a.dtype != np.int64 or a.size != 1:
-                raise CheckpointError(f"checkpoint {path!r}: 'iter' has shape {a.shape} dtype {a.dtype}, "
-                                      "expected shape (1,) dtype int64")
+                raise CheckpointError(
+                    f"checkpoint {path!r}: 'iter' has shape {a.shape} dtype {a.dtype}, expected shape (1,) dtype int64"
+                )
             a = a.reshape(1)
             if a[0] < 0:
                 raise CheckpointError(f"checkpoint {path!r}: 'iter' is {int(a[0])}, expected a step count >= 0")
         else:
             want = (model.shapes.get(n) or model.shapes[_owner(model, n)], model.dtype)
             if (a.shape, a.dtype) != want:
-                raise CheckpointError(f"checkpoint {path!r}: {n!r} has shape {a.shape} dtype {a.dtype}, "
-                                      f"expected shape {want[0]} dtype {want[1]}")
+                raise CheckpointError(
+                    f"checkpoint {path!r}: {n!r} has shape {a.shape} dtype {a.dtype}, "
+                    f"expected shape {want[0]} dtype {want[1]}"
+                )
         out[n] = a
     return out
 
 
 def _random_states(a: np.ndarray, path: str) -> np.ndarray:
     if a.dtype != np.uint64 or a.ndim != 3:
-        raise CheckpointError(f"checkpoint {path!r}: {RANDOM!r} has shape {a.shape} dtype {a.dtype}, expected a "
-                              "uint64 array [workers, ops, words]")
+        raise CheckpointError(
+            f"checkpoint {path!r}: {RANDOM!r} has shape {a.shape} dtype {a.dtype}, expected a "
+            "uint64 array [workers, ops, words]"
+        )
     return a
 
 
 def _parse_meta(path: str, meta: np.ndarray) -> dict[str, Any]:
     """The metadata JSON object; anything else (bad type, bad JSON, too deep) is a CheckpointError."""
     if meta.shape != () or meta.dtype.kind != "U" or len(str(meta)) > _META_MAX_CHARS:
-        raise CheckpointError(f"checkpoint {path!r}: metadata {META!r} must be a short JSON string, "
-                              f"found dtype {meta.dtype} shape {meta.shape}")
+        raise CheckpointError(
+            f"checkpoint {path!r}: metadata {META!r} must be a short JSON string, "
+            f"found dtype {meta.dtype} shape {meta.shape}"
+        )
     try:
         found = json.loads(str(meta))
     except (ValueError, RecursionError) as e:  # RecursionError: nesting deeper than the stack
         raise CheckpointError(f"checkpoint {path!r}: metadata {META!r} is not valid JSON: {type(e).__name__}") from None
     if not isinstance(found, dict):
-        raise CheckpointError(f"checkpoint {path!r}: metadata {META!r} must be a JSON object, found {type(found).__name__}")
+        raise CheckpointError(
+            f"checkpoint {path!r}: metadata {META!r} must be a JSON object, found {type(found).__name__}"
+        )
     return found
 
 

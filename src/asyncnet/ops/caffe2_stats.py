@@ -73,35 +73,52 @@ def _registry(ctx: Any, arrays: tuple[Any, ...], i: int) -> StatRegistry:
     if len(arrays) <= i:
         return DEFAULT
     if not isinstance(arrays[i], StatRegistry):
-        raise TypeError(f"expected a stat registry (made by StatRegistryCreate) in input {i} {ctx.op.inputs[i]!r}, "
-                        f"got {type(arrays[i]).__name__}")
+        raise TypeError(
+            f"expected a stat registry (made by StatRegistryCreate) in input {i} {ctx.op.inputs[i]!r}, "
+            f"got {type(arrays[i]).__name__}"
+        )
     return arrays[i]
 
 
-@register_op("StatRegistryCreate", inputs=0, outputs=1, outputs_doc=("handle (a stat registry)",),
-             doc="A new, empty stat registry (Caffe2's StatRegistryCreate).")
+@register_op(
+    "StatRegistryCreate",
+    inputs=0,
+    outputs=1,
+    outputs_doc=("handle (a stat registry)",),
+    doc="A new, empty stat registry (Caffe2's StatRegistryCreate).",
+)
 def stat_registry_create(ctx: Any) -> StatRegistry:
     return StatRegistry()
 
 
-@register_op("StatRegistryUpdate", inputs=(2, 3), outputs=0,
-             inputs_doc=("keys [K] strings", "values [K] int64", "handle (optional; default: the process's registry)"),
-             doc="Add each value to the counter of its key (Caffe2's StatRegistryUpdate).")
+@register_op(
+    "StatRegistryUpdate",
+    inputs=(2, 3),
+    outputs=0,
+    inputs_doc=("keys [K] strings", "values [K] int64", "handle (optional; default: the process's registry)"),
+    doc="Add each value to the counter of its key (Caffe2's StatRegistryUpdate).",
+)
 def stat_registry_update(ctx: Any, *arrays: Any) -> None:
     keys, values = np.asarray(array(ctx, arrays[0], 0)), np.asarray(array(ctx, arrays[1], 1))
     if keys.size != values.size or values.dtype.kind not in "iu":
-        raise ValueError(f"expected as many integer values as keys, got {keys.size} keys and {values.size} values of dtype {values.dtype}")
+        raise ValueError(
+            f"expected as many integer values as keys, got {keys.size} keys and {values.size} values of dtype {values.dtype}"
+        )
     reg = _registry(ctx, arrays, 2)
     for k, v in zip(keys.reshape(-1), values.reshape(-1)):
         reg.add(k.decode() if isinstance(k, bytes) else str(k), int(v))
 
 
-@register_op("StatRegistryExport", inputs=(0, 1), outputs=3,
-             args=[Arg("reset", bool, True, "set every exported counter back to 0")],
-             inputs_doc=("handle (optional; default: the process's registry, where AtomicIter counts)",),
-             outputs_doc=("keys [K] strings", "values [K] int64", "timestamps [K] int64 (ns since the epoch)"),
-             doc="Every counter of a stat registry as (keys, values, timestamps), sorted by key; reset=1 (the "
-                 "default) zeroes them (Caffe2's StatRegistryExport).")
+@register_op(
+    "StatRegistryExport",
+    inputs=(0, 1),
+    outputs=3,
+    args=[Arg("reset", bool, True, "set every exported counter back to 0")],
+    inputs_doc=("handle (optional; default: the process's registry, where AtomicIter counts)",),
+    outputs_doc=("keys [K] strings", "values [K] int64", "timestamps [K] int64 (ns since the epoch)"),
+    doc="Every counter of a stat registry as (keys, values, timestamps), sorted by key; reset=1 (the "
+    "default) zeroes them (Caffe2's StatRegistryExport).",
+)
 def stat_registry_export(ctx: Any, *arrays: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     data = _registry(ctx, arrays, 0).publish(ctx.args["reset"])
     keys = np.empty(len(data), object)

@@ -50,9 +50,20 @@ import math
 import re
 from dataclasses import dataclass
 
-__all__ = ["Network", "Workload", "HybridWorkload", "allreduce_seconds", "allreduce_cpu_seconds", "alltoall_seconds",
-           "alltoall_cpu_seconds", "hybrid_step_seconds", "step_seconds", "scaling_curve",
-           "parse_bandwidth", "ALGORITHMS"]
+__all__ = [
+    "Network",
+    "Workload",
+    "HybridWorkload",
+    "allreduce_seconds",
+    "allreduce_cpu_seconds",
+    "alltoall_seconds",
+    "alltoall_cpu_seconds",
+    "hybrid_step_seconds",
+    "step_seconds",
+    "scaling_curve",
+    "parse_bandwidth",
+    "ALGORITHMS",
+]
 
 ALGORITHMS = ("ring", "tree")
 
@@ -73,11 +84,15 @@ class Network:
 
     def __post_init__(self) -> None:
         if not self.bandwidth > 0 or not self.latency >= 0 or not self.wakeup >= 0:
-            raise ValueError(f"expected bandwidth > 0, latency >= 0 and wakeup >= 0, got {self.bandwidth!r} B/s, "
-                             f"{self.latency!r} s, {self.wakeup!r} s")
+            raise ValueError(
+                f"expected bandwidth > 0, latency >= 0 and wakeup >= 0, got {self.bandwidth!r} B/s, "
+                f"{self.latency!r} s, {self.wakeup!r} s"
+            )
         if not self.cpu_per_byte >= 0 or not self.cpu_per_message >= 0:
-            raise ValueError(f"expected cpu_per_byte >= 0 and cpu_per_message >= 0, got {self.cpu_per_byte!r} s/B, "
-                             f"{self.cpu_per_message!r} s")
+            raise ValueError(
+                f"expected cpu_per_byte >= 0 and cpu_per_message >= 0, got {self.cpu_per_byte!r} s/B, "
+                f"{self.cpu_per_message!r} s"
+            )
 
 
 @dataclass(frozen=True)
@@ -143,8 +158,16 @@ def _buckets(w: Workload) -> list[int]:
     return [w.bucket_bytes] * full + ([rest] if rest else [])
 
 
-def step_seconds(w: Workload, ranks: int, net: Network, algorithm: str = "ring", overlap: bool = False,
-                 threads: int = 1, cores_per_host: float | None = None, ranks_per_host: int | None = None) -> float:
+def step_seconds(
+    w: Workload,
+    ranks: int,
+    net: Network,
+    algorithm: str = "ring",
+    overlap: bool = False,
+    threads: int = 1,
+    cores_per_host: float | None = None,
+    ranks_per_host: int | None = None,
+) -> float:
     """Predicted seconds of one data-parallel step (see the module docstring)."""
     host_ranks = min(ranks, ranks_per_host or ranks)
     on_host = host_ranks * threads
@@ -172,16 +195,31 @@ def step_seconds(w: Workload, ranks: int, net: Network, algorithm: str = "ring",
     return max(max(fwd + bwd, end) + upd, cpu_floor)
 
 
-def scaling_curve(w: Workload, net: Network, ranks: list[int], algorithm: str = "ring", overlap: bool = False,
-                  threads: int = 1, cores_per_host: int | None = None, ranks_per_host: int | None = None) -> list[dict]:
+def scaling_curve(
+    w: Workload,
+    net: Network,
+    ranks: list[int],
+    algorithm: str = "ring",
+    overlap: bool = False,
+    threads: int = 1,
+    cores_per_host: int | None = None,
+    ranks_per_host: int | None = None,
+) -> list[dict]:
     """Rows of ranks, step seconds, samples/s and weak-scaling efficiency (one rank's step
     time over this one's: 1.0 is perfect)."""
     base = step_seconds(w, 1, net, algorithm, overlap, threads, cores_per_host, ranks_per_host)
     rows = []
     for r in ranks:
         s = step_seconds(w, r, net, algorithm, overlap, threads, cores_per_host, ranks_per_host)
-        rows.append({"ranks": r, "threads": threads, "step_s": s, "samples_per_s": r * threads * w.batch / s,
-                     "efficiency": base / s})
+        rows.append(
+            {
+                "ranks": r,
+                "threads": threads,
+                "step_s": s,
+                "samples_per_s": r * threads * w.batch / s,
+                "efficiency": base / s,
+            }
+        )
     return rows
 
 
@@ -233,8 +271,9 @@ class HybridWorkload:
         return tables * self.batch * self.dim * self.itemsize
 
 
-def hybrid_step_seconds(w: HybridWorkload, ranks: int, net: Network, cores_per_host: float | None = None,
-                        ranks_per_host: int | None = None) -> float:
+def hybrid_step_seconds(
+    w: HybridWorkload, ranks: int, net: Network, cores_per_host: float | None = None, ranks_per_host: int | None = None
+) -> float:
     """Predicted seconds of one hybrid-parallel step on ``ranks`` ranks (tables sharded, MLPs
     replicated), set by the rank owning the most tables, ``ceil(T / p)``:
 

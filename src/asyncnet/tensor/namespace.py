@@ -48,8 +48,18 @@ import numpy as np
 
 _ndarray = np.ndarray
 
-__all__ = ["NUMPY", "namespace", "library_of", "device_of", "is_array", "is_torch", "to_numpy", "torch_namespace",
-           "cpu_tensors", "loaded_torch"]
+__all__ = [
+    "NUMPY",
+    "namespace",
+    "library_of",
+    "device_of",
+    "is_array",
+    "is_torch",
+    "to_numpy",
+    "torch_namespace",
+    "cpu_tensors",
+    "loaded_torch",
+]
 
 
 def loaded_torch() -> Any:
@@ -278,8 +288,10 @@ def _dispatch(ctx: Any, xs: tuple[Any, ...]) -> Any:
         if first < 0:
             first, key = i, k
         elif k != key:
-            raise TypeError(f"expected inputs of one library and device, got {_name(ctx, first, xs[first])} and "
-                            f"{_name(ctx, i, x)}; move data explicitly (the Copy ops, ws.feed(name, value, device=...))")
+            raise TypeError(
+                f"expected inputs of one library and device, got {_name(ctx, first, xs[first])} and "
+                f"{_name(ctx, i, x)}; move data explicitly (the Copy ops, ws.feed(name, value, device=...))"
+            )
     return NUMPY if first < 0 or key == "numpy" else torch_namespace()
 
 

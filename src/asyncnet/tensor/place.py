@@ -65,7 +65,9 @@ def require_device(device: str) -> str:
             try:
                 import torch  # noqa: F401
             except ImportError:
-                raise DeviceError(f"device {name!r} needs PyTorch, which is not installed (pip install torch)") from None
+                raise DeviceError(
+                    f"device {name!r} needs PyTorch, which is not installed (pip install torch)"
+                ) from None
         count = cuda_available()
         index = int(name.split(":")[1])
         if index >= count:

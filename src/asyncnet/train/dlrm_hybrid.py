@@ -42,8 +42,8 @@ __all__ = ["HybridDLRM", "LocalComm", "TorchComm", "main", "place_tables", "trai
 def place_tables(table_sizes: Sequence[int], dim: int, ranks: int) -> list[int]:
     """The owner rank of each table: largest first, each to the least-loaded rank (bytes).
 
-        >>> place_tables([10, 1000, 500, 600], 8, 2)
-        [0, 0, 1, 1]
+    >>> place_tables([10, 1000, 500, 600], 8, 2)
+    [0, 0, 1, 1]
     """
     load = [0] * ranks
     owner = [0] * len(table_sizes)
@@ -74,7 +74,9 @@ class HybridDLRM:
         fwd = m.forward_net("dense_part")
         lookups = {op.outputs[0]: op for op in fwd.ops if op.type == "SparseLengthsSum"}
         if sorted(lookups) != sorted(f"emb{k}" for k in range(self.num_tables)):
-            raise TrainConfigError("hybrid parallel trains plain sum tables (no weighted pooling, QR or mixed dimensions)")
+            raise TrainConfigError(
+                "hybrid parallel trains plain sum tables (no weighted pooling, QR or mixed dimensions)"
+            )
         fwd.ops[:] = [op for op in fwd.ops if op.type != "SparseLengthsSum"]
         self.dense_params = [p for p in m.params if p not in tables]
         pooled = [f"emb{k}" for k in range(self.num_tables)]
@@ -130,8 +132,9 @@ class HybridDLRM:
         self._run("emb")
         pooled = {k: np.asarray(self.ws.fetch(f"emb{k}")) for k in self.local}
         self._tick("lookup")
-        received = self._exchange({k: [pooled[k][r * per:(r + 1) * per] for r in range(self.world)] for k in self.local},
-                                  per)
+        received = self._exchange(
+            {k: [pooled[k][r * per : (r + 1) * per] for r in range(self.world)] for k in self.local}, per
+        )
         self._tick("alltoall")
         for k in range(self.num_tables):
             self.ws.feed(f"emb{k}", received[k])
@@ -166,14 +169,18 @@ class HybridDLRM:
             self.created.add("dense")
         self.ws.run_net("dense_grad")
         grads = [np.asarray(self.ws.fetch(g)) for g in self.dense_grads]
-        flat = np.concatenate([*(g.astype(np.float32, copy=False).ravel() for g in grads),
-                               np.asarray(self.ws.fetch("loss"), np.float32).reshape(1)])
+        flat = np.concatenate(
+            [
+                *(g.astype(np.float32, copy=False).ravel() for g in grads),
+                np.asarray(self.ws.fetch("loss"), np.float32).reshape(1),
+            ]
+        )
         self._tick("dense")
         flat = self.comm.average(flat)
         self._tick("allreduce")
         start = 0
         for name, g in zip(self.dense_grads, grads):
-            self.ws.feed(name, flat[start:start + g.size].reshape(g.shape).astype(g.dtype, copy=False))
+            self.ws.feed(name, flat[start : start + g.size].reshape(g.shape).astype(g.dtype, copy=False))
             start += g.size
         self.ws.run_net("dense_sgd")
         return float(flat[-1])
@@ -181,24 +188,34 @@ class HybridDLRM:
     def _exchange(self, outgoing: dict[int, list[np.ndarray]], per: int) -> dict[int, np.ndarray]:
         """All-to-all of pooled rows: ``outgoing[k][r]`` (rank r's examples of local table k)
         goes to rank r; returns this rank's examples of every table."""
-        send = [np.concatenate([outgoing[k][r] for k in self.local]) if self.local else
-                np.zeros((0, self.dim), np.float32) for r in range(self.world)]
-        got = self.comm.all_to_all(send, [per * sum(1 for o in self.owner if o == r) for r in range(self.world)], self.dim)
+        send = [
+            np.concatenate([outgoing[k][r] for k in self.local]) if self.local else np.zeros((0, self.dim), np.float32)
+            for r in range(self.world)
+        ]
+        got = self.comm.all_to_all(
+            send, [per * sum(1 for o in self.owner if o == r) for r in range(self.world)], self.dim
+        )
         out = {}
         for r in range(self.world):
             tables = [k for k in range(self.num_tables) if self.owner[k] == r]
             for j, k in enumerate(tables):
-                out[k] = got[r][j * per:(j + 1) * per]
+                out[k] = got[r][j * per : (j + 1) * per]
         return out
 
     def _return(self, grads: dict[int, np.ndarray], per: int) -> dict[int, np.ndarray]:
         """All-to-all back: each table's gradient rows of this rank's examples to its owner;
         returns the owner's [B, d] gradients of its tables, examples in rank order."""
-        send = [np.concatenate([grads[k] for k in range(self.num_tables) if self.owner[k] == r])
-                if any(o == r for o in self.owner) else np.zeros((0, self.dim), np.float32) for r in range(self.world)]
+        send = [
+            np.concatenate([grads[k] for k in range(self.num_tables) if self.owner[k] == r])
+            if any(o == r for o in self.owner)
+            else np.zeros((0, self.dim), np.float32)
+            for r in range(self.world)
+        ]
         got = self.comm.all_to_all(send, [per * len(self.local)] * self.world, self.dim)
-        return {k: np.concatenate([got[r][j * per:(j + 1) * per] for r in range(self.world)])
-                for j, k in enumerate(self.local)}
+        return {
+            k: np.concatenate([got[r][j * per : (j + 1) * per] for r in range(self.world)])
+            for j, k in enumerate(self.local)
+        }
 
     def load(self, arrays: dict[str, np.ndarray]) -> None:
         """Take this rank's parameters (the MLPs and its own tables) from a full set, e.g. a checkpoint's."""
@@ -219,8 +236,8 @@ class HybridDLRM:
 class LocalComm:
     """The collectives of one process alone (world 1): :class:`HybridDLRM` as plain training.
 
-        >>> LocalComm().all_to_all([np.ones((2, 3))], [2], 3)[0].shape
-        (2, 3)
+    >>> LocalComm().all_to_all([np.ones((2, 3))], [2], 3)[0].shape
+    (2, 3)
     """
 
     rank, world = 0, 1
@@ -270,11 +287,12 @@ class TorchComm:
 
         flat = torch.from_numpy(np.ascontiguousarray(np.concatenate([s.reshape(-1, dim) for s in send]), np.float32))
         out = torch.empty((sum(recv_rows), dim), dtype=torch.float32)
-        self.dist.all_to_all_single(out, flat, output_split_sizes=recv_rows, input_split_sizes=[len(s) for s in send],
-                                     group=self.group)
+        self.dist.all_to_all_single(
+            out, flat, output_split_sizes=recv_rows, input_split_sizes=[len(s) for s in send], group=self.group
+        )
         parts, start = [], 0
         for n in recv_rows:
-            parts.append(out[start:start + n].numpy())
+            parts.append(out[start : start + n].numpy())
             start += n
         return parts
 
@@ -312,7 +330,7 @@ def train_run(cfg: Any, ds: Any, out: Any, resume: Any = None, quiet: bool = Fal
         for epoch in range(len(epochs) + 1, cfg.epochs + 1):
             t0, losses = time.perf_counter(), []
             for start in range(0, len(rows) - b + 1, b):
-                losses.append(model.step(ds.log.batch(rows[start:start + b])))
+                losses.append(model.step(ds.log.batch(rows[start : start + b])))
                 step += 1
             seconds = time.perf_counter() - t0
             mean = float(np.mean(losses)) if losses else float("nan")
@@ -339,8 +357,9 @@ def _recorded_data(out: Any) -> str | None:
         return None
 
 
-def _save_run(program: Any, params: dict[str, np.ndarray], step: int, cfg: Any, epochs: list[Any], out: Any,
-              data: str | None) -> None:
+def _save_run(
+    program: Any, params: dict[str, np.ndarray], step: int, cfg: Any, epochs: list[Any], out: Any, data: str | None
+) -> None:
     """Rank 0: the gathered parameters as the run's checkpoint (with the program's other
     checkpoint blobs at their initial values) and metrics.json."""
     import asyncnet as an
@@ -355,9 +374,11 @@ def _save_run(program: Any, params: dict[str, np.ndarray], step: int, cfg: Any, 
     arrays["iter"] = np.full_like(arrays["iter"], step) if "iter" in arrays else np.array([step], np.int64)
     run = {"config": cfg.to_dict(), "epochs": [m.to_dict() for m in epochs], "partial": None, "data": data}
     save_arrays(program.model, arrays, str(out / CHECKPOINT), {"run": run})
-    write_metrics(History(config=cfg.to_dict(), epochs=list(epochs)), out / METRICS,
-                  extra={"status": "ok" if len(epochs) == cfg.epochs else "running", "steps": step, "hybrid": True,
-                         "data": data})
+    write_metrics(
+        History(config=cfg.to_dict(), epochs=list(epochs)),
+        out / METRICS,
+        extra={"status": "ok" if len(epochs) == cfg.epochs else "running", "steps": step, "hybrid": True, "data": data},
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -387,8 +408,11 @@ def main(argv: list[str] | None = None) -> int:
             if model.rank == 0:
                 print(f"step {s + 1} loss {loss:.8f}", flush=True)
         if model.rank == 0:
-            print(f"hybrid {model.world} ranks: {args.steps * args.batch_size / (time.perf_counter() - t0):,.0f} samples/s; "
-                  f"tables per rank {[model.owner.count(r) for r in range(model.world)]}", flush=True)
+            print(
+                f"hybrid {model.world} ranks: {args.steps * args.batch_size / (time.perf_counter() - t0):,.0f} samples/s; "
+                f"tables per rank {[model.owner.count(r) for r in range(model.world)]}",
+                flush=True,
+            )
         print(f"rank {model.rank} done", flush=True)
     finally:
         dist.destroy_process_group()

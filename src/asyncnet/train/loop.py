@@ -30,9 +30,10 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -44,8 +45,19 @@ from asyncnet.train.program import Program, build_program
 from asyncnet.train.report import EpochMetrics
 from asyncnet.train.worker import STATE_WORDS, EpochClock, WorkerNets, WorkerResult
 
-__all__ = ["Resume", "DivergenceGuard", "run_worker", "launch", "SyncStrategy", "HogwildStrategy", "TRACE_STEP",
-           "TRAINER_SYNC", "check_trainer_sync", "gather_random_states", "restore_random_states"]
+__all__ = [
+    "Resume",
+    "DivergenceGuard",
+    "run_worker",
+    "launch",
+    "SyncStrategy",
+    "HogwildStrategy",
+    "TRACE_STEP",
+    "TRAINER_SYNC",
+    "check_trainer_sync",
+    "gather_random_states",
+    "restore_random_states",
+]
 
 log = logging.getLogger("asyncnet.train")
 
@@ -96,9 +108,11 @@ class DivergenceGuard:
                 return
             self.limit, self.what = self.factor * loss, f"{self.factor:g} x the first step's loss"
         if loss > self.limit:
-            raise TrainingDivergedError(f"training diverged: the loss is {loss:.3g} at {where}, above {self.what} = "
-                                        f"{self.limit:.3g}; {self._fix()}, or turn the check off with "
-                                        "--divergence-factor 0")
+            raise TrainingDivergedError(
+                f"training diverged: the loss is {loss:.3g} at {where}, above {self.what} = "
+                f"{self.limit:.3g}; {self._fix()}, or turn the check off with "
+                "--divergence-factor 0"
+            )
 
     def _fix(self) -> str:
         fix = f"lower the learning rate (lr {self.cfg.lr:g}, --lr)"
@@ -136,9 +150,11 @@ def check_trainer_sync(sync: Any) -> None:
     attrs = ("num_workers", "worker_id")
     missing = [m for m in TRAINER_SYNC if not (hasattr(sync, m) if m in attrs else callable(getattr(sync, m, None)))]
     if missing:
-        raise TrainConfigError("the trainers need a sync with num_workers, worker_id, sync_gradients(grads), barrier(), "
-                               "all_reduce_mean(values) and broadcast(values, root) (the asyncnet.sync.GradientSync "
-                               f"protocol); {type(sync).__name__} lacks {', '.join(missing)}")
+        raise TrainConfigError(
+            "the trainers need a sync with num_workers, worker_id, sync_gradients(grads), barrier(), "
+            "all_reduce_mean(values) and broadcast(values, root) (the asyncnet.sync.GradientSync "
+            f"protocol); {type(sync).__name__} lacks {', '.join(missing)}"
+        )
 
 
 def gather_random_states(strategy: Any) -> np.ndarray | None:
@@ -177,8 +193,12 @@ def restore_random_states(strategy: Any, arrays: dict[str, np.ndarray] | None) -
         return
     want = (strategy.world, nets.random_ops, STATE_WORDS)
     if states.shape != want:
-        log.warning("the checkpoint's random generators are for [workers, ops, words] = %s, this run has %s: "
-                    "the Dropout masks start from the seed", list(states.shape), list(want))
+        log.warning(
+            "the checkpoint's random generators are for [workers, ops, words] = %s, this run has %s: "
+            "the Dropout masks start from the seed",
+            list(states.shape),
+            list(want),
+        )
         return
     nets.set_random_states(states[strategy.rank])
 
@@ -214,7 +234,9 @@ class SyncStrategy:
 
     def batches(self, epoch: int) -> Iterator[tuple[np.ndarray, np.ndarray, int]]:
         """(this worker's shard, the global batch's size) of every step of ``epoch``."""
-        for xb, yb in epoch_batches(self.ds.x_train, self.ds.y_train, self.cfg.batch_size, epoch, self.cfg.seed, self.world):
+        for xb, yb in epoch_batches(
+            self.ds.x_train, self.ds.y_train, self.cfg.batch_size, epoch, self.cfg.seed, self.world
+        ):
             xs, ys = shard(xb, yb, self.world, self.rank)
             yield xs, ys, len(xb)
 
@@ -237,9 +259,18 @@ class SyncStrategy:
         if self.world > 1:
             self.sync.all_reduce_mean(stats)  # mean over the workers of [loss_sum, acc_sum, batches, samples]
         test_loss, test_acc, test_auc = self.nets.evaluate(self.ds.x_test, self.ds.y_test)
-        metrics = EpochMetrics(epoch=epoch, train_loss=float(stats[0] / stats[2]), train_accuracy=float(stats[1] / stats[2]),
-                               test_loss=test_loss, test_accuracy=test_acc, samples=clock.samples, seconds=clock.seconds,
-                               lr=self.nets.lr(), step=self.nets.iteration(), **click_figures(self.ds, test_loss, test_auc))
+        metrics = EpochMetrics(
+            epoch=epoch,
+            train_loss=float(stats[0] / stats[2]),
+            train_accuracy=float(stats[1] / stats[2]),
+            test_loss=test_loss,
+            test_accuracy=test_acc,
+            samples=clock.samples,
+            seconds=clock.seconds,
+            lr=self.nets.lr(),
+            step=self.nets.iteration(),
+            **click_figures(self.ds, test_loss, test_auc),
+        )
         return metrics, (self.nets.params() if snapshot else None)
 
     def stop_after(self, metrics: EpochMetrics) -> bool:
@@ -255,14 +286,29 @@ class HogwildStrategy:
 
     mid_epoch_checkpoints = False  # the workers never hold still inside an epoch
 
-    def __init__(self, cfg: TrainConfig, ds: Dataset, program: Program, sync: Any, state: dict[str, np.ndarray],
-                 mutex: Any, stop: Any):
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        ds: Dataset,
+        program: Program,
+        sync: Any,
+        state: dict[str, np.ndarray],
+        mutex: Any,
+        stop: Any,
+    ):
         check_trainer_sync(sync)
         self.cfg, self.ds, self.sync, self.stop = cfg, ds, sync, stop
         self.world, self.rank = sync.num_workers, sync.worker_id
         self.batch = max(1, cfg.batch_size // self.world)  # as many samples in flight as one sync step
-        self.nets = WorkerNets(cfg, program, shared=state, iter_op="AtomicIter", mutex=mutex,
-                               feeds=ds.feeds if ds.log is not None else None, rank=self.rank)
+        self.nets = WorkerNets(
+            cfg,
+            program,
+            shared=state,
+            iter_op="AtomicIter",
+            mutex=mutex,
+            feeds=ds.feeds if ds.log is not None else None,
+            rank=self.rank,
+        )
         self._part: tuple[np.ndarray, np.ndarray] | None = None
 
     def start(self, resume: Resume | None) -> None:
@@ -301,10 +347,18 @@ class HogwildStrategy:
             figures[2] = 0.0 if math.isnan(figures[2]) else figures[2]
         self.sync.broadcast(figures, root=0)  # rank 0's figures reach every worker
         batches = max(stats[2], 1.0)
-        metrics = EpochMetrics(epoch=epoch, train_loss=float(stats[0] / batches), train_accuracy=float(stats[1] / batches),
-                               test_loss=float(figures[0]), test_accuracy=float(figures[1]),
-                               samples=int(round(stats[3] * self.world)), seconds=clock.seconds, lr=self.nets.lr(), step=step,
-                               **(click_figures(self.ds, float(figures[0]), float(figures[2])) if self.ds.log is not None else {}))
+        metrics = EpochMetrics(
+            epoch=epoch,
+            train_loss=float(stats[0] / batches),
+            train_accuracy=float(stats[1] / batches),
+            test_loss=float(figures[0]),
+            test_accuracy=float(figures[1]),
+            samples=int(round(stats[3] * self.world)),
+            seconds=clock.seconds,
+            lr=self.nets.lr(),
+            step=step,
+            **(click_figures(self.ds, float(figures[0]), float(figures[2])) if self.ds.log is not None else {}),
+        )
         return metrics, arrays
 
     def stop_after(self, metrics: EpochMetrics) -> bool:
@@ -315,8 +369,14 @@ class HogwildStrategy:
 
 
 # -- the loop --------------------------------------------------------------------------------
-def run_worker(cfg: TrainConfig, strategy: Any, program: Program, reporter: Any = None, resume: Resume | None = None,
-               writer: Any = None) -> WorkerResult:
+def run_worker(
+    cfg: TrainConfig,
+    strategy: Any,
+    program: Program,
+    reporter: Any = None,
+    resume: Resume | None = None,
+    writer: Any = None,
+) -> WorkerResult:
     """Train one worker to the end with ``strategy``; rank 0 saves the run through ``writer``
     (a :class:`~asyncnet.train.report.RunWriter`) and drives ``reporter``."""
     rank = strategy.rank
@@ -342,8 +402,17 @@ def run_worker(cfg: TrainConfig, strategy: Any, program: Program, reporter: Any 
     return result
 
 
-def _epoch(cfg: TrainConfig, strategy: Any, program: Program, epoch: int, result: WorkerResult, reporter: Any,
-           writer: Any, guard: DivergenceGuard, resumed: dict[str, Any] | None) -> EpochMetrics:
+def _epoch(
+    cfg: TrainConfig,
+    strategy: Any,
+    program: Program,
+    epoch: int,
+    result: WorkerResult,
+    reporter: Any,
+    writer: Any,
+    guard: DivergenceGuard,
+    resumed: dict[str, Any] | None,
+) -> EpochMetrics:
     nets, rank = strategy.nets, strategy.rank
     skip = int(resumed["batches"]) if resumed and resumed.get("epoch") == epoch else 0
     clock = EpochClock.restored(resumed["workers"][rank]) if skip else EpochClock()
@@ -376,8 +445,9 @@ def _epoch(cfg: TrainConfig, strategy: Any, program: Program, epoch: int, result
             clocks = strategy.gather_clocks(clock)
             states = gather_random_states(strategy)
             if writer is not None:
-                writer.mid_epoch(program, _with_states(nets.params(), states),
-                                 {"epoch": epoch, "batches": b + 1, "workers": clocks})
+                writer.mid_epoch(
+                    program, _with_states(nets.params(), states), {"epoch": epoch, "batches": b + 1, "workers": clocks}
+                )
     metrics, arrays = strategy.end_epoch(epoch, clock, snapshot=writer is not None)
     states = gather_random_states(strategy)  # every worker, every epoch: the final checkpoint has them too
     if rank == 0:
@@ -393,8 +463,14 @@ def _epoch(cfg: TrainConfig, strategy: Any, program: Program, epoch: int, result
 
 
 # -- launchers -------------------------------------------------------------------------------
-def launch(cfg: TrainConfig, ds: Dataset, model: Any = None, reporter: Any = None, resume: Resume | None = None,
-           writer: Any = None) -> list[WorkerResult]:
+def launch(
+    cfg: TrainConfig,
+    ds: Dataset,
+    model: Any = None,
+    reporter: Any = None,
+    resume: Resume | None = None,
+    writer: Any = None,
+) -> list[WorkerResult]:
     """Run every worker of ``cfg`` (threads or processes; the torch backend is
     :func:`launch_torch`); results in worker order. ``model``: a user's model (a ModelHelper
     or a function building one), else ``cfg.model``. With threads worker 0 drives
@@ -406,6 +482,7 @@ def launch(cfg: TrainConfig, ds: Dataset, model: Any = None, reporter: Any = Non
     if cfg.num_workers == 1:
         return [_sync_worker(cfg, ds, model, reporter, resume, writer, LocalGradientSync())]
     if cfg.backend == "threads":
+
         def fn(sync: Any) -> WorkerResult:
             return _sync_worker(cfg, ds, model, reporter if sync.worker_id == 0 else None, resume, writer, sync)
 
@@ -416,8 +493,9 @@ def launch(cfg: TrainConfig, ds: Dataset, model: Any = None, reporter: Any = Non
     raise ValueError(f"launch handles the threads and processes backends, not {cfg.backend!r}")
 
 
-def _sync_worker(cfg: TrainConfig, ds: Dataset, model: Any, reporter: Any, resume: Resume | None, writer: Any,
-                 sync: Any) -> WorkerResult:
+def _sync_worker(
+    cfg: TrainConfig, ds: Dataset, model: Any, reporter: Any, resume: Resume | None, writer: Any, sync: Any
+) -> WorkerResult:
     program = build_program(cfg, ds.input_dim, ds.num_classes, model)
     return run_worker(cfg, SyncStrategy(cfg, ds, program, sync), program, reporter, resume, writer)
 
@@ -442,14 +520,35 @@ def initial_state(cfg: TrainConfig, ds: Dataset, model: Any = None) -> dict[str,
     return state
 
 
-def _hogwild_worker(cfg: TrainConfig, ds: Dataset, model: Any, state: dict[str, np.ndarray], mutex: Any, stop: Any,
-                    reporter: Any, resume: Resume | None, writer: Any, sync: Any) -> WorkerResult:
+def _hogwild_worker(
+    cfg: TrainConfig,
+    ds: Dataset,
+    model: Any,
+    state: dict[str, np.ndarray],
+    mutex: Any,
+    stop: Any,
+    reporter: Any,
+    resume: Resume | None,
+    writer: Any,
+    sync: Any,
+) -> WorkerResult:
     program = build_program(cfg, ds.input_dim, ds.num_classes, model)
-    return run_worker(cfg, HogwildStrategy(cfg, ds, program, sync, state, mutex, stop), program, reporter, resume, writer)
+    return run_worker(
+        cfg, HogwildStrategy(cfg, ds, program, sync, state, mutex, stop), program, reporter, resume, writer
+    )
 
 
-def _hogwild_process(cfg: TrainConfig, ds: Dataset, model: Any, spec: Any, mutex: Any, stop: Any,
-                     resume: Resume | None, writer: Any, sync: Any) -> WorkerResult:
+def _hogwild_process(
+    cfg: TrainConfig,
+    ds: Dataset,
+    model: Any,
+    spec: Any,
+    mutex: Any,
+    stop: Any,
+    resume: Resume | None,
+    writer: Any,
+    sync: Any,
+) -> WorkerResult:
     from asyncnet._shm import SharedArrays
 
     shared = SharedArrays.attach(spec)
@@ -459,8 +558,9 @@ def _hogwild_process(cfg: TrainConfig, ds: Dataset, model: Any, spec: Any, mutex
         shared.close()
 
 
-def _launch_hogwild(cfg: TrainConfig, ds: Dataset, model: Any, reporter: Any, resume: Resume | None,
-                    writer: Any) -> list[WorkerResult]:
+def _launch_hogwild(
+    cfg: TrainConfig, ds: Dataset, model: Any, reporter: Any, resume: Resume | None, writer: Any
+) -> list[WorkerResult]:
     from asyncnet.sync import run_parallel_workers
 
     _warn_hogwild(cfg)
@@ -477,13 +577,14 @@ def _launch_hogwild(cfg: TrainConfig, ds: Dataset, model: Any, reporter: Any, re
         mutex, stop = Mutex(), AtomicBool(False)
 
         def fn(sync: Any) -> WorkerResult:
-            return _hogwild_worker(cfg, ds, model, state, mutex, stop, reporter if sync.worker_id == 0 else None,
-                                   resume, writer, sync)
+            return _hogwild_worker(
+                cfg, ds, model, state, mutex, stop, reporter if sync.worker_id == 0 else None, resume, writer, sync
+            )
 
         return run_parallel_workers(cfg.num_workers, fn, backend="threads", timeout=cfg.timeout)
     if cfg.backend == "processes":
-        from asyncnet.atomic import SharedAtomicBool, SharedMutex
         from asyncnet._shm import SharedArrays
+        from asyncnet.atomic import SharedAtomicBool, SharedMutex
 
         pmutex = SharedMutex()  # its ``with`` locks it, so it is closed explicitly
         try:
@@ -493,30 +594,50 @@ def _launch_hogwild(cfg: TrainConfig, ds: Dataset, model: Any, reporter: Any, re
         finally:
             pmutex.close()
         return _replayed(results, reporter)
-    raise ValueError(f"hogwild runs on the threads or processes backend, not {cfg.backend!r} "
-                     "(lock-free shared parameters need shared memory)")
+    raise ValueError(
+        f"hogwild runs on the threads or processes backend, not {cfg.backend!r} "
+        "(lock-free shared parameters need shared memory)"
+    )
 
 
 def _warn_hogwild(cfg: TrainConfig) -> None:
     if cfg.workers > HOGWILD_STALE_WORKERS:
-        touched = ("of dlrm touches every parameter of its MLPs (only its embedding tables are updated by row)"
-                   if cfg.model == "dlrm" else "of this dense model touches every parameter")
-        log.warning("hogwild with %d workers: every step reads parameters up to %d updates old, and every update "
-                    "%s; expect stale gradients to slow training or make it diverge (use fewer workers, a lower lr, "
-                    "or --mode sync)", cfg.workers, cfg.workers - 1, touched)
+        touched = (
+            "of dlrm touches every parameter of its MLPs (only its embedding tables are updated by row)"
+            if cfg.model == "dlrm"
+            else "of this dense model touches every parameter"
+        )
+        log.warning(
+            "hogwild with %d workers: every step reads parameters up to %d updates old, and every update "
+            "%s; expect stale gradients to slow training or make it diverge (use fewer workers, a lower lr, "
+            "or --mode sync)",
+            cfg.workers,
+            cfg.workers - 1,
+            touched,
+        )
     if cfg.optimizer == "adam":
-        log.warning("hogwild with adam: the workers race on its two moment arrays, and one worker's first moment over "
-                    "another's near-zero second moment can make a huge step; use --optimizer sgd or momentum")
+        log.warning(
+            "hogwild with adam: the workers race on its two moment arrays, and one worker's first moment over "
+            "another's near-zero second moment can make a huge step; use --optimizer sgd or momentum"
+        )
 
 
-def launch_torch(cfg: TrainConfig, ds: Dataset, model: Any = None, reporter: Any = None, resume: Resume | None = None,
-                 writer: Any = None) -> tuple[TrainConfig, WorkerResult, int]:
+def launch_torch(
+    cfg: TrainConfig,
+    ds: Dataset,
+    model: Any = None,
+    reporter: Any = None,
+    resume: Resume | None = None,
+    writer: Any = None,
+) -> tuple[TrainConfig, WorkerResult, int]:
     """Run this torchrun rank's worker(s) in the ``torch.distributed`` process group (made from
     torchrun's environment when none exists yet); returns the config (workers = ranks x
     threads), rank 0's result here, and this rank."""
     if cfg.mode != "sync":
-        raise ValueError(f"--backend torch trains in sync mode (data-parallel ranks), not {cfg.mode}: "
-                         "hogwild needs shared memory and local has one worker")
+        raise ValueError(
+            f"--backend torch trains in sync mode (data-parallel ranks), not {cfg.mode}: "
+            "hogwild needs shared memory and local has one worker"
+        )
     try:
         import torch.distributed as dist
     except ImportError:  # pragma: no cover - torch is an optional dependency
@@ -528,8 +649,10 @@ def launch_torch(cfg: TrainConfig, ds: Dataset, model: Any = None, reporter: Any
     created = False
     if not dist.is_initialized():
         if not under_torchrun():
-            raise ValueError("--backend torch runs under torchrun, e.g. "
-                             "torchrun --nproc-per-node 2 -m asyncnet train --backend torch")
+            raise ValueError(
+                "--backend torch runs under torchrun, e.g. "
+                "torchrun --nproc-per-node 2 -m asyncnet train --backend torch"
+            )
         dist.init_process_group("gloo", timeout=timedelta(seconds=cfg.timeout))
         created = True
     try:

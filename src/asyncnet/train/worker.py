@@ -63,7 +63,9 @@ def dropout_seed(seed: int, rank: int, index: int) -> int:
         >>> dropout_seed(0, 0, 0) == dropout_seed(0, 0, 0) != dropout_seed(0, 1, 0)
         True
     """
-    return int(np.random.SeedSequence([int(seed), int(rank), int(index)]).generate_state(1, np.uint64)[0] >> np.uint64(1))
+    return int(
+        np.random.SeedSequence([int(seed), int(rank), int(index)]).generate_state(1, np.uint64)[0] >> np.uint64(1)
+    )
 
 
 def _seed_random_ops(net_def: Any, seed: int, rank: int) -> None:
@@ -74,8 +76,9 @@ def _seed_random_ops(net_def: Any, seed: int, rank: int) -> None:
     for i, op in enumerate(net_def.ops):
         if op.type == "Dropout" and not op.args.get("is_test"):
             own = op.args.get("seed", -1)
-            net_def.ops[i] = dataclasses.replace(op, args={**op.args, "seed": dropout_seed(own if own >= 0 else seed,
-                                                                                         rank, k)})
+            net_def.ops[i] = dataclasses.replace(
+                op, args={**op.args, "seed": dropout_seed(own if own >= 0 else seed, rank, k)}
+            )
             k += 1
 
 
@@ -94,8 +97,12 @@ def _encode(state: dict[str, Any]) -> list[int]:
 
 def _decode(words: np.ndarray) -> dict[str, Any]:
     w = [int(x) for x in words]
-    return {"bit_generator": "PCG64", "state": {"state": (w[0] << 64) | w[1], "inc": (w[2] << 64) | w[3]},
-            "has_uint32": w[4], "uinteger": w[5]}
+    return {
+        "bit_generator": "PCG64",
+        "state": {"state": (w[0] << 64) | w[1], "inc": (w[2] << 64) | w[3]},
+        "has_uint32": w[4],
+        "uinteger": w[5],
+    }
 
 
 def _tensor_placer(cfg: TrainConfig, ws: Any, blobs: list[str]) -> Any:
@@ -131,8 +138,18 @@ class WorkerNets:
     arrays in every worker, updated in place); without it, the init net makes fresh ones.
     """
 
-    def __init__(self, cfg: TrainConfig, model: Any, *, sync: Any = None, shared: dict[str, Any] | None = None,
-                 iter_op: str = "Iter", mutex: Any = None, feeds: Any = None, rank: int = 0):
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        model: Any,
+        *,
+        sync: Any = None,
+        shared: dict[str, Any] | None = None,
+        iter_op: str = "Iter",
+        mutex: Any = None,
+        feeds: Any = None,
+        rank: int = 0,
+    ):
         from asyncnet.tensor.threads import claim_threads
 
         self.cfg = cfg
@@ -155,8 +172,11 @@ class WorkerNets:
         if mutex is not None:
             mutex_blob = "iter_mutex"
             self.ws.feed(mutex_blob, mutex)
-        train = _private_pool(model.train_net("train", sync_blob=sync_blob, iter_op=iter_op, mutex_blob=mutex_blob,
-                                                bucket_mb=cfg.bucket_mb))
+        train = _private_pool(
+            model.train_net(
+                "train", sync_blob=sync_blob, iter_op=iter_op, mutex_blob=mutex_blob, bucket_mb=cfg.bucket_mb
+            )
+        )
         # Train accuracy is read off the softmax in step(): an Accuracy op would be a side branch
         # that the executor hands to a pool thread, which then competes for a core with the
         # other workers' kernels while every worker waits for the slowest at the Allreduce.
@@ -168,10 +188,14 @@ class WorkerNets:
             train.type = evaluate.type = "straight"  # one all-reduce at the end: nothing to overlap it with
         self.train_net = self.ws.create_net(train)
         self.eval_net = self.ws.create_net(evaluate)
-        self._random_ops = sorted((op for op in self.train_net.operators
-                                   if op.type == "Dropout" and not op.ctx.args.get("is_test")), key=lambda op: op.index)
+        self._random_ops = sorted(
+            (op for op in self.train_net.operators if op.type == "Dropout" and not op.ctx.args.get("is_test")),
+            key=lambda op: op.index,
+        )
         # released in close(); an automatic share is a ceiling the user's environment may lower
-        self._threads = claim_threads(threads=cfg.threads) if cfg.threads else claim_threads(at_most=cfg.intra_op_threads())
+        self._threads = (
+            claim_threads(threads=cfg.threads) if cfg.threads else claim_threads(at_most=cfg.intra_op_threads())
+        )
 
     def step(self, xb: np.ndarray, yb: np.ndarray) -> tuple[float, float]:
         """One training step on this batch; returns its (loss, accuracy)."""
@@ -197,8 +221,11 @@ class WorkerNets:
         self.eval_net.run()
         loss = float(self.ws.fetch(EVAL_PREFIX + self._loss, host=True))
         if not self._binary:
-            acc = (float(self.ws.fetch(EVAL_PREFIX + self._acc, host=True)) if self._acc is not None
-                   else self._accuracy(y, EVAL_PREFIX))
+            acc = (
+                float(self.ws.fetch(EVAL_PREFIX + self._acc, host=True))
+                if self._acc is not None
+                else self._accuracy(y, EVAL_PREFIX)
+            )
             return loss, acc, math.nan
         from asyncnet.model.zoo.dlrm import auc
 
@@ -222,8 +249,9 @@ class WorkerNets:
         """The states of the train net's random generators, uint64 [ops, :data:`STATE_WORDS`]."""
         from asyncnet.ops.norm import dropout_generator
 
-        return np.array([_encode(dropout_generator(op.ctx).bit_generator.state) for op in self._random_ops],
-                        np.uint64).reshape(len(self._random_ops), STATE_WORDS)
+        return np.array(
+            [_encode(dropout_generator(op.ctx).bit_generator.state) for op in self._random_ops], np.uint64
+        ).reshape(len(self._random_ops), STATE_WORDS)
 
     def set_random_states(self, states: np.ndarray) -> None:
         """Continue the generators from ``states`` (as :meth:`random_states` returned them)."""
@@ -244,7 +272,9 @@ class WorkerNets:
         """Copies of what a checkpoint holds: parameters, optimizer state and ``iter``."""
         return {p: np.array(self.ws.fetch(p, host=True), copy=True) for p in self.model.checkpoint_blobs}
 
-    def traced_step(self, xb: np.ndarray, yb: np.ndarray, worker: int = 0) -> tuple[tuple[float, float], list[dict[str, Any]]]:
+    def traced_step(
+        self, xb: np.ndarray, yb: np.ndarray, worker: int = 0
+    ) -> tuple[tuple[float, float], list[dict[str, Any]]]:
         """One training step with per-op timings recorded; returns its figures and the
         Chrome-trace events (plain dicts, so they travel back from worker processes) of process
         ``worker + 1`` named "worker N", in absolute times for :func:`merge_chrome_traces`."""
@@ -252,7 +282,9 @@ class WorkerNets:
 
         with profile(self.train_net) as timeline:
             out = self.step(xb, yb)
-        return out, chrome_trace(timeline.events, origin=0.0, pid=worker + 1, process_name=f"worker {worker}")["traceEvents"]
+        return out, chrome_trace(timeline.events, origin=0.0, pid=worker + 1, process_name=f"worker {worker}")[
+            "traceEvents"
+        ]
 
     def close(self) -> None:
         self.ws.reset()
@@ -266,8 +298,10 @@ def batch_feeds(program: Any) -> Any:
     if len(inputs) != 1 or len(labels) != 1:
         from asyncnet.errors import TrainConfigError
 
-        raise TrainConfigError(f"model {program.name!r} reads inputs {inputs} and labels {labels}: a batch feeds one "
-                               "array x and one array y, so the model needs exactly one of each")
+        raise TrainConfigError(
+            f"model {program.name!r} reads inputs {inputs} and labels {labels}: a batch feeds one "
+            "array x and one array y, so the model needs exactly one of each"
+        )
     data, label = inputs[0], labels[0]
     return lambda x, y: {data: x, label: y}
 
@@ -300,7 +334,7 @@ class EpochClock:
         return np.array([self.loss_sum, self.acc_sum, self.batches, self.samples, self.seconds], np.float64)
 
     @classmethod
-    def from_figures(cls, figures: np.ndarray) -> "EpochClock":
+    def from_figures(cls, figures: np.ndarray) -> EpochClock:
         clock = cls()
         clock.loss_sum, clock.acc_sum, clock.seconds = float(figures[0]), float(figures[1]), float(figures[4])
         clock.batches, clock.samples = int(figures[2]), int(figures[3])
@@ -308,14 +342,22 @@ class EpochClock:
 
     def state(self) -> dict[str, Any]:
         """This clock as JSON data (a checkpoint inside an epoch keeps it)."""
-        return {"loss_sum": self.loss_sum, "acc_sum": self.acc_sum, "batches": self.batches, "samples": self.samples,
-                "seconds": self.seconds}
+        return {
+            "loss_sum": self.loss_sum,
+            "acc_sum": self.acc_sum,
+            "batches": self.batches,
+            "samples": self.samples,
+            "seconds": self.seconds,
+        }
 
     @classmethod
-    def restored(cls, state: dict[str, Any]) -> "EpochClock":
+    def restored(cls, state: dict[str, Any]) -> EpochClock:
         """The clock :meth:`state` described."""
-        return cls.from_figures(np.array([state["loss_sum"], state["acc_sum"], state["batches"], state["samples"],
-                                          state["seconds"]], np.float64))
+        return cls.from_figures(
+            np.array(
+                [state["loss_sum"], state["acc_sum"], state["batches"], state["samples"], state["seconds"]], np.float64
+            )
+        )
 
     def stats(self) -> np.ndarray:
         """[loss_sum, acc_sum, batches, samples] as float64, for a cross-worker mean."""

@@ -9,10 +9,10 @@ Every failure is an :class:`OnnxImportError` naming the node (index, name, op ty
 
 from __future__ import annotations
 
-import base64
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -80,12 +80,17 @@ def read_model(source: Any) -> Any:
     try:
         model = onnx.load_model_from_string(data)
     except Exception as e:  # noqa: BLE001 - protobuf's DecodeError and friends
-        raise OnnxImportError(f"not a valid ONNX model (malformed or truncated protobuf, {len(data)} bytes): "
-                              f"{type(e).__name__}: {e}", where) from None
+        raise OnnxImportError(
+            f"not a valid ONNX model (malformed or truncated protobuf, {len(data)} bytes): {type(e).__name__}: {e}",
+            where,
+        ) from None
     if not model.HasField("graph") or (not model.graph.node and not model.graph.output):
-        raise OnnxImportError(f"not an ONNX model: no graph ({len(data)} bytes; truncated or not an .onnx file?)", where)
-    if isinstance(source, (str, os.PathLike)) and any(t.data_location == onnx.TensorProto.EXTERNAL
-                                                      for t in model.graph.initializer):
+        raise OnnxImportError(
+            f"not an ONNX model: no graph ({len(data)} bytes; truncated or not an .onnx file?)", where
+        )
+    if isinstance(source, (str, os.PathLike)) and any(
+        t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer
+    ):
         from onnx.external_data_helper import load_external_data_for_model
 
         load_external_data_for_model(model, os.path.dirname(os.fspath(source)) or ".")
@@ -106,8 +111,15 @@ def default_opset(model: Any) -> int:
     return v
 
 
-def load(source: Any, *, net_type: str = "simple", num_workers: int | None = None, name: str = "onnx",
-         check: bool = True, optimize: bool = True) -> OnnxModel:
+def load(
+    source: Any,
+    *,
+    net_type: str = "simple",
+    num_workers: int | None = None,
+    name: str = "onnx",
+    check: bool = True,
+    optimize: bool = True,
+) -> OnnxModel:
     """Import an ONNX model (path, bytes or ``onnx.ModelProto``) as asyncnet nets.
 
     ``net_type`` and ``num_workers`` are the predict net's executor; ``check`` runs
@@ -156,13 +168,23 @@ def load(source: Any, *, net_type: str = "simple", num_workers: int | None = Non
     if optimize:
         from asyncnet.interop.onnx._optimize import fuse_matmul_add
 
-        params = {t.name: (tuple(t.dims), onnx.helper.tensor_dtype_to_np_dtype(t.data_type)) for t in graph.initializer
-                  if t.data_type in (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE) and t.name not in {v.name for v in graph.input}}
+        params = {
+            t.name: (tuple(t.dims), onnx.helper.tensor_dtype_to_np_dtype(t.data_type))
+            for t in graph.initializer
+            if t.data_type in (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE)
+            and t.name not in {v.name for v in graph.input}
+        }
         predict_ops = fuse_matmul_add(predict_ops, params, {v.name for v in graph.output})
     known = [v.name for v in inputs] + [op.outputs[0] for op in init_ops]
     init_net = NetDef(f"{name}_init", ops=init_ops, external_outputs=[op.outputs[0] for op in init_ops])
-    predict_net = NetDef(name, ops=predict_ops, type=net_type, num_workers=num_workers, external_inputs=known,
-                         external_outputs=[v.name for v in graph.output])
+    predict_net = NetDef(
+        name,
+        ops=predict_ops,
+        type=net_type,
+        num_workers=num_workers,
+        external_inputs=known,
+        external_outputs=[v.name for v in graph.output],
+    )
     _ = onnx  # imported first so that a missing onnx fails here, with its own message
     return OnnxModel(init_net, predict_net, inputs, outputs, opset, dict(tr.counts))
 

@@ -5,8 +5,9 @@ or constant, an ``ONNXReference`` op for a node without a native kernel)."""
 from __future__ import annotations
 
 import base64
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -84,20 +85,28 @@ def tensor_fill(name: str, a: np.ndarray) -> OperatorDef:
 
         node = onnx.helper.make_node("Constant", [], [name], value=numpy_helper.from_array(a, name))
         return reference_op(node, [], [name], {"": 17}, [])
-    raw = base64.b64encode(np.ascontiguousarray(a).astype(a.dtype.newbyteorder("<"), copy=False).tobytes()).decode("ascii")
+    raw = base64.b64encode(np.ascontiguousarray(a).astype(a.dtype.newbyteorder("<"), copy=False).tobytes()).decode(
+        "ascii"
+    )
     return OperatorDef("ONNXTensorFill", [], [name], {"raw": raw, "dtype": a.dtype.name, "shape": list(a.shape)})
 
 
 def constant_op(tr: Any, i: int, node: Any, init_ops: list[OperatorDef]) -> bool:
     """Evaluate a Constant node at import and put its value in the init net (True when done)."""
-    if len(node.output) != 1 or any(a.type == a.GRAPH for a in node.attribute) or any(a.ref_attr_name for a in node.attribute):
+    if (
+        len(node.output) != 1
+        or any(a.type == a.GRAPH for a in node.attribute)
+        or any(a.ref_attr_name for a in node.attribute)
+    ):
         return False
     from onnx.reference import ReferenceEvaluator
 
     try:
         value = ReferenceEvaluator(tr.one_node_model(node, [], list(node.output))).run(None, {})[0]
     except Exception as e:  # noqa: BLE001 - a Constant the reference refuses is a bad node
-        raise OnnxImportError(f"cannot evaluate the constant: {type(e).__name__}: {e}", node_where(i, node, "attribute")) from None
+        raise OnnxImportError(
+            f"cannot evaluate the constant: {type(e).__name__}: {e}", node_where(i, node, "attribute")
+        ) from None
     if not isinstance(value, np.ndarray) and not np.isscalar(value):
         return False
     value = np.asarray(value)
@@ -107,8 +116,14 @@ def constant_op(tr: Any, i: int, node: Any, init_ops: list[OperatorDef]) -> bool
     return True
 
 
-def reference_op(node: Any, inputs: list[str], outputs: list[str], opsets: Mapping[str, int], functions: Iterable[Any],
-                 value_infos: Mapping[str, Any] | None = None) -> OperatorDef:
+def reference_op(
+    node: Any,
+    inputs: list[str],
+    outputs: list[str],
+    opsets: Mapping[str, int],
+    functions: Iterable[Any],
+    value_infos: Mapping[str, Any] | None = None,
+) -> OperatorDef:
     """The ``ONNXReference`` op running ``node`` (inputs: the node's and its subgraphs' outer-scope names)."""
     import onnx.helper
 
@@ -116,11 +131,14 @@ def reference_op(node: Any, inputs: list[str], outputs: list[str], opsets: Mappi
     g_inputs = [_bare_info(infos.get(n), n) for n in inputs]
     g_outputs = [_bare_info(None, n) for n in outputs]
     graph = onnx.helper.make_graph([node], "one_node", g_inputs, g_outputs)
-    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid(d, v) for d, v in opsets.items()],
-                                   functions=list(functions))
+    model = onnx.helper.make_model(
+        graph, opset_imports=[onnx.helper.make_opsetid(d, v) for d, v in opsets.items()], functions=list(functions)
+    )
     model.ir_version = max(model.ir_version, 8)
     text = base64.b64encode(model.SerializeToString()).decode("ascii")
-    return OperatorDef("ONNXReference", list(inputs), list(outputs), {"model": text, "onnx_op": node.op_type}, name=node.name)
+    return OperatorDef(
+        "ONNXReference", list(inputs), list(outputs), {"model": text, "onnx_op": node.op_type}, name=node.name
+    )
 
 
 def _bare_info(info: Any, name: str) -> Any:

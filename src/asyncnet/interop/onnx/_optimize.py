@@ -27,14 +27,25 @@ def fold_batch_norm(model: Any) -> Any:
     producer = {o: node for node in g.node for o in node.output}
     folds: dict[int, tuple[Any, Any]] = {}  # id(bn node) -> (conv node, bn node)
     for bn in g.node:
-        if bn.op_type != "BatchNormalization" or bn.domain not in ("", "ai.onnx") or len([o for o in bn.output if o]) != 1:
+        if (
+            bn.op_type != "BatchNormalization"
+            or bn.domain not in ("", "ai.onnx")
+            or len([o for o in bn.output if o]) != 1
+        ):
             continue
         if any(a.name == "training_mode" and a.i for a in bn.attribute):
             continue
         conv = producer.get(bn.input[0])
-        if (conv is None or conv.op_type != "Conv" or conv.domain not in ("", "ai.onnx") or uses[conv.output[0]] != 1
-                or conv.output[0] in graph_outputs or not all(n in inits for n in bn.input[1:5])
-                or conv.input[1] not in inits or (len(conv.input) > 2 and conv.input[2] and conv.input[2] not in inits)):
+        if (
+            conv is None
+            or conv.op_type != "Conv"
+            or conv.domain not in ("", "ai.onnx")
+            or uses[conv.output[0]] != 1
+            or conv.output[0] in graph_outputs
+            or not all(n in inits for n in bn.input[1:5])
+            or conv.input[1] not in inits
+            or (len(conv.input) > 2 and conv.input[2] and conv.input[2] not in inits)
+        ):
             continue
         folds[id(bn)] = (conv, bn)
     if not folds:
@@ -47,8 +58,11 @@ def fold_batch_norm(model: Any) -> Any:
     for conv, bn in folds.values():
         eps = next((a.f for a in bn.attribute if a.name == "epsilon"), 1e-5)
         w = numpy_helper.to_array(inits[conv.input[1]])
-        b = (numpy_helper.to_array(inits[conv.input[2]]) if len(conv.input) > 2 and conv.input[2]
-             else np.zeros(w.shape[0], w.dtype))
+        b = (
+            numpy_helper.to_array(inits[conv.input[2]])
+            if len(conv.input) > 2 and conv.input[2]
+            else np.zeros(w.shape[0], w.dtype)
+        )
         scale, beta, mean, var = (numpy_helper.to_array(inits[n]).astype(np.float64) for n in bn.input[1:5])
         k = scale / np.sqrt(var + eps)
         w2 = (w.astype(np.float64) * k.reshape(-1, *([1] * (w.ndim - 1)))).astype(w.dtype)
@@ -73,7 +87,9 @@ def fold_batch_norm(model: Any) -> Any:
     ng.node.extend(nodes)
     ng.initializer.extend(v for k, v in replaced.items() if not k.startswith("__node__"))
     still = _uses(ng)
-    keep = [t for t in ng.initializer if still[t.name] or t.name in {v.name for v in ng.input} or t.name in graph_outputs]
+    keep = [
+        t for t in ng.initializer if still[t.name] or t.name in {v.name for v in ng.input} or t.name in graph_outputs
+    ]
     del ng.initializer[:]
     ng.initializer.extend(keep)
     return new
@@ -153,7 +169,7 @@ def _slice(v: Any, ins: list[Any], a: dict[str, Any]) -> Any:
     if len(starts) != 1 or len(ends) != 1 or list(axes) not in ([0], [-1]) or len(steps) != 1 or steps[0] == 0:
         return None
     n = len(p.values)
-    s, e = (max(min(int(x), 2 ** 62), -(2 ** 62)) for x in (starts[0], ends[0]))
+    s, e = (max(min(int(x), 2**62), -(2**62)) for x in (starts[0], ends[0]))
     return _Partial(p.values[slice(*slice(s, e, int(steps[0])).indices(n))])
 
 
@@ -173,7 +189,12 @@ def _unsqueeze(v: Any, axes: Any) -> Any:
 
 def _squeeze(v: Any, axes: Any) -> Any:
     p = _as_partial(v)
-    if p is None or p.scalar or len(p.values) != 1 or (axes is not None and [int(x) for x in np.reshape(axes, -1)] not in ([0], [-1])):
+    if (
+        p is None
+        or p.scalar
+        or len(p.values) != 1
+        or (axes is not None and [int(x) for x in np.reshape(axes, -1)] not in ([0], [-1]))
+    ):
         return None
     return _Partial(p.values, True)
 
@@ -277,8 +298,11 @@ def fold_shapes(model: Any, types: dict[str, Any]) -> Any:
         return model
     inputs = {v.name for v in g.input}
     params = {t.name: t for t in g.initializer}
-    known: dict[str, Any] = {t.name: numpy_helper.to_array(t) for t in g.initializer
-                             if t.name not in inputs and int(np.prod(t.dims)) <= _MAX_FOLDED}
+    known: dict[str, Any] = {
+        t.name: numpy_helper.to_array(t)
+        for t in g.initializer
+        if t.name not in inputs and int(np.prod(t.dims)) <= _MAX_FOLDED
+    }
     new_inits: dict[str, np.ndarray] = {}
     folded: set[int] = set()  # node indices
     reshape_targets: dict[int, str] = {}
@@ -295,8 +319,13 @@ def fold_shapes(model: Any, types: dict[str, Any]) -> Any:
             folded.add(k)
             continue
         vals = [known.get(n) if n else None for n in node.input]
-        if (node.op_type == "Reshape" and len(vals) == 2 and vals[1] is not None and not isinstance(vals[1], np.ndarray)
-                and vals[1].full() is None):
+        if (
+            node.op_type == "Reshape"
+            and len(vals) == 2
+            and vals[1] is not None
+            and not isinstance(vals[1], np.ndarray)
+            and vals[1].full() is None
+        ):
             target = _reshape_target(vals[1], bool(_attrs(node).get("allowzero", 0)))
             if target is not None:
                 name = f"{node.output[0]}__shape"
@@ -379,8 +408,9 @@ def fuse_matmul_add(ops: list[Any], params: dict[str, tuple[tuple[int, ...], Any
         b = params.get(other)
         if other == op.outputs[0] or b is None or b[0] != (w[0][1],) or b[1] != w[1]:
             continue
-        fused[i] = OperatorDef("ONNXMatMulAdd", [op.inputs[0], op.inputs[1], other], list(add.outputs), {},
-                               name=op.name)
+        fused[i] = OperatorDef(
+            "ONNXMatMulAdd", [op.inputs[0], op.inputs[1], other], list(add.outputs), {}, name=op.name
+        )
         dropped.add(users[0])
     if not fused:
         return ops
