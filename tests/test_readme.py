@@ -2,7 +2,7 @@
 each block in a fresh namespace, in a scratch directory.
 
 A block preceded by the line ``<!-- not-tested: reason -->`` is skipped: it needs torchrun, a GPU,
-the tensorflow extra (tests/tf_interop/test_tf_docs_section.py runs those), an importable worker
+the tensorflow extra (tests/interop/tensorflow/test_tf_docs_section.py runs those), an importable worker
 for spawned processes, or minutes of training. Keep such blocks rare.
 """
 

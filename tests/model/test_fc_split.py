@@ -1,6 +1,6 @@
 """split_input_gradients with ``dx_first`` (the DLRM net's split): the same bits as one FC gradient op.
 
-The default order (dX after dW, for the bucketed all-reduce) is tested in tests/scale/test_overlap.py.
+The default order (dX after dW, for the bucketed all-reduce) is tested in tests/sync/test_overlap.py.
 """
 
 import numpy as np

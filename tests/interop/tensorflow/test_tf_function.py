@@ -14,12 +14,12 @@ from _tfcheck import tensorflow_or_skip
 tf = tensorflow_or_skip()
 torch = pytest.importorskip("torch")
 
-import asyncnet as an  # noqa: E402
-from asyncnet.autodiff import add_gradient_ops  # noqa: E402
-from asyncnet.tensorflow import register_function, registered_functions, unregister_function  # noqa: E402
+import asyncnet as an
+from asyncnet.autodiff import add_gradient_ops
+from asyncnet.tensorflow import register_function, registered_functions, unregister_function
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "grad"))
-from _gradcheck_helpers import check_all, weighted_mean_head  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "autodiff"))
+from _gradcheck_helpers import check_all, weighted_mean_head
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -28,7 +28,7 @@ def test_every_node_test_passes_but_the_listed_ones() -> None:
     }
     assert passed == total - len(listed)
     assert passed >= 1588  # onnxruntime 1.32.0's count with the same runner
-    doc = (Path(__file__).resolve().parents[2] / "docs" / "onnx.md").read_text()
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "onnx.md").read_text()
     table = "\n".join(coverage.table(failed, markdown=True))
     assert table in doc, (
         "docs/onnx.md's coverage table is stale: regenerate it with python -m asyncnet.interop.onnx.coverage --markdown"

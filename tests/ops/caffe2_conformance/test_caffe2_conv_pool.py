@@ -7,7 +7,7 @@ differences; caffe2/operators/pool_op.cc (AveragePool's count_include_pad defaul
 global_pooling pools the whole image). The references here are torch.nn.functional on the
 explicitly padded NCHW input (Caffe2's asymmetric pads) and central differences.
 Caffe2's 1-D forms (X [N, C, L], Conv1D, MaxPool1D...) and its 2-D names (Conv2D...) are
-checked too; asyncnet has no 3-D form (documented in docs/compatibility.md); `legacy_pad` is tested in tests/caffe2_compat/test_c2_legacy_pad.py.
+checked too; asyncnet has no 3-D form (documented in docs/compatibility.md); `legacy_pad` is tested in tests/caffe2/test_c2_legacy_pad.py.
 """
 
 from __future__ import annotations

@@ -10,9 +10,9 @@ from _tfcheck import tensorflow_or_skip
 tf = tensorflow_or_skip()
 keras = pytest.importorskip("keras")
 
-from asyncnet.errors import SyncError, SyncMismatchError  # noqa: E402
-from asyncnet.sync import LocalGradientSync, run_parallel_workers  # noqa: E402
-from asyncnet.tensorflow import SyncOptimizer, broadcast_variables, limit_threads, sync_gradients  # noqa: E402
+from asyncnet.errors import SyncError, SyncMismatchError
+from asyncnet.sync import LocalGradientSync, run_parallel_workers
+from asyncnet.tensorflow import SyncOptimizer, broadcast_variables, limit_threads, sync_gradients
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -227,7 +227,7 @@ def test_torch_distributed_backend() -> None:
 
     pytest.importorskip("torch")
     here = Path(__file__).resolve().parent
-    sys.path.insert(0, str(here.parent / "train"))
+    sys.path.insert(0, str(here.parents[1] / "train"))
     from _torchrun import run_torchrun
 
     with socket.socket() as s:

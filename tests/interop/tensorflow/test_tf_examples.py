@@ -13,7 +13,7 @@ from _tfcheck import tensorflow_or_skip
 
 tensorflow_or_skip()
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 
 
 def _run(name: str, *args: str, timeout: float) -> str:

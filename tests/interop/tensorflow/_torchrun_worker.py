@@ -14,7 +14,7 @@ from asyncnet.tensorflow import broadcast_variables, limit_threads, sync_gradien
 dist.init_process_group("gloo")
 sync = TorchDistributedGradientSync()
 limit_threads()  # process_cores() is already this rank's share of the host
-import tensorflow as tf  # noqa: E402
+import tensorflow as tf
 
 r = sync.worker_id
 grads = [

@@ -153,7 +153,7 @@ def test_train_net_with_allreduce_op():
         pytest.skip("the Allreduce op is not registered yet")
     net = MLP(input_dim=4, hidden=(3,), num_classes=2).train_net(
         sync_blob="sync", bucket_mb=None
-    )  # one Allreduce (default: buckets, tests/scale)
+    )  # one Allreduce (default: buckets, tests/sync)
     ar = [op for op in net.ops if op.type == "Allreduce"]
     assert len(ar) == 1 and ar[0].inputs[0] == "sync" and ar[0].outputs == ar[0].inputs[1:]
 

@@ -10,7 +10,7 @@ import pytest
 pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "onnx.md"
+DOC = Path(__file__).resolve().parents[3] / "docs" / "onnx.md"
 
 
 @pytest.mark.timeout(120)

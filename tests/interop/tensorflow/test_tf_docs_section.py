@@ -11,7 +11,7 @@ from _tfcheck import tensorflow_or_skip
 
 tensorflow_or_skip()
 
-PAGE = Path(__file__).resolve().parents[2] / "docs" / "interop.md"
+PAGE = Path(__file__).resolve().parents[3] / "docs" / "interop.md"
 
 
 def _section_blocks() -> list[str]:
