@@ -4,8 +4,7 @@
     pytest tests/faults -m slow                      # full campaign, ASYNCNET_FAULT_TRIES tries per kind (default 2)
     python tests/faults/campaign.py --tries 3        # the same, printing the table
 
-Failures that belong to open items of other work are counted as "expected" and do not fail the
-test; any other bad try does, with its details.
+Any bad try fails the test, with its details.
 """
 
 from __future__ import annotations
