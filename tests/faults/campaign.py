@@ -348,7 +348,9 @@ def kill_try(kind: str, rng: random.Random, work: Path) -> Try:
         problems.append("torchrun exited 0 after the fault")
     if expect and not hung and status not in expect:
         problems.append(f"exit {status}, expected {sorted(expect)}: {err.strip()[-200:]}")
-    if what == "worker_kill" and status == 1 and "worker" not in err:
+    if what == "worker_kill" and torch and not hung and "rank" not in err:
+        problems.append(f"torchrun does not name the killed rank: {err.strip()[-300:]}")
+    if what == "worker_kill" and not torch and status == 1 and "worker" not in err:
         problems.append(f"the error does not name the worker: {err.strip()}")
     if what in ("sigterm_group", "sigint_group") and not torch and err.strip() not in ("asyncnet: terminated", "asyncnet: interrupted"):
         problems.append(f"not the one interrupt line: {err.strip()[-200:]}")
@@ -448,7 +450,8 @@ def _fuzz_results(kind: str, status: int | None, err: str, hung: bool, orphans: 
 
 KILL_KINDS = [f"{w}[{b}]" for w in ("parent_kill", "sigterm_group", "sigint_group", "checkpoint_kill")
               for b in ("threads", "processes")] + ["worker_kill[processes]"]
-TORCH_KINDS = ["sigterm_group[torch]", "parent_kill[torch]"]  # torchrun's agent gets the signal or the kill
+# torchrun: a signal to the whole group, SIGKILL of the agent, SIGKILL of one rank
+TORCH_KINDS = ["sigterm_group[torch]", "sigint_group[torch]", "parent_kill[torch]", "worker_kill[torch]"]
 RUN_KINDS = ["sigint_run[async_scheduling]", "sigint_run[simple]"]
 FUZZ_KINDS = ["fuzz_cli", "fuzz_data", "fuzz_netdef", "fuzz_checkpoint"]
 ALL_KINDS = RUN_KINDS + KILL_KINDS + TORCH_KINDS + ["diverge"] + FUZZ_KINDS

@@ -31,6 +31,5 @@ def test_short_campaign():
 @pytest.mark.timeout(7200)
 def test_full_campaign():
     tries = int(os.environ.get("ASYNCNET_FAULT_TRIES", "2"))
-    kinds = [k for k in campaign.ALL_KINDS if k not in campaign.TORCH_KINDS]  # torchrun's: see docs/robustness.md
-    plan = {k: tries * (campaign.FUZZ_PER_TRY if k.startswith("fuzz_") else 1) for k in kinds}
+    plan = {k: tries * (campaign.FUZZ_PER_TRY if k.startswith("fuzz_") else 1) for k in campaign.ALL_KINDS}
     _assert_no_bad(campaign.run_campaign(plan, seed=int(os.environ.get("ASYNCNET_FAULT_SEED", "0"))))
