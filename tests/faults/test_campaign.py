@@ -29,7 +29,9 @@ def test_short_campaign():
 
 @pytest.mark.slow
 @pytest.mark.timeout(7200)
-def test_full_campaign():
+def test_full_campaign(request):
+    if "slow" not in (request.config.getoption("markexpr", "") or ""):
+        pytest.skip("the full campaign (minutes) runs when asked for: pytest tests/faults -m slow")
     tries = int(os.environ.get("ASYNCNET_FAULT_TRIES", "2"))
     plan = {k: tries * (campaign.FUZZ_PER_TRY if k.startswith("fuzz_") else 1) for k in campaign.ALL_KINDS}
     _assert_no_bad(campaign.run_campaign(plan, seed=int(os.environ.get("ASYNCNET_FAULT_SEED", "0"))))

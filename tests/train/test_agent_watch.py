@@ -50,7 +50,8 @@ def _segments_of(pids: list[int]) -> list[str]:
     return sorted(n for n in os.listdir("/dev/shm") if any(f"_{p}_" in n for p in pids))
 
 
-def test_sigkill_of_torchrun_agent_stops_both_ranks(tmp_path: Path) -> None:
+@pytest.mark.parametrize("when", ["training", "starting"])
+def test_sigkill_of_torchrun_agent_stops_both_ranks(tmp_path: Path, when: str) -> None:
     run = tmp_path / "run"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
            "--master-port", str(free_port()), "-m", "asyncnet", "train", "--backend", "torch", "--epochs", "400",
@@ -59,7 +60,10 @@ def test_sigkill_of_torchrun_agent_stops_both_ranks(tmp_path: Path) -> None:
                              stderr=subprocess.PIPE, start_new_session=True)
     ranks: list[int] = []
     try:
-        _wait_for(lambda: _epochs(run) >= 1 or agent.poll() is not None, 120, "the first epoch")
+        if when == "training":
+            _wait_for(lambda: _epochs(run) >= 1 or agent.poll() is not None, 120, "the first epoch")
+        else:  # the ranks are importing asyncnet, before anything of theirs runs
+            _wait_for(lambda: len(_children(agent.pid)) == 2 or agent.poll() is not None, 120, "the ranks")
         assert agent.poll() is None, agent.stderr.read().decode()[-2000:] if agent.stderr else ""
         ranks = _children(agent.pid)
         assert len(ranks) == 2, ranks
@@ -77,15 +81,16 @@ def test_sigkill_of_torchrun_agent_stops_both_ranks(tmp_path: Path) -> None:
     assert took < 10, f"the ranks took {took:.1f} s to stop"
     assert _segments_of([agent.pid, *ranks]) == []
     assert "Traceback" not in err, err[-2000:]
-    saved = json.loads((run / "metrics.json").read_text())
-    assert saved["status"] in ("interrupted", "running") and len(saved["epochs"]) >= 1
+    if when == "training":
+        saved = json.loads((run / "metrics.json").read_text())
+        assert saved["status"] in ("interrupted", "running") and len(saved["epochs"]) >= 1
 
 
 def test_a_rank_that_ignores_the_stop_is_ended_after_the_grace(tmp_path: Path) -> None:
     """The watch's backstop: a process that ignores SIGTERM exits 143 ``grace`` s after its parent died."""
     code = ("import os, signal, subprocess, sys, time\n"
             "child = subprocess.Popen([sys.executable, '-c', 'import signal, time, sys\\n"
-            "from asyncnet.train.agent_watch import watch_parent\\n"
+            "from asyncnet._parent_watch import watch_parent\\n"
             "signal.signal(signal.SIGTERM, signal.SIG_IGN)\\n"
             "with watch_parent(grace=1.0):\\n"
             "    print(\"ready\", flush=True); time.sleep(60)'], stdout=subprocess.PIPE)\n"

@@ -435,10 +435,11 @@ def launch_torch(cfg: TrainConfig, ds: Dataset, model: Any = None, reporter: Any
     if not under_torchrun():
         raise ValueError("--backend torch runs under torchrun, e.g. "
                          "torchrun --nproc-per-node 2 -m asyncnet train --backend torch")
-    from asyncnet.train.agent_watch import watch_parent
+    from asyncnet._parent_watch import watch_parent
 
-    with watch_parent():  # torchrun's agent killed: this rank stops instead of training on as an orphan
-        dist.init_process_group("gloo", timeout=timedelta(seconds=cfg.timeout))
+    with watch_parent() as watch:  # torchrun's agent killed: this rank stops instead of training on as an orphan
+        with watch.hard():  # the store's connect holds the GIL: the watching thread cannot run
+            dist.init_process_group("gloo", timeout=timedelta(seconds=cfg.timeout))
         try:
             return _run_ranks(cfg, ds, model, reporter, resume, writer)
         finally:
