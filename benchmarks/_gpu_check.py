@@ -31,9 +31,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ("mlp", "cnn", "lstm", "dlrm")
 #: (label, TrainConfig overrides)
-MODES = (("local", dict(mode="local", workers=1)),
-         ("sync 2 threads", dict(mode="sync", workers=2, backend="threads")),
-         ("async 2 streams", dict(mode="local", workers=1, net_type="async_scheduling", net_threads=2)))
+MODES = (
+    ("local", dict(mode="local", workers=1)),
+    ("sync 2 threads", dict(mode="sync", workers=2, backend="threads")),
+    ("async 2 streams", dict(mode="local", workers=1, net_type="async_scheduling", net_threads=2)),
+)
 TOLERANCE = 2e-3  # max |cuda - cpu| / max |cpu| per parameter after one epoch in float32
 NO_CUDA = 77  # the exit status of "not run here" (automake's SKIP)
 #: skip reasons that are fine on a CUDA machine (anything else mentioning CUDA or a GPU fails the check)
@@ -51,8 +53,10 @@ def probe() -> int:
         build = torch.version.cuda or "a CPU-only build"
         print(f"gpu_check: no CUDA device (torch {torch.__version__}, {build}); nothing to check here")
         return NO_CUDA
-    print(f"gpu_check: torch {torch.__version__} CUDA {torch.version.cuda}, "
-          f"{torch.cuda.device_count()} device(s): {torch.cuda.get_device_name(0)}")
+    print(
+        f"gpu_check: torch {torch.__version__} CUDA {torch.version.cuda}, "
+        f"{torch.cuda.device_count()} device(s): {torch.cuda.get_device_name(0)}"
+    )
     return 0
 
 
@@ -90,7 +94,8 @@ def unexpected_skips(report: Path) -> list[str]:
         for skip in case.findall("skipped"):
             reason = f"{skip.get('message', '')} {skip.text or ''}"
             if re.search(r"cuda|gpu|device", reason, re.IGNORECASE) and not any(
-                    re.search(e, reason, re.IGNORECASE) for e in EXPECTED_SKIPS):
+                re.search(e, reason, re.IGNORECASE) for e in EXPECTED_SKIPS
+            ):
                 bad.append(f"{case.get('classname')}::{case.get('name')}: {reason.strip()[:200]}")
     return bad
 
@@ -144,24 +149,37 @@ def compare(as_json: bool) -> int:
                 gpu, gpu_score, gpu_s = _train(model, overrides, "cuda")
                 cpu, cpu_score, cpu_s = _train(model, overrides, "cpu")
                 rel, worst = max_relative_difference(gpu, cpu)
-                row.update(cuda_score=gpu_score, cpu_score=cpu_score, cuda_s=gpu_s, cpu_s=cpu_s, max_rel_diff=rel,
-                           worst_param=worst, ok=rel <= TOLERANCE)
+                row.update(
+                    cuda_score=gpu_score,
+                    cpu_score=cpu_score,
+                    cuda_s=gpu_s,
+                    cpu_s=cpu_s,
+                    max_rel_diff=rel,
+                    worst_param=worst,
+                    ok=rel <= TOLERANCE,
+                )
             except Exception as exc:  # noqa: BLE001 - reported in the table, fails the check
                 row.update(ok=False, error=f"{type(exc).__name__}: {exc}"[:300])
             rows.append(row)
     if as_json:
         print(json.dumps(rows, indent=2))
     else:
-        print(f"{'model':<6}{'mode':<17}{'cuda score':>11}{'cpu score':>10}{'max rel diff':>13}{'cuda s':>8}{'cpu s':>7}  result")
+        print(
+            f"{'model':<6}{'mode':<17}{'cuda score':>11}{'cpu score':>10}{'max rel diff':>13}{'cuda s':>8}{'cpu s':>7}  result"
+        )
         for r in rows:
             if "error" in r:
                 print(f"{r['model']:<6}{r['mode']:<17}{'':>49}  FAILED {r['error']}")
                 continue
-            print(f"{r['model']:<6}{r['mode']:<17}{r['cuda_score']:>11.4f}{r['cpu_score']:>10.4f}{r['max_rel_diff']:>13.2e}"
-                  f"{r['cuda_s']:>8.1f}{r['cpu_s']:>7.1f}  {'ok' if r['ok'] else 'FAILED (' + r['worst_param'] + ')'}")
+            print(
+                f"{r['model']:<6}{r['mode']:<17}{r['cuda_score']:>11.4f}{r['cpu_score']:>10.4f}{r['max_rel_diff']:>13.2e}"
+                f"{r['cuda_s']:>8.1f}{r['cpu_s']:>7.1f}  {'ok' if r['ok'] else 'FAILED (' + r['worst_param'] + ')'}"
+            )
     failed = [r for r in rows if not r["ok"]]
-    print(f"gpu_check: {len(rows) - len(failed)}/{len(rows)} CUDA training runs match the CPU within {TOLERANCE:g}"
-          + ("" if not failed else " -- FAILED"))
+    print(
+        f"gpu_check: {len(rows) - len(failed)}/{len(rows)} CUDA training runs match the CPU within {TOLERANCE:g}"
+        + ("" if not failed else " -- FAILED")
+    )
     return 1 if failed else 0
 
 

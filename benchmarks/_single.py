@@ -11,7 +11,8 @@ import json
 import os
 import subprocess
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from asyncnet.simulate.measure import BLAS_ENV
 from benchmarks import child_env
@@ -33,8 +34,13 @@ def rerun_single_threaded(module: str, argv: list[str]) -> int | None:
     return subprocess.run([sys.executable, "-m", module, *argv], env=env).returncode
 
 
-def single_threaded_main(module: str, argv: list[str] | None, parse: Callable[[list[str]], Any],
-                         run: Callable[[Any], dict[str, Any]], table: Callable[[dict[str, Any]], str]) -> int:
+def single_threaded_main(
+    module: str,
+    argv: list[str] | None,
+    parse: Callable[[list[str]], Any],
+    run: Callable[[Any], dict[str, Any]],
+    table: Callable[[dict[str, Any]], str],
+) -> int:
     """A benchmark's ``main``: parse ``argv`` (errors before any restart), run in a single-threaded
     BLAS process, print the table or, with ``--json``, the result."""
     argv = list(sys.argv[1:] if argv is None else argv)

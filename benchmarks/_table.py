@@ -1,7 +1,7 @@
 """Cells of the benchmarks' printed tables.
 
-    >>> cell(None, ".2f"), cell(1.234, ".2f")
-    ('-', '1.23')
+>>> cell(None, ".2f"), cell(1.234, ".2f")
+('-', '1.23')
 """
 
 from __future__ import annotations

@@ -33,9 +33,15 @@ def _setup(settings: dict[str, Any]) -> tuple[Any, list[np.ndarray], int]:
 
 def _row(name: str, seconds: list[float], samples: list[int], accs: list[float]) -> dict[str, Any]:
     steady_s, steady_n = sum(seconds[1:]) or sum(seconds), sum(samples[1:]) or sum(samples)
-    return {"mode": name, "backend": "-", "workers": 1, "samples_per_sec": steady_n / steady_s if steady_s else 0.0,
-            "best_test_accuracy": max(accs), "final_test_accuracy": accs[-1],
-            "test_accuracy_per_epoch": [round(a, 4) for a in accs]}
+    return {
+        "mode": name,
+        "backend": "-",
+        "workers": 1,
+        "samples_per_sec": steady_n / steady_s if steady_s else 0.0,
+        "best_test_accuracy": max(accs),
+        "final_test_accuracy": accs[-1],
+        "test_accuracy_per_epoch": [round(a, 4) for a in accs],
+    }
 
 
 def numpy_loop(settings: dict[str, Any]) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """One trainer worker (its workspace and train net) for a zoo model, as the trainers build it.
 
-    >>> callable(zoo_worker)
-    True
+>>> callable(zoo_worker)
+True
 """
 
 from __future__ import annotations
@@ -19,7 +19,18 @@ def zoo_worker(model: str, tensor: str, net_type: str, steps: int) -> tuple[Any,
 
     ds = load_clicks(20000, 1000) if model == "dlrm" else dataset_for(model)
     bs = 128 if model == "dlrm" else 32
-    cfg = TrainConfig(model=model, mode="local", workers=1, tensor=tensor, net_type=net_type, seed=0, trace=False,
-                      threads=1, batch_size=bs)
-    worker = WorkerNets(cfg, build_program(cfg, ds.input_dim, ds.num_classes), feeds=ds.feeds if model == "dlrm" else None)
+    cfg = TrainConfig(
+        model=model,
+        mode="local",
+        workers=1,
+        tensor=tensor,
+        net_type=net_type,
+        seed=0,
+        trace=False,
+        threads=1,
+        batch_size=bs,
+    )
+    worker = WorkerNets(
+        cfg, build_program(cfg, ds.input_dim, ds.num_classes), feeds=ds.feeds if model == "dlrm" else None
+    )
     return worker, list(epoch_batches(ds.x_train, ds.y_train, bs, 1, 0))[:steps], bs

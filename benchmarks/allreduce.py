@@ -107,8 +107,9 @@ def measure_gloo(workers: int, size: int, reps: int, batches: int = 2) -> float 
     ctx = mp.get_context("spawn")
     queue = ctx.SimpleQueue()
     port = free_port()
-    procs = [ctx.Process(target=_gloo_worker, args=(r, workers, port, size, reps, queue, batches))
-             for r in range(workers)]
+    procs = [
+        ctx.Process(target=_gloo_worker, args=(r, workers, port, size, reps, queue, batches)) for r in range(workers)
+    ]
     for p in procs:
         p.start()
     for p in procs:
@@ -151,8 +152,10 @@ def cell(v: Any, spec: str) -> str:
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    head = (f"{'size':>6} {'n':>2} {'limit ms':>9} {'threads ms':>11} {'% limit':>8} {'procs ms':>9} "
-            f"{'procs-shm ms':>13} {'gloo ms':>8} {'thr/gloo':>9} {'procs/gloo':>11} {'shm/gloo':>9}")
+    head = (
+        f"{'size':>6} {'n':>2} {'limit ms':>9} {'threads ms':>11} {'% limit':>8} {'procs ms':>9} "
+        f"{'procs-shm ms':>13} {'gloo ms':>8} {'thr/gloo':>9} {'procs/gloo':>11} {'shm/gloo':>9}"
+    )
     lines = [head, "-" * len(head)]
     for r in rows:
         size = f"{r['size'] / 1e6:g}M"
@@ -197,13 +200,17 @@ def run_latency(size: int, worker_counts: list[int], reps: int, batches: int, gl
 
 
 def latency_table(rows: list[dict[str, Any]]) -> str:
-    head = (f"{'floats':>7} {'n':>2} {'threads us':>11} {'procs us':>9} {'gloo us':>8} {'procs/threads':>14} "
-            f"{'procs/gloo':>11}  load average (1/5/15 min) before -> after")
+    head = (
+        f"{'floats':>7} {'n':>2} {'threads us':>11} {'procs us':>9} {'gloo us':>8} {'procs/threads':>14} "
+        f"{'procs/gloo':>11}  load average (1/5/15 min) before -> after"
+    )
     lines = [head, "-" * len(head)]
     for r in rows:
-        lines.append(f"{r['size']:>7} {r['workers']:>2} {r['threads_us']:>11.1f} {r['procs_us']:>9.1f} "
-                     f"{cell(r['gloo_us'], '8.1f'):>8} {r['procs_vs_threads']:>13.2f}x "
-                     f"{cell(r['procs_vs_gloo'], '10.3f') + 'x':>11}  {r['load_before']} -> {r['load_after']}")
+        lines.append(
+            f"{r['size']:>7} {r['workers']:>2} {r['threads_us']:>11.1f} {r['procs_us']:>9.1f} "
+            f"{cell(r['gloo_us'], '8.1f'):>8} {r['procs_vs_threads']:>13.2f}x "
+            f"{cell(r['procs_vs_gloo'], '10.3f') + 'x':>11}  {r['load_before']} -> {r['load_after']}"
+        )
     return "\n".join(lines)
 
 
@@ -220,8 +227,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="one small size, 2 workers, no gloo: a smoke run")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--no-gloo", action="store_true", help="skip the torch gloo peer")
-    parser.add_argument("--latency", action="store_true",
-                        help="round latency of 10k floats (2 and 4 workers) instead of bandwidth")
+    parser.add_argument(
+        "--latency", action="store_true", help="round latency of 10k floats (2 and 4 workers) instead of bandwidth"
+    )
     args = parser.parse_args(argv)
     if args.latency:
         return _main_latency(args)
@@ -243,8 +251,10 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(result, indent=2))
     else:
         bw = rows[0]["bandwidth_gbs"] if rows else 0.0
-        print(f"all-reduce (mean) of float32 gradients, {os.cpu_count()} CPUs, copy bandwidth {bw:.1f} GB/s "
-              f"(read + write); ms per round, best of 2 x {reps}")
+        print(
+            f"all-reduce (mean) of float32 gradients, {os.cpu_count()} CPUs, copy bandwidth {bw:.1f} GB/s "
+            f"(read + write); ms per round, best of 2 x {reps}"
+        )
         print(table(rows))
         _print_targets(result["targets"])
     return 0
@@ -255,13 +265,21 @@ def _main_latency(args: argparse.Namespace) -> int:
     gloo = not (args.quick or args.no_gloo)
     started = time.perf_counter()
     rows = run_latency(10_000, counts, reps, batches, gloo)
-    result = {"benchmark": "allreduce-latency", "dtype": "float32", "cpus": os.cpu_count(), "rows": rows,
-              "targets": latency_targets(rows), "seconds": time.perf_counter() - started}
+    result = {
+        "benchmark": "allreduce-latency",
+        "dtype": "float32",
+        "cpus": os.cpu_count(),
+        "rows": rows,
+        "targets": latency_targets(rows),
+        "seconds": time.perf_counter() - started,
+    }
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
-    print(f"all-reduce (mean) round latency, {os.cpu_count()} CPUs; microseconds per round, best of "
-          f"{batches} x {reps} rounds (gloo: x {max(1, reps // 10)})")
+    print(
+        f"all-reduce (mean) round latency, {os.cpu_count()} CPUs; microseconds per round, best of "
+        f"{batches} x {reps} rounds (gloo: x {max(1, reps // 10)})"
+    )
     print(latency_table(rows))
     _print_targets(result["targets"])
     return 0

@@ -22,7 +22,8 @@ import json
 import multiprocessing as mp
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -30,6 +31,7 @@ __all__ = ["main"]
 
 
 # -- the peers: each factory returns (increment function, cleanup) ------------------------------
+
 
 def _atomic_int() -> tuple[Callable[[], Any], Callable[[], None]]:
     from asyncnet.atomic import AtomicInt
@@ -102,6 +104,7 @@ def _run_together(bodies: list[Callable[[], Any]]) -> float:
 
 # -- processes ---------------------------------------------------------------------------------------
 
+
 def _proc_shared_atomic(counter: Any, go: Any, times: Any, rank: int, n: int) -> None:
     while not go.load():
         time.sleep(0.0005)
@@ -160,6 +163,7 @@ def _processes_rate(kind: str, procs: int, n: int) -> tuple[float, bool]:
 
 # -- the operator through a net -------------------------------------------------------------------
 
+
 def _op_rate(threads: int, n: int) -> float:
     import asyncnet as an
 
@@ -182,6 +186,7 @@ def _op_rate(threads: int, n: int) -> float:
 
 
 # -- driver -------------------------------------------------------------------------------------------
+
 
 def measure(n_thread: int, n_proc: int, n_op: int, repeats: int) -> list[dict[str, Any]]:
     """Every row: what, mode (1 thread / 2 threads / 2 processes), ops per second, ratio to baseline."""
@@ -206,8 +211,15 @@ def measure(n_thread: int, n_proc: int, n_op: int, repeats: int) -> list[dict[st
         if not exact:
             raise RuntimeError(f"{kind} lost updates across processes")
         base = rate if base is None else base
-        rows.append({"what": kind, "mode": "2 processes", "ops_per_s": rate, "ratio": rate / base,
-                     "baseline": "multiprocessing.Value + lock"})
+        rows.append(
+            {
+                "what": kind,
+                "mode": "2 processes",
+                "ops_per_s": rate,
+                "ratio": rate / base,
+                "baseline": "multiprocessing.Value + lock",
+            }
+        )
     return rows
 
 
@@ -215,8 +227,10 @@ def _table(rows: list[dict[str, Any]]) -> str:
     head = f"{'what':34} {'mode':12} {'fetch_add/s':>12} {'us/op':>7} {'ratio':>6}  vs"
     lines = [head, "-" * len(head)]
     for r in rows:
-        lines.append(f"{r['what']:34} {r['mode']:12} {r['ops_per_s']:12,.0f} {1e6 / r['ops_per_s']:7.2f} "
-                     f"{r['ratio']:6.2f}  {r['baseline']}")
+        lines.append(
+            f"{r['what']:34} {r['mode']:12} {r['ops_per_s']:12,.0f} {1e6 / r['ops_per_s']:7.2f} "
+            f"{r['ratio']:6.2f}  {r['baseline']}"
+        )
     return "\n".join(lines)
 
 

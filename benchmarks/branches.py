@@ -15,7 +15,6 @@ import statistics
 import sys
 import time
 
-
 import numpy as np
 
 
@@ -57,8 +56,10 @@ def main(argv: list[str] | None = None) -> int:
         policy = nets["async_scheduling"].policy.mode
     med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
     load = " ".join(open("/proc/loadavg").read().split()[:3]) if os.path.exists("/proc/loadavg") else "?"
-    print(f"{args.branches} x MatMul {args.size}x{args.size}: simple {med['simple']:.1f} ms, async_scheduling "
-          f"{med['async_scheduling']:.1f} ms ({policy}), speedup {med['simple'] / med['async_scheduling']:.2f}x; load {load}")
+    print(
+        f"{args.branches} x MatMul {args.size}x{args.size}: simple {med['simple']:.1f} ms, async_scheduling "
+        f"{med['async_scheduling']:.1f} ms ({policy}), speedup {med['simple'] / med['async_scheduling']:.2f}x; load {load}"
+    )
     return 0
 
 

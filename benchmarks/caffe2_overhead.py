@@ -10,7 +10,9 @@ the converted NetDef in an ``asyncnet.Workspace`` holding the same blobs and run
 hits both alike); the medians, their ratio and the load average are printed, or a JSON object
 with ``--json``::
 
-    python benchmarks/caffe2_overhead.py --layers 8 --iters 200 --rounds 7
+    python -m benchmarks caffe2_overhead --layers 8 --iters 200 --rounds 7
+
+``--quick`` (a smoke run, what ``python -m benchmarks all --quick`` uses): 20 runs per round, 3 rounds.
 """
 
 from __future__ import annotations
@@ -72,9 +74,18 @@ def measure(layers: int, width: int, batch: int, iters: int, rounds: int) -> dic
     workspace.ResetWorkspace()
     workspace.SwitchWorkspace("default")
     c2, anet = statistics.median(caffe2_times), statistics.median(asyncnet_times)
-    return {"ops": 2 * layers, "batch": batch, "width": width, "iters": iters, "rounds": rounds,
-            "caffe2_runnet_us": c2 * 1e6, "asyncnet_run_net_us": anet * 1e6, "ratio": c2 / anet,
-            "same_outputs": bool(same), "loadavg": os.getloadavg()}
+    return {
+        "ops": 2 * layers,
+        "batch": batch,
+        "width": width,
+        "iters": iters,
+        "rounds": rounds,
+        "caffe2_runnet_us": c2 * 1e6,
+        "asyncnet_run_net_us": anet * 1e6,
+        "ratio": c2 / anet,
+        "same_outputs": bool(same),
+        "loadavg": os.getloadavg(),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -85,13 +96,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--iters", type=int, default=200, help="net runs per round (default 200)")
     p.add_argument("--rounds", type=int, default=7, help="alternating rounds (default 7)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--quick", action="store_true", help="a smoke run: 20 runs per round, 3 rounds")
     a = p.parse_args(argv)
+    if a.quick:
+        a.iters, a.rounds = 20, 3
     r = measure(a.layers, a.width, a.batch, a.iters, a.rounds)
     if a.json:
         print(json.dumps(r))
         return 0
-    print(f"net: {r['ops']} ops (FC+Relu x {a.layers}), batch {a.batch}, width {a.width}; "
-          f"{a.rounds} rounds x {a.iters} runs, medians per run")
+    print(
+        f"net: {r['ops']} ops (FC+Relu x {a.layers}), batch {a.batch}, width {a.width}; "
+        f"{a.rounds} rounds x {a.iters} runs, medians per run"
+    )
     print(f"  caffe2.python.workspace.RunNet : {r['caffe2_runnet_us']:9.1f} us")
     print(f"  asyncnet Workspace.run_net     : {r['asyncnet_run_net_us']:9.1f} us")
     print(f"  ratio caffe2 / asyncnet        : {r['ratio']:9.3f}   (same outputs: {r['same_outputs']})")

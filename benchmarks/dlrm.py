@@ -1,6 +1,9 @@
 """DLRM training steps and its sparse ops: asyncnet against a PyTorch eager peer.
 
-``python benchmarks/dlrm.py [--sizes zoo,large] [--threads 1,2] [--steps N] [--reps N] [--json]``
+``python -m benchmarks dlrm [--quick] [--sizes zoo,large] [--threads 1,2] [--steps N] [--reps N] [--json]``
+
+``--quick`` (a smoke run, what ``python -m benchmarks all --quick`` uses): the zoo size only, 3
+steps, 2 repetitions of the per-op measurement on the zoo size's tables.
 
 The peer computes what facebookresearch/dlrm's ``DLRM_Net`` and its training-loop body compute
 (written here: ``nn.EmbeddingBag(mode="sum", sparse=True)`` tables, ReLU MLPs, the dot
@@ -31,8 +34,15 @@ import numpy as np
 
 SIZES = {
     "zoo": {"num_dense": 8, "tables": (100, 100, 100), "dim": 8, "bottom": (16,), "top": (16,), "batch": 128, "ids": 3},
-    "large": {"num_dense": 13, "tables": (100_000,) * 8, "dim": 64, "bottom": (512, 256), "top": (512, 256),
-              "batch": 512, "ids": 20},
+    "large": {
+        "num_dense": 13,
+        "tables": (100_000,) * 8,
+        "dim": 64,
+        "bottom": (512, 256),
+        "top": (512, 256),
+        "batch": 512,
+        "ids": 20,
+    },
 }
 
 
@@ -48,11 +58,15 @@ def batches(size: dict[str, Any], n: int, seed: int = 0) -> list[Batch]:
     out = []
     for _ in range(n):
         b = size["batch"]
-        feeds = {"dense": rng.random((b, size["num_dense"]), dtype=np.float32),
-                 "click": (rng.random((b, 1)) < 0.3).astype(np.float32)}
+        feeds = {
+            "dense": rng.random((b, size["num_dense"]), dtype=np.float32),
+            "click": (rng.random((b, 1)) < 0.3).astype(np.float32),
+        }
         offsets = []
         for k, rows in enumerate(size["tables"]):
-            lengths = (np.full(b, size["ids"]) if size["ids"] >= 20 else rng.integers(1, size["ids"] + 1, b)).astype(np.int32)
+            lengths = (np.full(b, size["ids"]) if size["ids"] >= 20 else rng.integers(1, size["ids"] + 1, b)).astype(
+                np.int32
+            )
             feeds[f"lengths{k}"] = lengths
             feeds[f"ids{k}"] = rng.integers(0, rows, int(lengths.sum()))
             offsets.append(np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64))
@@ -117,13 +131,22 @@ def torch_peer(size: dict[str, Any], params: dict[str, np.ndarray], lr: float) -
 
 
 # -- asyncnet ---------------------------------------------------------------------------------------
-def asyncnet_peer(size: dict[str, Any], lr: float, net_type: str, workers: int, tensor: str) -> tuple[Any, dict[str, np.ndarray]]:
+def asyncnet_peer(
+    size: dict[str, Any], lr: float, net_type: str, workers: int, tensor: str
+) -> tuple[Any, dict[str, np.ndarray]]:
     """(step function, initial parameters) of the zoo dlrm's SGD train net."""
     import asyncnet as an
     from asyncnet.model.zoo.dlrm import dlrm
 
-    m = dlrm(num_dense=size["num_dense"], table_sizes=size["tables"], dim=size["dim"], bottom=size["bottom"],
-             top=size["top"], net_type=net_type, num_workers=workers)
+    m = dlrm(
+        num_dense=size["num_dense"],
+        table_sizes=size["tables"],
+        dim=size["dim"],
+        bottom=size["bottom"],
+        top=size["top"],
+        net_type=net_type,
+        num_workers=workers,
+    )
     net = m.train_net(optimizer="sgd", lr=lr)
     ws = an.Workspace()
     ws.run_net_once(m.init_net)
@@ -177,18 +200,24 @@ def train_steps(size_name: str, threads: int, steps: int, warmup: int = 3) -> di
                 if i >= warmup:
                     times[name].append(time.perf_counter() - t0)
     ref = statistics.median(times["pytorch eager (DLRM_Net)"])
-    return {name: {"ms_per_step": 1e3 * statistics.median(t), "samples_per_s": size["batch"] / statistics.median(t),
-                   "vs_reference": ref / statistics.median(t)} for name, t in times.items()}
+    return {
+        name: {
+            "ms_per_step": 1e3 * statistics.median(t),
+            "samples_per_s": size["batch"] / statistics.median(t),
+            "vs_reference": ref / statistics.median(t),
+        }
+        for name, t in times.items()
+    }
 
 
-def sparse_ops(reps: int) -> dict[str, Any]:
-    """Per-op ms of the large size's lookup and update, asyncnet numpy / torch against the peer."""
+def sparse_ops(reps: int, size_name: str = "large") -> dict[str, Any]:
+    """Per-op ms of one size's lookup and update, asyncnet numpy / torch against the peer."""
     import torch
 
     import asyncnet as an
 
     torch.set_num_threads(1)
-    size = SIZES["large"]
+    size = SIZES[size_name]
     rng = np.random.default_rng(0)
     t, r, d, b, n = len(size["tables"]), size["tables"][0], size["dim"], size["batch"], size["ids"]
     tables = [rng.uniform(-0.003, 0.003, (r, d)).astype(np.float32) for _ in range(t)]
@@ -254,6 +283,7 @@ def _load() -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="a smoke run: zoo size, 3 steps, small per-op tables")
     ap.add_argument("--sizes", default="zoo,large")
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--steps", type=int, default=20)
@@ -262,6 +292,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-train", action="store_true", help="skip the training steps")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
+    if args.quick:
+        args.sizes, args.steps, args.reps = "zoo", 3, 2
     report: dict[str, Any] = {"load_before": _load(), "train": {}, "ops": {}}
     for size in [] if args.no_train else args.sizes.split(","):
         for threads in (int(t) for t in args.threads.split(",")):
@@ -269,10 +301,12 @@ def main(argv: list[str] | None = None) -> int:
             report["train"][f"{size} {threads} thread(s)"] = res
             if not args.json:
                 for name, r in res.items():
-                    print(f"{size:5s} {threads}t  {name:34s} {r['ms_per_step']:8.2f} ms/step {r['samples_per_s']:10,.0f} "
-                          f"samples/s  {r['vs_reference']:.2f}x the reference")
+                    print(
+                        f"{size:5s} {threads}t  {name:34s} {r['ms_per_step']:8.2f} ms/step {r['samples_per_s']:10,.0f} "
+                        f"samples/s  {r['vs_reference']:.2f}x the reference"
+                    )
     if not args.no_ops:
-        report["ops"] = sparse_ops(args.reps)
+        report["ops"] = sparse_ops(args.reps, "zoo" if args.quick else "large")
         if not args.json:
             for name, ms in report["ops"].items():
                 print(f"ops   {name:36s} {ms:8.2f} ms")

@@ -26,7 +26,8 @@ import os
 import subprocess
 import sys
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -89,7 +90,9 @@ def bench_fanout(n_tasks: int, repeats: int, workers: int = 2) -> dict[str, Any]
             ws.run_net(f"fan_{kind}")
         res["simple_us"] = _best(lambda: ws.run_net("fan_simple"), repeats) / n_tasks * 1e6
         res["async_us"] = _best(lambda: ws.run_net("fan_async_scheduling"), repeats) / n_tasks * 1e6
-        res["async_handle_us"] = _best(lambda: ws.run_net_async("fan_async_scheduling").wait(600), repeats) / n_tasks * 1e6
+        res["async_handle_us"] = (
+            _best(lambda: ws.run_net_async("fan_async_scheduling").wait(600), repeats) / n_tasks * 1e6
+        )
     try:
         import dask.threaded
 
@@ -98,15 +101,20 @@ def bench_fanout(n_tasks: int, repeats: int, workers: int = 2) -> dict[str, Any]
         keys = [f"y{i}" for i in range(n_tasks)]
         with cf.ThreadPoolExecutor(workers) as dpool:  # our pool, so no thread outlives the run
             dask.threaded.get(dsk, keys, pool=dpool, num_workers=workers)
-            res["dask_us"] = _best(lambda: dask.threaded.get(dsk, keys, pool=dpool, num_workers=workers),
-                                   max(1, repeats // 2)) / n_tasks * 1e6
+            res["dask_us"] = (
+                _best(lambda: dask.threaded.get(dsk, keys, pool=dpool, num_workers=workers), max(1, repeats // 2))
+                / n_tasks
+                * 1e6
+            )
     except ImportError:
         res["dask_us"] = None
     with cf.ThreadPoolExecutor(workers) as pool:
+
         def run_pool() -> None:
             futs = [pool.submit(_kernel, x) for _ in range(n_tasks)]
             for f in futs:
                 f.result()
+
         run_pool()
         res["futures_us"] = _best(run_pool, repeats) / n_tasks * 1e6
     for k in ("simple", "async", "async_handle", "dask", "futures"):
@@ -122,15 +130,16 @@ def _calibrate(target_s: float) -> int:
     n = 128
     while n < 2048:
         a = np.ones((n, n))
-        t = _best(lambda: a @ a, 3)
+        t = _best(lambda a=a: a @ a, 3)
         if t >= target_s:
             return n
         n = int(n * max(1.05, min(2.0, (target_s / t) ** (1 / 3))))
     return n
 
 
-def bench_branches(n_branches: int, kernel_ms: float, repeats: int, workers: int = 2,
-                   blas: str = "single-threaded") -> dict[str, Any]:
+def bench_branches(
+    n_branches: int, kernel_ms: float, repeats: int, workers: int = 2, blas: str = "single-threaded"
+) -> dict[str, Any]:
     """(c) ``n_branches`` independent MatMul branches: simple vs async with ``workers`` workers."""
     n = _calibrate(kernel_ms / 1e3)
     a = np.random.default_rng(0).standard_normal((n, n)) / n
@@ -155,8 +164,10 @@ def _branch_ms(a: Any, n_branches: int, repeats: int, workers: int) -> tuple[flo
                 net.MatMul(["a", "a"], f"m{i}")
             ws.create_net(net)
             ws.run_net(f"br_{kind}")
-        return (_best(lambda: ws.run_net("br_simple"), repeats) * 1e3,
-                _best(lambda: ws.run_net("br_async_scheduling"), repeats) * 1e3)
+        return (
+            _best(lambda: ws.run_net("br_simple"), repeats) * 1e3,
+            _best(lambda: ws.run_net("br_async_scheduling"), repeats) * 1e3,
+        )
 
 
 def _branches_torch(a: np.ndarray, n_branches: int, repeats: int, workers: int) -> dict[str, Any]:
@@ -204,10 +215,19 @@ def _branches_single_blas(args: argparse.Namespace) -> dict[str, Any]:
         from threadpoolctl import threadpool_limits  # type: ignore[import-not-found]
     except ImportError:
         env = child_env(**{k: "1" for k in BLAS_ENV})
-        cmd = [sys.executable, "-m", "benchmarks.executor", "--only", "branches", "--json", "--repeats", str(args.repeats)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "benchmarks.executor",
+            "--only",
+            "branches",
+            "--json",
+            "--repeats",
+            str(args.repeats),
+        ]
         out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
         if out.returncode != 0:
-            raise RuntimeError(f"branch benchmark subprocess failed: {out.stderr.strip()[-500:]}")
+            raise RuntimeError(f"branch benchmark subprocess failed: {out.stderr.strip()[-500:]}") from None
         return json.loads(out.stdout)["branches"]
     with threadpool_limits(1):
         return bench_branches(8, 5.0, args.repeats)
@@ -217,36 +237,53 @@ def _table(res: dict[str, Any]) -> str:
     rows = []
     if "chain" in res:
         c = res["chain"]
-        rows += [f"(a) linear chain, {c['ops']} cheap ops (per op)",
-                 f"    simple                    {c['simple_us']:8.2f} us",
-                 f"    async (caller thread)     {c['async_us']:8.2f} us   {c['ratio']:.2f}x simple   (target <= 1.3x)",
-                 f"    async (pool worker)       {c['async_pool_us']:8.2f} us   {c['ratio_pool']:.2f}x simple"]
+        rows += [
+            f"(a) linear chain, {c['ops']} cheap ops (per op)",
+            f"    simple                    {c['simple_us']:8.2f} us",
+            f"    async (caller thread)     {c['async_us']:8.2f} us   {c['ratio']:.2f}x simple   (target <= 1.3x)",
+            f"    async (pool worker)       {c['async_pool_us']:8.2f} us   {c['ratio_pool']:.2f}x simple",
+        ]
     if "fanout" in res:
         f = res["fanout"]
-        rows += [f"(b) fan-out, {f['tasks']} independent cheap tasks, {f['workers']} workers (per task; overhead = minus {f['kernel_us']:.2f} us kernel)"]
-        for k, label in (("simple", "simple (sequential)"), ("async", "async run()"), ("async_handle", "async run_async().wait()"),
-                         ("futures", "concurrent.futures pool"), ("dask", "dask.threaded.get")):
+        rows += [
+            f"(b) fan-out, {f['tasks']} independent cheap tasks, {f['workers']} workers (per task; overhead = minus {f['kernel_us']:.2f} us kernel)"
+        ]
+        for k, label in (
+            ("simple", "simple (sequential)"),
+            ("async", "async run()"),
+            ("async_handle", "async run_async().wait()"),
+            ("futures", "concurrent.futures pool"),
+            ("dask", "dask.threaded.get"),
+        ):
             v = f[f"{k}_us"]
             if v is not None:
                 rows.append(f"    {label:25s} {v:8.2f} us   overhead {f[f'{k}_overhead_us']:8.2f} us")
         if f.get("dask_over_async"):
-            rows.append(f"    Dask overhead / async overhead: {f['dask_over_async']:.1f}x   (target >= 20x);"
-                        f" futures / async: {f['futures_over_async']:.1f}x")
+            rows.append(
+                f"    Dask overhead / async overhead: {f['dask_over_async']:.1f}x   (target >= 20x);"
+                f" futures / async: {f['futures_over_async']:.1f}x"
+            )
     if "branches" in res:
         b = res["branches"]
-        rows += [f"(c) {b['branches']} branches of {b['kernel_ms']:.1f} ms MatMul ({b['matrix']}x{b['matrix']}), {b['blas']} BLAS",
-                 f"    simple                    {b['simple_ms']:8.1f} ms",
-                 f"    async, {b['workers']} workers          {b['async_ms']:8.1f} ms   speedup {b['speedup']:.2f}x   (target >= 1.8x)"]
+        rows += [
+            f"(c) {b['branches']} branches of {b['kernel_ms']:.1f} ms MatMul ({b['matrix']}x{b['matrix']}), {b['blas']} BLAS",
+            f"    simple                    {b['simple_ms']:8.1f} ms",
+            f"    async, {b['workers']} workers          {b['async_ms']:8.1f} ms   speedup {b['speedup']:.2f}x   (target >= 1.8x)",
+        ]
         if "torch_async_ms" in b:
-            rows += [f"    torch tensors, simple     {b['torch_simple_ms']:8.1f} ms",
-                     f"    torch tensors, async      {b['torch_async_ms']:8.1f} ms   speedup {b['torch_speedup']:.2f}x"]
+            rows += [
+                f"    torch tensors, simple     {b['torch_simple_ms']:8.1f} ms",
+                f"    torch tensors, async      {b['torch_async_ms']:8.1f} ms   speedup {b['torch_speedup']:.2f}x",
+            ]
     if "dispatch" in res:
         d = res["dispatch"]
         aac = d["array_api_compat_us"]
-        rows += ["(d) finding a kernel's array namespace, two 4-float numpy arrays (per call)",
-                 f"    asyncnet namespace()      {d['asyncnet_us']:8.3f} us",
-                 f"    array_api_compat          {'not installed' if aac is None else f'{aac:8.3f} us'}",
-                 f"    the kernel x * 1.0        {d['kernel_us']:8.3f} us"]
+        rows += [
+            "(d) finding a kernel's array namespace, two 4-float numpy arrays (per call)",
+            f"    asyncnet namespace()      {d['asyncnet_us']:8.3f} us",
+            f"    array_api_compat          {'not installed' if aac is None else f'{aac:8.3f} us'}",
+            f"    the kernel x * 1.0        {d['kernel_us']:8.3f} us",
+        ]
     if "load_average" in res:
         rows.append("load average: " + " ".join(f"{x:.2f}" for x in res["load_average"]))
     return "\n".join(rows)
@@ -257,7 +294,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     p.add_argument("--quick", action="store_true", help="small sizes, few repeats (a smoke run)")
     p.add_argument("--repeats", type=int, default=None, help="repeats per measurement (best is kept)")
-    p.add_argument("--only", choices=["chain", "fanout", "branches", "dispatch"], action="append", help="run only these parts")
+    p.add_argument(
+        "--only", choices=["chain", "fanout", "branches", "dispatch"], action="append", help="run only these parts"
+    )
     args = p.parse_args(argv)
     if args.repeats is None:
         args.repeats = 2 if args.quick else 7

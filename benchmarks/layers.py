@@ -17,12 +17,12 @@ import argparse
 import os
 import sys
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
 from benchmarks._single import single_threaded_main
-
 
 __all__ = ["main", "run", "CASES"]
 
@@ -44,8 +44,13 @@ def _conv(n: int, c: int, m: int, hw: int) -> Callable[[np.random.Generator], Ca
         import torch.nn.functional as F
 
         feeds = {"x": _f32(rng, n, c, hw, hw), "w": _f32(rng, m, c, 3, 3), "b": _f32(rng, m)}
-        return (feeds, lambda net: net.AveragedLoss(net.Conv(["x", "w", "b"], "y", pad=1), "loss"),
-                lambda x, w, b: F.conv2d(x, w, b, padding=1).mean(), ["x", "w", "b"])
+        return (
+            feeds,
+            lambda net: net.AveragedLoss(net.Conv(["x", "w", "b"], "y", pad=1), "loss"),
+            lambda x, w, b: F.conv2d(x, w, b, padding=1).mean(),
+            ["x", "w", "b"],
+        )
+
     return make
 
 
@@ -54,8 +59,13 @@ def _pool(op: str, n: int, c: int, hw: int) -> Callable[[np.random.Generator], C
         import torch.nn.functional as F
 
         tf = F.max_pool2d if op == "MaxPool" else F.avg_pool2d
-        return ({"x": _f32(rng, n, c, hw, hw)}, lambda net: net.AveragedLoss(getattr(net, op)("x", "y", kernel=2, stride=2), "loss"),
-                lambda x: tf(x, 2, 2).mean(), ["x"])
+        return (
+            {"x": _f32(rng, n, c, hw, hw)},
+            lambda net: net.AveragedLoss(getattr(net, op)("x", "y", kernel=2, stride=2), "loss"),
+            lambda x: tf(x, 2, 2).mean(),
+            ["x"],
+        )
+
     return make
 
 
@@ -63,14 +73,25 @@ def _spatial_bn(n: int, c: int, hw: int) -> Callable[[np.random.Generator], Case
     def make(rng: np.random.Generator) -> Case:
         import torch.nn.functional as F
 
-        feeds = {"x": _f32(rng, n, c, hw, hw), "s": np.ones(c, np.float32), "b": np.zeros(c, np.float32),
-                 "rm": np.zeros(c, np.float32), "rv": np.ones(c, np.float32)}
+        feeds = {
+            "x": _f32(rng, n, c, hw, hw),
+            "s": np.ones(c, np.float32),
+            "b": np.zeros(c, np.float32),
+            "rm": np.zeros(c, np.float32),
+            "rv": np.ones(c, np.float32),
+        }
 
         def build(net: Any) -> str:
             net.SpatialBN(["x", "s", "b", "rm", "rv"], ["y", "rm", "rv", "sm", "siv"])
             return net.AveragedLoss("y", "loss")
 
-        return (feeds, build, lambda x, s, b, rm, rv: F.batch_norm(x, rm, rv, s, b, training=True).mean(), ["x", "s", "b"])
+        return (
+            feeds,
+            build,
+            lambda x, s, b, rm, rv: F.batch_norm(x, rm, rv, s, b, training=True).mean(),
+            ["x", "s", "b"],
+        )
+
     return make
 
 
@@ -79,10 +100,19 @@ def _sls(rows: int, dim: int, bags: int, per_bag: int) -> Callable[[np.random.Ge
         import torch
         import torch.nn.functional as F
 
-        feeds = {"t": _f32(rng, rows, dim), "i": rng.integers(0, rows, bags * per_bag), "l": np.full(bags, per_bag, np.int32)}
+        feeds = {
+            "t": _f32(rng, rows, dim),
+            "i": rng.integers(0, rows, bags * per_bag),
+            "l": np.full(bags, per_bag, np.int32),
+        }
         offsets = torch.arange(0, bags * per_bag, per_bag)
-        return (feeds, lambda net: net.AveragedLoss(net.SparseLengthsSum(["t", "i", "l"], "y"), "loss"),
-                lambda t, i, l: F.embedding_bag(i, t, offsets, mode="sum").mean(), ["t"])
+        return (
+            feeds,
+            lambda net: net.AveragedLoss(net.SparseLengthsSum(["t", "i", "l"], "y"), "loss"),
+            lambda t, i, l: F.embedding_bag(i, t, offsets, mode="sum").mean(),
+            ["t"],
+        )
+
     return make
 
 
@@ -100,8 +130,13 @@ def _lstm(t: int, n: int, i: int, h: int) -> Callable[[np.random.Generator], Cas
             params = {"weight_ih_l0": w_ih, "weight_hh_l0": w_hh, "bias_ih_l0": b_ih, "bias_hh_l0": b_hh}
             return torch.func.functional_call(mod, params, (x, (h0[None], c0[None])))[0].mean()
 
-        return (feeds, lambda net: net.AveragedLoss(net.LSTM(names, ["y", "hT", "cT", "cache"])[0], "loss"),
-                tf, names[3:])
+        return (
+            feeds,
+            lambda net: net.AveragedLoss(net.LSTM(names, ["y", "hT", "cT", "cache"])[0], "loss"),
+            tf,
+            names[3:],
+        )
+
     return make
 
 
@@ -170,9 +205,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         feeds, build, tfn, wrt = sizes[1 if args.quick else 0](np.random.default_rng(0))
         ours = _best(_asyncnet_step(feeds, build, wrt), iters, repeat)
         theirs = _best(_torch_step(feeds, tfn, wrt), iters, repeat)
-        rows.append({"case": name, "asyncnet_ms": ours * 1e3, "torch_ms": theirs * 1e3, "speed_vs_torch": theirs / ours})
-    return {"rows": rows, "quick": bool(args.quick), "repeat": repeat, "iters": iters,
-            "blas_threads": os.environ.get("OPENBLAS_NUM_THREADS"), "load_average": list(os.getloadavg())}
+        rows.append(
+            {"case": name, "asyncnet_ms": ours * 1e3, "torch_ms": theirs * 1e3, "speed_vs_torch": theirs / ours}
+        )
+    return {
+        "rows": rows,
+        "quick": bool(args.quick),
+        "repeat": repeat,
+        "iters": iters,
+        "blas_threads": os.environ.get("OPENBLAS_NUM_THREADS"),
+        "load_average": list(os.getloadavg()),
+    }
 
 
 def table(result: dict[str, Any]) -> str:
@@ -180,7 +223,9 @@ def table(result: dict[str, Any]) -> str:
     for r in result["rows"]:
         lines.append(f"{r['case']:44s} {r['asyncnet_ms']:11.3f} {r['torch_ms']:9.3f} {r['speed_vs_torch']:13.2f}x")
     la = ", ".join(f"{x:.2f}" for x in result["load_average"])
-    lines.append(f"single-threaded BLAS; best of {result['repeat']} rounds of {result['iters']} steps; load average {la}")
+    lines.append(
+        f"single-threaded BLAS; best of {result['repeat']} rounds of {result['iters']} steps; load average {la}"
+    )
     return "\n".join(lines)
 
 

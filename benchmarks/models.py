@@ -44,8 +44,8 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks._table import cell
 from benchmarks._single import single_threaded_main
+from benchmarks._table import cell
 
 MODELS = ("mlp", "cnn", "lstm", "dlrm")
 #: (metric, bar): test accuracy >= bar, or test AUC >= the optimum's - bar
@@ -53,8 +53,12 @@ TARGETS = {"mlp": ("accuracy", 0.95), "cnn": ("accuracy", 0.98), "lstm": ("accur
 #: epochs and batch size per model: enough epochs for the target with the defaults
 #: (dlrm: batch 128 as DLRM is trained, with SGD's rate raised to 0.5 for it; the trainers'
 #: default 0.05 is for batch 32)
-FULL = {"mlp": dict(epochs=10, batch_size=32), "cnn": dict(epochs=10, batch_size=32),
-        "lstm": dict(epochs=10, batch_size=32), "dlrm": dict(epochs=4, batch_size=128, lr=0.5)}
+FULL = {
+    "mlp": dict(epochs=10, batch_size=32),
+    "cnn": dict(epochs=10, batch_size=32),
+    "lstm": dict(epochs=10, batch_size=32),
+    "dlrm": dict(epochs=4, batch_size=128, lr=0.5),
+}
 QUICK = {m: {**s, "epochs": 1} for m, s in FULL.items()}
 #: The executor pair at a size where kernels, not Python, fill a step (the zoo's dlrm has
 #: 100-row tables of dim 8: there is nothing to overlap). Same architecture, generated log.
@@ -64,9 +68,14 @@ QUICK_LARGE = dict(batch_size=128, max_ids=20, steps=4, table_sizes=(10000, 1000
 QUICK_CLICKS = (2000, 1000)  # --quick: a small click log, so dlrm's rows take a fraction of a second
 #: (label, mode, workers, tensor, net_type)
 #: net_type None: the trainer's default (local: "straight", the others: "async_scheduling")
-ROWS = [("local", "local", 1, "numpy", None), ("sync 2", "sync", 2, "numpy", None),
-        ("hogwild 2", "hogwild", 2, "numpy", None), ("local", "local", 1, "torch", None),
-        ("sync 2", "sync", 2, "torch", None), ("hogwild 2", "hogwild", 2, "torch", None)]
+ROWS = [
+    ("local", "local", 1, "numpy", None),
+    ("sync 2", "sync", 2, "numpy", None),
+    ("hogwild 2", "hogwild", 2, "numpy", None),
+    ("local", "local", 1, "torch", None),
+    ("sync 2", "sync", 2, "torch", None),
+    ("hogwild 2", "hogwild", 2, "torch", None),
+]
 #: dlrm's executor pair: the local trainer on async_scheduling (lookups beside the bottom MLP) and on simple
 ASYNC_ROW = ("local async", "local", 1, "numpy", "async_scheduling")
 SIMPLE_ROW = ("local simple", "local", 1, "numpy", "simple")
@@ -78,7 +87,12 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--quick", action="store_true", help="a smoke run: 1 epoch, a small click log, one round")
     p.add_argument("--model", choices=MODELS, action="append", help="only this model (repeatable; default all)")
-    p.add_argument("--repeat", type=int, default=None, help="rounds over the rows; the fastest samples/s is kept (default 3, quick 1)")
+    p.add_argument(
+        "--repeat",
+        type=int,
+        default=None,
+        help="rounds over the rows; the fastest samples/s is kept (default 3, quick 1)",
+    )
     args = p.parse_args(argv)
     if args.repeat is not None and args.repeat < 1:
         p.error(f"--repeat must be >= 1, got {args.repeat}")
@@ -110,10 +124,18 @@ def _figures(model: str, label: str, tensor: str, epochs: list[dict[str, Any]]) 
             to_target = (e["epoch"], t)
             break
     last = epochs[-1]
-    return {"model": model, "mode": label, "tensor": tensor, "samples_per_sec": samples / seconds if seconds > 0 else 0.0,
-            "epochs_to_target": to_target[0] if to_target else None, "seconds_to_target": to_target[1] if to_target else None,
-            "final_test_accuracy": last["test_accuracy"], "final_test_auc": last.get("test_auc"),
-            "optimal_auc": last.get("optimal_auc"), "reached_target": to_target is not None}
+    return {
+        "model": model,
+        "mode": label,
+        "tensor": tensor,
+        "samples_per_sec": samples / seconds if seconds > 0 else 0.0,
+        "epochs_to_target": to_target[0] if to_target else None,
+        "seconds_to_target": to_target[1] if to_target else None,
+        "final_test_accuracy": last["test_accuracy"],
+        "final_test_auc": last.get("test_auc"),
+        "optimal_auc": last.get("optimal_auc"),
+        "reached_target": to_target is not None,
+    }
 
 
 def measure(model: str, row: tuple[str, str, int, str, str], settings: dict[str, Any], ds: Any) -> dict[str, Any]:
@@ -121,11 +143,29 @@ def measure(model: str, row: tuple[str, str, int, str, str], settings: dict[str,
     from asyncnet.train import TrainConfig, train
 
     label, mode, workers, tensor, net_type = row
-    cfg = TrainConfig(model=model, mode=mode, workers=workers, tensor=tensor, net_type=net_type, seed=0, trace=False,
-                      threads=1, **settings)
+    cfg = TrainConfig(
+        model=model,
+        mode=mode,
+        workers=workers,
+        tensor=tensor,
+        net_type=net_type,
+        seed=0,
+        trace=False,
+        threads=1,
+        **settings,
+    )
     h = train(cfg, ds).history
-    epochs = [{"epoch": m.epoch, "seconds": m.seconds, "samples": m.samples, "test_accuracy": m.test_accuracy,
-               "test_auc": m.test_auc, "optimal_auc": m.optimal_auc} for m in h.epochs]
+    epochs = [
+        {
+            "epoch": m.epoch,
+            "seconds": m.seconds,
+            "samples": m.samples,
+            "test_accuracy": m.test_accuracy,
+            "test_auc": m.test_auc,
+            "optimal_auc": m.optimal_auc,
+        }
+        for m in h.epochs
+    ]
     out = _figures(model, label, tensor, epochs)
     out.update(optimizer=cfg.optimizer, lr=cfg.lr, net_type=cfg.net_type)
     return out
@@ -138,10 +178,10 @@ def torch_eager(model: str, settings: dict[str, Any], ds: Any) -> dict[str, Any]
 
     import asyncnet as an
     from asyncnet.model.zoo.dlrm import auc
-    from benchmarks.peers.torch_twins import torch_twin
-    from asyncnet.train.data import epoch_batches
     from asyncnet.train import TrainConfig
+    from asyncnet.train.data import epoch_batches
     from asyncnet.train.program import build_program
+    from benchmarks.peers.torch_twins import torch_twin
 
     cfg = TrainConfig(model=model, mode="local", seed=0, trace=False, threads=1, **settings)
     asy = build_program(cfg, ds.input_dim, ds.num_classes)
@@ -169,8 +209,11 @@ def torch_eager(model: str, settings: dict[str, Any], ds: Any) -> dict[str, Any]
             scores = net.predict(test_feeds).numpy()
             e = {"epoch": epoch, "seconds": t, "samples": n, "test_auc": None, "optimal_auc": None}
             if net.binary:
-                e.update(test_accuracy=float(np.mean((scores[:, 0] > 0.5) == (ds.y_test > 0))),
-                         test_auc=auc(ds.y_test, scores), optimal_auc=ds.optimal_auc())
+                e.update(
+                    test_accuracy=float(np.mean((scores[:, 0] > 0.5) == (ds.y_test > 0))),
+                    test_auc=auc(ds.y_test, scores),
+                    optimal_auc=ds.optimal_auc(),
+                )
             else:
                 e["test_accuracy"] = float(np.mean(np.argmax(scores, axis=1) == ds.y_test))
             epochs.append(e)
@@ -188,15 +231,19 @@ PAIR_ROUNDS = 10
 #: the large pair's nets: (label, net type, FC gradients split). async_scheduling runs dlrm's
 #: split net (:func:`asyncnet.model.zoo.dlrm.dlrm`); simple runs that same net and its own
 #: default, the unsplit one (3 ops a layer fewer), and the ratio is taken to the faster of the two
-PAIR_NETS = (("simple", "simple", False), ("simple split", "simple", True), ("async_scheduling", "async_scheduling", True))
+PAIR_NETS = (
+    ("simple", "simple", False),
+    ("simple split", "simple", True),
+    ("async_scheduling", "async_scheduling", True),
+)
 
 
 def executor_pair(quick: bool, repeat: int) -> list[dict[str, Any]]:
     """samples/s of the large DLRM's train net on the simple and the async_scheduling executor
     (a pool of one thread plus the caller), the fastest of ``repeat`` interleaved rounds
     (``samples_per_sec_runs``: every round's)."""
-    from asyncnet.model.zoo.dlrm import click_log
     from asyncnet.model.zoo import dlrm
+    from asyncnet.model.zoo.dlrm import click_log
     from asyncnet.train import TrainConfig
     from asyncnet.train.program import Program
     from asyncnet.train.worker import WorkerNets
@@ -209,8 +256,11 @@ def executor_pair(quick: bool, repeat: int) -> list[dict[str, Any]]:
     workers, runs = {}, {}
     for label, net_type, split in PAIR_NETS:
         cfg = TrainConfig(mode="local", model="dlrm", seed=0, trace=False, threads=1, batch_size=bs, net_type=net_type)
-        model = Program(dlrm(net_type=net_type, num_workers=cfg.net_threads, split_fc_gradients=split, **arch),
-                        optimizer="sgd", lr=0.1)
+        model = Program(
+            dlrm(net_type=net_type, num_workers=cfg.net_threads, split_fc_gradients=split, **arch),
+            optimizer="sgd",
+            lr=0.1,
+        )
         workers[label], runs[label] = WorkerNets(cfg, model, feeds=lambda x, y: x), []
     try:
         for r in range(repeat + 1):  # round 0 warms up (and lets the executor measure its chains)
@@ -225,10 +275,21 @@ def executor_pair(quick: bool, repeat: int) -> list[dict[str, Any]]:
     finally:
         for w in workers.values():
             w.close()
-    return [{"model": "dlrm large", "mode": "local async" if t == "async_scheduling" else "local simple", "tensor": "numpy",
-             "net": label, "net_type": t, "split_fc_gradients": split, "samples_per_sec": max(runs[label]),
-             "samples_per_sec_runs": [round(x) for x in runs[label]], "batch_size": bs, "steps": steps}
-            for label, t, split in PAIR_NETS]
+    return [
+        {
+            "model": "dlrm large",
+            "mode": "local async" if t == "async_scheduling" else "local simple",
+            "tensor": "numpy",
+            "net": label,
+            "net_type": t,
+            "split_fc_gradients": split,
+            "samples_per_sec": max(runs[label]),
+            "samples_per_sec_runs": [round(x) for x in runs[label]],
+            "batch_size": bs,
+            "steps": steps,
+        }
+        for label, t, split in PAIR_NETS
+    ]
 
 
 def pair_ratio(pair: list[dict[str, Any]], pick: Any = max) -> float:
@@ -251,13 +312,20 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     settings = QUICK if args.quick else FULL
     plan: list[tuple[str, Any]] = []
     for model in models:
-        plan += [(model, r) for r in ROWS] + [(model, EAGER)] + ([(model, ASYNC_ROW), (model, SIMPLE_ROW)] if model == "dlrm" else [])
+        plan += (
+            [(model, r) for r in ROWS]
+            + [(model, EAGER)]
+            + ([(model, ASYNC_ROW), (model, SIMPLE_ROW)] if model == "dlrm" else [])
+        )
     data = {m: _dataset(m, args.quick) for m in models}
     runs: list[list[dict[str, Any]]] = [[] for _ in plan]
     for _ in range(repeat):  # rounds interleave the rows, so a noisy spell hits them all
         for i, (model, row) in enumerate(plan):
-            runs[i].append(torch_eager(model, settings[model], data[model]) if row == EAGER
-                           else measure(model, row, settings[model], data[model]))
+            runs[i].append(
+                torch_eager(model, settings[model], data[model])
+                if row == EAGER
+                else measure(model, row, settings[model], data[model])
+            )
     rows = []
     for r in runs:  # accuracy from the first round, speed the best
         row = dict(r[0])
@@ -283,32 +351,51 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         ratios["dlrm_large_async_vs_simple_median_rounds"] = pair_ratio(large, pick=statistics.median)
         # judged on the large DLRM: the zoo's tables (100 rows of dim 8) cost next to nothing, and its
         # step holds the GIL ~84% of the time (py-spy), which bounds any 2-thread schedule at ~1.19x
-        targets["dlrm_async_scheduling_at_least_1.3x_simple"] = ratios["dlrm_large_async_vs_simple_median_rounds"] >= 1.3
-    return {"benchmark": "models", "quick": bool(args.quick), "settings": {m: settings[m] for m in models},
-            "large_dlrm": {**LARGE_DLRM, **(QUICK_LARGE if args.quick else LARGE)} if large else None, "executor_pair": large,
-            "blas_threads": os.environ.get("OPENBLAS_NUM_THREADS"), "load_average": [round(x, 2) for x in os.getloadavg()],
-            "rows": rows, "ratios": ratios, "targets": targets}
+        targets["dlrm_async_scheduling_at_least_1.3x_simple"] = (
+            ratios["dlrm_large_async_vs_simple_median_rounds"] >= 1.3
+        )
+    return {
+        "benchmark": "models",
+        "quick": bool(args.quick),
+        "settings": {m: settings[m] for m in models},
+        "large_dlrm": {**LARGE_DLRM, **(QUICK_LARGE if args.quick else LARGE)} if large else None,
+        "executor_pair": large,
+        "blas_threads": os.environ.get("OPENBLAS_NUM_THREADS"),
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+        "rows": rows,
+        "ratios": ratios,
+        "targets": targets,
+    }
 
 
 def table(result: dict[str, Any]) -> str:
     s = result["settings"]
-    lines = ["models benchmark: asyncnet's trainers vs the same model in PyTorch eager, single-threaded BLAS; "
-             + ", ".join(f"{m} {v['epochs']} epochs batch {v['batch_size']}" for m, v in s.items()),
-             f"{'model':<5} {'mode':<13} {'tensor':<6} {'optimizer':<11} {'samples/s':>10} {'vs eager':>9} "
-             f"{'epochs to target':>16} {'s to target':>11} {'final':>16}"]
+    lines = [
+        "models benchmark: asyncnet's trainers vs the same model in PyTorch eager, single-threaded BLAS; "
+        + ", ".join(f"{m} {v['epochs']} epochs batch {v['batch_size']}" for m, v in s.items()),
+        f"{'model':<5} {'mode':<13} {'tensor':<6} {'optimizer':<11} {'samples/s':>10} {'vs eager':>9} "
+        f"{'epochs to target':>16} {'s to target':>11} {'final':>16}",
+    ]
     for r in result["rows"]:
-        final = (f"AUC {r['final_test_auc']:.4f}/{r['optimal_auc']:.4f}" if r["final_test_auc"] is not None
-                 else f"acc {r['final_test_accuracy']:.2%}")
-        lines.append(f"{r['model']:<5} {r['mode']:<13} {r['tensor']:<6} {r['optimizer'] + ' ' + format(r['lr'], 'g'):<11} "
-                     f"{r['samples_per_sec']:>10,.0f} {r['vs_torch_eager']:>8.2f}x {cell(r['epochs_to_target'], 'd'):>16} "
-                     f"{cell(r['seconds_to_target'], '.2f'):>11} {final:>16}")
+        final = (
+            f"AUC {r['final_test_auc']:.4f}/{r['optimal_auc']:.4f}"
+            if r["final_test_auc"] is not None
+            else f"acc {r['final_test_accuracy']:.2%}"
+        )
+        lines.append(
+            f"{r['model']:<5} {r['mode']:<13} {r['tensor']:<6} {r['optimizer'] + ' ' + format(r['lr'], 'g'):<11} "
+            f"{r['samples_per_sec']:>10,.0f} {r['vs_torch_eager']:>8.2f}x {cell(r['epochs_to_target'], 'd'):>16} "
+            f"{cell(r['seconds_to_target'], '.2f'):>11} {final:>16}"
+        )
     pair = result.get("executor_pair") or []
     if pair:
         d = result["large_dlrm"]
-        lines.append(f"large dlrm (tables {len(d['table_sizes'])} x {d['table_sizes'][0]:,} x {d['dim']}, {d['max_ids']} ids per bag, "
-                     f"MLPs {d['bottom'][0]}, batch {d['batch_size']}, {d['steps']} steps): "
-                     + ", ".join(f"{r['net']} {r['samples_per_sec']:,.0f} samples/s" for r in pair)
-                     + " (async_scheduling and simple split run the same net, FC gradients split; simple its unsplit default)")
+        lines.append(
+            f"large dlrm (tables {len(d['table_sizes'])} x {d['table_sizes'][0]:,} x {d['dim']}, {d['max_ids']} ids per bag, "
+            f"MLPs {d['bottom'][0]}, batch {d['batch_size']}, {d['steps']} steps): "
+            + ", ".join(f"{r['net']} {r['samples_per_sec']:,.0f} samples/s" for r in pair)
+            + " (async_scheduling and simple split run the same net, FC gradients split; simple its unsplit default)"
+        )
     lines.append("targets: cnn 98%, lstm 95%, mlp 95% test accuracy; dlrm test AUC within 0.02 of the optimum")
     lines.append("ratios: " + ", ".join(f"{k} {v:.2f}x" for k, v in result["ratios"].items()))
     lines.append("load average: " + " ".join(f"{x:.2f}" for x in result["load_average"]))

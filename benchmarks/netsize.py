@@ -102,8 +102,16 @@ def measure(n: int, shape: str, what: str = "create_net") -> dict[str, Any]:
         chains = instance.num_chains
     seconds = time.perf_counter() - t
     peak = _maxrss_mb()
-    return {"shape": shape, "ops": n_ops, "what": what, "seconds": seconds, "us_per_op": seconds / n_ops * 1e6,
-            "added_mb": peak - before, "total_mb": peak, "chains": chains}
+    return {
+        "shape": shape,
+        "ops": n_ops,
+        "what": what,
+        "seconds": seconds,
+        "us_per_op": seconds / n_ops * 1e6,
+        "added_mb": peak - before,
+        "total_mb": peak,
+        "chains": chains,
+    }
 
 
 def _run_child(n: int, shape: str, what: str) -> dict[str, Any]:
@@ -115,12 +123,18 @@ def _run_child(n: int, shape: str, what: str) -> dict[str, Any]:
 
 
 def _table(rows: list[dict[str, Any]], load: tuple[float, float, float]) -> str:
-    lines = [f"create_net scaling (load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; each row a fresh process)",
-             f"{'shape':8s} {'ops':>9s} {'what':12s} {'us/op':>8s} {'added MB':>9s} {'total MB':>9s}"]
+    lines = [
+        f"create_net scaling (load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; each row a fresh process)",
+        f"{'shape':8s} {'ops':>9s} {'what':12s} {'us/op':>8s} {'added MB':>9s} {'total MB':>9s}",
+    ]
     for r in rows:
-        lines.append(f"{r['shape']:8s} {r['ops']:9d} {r['what']:12s} {r['us_per_op']:8.2f} {r['added_mb']:9.0f} {r['total_mb']:9.0f}")
-    lines.append("targets at 1e6 ops (chain): create_net <= 10 us/op, added <= 1024 MB; "
-                 "'graph' and 'old graph' build only the graph (hazards, reduction, chains / one ancestor bitset per op)")
+        lines.append(
+            f"{r['shape']:8s} {r['ops']:9d} {r['what']:12s} {r['us_per_op']:8.2f} {r['added_mb']:9.0f} {r['total_mb']:9.0f}"
+        )
+    lines.append(
+        "targets at 1e6 ops (chain): create_net <= 10 us/op, added <= 1024 MB; "
+        "'graph' and 'old graph' build only the graph (hazards, reduction, chains / one ancestor bitset per op)"
+    )
     return "\n".join(lines)
 
 

@@ -5,7 +5,7 @@ onnxruntime (1 and 2 intra-op threads) and torch eager (1 and 2 threads) on mode
 For each model: the import time, batch-1 latency (ms) and batch-32 throughput (samples/s), medians
 over interleaved rounds (each round runs every peer once), and the load average before and after.
 
-    python benchmarks/onnx_inference.py [--quick] [--json] [--model NAME ...]
+    python -m benchmarks onnx_inference [--quick] [--json] [--model NAME ...]
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ import os
 import statistics
 import sys
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -29,16 +30,29 @@ def _models() -> dict[str, tuple[Callable[[], Any], Callable[[int], np.ndarray]]
     class Block(nn.Module):
         def __init__(self, c_in: int, c_out: int, stride: int):
             super().__init__()
-            self.body = nn.Sequential(nn.Conv2d(c_in, c_out, 3, stride, 1, bias=False), nn.BatchNorm2d(c_out), nn.ReLU(),
-                                      nn.Conv2d(c_out, c_out, 3, 1, 1, bias=False), nn.BatchNorm2d(c_out))
-            self.skip = (nn.Sequential(nn.Conv2d(c_in, c_out, 1, stride, bias=False), nn.BatchNorm2d(c_out))
-                         if stride != 1 or c_in != c_out else nn.Identity())
+            self.body = nn.Sequential(
+                nn.Conv2d(c_in, c_out, 3, stride, 1, bias=False),
+                nn.BatchNorm2d(c_out),
+                nn.ReLU(),
+                nn.Conv2d(c_out, c_out, 3, 1, 1, bias=False),
+                nn.BatchNorm2d(c_out),
+            )
+            self.skip = (
+                nn.Sequential(nn.Conv2d(c_in, c_out, 1, stride, bias=False), nn.BatchNorm2d(c_out))
+                if stride != 1 or c_in != c_out
+                else nn.Identity()
+            )
 
         def forward(self, x):  # type: ignore[no-untyped-def]
             return torch.relu(self.body(x) + self.skip(x))
 
     def resnet() -> nn.Module:  # ResNet-18's layout at 1/4 width
-        layers: list[nn.Module] = [nn.Conv2d(3, 16, 7, 2, 3, bias=False), nn.BatchNorm2d(16), nn.ReLU(), nn.MaxPool2d(3, 2, 1)]
+        layers: list[nn.Module] = [
+            nn.Conv2d(3, 16, 7, 2, 3, bias=False),
+            nn.BatchNorm2d(16),
+            nn.ReLU(),
+            nn.MaxPool2d(3, 2, 1),
+        ]
         c = 16
         for c_out, stride in ((16, 1), (32, 2), (64, 2), (128, 2)):
             layers += [Block(c, c_out, stride), Block(c_out, c_out, 1)]
@@ -57,16 +71,40 @@ def _models() -> dict[str, tuple[Callable[[], Any], Callable[[int], np.ndarray]]
             return torch.relu(torch.cat([self.b1(x), self.b2(x), self.b3(x), self.b4(x)], 1))
 
     def inception() -> nn.Module:
-        return nn.Sequential(nn.Conv2d(3, 32, 3, 2, 1), nn.ReLU(), Inception(32), Inception(64), nn.MaxPool2d(2),
-                             Inception(64), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 10))
+        return nn.Sequential(
+            nn.Conv2d(3, 32, 3, 2, 1),
+            nn.ReLU(),
+            Inception(32),
+            Inception(64),
+            nn.MaxPool2d(2),
+            Inception(64),
+            nn.AdaptiveAvgPool2d(1),
+            nn.Flatten(),
+            nn.Linear(64, 10),
+        )
 
     def mobilenet() -> nn.Module:
         def dw(c_in: int, c_out: int, s: int) -> nn.Module:
-            return nn.Sequential(nn.Conv2d(c_in, c_in, 3, s, 1, groups=c_in, bias=False), nn.BatchNorm2d(c_in), nn.ReLU6(),
-                                 nn.Conv2d(c_in, c_out, 1, bias=False), nn.BatchNorm2d(c_out), nn.ReLU6())
+            return nn.Sequential(
+                nn.Conv2d(c_in, c_in, 3, s, 1, groups=c_in, bias=False),
+                nn.BatchNorm2d(c_in),
+                nn.ReLU6(),
+                nn.Conv2d(c_in, c_out, 1, bias=False),
+                nn.BatchNorm2d(c_out),
+                nn.ReLU6(),
+            )
 
-        return nn.Sequential(nn.Conv2d(3, 32, 3, 2, 1), nn.ReLU6(), dw(32, 64, 1), dw(64, 128, 2), dw(128, 128, 1),
-                             dw(128, 256, 2), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(256, 10))
+        return nn.Sequential(
+            nn.Conv2d(3, 32, 3, 2, 1),
+            nn.ReLU6(),
+            dw(32, 64, 1),
+            dw(64, 128, 2),
+            dw(128, 128, 1),
+            dw(128, 256, 2),
+            nn.AdaptiveAvgPool2d(1),
+            nn.Flatten(),
+            nn.Linear(256, 10),
+        )
 
     class Transformer(nn.Module):
         def __init__(self) -> None:
@@ -89,7 +127,7 @@ def _models() -> dict[str, tuple[Callable[[], Any], Callable[[int], np.ndarray]]
             return self.head(out[:, -1])
 
     g = np.random.default_rng(0)
-    image = lambda b: g.standard_normal((b, 3, 64, 64), dtype=np.float32)  # noqa: E731
+    image = lambda b: g.standard_normal((b, 3, 64, 64), dtype=np.float32)
     return {
         "resnet": (resnet, image),
         "inception": (inception, image),
@@ -100,15 +138,23 @@ def _models() -> dict[str, tuple[Callable[[], Any], Callable[[int], np.ndarray]]
 
 
 def _export(model: Any, x: np.ndarray) -> bytes:
-    import torch
-
     import warnings
+
+    import torch
 
     f = io.BytesIO()
     with warnings.catch_warnings():  # the TorchScript exporter's deprecation notice (it needs no onnxscript)
         warnings.simplefilter("ignore")
-        torch.onnx.export(model, (torch.from_numpy(x),), f, dynamo=False, opset_version=17, input_names=["x"],
-                          output_names=["y"], dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}})
+        torch.onnx.export(
+            model,
+            (torch.from_numpy(x),),
+            f,
+            dynamo=False,
+            opset_version=17,
+            input_names=["x"],
+            output_names=["y"],
+            dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}},
+        )
     return f.getvalue()
 
 
@@ -192,6 +238,12 @@ def report(r: dict[str, Any]) -> list[str]:
         d = r[key]
         for p, v in sorted(d.items()):
             lines.append(f"  {key:11s} {p:36s} {v:10.2f} {unit}")
+        for lib in ("numpy", "torch"):
+            simple, parallel = d[f"asyncnet simple {lib}"], d[f"asyncnet async_scheduling {lib}"]
+            lines.append(
+                f"  {key:11s} async_scheduling (2 workers) vs simple, {lib}: "
+                f"{(simple / parallel) if lower else (parallel / simple):.2f}x"
+            )
         best_name, best = _best(d, "asyncnet", lower)
         for peer in ("onnxruntime 1t", "onnxruntime 2t", "torch eager 1t", "torch eager 2t"):
             ratio = (d[peer] / best) if lower else (best / d[peer])

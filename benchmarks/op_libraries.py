@@ -20,7 +20,6 @@ import sys
 import time
 from typing import Any
 
-
 import numpy as np
 
 
@@ -67,8 +66,11 @@ def measure(model: str, rounds: int, reps: int) -> list[dict[str, Any]]:
     w, bs = _nets(model)
     try:
         ops = w.train_net.operators
-        np_blobs = {k: (np.array(v, copy=True) if isinstance(v, np.ndarray) else v) for k, v in w.ws._blobs.items()} \
-            if hasattr(w.ws, "_blobs") else dict(w.train_net.blobs)
+        np_blobs = (
+            {k: (np.array(v, copy=True) if isinstance(v, np.ndarray) else v) for k, v in w.ws._blobs.items()}
+            if hasattr(w.ws, "_blobs")
+            else dict(w.train_net.blobs)
+        )
         t_blobs = _as_torch(np_blobs)
         snapshot = {k: np.array(v, copy=True) for k, v in np_blobs.items() if isinstance(v, np.ndarray)}
         samples: dict[int, dict[str, list[float]]] = {i: {"numpy": [], "torch": []} for i in range(len(ops))}
@@ -95,9 +97,18 @@ def measure(model: str, rounds: int, reps: int) -> list[dict[str, Any]]:
         row["numpy"] += statistics.median(samples[i]["numpy"]) * 1e6
         row["torch"] += statistics.median(samples[i]["torch"]) * 1e6
         row["count"] += 1
-    return [{"model": model, "batch": bs, "op": t, "count": r["count"], "numpy_us": round(r["numpy"], 1),
-             "torch_us": round(r["torch"], 1), "torch_over_numpy": round(r["torch"] / r["numpy"], 2) if r["numpy"] else None}
-            for t, r in sorted(by_type.items(), key=lambda kv: -kv[1]["torch"])]
+    return [
+        {
+            "model": model,
+            "batch": bs,
+            "op": t,
+            "count": r["count"],
+            "numpy_us": round(r["numpy"], 1),
+            "torch_us": round(r["torch"], 1),
+            "torch_over_numpy": round(r["torch"] / r["numpy"], 2) if r["numpy"] else None,
+        }
+        for t, r in sorted(by_type.items(), key=lambda kv: -kv[1]["torch"])
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -125,7 +136,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps({"load_average": load, "rows": rows}, indent=2))
         return 0
-    print(f"op libraries: median us per call, {args.rounds} rounds x {args.reps} calls, one thread; load {' '.join(load)}")
+    print(
+        f"op libraries: median us per call, {args.rounds} rounds x {args.reps} calls, one thread; load {' '.join(load)}"
+    )
     print(f"{'model':<6}{'op':<40}{'n':>3}{'numpy us':>10}{'torch us':>10}{'torch/numpy':>12}")
     for r in rows:
         ratio = "-" if r["torch_over_numpy"] is None else f"{r['torch_over_numpy']:.2f}"

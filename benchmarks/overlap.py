@@ -82,7 +82,7 @@ def _thread_cpu() -> dict[str, float]:
                 comm = f.read().strip()
         except OSError:  # the thread ended meanwhile
             continue
-        fields = stat[stat.rindex(")") + 2:].split()
+        fields = stat[stat.rindex(")") + 2 :].split()
         name = names.get(int(tid), comm)
         out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
     return out
@@ -108,8 +108,16 @@ def _timeline(ws: Any, inst: Any, name: str, steps: int, barrier: Any) -> dict[s
     finally:
         inst.recorder = None
     after = _thread_cpu()
-    ops = [[i, typ, statistics.mode(t for _, _, t in v), statistics.median(s for s, _, _ in v) * 1e3,
-            statistics.median(e for _, e, _ in v) * 1e3] for (i, typ), v in spans.items()]
+    ops = [
+        [
+            i,
+            typ,
+            statistics.mode(t for _, _, t in v),
+            statistics.median(s for s, _, _ in v) * 1e3,
+            statistics.median(e for _, e, _ in v) * 1e3,
+        ]
+        for (i, typ), v in spans.items()
+    ]
     cpu = {k: (after[k] - before.get(k, 0.0)) * 1e3 / steps for k in after if after[k] > before.get(k, 0.0)}
     return {"ops": sorted(ops, key=lambda o: o[3]), "thread_cpu_ms": cpu}
 
@@ -124,33 +132,37 @@ def cpu_aware_bound(compute: float, comm: float, comm_cpu: float, ranks: int, co
     return max(compute, comm, (compute + comm_cpu) * ranks / cores)
 
 
-def _rank(rank: int, world: int, port: int, out: str, batch: int, bucket_mb: float, steps: int,
-          timeline: bool = False) -> None:
+def _rank(
+    rank: int, world: int, port: int, out: str, batch: int, bucket_mb: float, steps: int, timeline: bool = False
+) -> None:
     import numpy as np
     import torch
     import torch.distributed as dist
 
     import asyncnet as an
     from asyncnet.core.bound import bind_views
-    from asyncnet.sync import TorchDistributedGradientSync
     from asyncnet.model.zoo import mlp
+    from asyncnet.sync import TorchDistributedGradientSync
     from asyncnet.train import Program
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     try:
         sync = TorchDistributedGradientSync(check="first")
-        model = Program(mlp(DIMS[0], tuple(DIMS[1:-1]), DIMS[-1], seed=0, net_type="async_scheduling", num_workers=1),
-                        lr=0.01)
+        model = Program(
+            mlp(DIMS[0], tuple(DIMS[1:-1]), DIMS[-1], seed=0, net_type="async_scheduling", num_workers=1), lr=0.01
+        )
         ws = an.Workspace()
         ws.run_net_once(model.init_net)
         ws.feed("sync", sync)
         rng = np.random.default_rng(rank)
         ws.feed("data", rng.standard_normal((batch, DIMS[0])).astype(np.float32))
         ws.feed("label", rng.integers(0, DIMS[-1], batch).astype(np.int32))
-        nets = {"compute": model.train_net("compute"),
-                "no_overlap": model.train_net("no_overlap", sync_blob="sync", bucket_mb=None),
-                "overlap": model.train_net("overlap", sync_blob="sync", bucket_mb=bucket_mb)}
+        nets = {
+            "compute": model.train_net("compute"),
+            "no_overlap": model.train_net("no_overlap", sync_blob="sync", bucket_mb=None),
+            "overlap": model.train_net("overlap", sync_blob="sync", bucket_mb=bucket_mb),
+        }
         insts = {}
         for name, net in nets.items():
             net_def = net.to_def()
@@ -159,8 +171,12 @@ def _rank(rank: int, world: int, port: int, out: str, batch: int, bucket_mb: flo
         ws.run_net("compute")
         # as views of one buffer, as the overlapped net keeps them: the all-reduce alone, no concatenation
         grads = bind_views([ws.fetch(model.grads[p]) for p in model.params])
-        parts = {"compute": lambda: ws.run_net("compute"), "comm": lambda: sync.sync_gradients(grads),
-                 "no_overlap": lambda: ws.run_net("no_overlap"), "overlap": lambda: ws.run_net("overlap")}
+        parts = {
+            "compute": lambda: ws.run_net("compute"),
+            "comm": lambda: sync.sync_gradients(grads),
+            "no_overlap": lambda: ws.run_net("no_overlap"),
+            "overlap": lambda: ws.run_net("overlap"),
+        }
         mine = interleaved_rounds(parts, steps, 2, dist.barrier)
         every_rank: list[Any] = [None] * world
         dist.all_gather_object(every_rank, mine)
@@ -186,33 +202,44 @@ def measure(batch: int = 512, bucket_mb: float = 1.0, steps: int = 20, timeline:
     bound = max(res["compute_s"], res["comm_s"])
     cores = os.cpu_count() or 1
     cpu_bound = cpu_aware_bound(res["compute_s"], res["comm_s"], res["comm_cpu_s"], 2, cores)
-    res.update(batch=batch, bucket_mb=bucket_mb, steps=steps, bound_s=bound, cores=cores, cpu_bound_s=cpu_bound,
-               overlap_over_bound=res["overlap_s"] / bound, no_overlap_over_bound=res["no_overlap_s"] / bound,
-               overlap_over_cpu_bound=res["overlap_s"] / cpu_bound,
-               no_overlap_over_cpu_bound=res["no_overlap_s"] / cpu_bound, load_average=os.getloadavg())
+    res.update(
+        batch=batch,
+        bucket_mb=bucket_mb,
+        steps=steps,
+        bound_s=bound,
+        cores=cores,
+        cpu_bound_s=cpu_bound,
+        overlap_over_bound=res["overlap_s"] / bound,
+        no_overlap_over_bound=res["no_overlap_s"] / bound,
+        overlap_over_cpu_bound=res["overlap_s"] / cpu_bound,
+        no_overlap_over_cpu_bound=res["no_overlap_s"] / cpu_bound,
+        load_average=os.getloadavg(),
+    )
     return res
 
 
 def _table(r: dict[str, Any]) -> str:
-    ms = lambda k: f"{r[k] * 1e3:8.2f} ms"  # noqa: E731
+    ms = lambda k: f"{r[k] * 1e3:8.2f} ms"
     la = r["load_average"]
-    return "\n".join([
-        f"wide MLP {'-'.join(map(str, DIMS))}, batch {r['batch']} per rank, 2 gloo ranks on 127.0.0.1, "
-        f"{r['grad_bytes'] / 2**20:.1f} MiB of gradients; load average {la[0]:.2f} {la[1]:.2f} {la[2]:.2f}",
-        f"  compute (no sync)            {ms('compute_s')}   (process CPU {ms('compute_cpu_s')}; each rank's own "
-        f"median {r['compute_rank0_s'] * 1e3:.2f} / {r['compute_rank1_s'] * 1e3:.2f} ms)",
-        f"  communication (all-reduce)   {ms('comm_s')}   (process CPU {ms('comm_cpu_s')}: comm_cpu)",
-        f"  bound max(compute, comm)     {ms('bound_s')}",
-        f"  CPU-aware bound              {ms('cpu_bound_s')}   max(compute, comm, (compute + comm_cpu) x 2 ranks "
-        f"/ {r['cores']} cores) = {r['cpu_bound_s'] / r['bound_s']:.2f}x bound",
-        f"  no overlap (one Allreduce)   {ms('no_overlap_s')}   {r['no_overlap_over_bound']:.2f}x bound, "
-        f"{r['no_overlap_over_cpu_bound']:.2f}x CPU-aware bound   (process CPU {ms('no_overlap_cpu_s')})",
-        f"  overlap ({r['buckets']} buckets of {r['bucket_mb']:g} MiB) {ms('overlap_s')}   "
-        f"{r['overlap_over_bound']:.2f}x bound, {r['overlap_over_cpu_bound']:.2f}x CPU-aware bound   (process CPU {ms('overlap_cpu_s')})",
-        "  target: overlap <= 1.15x the bound; figures: per round the slower rank's, median over rounds; "
-        "compute's process CPU well below its wall time means other jobs took the cores",
-        *_timeline_lines(r.get("timeline")),
-    ])
+    return "\n".join(
+        [
+            f"wide MLP {'-'.join(map(str, DIMS))}, batch {r['batch']} per rank, 2 gloo ranks on 127.0.0.1, "
+            f"{r['grad_bytes'] / 2**20:.1f} MiB of gradients; load average {la[0]:.2f} {la[1]:.2f} {la[2]:.2f}",
+            f"  compute (no sync)            {ms('compute_s')}   (process CPU {ms('compute_cpu_s')}; each rank's own "
+            f"median {r['compute_rank0_s'] * 1e3:.2f} / {r['compute_rank1_s'] * 1e3:.2f} ms)",
+            f"  communication (all-reduce)   {ms('comm_s')}   (process CPU {ms('comm_cpu_s')}: comm_cpu)",
+            f"  bound max(compute, comm)     {ms('bound_s')}",
+            f"  CPU-aware bound              {ms('cpu_bound_s')}   max(compute, comm, (compute + comm_cpu) x 2 ranks "
+            f"/ {r['cores']} cores) = {r['cpu_bound_s'] / r['bound_s']:.2f}x bound",
+            f"  no overlap (one Allreduce)   {ms('no_overlap_s')}   {r['no_overlap_over_bound']:.2f}x bound, "
+            f"{r['no_overlap_over_cpu_bound']:.2f}x CPU-aware bound   (process CPU {ms('no_overlap_cpu_s')})",
+            f"  overlap ({r['buckets']} buckets of {r['bucket_mb']:g} MiB) {ms('overlap_s')}   "
+            f"{r['overlap_over_bound']:.2f}x bound, {r['overlap_over_cpu_bound']:.2f}x CPU-aware bound   (process CPU {ms('overlap_cpu_s')})",
+            "  target: overlap <= 1.15x the bound; figures: per round the slower rank's, median over rounds; "
+            "compute's process CPU well below its wall time means other jobs took the cores",
+            *_timeline_lines(r.get("timeline")),
+        ]
+    )
 
 
 def _timeline_lines(timeline: list[dict[str, Any]] | None) -> list[str]:
@@ -234,8 +261,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch", type=int, default=512, help="examples per rank and step")
     p.add_argument("--bucket-mb", type=float, default=1.0, help="bucket size of the overlapped net (MiB)")
     p.add_argument("--steps", type=int, default=20, help="measured steps per part (the median is kept)")
-    p.add_argument("--timeline", action="store_true",
-                   help="also print each rank's op timeline and per-thread CPU of the overlapped step")
+    p.add_argument(
+        "--timeline",
+        action="store_true",
+        help="also print each rank's op timeline and per-thread CPU of the overlapped step",
+    )
     args = p.parse_args(argv)
     if args.quick:
         args.batch, args.steps = 64, 5

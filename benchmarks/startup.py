@@ -69,11 +69,24 @@ def run(runs: int, bytecode_cache: bool = True) -> dict[str, Any]:
                 t = _seconds(args, env)
                 if i:
                     times[name].append(t)
-    rows = [{"command": name, "median_s": statistics.median(w for w, _ in ts), "min_s": min(w for w, _ in ts),
-             "cpu_s": statistics.median(c for _, c in ts), "runs": runs, "target_s": TARGETS.get(name)}
-            for name, ts in times.items()]
-    return {"rows": rows, "bytecode_cache": bytecode_cache, "load_average_before": load_before,
-            "load_average_after": os.getloadavg(), "python": sys.version.split()[0]}
+    rows = [
+        {
+            "command": name,
+            "median_s": statistics.median(w for w, _ in ts),
+            "min_s": min(w for w, _ in ts),
+            "cpu_s": statistics.median(c for _, c in ts),
+            "runs": runs,
+            "target_s": TARGETS.get(name),
+        }
+        for name, ts in times.items()
+    ]
+    return {
+        "rows": rows,
+        "bytecode_cache": bytecode_cache,
+        "load_average_before": load_before,
+        "load_average_after": os.getloadavg(),
+        "python": sys.version.split()[0],
+    }
 
 
 def importtime(top: int = 15, bytecode_cache: bool = True) -> list[tuple[str, float, float]]:
@@ -94,15 +107,18 @@ def importtime(top: int = 15, bytecode_cache: bool = True) -> list[tuple[str, fl
 def table(res: dict[str, Any]) -> str:
     b, a = res["load_average_before"], res["load_average_after"]
     cache = "bytecode cached" if res["bytecode_cache"] else "no bytecode cache: every module compiled"
-    lines = [f"start-up, median of {res['rows'][0]['runs']} runs ({cache}; Python {res['python']}; load average "
-             f"{b[0]:.2f} {b[1]:.2f} {b[2]:.2f} before, {a[0]:.2f} {a[1]:.2f} {a[2]:.2f} after)",
-             f"{'command':24s} {'wall s':>8s} {'min s':>7s} {'CPU s':>7s} {'target s':>9s}"]
+    lines = [
+        f"start-up, median of {res['rows'][0]['runs']} runs ({cache}; Python {res['python']}; load average "
+        f"{b[0]:.2f} {b[1]:.2f} {b[2]:.2f} before, {a[0]:.2f} {a[1]:.2f} {a[2]:.2f} after)",
+        f"{'command':24s} {'wall s':>8s} {'min s':>7s} {'CPU s':>7s} {'target s':>9s}",
+    ]
     for r in res["rows"]:
         target = f"{r['target_s']:9.2f}" if r["target_s"] else f"{'':9s}"
         lines.append(f"{r['command']:24s} {r['median_s']:8.3f} {r['min_s']:7.3f} {r['cpu_s']:7.3f} {target}")
     if "importtime" in res:
-        lines.append("slowest imports of 'import asyncnet' (python -X importtime, one run): "
-                     "module, self s, cumulative s")
+        lines.append(
+            "slowest imports of 'import asyncnet' (python -X importtime, one run): module, self s, cumulative s"
+        )
         lines += [f"  {m:40s} {s:7.3f} {c:7.3f}" for m, s, c in res["importtime"]]
     return "\n".join(lines)
 

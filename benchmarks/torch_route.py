@@ -12,11 +12,9 @@ medians of the rounds after the first and their ratio to numpy are printed with 
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import time
-
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -61,8 +59,12 @@ def main(argv: list[str] | None = None) -> int:
             for w in workers.values():
                 w.close()
         base = statistics.median(speed["numpy"])
-        print(f"{m:<5} " + "  ".join(f"{k} {statistics.median(v):>9,.0f} ({statistics.median(v) / base:.2f}x)"
-                                     for k, v in speed.items()))
+        print(
+            f"{m:<5} "
+            + "  ".join(
+                f"{k} {statistics.median(v):>9,.0f} ({statistics.median(v) / base:.2f}x)" for k, v in speed.items()
+            )
+        )
     print("samples/s, medians of interleaved rounds; load " + " ".join(open("/proc/loadavg").read().split()[:3]))
     return 0
 

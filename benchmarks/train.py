@@ -35,8 +35,8 @@ import os
 import sys
 from typing import Any
 
-from benchmarks._table import cell
 from benchmarks._single import single_threaded_main
+from benchmarks._table import cell
 
 TARGET = 0.95
 
@@ -53,18 +53,32 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m benchmarks train", description=__doc__.split("\n\n")[0])
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--quick", action="store_true", help="a fast smoke run (small model, 3 epochs)")
-    p.add_argument("--small", action="store_true",
-                   help="the default model of asyncnet train (64-128-10, batch 32): round latency decides")
-    p.add_argument("--backend", choices=("threads", "processes", "both"), default=None,
-                   help="where the 2 workers run (default threads, with --small both; both adds the process rows)")
+    p.add_argument(
+        "--small",
+        action="store_true",
+        help="the default model of asyncnet train (64-128-10, batch 32): round latency decides",
+    )
+    p.add_argument(
+        "--backend",
+        choices=("threads", "processes", "both"),
+        default=None,
+        help="where the 2 workers run (default threads, with --small both; both adds the process rows)",
+    )
     p.add_argument("--epochs", type=int, default=None, help="epochs per mode")
     p.add_argument("--hidden", default=None, help="hidden sizes, e.g. 1024 or 512,512")
     p.add_argument("--batch-size", type=int, default=None)
     p.add_argument("--lr", type=float, default=None)
-    p.add_argument("--net-type", default=None,
-                   help="executor of every mode's nets (default: the trainers' choice, see TrainConfig.net_type)")
-    p.add_argument("--repeat", type=int, default=None,
-                   help="rounds over the modes; each mode's fastest samples/s is kept (default 3, quick 1)")
+    p.add_argument(
+        "--net-type",
+        default=None,
+        help="executor of every mode's nets (default: the trainers' choice, see TrainConfig.net_type)",
+    )
+    p.add_argument(
+        "--repeat",
+        type=int,
+        default=None,
+        help="rounds over the modes; each mode's fastest samples/s is kept (default 3, quick 1)",
+    )
     p.add_argument("--no-peers", action="store_true", help="skip the numpy loop, torch eager and torch-tensor rows")
     return p.parse_args(argv)
 
@@ -98,25 +112,29 @@ def _modes(backend: str, peers: bool = False) -> list[tuple[str, str, int, str]]
 
 def measure(mode: str, backend: str, workers: int, settings: dict[str, Any], tensor: str = "numpy") -> dict[str, Any]:
     """Train one mode and return its figures (a peer row when ``mode`` names a peer)."""
-    from benchmarks import _train_peers
     from asyncnet.train import TrainConfig, train
+    from benchmarks import _train_peers
 
     if mode in PEERS:
         return dict(getattr(_train_peers, PEERS[mode])(settings), epochs_to_95=None, seconds_to_95=None)
     # threads=1: single-threaded kernels as the module docstring says (the trainer would otherwise
     # share the cores out, and 2 torch threads on tiny matrices of a loaded machine cost ~100x)
-    cfg = TrainConfig(mode=mode, backend=backend, workers=workers, seed=0, trace=False, tensor=tensor, threads=1,
-                      **settings)
+    cfg = TrainConfig(
+        mode=mode, backend=backend, workers=workers, seed=0, trace=False, tensor=tensor, threads=1, **settings
+    )
     h = train(cfg).history
     steady = h.epochs[1:] or h.epochs
     seconds = sum(m.seconds for m in steady)
     samples = sum(m.samples for m in steady)
     return {
-        "mode": mode if tensor == "numpy" else f"{mode} (torch)", "backend": backend if mode != "local" else "-",
+        "mode": mode if tensor == "numpy" else f"{mode} (torch)",
+        "backend": backend if mode != "local" else "-",
         "workers": cfg.num_workers,
         "samples_per_sec": samples / seconds if seconds > 0 else 0.0,
-        "epochs_to_95": h.epochs_to(TARGET), "seconds_to_95": h.seconds_to(TARGET),
-        "final_test_accuracy": h.final.test_accuracy, "best_test_accuracy": h.best_test_accuracy,
+        "epochs_to_95": h.epochs_to(TARGET),
+        "seconds_to_95": h.seconds_to(TARGET),
+        "final_test_accuracy": h.final.test_accuracy,
+        "best_test_accuracy": h.best_test_accuracy,
         "test_accuracy_per_epoch": [round(m.test_accuracy, 4) for m in h.epochs],
         "seconds_per_epoch": [round(m.seconds, 4) for m in h.epochs],
     }
@@ -149,8 +167,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "hogwild_same_accuracy": all(r["best_test_accuracy"] >= TARGET for r in rows if r["mode"] == "hogwild"),
     }
     if args.small:  # on the default model, 2 sync processes at least as fast as one worker
-        targets["sync2_processes_at_least_1.0"] = any(r["speedup_vs_local"] >= 1.0 for r in sync_rows
-                                                       if r["backend"] == "processes")
+        targets["sync2_processes_at_least_1.0"] = any(
+            r["speedup_vs_local"] >= 1.0 for r in sync_rows if r["backend"] == "processes"
+        )
     by_mode = {r["mode"]: r["samples_per_sec"] for r in rows}
     ratios = {}
     if "numpy loop" in by_mode:
@@ -158,23 +177,33 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         ratios["local_torch_vs_torch_eager"] = by_mode["local (torch)"] / by_mode["torch eager"]
         targets["local_at_least_0.75x_numpy_loop"] = ratios["local_vs_numpy_loop"] >= 0.75
         targets["local_torch_at_least_1.0x_torch_eager"] = ratios["local_torch_vs_torch_eager"] >= 1.0
-    return {"benchmark": "train", "dataset": "digits (1438 train / 359 test)",
-            "settings": {**settings, "hidden": list(settings["hidden"])},
-            "blas_threads": os.environ.get("OPENBLAS_NUM_THREADS"), "load_average": [round(x, 2) for x in os.getloadavg()],
-            "rows": rows, "ratios": ratios, "targets": targets}
+    return {
+        "benchmark": "train",
+        "dataset": "digits (1438 train / 359 test)",
+        "settings": {**settings, "hidden": list(settings["hidden"])},
+        "blas_threads": os.environ.get("OPENBLAS_NUM_THREADS"),
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+        "rows": rows,
+        "ratios": ratios,
+        "targets": targets,
+    }
 
 
 def table(result: dict[str, Any]) -> str:
     s = result["settings"]
-    lines = [f"training benchmark: MLP 64-{'-'.join(map(str, s['hidden']))}-10 on {result['dataset']}, "
-             f"batch {s['batch_size']}, sgd lr {s['lr']}, {s['epochs']} epochs, {s['net_type'] or 'default'} nets, "
-             "single-threaded BLAS",
-             f"{'mode':<8} {'backend':<10} {'workers':>7} {'samples/s':>11} {'vs local':>9} "
-             f"{'epochs to 95%':>14} {'s to 95%':>9} {'final acc':>10} {'best acc':>9}"]
+    lines = [
+        f"training benchmark: MLP 64-{'-'.join(map(str, s['hidden']))}-10 on {result['dataset']}, "
+        f"batch {s['batch_size']}, sgd lr {s['lr']}, {s['epochs']} epochs, {s['net_type'] or 'default'} nets, "
+        "single-threaded BLAS",
+        f"{'mode':<8} {'backend':<10} {'workers':>7} {'samples/s':>11} {'vs local':>9} "
+        f"{'epochs to 95%':>14} {'s to 95%':>9} {'final acc':>10} {'best acc':>9}",
+    ]
     for r in result["rows"]:
-        lines.append(f"{r['mode']:<8} {r['backend']:<10} {r['workers']:>7} {r['samples_per_sec']:>11,.0f} "
-                     f"{r['speedup_vs_local']:>8.2f}x {cell(r['epochs_to_95'], 'd'):>14} "
-                     f"{cell(r['seconds_to_95'], '.2f'):>9} {r['final_test_accuracy']:>10.2%} {r['best_test_accuracy']:>9.2%}")
+        lines.append(
+            f"{r['mode']:<8} {r['backend']:<10} {r['workers']:>7} {r['samples_per_sec']:>11,.0f} "
+            f"{r['speedup_vs_local']:>8.2f}x {cell(r['epochs_to_95'], 'd'):>14} "
+            f"{cell(r['seconds_to_95'], '.2f'):>9} {r['final_test_accuracy']:>10.2%} {r['best_test_accuracy']:>9.2%}"
+        )
     if result.get("ratios"):
         lines.append("ratios: " + ", ".join(f"{k} {v:.2f}x" for k, v in result["ratios"].items()))
     lines.append("load average: " + " ".join(f"{x:.2f}" for x in result.get("load_average", [])))

@@ -23,7 +23,6 @@ import time
 from typing import Any
 
 
-
 def _workers(models: list[str], tensors: list[str], nets: list[str], steps: int) -> dict[tuple[str, str, str], Any]:
     from benchmarks._zoo_worker import zoo_worker
 
@@ -54,8 +53,16 @@ def measure(models: list[str], tensors: list[str], nets: list[str], rounds: int,
     rows = []
     for (m, t, nt), v in speed.items():
         base = statistics.median(speed[(m, t, nets[0])])
-        rows.append({"model": m, "tensor": t, "net_type": nt, "samples_per_sec": statistics.median(v),
-                     "vs_first": statistics.median(v) / base, "runs": [round(x) for x in v]})
+        rows.append(
+            {
+                "model": m,
+                "tensor": t,
+                "net_type": nt,
+                "samples_per_sec": statistics.median(v),
+                "vs_first": statistics.median(v) / base,
+                "runs": [round(x) for x in v],
+            }
+        )
     return rows
 
 
@@ -87,8 +94,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps({"load_average": load, "rows": rows}, indent=2))
         return 0
-    print(f"zoo train nets, median samples/s of {args.rounds} interleaved rounds of {args.steps} steps; "
-          f"ratio to {nets[0]}; load {load}")
+    print(
+        f"zoo train nets, median samples/s of {args.rounds} interleaved rounds of {args.steps} steps; "
+        f"ratio to {nets[0]}; load {load}"
+    )
     print(f"{'model':<6}{'tensor':<7}" + "".join(f"{n:>26}" for n in nets))
     for m in dict.fromkeys(r["model"] for r in rows):
         for t in dict.fromkeys(r["tensor"] for r in rows):

@@ -16,13 +16,13 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's C++ info lines
 
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
+import numpy as np
+import tensorflow as tf
 
-import asyncnet as an  # noqa: E402
-from asyncnet.autodiff import add_gradient_ops  # noqa: E402
-from asyncnet.tensorflow import limit_threads, register_function  # noqa: E402
-from asyncnet.train.data import load_digits  # noqa: E402
+import asyncnet as an
+from asyncnet.autodiff import add_gradient_ops
+from asyncnet.tensorflow import limit_threads, register_function
+from asyncnet.train.data import load_digits
 
 
 @tf.function(reduce_retracing=True)

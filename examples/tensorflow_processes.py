@@ -37,7 +37,9 @@ def main() -> None:
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--lr", type=float, default=0.1)
     a = p.parse_args()
-    results = run_parallel_workers(a.workers, partial(worker, a.epochs, a.batch_size, a.lr), backend="processes", timeout=120)
+    results = run_parallel_workers(
+        a.workers, partial(worker, a.epochs, a.batch_size, a.lr), backend="processes", timeout=120
+    )
     intra, inter = results[0][1]
     print(f"TensorFlow threads per worker process: intra-op {intra}, inter-op {inter}")
     print(f"{a.workers} process workers, test accuracy per replica: {', '.join(f'{acc:.2%}' for acc, _ in results)}")

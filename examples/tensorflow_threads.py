@@ -15,12 +15,12 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's C++ info lines
 
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
+import keras
+import numpy as np
 
-from asyncnet.sync import run_parallel_workers  # noqa: E402
-from asyncnet.tensorflow import SyncOptimizer, broadcast_variables, limit_threads  # noqa: E402
-from asyncnet.train.data import epoch_batches, load_digits, shard  # noqa: E402
+from asyncnet.sync import run_parallel_workers
+from asyncnet.tensorflow import SyncOptimizer, broadcast_variables, limit_threads
+from asyncnet.train.data import epoch_batches, load_digits, shard
 
 
 def make_model(seed: int) -> keras.Model:
@@ -31,7 +31,9 @@ def make_model(seed: int) -> keras.Model:
 def my_shard_of_every_batch(x, y, batch_size: int, epoch: int, world_size: int, rank: int):
     """This worker's share of each batch of the epoch, concatenated: ``fit`` with ``batch_size //
     world_size`` and no shuffle then takes exactly one step per global batch, as its peers do."""
-    parts = [shard(xb, yb, world_size, rank) for xb, yb in epoch_batches(x, y, batch_size, epoch, multiple_of=world_size)]
+    parts = [
+        shard(xb, yb, world_size, rank) for xb, yb in epoch_batches(x, y, batch_size, epoch, multiple_of=world_size)
+    ]
     return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
 
 
@@ -39,8 +41,10 @@ def train(sync, model: keras.Model, epochs: int, batch_size: int, lr: float) -> 
     """Train ``model`` as worker ``sync.worker_id``; return its test accuracy."""
     ds = load_digits()
     broadcast_variables(model, sync)  # every replica starts from worker 0's weights
-    model.compile(optimizer=SyncOptimizer(keras.optimizers.SGD(lr), sync),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.compile(
+        optimizer=SyncOptimizer(keras.optimizers.SGD(lr), sync),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
     for epoch in range(epochs):
         x, y = my_shard_of_every_batch(ds.x_train, ds.y_train, batch_size, epoch, sync.num_workers, sync.worker_id)
         model.fit(x, y, batch_size=batch_size // sync.num_workers, epochs=1, shuffle=False, verbose=0)
@@ -58,7 +62,8 @@ def main() -> None:
     limit_threads(a.workers, backend="threads")  # before TensorFlow runs anything
     models = [make_model(seed=w) for w in range(a.workers)]  # made up front: Keras' seeding is global
     accuracies = run_parallel_workers(
-        a.workers, lambda sync: train(sync, models[sync.worker_id], a.epochs, a.batch_size, a.lr), timeout=120)
+        a.workers, lambda sync: train(sync, models[sync.worker_id], a.epochs, a.batch_size, a.lr), timeout=120
+    )
     print(f"{a.workers} thread workers, test accuracy per replica: {', '.join(f'{x:.2%}' for x in accuracies)}")
 
 

@@ -57,7 +57,7 @@ def main() -> None:
     torch.set_num_threads(1)
     if a.backend == "threads":
         models = [make_model() for _ in range(a.workers)]  # made up front: torch's RNG is global
-        fn = lambda sync: worker(sync, models, a.epochs, a.batch_size, a.lr)  # noqa: E731
+        fn = lambda sync: worker(sync, models, a.epochs, a.batch_size, a.lr)
     else:
         from functools import partial
 

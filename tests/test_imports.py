@@ -15,20 +15,30 @@ MODULES = sorted(m.name for m in pkgutil.walk_packages(asyncnet.__path__, "async
 
 
 def test_the_walk_finds_the_package():
-    assert {"asyncnet.simulate.measure", "asyncnet.sync.launch", "asyncnet.exec.scheduling", "asyncnet.compat.kizzasi",
-            "asyncnet.interop.torch", "asyncnet.interop.tensorflow", "asyncnet._shm"} <= set(MODULES)
+    assert {
+        "asyncnet.simulate.measure",
+        "asyncnet.sync.launch",
+        "asyncnet.exec.scheduling",
+        "asyncnet.compat.kizzasi",
+        "asyncnet.interop.torch",
+        "asyncnet.interop.tensorflow",
+        "asyncnet._shm",
+    } <= set(MODULES)
     assert not any(m.startswith("asyncnet.bench") for m in MODULES)  # the benchmarks live outside the package
 
 
 def test_the_old_names_still_import():
     import asyncnet.interop.torch
     import asyncnet.torch
-    from asyncnet.sync import DataParallelModel, ProcessGradientSync, run_parallel_workers
     from asyncnet.compat import kizzasi
+    from asyncnet.sync import DataParallelModel, ProcessGradientSync, run_parallel_workers
 
     assert asyncnet.torch is asyncnet.interop.torch
     assert DataParallelModel is kizzasi.DataParallelModel
-    assert run_parallel_workers.__module__ == "asyncnet.sync.launch" and ProcessGradientSync.__module__ == "asyncnet.sync.process"
+    assert (
+        run_parallel_workers.__module__ == "asyncnet.sync.launch"
+        and ProcessGradientSync.__module__ == "asyncnet.sync.process"
+    )
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -25,14 +25,27 @@ pytestmark = pytest.mark.timeout(60)
 SRC = Path(asyncnet.__file__).resolve().parent
 BOTTOM = 0
 RANKS = {  # the component (first name under asyncnet) -> its layer
-    "errors": BOTTOM, "cleanup": BOTTOM, "data": BOTTOM,
-    "atomic": 1, "sync": 1, "tensor": 1,
+    "errors": BOTTOM,
+    "cleanup": BOTTOM,
+    "data": BOTTOM,
+    "atomic": 1,
+    "sync": 1,
+    "tensor": 1,
     "core": 2,
-    "exec": 3, "ops": 3,
-    "autodiff": 4, "": 4,  # "": the package asyncnet itself (its __init__ loads core, ops, exec, autodiff)
+    "exec": 3,
+    "ops": 3,
+    "autodiff": 4,
+    "": 4,  # "": the package asyncnet itself (its __init__ loads core, ops, exec, autodiff)
     "model": 5,
-    "train": 6, "interop": 6, "compat": 6, "simulate": 6, "torch": 6, "tensorflow": 6, "onnx": 6,
-    "cli": 7, "__main__": 7,
+    "train": 6,
+    "interop": 6,
+    "compat": 6,
+    "simulate": 6,
+    "torch": 6,
+    "tensorflow": 6,
+    "onnx": 6,
+    "cli": 7,
+    "__main__": 7,
 }
 # Deliberate exceptions, each with its reason.
 ALLOWED = {
@@ -72,7 +85,7 @@ def imports_of(module: str, path: Path) -> set[str]:
             base = node.module or ""
             if node.level:
                 pkg = module.split(".") if is_pkg else module.split(".")[:-1]
-                pkg = pkg[:len(pkg) - node.level + 1]
+                pkg = pkg[: len(pkg) - node.level + 1]
                 base = ".".join(pkg + ([node.module] if node.module else []))
             out.update(_resolve(base, a.name) for a in node.names)
     return out
@@ -151,22 +164,47 @@ def test_no_import_circle():
 
 
 def test_no_upward_import():
-    upward = [f"{m} -> {d}" for m, deps in _graph().items() for d in sorted(deps)
-              if _rank(d) > _rank(m) and (m, d) not in ALLOWED]
+    upward = [
+        f"{m} -> {d}"
+        for m, deps in _graph().items()
+        for d in sorted(deps)
+        if _rank(d) > _rank(m) and (m, d) not in ALLOWED
+    ]
     assert upward == []
 
 
-@pytest.mark.parametrize("low,high", [("atomic", "core"), ("sync", "core"), ("core", "exec"), ("core", "sync"),
-                                      ("core", "ops"), ("ops", "exec"), ("core", "cli"), ("ops", "interop")])
+@pytest.mark.parametrize(
+    "low,high",
+    [
+        ("atomic", "core"),
+        ("sync", "core"),
+        ("core", "exec"),
+        ("core", "sync"),
+        ("core", "ops"),
+        ("ops", "exec"),
+        ("core", "cli"),
+        ("ops", "interop"),
+    ],
+)
 def test_named_rules(low, high):
-    bad = [f"{m} -> {d}" for m, deps in _graph().items() if m.startswith(f"asyncnet.{low}")
-           for d in deps if d == f"asyncnet.{high}" or d.startswith(f"asyncnet.{high}.")]
+    bad = [
+        f"{m} -> {d}"
+        for m, deps in _graph().items()
+        if m.startswith(f"asyncnet.{low}")
+        for d in deps
+        if d == f"asyncnet.{high}" or d.startswith(f"asyncnet.{high}.")
+    ]
     assert bad == []
 
 
 def test_only_the_cli_imports_the_cli():
-    bad = [f"{m} -> {d}" for m, deps in _graph().items() if _rank(m) < RANKS["cli"]
-           for d in deps if d.startswith("asyncnet.cli")]
+    bad = [
+        f"{m} -> {d}"
+        for m, deps in _graph().items()
+        if _rank(m) < RANKS["cli"]
+        for d in deps
+        if d.startswith("asyncnet.cli")
+    ]
     assert bad == []
 
 
@@ -204,8 +242,10 @@ def test_importing_sync_does_not_import_torch():
 
 
 def test_importing_asyncnet_loads_no_backend_and_no_optional_library():
-    code = ("import sys, asyncnet; heavy = ('torch', 'tensorflow', 'rich', 'matplotlib', 'tensorboard', "
-            "'asyncnet.sync.process', 'asyncnet.sync.launch', 'asyncnet.sync.torch_dist', 'asyncnet.compat.kizzasi', "
-            "'asyncnet.atomic.shared', 'multiprocessing'); print(sorted(m for m in heavy if m in sys.modules))")
+    code = (
+        "import sys, asyncnet; heavy = ('torch', 'tensorflow', 'rich', 'matplotlib', 'tensorboard', "
+        "'asyncnet.sync.process', 'asyncnet.sync.launch', 'asyncnet.sync.torch_dist', 'asyncnet.compat.kizzasi', "
+        "'asyncnet.atomic.shared', 'multiprocessing'); print(sorted(m for m in heavy if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr

@@ -2,7 +2,7 @@
 each block in a fresh namespace, in a scratch directory.
 
 A block preceded by the line ``<!-- not-tested: reason -->`` is skipped: it needs torchrun, a GPU,
-the tensorflow extra (tests/tf_interop/test_tf_docs_section.py runs those), an importable worker
+the tensorflow extra (tests/interop/tensorflow/test_tf_docs_section.py runs those), an importable worker
 for spawned processes, or minutes of training. Keep such blocks rare.
 """
 
@@ -55,7 +55,9 @@ def test_readme_opens_with_the_two_commands():
 
 def test_readme_is_a_front_door():
     text = README.read_text()
-    assert len(text) <= README_LIMIT, f"README.md has {len(text):,} characters; the limit is {README_LIMIT:,}: move detail to docs/"
+    assert len(text) <= README_LIMIT, (
+        f"README.md has {len(text):,} characters; the limit is {README_LIMIT:,}: move detail to docs/"
+    )
     assert "`make bench` runs every benchmark; `python -m benchmarks NAME` runs one" in text
 
 

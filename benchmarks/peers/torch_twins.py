@@ -24,7 +24,8 @@ Layouts: ``fc{i}``/``logits``/``bot{i}``/``top{i}`` are ``nn.Linear`` (W [out, i
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -150,7 +151,9 @@ def _LSTM(params: Mapping[str, Any]) -> Any:
             self.rnn = torch.nn.LSTM(self.features, hidden, dtype=w_ih.dtype)
             with torch.no_grad():
                 for p in ("w_ih", "w_hh", "b_ih", "b_hh"):
-                    getattr(self.rnn, p.replace("w_", "weight_").replace("b_", "bias_") + "_l0").copy_(_tensor(params[f"rnn_{p}"]))
+                    getattr(self.rnn, p.replace("w_", "weight_").replace("b_", "bias_") + "_l0").copy_(
+                        _tensor(params[f"rnn_{p}"])
+                    )
             self.logits = _linear(params, "logits")
 
         def forward(self, feeds: Mapping[str, Any]) -> Any:
@@ -177,8 +180,11 @@ def _DLRM(params: Mapping[str, Any]) -> Any:
             k = 0
             tables = []
             while f"emb{k}_table" in params:
-                tables.append(torch.nn.EmbeddingBag.from_pretrained(_tensor(params[f"emb{k}_table"]).clone(), freeze=False,
-                                                                    mode="sum", sparse=True))
+                tables.append(
+                    torch.nn.EmbeddingBag.from_pretrained(
+                        _tensor(params[f"emb{k}_table"]).clone(), freeze=False, mode="sum", sparse=True
+                    )
+                )
                 k += 1
             self.emb = torch.nn.ModuleList(tables)
             f = k + 1

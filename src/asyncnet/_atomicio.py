@@ -21,7 +21,8 @@ import os
 import re
 import tempfile
 import threading
-from typing import Any, BinaryIO, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -42,7 +43,7 @@ def _stray_pid(name: str, prefix: str) -> int | None:
     """The writer pid encoded in a temp name ``.<base>.<pid>.<random>.tmp``, or None."""
     if not (name.startswith(prefix) and name.endswith(".tmp")):
         return None
-    m = re.match(r"(\d+)\.", name[len(prefix):])
+    m = re.match(r"(\d+)\.", name[len(prefix) :])
     return int(m.group(1)) if m else None
 
 

@@ -7,7 +7,8 @@ recognise such a run of views and get the flat 1-D view over it. It is plain num
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -31,9 +32,13 @@ def contiguous_run(arrays: Sequence[Any]) -> np.ndarray | None:
         return None
     start = end = arrays[0].__array_interface__["data"][0]
     for a in arrays:
-        if (type(a) is not np.ndarray or a.base is not base or not a.flags.c_contiguous
-                or a.__array_interface__["data"][0] != end):
+        if (
+            type(a) is not np.ndarray
+            or a.base is not base
+            or not a.flags.c_contiguous
+            or a.__array_interface__["data"][0] != end
+        ):
             return None
         end += a.nbytes
     origin, k = base.__array_interface__["data"][0], base.itemsize
-    return base.reshape(-1)[(start - origin) // k:(end - origin) // k]
+    return base.reshape(-1)[(start - origin) // k : (end - origin) // k]

@@ -37,7 +37,7 @@ class ParentWatch:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="asyncnet-agent-watchdog", daemon=True)
 
-    def __enter__(self) -> "ParentWatch":
+    def __enter__(self) -> ParentWatch:
         self._thread.start()
         return self
 

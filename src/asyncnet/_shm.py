@@ -158,7 +158,7 @@ class SharedArrays:
         }
 
     @classmethod
-    def create(cls, values: dict[str, Any]) -> "SharedArrays":
+    def create(cls, values: dict[str, Any]) -> SharedArrays:
         """A new segment holding copies of ``values``."""
         import numpy as np
 
@@ -175,7 +175,7 @@ class SharedArrays:
         return out
 
     @classmethod
-    def attach(cls, spec: Spec) -> "SharedArrays":
+    def attach(cls, spec: Spec) -> SharedArrays:
         """Map an existing segment described by ``spec`` (from the creator's ``.spec``)."""
         return cls(open_segment(spec[0]), spec, owner=False)
 
@@ -192,7 +192,7 @@ class SharedArrays:
         if self.owner:
             unlink_segment(self.spec[0], tracked=True)
 
-    def __enter__(self) -> "SharedArrays":
+    def __enter__(self) -> SharedArrays:
         return self
 
     def __exit__(self, *exc: Any) -> None:

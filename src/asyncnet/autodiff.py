@@ -43,8 +43,8 @@ forward op overwrites in place cannot be read by an earlier op's gradient: that 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import replace
-from typing import Iterable
 
 import asyncnet.ops  # noqa: F401  (registers the operators)
 from asyncnet.core.defs import OperatorDef
@@ -63,15 +63,19 @@ Grad = str | GradientSlice  # a dense gradient blob, or a sparse (indices, value
 class GradientMaker:  # pragma: no cover - documentation of the protocol only
     """The protocol of a gradient maker (any callable with this signature)::
 
-        @register_gradient("Relu")
-        def relu_grad(op: OperatorDef, output_grads: list[str | None]):
-            return [OperatorDef("ReluGradient", [op.outputs[0], output_grads[0]], ["dx"])], ["dx"]
+    @register_gradient("Relu")
+    def relu_grad(op: OperatorDef, output_grads: list[str | None]):
+        return [OperatorDef("ReluGradient", [op.outputs[0], output_grads[0]], ["dx"])], ["dx"]
     """
 
-    def __call__(self, op: OperatorDef, output_grads: list[str | None]) -> tuple[list[OperatorDef], list[Grad | None]]: ...
+    def __call__(
+        self, op: OperatorDef, output_grads: list[str | None]
+    ) -> tuple[list[OperatorDef], list[Grad | None]]: ...
 
 
-def add_gradient_ops(net: Net, loss: str, *, wrt: Iterable[str] | None = None, dtype: str = "float32") -> dict[str, Grad]:
+def add_gradient_ops(
+    net: Net, loss: str, *, wrt: Iterable[str] | None = None, dtype: str = "float32"
+) -> dict[str, Grad]:
     """Append to ``net`` the ops computing d ``loss`` / d every leaf blob; return {blob: grad blob},
     where a table read only by lookups maps to a ``GradientSlice(indices_blob, values_blob)``.
 
@@ -91,7 +95,7 @@ class _Backward:
         self.taken: set[str] = {n for op in self.fwd for n in (*op.inputs, *op.outputs, *op.control_inputs)}
         self.contribs: dict[Key, list[Grad]] = defaultdict(list)
         self.final: dict[Key, Grad | None] = {}
-        self.owned: set[str] = set()     # input-gradient blobs a maker created (safe to sum into)
+        self.owned: set[str] = set()  # input-gradient blobs a maker created (safe to sum into)
         self.bwd: list[OperatorDef] = []
         self.stale: dict[int, str] = {}  # index in bwd -> why that op would read an overwritten blob
 
@@ -118,7 +122,9 @@ class _Backward:
             if relevant[i]:
                 self._backprop(i, in_ver[i], out_ver[i], version)
         grads = self._leaf_grads()
-        self._prune({n for g in grads.values() for n in ((g.indices, g.values) if isinstance(g, GradientSlice) else (g,))})
+        self._prune(
+            {n for g in grads.values() for n in ((g.indices, g.values) if isinstance(g, GradientSlice) else (g,))}
+        )
         for op in self.bwd:
             self.net.add_op(op.type, op.inputs, op.outputs, name=op.name, **op.args)
         return grads
@@ -175,8 +181,12 @@ class _Backward:
 
     def _join_slices(self, blob: str, slices: list[GradientSlice]) -> GradientSlice:
         idx, vals = self.fresh(f"{blob}_grad_indices"), self.fresh(f"{blob}_grad_values")
-        self.bwd.append(OperatorDef("Concat", [s.indices for s in slices], [idx, self.fresh(f"{idx}_info")], {"axis": 0}))
-        self.bwd.append(OperatorDef("Concat", [s.values for s in slices], [vals, self.fresh(f"{vals}_info")], {"axis": 0}))
+        self.bwd.append(
+            OperatorDef("Concat", [s.indices for s in slices], [idx, self.fresh(f"{idx}_info")], {"axis": 0})
+        )
+        self.bwd.append(
+            OperatorDef("Concat", [s.values for s in slices], [vals, self.fresh(f"{vals}_info")], {"axis": 0})
+        )
         return GradientSlice(idx, vals)
 
     def _backprop(self, i: int, in_ver: list[int], out_ver: list[int], version: dict[str, int]) -> None:
@@ -188,15 +198,24 @@ class _Backward:
         where = f"ops[{i}] ({op.type}{' ' + repr(op.name) if op.name else ''})"
         if maker is None:
             with_grad = [o for o, x in zip(op.outputs, gout) if x is not None]
-            raise NetDefinitionError(f"no gradient is registered for {op.type}, but its output(s) {with_grad} "
-                                     f"lie on the path to the loss {self.loss!r}", where)
+            raise NetDefinitionError(
+                f"no gradient is registered for {op.type}, but its output(s) {with_grad} "
+                f"lie on the path to the loss {self.loss!r}",
+                where,
+            )
         # The maker sees placeholders for the forward blobs, so that for an in-place op
         # (Mul(["h", "x"], "h")) we know whether its gradient reads the input or the output.
-        probe = replace(op, inputs=[f"@in{k}" for k in range(len(op.inputs))],
-                        outputs=[f"@out{k}" for k in range(len(op.outputs))], args=dict(op.args))
+        probe = replace(
+            op,
+            inputs=[f"@in{k}" for k in range(len(op.inputs))],
+            outputs=[f"@out{k}" for k in range(len(op.outputs))],
+            args=dict(op.args),
+        )
         gops, gin = maker(probe, list(gout))
         if len(gin) != len(op.inputs):
-            raise NetDefinitionError(f"the {op.type} gradient maker returned {len(gin)} input gradients for {len(op.inputs)} inputs", where)
+            raise NetDefinitionError(
+                f"the {op.type} gradient maker returned {len(gin)} input gradients for {len(op.inputs)} inputs", where
+            )
         forward = {f"@in{k}": (n, v) for k, (n, v) in enumerate(zip(op.inputs, in_ver))}
         forward.update({f"@out{k}": (n, v) for k, (n, v) in enumerate(zip(op.outputs, out_ver))})
         rename = self._rename_map(op, gops, gin, set(forward))
@@ -205,18 +224,31 @@ class _Backward:
             stale = self._stale_read(gop, forward, version, where)
             if stale:
                 self.stale[len(self.bwd)] = stale
-            self.bwd.append(replace(gop, inputs=[rename.get(n, n) for n in gop.inputs],
-                                    outputs=[rename.get(n, n) for n in gop.outputs], args=dict(gop.args)))
+            self.bwd.append(
+                replace(
+                    gop,
+                    inputs=[rename.get(n, n) for n in gop.inputs],
+                    outputs=[rename.get(n, n) for n in gop.outputs],
+                    args=dict(gop.args),
+                )
+            )
         for name, v, gi in zip(op.inputs, in_ver, gin):
             if isinstance(gi, GradientSlice):
                 if gi.indices in forward and forward[gi.indices][1] != version.get(forward[gi.indices][0], 0):
-                    raise NetDefinitionError(f"the sparse gradient of {name!r} needs its indices blob "
-                                             f"{forward[gi.indices][0]!r} as this op saw it, but a later op overwrites it", where)
-                self.contribs[(name, v)].append(GradientSlice(rename.get(gi.indices, gi.indices), rename.get(gi.values, gi.values)))
+                    raise NetDefinitionError(
+                        f"the sparse gradient of {name!r} needs its indices blob "
+                        f"{forward[gi.indices][0]!r} as this op saw it, but a later op overwrites it",
+                        where,
+                    )
+                self.contribs[(name, v)].append(
+                    GradientSlice(rename.get(gi.indices, gi.indices), rename.get(gi.values, gi.values))
+                )
             elif gi is not None:
                 self.contribs[(name, v)].append(rename.get(gi, gi))
 
-    def _rename_map(self, op: OperatorDef, gops: list[OperatorDef], gin: list[Grad | None], placeholders: set[str]) -> dict[str, str]:
+    def _rename_map(
+        self, op: OperatorDef, gops: list[OperatorDef], gin: list[Grad | None], placeholders: set[str]
+    ) -> dict[str, str]:
         created = [n for gop in gops for n in gop.outputs]
         clash = set(created) & placeholders
         if clash:
@@ -242,8 +274,10 @@ class _Backward:
             if n in forward:
                 blob, v = forward[n]
                 if v != version.get(blob, 0):
-                    return (f"{where}: the gradient needs blob {blob!r} as this op saw it, but a later op "
-                            "(or this op, in place) overwrites it; write that result to a new blob")
+                    return (
+                        f"{where}: the gradient needs blob {blob!r} as this op saw it, but a later op "
+                        "(or this op, in place) overwrites it; write that result to a new blob"
+                    )
         return None
 
     def _leaf_grads(self) -> dict[str, Grad]:
@@ -253,8 +287,10 @@ class _Backward:
             return grads
         missing = [w for w in self.wrt if w not in grads]
         if missing:
-            raise NetDefinitionError(f"no gradient of {self.loss!r} reaches {missing}: each must be an input of the net "
-                                     "that the loss depends on through differentiable ops and that no op overwrites")
+            raise NetDefinitionError(
+                f"no gradient of {self.loss!r} reaches {missing}: each must be an input of the net "
+                "that the loss depends on through differentiable ops and that no op overwrites"
+            )
         return {w: grads[w] for w in self.wrt}
 
     def _prune(self, live: set[str]) -> None:

@@ -15,7 +15,7 @@ Messages say what was expected, what was found, and where.
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 __all__ = [
     "AsyncNetError",

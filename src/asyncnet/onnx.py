@@ -2,5 +2,5 @@
 
 Importing asyncnet does not import onnx; ``asyncnet.onnx`` (attribute or import) does."""
 
-from asyncnet.interop.onnx import *  # noqa: F401,F403
+from asyncnet.interop.onnx import *  # noqa: F403
 from asyncnet.interop.onnx import __all__, __getattr__  # noqa: F401

@@ -73,14 +73,17 @@ _INT64 = (-(2**63), 2**63 - 1)
 
 # -- arguments -------------------------------------------------------------------------------
 
+
 def arg_to_value(arg: Any, where: str) -> Any:
     """The asyncnet value of one ``caffe2_pb2.Argument`` (``where`` names it in errors)."""
     for fname in _UNSUPPORTED_ARG_FIELDS:
         present = arg.HasField(fname) if fname in ("n", "t") else len(getattr(arg, fname)) > 0
         if present:
-            raise NetDefinitionError(f"argument {arg.name!r} holds a {'net' if fname in ('n', 'nets') else 'tensor'} "
-                                     f"(field {fname!r}); asyncnet arguments are numbers, strings and lists of them",
-                                     where)
+            raise NetDefinitionError(
+                f"argument {arg.name!r} holds a {'net' if fname in ('n', 'nets') else 'tensor'} "
+                f"(field {fname!r}); asyncnet arguments are numbers, strings and lists of them",
+                where,
+            )
     if arg.HasField("f"):
         return arg.f
     if arg.HasField("i"):
@@ -138,14 +141,16 @@ def _fill_list(arg: Any, name: str, items: list[Any]) -> None:
 
 # -- devices ---------------------------------------------------------------------------------
 
+
 def device_to_asyncnet(dev: Any, where: str) -> DeviceOption:
     """asyncnet's DeviceOption for a ``caffe2_pb2.DeviceOption`` (CPU and CUDA only)."""
     kind = _DEVICE_NAMES.get(dev.device_type)
     if kind is None:
         name = caffe2_pb2.DeviceTypeProto.values_by_number.get(dev.device_type)
         shown = name.name if name is not None else str(dev.device_type)
-        raise NetDefinitionError(f"device type {shown} is not supported; asyncnet runs on CPU (0) and CUDA (1)",
-                                 f"{where}.device_type")
+        raise NetDefinitionError(
+            f"device type {shown} is not supported; asyncnet runs on CPU (0) and CUDA (1)", f"{where}.device_type"
+        )
     seed = dev.random_seed if dev.HasField("random_seed") else None
     return DeviceOption(kind, dev.device_id, dev.numa_node_id, seed)
 
@@ -162,14 +167,16 @@ def device_from_asyncnet(dev: DeviceOption) -> Any:
 
 # -- operators and nets ----------------------------------------------------------------------
 
+
 def op_to_asyncnet(op: Any, where: str = "op") -> OperatorDef:
     """asyncnet's OperatorDef for a ``caffe2_pb2.OperatorDef``; ``where`` prefixes error paths."""
     where = f"{where} ({op.type or '?'}{' ' + repr(op.name) if op.name else ''})"
     if not op.type:
         raise NetDefinitionError("missing the operator type", f"{where}.type")
     if op.domain not in ("", "caffe2"):
-        raise NetDefinitionError(f"operator domain {op.domain!r} is not supported; expected '' or 'caffe2'",
-                                 f"{where}.domain")
+        raise NetDefinitionError(
+            f"operator domain {op.domain!r} is not supported; expected '' or 'caffe2'", f"{where}.domain"
+        )
     args: dict[str, Any] = {}
     for i, arg in enumerate(op.arg):
         if not arg.name:
@@ -227,24 +234,37 @@ def op_from_asyncnet(op: OperatorDef) -> Any:
 def drop_unknown_args(op: OperatorDef, where: str = "op") -> OperatorDef:
     """Caffe2's leniency: the arguments ``op``'s schema does not take are dropped, each logged
     once (per op type and name) as a warning; an unknown op type is still an error. Arguments
-    whose meaning asyncnet cannot honour (a ``legacy_pad`` other than NOTSET or VALID) are refused."""
+    whose meaning asyncnet cannot honour (a ``legacy_pad`` other than NOTSET or VALID on an op whose
+    schema has no ``legacy_pad``, such as ConvTranspose) are refused."""
     try:
         schema = get_schema(op.type)
     except NetDefinitionError as e:
         raise NetDefinitionError(str(e), f"{where}.type") from None
     pad = op.args.get("legacy_pad")
     if "legacy_pad" not in schema.args and pad not in (None, 0, 1):
-        raise NetDefinitionError(f"legacy_pad={pad!r} (Caffe2's SAME or CAFFE_LEGACY_POOLING padding) is not "
-                                 "supported; give explicit pads instead", f"{where} ({op.type}).args.legacy_pad")
-    unknown = [k for k in op.args if k not in schema.args and k != "engine"
-               and (schema.extra_args is None or schema.extra_args(k) is None)]
+        raise NetDefinitionError(
+            f"legacy_pad={pad!r} (Caffe2's SAME or CAFFE_LEGACY_POOLING padding) is not "
+            "supported; give explicit pads instead",
+            f"{where} ({op.type}).args.legacy_pad",
+        )
+    unknown = [
+        k
+        for k in op.args
+        if k not in schema.args and k != "engine" and (schema.extra_args is None or schema.extra_args(k) is None)
+    ]
     if not unknown:
         return op
     for k in unknown:
         if (op.type, k) not in _WARNED:
             _WARNED.add((op.type, k))
-            logger.warning("%s (%s): argument %r is not used by asyncnet's %s; ignored (as Caffe2 ignores "
-                           "arguments an operator does not read)", where, op.type, k, op.type)
+            logger.warning(
+                "%s (%s): argument %r is not used by asyncnet's %s; ignored (as Caffe2 ignores "
+                "arguments an operator does not read)",
+                where,
+                op.type,
+                k,
+                op.type,
+            )
     args = {k: v for k, v in op.args.items() if k not in unknown}
     return OperatorDef(op.type, op.inputs, op.outputs, args, op.name, op.device_option, op.control_inputs)
 
@@ -252,8 +272,17 @@ def drop_unknown_args(op: OperatorDef, where: str = "op") -> OperatorDef:
 def lenient(nd: NetDef) -> NetDef:
     """``nd`` with :func:`drop_unknown_args` applied to every op (a new NetDef; ``nd`` is unchanged)."""
     ops = [drop_unknown_args(op, f"ops[{i}]") for i, op in enumerate(nd.ops)]
-    return NetDef(nd.name, ops, nd.type, nd.num_workers, nd.external_inputs, nd.external_outputs, nd.device_option,
-                  nd.own_pool, nd.intra_op_threads)
+    return NetDef(
+        nd.name,
+        ops,
+        nd.type,
+        nd.num_workers,
+        nd.external_inputs,
+        nd.external_outputs,
+        nd.device_option,
+        nd.own_pool,
+        nd.intra_op_threads,
+    )
 
 
 def to_asyncnet(pb: Any, where: str = "") -> NetDef:
@@ -268,8 +297,9 @@ def to_asyncnet(pb: Any, where: str = "") -> NetDef:
             num_workers = arg.i
         elif (pb.name, arg.name) not in _WARNED_NET_ARGS:  # executor hints (first_iter_only_one_worker...)
             _WARNED_NET_ARGS.add((pb.name, arg.name))
-            logger.warning("%snet argument %r has no asyncnet meaning; ignored (asyncnet takes num_workers here)",
-                           prefix, arg.name)
+            logger.warning(
+                "%snet argument %r has no asyncnet meaning; ignored (asyncnet takes num_workers here)", prefix, arg.name
+            )
     if len(pb.partition_info):
         raise NetDefinitionError(f"{prefix}partition_info is not supported (backend partitions)", "partition_info")
     ops = []
@@ -280,9 +310,15 @@ def to_asyncnet(pb: Any, where: str = "") -> NetDef:
             raise NetDefinitionError(f"{prefix}{e.args[0] if e.args else e}") from None
     dev = device_to_asyncnet(pb.device_option, "device_option") if pb.HasField("device_option") else None
     try:
-        out = NetDef(pb.name, ops, type=net_type, num_workers=num_workers or None,
-                     external_inputs=list(pb.external_input), external_outputs=list(pb.external_output),
-                     device_option=dev)
+        out = NetDef(
+            pb.name,
+            ops,
+            type=net_type,
+            num_workers=num_workers or None,
+            external_inputs=list(pb.external_input),
+            external_outputs=list(pb.external_output),
+            device_option=dev,
+        )
     except NetDefinitionError as e:
         raise NetDefinitionError(f"{prefix}{e.args[0] if e.args else e}") from None
     out._caffe2_proto = pb  # type: ignore[attr-defined]
@@ -389,11 +425,16 @@ def write_netdef(nd: NetDef | Any, path: str | os.PathLike[str]) -> None:
         f.write(data)
 
 
-
 # -- plans -----------------------------------------------------------------------------------
 
-_STEP_UNSUPPORTED = ("criteria_network", "report_net", "report_interval", "run_every_ms", "create_workspace",
-                     "num_concurrent_instances")
+_STEP_UNSUPPORTED = (
+    "criteria_network",
+    "report_net",
+    "report_interval",
+    "run_every_ms",
+    "create_workspace",
+    "num_concurrent_instances",
+)
 
 
 def plan_to_asyncnet(pb: Any) -> Any:
@@ -415,10 +456,15 @@ def step_to_asyncnet(pb: Any, nets: dict[str, NetDef], where: str = "step") -> A
             raise NetDefinitionError(f"step field {fname!r} is not supported", f"{where} {pb.name!r}.{fname}")
     missing = [n for n in pb.network if n not in nets]
     if missing:
-        raise NetDefinitionError(f"the step runs net(s) {missing} that the plan does not define", f"{where} {pb.name!r}")
+        raise NetDefinitionError(
+            f"the step runs net(s) {missing} that the plan does not define", f"{where} {pb.name!r}"
+        )
     return ExecutionStep(
-        pb.name, nets=[nets[n] for n in pb.network] or None,
+        pb.name,
+        nets=[nets[n] for n in pb.network] or None,
         substeps=[step_to_asyncnet(s, nets, f"{where}.substep[{i}]") for i, s in enumerate(pb.substep)] or None,
         num_iter=pb.num_iter if pb.HasField("num_iter") else None,
         concurrent_substeps=pb.concurrent_substeps,
-        should_stop_blob=pb.should_stop_blob or None, only_once=pb.only_once)
+        should_stop_blob=pb.should_stop_blob or None,
+        only_once=pb.only_once,
+    )

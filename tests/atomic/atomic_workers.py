@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 import signal
 import time
+from multiprocessing import shared_memory
 
 import numpy as np
-from multiprocessing import shared_memory
 
 
 def shm_entries() -> set[str]:

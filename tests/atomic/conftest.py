@@ -7,7 +7,6 @@ import threading
 import time
 
 import pytest
-
 from atomic_workers import shm_entries
 
 

@@ -57,10 +57,13 @@ def test_caffe2_scenario_with_execution_plan(net_type, repeat, no_thread_leak):
         except ImportError as e:
             pytest.skip(f"execution plans are not importable yet: {e}")
     steps = [ExecutionStep(f"worker:{i}", nets=[worker_net(i, net_type)], num_iter=N_ITER) for i in range(N_NETS)]
-    plan = Plan("plan", steps=[
-        ExecutionStep("init", nets=[init_net()]),
-        ExecutionStep("parent", substeps=steps, concurrent_substeps=True),
-    ])
+    plan = Plan(
+        "plan",
+        steps=[
+            ExecutionStep("init", nets=[init_net()]),
+            ExecutionStep("parent", substeps=steps, concurrent_substeps=True),
+        ],
+    )
     ws = an.Workspace()
     try:
         ws.run_plan(plan)

@@ -11,8 +11,16 @@ import asyncnet as an
 from asyncnet.atomic import AtomicBool, Mutex, SharedAtomicBool, SharedMutex
 from asyncnet.core.registry import get_schema
 
-ATOMIC_OPS = ["CreateMutex", "AtomicFetchAdd", "AtomicFetchAdd64", "CreateAtomicBool",
-              "ConditionalSetAtomicBool", "CheckAtomicBool", "Iter", "AtomicIter"]
+ATOMIC_OPS = [
+    "CreateMutex",
+    "AtomicFetchAdd",
+    "AtomicFetchAdd64",
+    "CreateAtomicBool",
+    "ConditionalSetAtomicBool",
+    "CheckAtomicBool",
+    "Iter",
+    "AtomicIter",
+]
 
 
 def run(ws: an.Workspace, build) -> None:
@@ -29,6 +37,7 @@ def ws():
 
 
 # -- schemas ------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("op", ATOMIC_OPS)
 def test_no_op_has_a_gradient(op):
@@ -53,6 +62,7 @@ def test_arity_and_inplace_rules():
 
 
 # -- mutex and fetch-add ---------------------------------------------------------------------------
+
 
 def test_create_mutex_makes_a_new_unlocked_mutex_each_run(ws):
     net = an.Net("mk")
@@ -106,9 +116,18 @@ def test_fetch_add_wraps_like_int_arithmetic(ws, op, dtype, bits):
 @pytest.mark.parametrize(
     "feeds,match",
     [
-        ({"m": np.zeros(1), "v": np.array(1, np.int32), "i": np.array(1, np.int32)}, r"expected a Mutex.*input 0 'm'.*ndarray"),
-        ({"m": Mutex(), "v": np.array(1, np.int64), "i": np.array(1, np.int32)}, r"expected an int32 tensor in input 1 'v', got dtype int64"),
-        ({"m": Mutex(), "v": np.array(1, np.int32), "i": np.array(1.0)}, r"int32 tensor in input 2 'i', got dtype float64"),
+        (
+            {"m": np.zeros(1), "v": np.array(1, np.int32), "i": np.array(1, np.int32)},
+            r"expected a Mutex.*input 0 'm'.*ndarray",
+        ),
+        (
+            {"m": Mutex(), "v": np.array(1, np.int64), "i": np.array(1, np.int32)},
+            r"expected an int32 tensor in input 1 'v', got dtype int64",
+        ),
+        (
+            {"m": Mutex(), "v": np.array(1, np.int32), "i": np.array(1.0)},
+            r"int32 tensor in input 2 'i', got dtype float64",
+        ),
         ({"m": Mutex(), "v": [1], "i": np.array(1, np.int32)}, r"int32 tensor in input 1 'v'"),
         ({"m": Mutex(), "v": np.zeros(0, np.int32), "i": np.array(1, np.int32)}, r"at least one element"),
     ],
@@ -164,6 +183,7 @@ def test_concurrent_fetch_add_from_a_shape_1_blob_loses_nothing(ws):
 
 
 # -- atomic bool ------------------------------------------------------------------------------------
+
 
 def test_atomic_bool_ops(ws):
     run(ws, lambda n: n.CreateAtomicBool([], "flag"))
@@ -224,6 +244,7 @@ class _no_error:
 
 
 # -- Iter and AtomicIter -------------------------------------------------------------------------
+
 
 def test_iter_creates_counter_then_increments(ws):
     net = an.Net("it")

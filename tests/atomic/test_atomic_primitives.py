@@ -43,8 +43,16 @@ def kind(request, no_shm_leak):
 
         return make
 
-    yield type("Kind", (), {"name": request.param, "mutex": staticmethod(track(mutex_cls)),
-                            "int": staticmethod(track(int_cls)), "bool": staticmethod(track(bool_cls))})
+    yield type(
+        "Kind",
+        (),
+        {
+            "name": request.param,
+            "mutex": staticmethod(track(mutex_cls)),
+            "int": staticmethod(track(int_cls)),
+            "bool": staticmethod(track(bool_cls)),
+        },
+    )
     for obj in made:
         close = getattr(obj, "close", None)
         if close:
@@ -53,11 +61,15 @@ def kind(request, no_shm_leak):
 
 def wrap(x: int, bits: int) -> int:
     """Reference: what C++ std::atomic<intN_t>::fetch_add leaves behind."""
-    return int(np.array(x % (1 << bits), dtype=np.uint64).astype(np.int64 if bits == 64 else np.uint32).view(
-        np.int64 if bits == 64 else np.int32))
+    return int(
+        np.array(x % (1 << bits), dtype=np.uint64)
+        .astype(np.int64 if bits == 64 else np.uint32)
+        .view(np.int64 if bits == 64 else np.int32)
+    )
 
 
 # -- Mutex ---------------------------------------------------------------------------------
+
 
 def test_mutex_acquire_release_locked(kind):
     m = kind.mutex()
@@ -261,6 +273,7 @@ def test_atomic_int_exchange_stress(kind, fast_switching):
 
 
 # -- AtomicBool -----------------------------------------------------------------------------
+
 
 def test_atomic_bool_operations(kind):
     b = kind.bool()

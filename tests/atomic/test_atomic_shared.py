@@ -5,15 +5,15 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import pickle
-from contextlib import closing
 import warnings
+from contextlib import closing
 from multiprocessing import shared_memory
 
+import atomic_workers as workers
 import numpy as np
 import pytest
-
-import atomic_workers as workers
 from atomic_workers import shm_entries
+
 from asyncnet.atomic import OwnerDiedWarning, SharedAtomicBool, SharedAtomicInt, SharedMutex
 
 SPAWN = mp.get_context("spawn")
@@ -31,6 +31,7 @@ def _join_all(procs, timeout=60):
 
 
 # -- naming, pickling, lifetime -------------------------------------------------------------
+
 
 def test_create_by_name_and_attach(no_shm_leak):
     name = f"asyncnet_atomic_test_{np.random.default_rng().integers(1 << 40):x}"
@@ -124,6 +125,7 @@ def test_shared_mutex_release_from_other_thread_is_an_error(no_shm_leak):
 
 
 # -- processes ------------------------------------------------------------------------------
+
 
 @pytest.mark.timeout(90)
 def test_processes_hammer_shared_int_and_guarded_array_and_stop(no_shm_leak):

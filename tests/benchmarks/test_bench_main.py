@@ -12,16 +12,31 @@ pytestmark = pytest.mark.timeout(120)
 
 
 def _run(*args):
-    return subprocess.run([sys.executable, "-m", "benchmarks", *args], env=benchmarks.child_env(),
-                          capture_output=True, text=True, timeout=100)
+    return subprocess.run(
+        [sys.executable, "-m", "benchmarks", *args],
+        env=benchmarks.child_env(),
+        capture_output=True,
+        text=True,
+        timeout=100,
+    )
 
 
 def test_every_module_with_a_main_is_listed():
     import importlib
 
     names = benchmarks.available()
-    assert {"executor", "atomics", "allreduce", "train", "models", "layers", "netsize", "overlap", "scaling",
-            "startup"} <= set(names)
+    assert {
+        "executor",
+        "atomics",
+        "allreduce",
+        "train",
+        "models",
+        "layers",
+        "netsize",
+        "overlap",
+        "scaling",
+        "startup",
+    } <= set(names)
     assert all(callable(importlib.import_module(f"benchmarks.{n}").main) for n in names)
 
 

@@ -25,19 +25,30 @@ def test_every_row_of_each_model(result):
     assert ("dlrm", "local simple", "numpy") in got and ("cnn", "local simple", "numpy") not in got
     assert ("dlrm", "local async", "numpy") in got
     assert all(r["samples_per_sec"] > 0 for r in result["rows"])
-    assert set(result["targets"]) == {"cnn_best_mode_at_least_1.0x_torch_eager", "dlrm_best_mode_at_least_1.0x_torch_eager",
-                                      "dlrm_async_scheduling_at_least_1.3x_simple"}
+    assert set(result["targets"]) == {
+        "cnn_best_mode_at_least_1.0x_torch_eager",
+        "dlrm_best_mode_at_least_1.0x_torch_eager",
+        "dlrm_async_scheduling_at_least_1.3x_simple",
+    }
     pair = result["executor_pair"]
     assert [(r["net"], r["net_type"], r["split_fc_gradients"]) for r in pair] == [
-        ("simple", "simple", False), ("simple split", "simple", True), ("async_scheduling", "async_scheduling", True)]
+        ("simple", "simple", False),
+        ("simple split", "simple", True),
+        ("async_scheduling", "async_scheduling", True),
+    ]
     assert all(r["samples_per_sec"] > 0 for r in pair)
     simple = max(pair[0]["samples_per_sec_runs"] + pair[1]["samples_per_sec_runs"])  # the faster simple net
-    assert result["ratios"]["dlrm_large_async_vs_simple"] == pytest.approx(max(pair[2]["samples_per_sec_runs"]) / simple)
+    assert result["ratios"]["dlrm_large_async_vs_simple"] == pytest.approx(
+        max(pair[2]["samples_per_sec_runs"]) / simple
+    )
     median = statistics.median
-    by_median = median(pair[2]["samples_per_sec_runs"]) / max(median(pair[0]["samples_per_sec_runs"]),
-                                                             median(pair[1]["samples_per_sec_runs"]))
+    by_median = median(pair[2]["samples_per_sec_runs"]) / max(
+        median(pair[0]["samples_per_sec_runs"]), median(pair[1]["samples_per_sec_runs"])
+    )
     assert result["ratios"]["dlrm_large_async_vs_simple_median_rounds"] == pytest.approx(by_median)
-    assert result["targets"]["dlrm_async_scheduling_at_least_1.3x_simple"] == (by_median >= 1.3)  # judged on the large pair
+    assert result["targets"]["dlrm_async_scheduling_at_least_1.3x_simple"] == (
+        by_median >= 1.3
+    )  # judged on the large pair
 
 
 def test_torch_eager_is_the_same_training_as_asyncnet_local(result):
@@ -52,8 +63,8 @@ def test_torch_eager_is_the_same_training_as_asyncnet_local(result):
 
 
 def test_registered_and_printed(result):
-    from benchmarks.models import table
     from benchmarks import available
+    from benchmarks.models import table
 
     assert "models" in available()
     text = table(result)

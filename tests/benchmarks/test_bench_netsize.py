@@ -16,6 +16,7 @@ pytestmark = pytest.mark.timeout(240)
 
 MB_PER_MILLION_OPS = 1024  # the target: a 1M-op chain created within 1 GB
 
+
 def _available_mb():
     with open("/proc/meminfo") as f:
         info = dict(line.split(":", 1) for line in f)
@@ -67,9 +68,15 @@ def test_branchy_net_reduces_to_the_expected_graph():
 
 
 def test_bench_netsize_json_smoke():
-    out = subprocess.run([sys.executable, "-m", "asyncnet", "bench", "netsize", "--sizes", "300", "--old-max", "300", "--json"],
-                         capture_output=True, text=True, timeout=120, check=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "asyncnet", "bench", "netsize", "--sizes", "300", "--old-max", "300", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
     res = json.loads(out.stdout)
     assert [(r["shape"], r["what"]) for r in res["rows"]] == [
-        (s, w) for s in ("chain", "branchy") for w in ("create_net", "graph", "old graph")]
+        (s, w) for s in ("chain", "branchy") for w in ("create_net", "graph", "old graph")
+    ]
     assert all(r["ops"] == 300 and r["us_per_op"] > 0 for r in res["rows"]) and len(res["load_average"]) == 3

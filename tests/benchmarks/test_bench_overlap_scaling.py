@@ -12,8 +12,8 @@ def test_bench_overlap_figures_are_the_slower_rank_per_round():
     r0 = {"compute": [0.030, 0.031, 0.029, 0.040], "compute_cpu": [0.03] * 4}
     r1 = {"compute": [0.033, 0.030, 0.032, 0.030], "compute_cpu": [0.02] * 4}
     out = job_medians([r0, r1])
-    assert out["compute_s"] == pytest.approx(0.0325)              # median of 0.033, 0.031, 0.032, 0.040
-    assert out["compute_rank0_s"] == pytest.approx(0.0305)        # each rank's own median, kept beside it
+    assert out["compute_s"] == pytest.approx(0.0325)  # median of 0.033, 0.031, 0.032, 0.040
+    assert out["compute_rank0_s"] == pytest.approx(0.0305)  # each rank's own median, kept beside it
     assert out["compute_rank1_s"] == pytest.approx(0.031)
     assert out["compute_cpu_s"] == pytest.approx(0.03)
     assert out["compute_s"] >= max(out["compute_rank0_s"], out["compute_rank1_s"])

@@ -1,9 +1,16 @@
-"""Tests derived from Caffe2's own test cases (caffe2/python/operator_test, plan and control tests).
+"""Each test starts in a fresh default workspace, as Caffe2's TestCase.setUp did (ResetWorkspace)."""
 
-The gradient helpers of tests/grad are shared: that folder is put on the import path here.
-"""
+import pytest
 
-import pathlib
-import sys
+pytest.importorskip("google.protobuf")
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "grad"))
+
+@pytest.fixture(autouse=True)
+def _fresh_workspace():
+    from caffe2.python import workspace
+
+    workspace.SwitchWorkspace("default")
+    workspace.ResetWorkspace()
+    yield
+    workspace.SwitchWorkspace("default")
+    workspace.ResetWorkspace("")

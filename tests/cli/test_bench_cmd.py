@@ -27,16 +27,22 @@ def test_without_a_checkout_one_line_and_exit_2(monkeypatch, capsys):
 
 
 def test_runs_the_benchmark_in_a_child_from_another_directory(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "asyncnet", "bench", "atomics", "--help"], cwd=tmp_path,
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "asyncnet", "bench", "atomics", "--help"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     if bench_cmd.find_checkout(tmp_path) is None:
         pytest.skip("asyncnet is not installed from a source checkout here")
     assert out.returncode == 0 and "python -m benchmarks atomics" in out.stdout
 
 
 def test_an_unknown_benchmark_lists_the_known_ones():
-    out = subprocess.run([sys.executable, "-m", "asyncnet", "bench", "nosuch"], cwd=ROOT,
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "asyncnet", "bench", "nosuch"], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
     assert out.returncode == 2 and "atomics" in out.stderr and out.stderr.count("\n") == 1
 
 

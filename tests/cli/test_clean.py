@@ -10,9 +10,9 @@ import tempfile
 
 import pytest
 
+from asyncnet._shm import open_segment, unlink_segment
 from asyncnet.cleanup import find_stale
 from asyncnet.cli.main import main
-from asyncnet._shm import open_segment, unlink_segment
 
 
 @pytest.fixture
@@ -23,8 +23,11 @@ def dead_pid() -> int:
 
 
 def test_clean_removes_what_dead_processes_left(dead_pid, capsys):
-    names = [f"asyncnet_sync_{dead_pid}_0123456789_ctl", f"asyncnet_hw_{dead_pid}_0123456789abcdef",
-             f"asyncnet_atomic_{dead_pid}_0123456789abcdef"]
+    names = [
+        f"asyncnet_sync_{dead_pid}_0123456789_ctl",
+        f"asyncnet_hw_{dead_pid}_0123456789abcdef",
+        f"asyncnet_atomic_{dead_pid}_0123456789abcdef",
+    ]
     alive = f"asyncnet_sync_{os.getpid()}_0123456789_ctl"  # ours: we live
     for name in names + [alive]:
         open_segment(name, create=True, size=4096).close()

@@ -34,9 +34,11 @@ def _assert_usage_line(status, err):
 @pytest.mark.parametrize("how", ["long_name", "long_path", "nul"])
 def test_unusable_path_is_one_line_exit_2(tmp_path, capsys, monkeypatch, flag, how):
     monkeypatch.chdir(tmp_path)
-    path = {"long_name": str(tmp_path / ("r" * (NAME_MAX + 1))),
-            "long_path": "/".join(["d" * 200] * 25),
-            "nul": "run\0dir"}[how]
+    path = {
+        "long_name": str(tmp_path / ("r" * (NAME_MAX + 1))),
+        "long_path": "/".join(["d" * 200] * 25),
+        "nul": "run\0dir",
+    }[how]
     status, err = _train([flag, path, "--epochs", "1"], capsys)
     _assert_usage_line(status, err)
     assert flag in err
@@ -82,6 +84,11 @@ def test_values_beyond_float32_print_one_line_as_a_program(tmp_path):
     x = np.ones((10, 4))
     x[0, 0] = 1e300
     data = _npz(tmp_path, x=x, y=np.arange(10) % 2)
-    proc = subprocess.run([sys.executable, "-m", "asyncnet", "train", "--data", data, "--quiet", "--out",
-                           str(tmp_path / "run")], capture_output=True, text=True, timeout=100, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "asyncnet", "train", "--data", data, "--quiet", "--out", str(tmp_path / "run")],
+        capture_output=True,
+        text=True,
+        timeout=100,
+        check=False,
+    )
     _assert_usage_line(proc.returncode, proc.stderr)

@@ -122,8 +122,9 @@ def test_json_feed_over_the_size_limit(tmp_path, capsys, monkeypatch):
 
 
 def test_good_feeds_still_load(tmp_path):
-    for i, array in enumerate([np.arange(6.0).reshape(2, 3), np.float32(2.5), np.zeros((0, 3)),
-                               np.asfortranarray(np.arange(6).reshape(2, 3))]):
+    for i, array in enumerate(
+        [np.arange(6.0).reshape(2, 3), np.float32(2.5), np.zeros((0, 3)), np.asfortranarray(np.arange(6).reshape(2, 3))]
+    ):
         (tmp_path / f"{i}.npy").write_bytes(npy_bytes(array))
         loaded = common.load_array(str(tmp_path / f"{i}.npy"))
         assert type(loaded) is np.ndarray and loaded.dtype == array.dtype
@@ -168,17 +169,25 @@ def test_unexpected_exception_is_one_line_internal_error(monkeypatch, capsys):
 
 # --- fuzz: mutated arguments and file contents, in process --------------------------------
 
-VALID_NET = json.dumps({"name": "n", "type": "async_scheduling", "num_workers": 2, "ops": [
-    {"type": "MatMul", "inputs": ["x", "x"], "outputs": ["h"]},
-    {"type": "Relu", "inputs": ["h"], "outputs": ["h"]},
-    {"type": "Sum", "inputs": ["h", "x"], "outputs": ["y"]}]}).encode()
+VALID_NET = json.dumps(
+    {
+        "name": "n",
+        "type": "async_scheduling",
+        "num_workers": 2,
+        "ops": [
+            {"type": "MatMul", "inputs": ["x", "x"], "outputs": ["h"]},
+            {"type": "Relu", "inputs": ["h"], "outputs": ["h"]},
+            {"type": "Sum", "inputs": ["h", "x"], "outputs": ["y"]},
+        ],
+    }
+).encode()
 VALID_NPY = npy_bytes(np.ones((3, 3), np.float32))
 
 
 def _mutate(data: bytes, cuts: list[tuple[int, int, bytes]]) -> bytes:
     for pos, length, insert in cuts:
         pos = pos % (len(data) + 1)
-        data = data[:pos] + insert + data[pos + length:]
+        data = data[:pos] + insert + data[pos + length :]
     return data
 
 
@@ -189,16 +198,51 @@ net_files = st.one_of(
     st.binary(max_size=64),
 )
 json_feeds = st.one_of(
-    st.sampled_from([b"", b"null", b"{}", b'[1, "a"]', b"[[1], [1, 2]]", b"[1e999]", b"[[1.0, 2.0], [3.0, 4.0]]",
-                     _deep_json(5000).encode(), _deep_json(70).encode()]),
+    st.sampled_from(
+        [
+            b"",
+            b"null",
+            b"{}",
+            b'[1, "a"]',
+            b"[[1], [1, 2]]",
+            b"[1e999]",
+            b"[[1.0, 2.0], [3.0, 4.0]]",
+            _deep_json(5000).encode(),
+            _deep_json(70).encode(),
+        ]
+    ),
     mutations.map(lambda m: _mutate(b"[[1.0, 2.0, 0.5], [3.0, 4.0, -1], [0, 0, 1]]", m)),
 )
 npy_feeds = st.one_of(
     mutations.map(lambda m: _mutate(VALID_NPY, m)),
     st.sampled_from([b"", _huge_header(), BAD_FEEDS["objects.npy"], BAD_FEEDS["archive.npy"]]),
 )
-words = st.sampled_from(["x", "y", "h", "nope", "", "=", "x=y", "x=f.npy", "x=f.json", "f.npy", "net.json", ".",
-                         "-1", "0", "2", "nan", "1e9999", "out.npz", "out.json", "out.dot", "/proc/x.npz", "--bogus"])
+words = st.sampled_from(
+    [
+        "x",
+        "y",
+        "h",
+        "nope",
+        "",
+        "=",
+        "x=y",
+        "x=f.npy",
+        "x=f.json",
+        "f.npy",
+        "net.json",
+        ".",
+        "-1",
+        "0",
+        "2",
+        "nan",
+        "1e9999",
+        "out.npz",
+        "out.json",
+        "out.dot",
+        "/proc/x.npz",
+        "--bogus",
+    ]
+)
 flags = st.sampled_from(["--feed", "--fetch", "--iters", "--save", "-o", "--timeout", "--engine", "--help"])
 
 
@@ -222,53 +266,75 @@ FUZZ = settings(max_examples=80, suppress_health_check=[HealthCheck.function_sco
 @pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # mutated bytes make huge floats
 @pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
 @FUZZ
-@given(feed=st.one_of(npy_feeds.map(lambda c: ("f.npy", c)), json_feeds.map(lambda c: ("f.json", c))),
-       command=st.sampled_from(["run", "trace"]))
+@given(
+    feed=st.one_of(npy_feeds.map(lambda c: ("f.npy", c)), json_feeds.map(lambda c: ("f.json", c))),
+    command=st.sampled_from(["run", "trace"]),
+)
 def test_fuzz_feed_files(feed, command, capsys, tmp_path_factory, monkeypatch):
     name, content = feed
     out = ["--fetch", "y"] if command == "run" else ["-o", "t.json"]
-    fuzz_case([command, "net.json", "--feed", f"x={name}", *out], {"net.json": VALID_NET, name: content},
-              capsys, tmp_path_factory, monkeypatch)
+    fuzz_case(
+        [command, "net.json", "--feed", f"x={name}", *out],
+        {"net.json": VALID_NET, name: content},
+        capsys,
+        tmp_path_factory,
+        monkeypatch,
+    )
 
 
 @FUZZ
 @given(net=net_files, command=st.sampled_from(["run", "trace", "graph"]))
 def test_fuzz_net_files(net, command, capsys, tmp_path_factory, monkeypatch):
-    argv = {"run": ["run", "net.json", "--feed", "x=f.npy", "--fetch", "y"],
-            "trace": ["trace", "net.json", "--feed", "x=f.npy", "-o", "t.json"],
-            "graph": ["graph", "net.json", "-o", "g.dot"]}[command]
+    argv = {
+        "run": ["run", "net.json", "--feed", "x=f.npy", "--fetch", "y"],
+        "trace": ["trace", "net.json", "--feed", "x=f.npy", "-o", "t.json"],
+        "graph": ["graph", "net.json", "-o", "g.dot"],
+    }[command]
     fuzz_case(argv, {"net.json": net, "f.npy": VALID_NPY}, capsys, tmp_path_factory, monkeypatch)
 
 
 @FUZZ
-@given(command=st.sampled_from(["run", "trace", "graph", "ops"]),
-       rest=st.lists(st.one_of(flags, words), max_size=6))
+@given(command=st.sampled_from(["run", "trace", "graph", "ops"]), rest=st.lists(st.one_of(flags, words), max_size=6))
 def test_fuzz_arguments(command, rest, capsys, tmp_path_factory, monkeypatch):
     if command == "run" and "--iters" in rest:  # a huge --iters is a legitimately long run
         rest = [w if w not in ("1e9999",) else "2" for w in rest]
-    fuzz_case([command, *rest], {"net.json": VALID_NET, "f.npy": VALID_NPY, "f.json": b"[[1.0, 2.0], [3.0, 4.0]]"},
-              capsys, tmp_path_factory, monkeypatch)
+    fuzz_case(
+        [command, *rest],
+        {"net.json": VALID_NET, "f.npy": VALID_NPY, "f.json": b"[[1.0, 2.0], [3.0, 4.0]]"},
+        capsys,
+        tmp_path_factory,
+        monkeypatch,
+    )
 
 
 # --- pipes and signals: a real process ------------------------------------------------------
+
 
 def _closed_pipe_run(args, tmp_path):
     """Run ``asyncnet ARGS`` with stdout a pipe whose reader is already gone."""
     read_end, write_end = os.pipe()
     os.close(read_end)
     try:
-        res = subprocess.run([sys.executable, "-m", "asyncnet", *args], stdout=write_end, stderr=subprocess.PIPE,
-                             cwd=tmp_path, timeout=90)
+        res = subprocess.run(
+            [sys.executable, "-m", "asyncnet", *args],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            cwd=tmp_path,
+            timeout=90,
+        )
     finally:
         os.close(write_end)
     return res.returncode, res.stderr.decode()
 
 
-@pytest.mark.parametrize("args, expect", [
-    (["ops"], 141),
-    (["run", "net.json", "--feed", "x=x.npy", "--fetch", "y"], 141),
-    (["--help"], 0),  # argparse itself ignores a failed write of its help
-])
+@pytest.mark.parametrize(
+    "args, expect",
+    [
+        (["ops"], 141),
+        (["run", "net.json", "--feed", "x=x.npy", "--fetch", "y"], 141),
+        (["--help"], 0),  # argparse itself ignores a failed write of its help
+    ],
+)
 def test_closed_stdout_exits_quietly(tmp_path, args, expect):
     (tmp_path / "net.json").write_text(json.dumps(RELU_NET))
     (tmp_path / "x.npy").write_bytes(npy_bytes(np.arange(10_000.0)))
@@ -278,8 +344,9 @@ def test_closed_stdout_exits_quietly(tmp_path, args, expect):
 
 # The program as the console script runs it, telling us when its imports are done: a Ctrl-C
 # while Python imports the asyncnet package is Python's own business (no asyncnet code runs yet).
-PROGRAM = ("import sys; from asyncnet.cli.main import main; "
-           "print('imported', file=sys.stderr, flush=True); sys.exit(main())")
+PROGRAM = (
+    "import sys; from asyncnet.cli.main import main; print('imported', file=sys.stderr, flush=True); sys.exit(main())"
+)
 
 
 @pytest.mark.parametrize("net_type", ["simple", "async_scheduling"])
@@ -287,8 +354,12 @@ def test_sigint_during_run_is_one_line(tmp_path, net_type):
     """Ctrl-C deep in a run of a billion iterations prints one line and exits 130."""
     (tmp_path / "net.json").write_bytes(VALID_NET.replace(b"async_scheduling", net_type.encode()))
     (tmp_path / "x.npy").write_bytes(npy_bytes(np.ones((200, 200), np.float32)))
-    proc = subprocess.Popen([sys.executable, "-c", PROGRAM, "run", "net.json", "--feed", "x=x.npy",
-                             "--iters", "1000000000"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", PROGRAM, "run", "net.json", "--feed", "x=x.npy", "--iters", "1000000000"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     try:
         assert proc.stderr.readline() == b"imported\n"
         time.sleep(0.5)  # the run is under way

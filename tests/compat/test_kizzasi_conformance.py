@@ -174,8 +174,9 @@ def test_shared_gradient_store_all_reduce_is_a_real_barrier():
 
 
 def test_data_parallel_model_new_ranks_two_consecutive_steps_use_fresh_gradients():
-    config = DistributedConfig(world_size=2, rank=0, grad_strategy=GradientStrategy.AllReduce,
-                               backend=CommBackend.InProcess)
+    config = DistributedConfig(
+        world_size=2, rank=0, grad_strategy=GradientStrategy.AllReduce, backend=CommBackend.InProcess
+    )
     ranks = DataParallelModel.new_ranks({"w": [100.0]}, config)
     assert len(ranks) == 2 and [m.config.rank for m in ranks] == [0, 1]
     round1, round2 = [2.0, 4.0], [10.0, 20.0]
@@ -336,11 +337,13 @@ def test_checkpoint_names_listing_and_kizzasi_json(tmp_path):
 
 
 def test_loading_missing_or_corrupt_checkpoints_is_a_clear_error(tmp_path):
-    bad = {"truncated.json": '{"step": 1, "bias": 0.5, "weights": [1.0,',
-           "no_bias.json": '{"step": 1, "weights": [1.0]}',
-           "text_weights.json": '{"step": 1, "bias": 0.5, "weights": ["a"]}',
-           "list.json": "[1, 2]",
-           "garbage.npz": "not a zip"}
+    bad = {
+        "truncated.json": '{"step": 1, "bias": 0.5, "weights": [1.0,',
+        "no_bias.json": '{"step": 1, "weights": [1.0]}',
+        "text_weights.json": '{"step": 1, "bias": 0.5, "weights": ["a"]}',
+        "list.json": "[1, 2]",
+        "garbage.npz": "not a zip",
+    }
     for name, text in bad.items():
         (tmp_path / name).write_text(text)
         with pytest.raises(CheckpointError):

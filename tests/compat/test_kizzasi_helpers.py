@@ -33,8 +33,9 @@ def test_partition_indices_round_robin_covers_everything_once():
 
 
 def test_average_gradients_reference_and_mismatch():
-    avg = average_gradients([{"w": np.array([2.0, 4.0]), "b": np.array([1.0])},
-                             {"w": np.array([4.0, 8.0]), "b": np.array([3.0])}])
+    avg = average_gradients(
+        [{"w": np.array([2.0, 4.0]), "b": np.array([1.0])}, {"w": np.array([4.0, 8.0]), "b": np.array([3.0])}]
+    )
     assert avg["w"].tolist() == [3.0, 6.0] and avg["b"].tolist() == [2.0]
     with pytest.raises(SyncMismatchError, match="worker 1"):
         average_gradients([{"w": np.zeros(4)}, {"w": np.zeros(7)}, {"w": np.zeros(4)}])
@@ -159,6 +160,7 @@ def test_threaded_handles_usable_by_store_and_model_types():
 # -- kizzasi's semantics (kizzasi-model distributed.rs and checkpoint.rs, and their tests) --------
 def test_store_one_thread_pushes_for_every_rank_then_clears():
     from asyncnet.errors import SyncError
+
     store = SharedGradientStore(2)  # no timeout: the refused push must not wait
     store.push(0, {"w": np.array([1.0, 2.0])})
     store.push(1, {"w": np.array([3.0, 4.0])})
@@ -167,12 +169,14 @@ def test_store_one_thread_pushes_for_every_rank_then_clears():
     with pytest.raises(SyncError, match="waiting would never end"):  # rank 1 has not read: only this thread could
         store.push(0, {"w": np.zeros(2)})
     store.clear()  # kizzasi's clear() after the step
-    store.push(0, {"w": np.array([5.0, 5.0])}); store.push(1, {"w": np.array([7.0, 7.0])})
+    store.push(0, {"w": np.array([5.0, 5.0])})
+    store.push(1, {"w": np.array([7.0, 7.0])})
     assert store.all_reduce_mean(1)["w"].tolist() == [6.0, 6.0]
 
 
 def test_store_cleared_round_is_kizzasis_error_not_a_wait():
     from asyncnet.errors import SyncError
+
     store = SharedGradientStore(1)  # no timeout: a wait here would never end
     store.push(0, {"w": np.array([1.0])})
     store.clear()
@@ -209,6 +213,7 @@ def test_store_mismatch_reaches_every_rank_and_the_next_round_works():
 
 def test_store_abort_wakes_a_waiting_rank():
     from asyncnet.errors import SyncAbortedError
+
     store = SharedGradientStore(2)  # no timeout: only the abort can end the wait
     started = threading.Event()
 
@@ -229,6 +234,7 @@ def test_store_abort_wakes_a_waiting_rank():
 
 def test_data_parallel_model_from_kizzasi_config():
     from asyncnet.errors import SyncError
+
     m = DataParallelModel({"w": np.array([1.0, 2.0], np.float32)}, DistributedConfig())
     m.step({"w": np.array([0.5, 0.5], np.float32)}, lr=0.1)  # kizzasi's single-worker test
     np.testing.assert_allclose(m.weights["w"], [0.95, 1.95], rtol=1e-6)
@@ -255,6 +261,7 @@ def test_data_parallel_model_from_kizzasi_config():
 def test_checkpoint_manager_round_trip_keep_last_and_latest(tmp_path):
     from asyncnet.errors import CheckpointError
     from asyncnet.sync import CheckpointManager
+
     manager = CheckpointManager(tmp_path / "ckpt", max_checkpoints=3)
     assert manager.latest() is None
     with pytest.raises(CheckpointError, match="no checkpoint"):

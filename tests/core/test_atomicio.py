@@ -36,9 +36,11 @@ def test_failure_leaves_old_file_and_no_temp(tmp_path):
 
 def test_stray_of_a_killed_writer_is_removed(tmp_path):
     p = tmp_path / "ckpt.npz"
-    code = ("import os, sys, signal\nfrom asyncnet._atomicio import atomic_write\n"
-            "def w(f):\n    f.write(b'x' * 1000); f.flush(); os.kill(os.getpid(), signal.SIGKILL)\n"
-            f"atomic_write({str(p)!r}, w)\n")
+    code = (
+        "import os, sys, signal\nfrom asyncnet._atomicio import atomic_write\n"
+        "def w(f):\n    f.write(b'x' * 1000); f.flush(); os.kill(os.getpid(), signal.SIGKILL)\n"
+        f"atomic_write({str(p)!r}, w)\n"
+    )
     proc = subprocess.run([sys.executable, "-c", code], timeout=60)
     assert proc.returncode == -9
     strays = [n for n in os.listdir(tmp_path) if n.endswith(".tmp")]

@@ -2,7 +2,8 @@ import json
 import random
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 import asyncnet as an
 from asyncnet import DeviceOption, NetDef, NetDefinitionError, OperatorDef
@@ -39,7 +40,10 @@ def test_round_trip():
         ('{"name": "n", "ops": [{"type": "Relu", "inputs": [1]}]}', "ops[0].inputs[0]"),
         ('{"name": "n", "ops": [{"type": "Relu", "args": {"a": {"b": 1}}}]}', "ops[0].args.a"),
         ('{"name": "n", "ops": [{"type": "Relu", "args": {"a": [[1]]}}]}', "ops[0].args.a"),
-        ('{"name": "n", "ops": [{"type": "Relu", "device_option": {"device_type": "tpu"}}]}', "ops[0].device_option.device_type"),
+        (
+            '{"name": "n", "ops": [{"type": "Relu", "device_option": {"device_type": "tpu"}}]}',
+            "ops[0].device_option.device_type",
+        ),
         ('{"name": "n", "type": "fast"}', "type"),
         ('{"name": "n", "num_workers": 0}', "num_workers"),
         ('{"name": "n", "num_workers": true}', "num_workers"),
@@ -97,7 +101,7 @@ def test_fuzz_mutated_documents_only_raise_net_definition_error():
     base = json.loads(sample_def().to_json())
     ws = an.Workspace()
     outcomes = {"ok": 0, "error": 0}
-    for i in range(5000):
+    for _ in range(5000):
         doc = base
         for _ in range(rng.randint(1, 4)):
             doc = _mutate(doc, rng)

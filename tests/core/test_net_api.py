@@ -48,4 +48,4 @@ def test_the_documented_method_still_builds_ops():
     h = net.FC(["x", "w", "b"], "h", axis=1)
     assert h == "h" and net.ops[0].type == "FC" and net.ops[0].args == {"axis": 1}
     with pytest.raises(an.NetDefinitionError, match="Did you mean 'FC'"):
-        net.FCC
+        _ = net.FCC

@@ -101,7 +101,7 @@ def test_concurrent_feeds_and_runs_are_safe():
                 net.Scale(f"x{k}", f"y{k}", scale=2.0)
                 ws.run_net_once(net)
                 assert ws.fetch(f"y{k}")[0] == 2.0 * i
-        except Exception as e:  # pragma: no cover - reported below
+        except Exception as e:  # noqa: BLE001 - reported below  # pragma: no cover
             errors.append(e)
 
     threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]

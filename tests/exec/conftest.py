@@ -1,9 +1,8 @@
 import threading
 import time
 
-import pytest
-
 import exec_test_ops as _ops  # registers the test operators
+import pytest
 
 
 def _non_main_threads():

@@ -24,10 +24,20 @@ MEETINGS: dict[str, threading.Barrier] = {}
 
 if "ExecTestWork" not in registered_ops():
 
-    @register_op("ExecTestWork", inputs=(0, None), outputs=(0, None), allow_inplace=lambda i, o: True,
-                 args=[Arg("sleep", float, 0.0), Arg("fail", bool, False), Arg("block", bool, False),
-                       Arg("add", float, 1.0), Arg("meet", str, "")],
-                 doc="test op")
+    @register_op(
+        "ExecTestWork",
+        inputs=(0, None),
+        outputs=(0, None),
+        allow_inplace=lambda i, o: True,
+        args=[
+            Arg("sleep", float, 0.0),
+            Arg("fail", bool, False),
+            Arg("block", bool, False),
+            Arg("add", float, 1.0),
+            Arg("meet", str, ""),
+        ],
+        doc="test op",
+    )
     def _work(ctx, *xs):
         start = time.perf_counter()
         a = ctx.args

@@ -2,11 +2,11 @@
 
 import random
 
+import exec_test_ops as tops
 import numpy as np
 import pytest
 
 import asyncnet as an
-import exec_test_ops as tops
 from asyncnet.exec.graph import graph_of_net
 from asyncnet.exec.trace import profile
 from asyncnet.ops.barrier import barrier_devices
@@ -53,8 +53,13 @@ def test_bad_arguments_rejected():
 
 
 def test_device_placement_like_caffe2():
-    op = an.OperatorDef("AsyncNetBarrier", ["a", "b", "c"], ["a", "b", "c"], {"cross_device": 1},
-                        device_option=an.DeviceOption("cuda", 3))
+    op = an.OperatorDef(
+        "AsyncNetBarrier",
+        ["a", "b", "c"],
+        ["a", "b", "c"],
+        {"cross_device": 1},
+        device_option=an.DeviceOption("cuda", 3),
+    )
     ins, outs = barrier_devices(op)
     assert [(d.device_type, d.device_id) for d in ins] == [("cuda", 0), ("cuda", 1), ("cuda", 2)]
     assert ins == outs

@@ -8,11 +8,11 @@ BrokenBarrierError after the barrier's timeout instead of passing slowly.
 
 import threading
 
+import exec_test_ops as tops
 import numpy as np
 import pytest
 
 import asyncnet as an
-import exec_test_ops as tops
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.usefixtures("no_leaked_threads")]
 
@@ -58,7 +58,9 @@ def test_the_caller_takes_a_chain_queued_while_the_pool_thread_is_busy(meetings)
     net = an.Net("later", type="async_scheduling", num_workers=1, own_pool=True)
     net.ExecTestWork([], ["b"], name="r1", sleep=SLEEP, meet="roots")  # first: the caller usually takes it
     net.ExecTestWork([], ["a"], name="r0", sleep=SLEEP, meet="roots")
-    net.ExecTestWork(["a"], ["a"], name="r0_late", sleep=0.02)  # same chain: the caller has found the queues empty by now
+    net.ExecTestWork(
+        ["a"], ["a"], name="r0_late", sleep=0.02
+    )  # same chain: the caller has found the queues empty by now
     net.ExecTestWork(["a"], ["c0"], name="c0", sleep=SLEEP, meet="children")
     net.ExecTestWork(["a"], ["c1"], name="c1", sleep=SLEEP, meet="children")
     pool_ran_r0 = rounds = 0

@@ -4,13 +4,13 @@ cross an unrelated box (checked geometrically for both engines)."""
 import re
 import subprocess
 
+import exec_test_ops  # noqa: F401  (registers ExecTestWork)
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import asyncnet as an
-import exec_test_ops  # noqa: F401  (registers ExecTestWork)
 from asyncnet.cli.main import main as cli_main
 from asyncnet.errors import ExecutionError
 from asyncnet.exec import draw
@@ -96,8 +96,9 @@ def test_builtin_edges_never_cross_a_box(nd):
 
 
 def dot_crossings(nd):
-    plain = subprocess.run([draw.dot_program(), "-Tplain"], input=draw.to_dot(nd), capture_output=True, text=True,
-                           timeout=60, check=True).stdout
+    plain = subprocess.run(
+        [draw.dot_program(), "-Tplain"], input=draw.to_dot(nd), capture_output=True, text=True, timeout=60, check=True
+    ).stdout
     nodes, edges = {}, []
     for line in plain.splitlines():
         f = line.split()
@@ -105,12 +106,16 @@ def dot_crossings(nd):
             nodes[f[1]] = tuple(map(float, f[2:6]))
         elif f[0] == "edge":
             n = int(f[3])
-            edges.append((f[1], f[2], np.array(list(map(float, f[4:4 + 2 * n]))).reshape(n, 2)))
+            edges.append((f[1], f[2], np.array(list(map(float, f[4 : 4 + 2 * n]))).reshape(n, 2)))
     t = np.linspace(0, 1, 50)[:, None]
     bad = []
     for a, b, pts in edges:
-        curve = np.concatenate([(1 - t) ** 3 * p0 + 3 * (1 - t) ** 2 * t * p1 + 3 * (1 - t) * t ** 2 * p2 + t ** 3 * p3
-                                for p0, p1, p2, p3 in (pts[k:k + 4] for k in range(0, len(pts) - 3, 3))])
+        curve = np.concatenate(
+            [
+                (1 - t) ** 3 * p0 + 3 * (1 - t) ** 2 * t * p1 + 3 * (1 - t) * t**2 * p2 + t**3 * p3
+                for p0, p1, p2, p3 in (pts[k : k + 4] for k in range(0, len(pts) - 3, 3))
+            ]
+        )
         for name, (x, y, w, h) in nodes.items():
             inside = (np.abs(curve[:, 0] - x) < w / 2 - 0.02) & (np.abs(curve[:, 1] - y) < h / 2 - 0.02)
             if name not in (a, b) and inside.any():

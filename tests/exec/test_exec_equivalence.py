@@ -2,14 +2,18 @@
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import asyncnet as an
 from asyncnet.core.registry import validate_op
 from asyncnet.errors import NetDefinitionError
 
-pytestmark = [pytest.mark.timeout(120), pytest.mark.usefixtures("no_leaked_threads"),
-              pytest.mark.filterwarnings("ignore::RuntimeWarning")]
+pytestmark = [
+    pytest.mark.timeout(120),
+    pytest.mark.usefixtures("no_leaked_threads"),
+    pytest.mark.filterwarnings("ignore::RuntimeWarning"),
+]
 
 UNARY = [("Relu", {}), ("Tanh", {}), ("Sigmoid", {}), ("Scale", {"scale": 0.5}), ("Copy", {})]
 BINARY = [("Add", {}), ("Sub", {}), ("Mul", {}), ("MatMul", {}), ("Div", {})]
@@ -85,7 +89,9 @@ def test_async_equals_simple_bit_for_bit(ops, mode, seed):
 @given(random_nets(), st.integers(0, 29), st.integers(0, 2**31 - 1))
 def test_a_failing_op_is_reported_like_simple_and_the_net_recovers(ops, where, seed):
     where = min(where, len(ops))
-    bad = an.OperatorDef("ExecTestWork", [ops[where - 1].outputs[0]] if where else [], ["failed_out"], {"fail": True}, name="bad")
+    bad = an.OperatorDef(
+        "ExecTestWork", [ops[where - 1].outputs[0]] if where else [], ["failed_out"], {"fail": True}, name="bad"
+    )
     ops = ops[:where] + [bad] + ops[where:]
     rng = np.random.default_rng(seed)
     inits = {f"b{i}": rng.standard_normal((3, 3)) for i in range(3)}

@@ -6,11 +6,11 @@ import threading
 import time
 import warnings
 
+import exec_test_ops as tops
 import numpy as np
 import pytest
 
 import asyncnet as an
-import exec_test_ops as tops
 from asyncnet.exec import pools
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.usefixtures("no_leaked_threads")]
@@ -44,7 +44,8 @@ def test_an_op_blocked_forever_does_not_hang_interpreter_exit():
         "net.ExitTestBlock([], ['z'], name='forever')\n"
         "ws.create_net(net); h = ws.run_net_async('stuck_net')\n"
         "import time; time.sleep(0.2)\n"
-        "print('leaving', flush=True)\n")
+        "print('leaving', flush=True)\n"
+    )
     assert out.returncode == 0, out.stderr
     assert "leaving" in out.stdout
     assert took < 20  # EXIT_TIMEOUT is 5 s; generous for a loaded machine
@@ -62,7 +63,8 @@ def test_a_normal_script_exits_promptly_without_warning_or_thread():
         "[own.Scale('x', f'z{i}', scale=2.0) for i in range(8)]\n"
         "ws.create_net(own); ws.run_net('m', num_iter=3)\n"
         "assert any(t.name.startswith('asyncnet-') for t in threading.enumerate())\n"
-        "print('ok', flush=True)\n")  # no close(): the exit hook stops and joins the pools
+        "print('ok', flush=True)\n"
+    )  # no close(): the exit hook stops and joins the pools
     assert out.returncode == 0, out.stderr
     assert "ok" in out.stdout and "alive at exit: []" in out.stdout, out.stdout
     assert "Warning" not in out.stderr, out.stderr
@@ -76,8 +78,11 @@ def test_close_warns_naming_the_stuck_op_and_returns():
     inst = ws.create_net(net)
     ws.run_net_async("stuck")
     assert tops.STARTED.wait(10)
-    with pytest.warns(RuntimeWarning, match=r"net 'stuck' closed with op\(s\) still running .*"
-                                            r"op 0 \(ExecTestWork 'head'\) of net 'stuck'"):
+    with pytest.warns(
+        RuntimeWarning,
+        match=r"net 'stuck' closed with op\(s\) still running .*"
+        r"op 0 \(ExecTestWork 'head'\) of net 'stuck'",
+    ):
         inst.close(timeout=0.2)
     assert inst.pools[0] not in pools.live_pools()
     tops.RELEASE.set()  # the left-behind thread ends; the fixture checks it is gone

@@ -1,7 +1,8 @@
 """Dependency graph: each hazard kind, control inputs, dedupe, reduction, chains."""
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 import asyncnet as an
 from asyncnet.exec.graph import build_graph, form_chains, graph_of_net, hazard_edges, transitive_reduction
@@ -59,7 +60,11 @@ def _reachable(parents):
     return reach
 
 
-@given(st.integers(1, 14).flatmap(lambda n: st.tuples(st.just(n), st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)), max_size=40))))
+@given(
+    st.integers(1, 14).flatmap(
+        lambda n: st.tuples(st.just(n), st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)), max_size=40))
+    )
+)
 def test_reduction_preserves_reachability_and_is_minimal(data):
     n, pairs = data
     parents = [sorted({min(a, b) for a, b in pairs if max(a, b) == j and a != b}) for j in range(n)]
@@ -130,8 +135,9 @@ def _bitset_reduction(parents):
     return reduced
 
 
-_dags = st.integers(1, 40).flatmap(lambda n: st.tuples(
-    st.just(n), st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)), max_size=120)))
+_dags = st.integers(1, 40).flatmap(
+    lambda n: st.tuples(st.just(n), st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)), max_size=120))
+)
 
 
 def _parents_of(n, pairs):

@@ -8,11 +8,11 @@ the outcome is known otherwise; an exception in a callback is logged, never rais
 import logging
 import threading
 
+import exec_test_ops as ops
 import numpy as np
 import pytest
 
 import asyncnet as an
-import exec_test_ops as ops
 from asyncnet.errors import ExecutionError, OperatorError
 
 pytestmark = pytest.mark.timeout(60)
@@ -78,7 +78,7 @@ def test_result_raises_the_run_error_and_callbacks_see_it(no_leaked_threads, net
         h.add_done_callback(rec)
         with pytest.raises(OperatorError, match="planned failure"):
             h.result(timeout=30)
-        (handle, done, _), = rec.wait_calls()
+        ((handle, done, _),) = rec.wait_calls()
         assert handle is h and done and isinstance(h.exception(), OperatorError)
 
 
@@ -160,6 +160,7 @@ def test_callbacks_added_while_runs_finish_run_exactly_once(no_leaked_threads):
                     with lock:
                         counts[i] += 1
                         lock.notify_all()
+
                 return cb
 
             adder = threading.Thread(target=lambda: [h.add_done_callback(bump(i)) for i in range(4, 8)])

@@ -1,12 +1,10 @@
 """Cheap ready chains stay on the thread that readied them; costly ones are handed to the pool."""
 
-import threading
-
+import exec_test_ops as tops
 import numpy as np
 import pytest
 
 import asyncnet as an
-import exec_test_ops as tops
 from asyncnet.exec import scheduling
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.usefixtures("no_leaked_threads")]
@@ -45,8 +43,11 @@ def test_costly_branches_are_still_run_in_parallel(monkeypatch):
             tops.LOG.clear()
             ws.run_net("fan0.02", timeout=10)
             assert len(_threads_of_leaves()) == 2
-        assert all(inst.chain_cost[c] >= 1e-3 for c in range(inst.num_chains) if len(inst.chain_ops[c]) == 1
-                   and inst.chain_ops[c][0].name.startswith("leaf"))
+        assert all(
+            inst.chain_cost[c] >= 1e-3
+            for c in range(inst.num_chains)
+            if len(inst.chain_ops[c]) == 1 and inst.chain_ops[c][0].name.startswith("leaf")
+        )
 
 
 def test_results_do_not_depend_on_the_hand_off_rule(monkeypatch):

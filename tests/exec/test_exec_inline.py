@@ -3,11 +3,11 @@ running nets with work to overlap in parallel (asyncnet.exec.inline)."""
 
 import threading
 
+import exec_test_ops as tops
 import numpy as np
 import pytest
 
 import asyncnet as an
-import exec_test_ops as tops
 from asyncnet.exec import inline
 from asyncnet.exec.inline import InlinePolicy, critical_path
 
@@ -41,12 +41,15 @@ def _feed(ws: an.Workspace, step: int) -> None:
         ws.feed(f"b{i}", rng.standard_normal(o).astype(np.float32))
 
 
-@pytest.mark.parametrize(("costs", "children", "expected"), [
-    ([1.0], [[]], 1.0),
-    ([1.0, 2.0, 4.0], [[1, 2], [], []], 5.0),
-    ([1.0, 2.0, 4.0, 1.0], [[1, 2], [3], [3], []], 6.0),
-    ([3.0, 1.0], [[], []], 3.0),
-])
+@pytest.mark.parametrize(
+    ("costs", "children", "expected"),
+    [
+        ([1.0], [[]], 1.0),
+        ([1.0, 2.0, 4.0], [[1, 2], [], []], 5.0),
+        ([1.0, 2.0, 4.0, 1.0], [[1, 2], [3], [3], []], 6.0),
+        ([3.0, 1.0], [[], []], 3.0),
+    ],
+)
 def test_critical_path_is_the_longest_dependent_sum(costs, children, expected):
     assert critical_path(costs, children) == expected
 

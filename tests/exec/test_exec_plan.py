@@ -3,11 +3,11 @@ only_once, failures joined and raised, timeouts, JSON."""
 
 import threading
 
+import exec_test_ops as tops
 import numpy as np
 import pytest
 
 import asyncnet as an
-import exec_test_ops as tops
 from asyncnet.exec.plan import ExecutionStep, Plan, execution_step
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.usefixtures("no_leaked_threads")]
@@ -21,7 +21,8 @@ def _inc(name="inc", blob="x", net_type="simple"):
 
 def test_nets_given_as_builder_def_and_name():
     with an.Workspace() as ws:
-        ws.feed("x", np.zeros(1)); ws.feed("one", np.ones(1))
+        ws.feed("x", np.zeros(1))
+        ws.feed("one", np.ones(1))
         ws.create_net(_inc("named"))
         plan = Plan("p", [ExecutionStep("s", nets=[_inc("b"), _inc("d").to_def(), "named"], num_iter=4)])
         ws.run_plan(plan)
@@ -33,16 +34,26 @@ def test_nets_given_as_builder_def_and_name():
 @pytest.mark.parametrize("net_type", ["simple", "async_scheduling"])
 def test_sequential_substeps_and_nesting(net_type):
     with an.Workspace() as ws:
-        ws.feed("x", np.zeros(1)); ws.feed("y", np.zeros(1)); ws.feed("one", np.ones(1))
-        inner = ExecutionStep("inner", substeps=[ExecutionStep("a", _inc("a", "x", net_type), num_iter=2),
-                                                 ExecutionStep("b", _inc("b", "y", net_type))], num_iter=3)
+        ws.feed("x", np.zeros(1))
+        ws.feed("y", np.zeros(1))
+        ws.feed("one", np.ones(1))
+        inner = ExecutionStep(
+            "inner",
+            substeps=[
+                ExecutionStep("a", _inc("a", "x", net_type), num_iter=2),
+                ExecutionStep("b", _inc("b", "y", net_type)),
+            ],
+            num_iter=3,
+        )
         ws.run_plan(Plan("p", [inner]))
         assert (ws.fetch("x")[0], ws.fetch("y")[0]) == (6, 3)
 
 
 def test_stop_blob_checked_after_every_net():
     with an.Workspace() as ws:
-        ws.feed("x", np.zeros(1)); ws.feed("y", np.zeros(1)); ws.feed("one", np.ones(1))
+        ws.feed("x", np.zeros(1))
+        ws.feed("y", np.zeros(1))
+        ws.feed("one", np.ones(1))
 
         class Watch:  # an object with load(), like an AtomicBool
             def load(self):
@@ -56,7 +67,9 @@ def test_stop_blob_checked_after_every_net():
         ws.run_plan(Plan("p", [ExecutionStep("loop", nets=[_inc("a"), _inc("b", "y")], should_stop_blob="flag")]))
         assert (ws.fetch("x")[0], ws.fetch("y")[0]) == (7, 6)
         # not checked before the first net: a flag already set still lets the first net run once
-        ws.feed("x", np.zeros(1)); ws.feed("y", np.zeros(1)); ws.feed("set", np.array([True]))
+        ws.feed("x", np.zeros(1))
+        ws.feed("y", np.zeros(1))
+        ws.feed("set", np.array([True]))
         ws.run_plan(Plan("p", [ExecutionStep("loop", nets=[_inc("a"), _inc("b", "y")], should_stop_blob="set")]))
         assert (ws.fetch("x")[0], ws.fetch("y")[0]) == (1, 0)
         with pytest.raises(an.NetDefinitionError, match="num_iter"):
@@ -65,7 +78,9 @@ def test_stop_blob_checked_after_every_net():
 
 def test_stop_blob_errors():
     with an.Workspace() as ws:
-        ws.feed("x", np.zeros(1)); ws.feed("one", np.ones(1)); ws.feed("bad", np.zeros(3, bool))
+        ws.feed("x", np.zeros(1))
+        ws.feed("one", np.ones(1))
+        ws.feed("bad", np.zeros(3, bool))
         ws.feed("int", np.ones(1, np.int32))
         with pytest.raises(an.ExecutionError, match="does not exist"):
             ws.run_plan(Plan("p", [ExecutionStep("s", _inc(), should_stop_blob="missing")]))
@@ -77,9 +92,18 @@ def test_stop_blob_errors():
 
 def test_only_once_is_one_iteration_of_a_stop_blob_step():
     with an.Workspace() as ws:
-        ws.feed("x", np.zeros(1)); ws.feed("y", np.zeros(1)); ws.feed("one", np.ones(1)); ws.feed("no", np.array([False]))
-        step = ExecutionStep("outer", substeps=[ExecutionStep("init", _inc("i", "y"), should_stop_blob="no", only_once=True),
-                                                ExecutionStep("work", _inc("w", "x"))], num_iter=5)
+        ws.feed("x", np.zeros(1))
+        ws.feed("y", np.zeros(1))
+        ws.feed("one", np.ones(1))
+        ws.feed("no", np.array([False]))
+        step = ExecutionStep(
+            "outer",
+            substeps=[
+                ExecutionStep("init", _inc("i", "y"), should_stop_blob="no", only_once=True),
+                ExecutionStep("work", _inc("w", "x")),
+            ],
+            num_iter=5,
+        )
         ws.run_plan(step)  # a bare step, as Caffe2's RunPlan takes
         assert (ws.fetch("y")[0], ws.fetch("x")[0]) == (5, 5)  # one iteration each time the parent iterates
         with pytest.raises(an.NetDefinitionError, match="only_once"):
@@ -88,7 +112,8 @@ def test_only_once_is_one_iteration_of_a_stop_blob_step():
 
 def test_plan_nets_are_created_in_the_workspace_under_their_names():
     with an.Workspace() as ws:
-        ws.feed("x", np.zeros(1)); ws.feed("one", np.ones(1))
+        ws.feed("x", np.zeros(1))
+        ws.feed("one", np.ones(1))
         old = ws.create_net(_inc("a"))
         ws.run_plan(Plan("p", [ExecutionStep("s", [_inc("a"), _inc("b").to_def()], num_iter=2)]))
         assert ws.nets() == ["a", "b"] and ws.net("a") is not old  # replaced once per plan run
@@ -97,7 +122,8 @@ def test_plan_nets_are_created_in_the_workspace_under_their_names():
         assert ws.fetch("x")[0] == 5
         ws.run_plan(Plan("p", [ExecutionStep("s", ["a", _inc("b")])]))
         assert ws.net("a") is instance  # named: the workspace's net is used as it is
-        other = an.Net("a"); other.Sub(["x", "one"], "x")
+        other = an.Net("a")
+        other.Sub(["x", "one"], "x")
         with pytest.raises(an.NetDefinitionError, match="two different nets named 'a'"):
             ws.run_plan(Plan("p", [ExecutionStep("s", [_inc("a")]), ExecutionStep("t", [other])]))
 
@@ -117,8 +143,12 @@ def test_concurrent_substeps_run_on_their_own_threads():
         by_step = {name: {tid for n, *_, tid in tops.LOG if n == name} for name in (f"w{i}" for i in range(4))}
         assert all(len(t) == 1 for t in by_step.values())
         assert threading.get_ident() not in set().union(*by_step.values())
-        spans = {n: (min(s for m, s, *_ in tops.LOG if m == n), max(e for m, _, e, _ in tops.LOG if m == n)) for n in by_step}
-        overlapping = [(a, b) for a in spans for b in spans if a < b and spans[a][0] < spans[b][1] and spans[b][0] < spans[a][1]]
+        spans = {
+            n: (min(s for m, s, *_ in tops.LOG if m == n), max(e for m, _, e, _ in tops.LOG if m == n)) for n in by_step
+        }
+        overlapping = [
+            (a, b) for a in spans for b in spans if a < b and spans[a][0] < spans[b][1] and spans[b][0] < spans[a][1]
+        ]
         assert overlapping  # concurrent: the substeps ran at the same time
         for a, b in overlapping:
             assert by_step[a] != by_step[b]
@@ -126,7 +156,8 @@ def test_concurrent_substeps_run_on_their_own_threads():
 
 def _atomic_scenario(ws, n_nets, iters, net_type="simple"):
     """Caffe2's atomic_ops_test scenario, with a lock-guarded counter."""
-    ws.feed("countdown", tops.Counter(n_nets * iters)); ws.feed("checksum", tops.Counter(0))
+    ws.feed("countdown", tops.Counter(n_nets * iters))
+    ws.feed("checksum", tops.Counter(0))
     ws.feed("minus_one", np.array(-1))
     subs = []
     for i in range(n_nets):
@@ -154,15 +185,17 @@ def test_atomic_scenario_with_async_nets():
 
 def test_failure_stops_siblings_and_is_raised_after_join():
     with an.Workspace() as ws:
-        ws.feed("x", np.zeros(1)); ws.feed("one", np.ones(1))
+        ws.feed("x", np.zeros(1))
+        ws.feed("one", np.ones(1))
         bad = an.Net("bad")
         bad.ExecTestWork([], ["o"], name="boom", fail=True, sleep=0.02)
         bad2 = an.Net("bad2")
         bad2.ExecTestWork([], ["o2"], name="boom2", fail=True, sleep=0.2)
         looping = ExecutionStep("loop", _inc(), should_stop_blob=None, num_iter=10**9)
         before = threading.active_count()
-        step = ExecutionStep("par", substeps=[looping, ExecutionStep("b", bad), ExecutionStep("b2", bad2)],
-                             concurrent_substeps=True)
+        step = ExecutionStep(
+            "par", substeps=[looping, ExecutionStep("b", bad), ExecutionStep("b2", bad2)], concurrent_substeps=True
+        )
         with pytest.raises(an.OperatorError, match="boom") as ei:
             ws.run_plan(Plan("p", [step]))
         assert ei.value.op_name == "boom"
@@ -174,8 +207,10 @@ def test_failure_stops_siblings_and_is_raised_after_join():
 
 def test_failure_in_sequential_step_stops_the_plan():
     with an.Workspace() as ws:
-        ws.feed("x", np.zeros(1)); ws.feed("one", np.ones(1))
-        bad = an.Net("bad"); bad.ExecTestWork([], ["o"], fail=True)
+        ws.feed("x", np.zeros(1))
+        ws.feed("one", np.ones(1))
+        bad = an.Net("bad")
+        bad.ExecTestWork([], ["o"], fail=True)
         with pytest.raises(an.OperatorError):
             ws.run_plan(Plan("p", [ExecutionStep("a", bad), ExecutionStep("b", _inc())]))
         assert ws.fetch("x")[0] == 0
@@ -183,10 +218,15 @@ def test_failure_in_sequential_step_stops_the_plan():
 
 def test_plan_timeout():
     with an.Workspace() as ws:
-        ws.feed("x", np.zeros(1)); ws.feed("one", np.ones(1))
-        slow = an.Net("slow"); slow.ExecTestWork([], ["o"], sleep=0.01)
-        step = ExecutionStep("par", substeps=[ExecutionStep("a", slow, num_iter=10**6),
-                                              ExecutionStep("b", _inc(), num_iter=10**9)], concurrent_substeps=True)
+        ws.feed("x", np.zeros(1))
+        ws.feed("one", np.ones(1))
+        slow = an.Net("slow")
+        slow.ExecTestWork([], ["o"], sleep=0.01)
+        step = ExecutionStep(
+            "par",
+            substeps=[ExecutionStep("a", slow, num_iter=10**6), ExecutionStep("b", _inc(), num_iter=10**9)],
+            concurrent_substeps=True,
+        )
         with pytest.raises(TimeoutError):
             ws.run_plan(Plan("p", [step]), timeout=0.3)
 
@@ -203,18 +243,35 @@ def test_definition_errors():
 
 
 def test_json_round_trip_and_rejects_bad_documents():
-    plan = Plan("p", [ExecutionStep("init", _inc("i")),
-                      ExecutionStep("work", substeps=[ExecutionStep("a", "named", should_stop_blob="s", only_once=True),
-                                                      ExecutionStep("b", _inc("b").to_def(), should_stop_blob="stop")],
-                                    concurrent_substeps=True, num_iter=2)])
+    plan = Plan(
+        "p",
+        [
+            ExecutionStep("init", _inc("i")),
+            ExecutionStep(
+                "work",
+                substeps=[
+                    ExecutionStep("a", "named", should_stop_blob="s", only_once=True),
+                    ExecutionStep("b", _inc("b").to_def(), should_stop_blob="stop"),
+                ],
+                concurrent_substeps=True,
+                num_iter=2,
+            ),
+        ],
+    )
     text = plan.to_json()
     again = Plan.from_json(text)
     assert again.to_dict() == plan.to_dict()
-    for bad, where in [('{"name": "p", "steps": [{"name": "s", "num_iter": "3"}]}', "steps[0].num_iter"),
-                       ('{"name": "p", "steps": [{"name": "s", "nets": [{"name": "n", "ops": 5}]}]}', "steps[0].nets[0]"),
-                       ('{"name": "p", "steps": [{"nme": "s"}]}', "steps[0]"),
-                       ('{"name": "p", "steps": [{"name": "s", "substeps": [{"name": "t", "nets": [1]}]}]}', "steps[0].substeps[0].nets[0]"),
-                       ("[1, 2", None), ('{"name": "p", "steps": NaN}', None)]:
+    for bad, where in [
+        ('{"name": "p", "steps": [{"name": "s", "num_iter": "3"}]}', "steps[0].num_iter"),
+        ('{"name": "p", "steps": [{"name": "s", "nets": [{"name": "n", "ops": 5}]}]}', "steps[0].nets[0]"),
+        ('{"name": "p", "steps": [{"nme": "s"}]}', "steps[0]"),
+        (
+            '{"name": "p", "steps": [{"name": "s", "substeps": [{"name": "t", "nets": [1]}]}]}',
+            "steps[0].substeps[0].nets[0]",
+        ),
+        ("[1, 2", None),
+        ('{"name": "p", "steps": NaN}', None),
+    ]:
         with pytest.raises(an.NetDefinitionError) as ei:
             Plan.from_json(bad)
         if where:
@@ -239,8 +296,9 @@ def test_failure_cancels_the_async_runs_of_siblings():
             long.ExecTestWork([f"a{i - 1}"], [f"a{i}"], name=f"c{i}", sleep=0.02)
         bad = an.Net("bad")
         bad.ExecTestWork([], ["o"], name="boom", fail=True, sleep=0.1)
-        step = ExecutionStep("par", substeps=[ExecutionStep("long", long), ExecutionStep("bad", bad)],
-                             concurrent_substeps=True)
+        step = ExecutionStep(
+            "par", substeps=[ExecutionStep("long", long), ExecutionStep("bad", bad)], concurrent_substeps=True
+        )
         with pytest.raises(an.OperatorError, match="boom") as ei:
             ws.run_plan(Plan("p", [step]))
         assert ei.value.other_errors == []  # the sibling's cancellation is not another failure
@@ -254,12 +312,22 @@ def test_plan_timeout_bounds_steps_that_run_no_net():
     # checked, so both spun forever; a step with no net at all does nothing (Caffe2's Python
     # API drops it when it is added), so it ends at once
     with an.Workspace() as ws:
-        ws.feed("never", np.array([False])); ws.feed("x", np.zeros(1)); ws.feed("one", np.ones(1))
+        ws.feed("never", np.array([False]))
+        ws.feed("x", np.zeros(1))
+        ws.feed("one", np.ones(1))
         zero = ExecutionStep("zero", _inc("z"), num_iter=0)
         with pytest.raises(TimeoutError):
             ws.run_plan(Plan("p", [ExecutionStep("idle", substeps=[zero], should_stop_blob="never")]), timeout=0.3)
         with pytest.raises(TimeoutError):
             ws.run_plan(Plan("p", [ExecutionStep("loop", substeps=[zero], num_iter=10**12)]), timeout=0.3)
-        ws.run_plan(Plan("p", [ExecutionStep("idle", should_stop_blob="never"),
-                               ExecutionStep("loop", substeps=[ExecutionStep("empty")], num_iter=10**12)]), timeout=5)
+        ws.run_plan(
+            Plan(
+                "p",
+                [
+                    ExecutionStep("idle", should_stop_blob="never"),
+                    ExecutionStep("loop", substeps=[ExecutionStep("empty")], num_iter=10**12),
+                ],
+            ),
+            timeout=5,
+        )
         assert ws.fetch("x")[0] == 0

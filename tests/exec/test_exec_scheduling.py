@@ -5,11 +5,11 @@ import sys
 import threading
 import time
 
+import exec_test_ops as tops
 import numpy as np
 import pytest
 
 import asyncnet as an
-import exec_test_ops as tops
 from asyncnet.exec import pools
 from asyncnet.exec.scheduling import AsyncSchedulingNet
 
@@ -234,6 +234,7 @@ def test_pool_is_bounded_and_threads_joined_on_close():
 
 def test_net_garbage_collected_releases_pool():
     import gc
+
     ws = an.Workspace()
     net = an.Net("tmp", type="async_scheduling", num_workers=2)
     for i in range(4):

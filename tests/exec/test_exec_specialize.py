@@ -38,8 +38,11 @@ def _step(ws: an.Workspace, net, feeds: dict) -> None:
 
 
 def _state(ws: an.Workspace) -> dict[str, bytes]:
-    return {k: (type(v).__name__, np.asarray(v).dtype.str, np.asarray(v).shape, np.asarray(v).tobytes())
-            for k in ws.blobs() if isinstance(v := ws.fetch(k), np.ndarray)}
+    return {
+        k: (type(v).__name__, np.asarray(v).dtype.str, np.asarray(v).shape, np.asarray(v).tobytes())
+        for k in ws.blobs()
+        if isinstance(v := ws.fetch(k), np.ndarray)
+    }
 
 
 def test_every_op_of_the_default_train_net_is_specialized():
@@ -78,8 +81,10 @@ def test_variants_are_bounded_and_reused():
     assert net._specializer._current.matches(ws._blobs)
 
 
-@pytest.mark.parametrize("fault", ["label out of range", "negative label int64", "read-only weight", "negative iter",
-                                   "missing blob", "torch data"])
+@pytest.mark.parametrize(
+    "fault",
+    ["label out of range", "negative label int64", "read-only weight", "negative iter", "missing blob", "torch data"],
+)
 def test_a_fault_after_specializing_is_the_simple_nets_error(fault):
     rng = np.random.default_rng(3)
     warm = [_batch(rng, 4, label_dtype=np.int64 if "int64" in fault else np.int32) for _ in range(2)]
@@ -172,8 +177,9 @@ def test_a_net_with_an_op_without_fast_kernel_is_not_specialized():
 # -- the contract of each op's specialize: fast == general on every input of the same kinds ----------
 def _floats(draw, shape, dtype):
     values = st.floats(-1e3, 1e3, width=32) | st.sampled_from([0.0, -0.0, np.inf, -np.inf, np.nan])
-    return np.array(draw(st.lists(values, min_size=int(np.prod(shape)), max_size=int(np.prod(shape)))),
-                    dtype=dtype).reshape(shape)
+    return np.array(
+        draw(st.lists(values, min_size=int(np.prod(shape)), max_size=int(np.prod(shape)))), dtype=dtype
+    ).reshape(shape)
 
 
 @st.composite
@@ -182,9 +188,11 @@ def op_cases(draw):
     t = draw(st.sampled_from(SPECIALIZED))
     dtype = draw(st.sampled_from([np.float32, np.float64]))
     m, k, n = (draw(st.integers(1, 4)) for _ in range(3))
-    f = lambda *shape: _floats(draw, shape, dtype)  # noqa: E731
-    labels = lambda rows, d: np.array(draw(st.lists(st.integers(-2, d + 1), min_size=rows, max_size=rows)),  # noqa: E731
-                                      dtype=draw(st.sampled_from([np.int32, np.int64])))
+    f = lambda *shape: _floats(draw, shape, dtype)
+    labels = lambda rows, d: np.array(
+        draw(st.lists(st.integers(-2, d + 1), min_size=rows, max_size=rows)),
+        dtype=draw(st.sampled_from([np.int32, np.int64])),
+    )
     if t == "FC":
         return t, [f(m, k), f(n, k), f(n)], 1, {}
     if t == "FCGradient":
@@ -207,22 +215,53 @@ def op_cases(draw):
     if t == "Iter":
         return t, [np.array([draw(st.sampled_from([0, 5, -1, np.iinfo(np.int64).max]))], np.int64)], 1, {}
     if t == "LearningRate":
-        policy = draw(st.sampled_from([{"policy": "fixed"}, {"policy": "step", "stepsize": 3, "gamma": 0.5},
-                                       {"policy": "inv", "gamma": 0.1, "power": 0.5}]))
+        policy = draw(
+            st.sampled_from(
+                [
+                    {"policy": "fixed"},
+                    {"policy": "step", "stepsize": 3, "gamma": 0.5},
+                    {"policy": "inv", "gamma": 0.1, "power": 0.5},
+                ]
+            )
+        )
         return t, [np.array([draw(st.integers(-2, 10))], np.int64)], 1, {"base_lr": -0.1, **policy}
     if t == "SGD":
         p = f(m, k)
         p.flags.writeable = draw(st.booleans())
-        return t, [p, f(m, k), np.array(draw(st.floats(0, 1)), dtype)], 1, {"weight_decay": draw(st.sampled_from([0.0, 0.1]))}
+        return (
+            t,
+            [p, f(m, k), np.array(draw(st.floats(0, 1)), dtype)],
+            1,
+            {"weight_decay": draw(st.sampled_from([0.0, 0.1]))},
+        )
     if t == "MomentumSGDUpdate":
         g, mom, p = f(m, k), f(m, k), f(m, k)
         p.flags.writeable = draw(st.booleans())
-        return t, [g, mom, np.array([draw(st.floats(0, 1))], dtype), p], 3, {
-            "momentum": 0.9, "nesterov": draw(st.booleans()), "formula": draw(st.sampled_from(["caffe2", "torch"])),
-            "weight_decay": draw(st.sampled_from([0.0, 0.01]))}
+        return (
+            t,
+            [g, mom, np.array([draw(st.floats(0, 1))], dtype), p],
+            3,
+            {
+                "momentum": 0.9,
+                "nesterov": draw(st.booleans()),
+                "formula": draw(st.sampled_from(["caffe2", "torch"])),
+                "weight_decay": draw(st.sampled_from([0.0, 0.01])),
+            },
+        )
     if t == "Adam":
-        return t, [f(m, k), f(m, k), np.abs(f(m, k)), f(m, k), np.array([0.01], dtype),
-                   np.array([draw(st.integers(-1, 5))], np.int64)], 3, {"formula": draw(st.sampled_from(["caffe2", "torch"]))}
+        return (
+            t,
+            [
+                f(m, k),
+                f(m, k),
+                np.abs(f(m, k)),
+                f(m, k),
+                np.array([0.01], dtype),
+                np.array([draw(st.integers(-1, 5))], np.int64),
+            ],
+            3,
+            {"formula": draw(st.sampled_from(["caffe2", "torch"]))},
+        )
     if t == "Accuracy":
         return t, [f(m, n + 1), labels(m, n + 1)], 1, {}
     raise AssertionError(f"no inputs for {t}: add a case")
@@ -270,6 +309,19 @@ def test_each_fast_kernel_equals_its_general_kernel(case):
 
 
 def test_the_contract_cases_cover_every_specialized_op():
-    covered = {"Accuracy", "Adam", "MomentumSGDUpdate", "FC", "FCGradient", "Relu", "ReluGradient", "SoftmaxWithLoss",
-               "SoftmaxWithLossGradient", "ConstantFill", "Iter", "LearningRate", "SGD"}
+    covered = {
+        "Accuracy",
+        "Adam",
+        "MomentumSGDUpdate",
+        "FC",
+        "FCGradient",
+        "Relu",
+        "ReluGradient",
+        "SoftmaxWithLoss",
+        "SoftmaxWithLossGradient",
+        "ConstantFill",
+        "Iter",
+        "LearningRate",
+        "SGD",
+    }
     assert set(SPECIALIZED) == covered  # a new specialize needs a case in op_cases

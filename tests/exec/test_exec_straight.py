@@ -3,22 +3,33 @@ errors, same busy and profiling behaviour."""
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from test_exec_equivalence import random_nets
 
 import asyncnet as an
 from asyncnet.core.registry import register_op, registered_ops
 from asyncnet.exec.trace import profile
 
-pytestmark = [pytest.mark.timeout(120), pytest.mark.usefixtures("no_leaked_threads"),
-              pytest.mark.filterwarnings("ignore::RuntimeWarning")]
+pytestmark = [
+    pytest.mark.timeout(120),
+    pytest.mark.usefixtures("no_leaked_threads"),
+    pytest.mark.filterwarnings("ignore::RuntimeWarning"),
+]
 
 if "StraightTestReturns" not in registered_ops():
-    @register_op("StraightTestReturns", inputs=(0, None), outputs=(0, None), allow_inplace=lambda i, o: True,
-                 doc="test op: returns ctx.args['what'] evaluated ('none', 'one', 'pair', 'triple')")
+
+    @register_op(
+        "StraightTestReturns",
+        inputs=(0, None),
+        outputs=(0, None),
+        allow_inplace=lambda i, o: True,
+        doc="test op: returns ctx.args['what'] evaluated ('none', 'one', 'pair', 'triple')",
+    )
     def _returns(ctx, *xs):
-        return {"none": None, "one": np.zeros(1), "pair": (np.zeros(1), np.ones(1)),
-                "triple": [np.zeros(1)] * 3}[ctx.op.name]
+        return {"none": None, "one": np.zeros(1), "pair": (np.zeros(1), np.ones(1)), "triple": [np.zeros(1)] * 3}[
+            ctx.op.name
+        ]
 
 
 def _blobs(ops, net_type, inits, iters=3):
@@ -57,7 +68,10 @@ def _failure(net_type, ops, feeds):
 
 
 CASES = {
-    "kernel raises": [an.OperatorDef("Relu", ["x"], ["y"]), an.OperatorDef("ExecTestWork", ["y"], ["z"], {"fail": True}, name="bad")],
+    "kernel raises": [
+        an.OperatorDef("Relu", ["x"], ["y"]),
+        an.OperatorDef("ExecTestWork", ["y"], ["z"], {"fail": True}, name="bad"),
+    ],
     "missing input": [an.OperatorDef("Relu", ["x"], ["y"]), an.OperatorDef("Add", ["y", "nope"], ["z"])],
     "None for an output": [an.OperatorDef("StraightTestReturns", ["x"], ["y"], name="none")],
     "an output for none": [an.OperatorDef("StraightTestReturns", ["x"], [], name="one")],

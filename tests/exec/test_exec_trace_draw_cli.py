@@ -79,7 +79,11 @@ def test_save_graph(tmp_path, suffix):
     path = tmp_path / f"net.{suffix}"
     save_graph(_net().to_def(), path)
     data = path.read_bytes()
-    assert data[:4] == b"\x89PNG" if suffix == "png" else (b"<svg" in data[:400] if suffix == "svg" else data.startswith(b"digraph"))
+    assert (
+        data[:4] == b"\x89PNG"
+        if suffix == "png"
+        else (b"<svg" in data[:400] if suffix == "svg" else data.startswith(b"digraph"))
+    )
     with pytest.raises(ValueError):
         save_graph(_net().to_def(), tmp_path / "net.pdf")
 
@@ -112,17 +116,20 @@ def test_graph_command(tmp_path, capsys):
         assert (tmp_path / f"g.{suffix}").stat().st_size > 0
 
 
-@pytest.mark.parametrize("argv", [
-    ["trace", "{missing}", "-o", "{tmp}/r.json"],
-    ["trace", "{bad}", "-o", "{tmp}/r.json"],
-    ["trace", "{net}", "-o", "{tmp}/r.json"],                       # x not fed: the op fails
-    ["trace", "{net}", "-o", "{tmp}/r.json", "--feed", "x"],         # malformed feed
-    ["trace", "{net}", "-o", "{tmp}/nodir/r.json", "--feed", "x={tmp}/x.npy"],
-    ["trace", "{net}", "-o", "{tmp}/r.json", "--iters", "0"],
-    ["graph", "{bad}", "-o", "{tmp}/g.svg"],
-    ["graph", "{net}", "-o", "{tmp}/g.pdf"],
-    ["graph", "{net}", "-o", "{tmp}/nodir/g.svg"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["trace", "{missing}", "-o", "{tmp}/r.json"],
+        ["trace", "{bad}", "-o", "{tmp}/r.json"],
+        ["trace", "{net}", "-o", "{tmp}/r.json"],  # x not fed: the op fails
+        ["trace", "{net}", "-o", "{tmp}/r.json", "--feed", "x"],  # malformed feed
+        ["trace", "{net}", "-o", "{tmp}/nodir/r.json", "--feed", "x={tmp}/x.npy"],
+        ["trace", "{net}", "-o", "{tmp}/r.json", "--iters", "0"],
+        ["graph", "{bad}", "-o", "{tmp}/g.svg"],
+        ["graph", "{net}", "-o", "{tmp}/g.pdf"],
+        ["graph", "{net}", "-o", "{tmp}/nodir/g.svg"],
+    ],
+)
 def test_bad_input_is_one_line_error(tmp_path, capsys, argv):
     net = _write_net(tmp_path)
     bad = tmp_path / "bad.json"

@@ -45,6 +45,7 @@ PYTHON = sys.executable
 RUN_BOUND = 120.0  # seconds any one command may take before it counts as a hang
 SETTLE = 15.0  # seconds the processes of a command get to disappear after it ended
 
+
 @dataclass
 class Try:
     kind: str
@@ -71,7 +72,9 @@ class Tally:
 # -- processes ----------------------------------------------------------------------------------
 def env() -> dict[str, str]:
     e = dict(os.environ)
-    e["PYTHONPATH"] = os.pathsep.join([str(SRC), str(HERE)] + [p for p in e.get("PYTHONPATH", "").split(os.pathsep) if p])
+    e["PYTHONPATH"] = os.pathsep.join(
+        [str(SRC), str(HERE)] + [p for p in e.get("PYTHONPATH", "").split(os.pathsep) if p]
+    )
     e.pop("ASYNCNET_DEBUG", None)
     return e
 
@@ -83,8 +86,15 @@ def start(args: list[str], cwd: Path, torchrun: bool = False) -> subprocess.Pope
     """``python -m asyncnet ARGS`` (or under torchrun) in its own session (so the group can be
     signalled and reaped; torchrun puts each rank in a session of its own)."""
     head = [*TORCHRUN, "-m", "asyncnet"] if torchrun else [PYTHON, "-m", "asyncnet"]
-    return subprocess.Popen([*head, *args], cwd=cwd, env=env(), stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    return subprocess.Popen(
+        [*head, *args],
+        cwd=cwd,
+        env=env(),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
 
 
 def children(pid: int) -> set[int]:
@@ -266,10 +276,12 @@ def _train_args(rng: random.Random, backend: str, run: Path) -> list[str]:
 
 def _started(proc: subprocess.Popen, run: Path, backend: str, bound: float = 60) -> bool:
     """Training is under way: metrics.json exists and (processes) the workers exist."""
+
     def ready() -> bool:
         if proc.poll() is not None:
             return True
         return (run / "metrics.json").exists() and (backend == "threads" or len(children(proc.pid)) >= 2)
+
     return wait_for(ready, bound) and proc.poll() is None
 
 
@@ -300,7 +312,9 @@ def kill_try(kind: str, rng: random.Random, work: Path) -> Try:
             status, err, hung = finish(proc, 5)
             return Try(kind, False, f"the run did not start (exit {status}): {err.strip()[-200:]}")
         if rng.random() < 0.5:  # half the faults come once an epoch was saved (the others may come before)
-            wait_for(lambda: saved_epochs(run) >= 1 or proc.poll() is not None, 5 if backend == "processes" else 30, 0.05)
+            wait_for(
+                lambda: saved_epochs(run) >= 1 or proc.poll() is not None, 5 if backend == "processes" else 30, 0.05
+            )
         time.sleep(rng.uniform(0.2, 2.5))
         pids |= children(proc.pid)
         victim = None
@@ -315,8 +329,9 @@ def kill_try(kind: str, rng: random.Random, work: Path) -> Try:
         elif what in ("sigterm_group", "sigint_group"):
             send(proc.pid, signal.SIGTERM if what == "sigterm_group" else signal.SIGINT, group=True)
         elif what == "checkpoint_kill":
-            if not wait_for(lambda: any(p.name.startswith(".checkpoint") for p in _ls(run)) or proc.poll() is not None,
-                            30, 0.0005):
+            if not wait_for(
+                lambda: any(p.name.startswith(".checkpoint") for p in _ls(run)) or proc.poll() is not None, 30, 0.0005
+            ):
                 return Try(kind, False, "no checkpoint write seen in 30 s")
             send(proc.pid, signal.SIGKILL)
         if what in ("parent_kill", "checkpoint_kill"):  # its children may hold its stderr: judge them first
@@ -352,13 +367,19 @@ def kill_try(kind: str, rng: random.Random, work: Path) -> Try:
         problems.append(f"torchrun does not name the killed rank: {err.strip()[-300:]}")
     if what == "worker_kill" and not torch and status == 1 and "worker" not in err:
         problems.append(f"the error does not name the worker: {err.strip()}")
-    if what in ("sigterm_group", "sigint_group") and not torch and err.strip() not in ("asyncnet: terminated", "asyncnet: interrupted"):
+    if (
+        what in ("sigterm_group", "sigint_group")
+        and not torch
+        and err.strip() not in ("asyncnet: terminated", "asyncnet: interrupted")
+    ):
         problems.append(f"not the one interrupt line: {err.strip()[-200:]}")
     ck = checkpoint_problem(run)
     if ck:
         problems.append(ck)
     elif (checkpoint_epochs(run) or 0) < metrics_epochs(run) and checkpoint_epochs(run) is not None:
-        problems.append(f"metrics.json lists {metrics_epochs(run)} epochs, the checkpoint holds {checkpoint_epochs(run)}")
+        problems.append(
+            f"metrics.json lists {metrics_epochs(run)} epochs, the checkpoint holds {checkpoint_epochs(run)}"
+        )
     if problems:
         return Try(kind, False, "; ".join(problems))
     before = saved_epochs(run)
@@ -393,10 +414,16 @@ def _ls(run: Path) -> list[Path]:
 def sigint_run_try(kind: str, rng: random.Random, work: Path) -> Try:
     """Ctrl-C in ``asyncnet run`` of a long net: 130 and one line, within 2 s."""
     net_type = kind.split("[")[1].rstrip("]")
-    net = {"name": "n", "type": net_type, "num_workers": 2, "ops": [
-        {"type": "MatMul", "inputs": ["x", "x"], "outputs": ["h"]},
-        {"type": "Relu", "inputs": ["h"], "outputs": ["h"]},
-        {"type": "Sum", "inputs": ["h", "x"], "outputs": ["y"]}]}
+    net = {
+        "name": "n",
+        "type": net_type,
+        "num_workers": 2,
+        "ops": [
+            {"type": "MatMul", "inputs": ["x", "x"], "outputs": ["h"]},
+            {"type": "Relu", "inputs": ["h"], "outputs": ["h"]},
+            {"type": "Sum", "inputs": ["h", "x"], "outputs": ["y"]},
+        ],
+    }
     (work / "net.json").write_text(json.dumps(net))
     np.save(work / "x.npy", np.ones((200, 200), np.float32))
     proc = start(["run", "net.json", "--feed", "x=x.npy", "--iters", "1000000000"], work)
@@ -407,13 +434,18 @@ def sigint_run_try(kind: str, rng: random.Random, work: Path) -> Try:
     status, err, hung = finish(proc, 30)
     took = time.monotonic() - sent
     orphans, left = leftovers(pids, proc.pid)
-    problems = [p for p in [
-        "hang" if hung else None,
-        f"exit {status}" if status != 130 else None,
-        f"stderr {err!r}" if err != "asyncnet: interrupted\n" else None,
-        f"took {took:.1f} s" if took > 2.0 else None,
-        f"orphans {orphans}" if orphans else None,
-        f"left {left}" if left else None] if p]
+    problems = [
+        p
+        for p in [
+            "hang" if hung else None,
+            f"exit {status}" if status != 130 else None,
+            f"stderr {err!r}" if err != "asyncnet: interrupted\n" else None,
+            f"took {took:.1f} s" if took > 2.0 else None,
+            f"orphans {orphans}" if orphans else None,
+            f"left {left}" if left else None,
+        ]
+        if p
+    ]
     return Try(kind, not problems, "; ".join(problems))
 
 
@@ -434,8 +466,9 @@ def diverge_try(kind: str, rng: random.Random, work: Path) -> Try:
 
 
 # -- fuzzers (in one child process each: main() in-process, one result line per case) ------------
-def _fuzz_results(kind: str, status: int | None, err: str, hung: bool, orphans: list[int], left: list[str],
-                  work: Path) -> list[Try]:
+def _fuzz_results(
+    kind: str, status: int | None, err: str, hung: bool, orphans: list[int], left: list[str], work: Path
+) -> list[Try]:
     path = work / f"{kind}.jsonl"
     tries = []
     if path.exists():
@@ -443,20 +476,36 @@ def _fuzz_results(kind: str, status: int | None, err: str, hung: bool, orphans: 
             r = json.loads(line)
             tries.append(Try(kind, r["ok"], r.get("detail", "")))
     if hung or status != 0 or orphans or left:
-        tries.append(Try(kind, False, f"the fuzzer process: exit {status}, hung {hung}, orphans {orphans}, left {left}: "
-                                      f"{err.strip()[-300:]}"))
+        tries.append(
+            Try(
+                kind,
+                False,
+                f"the fuzzer process: exit {status}, hung {hung}, orphans {orphans}, left {left}: {err.strip()[-300:]}",
+            )
+        )
     return tries
 
 
-KILL_KINDS = [f"{w}[{b}]" for w in ("parent_kill", "sigterm_group", "sigint_group", "checkpoint_kill")
-              for b in ("threads", "processes")] + ["worker_kill[processes]"]
+KILL_KINDS = [
+    f"{w}[{b}]"
+    for w in ("parent_kill", "sigterm_group", "sigint_group", "checkpoint_kill")
+    for b in ("threads", "processes")
+] + ["worker_kill[processes]"]
 # torchrun: a signal to the whole group, SIGKILL of the agent, SIGKILL of one rank
 TORCH_KINDS = ["sigterm_group[torch]", "sigint_group[torch]", "parent_kill[torch]", "worker_kill[torch]"]
 RUN_KINDS = ["sigint_run[async_scheduling]", "sigint_run[simple]"]
 FUZZ_KINDS = ["fuzz_cli", "fuzz_data", "fuzz_netdef", "fuzz_checkpoint"]
 ALL_KINDS = RUN_KINDS + KILL_KINDS + TORCH_KINDS + ["diverge"] + FUZZ_KINDS
-SHORT = {"sigint_run[async_scheduling]": 1, "parent_kill[processes]": 1, "worker_kill[processes]": 1,
-         "sigterm_group[threads]": 1, "fuzz_cli": 10, "fuzz_data": 10, "fuzz_netdef": 30, "fuzz_checkpoint": 4}
+SHORT = {
+    "sigint_run[async_scheduling]": 1,
+    "parent_kill[processes]": 1,
+    "worker_kill[processes]": 1,
+    "sigterm_group[threads]": 1,
+    "fuzz_cli": 10,
+    "fuzz_data": 10,
+    "fuzz_netdef": 30,
+    "fuzz_checkpoint": 4,
+}
 FUZZ_PER_TRY = 25  # cases per fuzzer "try" in the full campaign
 
 
@@ -476,7 +525,13 @@ def run_campaign(plan: dict[str, int], seed: int = 0, log: Callable[[str], None]
             else:
                 for _ in range(tries):
                     sub = Path(tempfile.mkdtemp(dir=work))
-                    fn = sigint_run_try if kind.startswith("sigint_run") else diverge_try if kind == "diverge" else kill_try
+                    fn = (
+                        sigint_run_try
+                        if kind.startswith("sigint_run")
+                        else diverge_try
+                        if kind == "diverge"
+                        else kill_try
+                    )
                     t = fn(kind, rng, sub)
                     tally.add(t)
                     if not t.ok:
@@ -486,9 +541,15 @@ def run_campaign(plan: dict[str, int], seed: int = 0, log: Callable[[str], None]
 
 
 def _fuzz_kind(kind: str, n: int, seed: int, work: Path) -> list[Try]:
-    proc = subprocess.Popen([PYTHON, "-c", f"import campaign_fuzz as F; F.main({kind!r}, {n}, {seed}, {str(work)!r})"],
-                            cwd=work, env=env(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, start_new_session=True)
+    proc = subprocess.Popen(
+        [PYTHON, "-c", f"import campaign_fuzz as F; F.main({kind!r}, {n}, {seed}, {str(work)!r})"],
+        cwd=work,
+        env=env(),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
     status, err, hung = finish(proc, RUN_BOUND + 10 * n)
     orphans, left = leftovers({proc.pid} | children(proc.pid), proc.pid)
     return _fuzz_results(kind, status, err, hung, orphans, left, work)
@@ -523,7 +584,9 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     table = run_campaign(plan, args.seed, log=lambda s: print(s, file=sys.stderr, flush=True))
     print(format_table(table))
-    print(f"\nseed {args.seed}, {time.monotonic() - started:.0f} s, load {Path('/proc/loadavg').read_text().split()[:3]}")
+    print(
+        f"\nseed {args.seed}, {time.monotonic() - started:.0f} s, load {Path('/proc/loadavg').read_text().split()[:3]}"
+    )
     for kind, t in table.items():
         for d in t.details:
             print(f"- {kind}: {d}")

@@ -17,8 +17,9 @@ import shutil
 import signal
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -76,16 +77,54 @@ def judge(status: Any, err: str, allowed: set[int], what: str, baseline_threads:
 
 
 # -- CLI flags ----------------------------------------------------------------------------------
-JUNK = ["", "x", "-1", "0", "1e400", "nan", "inf", "-inf", "9" * 30, "0x10", " 1", "1,", "é", "a" * 300, "/", "/dev/null",
-        "/no/such/file", "--", "-", "None", "[]", "{}"]
+JUNK = [
+    "",
+    "x",
+    "-1",
+    "0",
+    "1e400",
+    "nan",
+    "inf",
+    "-inf",
+    "9" * 30,
+    "0x10",
+    " 1",
+    "1,",
+    "é",
+    "a" * 300,
+    "/",
+    "/dev/null",
+    "/no/such/file",
+    "--",
+    "-",
+    "None",
+    "[]",
+    "{}",
+]
 TRAIN_VALUES: dict[str, list[str]] = {
-    "--model": ["mlp", "cnn", "lstm", "dlrm"], "--workers": ["1", "2", "3"], "--mode": ["local", "sync", "hogwild"],
-    "--backend": ["threads", "processes", "torch"], "--epochs": ["1", "2"], "--batch-size": ["1", "7", "64", "100000"],
-    "--lr": ["0", "1e-300", "0.1", "1e9"], "--optimizer": ["sgd", "momentum", "adam"], "--momentum": ["0", "0.9", "1"],
-    "--weight-decay": ["0", "0.1"], "--lr-policy": ["fixed", "step", "exp"], "--lr-step": ["1", "10"],
-    "--lr-gamma": ["0.5", "1"], "--hidden": ["8", "16,8", "1"], "--seed": ["0", "7"], "--target-accuracy": ["0.5", "1"],
-    "--threads": ["1", "2"], "--tensor": ["numpy", "torch"], "--device": ["cpu", "cuda", "cuda:3"],
-    "--config": ["/no/such.json"], "--resume": ["/no/such/run"], "--data": ["/no/such.npz"]}
+    "--model": ["mlp", "cnn", "lstm", "dlrm"],
+    "--workers": ["1", "2", "3"],
+    "--mode": ["local", "sync", "hogwild"],
+    "--backend": ["threads", "processes", "torch"],
+    "--epochs": ["1", "2"],
+    "--batch-size": ["1", "7", "64", "100000"],
+    "--lr": ["0", "1e-300", "0.1", "1e9"],
+    "--optimizer": ["sgd", "momentum", "adam"],
+    "--momentum": ["0", "0.9", "1"],
+    "--weight-decay": ["0", "0.1"],
+    "--lr-policy": ["fixed", "step", "exp"],
+    "--lr-step": ["1", "10"],
+    "--lr-gamma": ["0.5", "1"],
+    "--hidden": ["8", "16,8", "1"],
+    "--seed": ["0", "7"],
+    "--target-accuracy": ["0.5", "1"],
+    "--threads": ["1", "2"],
+    "--tensor": ["numpy", "torch"],
+    "--device": ["cpu", "cuda", "cuda:3"],
+    "--config": ["/no/such.json"],
+    "--resume": ["/no/such/run"],
+    "--data": ["/no/such.npz"],
+}
 RUN_FLAGS = ["--feed", "--fetch", "--save", "--iters"]
 
 
@@ -108,16 +147,22 @@ def fuzz_cli(rng: random.Random, i: int, work: Path) -> tuple[list[str], set[int
         np.save(work / "x.npy", np.arange(6.0).reshape(2, 3) - 2)
         argv = ["run", rng.choice([str(net), str(net), "/no/such.json", "/", str(work / "x.npy")])]
         for flag in rng.sample(RUN_FLAGS, rng.randint(0, 4)):
-            value = {"--feed": rng.choice([f"x={work / 'x.npy'}", "x", "=", f"x={work}", "y=/dev/null"]),
-                     "--fetch": rng.choice(["y", "x", "nosuch", ""]),
-                     "--save": rng.choice([str(work / f"o{i}.npz"), str(work / "o.txt"), "/proc/x.npz", "a" * 300 + ".npz"]),
-                     "--iters": rng.choice(["0", "1", "3", "-1", "x", "1e3"])}[flag]
+            value = {
+                "--feed": rng.choice([f"x={work / 'x.npy'}", "x", "=", f"x={work}", "y=/dev/null"]),
+                "--fetch": rng.choice(["y", "x", "nosuch", ""]),
+                "--save": rng.choice([str(work / f"o{i}.npz"), str(work / "o.txt"), "/proc/x.npz", "a" * 300 + ".npz"]),
+                "--iters": rng.choice(["0", "1", "3", "-1", "x", "1e3"]),
+            }[flag]
             argv += [flag, value]
         return argv, {0, 1, 2}, None
-    other = {"ops": ["ops"], "graph": ["graph", rng.choice(["/no/such.json", str(work), "/dev/null"])],
-             "trace": ["trace", rng.choice(["/no/such.json", str(work)])],
-             "simulate": ["simulate", rng.choice(["--help-nothing", "--workers", "x", ""])],
-             "clean": ["clean", "--dry-run"], "nosuch": ["nosuch", rng.choice(JUNK)]}[sub]
+    other = {
+        "ops": ["ops"],
+        "graph": ["graph", rng.choice(["/no/such.json", str(work), "/dev/null"])],
+        "trace": ["trace", rng.choice(["/no/such.json", str(work)])],
+        "simulate": ["simulate", rng.choice(["--help-nothing", "--workers", "x", ""])],
+        "clean": ["clean", "--dry-run"],
+        "nosuch": ["nosuch", rng.choice(JUNK)],
+    }[sub]
     return other, {0, 1, 2}, None
 
 
@@ -189,9 +234,14 @@ def fuzz_data(rng: random.Random, i: int, work: Path) -> tuple[list[str], set[in
 
 
 # -- NetDef JSON --------------------------------------------------------------------------------
-FEEDS = {"f": np.arange(6.0, dtype=np.float32).reshape(2, 3), "g": np.ones((3, 2), np.float32),
-         "i": np.array([0, 1], np.int64), "s": np.array([2.0], np.float32), "e": np.zeros((0, 3), np.float32),
-         "b": np.array([True, False])}
+FEEDS = {
+    "f": np.arange(6.0, dtype=np.float32).reshape(2, 3),
+    "g": np.ones((3, 2), np.float32),
+    "i": np.array([0, 1], np.int64),
+    "s": np.array([2.0], np.float32),
+    "e": np.zeros((0, 3), np.float32),
+    "b": np.array([True, False]),
+}
 SKIP_MODULES = ("asyncnet.ops.collective", "asyncnet.ops.device")
 
 
@@ -199,8 +249,11 @@ def _ops() -> list[str]:
     import asyncnet.ops  # noqa: F401
     from asyncnet.core.registry import _REGISTRY
 
-    return sorted(n for n, s in _REGISTRY.items() if not s.fn.__module__.startswith(SKIP_MODULES)
-                  and s.fn.__module__.startswith("asyncnet."))
+    return sorted(
+        n
+        for n, s in _REGISTRY.items()
+        if not s.fn.__module__.startswith(SKIP_MODULES) and s.fn.__module__.startswith("asyncnet.")
+    )
 
 
 def _arg_value(rng: random.Random, arg: Any) -> Any:
@@ -217,8 +270,12 @@ def _random_op(rng: random.Random, ops: list[str], blobs: list[str]) -> dict[str
 
     t = rng.choice(ops)
     s = get_schema(t)
-    n_in = rng.randint(max(0, s.min_inputs - (rng.random() < 0.1)), min((s.max_inputs or s.min_inputs + 3), s.min_inputs + 3))
-    n_out = rng.randint(max(0, s.min_outputs - (rng.random() < 0.1)), min((s.max_outputs or s.min_outputs + 2), s.min_outputs + 2))
+    n_in = rng.randint(
+        max(0, s.min_inputs - (rng.random() < 0.1)), min((s.max_inputs or s.min_inputs + 3), s.min_inputs + 3)
+    )
+    n_out = rng.randint(
+        max(0, s.min_outputs - (rng.random() < 0.1)), min((s.max_outputs or s.min_outputs + 2), s.min_outputs + 2)
+    )
     args = {a: _arg_value(rng, s.args[a]) for a in rng.sample(sorted(s.args), min(len(s.args), rng.randint(0, 3)))}
     if rng.random() < 0.1:
         args["nosuch_arg"] = 1
@@ -244,9 +301,11 @@ def _corrupt_json(rng: random.Random, text: str) -> str:
 def fuzz_netdef(rng: random.Random, i: int, work: Path) -> tuple[list[str], set[int], str | None]:
     ops = _OPS_CACHE.setdefault("ops", _ops())
     blobs = list(FEEDS) + ["y"]
-    net: dict[str, Any] = {"name": rng.choice(["n", "n", "", "x" * 300]),
-                           "type": rng.choice(["simple"] * 4 + ["async_scheduling"] * 4 + ["dag", "nosuch", 3]),
-                           "ops": [_random_op(rng, ops, blobs) for _ in range(rng.randint(1, 4))]}
+    net: dict[str, Any] = {
+        "name": rng.choice(["n", "n", "", "x" * 300]),
+        "type": rng.choice(["simple"] * 4 + ["async_scheduling"] * 4 + ["dag", "nosuch", 3]),
+        "ops": [_random_op(rng, ops, blobs) for _ in range(rng.randint(1, 4))],
+    }
     if rng.random() < 0.3:
         net["num_workers"] = rng.choice([0, 1, 2, -1, 10**6, "x"])
     text = json.dumps(net)
@@ -345,14 +404,20 @@ def fuzz_checkpoint(rng: random.Random, i: int, work: Path) -> tuple[list[str], 
     base = _base_run(work)
     run = work / f"k{i}"
     shutil.copytree(base, run)
-    what = _damage_npz(rng, run / "checkpoint.npz") if rng.random() < 0.75 else _damage_metrics(rng, run / "metrics.json")
+    what = (
+        _damage_npz(rng, run / "checkpoint.npz") if rng.random() < 0.75 else _damage_metrics(rng, run / "metrics.json")
+    )
     _CASE_NOTE["what"] = what
     return ["train", "--resume", str(run), "--epochs", str(rng.choice([3, 4])), "--quiet"], {0, 1, 2}, None
 
 
 _CASE_NOTE: dict[str, str] = {}
 FUZZERS: dict[str, Callable[[random.Random, int, Path], tuple[list[str], set[int], str | None]]] = {
-    "fuzz_cli": fuzz_cli, "fuzz_data": fuzz_data, "fuzz_netdef": fuzz_netdef, "fuzz_checkpoint": fuzz_checkpoint}
+    "fuzz_cli": fuzz_cli,
+    "fuzz_data": fuzz_data,
+    "fuzz_netdef": fuzz_netdef,
+    "fuzz_checkpoint": fuzz_checkpoint,
+}
 
 
 def main(kind: str, n: int, seed: int, work: str) -> None:
@@ -377,6 +442,18 @@ def main(kind: str, n: int, seed: int, work: str) -> None:
         if kind == "fuzz_checkpoint" and status == 0 and "__asyncnet_checkpoint__ removed" in what:
             ok, detail = False, f"resumed without its metadata entry -- {what}"
         with open(out, "a") as f:
-            f.write(json.dumps({"ok": ok, "detail": detail, "seconds": round(took, 2), "status": status, "what": what[:150], "err": err.strip()[-150:]}) + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        "ok": ok,
+                        "detail": detail,
+                        "seconds": round(took, 2),
+                        "status": status,
+                        "what": what[:150],
+                        "err": err.strip()[-150:],
+                    }
+                )
+                + "\n"
+            )
         for p in root.glob("[crk][0-9]*"):
             shutil.rmtree(p, ignore_errors=True) if p.is_dir() else None

@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import os
 
-import pytest
-
 import campaign
+import pytest
 
 
 def _assert_no_bad(table):

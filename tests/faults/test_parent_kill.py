@@ -39,8 +39,16 @@ def _mine(pid: int) -> list[str]:
 def test_parent_kill_leaves_nothing_and_warns_nothing(tmp_path):
     workers = 2
     parent = subprocess.Popen(
-        [sys.executable, "-c", f"import _fault_procs as P; P.parent_with_tracked_segments({str(tmp_path)!r}, {workers})"],
-        env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+        [
+            sys.executable,
+            "-c",
+            f"import _fault_procs as P; P.parent_with_tracked_segments({str(tmp_path)!r}, {workers})",
+        ],
+        env=_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
     try:
         _wait_for(lambda: all((tmp_path / str(i)).exists() for i in range(workers)), 90, "the workers to start")
         pids = [int((tmp_path / str(i)).read_text()) for i in range(workers)]

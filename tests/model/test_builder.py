@@ -8,8 +8,8 @@ from asyncnet.errors import CheckpointError, NetDefinitionError
 from asyncnet.model import ModelHelper, load, save
 from asyncnet.model.checkpoint import META
 from asyncnet.model.zoo import mlp
-from asyncnet.train.data import epoch_batches, load_digits
 from asyncnet.train import MLP
+from asyncnet.train.data import epoch_batches, load_digits
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -64,7 +64,9 @@ def test_eval_net_uses_running_stats_and_no_dropout():
     want = (x - rm[None, :, None, None]) / np.sqrt(rv[None, :, None, None] + 1e-5)
     np.testing.assert_allclose(ws.fetch("drop"), want.reshape(6, 12), rtol=1e-4, atol=1e-5)
     np.testing.assert_array_equal(ws.fetch("bn_rm"), rm)  # eval does not move the statistics
-    assert ev.ops[0].outputs == ["bn"] and all(op.args.get("is_test") for op in ev.ops if op.type in ("SpatialBN", "Dropout"))
+    assert ev.ops[0].outputs == ["bn"] and all(
+        op.args.get("is_test") for op in ev.ops if op.type in ("SpatialBN", "Dropout")
+    )
     np.testing.assert_allclose(rv, 0.5 * 1.0 + 0.5 * var, rtol=1e-4)
 
 

@@ -27,7 +27,7 @@ def test_dlrm_auc_near_the_optimum():
     for e in range(2):
         order = np.random.default_rng([0, e]).permutation(len(tr))
         for s in range(0, len(order) - 127, 128):
-            _feed(ws, tr.batch(order[s:s + 128]))
+            _feed(ws, tr.batch(order[s : s + 128]))
             ws.run_net("train")
     _feed(ws, te.batch(range(len(te))))
     ws.run_net_once(ev)
@@ -104,7 +104,9 @@ def test_async_dlrm_splits_its_fc_gradients_with_the_same_bits(optimizer):
     ref = _steps(dlrm(), optimizer=optimizer)
     assert _steps(dlrm(split_fc_gradients=True), optimizer=optimizer) == ref
     assert _steps(dlrm(net_type="async_scheduling", num_workers=1, split_fc_gradients=True), optimizer=optimizer) == ref
-    assert _steps(dlrm(net_type="async_scheduling", num_workers=2, split_fc_gradients=False), optimizer=optimizer) == ref
+    assert (
+        _steps(dlrm(net_type="async_scheduling", num_workers=2, split_fc_gradients=False), optimizer=optimizer) == ref
+    )
 
 
 def test_each_table_update_shares_a_chain_with_its_gradient():

@@ -27,11 +27,23 @@ class RefDLRM(torch.nn.Module):
 
     def __init__(self, params, tables, opts):
         super().__init__()
-        self.o = {"interaction": "dot", "interaction_itself": False, "loss": "bce", "loss_weights": (1.0, 1.0),
-                  "loss_threshold": 0.0, "weighted_pooling": None, "qr_collisions": 0, "qr_operation": "mult",
-                  "qr_threshold": 200, "md_dims": None, "md_threshold": 200, **opts}
-        self.p = torch.nn.ParameterDict({k.replace(".", "_"): torch.nn.Parameter(torch.tensor(v).clone())
-                                         for k, v in params.items()})
+        self.o = {
+            "interaction": "dot",
+            "interaction_itself": False,
+            "loss": "bce",
+            "loss_weights": (1.0, 1.0),
+            "loss_threshold": 0.0,
+            "weighted_pooling": None,
+            "qr_collisions": 0,
+            "qr_operation": "mult",
+            "qr_threshold": 200,
+            "md_dims": None,
+            "md_threshold": 200,
+            **opts,
+        }
+        self.p = torch.nn.ParameterDict(
+            {k.replace(".", "_"): torch.nn.Parameter(torch.tensor(v).clone()) for k, v in params.items()}
+        )
         self.tables = tables
 
     def mlp(self, x, prefix, last_sigmoid):
@@ -57,7 +69,9 @@ class RefDLRM(torch.nn.Module):
             c = o["qr_collisions"]
             q = self.bag(f"emb{k}_q_table", ids // c, offsets, w)
             r = self.bag(f"emb{k}_r_table", ids % c, offsets, w)
-            return {"mult": lambda: q * r, "add": lambda: q + r, "concat": lambda: torch.cat([q, r], 1)}[o["qr_operation"]]()
+            return {"mult": lambda: q * r, "add": lambda: q + r, "concat": lambda: torch.cat([q, r], 1)}[
+                o["qr_operation"]
+            ]()
         if o["md_dims"] is not None and n > o["md_threshold"] and f"emb{k}_proj_w" in self.p:
             return self.bag(f"emb{k}_md_table", ids, offsets, w) @ self.p[f"emb{k}_proj_w"].T
         return self.bag(f"emb{k}_table", ids, offsets, w)
@@ -178,9 +192,14 @@ def test_the_clamp_stops_the_gradient_and_bce_from_the_logit_stays_exact():
 
 
 def test_bad_options_are_refused():
-    for opts, match in [({"interaction": "sum"}, "interaction"), ({"loss": "hinge"}, "loss"),
-                        ({"loss_threshold": 0.7}, "loss_threshold"), ({"weighted_pooling": "yes"}, "weighted_pooling"),
-                        ({"qr_collisions": 4, "qr_operation": "concat"}, "concat"), ({"md_dims": [1, 2]}, "md_dims")]:
+    for opts, match in [
+        ({"interaction": "sum"}, "interaction"),
+        ({"loss": "hinge"}, "loss"),
+        ({"loss_threshold": 0.7}, "loss_threshold"),
+        ({"weighted_pooling": "yes"}, "weighted_pooling"),
+        ({"qr_collisions": 4, "qr_operation": "concat"}, "concat"),
+        ({"md_dims": [1, 2]}, "md_dims"),
+    ]:
         with pytest.raises(an.NetDefinitionError, match=match):
             dlrm(table_sizes=TABLES, **opts)
 
@@ -219,8 +238,9 @@ def test_lr_schedule_is_dlrms(warm, start, n):
 def test_lr_schedule_refuses_a_decay_before_the_warm_up_ends():
     net = an.Net("lr")
     with pytest.raises(an.AsyncNetError, match="decay_start_iter"):
-        net.LearningRate(["iter"], ["lr"], base_lr=0.2, policy="warmupPolyDecay", num_iter=5, decay_start_iter=2,
-                         num_decay_iter=3)
+        net.LearningRate(
+            ["iter"], ["lr"], base_lr=0.2, policy="warmupPolyDecay", num_iter=5, decay_start_iter=2, num_decay_iter=3
+        )
         an.Workspace().create_net(net)
 
 

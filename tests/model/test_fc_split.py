@@ -1,6 +1,6 @@
 """split_input_gradients with ``dx_first`` (the DLRM net's split): the same bits as one FC gradient op.
 
-The default order (dX after dW, for the bucketed all-reduce) is tested in tests/scale/test_overlap.py.
+The default order (dX after dW, for the bucketed all-reduce) is tested in tests/sync/test_overlap.py.
 """
 
 import numpy as np
@@ -15,8 +15,14 @@ pytestmark = pytest.mark.timeout(60)
 
 
 @settings(max_examples=15, deadline=None)
-@given(st.sampled_from(["FCGradient", "FCTransposedGradient"]), st.integers(1, 6), st.integers(1, 7), st.integers(1, 5),
-       st.sampled_from(["simple", "async_scheduling"]), st.sampled_from([np.float32, np.float64]))
+@given(
+    st.sampled_from(["FCGradient", "FCTransposedGradient"]),
+    st.integers(1, 6),
+    st.integers(1, 7),
+    st.integers(1, 5),
+    st.sampled_from(["simple", "async_scheduling"]),
+    st.sampled_from([np.float32, np.float64]),
+)
 def test_dx_first_split_gives_the_fc_gradients_bits(op_type, m, k, n, net_type, dtype):
     rng = np.random.default_rng([m, k, n])
     x = rng.standard_normal((m, k)).astype(dtype)

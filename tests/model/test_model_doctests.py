@@ -7,9 +7,16 @@ import pytest
 
 pytestmark = pytest.mark.timeout(60)
 
-MODULES = ["asyncnet.model.builder", "asyncnet.model.optimizer", "asyncnet.model.checkpoint", "asyncnet.model.zoo.mlp",
-           "asyncnet.model.zoo.cnn", "asyncnet.model.zoo.lstm", "asyncnet.model.zoo.dlrm",
-           "benchmarks.peers.torch_twins"]
+MODULES = [
+    "asyncnet.model.builder",
+    "asyncnet.model.optimizer",
+    "asyncnet.model.checkpoint",
+    "asyncnet.model.zoo.mlp",
+    "asyncnet.model.zoo.cnn",
+    "asyncnet.model.zoo.lstm",
+    "asyncnet.model.zoo.dlrm",
+    "benchmarks.peers.torch_twins",
+]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -9,8 +9,8 @@ import asyncnet as an
 from asyncnet.model import ModelHelper
 from asyncnet.model.zoo import cnn, dlrm, lstm, mlp
 from asyncnet.model.zoo.dlrm import click_log
-from benchmarks.peers.torch_twins import torch_twin
 from asyncnet.train.data import epoch_batches, load_digits
+from benchmarks.peers.torch_twins import torch_twin
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.timeout(120)
@@ -123,7 +123,9 @@ def _losses(build, net_type, steps=6):
         batches = [log.batch(range(s * 64, s * 64 + 64)) for s in range(steps)]
     else:
         ds = load_digits()
-        batches = [{"data": x, "label": y} for x, y in epoch_batches(ds.x_train[:32 * steps], ds.y_train[:32 * steps], 32, 0)]
+        batches = [
+            {"data": x, "label": y} for x, y in epoch_batches(ds.x_train[: 32 * steps], ds.y_train[: 32 * steps], 32, 0)
+        ]
     out = []
     for feeds in batches:
         for k, v in feeds.items():
@@ -141,8 +143,7 @@ def _bn_dropout_cnn(**kw):
     return m
 
 
-@pytest.mark.parametrize("build", [cnn, lstm, _bn_dropout_cnn, dlrm],
-                         ids=["cnn", "lstm", "bn_dropout", "dlrm"])
+@pytest.mark.parametrize("build", [cnn, lstm, _bn_dropout_cnn, dlrm], ids=["cnn", "lstm", "bn_dropout", "dlrm"])
 def test_async_scheduling_gives_the_same_losses(build):
     """The trainers run nets on async_scheduling: its parallel branches must not change a bit.
     Both run with one BLAS thread: async_scheduling's pool threads get cores / pool threads each,

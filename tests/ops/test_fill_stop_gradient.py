@@ -29,9 +29,17 @@ def run_fill(op_type: str, inputs: dict[str, np.ndarray] | None = None, **args) 
 
 
 @settings(max_examples=40, deadline=None)
-@given(x=hnp.arrays(np.int32, hnp.array_shapes(min_dims=1, max_dims=4, max_side=5), elements=st.integers(-100, 100)),
-       t=st.sampled_from([(FLOAT, np.float32, "GivenTensorFill"), (INT32, np.int32, "GivenTensorIntFill"),
-                          (BOOL, np.bool_, "GivenTensorBoolFill"), (DOUBLE, np.float64, "GivenTensorDoubleFill")]))
+@given(
+    x=hnp.arrays(np.int32, hnp.array_shapes(min_dims=1, max_dims=4, max_side=5), elements=st.integers(-100, 100)),
+    t=st.sampled_from(
+        [
+            (FLOAT, np.float32, "GivenTensorFill"),
+            (INT32, np.int32, "GivenTensorIntFill"),
+            (BOOL, np.bool_, "GivenTensorBoolFill"),
+            (DOUBLE, np.float64, "GivenTensorDoubleFill"),
+        ]
+    ),
+)
 def test_given_tensor_fill_as_caffe2s_test(x: np.ndarray, t: tuple[int, type, str]) -> None:
     # the Caffe2 test, as written there: values passed as a (1, size) array, dtype as the enum
     x = x.astype(t[1])
@@ -52,10 +60,17 @@ def test_given_tensor_fill_variants_dtypes_and_shape_sources() -> None:
     assert run_fill("GivenTensorFill", shape=[0], values=[]).shape == (0,)
 
 
-@pytest.mark.parametrize("args", [
-    {"values": 3}, {"values": 0.5, "shape": [1]}, {"values": [1.0], "shape": 3}, {"values": [1.0], "shape": -2.5},
-    {"values": [1.0], "shape": [10**20]}, {"values": [1.0, 2.0], "shape": [3]},
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        {"values": 3},
+        {"values": 0.5, "shape": [1]},
+        {"values": [1.0], "shape": 3},
+        {"values": [1.0], "shape": -2.5},
+        {"values": [1.0], "shape": [10**20]},
+        {"values": [1.0, 2.0], "shape": [3]},
+    ],
+)
 def test_given_tensor_fill_bad_args_are_a_definition_error(args: dict) -> None:
     # found by fuzzing: the op's own check ran before the arg types were checked (TypeError, OverflowError)
     from asyncnet.errors import NetDefinitionError
@@ -74,14 +89,17 @@ def test_given_tensor_fill_runs_again_with_fresh_arrays() -> None:
     np.testing.assert_array_equal(ws.fetch("Y"), [1.0, 2.0])
 
 
-@pytest.mark.parametrize("op_type, args, match", [
-    ("GivenTensorFill", {"shape": [2, 2], "values": [1.0, 2.0, 3.0]}, "holds 4 values, but `values` has 3"),
-    ("GivenTensorIntFill", {"shape": [1], "values": [1.5]}, "expected int values"),
-    ("GivenTensorInt64Fill", {"shape": [1], "values": [True]}, "expected int values"),
-    ("GivenTensorBoolFill", {"shape": [1], "values": [2]}, "bool values"),
-    ("GivenTensorFill", {"shape": [1]}, "values"),
-    ("GivenTensorFill", {"shape": [1], "values": [1.0], "dtype": "complex"}, "expected one of"),
-])
+@pytest.mark.parametrize(
+    "op_type, args, match",
+    [
+        ("GivenTensorFill", {"shape": [2, 2], "values": [1.0, 2.0, 3.0]}, "holds 4 values, but `values` has 3"),
+        ("GivenTensorIntFill", {"shape": [1], "values": [1.5]}, "expected int values"),
+        ("GivenTensorInt64Fill", {"shape": [1], "values": [True]}, "expected int values"),
+        ("GivenTensorBoolFill", {"shape": [1], "values": [2]}, "bool values"),
+        ("GivenTensorFill", {"shape": [1]}, "values"),
+        ("GivenTensorFill", {"shape": [1], "values": [1.0], "dtype": "complex"}, "expected one of"),
+    ],
+)
 def test_given_tensor_fill_bad_definitions_fail_at_creation(op_type: str, args: dict, match: str) -> None:
     with pytest.raises(an.NetDefinitionError, match=match):
         getattr(an.Net("bad"), op_type)([], "Y", **args)
@@ -99,11 +117,19 @@ def test_given_tensor_fill_torch_library() -> None:
     assert y.tolist() == [1.0, 2.0]
 
 
-@pytest.mark.parametrize("args, dtype", [
-    ({"value": 1.5}, np.float32), ({"value": 3}, np.int64), ({"value": True}, np.int64), ({}, np.float32),
-    ({"value": 3, "dtype": FLOAT}, np.float32), ({"value": 2.0, "dtype": INT32}, np.int32),
-    ({"value": 1, "dtype": "DOUBLE"}, np.float64), ({"value": 1, "dtype": "float16"}, np.float16),
-])
+@pytest.mark.parametrize(
+    "args, dtype",
+    [
+        ({"value": 1.5}, np.float32),
+        ({"value": 3}, np.int64),
+        ({"value": True}, np.int64),
+        ({}, np.float32),
+        ({"value": 3, "dtype": FLOAT}, np.float32),
+        ({"value": 2.0, "dtype": INT32}, np.int32),
+        ({"value": 1, "dtype": "DOUBLE"}, np.float64),
+        ({"value": 1, "dtype": "float16"}, np.float16),
+    ],
+)
 def test_constant_fill_dtype_as_caffe2(args: dict, dtype: type) -> None:
     # filler_op.h: dtype is a TensorProto.DataType (default FLOAT); without it, the value's type decides
     y = run_fill("ConstantFill", shape=[2], **args)
@@ -150,8 +176,13 @@ def test_stop_gradient_forward_copies_or_works_in_place() -> None:
 def test_stop_gradient_cuts_the_gradient_as_torch_detach() -> None:
     torch = pytest.importorskip("torch")
     rng = np.random.default_rng(0)
-    feeds = {"x": rng.standard_normal((4, 3)), "w1": rng.standard_normal((5, 3)), "b1": rng.standard_normal(5),
-             "w2": rng.standard_normal((2, 5)), "b2": rng.standard_normal(2)}
+    feeds = {
+        "x": rng.standard_normal((4, 3)),
+        "w1": rng.standard_normal((5, 3)),
+        "b1": rng.standard_normal(5),
+        "w2": rng.standard_normal((2, 5)),
+        "b2": rng.standard_normal(2),
+    }
     net = an.Net("t")
     net.FC(["x", "w1", "b1"], "h")
     net.StopGradient("h", "hs")
@@ -237,8 +268,11 @@ def test_lengths_range_fill_as_caffe2(lengths: list[int]) -> None:
 @settings(max_examples=30, deadline=None)
 @given(shape=st.lists(st.integers(0, 20), min_size=1, max_size=3), a=st.integers(0, 100), b=st.integers(0, 100))
 def test_uniform_int_fill_blob_input_as_caffe2(shape: list[int], a: int, b: int) -> None:
-    y = run_fill("UniformIntFill", {"shape": np.array(shape, np.int64), "a": np.array(a, np.int32),
-                                    "b": np.array(b, np.int32)}, input_as_shape=True)
+    y = run_fill(
+        "UniformIntFill",
+        {"shape": np.array(shape, np.int64), "a": np.array(a, np.int32), "b": np.array(b, np.int32)},
+        input_as_shape=True,
+    )
     if b < a:
         assert list(y.shape) == [0, *shape[1:]]
     else:
@@ -247,15 +281,18 @@ def test_uniform_int_fill_blob_input_as_caffe2(shape: list[int], a: int, b: int)
 
 
 def test_uniform_int_fill_using_args_covers_both_ends() -> None:
-    y = run_fill("UniformIntFill", shape=[2 ** 3, 5], min=-100, max=100, seed=3)
+    y = run_fill("UniformIntFill", shape=[2**3, 5], min=-100, max=100, seed=3)
     assert y.shape == (8, 5) and y.min() >= -100 and y.max() <= 100 and y.min() != y.max()
     z = run_fill("UniformIntFill", shape=[2000], min=0, max=1, seed=1)
     assert set(np.unique(z).tolist()) == {0, 1}  # max is included, as Caffe2's uniform_int_distribution
 
 
 def test_uniform_fill_bounds_from_inputs_and_bad_arities() -> None:
-    y = run_fill("UniformFill", {"s": np.array([50], np.int64), "lo": np.array([2.0], np.float32),
-                                 "hi": np.array([3.0], np.float32)}, input_as_shape=True)
+    y = run_fill(
+        "UniformFill",
+        {"s": np.array([50], np.int64), "lo": np.array([2.0], np.float32), "hi": np.array([3.0], np.float32)},
+        input_as_shape=True,
+    )
     assert y.shape == (50,) and ((y >= 2.0) & (y < 3.0)).all()
     with pytest.raises(an.NetDefinitionError, match="0 or 1 inputs"):
         an.Net("bad").UniformFill(["s", "lo"], "Y", input_as_shape=True)
@@ -281,9 +318,14 @@ def test_shape_must_be_a_list_and_scalar_shape_is_allowed() -> None:
 
 def test_new_fills_and_stop_gradient_on_torch_give_the_numpy_values() -> None:
     torch = pytest.importorskip("torch")
-    fills = {"GivenTensorFill": {"values": [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]}, "GivenTensorInt64Fill": {"values": list(range(6))},
-             "MSRAFill": {"seed": 2}, "UniformIntFill": {"min": -3, "max": 3, "seed": 2}, "RangeFill": {},
-             "DiagonalFill": {"value": 1.5}}
+    fills = {
+        "GivenTensorFill": {"values": [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]},
+        "GivenTensorInt64Fill": {"values": list(range(6))},
+        "MSRAFill": {"seed": 2},
+        "UniformIntFill": {"min": -3, "max": 3, "seed": 2},
+        "RangeFill": {},
+        "DiagonalFill": {"value": 1.5},
+    }
     for op_type, args in fills.items():
         a = run_fill(op_type, shape=[2, 3], **args)
         b = run_fill(op_type, shape=[2, 3], library="torch", **args)
@@ -298,6 +340,12 @@ def test_new_fills_and_stop_gradient_on_torch_give_the_numpy_values() -> None:
 
 def test_fill_follows_a_torch_shape_input() -> None:
     torch = pytest.importorskip("torch")
-    y = run_fill("ConstantFill", {"s": torch.tensor([3], dtype=torch.int64)}, input_as_shape=True, extra_shape=[2],
-                 value=0.0, dtype="float32")
+    y = run_fill(
+        "ConstantFill",
+        {"s": torch.tensor([3], dtype=torch.int64)},
+        input_as_shape=True,
+        extra_shape=[2],
+        value=0.0,
+        dtype="float32",
+    )
     assert isinstance(y, torch.Tensor) and tuple(y.shape) == (3, 2) and y.dtype == torch.float32

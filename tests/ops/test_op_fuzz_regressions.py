@@ -6,10 +6,10 @@ import os
 
 import numpy as np
 import pytest
+from _op_run import run
 
 import asyncnet as an
 from asyncnet.errors import NetDefinitionError, OperatorError
-from _op_run import run
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -39,8 +39,12 @@ def test_sparse_lengths_weighted_sum_gradient_checks_weights_and_indices():
     dy, lengths = np.ones((2, 3), F32), np.array([1, 2])
     _op_error("SparseLengthsWeightedSumGradient", [dy, np.ones(2, F32), lengths], r"WEIGHTS .* of shape \(3,\)")
     data, idx = np.ones((4, 3), F32), np.array([0, 1])
-    _op_error("SparseLengthsWeightedSumGradient", [dy, np.ones(3, F32), lengths, data, idx], r"INDICES of shape \(3,\)",
-              n_out=2)
+    _op_error(
+        "SparseLengthsWeightedSumGradient",
+        [dy, np.ones(3, F32), lengths, data, idx],
+        r"INDICES of shape \(3,\)",
+        n_out=2,
+    )
 
 
 def test_sparse_lengths_weighted_sum_gradient_valid_result_unchanged():
@@ -63,19 +67,30 @@ def test_sparse_to_dense_huge_index_is_refused_before_allocating():
 
 
 def test_label_cross_entropy_gradient_refuses_a_non_array():
-    _op_error("LabelCrossEntropyGradient", [object(), np.array([0]), np.ones(1, F32)], "numpy array or torch tensor in input 0")
+    _op_error(
+        "LabelCrossEntropyGradient",
+        [object(), np.array([0]), np.ones(1, F32)],
+        "numpy array or torch tensor in input 0",
+    )
 
 
 def test_layer_norm_refuses_a_non_array_gamma():
-    _op_error("LayerNorm", [np.ones((2, 3), F32), "gamma", np.ones(3, F32)], "numpy array or torch tensor in input 1", 3,
-              elementwise_affine=True)
+    _op_error(
+        "LayerNorm",
+        [np.ones((2, 3), F32), "gamma", np.ones(3, F32)],
+        "numpy array or torch tensor in input 1",
+        3,
+        elementwise_affine=True,
+    )
 
 
 def test_split_gradient_with_no_pieces():
     _op_error("SplitGradient", [np.ones((1, 3), F32), np.ones((1, 3), F32)], "at least one piece", present=[])
 
 
-@pytest.mark.parametrize("op", ["GaussianFill", "UniformFill", "UniformIntFill", "XavierFill", "RangeFill", "ConstantFill"])
+@pytest.mark.parametrize(
+    "op", ["GaussianFill", "UniformFill", "UniformIntFill", "XavierFill", "RangeFill", "ConstantFill"]
+)
 def test_fills_refuse_a_shape_beyond_memory(op):
     err = _op_error(op, [], "too large|more than", shape=[4, TOO_BIG])
     assert "(4, " in str(err)
@@ -117,7 +132,9 @@ def test_gaussian_fill_refuses_nan_std():
     _op_error("GaussianFill", [], "std >= 0", shape=[2], std=float("nan"))
 
 
-@pytest.mark.parametrize("op, dtype", [("GivenTensorIntFill", None), ("GivenTensorInt16Fill", None), ("GivenTensorFill", "int32")])
+@pytest.mark.parametrize(
+    "op, dtype", [("GivenTensorIntFill", None), ("GivenTensorInt16Fill", None), ("GivenTensorFill", "int32")]
+)
 def test_given_tensor_fill_values_out_of_the_dtype_range(op, dtype):
     args = {"dtype": dtype} if dtype else {}
     net = an.Net("t")

@@ -2,7 +2,8 @@
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import asyncnet as an
 from asyncnet.autodiff import add_gradient_ops
@@ -22,10 +23,22 @@ def run(op_type, inputs, n_out=1, **args):
     return res[0] if n_out == 1 else res
 
 
-ZERO_D = [("Add", 2, {}), ("Sub", 2, {}), ("Mul", 2, {}), ("Div", 2, {}), ("Scale", 1, {"scale": 2.0}),
-          ("Relu", 1, {}), ("Tanh", 1, {}), ("Sigmoid", 1, {}), ("Sum", 2, {}), ("Copy", 1, {}),
-          ("SumReduceLike", 2, {"scale": 2.0}), ("SigmoidGradient", 2, {}), ("TanhGradient", 2, {}),
-          ("ReluGradient", 2, {})]
+ZERO_D = [
+    ("Add", 2, {}),
+    ("Sub", 2, {}),
+    ("Mul", 2, {}),
+    ("Div", 2, {}),
+    ("Scale", 1, {"scale": 2.0}),
+    ("Relu", 1, {}),
+    ("Tanh", 1, {}),
+    ("Sigmoid", 1, {}),
+    ("Sum", 2, {}),
+    ("Copy", 1, {}),
+    ("SumReduceLike", 2, {"scale": 2.0}),
+    ("SigmoidGradient", 2, {}),
+    ("TanhGradient", 2, {}),
+    ("ReluGradient", 2, {}),
+]
 
 
 @pytest.mark.parametrize("op, n_in, args", ZERO_D)
@@ -38,10 +51,17 @@ def test_0d_inputs_give_0d_arrays_not_numpy_scalars(op, n_in, args, dtype):
 
 def test_chain_of_elementwise_ops_on_0d_blobs():
     ws = an.Workspace()
-    ws.feed("x", np.array(0.5)); ws.feed("y", np.array(2.0))
+    ws.feed("x", np.array(0.5))
+    ws.feed("y", np.array(2.0))
     net = an.Net("t")
-    net.Add(["x", "y"], "a"); net.Tanh("a", "b"); net.Relu("b", "c"); net.Scale("c", "d", scale=2.0)
-    net.Mul(["d", "x"], "e"); net.Div(["e", "y"], "f"); net.Sub(["f", "x"], "g"); net.Sigmoid("g", "h")
+    net.Add(["x", "y"], "a")
+    net.Tanh("a", "b")
+    net.Relu("b", "c")
+    net.Scale("c", "d", scale=2.0)
+    net.Mul(["d", "x"], "e")
+    net.Div(["e", "y"], "f")
+    net.Sub(["f", "x"], "g")
+    net.Sigmoid("g", "h")
     ws.run_net_once(net)
     a = 2.5
     expected = 1 / (1 + np.exp(-(2 * np.tanh(a) * 0.5 / 2.0 - 0.5)))
@@ -50,10 +70,12 @@ def test_chain_of_elementwise_ops_on_0d_blobs():
 
 def test_gradient_of_a_0d_bias_feeds_an_update_op():
     ws = an.Workspace()
-    ws.feed("x", np.ones((4, 3), np.float32)); ws.feed("b", np.array(0.5, np.float32))
+    ws.feed("x", np.ones((4, 3), np.float32))
+    ws.feed("b", np.array(0.5, np.float32))
     ws.feed("lr", np.array([0.1], np.float32))
     net = an.Net("t")
-    net.Add(["x", "b"], "y"); net.AveragedLoss("y", "loss")
+    net.Add(["x", "b"], "y")
+    net.AveragedLoss("y", "loss")
     grads = add_gradient_ops(net, "loss", wrt=["b"])
     net.SGD(["b", grads["b"], "lr"], "b")
     ws.run_net_once(net)  # failed: SGD refused the np.float32 gradient of the 0-d bias
@@ -92,12 +114,16 @@ def test_integer_scale_by_an_integral_factor_is_exact():
     np.testing.assert_array_equal(run("Scale", [x], scale=1.0), x)
     np.testing.assert_array_equal(run("Scale", [x], scale=-1.0), -x)
     np.testing.assert_array_equal(run("Scale", [np.array([3, 5], np.int32)], scale=0.5), [1, 2])  # truncates
-    np.testing.assert_array_equal(run("Scale", [np.array([100], np.int8)], scale=3.0), np.array([100], np.int8) * np.int8(3))
+    np.testing.assert_array_equal(
+        run("Scale", [np.array([100], np.int8)], scale=3.0), np.array([100], np.int8) * np.int8(3)
+    )
 
 
 @pytest.mark.parametrize("axis", [1, -1])
 def test_fc_and_its_gradient_on_an_empty_batch(axis):
-    x = np.zeros((0, 5), np.float32); w = np.ones((3, 5), np.float32); b = np.zeros(3, np.float32)
+    x = np.zeros((0, 5), np.float32)
+    w = np.ones((3, 5), np.float32)
+    b = np.zeros(3, np.float32)
     y = run("FC", [x, w, b], axis=axis)
     assert y.shape == (0, 3) and y.dtype == np.float32
     dw, db, dx = run("FCGradient", [x, w, np.zeros((0, 3), np.float32)], n_out=3, axis=axis)

@@ -2,12 +2,12 @@
 
 import numpy as np
 import pytest
-from hypothesis import given, strategies as st
+from _op_run import run
+from hypothesis import given
+from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-import asyncnet as an
 from asyncnet import OperatorError
-from _op_run import run
 
 floats = st.floats(-10, 10, allow_nan=False, width=32)
 
@@ -64,7 +64,9 @@ def test_copy_is_a_new_array(x):
     assert out is not x
 
 
-@given(data=st.data(), m=st.integers(1, 5), k=st.integers(1, 5), n=st.integers(1, 5), ta=st.booleans(), tb=st.booleans())
+@given(
+    data=st.data(), m=st.integers(1, 5), k=st.integers(1, 5), n=st.integers(1, 5), ta=st.booleans(), tb=st.booleans()
+)
 def test_matmul(data, m, k, n, ta, tb):
     a = data.draw(arrays((k, m) if ta else (m, k), np.float64))
     b = data.draw(arrays((n, k) if tb else (k, n), np.float64))
@@ -115,7 +117,10 @@ def test_constant_fill_shape_from_input():
     assert run("ConstantFill", [np.array([5, 1])], input_as_shape=True).shape == (5, 1)
 
 
-@pytest.mark.parametrize("op, kw", [("GaussianFill", {"mean": 1.0, "std": 2.0}), ("UniformFill", {"min": -1.0, "max": 3.0}), ("XavierFill", {})])
+@pytest.mark.parametrize(
+    "op, kw",
+    [("GaussianFill", {"mean": 1.0, "std": 2.0}), ("UniformFill", {"min": -1.0, "max": 3.0}), ("XavierFill", {})],
+)
 def test_random_fills_are_seeded(op, kw):
     a = run(op, [], shape=[50, 40], seed=7, **kw)
     b = run(op, [], shape=[50, 40], seed=7, **kw)

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import asyncnet as an
@@ -43,8 +44,12 @@ def matrices(dtype, rows, cols, elements=FLOATS):
 def fc_case(draw):
     dtype = draw(DTYPES)
     m, k, n = draw(st.integers(0, 6)), draw(st.integers(0, 6)), draw(st.integers(1, 6))
-    return (draw(matrices(dtype, m, k)), draw(matrices(dtype, n, k)), draw(hnp.arrays(dtype, (n,), elements=FLOATS)),
-            draw(matrices(dtype, m, n)))
+    return (
+        draw(matrices(dtype, m, k)),
+        draw(matrices(dtype, n, k)),
+        draw(hnp.arrays(dtype, (n,), elements=FLOATS)),
+        draw(matrices(dtype, m, n)),
+    )
 
 
 @settings(max_examples=60, deadline=None)
@@ -97,19 +102,28 @@ def test_a_label_out_of_range_is_refused_by_name_on_the_short_path(op, bad, dtyp
     inputs = [x, label, np.array(1.0, np.float32)] if op.endswith("Gradient") else [x, label]
     before = x.copy()
     with pytest.raises(an.OperatorError, match=r"expected class ids in \[0, 4\) in input 1 'in1'"):
-        run(op, inputs, n_out=2 if op == "SoftmaxWithLoss" else 1, **({"only_loss": True} if op.endswith("Gradient") else {}))
+        run(
+            op,
+            inputs,
+            n_out=2 if op == "SoftmaxWithLoss" else 1,
+            **({"only_loss": True} if op.endswith("Gradient") else {}),
+        )
     assert same_bits(x, before)  # only_loss writes P in place: nothing was written before the refusal
 
 
 @settings(max_examples=40, deadline=None)
-@given(DTYPES.flatmap(lambda d: st.tuples(matrices(d, 4, 3), matrices(d, 4, 3))), st.floats(0.0001220703125, 2.0, width=32))
+@given(
+    DTYPES.flatmap(lambda d: st.tuples(matrices(d, 4, 3), matrices(d, 4, 3))), st.floats(0.0001220703125, 2.0, width=32)
+)
 def test_sgd_short_path_updates_in_place_with_the_general_bits(case, lr):
     w, g = case
     lr = np.asarray(lr, np.float32)
     fast, slow = w.copy(), general(w.copy())
     for param, grad in ((fast, g), (slow, general(g))):
         with an.Workspace() as ws:
-            ws.feed("w", param); ws.feed("g", grad); ws.feed("lr", lr)
+            ws.feed("w", param)
+            ws.feed("g", grad)
+            ws.feed("lr", lr)
             net = an.Net("n")
             net.SGD(["w", "g", "lr"], "w")
             ws.run_net_once(net)
@@ -124,8 +138,10 @@ def test_learning_rate_constant_fill_and_iter_short_paths_match_the_general_ones
         run("LearningRate", [np.array([-1], np.int64)], base_lr=0.3)
     loss = np.array(2.5, np.float32)
     for dtype, value in (("float32", 1.0), ("int32", 2.5), ("float64", 0.1)):
-        assert same_bits(run("ConstantFill", [loss], value=value, dtype=dtype),
-                         run("ConstantFill", [general(loss)], value=value, dtype=dtype))
+        assert same_bits(
+            run("ConstantFill", [loss], value=value, dtype=dtype),
+            run("ConstantFill", [general(loss)], value=value, dtype=dtype),
+        )
     with an.Workspace() as ws:
         counter = np.array([4], np.int64)
         ws.feed("iter", counter)
@@ -154,7 +170,9 @@ def test_torch_short_paths_give_numpy_values(fc, loss):
     # size of its terms, so a result near 0 from large cancelling terms (7 x 586 - 7 x 586 gave
     # 1.8e-4 in numpy, 0 in torch) is compared on that scale
     eps = float(np.finfo(x.dtype).eps)
-    terms = max(1.0, *(float(np.abs(a).max(initial=0.0)) for a in (x, w, b))) * max(1.0, float(np.abs(dy).max(initial=0.0)))
+    terms = max(1.0, *(float(np.abs(a).max(initial=0.0)) for a in (x, w, b))) * max(
+        1.0, float(np.abs(dy).max(initial=0.0))
+    )
     scale = 4 * eps * terms * max(x.shape[0], x.shape[1], w.shape[0], 1)
     tol = dict(rtol=1e-5, atol=max(1e-4, scale)) if x.dtype == np.float32 else dict(rtol=1e-12, atol=max(1e-10, scale))
     np.testing.assert_allclose(run("FC", [t(x), t(w), t(b)]).numpy(), run("FC", [x, w, b]), **tol)
@@ -186,7 +204,9 @@ def test_torch_short_paths_refuse_labels_out_of_range_and_update_shared_memory()
     assert bool((x == 0.25).all())
     w = np.ones((2, 3), np.float32)
     with an.Workspace() as ws:  # a torch view of a numpy array (Hogwild's shared parameters)
-        ws.feed("w", torch.from_numpy(w)); ws.feed("g", torch.full((2, 3), 2.0)); ws.feed("lr", np.array(0.25, np.float32))
+        ws.feed("w", torch.from_numpy(w))
+        ws.feed("g", torch.full((2, 3), 2.0))
+        ws.feed("lr", np.array(0.25, np.float32))
         net = an.Net("n")
         net.SGD(["w", "g", "lr"], "w")
         ws.run_net_once(net)

@@ -4,7 +4,8 @@ place on torch tensors (Hogwild shares them as it shares numpy arrays)."""
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import asyncnet as an
 
@@ -68,8 +69,11 @@ CASES = {
     "SquaredL2Gradient": (lambda r, n, d: [f32(r, n, d), f32(r, n, d), f32(r, n)], 2, {}),
     "Accuracy": (lambda r, n, d: [f32(r, n, d), labels(r, n, d)], 1, {"top_k": 2}),
     "WeightedSum": (lambda r, n, d: [f32(r, n, d), one(0.5), f32(r, n, d), one(-2.0)], 1, {}),
-    "WeightedSumGradient": (lambda r, n, d: [f32(r, n, d), f32(r, n, d), one(0.5), f32(r, n, d), one(2.0)], 4,
-                            {"grad_on_w": 1}),
+    "WeightedSumGradient": (
+        lambda r, n, d: [f32(r, n, d), f32(r, n, d), one(0.5), f32(r, n, d), one(2.0)],
+        4,
+        {"grad_on_w": 1},
+    ),
     "MomentumSGD": (lambda r, n, d: [f32(r, n, d), f32(r, n, d), one(0.1)], 2, {"momentum": 0.9, "nesterov": 1}),
     "LearningRate": (lambda r, n, d: [np.array([n * d], np.int64)], 1, {"base_lr": 0.5, "policy": "exp", "gamma": 0.9}),
     "Copy": (lambda r, n, d: [f32(r, n, d)], 1, {}),
@@ -88,14 +92,26 @@ CASES = {
 # updates run in place: inputs -> outputs as written (blob names), and the updated inputs
 INPLACE = {
     "SGD": (lambda r, n, d: [f32(r, n, d), f32(r, n, d), one(0.1)], ["in0"], {"weight_decay": 0.01}),
-    "MomentumSGDUpdate": (lambda r, n, d: [f32(r, n, d), f32(r, n, d), one(0.1), f32(r, n, d)], ["in0", "in1", "in3"],
-                          {"momentum": 0.9, "weight_decay": 0.01}),
-    "MomentumSGDUpdate-torch": (lambda r, n, d: [f32(r, n, d), f32(r, n, d), one(0.1), f32(r, n, d)], ["in0", "in1", "in3"],
-                                {"momentum": 0.9, "nesterov": 1, "formula": "torch"}),
-    "Adam": (lambda r, n, d: [f32(r, n, d), f32(r, n, d), pos(r, n, d), f32(r, n, d), one(-0.01), np.array([3], np.int64)],
-             ["in0", "in1", "in2"], {}),
-    "Adam-torch": (lambda r, n, d: [f32(r, n, d), f32(r, n, d), pos(r, n, d), f32(r, n, d), one(0.01), np.array([3], np.int64)],
-                   ["in0", "in1", "in2"], {"formula": "torch", "weight_decay": 0.1}),
+    "MomentumSGDUpdate": (
+        lambda r, n, d: [f32(r, n, d), f32(r, n, d), one(0.1), f32(r, n, d)],
+        ["in0", "in1", "in3"],
+        {"momentum": 0.9, "weight_decay": 0.01},
+    ),
+    "MomentumSGDUpdate-torch": (
+        lambda r, n, d: [f32(r, n, d), f32(r, n, d), one(0.1), f32(r, n, d)],
+        ["in0", "in1", "in3"],
+        {"momentum": 0.9, "nesterov": 1, "formula": "torch"},
+    ),
+    "Adam": (
+        lambda r, n, d: [f32(r, n, d), f32(r, n, d), pos(r, n, d), f32(r, n, d), one(-0.01), np.array([3], np.int64)],
+        ["in0", "in1", "in2"],
+        {},
+    ),
+    "Adam-torch": (
+        lambda r, n, d: [f32(r, n, d), f32(r, n, d), pos(r, n, d), f32(r, n, d), one(0.01), np.array([3], np.int64)],
+        ["in0", "in1", "in2"],
+        {"formula": "torch", "weight_decay": 0.1},
+    ),
     "WeightedSum": (lambda r, n, d: [f32(r, n, d), one(0.9), f32(r, n, d), one(-0.1)], ["in0"], {}),
     "Iter": (lambda r, n, d: [np.array([n], np.int64)], ["in0"], {}),
 }

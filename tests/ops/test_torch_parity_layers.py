@@ -4,8 +4,8 @@ the inputs' library, dtype and device, and update in place on torch tensors."""
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
-
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from test_torch_parity import assert_same, check_in_place, check_same_values, f32, one, pos, run
 
 torch = pytest.importorskip("torch")
@@ -35,7 +35,15 @@ def pooled(r, n, d):
 
 
 def lstm_inputs(r, n, d, t=4, i=3):
-    return [f32(r, t, n, i), f32(r, n, d), f32(r, n, d), f32(r, 4 * d, i) / 2, f32(r, 4 * d, d) / 2, f32(r, 4 * d), f32(r, 4 * d)]
+    return [
+        f32(r, t, n, i),
+        f32(r, n, d),
+        f32(r, n, d),
+        f32(r, 4 * d, i) / 2,
+        f32(r, 4 * d, d) / 2,
+        f32(r, 4 * d),
+        f32(r, 4 * d),
+    ]
 
 
 def lstm_cache(r, n, d):
@@ -74,16 +82,34 @@ CASES = {
     "SparseLengthsSumGradient": (lambda r, n, d: [f32(r, 3, 2), lengths(r, 3, d)], 1, {}),
     "SparseLengthsWeightedSum": (lambda r, n, d: [f32(r, n, 3), f32(r, d), idx(r, n, d), lengths(r, 3, d)], 1, {}),
     "SparseLengthsWeightedSumGradient": (
-        lambda r, n, d: [f32(r, 3, 2), f32(r, d), lengths(r, 3, d), f32(r, n, 2), idx(r, n, d)], 2, {}),
+        lambda r, n, d: [f32(r, 3, 2), f32(r, d), lengths(r, 3, d), f32(r, n, 2), idx(r, n, d)],
+        2,
+        {},
+    ),
     "SparseToDense": (lambda r, n, d: [idx(r, n, d), f32(r, d, 2), f32(r, n, 1)], 1, {}),
     # norm
-    "SpatialBN-test": (lambda r, n, d: [f32(r, n, 3, d), pos(r, 3), f32(r, 3), f32(r, 3), pos(r, 3)], 1, {"is_test": 1}),
-    "SpatialBNGradient": (lambda r, n, d: [f32(r, n, 3, d + 1), pos(r, 3), f32(r, n, 3, d + 1), f32(r, 3), pos(r, 3)], 3, {}),
+    "SpatialBN-test": (
+        lambda r, n, d: [f32(r, n, 3, d), pos(r, 3), f32(r, 3), f32(r, 3), pos(r, 3)],
+        1,
+        {"is_test": 1},
+    ),
+    "SpatialBNGradient": (
+        lambda r, n, d: [f32(r, n, 3, d + 1), pos(r, 3), f32(r, n, 3, d + 1), f32(r, 3), pos(r, 3)],
+        3,
+        {},
+    ),
     "LayerNorm": (lambda r, n, d: [f32(r, n, 2, d)], 3, {"axis": 1}),
-    "LayerNorm-affine": (lambda r, n, d: [f32(r, n, d), pos(r, d), f32(r, d)], 3, {"elementwise_affine": 1, "epsilon": 1e-3}),
+    "LayerNorm-affine": (
+        lambda r, n, d: [f32(r, n, d), pos(r, d), f32(r, d)],
+        3,
+        {"elementwise_affine": 1, "epsilon": 1e-3},
+    ),
     "LayerNormGradient": (lambda r, n, d: [f32(r, n, d), f32(r, n, d), f32(r, n, 1), pos(r, n, 1)], 1, {}),
-    "LayerNormGradient-affine": (lambda r, n, d: [f32(r, n, d), f32(r, n, d), f32(r, n, 1), pos(r, n, 1), pos(r, d)], 3,
-                                 {"elementwise_affine": 1}),
+    "LayerNormGradient-affine": (
+        lambda r, n, d: [f32(r, n, d), f32(r, n, d), f32(r, n, 1), pos(r, n, 1), pos(r, d)],
+        3,
+        {"elementwise_affine": 1},
+    ),
     "Dropout": (lambda r, n, d: [f32(r, n, d)], 2, {"ratio": 0.3, "seed": 5}),
     "Dropout-test": (lambda r, n, d: [f32(r, n, d)], 2, {"ratio": 0.3, "is_test": 1}),
     "DropoutGrad": (lambda r, n, d: [f32(r, n, d), f32(r, n, d) > 0], 1, {"ratio": 0.25}),
@@ -92,46 +118,98 @@ CASES = {
     "MaxPool-global": (lambda r, n, d: [f32(r, n, 3, d, 2)], 1, {"global_pooling": 1}),
     "MaxPoolGradient": (pooled, 1, {"kernel": 2, "stride": 2}),
     "AveragePool": (lambda r, n, d: [f32(r, n, 2, d + 2, 5)], 1, {"kernel": 3, "stride": 2, "pad": 1}),
-    "AveragePool-include_pad": (lambda r, n, d: [f32(r, n, 2, d + 2, 5)], 1, {"kernel": 2, "pad_b": 1, "count_include_pad": 1}),
-    "AveragePoolGradient": (lambda r, n, d: [f32(r, n, 2, d + 2, 5), f32(r, n, 2, d + 2, 3)], 1, {"kernel": 3, "pad": 1, "stride_w": 2}),
+    "AveragePool-include_pad": (
+        lambda r, n, d: [f32(r, n, 2, d + 2, 5)],
+        1,
+        {"kernel": 2, "pad_b": 1, "count_include_pad": 1},
+    ),
+    "AveragePoolGradient": (
+        lambda r, n, d: [f32(r, n, 2, d + 2, 5), f32(r, n, 2, d + 2, 3)],
+        1,
+        {"kernel": 3, "pad": 1, "stride_w": 2},
+    ),
     # conv (the torch side runs F.conv2d and torch.autograd)
     "Conv": (lambda r, n, d: [f32(r, n, 4, d + 4, 6), f32(r, 6, 2, 3, 3), f32(r, 6)], 1, {**CONV, "group": 2}),
     "Conv-nobias": (lambda r, n, d: [f32(r, n, 3, d + 2, 4), f32(r, 2, 3, 2, 2)], 1, {"pad": 1}),
-    "ConvGradient": (lambda r, n, d: [f32(r, n, 4, d + 4, 6), f32(r, 6, 2, 3, 3), f32(r, n, 6, (d + 4) // 2 + 1, 3)], 3,
-                     {**CONV, "group": 2}),
-    "ConvGradient-nobias": (lambda r, n, d: [f32(r, n, 3, d + 2, 4), f32(r, 2, 3, 2, 2), f32(r, n, 2, d + 3, 5)], 2,
-                            {"pad": 1, "no_bias": 1}),
+    "ConvGradient": (
+        lambda r, n, d: [f32(r, n, 4, d + 4, 6), f32(r, 6, 2, 3, 3), f32(r, n, 6, (d + 4) // 2 + 1, 3)],
+        3,
+        {**CONV, "group": 2},
+    ),
+    "ConvGradient-nobias": (
+        lambda r, n, d: [f32(r, n, 3, d + 2, 4), f32(r, 2, 3, 2, 2), f32(r, n, 2, d + 3, 5)],
+        2,
+        {"pad": 1, "no_bias": 1},
+    ),
     # recurrent: X [T, N, I], h0, c0 [N, H], W_ih [4H, I], W_hh [4H, H], b_ih, b_hh [4H]; H = d, I = 3, T = 4
     "LSTM": (lambda r, n, d: lstm_inputs(r, n, d), 4, {}),
     "LSTMGradient": (lambda r, n, d: [*lstm_inputs(r, n, d), f32(r, 4, n, d), f32(r, n, d)], 7, {"grads": [1, 1, 0]}),
-    "LSTMGradient-cached": (lambda r, n, d: [*lstm_inputs(r, n, d), lstm_cache(r, n, d), f32(r, n, d)], 4,
-                            {"grads": [0, 0, 1], "cached": 1}),
+    "LSTMGradient-cached": (
+        lambda r, n, d: [*lstm_inputs(r, n, d), lstm_cache(r, n, d), f32(r, n, d)],
+        4,
+        {"grads": [0, 0, 1], "cached": 1},
+    ),
     # loss
     "SigmoidCrossEntropyWithLogits": (lambda r, n, d: [f32(r, n, d) * 20, r.random((n, d)).astype(np.float32)], 1, {}),
-    "SigmoidCrossEntropyWithLogits-logD": (lambda r, n, d: [f32(r, n, d) * 5, r.random((n, d)).astype(np.float32)], 1,
-                                           {"log_D_trick": 1}),
-    "SigmoidCrossEntropyWithLogits-unjoined": (lambda r, n, d: [f32(r, 2, n, d), r.random((2, n, d)).astype(np.float32)], 1,
-                                               {"unjoined_lr_loss": 1}),
+    "SigmoidCrossEntropyWithLogits-logD": (
+        lambda r, n, d: [f32(r, n, d) * 5, r.random((n, d)).astype(np.float32)],
+        1,
+        {"log_D_trick": 1},
+    ),
+    "SigmoidCrossEntropyWithLogits-unjoined": (
+        lambda r, n, d: [f32(r, 2, n, d), r.random((2, n, d)).astype(np.float32)],
+        1,
+        {"unjoined_lr_loss": 1},
+    ),
     "SigmoidCrossEntropyWithLogitsGradient": (
-        lambda r, n, d: [f32(r, n), f32(r, n, d) * 5, r.random((n, d)).astype(np.float32)], 1, {}),
+        lambda r, n, d: [f32(r, n), f32(r, n, d) * 5, r.random((n, d)).astype(np.float32)],
+        1,
+        {},
+    ),
     "SigmoidCrossEntropyWithLogitsGradient-logD": (
-        lambda r, n, d: [f32(r, n), f32(r, n, d) * 5, r.random((n, d)).astype(np.float32)], 1, {"log_D_trick": 1}),
+        lambda r, n, d: [f32(r, n), f32(r, n, d) * 5, r.random((n, d)).astype(np.float32)],
+        1,
+        {"log_D_trick": 1},
+    ),
 }
 
 # updates run in place: inputs -> outputs as written (blob names), and the updated inputs
 INPLACE = {
-    "ScatterWeightedSum": (lambda r, n, d: [f32(r, n, 2), one(1.0), idx(r, n, d), f32(r, d, 2), one(-0.1)], ["in0"], {}),
+    "ScatterWeightedSum": (
+        lambda r, n, d: [f32(r, n, 2), one(1.0), idx(r, n, d), f32(r, d, 2), one(-0.1)],
+        ["in0"],
+        {},
+    ),
     "ScatterWeightedSum-decay": (
-        lambda r, n, d: [f32(r, n, 2), one(0.9), idx(r, n, d), f32(r, d, 2), one(-0.1), f32(r, d, 2), one(0.5)], ["in0"], {}),
-    "SparseAdagrad": (lambda r, n, d: [f32(r, n, 2), pos(r, n, 2), idx(r, n, d), f32(r, d, 2), one(-0.1)],
-                      ["in0", "in1"], {"weight_decay": 0.01}),
-    "SparseAdagrad-torch": (lambda r, n, d: [f32(r, n, 2), pos(r, n, 2), idx(r, n, d, dtype=np.int32), f32(r, d, 2), one(0.1)],
-                            ["in0", "in1"], {"formula": "torch"}),
-    "Adagrad": (lambda r, n, d: [f32(r, n, d), pos(r, n, d), f32(r, n, d), one(-0.1)], ["in0", "in1"],
-                {"decay": 0.9, "weight_decay": 0.01}),
-    "Adagrad-torch": (lambda r, n, d: [f32(r, n, d), pos(r, n, d), f32(r, n, d), one(0.1)], ["in0", "in1"], {"formula": "torch"}),
-    "SpatialBN": (lambda r, n, d: [f32(r, n + 1, 3, d), pos(r, 3), f32(r, 3), f32(r, 3), pos(r, 3)],
-                  ["y", "in3", "in4", "saved_mean", "saved_inv_var"], {"momentum": 0.8}),
+        lambda r, n, d: [f32(r, n, 2), one(0.9), idx(r, n, d), f32(r, d, 2), one(-0.1), f32(r, d, 2), one(0.5)],
+        ["in0"],
+        {},
+    ),
+    "SparseAdagrad": (
+        lambda r, n, d: [f32(r, n, 2), pos(r, n, 2), idx(r, n, d), f32(r, d, 2), one(-0.1)],
+        ["in0", "in1"],
+        {"weight_decay": 0.01},
+    ),
+    "SparseAdagrad-torch": (
+        lambda r, n, d: [f32(r, n, 2), pos(r, n, 2), idx(r, n, d, dtype=np.int32), f32(r, d, 2), one(0.1)],
+        ["in0", "in1"],
+        {"formula": "torch"},
+    ),
+    "Adagrad": (
+        lambda r, n, d: [f32(r, n, d), pos(r, n, d), f32(r, n, d), one(-0.1)],
+        ["in0", "in1"],
+        {"decay": 0.9, "weight_decay": 0.01},
+    ),
+    "Adagrad-torch": (
+        lambda r, n, d: [f32(r, n, d), pos(r, n, d), f32(r, n, d), one(0.1)],
+        ["in0", "in1"],
+        {"formula": "torch"},
+    ),
+    "SpatialBN": (
+        lambda r, n, d: [f32(r, n + 1, 3, d), pos(r, 3), f32(r, 3), f32(r, 3), pos(r, 3)],
+        ["y", "in3", "in4", "saved_mean", "saved_inv_var"],
+        {"momentum": 0.8},
+    ),
 }
 
 
@@ -158,7 +236,7 @@ def test_out_of_place_shape_results_are_copies_on_torch():
     """As in Caffe2 (and on numpy): a later in-place update of the input never shows through."""
     x = np.arange(6, dtype=np.float32).reshape(2, 3)
     for op, args in (("Reshape", {"shape": [3, 2]}), ("Flatten", {}), ("ExpandDims", {"dims": [0]}), ("Slice", {})):
-        (t,), (y, *_) = run(op, [x], ["y", "old"][:2 if op == "Reshape" else 1], args, as_torch=True)
+        (t,), (y, *_) = run(op, [x], ["y", "old"][: 2 if op == "Reshape" else 1], args, as_torch=True)
         t.add_(1)
         assert y.reshape(-1).tolist() == list(range(6)), op
 
@@ -208,8 +286,13 @@ def test_sparse_training_step_on_torch_matches_numpy(lookup):
     for as_torch in (False, True):
         ws = an.Workspace()
         lib = torch.from_numpy if as_torch else np.asarray
-        feeds = {"t": table.copy(), "m": moment.copy(), "i": np.array([1, 7, 1, 3], np.int64),
-                 "l": np.array([3, 1], np.int32), "lr": one(-0.1)}
+        feeds = {
+            "t": table.copy(),
+            "m": moment.copy(),
+            "i": np.array([1, 7, 1, 3], np.int64),
+            "l": np.array([3, 1], np.int32),
+            "lr": one(-0.1),
+        }
         fed = {k: lib(v) for k, v in feeds.items()}
         for k, v in fed.items():
             ws.feed(k, v)

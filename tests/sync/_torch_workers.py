@@ -21,8 +21,11 @@ def compare_with_torch(rank, world_size, port, out_dir):
     init(rank, world_size, port)
     try:
         gen = torch.Generator().manual_seed(rank)
-        tensors = [torch.randn(1000, generator=gen), torch.randn(3, 5, generator=gen),
-                   torch.randn(7, generator=gen).double()]
+        tensors = [
+            torch.randn(1000, generator=gen),
+            torch.randn(3, 5, generator=gen),
+            torch.randn(7, generator=gen).double(),
+        ]
         reference = [t.clone() for t in tensors]
         for t in reference:
             dist.all_reduce(t)

@@ -6,10 +6,10 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 
+import _fault_workers as F
 import numpy as np
 import pytest
 
-import _fault_workers as F
 from asyncnet.sync import ProcessGradientSync
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.usefixtures("no_leaked_segments")]

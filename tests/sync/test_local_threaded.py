@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from asyncnet.errors import SyncAbortedError, SyncMismatchError, SyncTimeoutError
-from asyncnet.sync import GradientSync, LocalGradientSync, ThreadedGradientSync
 import asyncnet.sync._reduce as reduce_mod
 import asyncnet.sync.threaded as threaded_mod
+from asyncnet.errors import SyncAbortedError, SyncMismatchError, SyncTimeoutError
+from asyncnet.sync import GradientSync, LocalGradientSync, ThreadedGradientSync
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -15,14 +15,14 @@ pytestmark = pytest.mark.timeout(120)
 
 
 def _figures(sync) -> np.ndarray:
-    values = np.array([1.5 * sync.worker_id, 2.0 ** sync.worker_id, 7.0], np.float64)
+    values = np.array([1.5 * sync.worker_id, 2.0**sync.worker_id, 7.0], np.float64)
     sync.all_reduce_mean(values)
     sync.barrier()
     return values
 
 
 def _want(n: int) -> np.ndarray:
-    return np.mean([[1.5 * i, 2.0 ** i, 7.0] for i in range(n)], axis=0)
+    return np.mean([[1.5 * i, 2.0**i, 7.0] for i in range(n)], axis=0)
 
 
 @pytest.mark.parametrize("backend", ["threads", "processes"])
@@ -56,4 +56,6 @@ def test_local_rounds_and_the_protocol() -> None:
     v = np.array([3.0])
     s.barrier()
     s.all_reduce_mean(v)
-    assert v[0] == 3.0 and isinstance(s, GradientSync) and isinstance(ThreadedGradientSync.new_workers(1)[0], GradientSync)
+    assert (
+        v[0] == 3.0 and isinstance(s, GradientSync) and isinstance(ThreadedGradientSync.new_workers(1)[0], GradientSync)
+    )

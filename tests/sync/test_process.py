@@ -4,11 +4,11 @@ import functools
 import os
 import time
 
+import _sync_workers as W
 import numpy as np
 import pytest
 
-import _sync_workers as W
-from asyncnet.errors import SyncAbortedError, SyncMismatchError
+from asyncnet.errors import SyncAbortedError
 from asyncnet.sync import ProcessGradientSync, WorkerDiedError, run_parallel_workers
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.usefixtures("no_leaked_segments")]
@@ -62,7 +62,7 @@ def test_bitwise_equal_to_worker_order_sum_and_to_threads(worker):
 
 def test_mismatch_everyone_errors_nothing_changed_then_recovers():
     results = run_parallel_workers(3, W.mismatch_then_recover, backend="processes", timeout=20)
-    for i, (msg, g, h) in enumerate(results):
+    for msg, g, h in results:
         assert "worker 0: float32[4]" in msg and "worker 1: float32[7]" in msg and "worker 2: float32[4]" in msg
         assert not g.any()
         assert np.array_equal(h, np.full(3, 1.0))
@@ -95,8 +95,9 @@ def test_worker_that_never_comes_times_out(tmp_path):
     """Workers 0 and 1 wait 0.4 s (counted from the moment all three have started) for worker
     2, which comes only after they gave up: however loaded the machine, they time out naming
     it, no sooner than the timeout, with their gradients unchanged."""
-    results = run_parallel_workers(3, functools.partial(W.one_never_comes, str(tmp_path)),
-                                   backend="processes", timeout=0.4)
+    results = run_parallel_workers(
+        3, functools.partial(W.one_never_comes, str(tmp_path)), backend="processes", timeout=0.4
+    )
     for i in (0, 1):
         kind, missing, g, waited = results[i]
         assert kind == "timeout" and missing == [2]

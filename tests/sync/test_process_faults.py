@@ -12,14 +12,12 @@ import subprocess
 import sys
 import textwrap
 import time
-from functools import partial
 
+import _sync_workers as W
 import numpy as np
 import pytest
 
 from asyncnet.cleanup import pid_gone
-
-import _sync_workers as W
 from asyncnet.errors import SyncAbortedError
 from asyncnet.sync import ProcessGradientSync, WorkerDiedError, run_parallel_workers
 
@@ -32,8 +30,11 @@ def _alive(pid: int) -> bool:
 
 def _leftovers(pid: int) -> list[str]:
     """Segments and runner folders named after the creator ``pid``."""
-    segs = [n for n in os.listdir("/dev/shm") if n.startswith(("asyncnet_sync_", "asyncnet_hw_", "asyncnet_atomic_"))
-            and f"_{pid}_" in n]
+    segs = [
+        n
+        for n in os.listdir("/dev/shm")
+        if n.startswith(("asyncnet_sync_", "asyncnet_hw_", "asyncnet_atomic_")) and f"_{pid}_" in n
+    ]
     return segs + glob.glob(f"/tmp/asyncnet_fn_{pid}_*")
 
 
@@ -127,8 +128,10 @@ def test_killed_parent_takes_its_workers_and_segments_with_it(tmp_path, timeout)
     parent = subprocess.Popen([sys.executable, str(script)], env=env, stderr=subprocess.PIPE, text=True)
     try:
         _wait_for_training(f"asyncnet_sync_{parent.pid}_", 3)
-        kids = [int(p) for p in subprocess.run(["pgrep", "-P", str(parent.pid)], capture_output=True,
-                                                 text=True).stdout.split()]
+        kids = [
+            int(p)
+            for p in subprocess.run(["pgrep", "-P", str(parent.pid)], capture_output=True, text=True).stdout.split()
+        ]
         parent.kill()
         parent.wait()
         deadline = time.monotonic() + 10

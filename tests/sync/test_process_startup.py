@@ -8,10 +8,10 @@ import textwrap
 import warnings
 from functools import partial
 
+import _sync_workers as W
 import numpy as np
 import pytest
 
-import _sync_workers as W
 from asyncnet.errors import SyncError
 from asyncnet.sync import launch as launch_module
 from asyncnet.sync import run_parallel_workers
@@ -23,7 +23,8 @@ def test_script_without_main_guard_and_a_big_fn_fails_fast(tmp_path):
     """A child that dies importing the main module used to leave the parent blocked forever in
     Process.start() once the pickled fn outgrew the pipe buffer (64 KiB)."""
     script = tmp_path / "no_guard.py"
-    script.write_text(textwrap.dedent("""
+    script.write_text(
+        textwrap.dedent("""
         from functools import partial
         import numpy as np
         from asyncnet.sync import run_parallel_workers
@@ -32,10 +33,12 @@ def test_script_without_main_guard_and_a_big_fn_fails_fast(tmp_path):
             return float(data.sum())
 
         print(run_parallel_workers(2, partial(work, np.ones(100_000)), backend="processes", timeout=5))
-    """))
+    """)
+    )
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=40, env=env,
-                          cwd=tmp_path)
+    proc = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=40, env=env, cwd=tmp_path
+    )
     assert proc.returncode == 1
     assert "WorkerDiedError" in proc.stderr and "failed at start-up" in proc.stderr
     assert "__main__" in proc.stderr

@@ -16,11 +16,10 @@ import threading
 import time
 from functools import partial
 
+import _sync_workers as W
 import pytest
 
 from asyncnet.cleanup import pid_gone
-
-import _sync_workers as W
 from asyncnet.sync import WorkerDiedError, run_parallel_workers
 
 RUNS = int(os.environ.get("ASYNCNET_STRESS_RUNS", "2"))
@@ -85,15 +84,20 @@ def _stress(call, n: int, seed: int) -> None:
             t.join()
         returned = time.monotonic()
         assert "pid" in killed, f"run {run}: nothing was killed"
-        assert returned - killed["at"] <= TIMEOUT + 5, f"run {run}: returned {returned - killed['at']:.1f} s after the kill"
+        assert returned - killed["at"] <= TIMEOUT + 5, (
+            f"run {run}: returned {returned - killed['at']:.1f} s after the kill"
+        )
         assert f"(pid {killed['pid']})" in str(info.value), f"run {run}: {info.value}"
         assert not [p for p in _children() if _alive(p)], f"run {run}: workers left running"
         assert _ours() == before, f"run {run}: left behind {_ours() - before}"
 
 
 def test_stress_run_parallel_workers():
-    _stress(partial(run_parallel_workers, 3, partial(W.rounds_forever, seconds=60.0), backend="processes",
-                    timeout=TIMEOUT), 3, seed=1)
+    _stress(
+        partial(run_parallel_workers, 3, partial(W.rounds_forever, seconds=60.0), backend="processes", timeout=TIMEOUT),
+        3,
+        seed=1,
+    )
 
 
 @pytest.mark.parametrize("mode", ["sync", "hogwild"])

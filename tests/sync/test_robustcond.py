@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from asyncnet.sync._robustcond import RobustCondition
 from asyncnet._shm import open_segment, unlink_segment
+from asyncnet.sync._robustcond import RobustCondition
 
 pytestmark = pytest.mark.timeout(60)
 

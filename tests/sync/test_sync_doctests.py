@@ -6,9 +6,15 @@ import importlib
 import pytest
 
 MODULES = [
-    "asyncnet.sync._bucket", "asyncnet.sync._rounds", "asyncnet.sync._reduce",
-    "asyncnet.sync._robustcond", "asyncnet.atomic._futex",
-    "asyncnet.sync.base", "asyncnet.sync.threaded", "asyncnet.sync.launch", "asyncnet.sync._failures",
+    "asyncnet.sync._bucket",
+    "asyncnet.sync._rounds",
+    "asyncnet.sync._reduce",
+    "asyncnet.sync._robustcond",
+    "asyncnet.atomic._futex",
+    "asyncnet.sync.base",
+    "asyncnet.sync.threaded",
+    "asyncnet.sync.launch",
+    "asyncnet.sync._failures",
     "asyncnet.ops.collective",
 ]
 

@@ -46,7 +46,12 @@ except KeyboardInterrupt:
 @pytest.mark.parametrize("attempt", range(2))
 @pytest.mark.parametrize("runner", ["threads", "hierarchical"])
 def test_interrupt_returns_after_every_worker_ended(runner: str, attempt: int) -> None:
-    p = subprocess.run([sys.executable, "-c", SCRIPT, runner], capture_output=True, text=True, timeout=60,
-                       env={"PYTHONPATH": ":".join(sys.path)})
+    p = subprocess.run(
+        [sys.executable, "-c", SCRIPT, runner],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PYTHONPATH": ":".join(sys.path)},
+    )
     assert p.returncode == 0, p.stderr[-2000:]
     assert p.stdout.strip() == "interrupted []", p.stdout + p.stderr[-2000:]

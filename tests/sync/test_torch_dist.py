@@ -1,15 +1,14 @@
 """TorchDistributedGradientSync on gloo over 127.0.0.1, compared with torch's own all_reduce."""
 
-
 import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
+import _torch_workers as TW  # noqa: E402
 import torch.multiprocessing as tmp  # noqa: E402
 
-import _torch_workers as TW  # noqa: E402
-from asyncnet.simulate.measure import free_port  # noqa: E402
 from asyncnet.errors import SyncError  # noqa: E402
+from asyncnet.simulate.measure import free_port  # noqa: E402
 from asyncnet.sync import TorchDistributedGradientSync  # noqa: E402
 
 pytestmark = pytest.mark.timeout(90)

@@ -7,9 +7,20 @@ import pytest
 
 pytestmark = pytest.mark.timeout(60)
 
-MODULES = ["asyncnet.tensor", "asyncnet.tensor.namespace", "asyncnet.tensor.place", "asyncnet.tensor.streams", "asyncnet.ops.device",
-           "asyncnet.ops.math", "asyncnet.ops.optim", "asyncnet.ops.loss", "asyncnet.ops.fill", "asyncnet.ops.grad",
-           "asyncnet.ops.collective", "asyncnet.ops.logic"]
+MODULES = [
+    "asyncnet.tensor",
+    "asyncnet.tensor.namespace",
+    "asyncnet.tensor.place",
+    "asyncnet.tensor.streams",
+    "asyncnet.ops.device",
+    "asyncnet.ops.math",
+    "asyncnet.ops.optim",
+    "asyncnet.ops.loss",
+    "asyncnet.ops.fill",
+    "asyncnet.ops.grad",
+    "asyncnet.ops.collective",
+    "asyncnet.ops.logic",
+]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -13,13 +13,17 @@ from asyncnet.tensor.place import DeviceError, cuda_available, parse_device, pla
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.timeout(60)
 HAS_CUDA = cuda_available() > 0
-needs_cuda = pytest.mark.skipif(not HAS_CUDA, reason="no CUDA device on this machine (torch.cuda.is_available() is False)")
+needs_cuda = pytest.mark.skipif(
+    not HAS_CUDA, reason="no CUDA device on this machine (torch.cuda.is_available() is False)"
+)
 without_cuda = pytest.mark.skipif(HAS_CUDA, reason="checks the error given where CUDA is absent")
 
 
 def test_import_asyncnet_does_not_import_torch():
-    code = "import sys, numpy as np, asyncnet as an; ws = an.Workspace(); ws.feed('x', np.ones(2)); " \
-           "n = an.Net('n'); n.Relu('x', 'y'); ws.run_net_once(n); print('torch' in sys.modules)"
+    code = (
+        "import sys, numpy as np, asyncnet as an; ws = an.Workspace(); ws.feed('x', np.ones(2)); "
+        "n = an.Net('n'); n.Relu('x', 'y'); ws.run_net_once(n); print('torch' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
@@ -134,7 +138,9 @@ def test_gpu_copies_are_each_others_gradient():
     from asyncnet.core.registry import get_schema
 
     cuda = an.DeviceOption("cuda", 1)
-    ops, grads = get_schema("CopyCPUToGPU").gradient(OperatorDef("CopyCPUToGPU", ["x"], ["y"], device_option=cuda), ["dy"])
+    ops, grads = get_schema("CopyCPUToGPU").gradient(
+        OperatorDef("CopyCPUToGPU", ["x"], ["y"], device_option=cuda), ["dy"]
+    )
     assert [(o.type, o.inputs, o.device_option) for o in ops] == [("CopyGPUToCPU", ["dy"], cuda)] and grads == ["#dx"]
     ops, _ = get_schema("CopyGPUToCPU").gradient(OperatorDef("CopyGPUToCPU", ["x"], ["y"], device_option=cuda), ["dy"])
     assert ops[0].type == "CopyCPUToGPU"

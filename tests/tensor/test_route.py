@@ -24,9 +24,15 @@ def _net(net_type: str) -> an.Net:
 
 def _feeds(lib: str) -> dict:
     rng = np.random.default_rng(0)
-    arrays = {"x": rng.standard_normal((4, 3)), "w": rng.standard_normal((5, 3)), "b": rng.standard_normal(5),
-              "w2": rng.standard_normal((2, 5)), "b2": rng.standard_normal(2), "g": rng.standard_normal((5, 3)),
-              "lr": np.array([-0.1])}
+    arrays = {
+        "x": rng.standard_normal((4, 3)),
+        "w": rng.standard_normal((5, 3)),
+        "b": rng.standard_normal(5),
+        "w2": rng.standard_normal((2, 5)),
+        "b2": rng.standard_normal(2),
+        "g": rng.standard_normal((5, 3)),
+        "lr": np.array([-0.1]),
+    }
     arrays = {k: v.astype(np.float32) for k, v in arrays.items()}
     return arrays if lib == "numpy" else {k: torch.from_numpy(v.copy()) for k, v in arrays.items()}
 

@@ -76,12 +76,17 @@ def test_events_order_chains_across_streams(fake):
     ws.feed("x", np.ones(4))
     net = an.Net("n", type="async_scheduling", num_workers=2)
     net.Scale("x", "a", scale=2.0, device_option=cuda(0))
-    net.Scale("a", "b", scale=3.0, device_option=cuda(1))     # parent on another device: waits
+    net.Scale("a", "b", scale=3.0, device_option=cuda(1))  # parent on another device: waits
     net.Scale("a", "c", scale=5.0, device_option=cuda(0))
     net.Add(["b", "c"], "d", device_option=cuda(0))
-    net.Scale("d", "e", scale=1.0)                             # a host op after them
+    net.Scale("d", "e", scale=1.0)  # a host op after them
     created = ws.create_net(net)
-    assert created.chain_cuda.count(None) == 1 and sorted(d for d in created.chain_cuda if d is not None) == [0, 0, 0, 1]
+    assert created.chain_cuda.count(None) == 1 and sorted(d for d in created.chain_cuda if d is not None) == [
+        0,
+        0,
+        0,
+        1,
+    ]
     for _ in range(30):
         fake.log.clear()
         ws.run_net("n")
@@ -106,8 +111,9 @@ def check_log(log, net):
             else:
                 assert len(waited) == 1 and waited[0] < recorded_at, f"chain {c} did not wait for parent {p}"
     waits = [e for e in log if e[0] == "wait"]
-    assert len(waits) == sum(1 for c, (s, _) in ran.items() for p in net.graph.chain_parents[c]
-                             if p in ran and ran[p][0] is not s)  # no other waits
+    assert len(waits) == sum(
+        1 for c, (s, _) in ran.items() for p in net.graph.chain_parents[c] if p in ran and ran[p][0] is not s
+    )  # no other waits
     used = {id(s): s for s, _ in ran.values()}
     syncs = [i for i, e in enumerate(log) if e[0] == "sync"]
     assert sorted(id(log[i][1]) for i in syncs) == sorted(used)  # each used stream synchronised once
@@ -161,7 +167,10 @@ def test_cross_device_barrier_checks_input_i_is_on_device_i(fake, monkeypatch):
     net = an.Net("n", type="async_scheduling")
     net.AsyncNetBarrier(["a", "b"], ["a", "b"], cross_device=1, device_option=cuda(0))
     ws.create_net(net)
-    with pytest.raises(an.OperatorError, match=r"expected input 0 'a' on 'cuda:0' \(cross_device=1 places input i on device i\), "
-                                               r"got numpy on 'cpu'"):
+    with pytest.raises(
+        an.OperatorError,
+        match=r"expected input 0 'a' on 'cuda:0' \(cross_device=1 places input i on device i\), "
+        r"got numpy on 'cpu'",
+    ):
         ws.run_net("n")
     ws.close()

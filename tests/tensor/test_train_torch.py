@@ -43,8 +43,24 @@ def test_config_refuses_bad_tensor_and_device_combinations():
 
 @pytest.mark.skipif(cuda_available() > 0, reason="checks the error given where CUDA is absent")
 def test_cli_refuses_cuda_in_one_line_where_absent(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "asyncnet", "train", "--tensor", "torch", "--device", "cuda",
-                          "--quiet", "--out", str(tmp_path / "run")], capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "asyncnet",
+            "train",
+            "--tensor",
+            "torch",
+            "--device",
+            "cuda",
+            "--quiet",
+            "--out",
+            str(tmp_path / "run"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 2
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "no CUDA" in lines[0] and "Traceback" not in out.stderr
@@ -67,7 +83,11 @@ def test_hogwild_torch_workers_share_the_parameter_storage():
     try:
         w = model.params[0]
         ta, tb = a.ws.fetch(w), b.ws.fetch(w)
-        assert isinstance(ta, torch.Tensor) and np.shares_memory(ta.numpy(), shared[w]) and np.shares_memory(tb.numpy(), shared[w])
+        assert (
+            isinstance(ta, torch.Tensor)
+            and np.shares_memory(ta.numpy(), shared[w])
+            and np.shares_memory(tb.numpy(), shared[w])
+        )
         before = shared[w].copy()
         a.step(ds.x_train[:32], ds.y_train[:32])
         assert not np.array_equal(shared[w], before)

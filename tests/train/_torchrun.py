@@ -10,20 +10,40 @@ wrong results, a hang) still fails the test.
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import warnings
 
 TEARDOWN_ABORT = "terminate called without an active exception"
 
 
-def run_torchrun(cmd: list[str], done_marker: str, ranks: int = 2, timeout: float = 80, **kw) -> subprocess.CompletedProcess:
-    """Run ``cmd``; require exit 0, or the teardown abort after every rank printed ``done_marker``."""
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, **kw)
+def run_torchrun(
+    cmd: list[str], done_marker: str, ranks: int = 2, timeout: float = 80, **kw
+) -> subprocess.CompletedProcess:
+    """Run ``cmd``; require exit 0, or the teardown abort after every rank printed ``done_marker``.
+    On timeout the launcher and its ranks (one process group) are killed."""
+    with subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, **kw
+    ) as p:
+        try:
+            stdout, stderr = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            stdout, stderr = p.communicate()
+            raise AssertionError(
+                f"torchrun job timed out after {timeout} s: {stdout[-2000:]}{stderr[-3000:]}"
+            ) from None
+    proc = subprocess.CompletedProcess(cmd, p.returncode, stdout, stderr)
     out = proc.stdout + proc.stderr
     if proc.returncode != 0:
-        teardown_only = TEARDOWN_ABORT in proc.stderr and "(SIGABRT)" in proc.stderr and "Traceback (most recent call last)" not in _rank_output(proc.stderr)
+        teardown_only = (
+            TEARDOWN_ABORT in proc.stderr
+            and "(SIGABRT)" in proc.stderr
+            and "Traceback (most recent call last)" not in _rank_output(proc.stderr)
+        )
         assert teardown_only and out.count(done_marker) >= ranks, proc.stdout[-2000:] + proc.stderr[-3000:]
-        warnings.warn(f"torchrun job succeeded but a rank aborted in torch teardown: {TEARDOWN_ABORT!r}")
+        warnings.warn(f"torchrun job succeeded but a rank aborted in torch teardown: {TEARDOWN_ABORT!r}", stacklevel=2)
     return proc
 
 

@@ -19,15 +19,17 @@ class CreatedSegments:
 
     def leaked(self) -> list[str]:
         present = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
-        return sorted({n for n in self.names if n in present}
-                      | {n for n in present if any(n.startswith(p + "_") for p in self.prefixes)})
+        return sorted(
+            {n for n in self.names if n in present}
+            | {n for n in present if any(n.startswith(p + "_") for p in self.prefixes)}
+        )
 
 
 @pytest.fixture
 def created_segments(monkeypatch) -> CreatedSegments:
+    from asyncnet._shm import SharedArrays
     from asyncnet.atomic.shared import AtomicSegment as Segment
     from asyncnet.sync.process import ProcessGradientSync
-    from asyncnet._shm import SharedArrays
 
     rec = CreatedSegments()
 

@@ -53,11 +53,38 @@ def _segments_of(pids: list[int]) -> list[str]:
 @pytest.mark.parametrize("when", ["training", "starting"])
 def test_sigkill_of_torchrun_agent_stops_both_ranks(tmp_path: Path, when: str) -> None:
     run = tmp_path / "run"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
-           "--master-port", str(free_port()), "-m", "asyncnet", "train", "--backend", "torch", "--epochs", "400",
-           "--hidden", "16", "--quiet", "--out", str(run)]
-    agent = subprocess.Popen(cmd, cwd=tmp_path, env=_env(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.PIPE, start_new_session=True)
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        "2",
+        "--master-addr",
+        "127.0.0.1",
+        "--master-port",
+        str(free_port()),
+        "-m",
+        "asyncnet",
+        "train",
+        "--backend",
+        "torch",
+        "--epochs",
+        "400",
+        "--hidden",
+        "16",
+        "--quiet",
+        "--out",
+        str(run),
+    ]
+    agent = subprocess.Popen(
+        cmd,
+        cwd=tmp_path,
+        env=_env(),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
     ranks: list[int] = []
     try:
         if when == "training":
@@ -88,15 +115,18 @@ def test_sigkill_of_torchrun_agent_stops_both_ranks(tmp_path: Path, when: str) -
 
 def test_a_rank_that_ignores_the_stop_is_ended_after_the_grace(tmp_path: Path) -> None:
     """The watch's backstop: a process that ignores SIGTERM exits 143 ``grace`` s after its parent died."""
-    code = ("import os, signal, subprocess, sys, time\n"
-            "child = subprocess.Popen([sys.executable, '-c', 'import signal, time, sys\\n"
-            "from asyncnet._parent_watch import watch_parent\\n"
-            "signal.signal(signal.SIGTERM, signal.SIG_IGN)\\n"
-            "with watch_parent(grace=1.0):\\n"
-            "    print(\"ready\", flush=True); time.sleep(60)'], stdout=subprocess.PIPE)\n"
-            "child.stdout.readline(); print(child.pid, flush=True); time.sleep(60)\n")
-    parent = subprocess.Popen([sys.executable, "-c", code], env=_env(), stdout=subprocess.PIPE, text=True,
-                              start_new_session=True)
+    code = (
+        "import os, signal, subprocess, sys, time\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import signal, time, sys\\n"
+        "from asyncnet._parent_watch import watch_parent\\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\\n"
+        "with watch_parent(grace=1.0):\\n"
+        '    print("ready", flush=True); time.sleep(60)\'], stdout=subprocess.PIPE)\n'
+        "child.stdout.readline(); print(child.pid, flush=True); time.sleep(60)\n"
+    )
+    parent = subprocess.Popen(
+        [sys.executable, "-c", code], env=_env(), stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
     try:
         child = int(parent.stdout.readline())
         parent.send_signal(signal.SIGKILL)

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from _torchrun import run_torchrun
 
-from asyncnet.simulate.measure import free_port
 from asyncnet.cli.main import main
+from asyncnet.simulate.measure import free_port
 
 RUN_FILES = {"metrics.json", "loss_accuracy.png", "trace.json", "checkpoint.npz"}
 
@@ -42,23 +42,66 @@ def test_train_writes_the_run_directory(tmp_path: Path, capsys) -> None:
 @pytest.mark.timeout(60)
 def test_train_options_reach_the_trainer(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    args = ["train", "--mode", "hogwild", "--workers", "3", "--epochs", "1", "--batch-size", "16", "--lr", "0.1",
-            "--optimizer", "momentum", "--hidden", "32,16", "--seed", "5", "--out", str(out), "--quiet"]
+    args = [
+        "train",
+        "--mode",
+        "hogwild",
+        "--workers",
+        "3",
+        "--epochs",
+        "1",
+        "--batch-size",
+        "16",
+        "--lr",
+        "0.1",
+        "--optimizer",
+        "momentum",
+        "--hidden",
+        "32,16",
+        "--seed",
+        "5",
+        "--out",
+        str(out),
+        "--quiet",
+    ]
     assert main(args) == 0
     cfg = json.loads((out / "metrics.json").read_text())["config"]
-    assert (cfg["mode"], cfg["workers"], cfg["batch_size"], cfg["lr"], cfg["optimizer"], cfg["hidden"], cfg["seed"]) == \
-        ("hogwild", 3, 16, 0.1, "momentum", [32, 16], 5)
+    assert (
+        cfg["mode"],
+        cfg["workers"],
+        cfg["batch_size"],
+        cfg["lr"],
+        cfg["optimizer"],
+        cfg["hidden"],
+        cfg["seed"],
+    ) == ("hogwild", 3, 16, 0.1, "momentum", [32, 16], 5)
     with np.load(out / "checkpoint.npz") as ckpt:
         assert ckpt["fc2_w"].shape == (16, 32) and "fc1_w_momentum" in ckpt.files
 
 
-@pytest.mark.parametrize("args", [
-    ["--workers", "0"], ["--workers", "two"], ["--mode", "async"], ["--backend", "mpi"], ["--epochs", "-1"],
-    ["--batch-size", "0"], ["--lr", "0"], ["--lr", "nan"], ["--optimizer", "lbfgs"], ["--hidden", "64,x"],
-    ["--hidden", "0"], ["--seed", "x"], ["--bogus"], ["--mode", "hogwild", "--backend", "torch"],
-    ["--mode", "local", "--backend", "torch"], ["--batch-size", "2", "--workers", "4"],
-    ["--target-accuracy", "95"], ["--target-accuracy", "x"],
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--workers", "0"],
+        ["--workers", "two"],
+        ["--mode", "async"],
+        ["--backend", "mpi"],
+        ["--epochs", "-1"],
+        ["--batch-size", "0"],
+        ["--lr", "0"],
+        ["--lr", "nan"],
+        ["--optimizer", "lbfgs"],
+        ["--hidden", "64,x"],
+        ["--hidden", "0"],
+        ["--seed", "x"],
+        ["--bogus"],
+        ["--mode", "hogwild", "--backend", "torch"],
+        ["--mode", "local", "--backend", "torch"],
+        ["--batch-size", "2", "--workers", "4"],
+        ["--target-accuracy", "95"],
+        ["--target-accuracy", "x"],
+    ],
+)
 def test_bad_options_give_one_line_and_exit_2(args: list[str], capsys, monkeypatch, tmp_path: Path) -> None:
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit) as exc:
@@ -80,9 +123,27 @@ def test_torch_backend_outside_torchrun_is_a_usage_error(capsys, monkeypatch) ->
 def test_torchrun_with_two_processes(tmp_path: Path) -> None:
     pytest.importorskip("torch.distributed")
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
-           "--master-port", str(free_port()), "-m", "asyncnet", "train", "--backend", "torch", "--epochs", "1",
-           "--out", str(out), "--quiet"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        "2",
+        "--master-addr",
+        "127.0.0.1",
+        "--master-port",
+        str(free_port()),
+        "-m",
+        "asyncnet",
+        "train",
+        "--backend",
+        "torch",
+        "--epochs",
+        "1",
+        "--out",
+        str(out),
+        "--quiet",
+    ]
     run_torchrun(cmd, "", ranks=0, cwd=tmp_path)
     metrics = _check_run_dir(out, 1)
     assert metrics["config"]["backend"] == "torch" and metrics["config"]["workers"] == 2

@@ -23,8 +23,9 @@ QUIET = ["--quiet", "--hidden", "32"]
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     """The command in a child process, stdout and stderr piped (not a terminal)."""
-    return subprocess.run([sys.executable, "-m", "asyncnet", "train", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=80)
+    return subprocess.run(
+        [sys.executable, "-m", "asyncnet", "train", *args], cwd=cwd, capture_output=True, text=True, timeout=80
+    )
 
 
 def _one_error_line(err: str) -> str:
@@ -45,22 +46,26 @@ def test_a_diverging_run_fails_in_one_line_and_metrics_say_so(tmp_path: Path, ba
     assert again.returncode == 2 and "nothing to continue from" in _one_error_line(again.stderr)
 
 
-@pytest.mark.parametrize("args,words", [
-    (["--out", "/proc/x"], "cannot create the run directory"),
-    (["--batch-size", "100000"], "larger than the training set"),
-    (["--mode", "hogwild", "--workers", "1000"], "at least the number of hogwild workers"),
-    (["--config", "missing.json"], "cannot read"),
-    (["--config", "deep.json"], "not valid JSON"),
-    (["--config", "unknown.json"], "unknown setting(s) ['learning_rate']"),
-    (["--resume", "nowhere"], "not a run directory"),
-    (["--resume", "nowhere", "--config", "x.json"], "use one"),
-    (["--momentum", "1.5"], "--momentum must be in [0, 1), got 1.5"),
-    (["--workers", "0"], "--workers must be an int >= 1, got 0"),
-    (["--seed", "-1"], "--seed must be an int >= 0, got -1"),
-    (["--lr-policy", "cosine"], "invalid choice"),
-])
-def test_what_can_be_checked_is_refused_before_training(tmp_path: Path, args: list, words: str, capsys,
-                                                        monkeypatch) -> None:
+@pytest.mark.parametrize(
+    "args,words",
+    [
+        (["--out", "/proc/x"], "cannot create the run directory"),
+        (["--batch-size", "100000"], "larger than the training set"),
+        (["--mode", "hogwild", "--workers", "1000"], "at least the number of hogwild workers"),
+        (["--config", "missing.json"], "cannot read"),
+        (["--config", "deep.json"], "not valid JSON"),
+        (["--config", "unknown.json"], "unknown setting(s) ['learning_rate']"),
+        (["--resume", "nowhere"], "not a run directory"),
+        (["--resume", "nowhere", "--config", "x.json"], "use one"),
+        (["--momentum", "1.5"], "--momentum must be in [0, 1), got 1.5"),
+        (["--workers", "0"], "--workers must be an int >= 1, got 0"),
+        (["--seed", "-1"], "--seed must be an int >= 0, got -1"),
+        (["--lr-policy", "cosine"], "invalid choice"),
+    ],
+)
+def test_what_can_be_checked_is_refused_before_training(
+    tmp_path: Path, args: list, words: str, capsys, monkeypatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     (tmp_path / "deep.json").write_text("[" * 100_000)
     (tmp_path / "unknown.json").write_text(json.dumps({"learning_rate": 0.1}))
@@ -94,18 +99,48 @@ def test_resume_two_plus_two_epochs_equals_four_bit_for_bit(tmp_path: Path) -> N
                 assert np.array_equal(a[name], b[name]), name
         assert int(a["iter"][0]) == 4 * 45
     four, resumed = (json.loads((tmp_path / d / "metrics.json").read_text()) for d in ("four", "two"))
-    strip = lambda ms: [{k: v for k, v in m.items() if k not in ("seconds", "samples_per_sec")} for m in ms]  # noqa: E731
+    strip = lambda ms: [{k: v for k, v in m.items() if k not in ("seconds", "samples_per_sec")} for m in ms]
     assert strip(resumed["epochs"]) == strip(four["epochs"]) and len(four["epochs"]) == 4
     assert resumed["config"] == four["config"] and resumed["status"] == "ok"
 
 
 def test_config_reruns_a_run_and_flags_override_it(tmp_path: Path) -> None:
     first = tmp_path / "first"
-    assert main(["train", "--epochs", "1", "--optimizer", "adam", "--lr-policy", "exp", "--seed", "4", "--out",
-                 str(first), *QUIET]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--epochs",
+                "1",
+                "--optimizer",
+                "adam",
+                "--lr-policy",
+                "exp",
+                "--seed",
+                "4",
+                "--out",
+                str(first),
+                *QUIET,
+            ]
+        )
+        == 0
+    )
     assert main(["train", "--config", str(first / "metrics.json"), "--out", str(tmp_path / "again"), "--quiet"]) == 0
-    assert main(["train", "--config", str(first / "metrics.json"), "--seed", "5", "--out", str(tmp_path / "other"),
-                 "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--config",
+                str(first / "metrics.json"),
+                "--seed",
+                "5",
+                "--out",
+                str(tmp_path / "other"),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     cfg = {d: json.loads((tmp_path / d / "metrics.json").read_text())["config"] for d in ("first", "again", "other")}
     assert cfg["again"] == cfg["first"] and (cfg["first"]["optimizer"], cfg["first"]["lr_policy"]) == ("adam", "exp")
     assert cfg["other"] == {**cfg["first"], "seed": 5}
@@ -135,13 +170,16 @@ def test_run_directory_has_tensorboard_events_and_every_worker_in_the_trace(tmp_
     assert main(["train", "--epochs", "2", "--workers", "3", "--batch-size", "48", "--out", str(out), *QUIET]) == 0
     acc = EventAccumulator(str(out / "tensorboard"), size_guidance={"tensors": 0})  # 0: keep every point
     acc.Reload()
-    assert {"loss/train", "loss/test", "accuracy/train", "accuracy/test", "lr", "samples_per_sec"} <= set(acc.Tags()["tensors"])
+    assert {"loss/train", "loss/test", "accuracy/train", "accuracy/test", "lr", "samples_per_sec"} <= set(
+        acc.Tags()["tensors"]
+    )
     metrics = json.loads((out / "metrics.json").read_text())
     for tag, key in (("accuracy/test", "test_accuracy"), ("loss/train", "train_loss"), ("lr", "lr")):
         events = acc.Tensors(tag)
         assert [e.step for e in events] == [1, 2]
-        assert [float(tensor_util.make_ndarray(e.tensor_proto)) for e in events] == \
-            pytest.approx([m[key] for m in metrics["epochs"]], rel=1e-6)
+        assert [float(tensor_util.make_ndarray(e.tensor_proto)) for e in events] == pytest.approx(
+            [m[key] for m in metrics["epochs"]], rel=1e-6
+        )
     steps = acc.Tensors("step/loss")
     assert [e.step for e in steps] == list(range(1, 2 * 30 + 1))  # 1,438 samples / 48 per step: 30 steps an epoch
     assert all(np.isfinite(float(tensor_util.make_ndarray(e.tensor_proto))) for e in steps)
@@ -162,7 +200,9 @@ def test_closed_pipes_neither_crash_the_run_nor_print_a_traceback(tmp_path: Path
     err = p.stderr.read()
     assert p.wait(timeout=80) == 0 and "Traceback" not in err, err
     # the reader of stderr leaves after the first line (`2>&1 | head -1`): training goes on
-    p = subprocess.Popen([*cmd, "--out", "b"], cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [*cmd, "--out", "b"], cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
     assert p.stderr.readline().startswith("training sync mode")
     p.stderr.close()
     assert p.wait(timeout=80) == 0
@@ -205,8 +245,13 @@ def test_a_stopped_run_says_so_in_metrics_and_resumes(tmp_path: Path, sig: str, 
     import signal
 
     cmd = [sys.executable, "-m", "asyncnet", "train", *QUIET]
-    p = subprocess.Popen([*cmd, "--epochs", "200", "--out", "run"], cwd=tmp_path, stdout=subprocess.DEVNULL,
-                         stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [*cmd, "--epochs", "200", "--out", "run"],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         _wait_for_epochs(p, tmp_path / "run" / "metrics.json", 2)
         p.send_signal(getattr(signal, sig))
@@ -225,13 +270,29 @@ def test_a_dead_process_worker_fails_the_run_in_one_line_and_metrics_say_so(tmp_
     import signal
     import time
 
-    cmd = [sys.executable, "-m", "asyncnet", "train", *QUIET, "--backend", "processes", "--epochs", "500", "--out", "run"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "asyncnet",
+        "train",
+        *QUIET,
+        "--backend",
+        "processes",
+        "--epochs",
+        "500",
+        "--out",
+        "run",
+    ]
     p = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         deadline, workers = time.monotonic() + 60, []
         while time.monotonic() < deadline and not workers and p.poll() is None:
-            workers = [int(c) for c in subprocess.run(["pgrep", "-f", "-P", str(p.pid), "multiprocessing-fork"],
-                                                      capture_output=True, text=True).stdout.split()]
+            workers = [
+                int(c)
+                for c in subprocess.run(
+                    ["pgrep", "-f", "-P", str(p.pid), "multiprocessing-fork"], capture_output=True, text=True
+                ).stdout.split()
+            ]
             time.sleep(0.2)
         assert workers, "no worker process started"
         time.sleep(0.5)  # mid-training
@@ -250,8 +311,9 @@ def test_a_killed_run_resumes_from_its_last_saved_epoch_bit_for_bit(tmp_path: Pa
     import time
 
     cmd = [sys.executable, "-m", "asyncnet", "train", "--hidden", "32", "--quiet"]
-    p = subprocess.Popen([*cmd, "--epochs", "60", "--out", "run"], cwd=tmp_path, stdout=subprocess.DEVNULL,
-                         stderr=subprocess.DEVNULL)
+    p = subprocess.Popen(
+        [*cmd, "--epochs", "60", "--out", "run"], cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and p.poll() is None:
@@ -277,8 +339,8 @@ def test_a_killed_run_resumes_from_its_last_saved_epoch_bit_for_bit(tmp_path: Pa
 
 
 def test_resume_drops_an_epoch_the_checkpoint_does_not_have(tmp_path: Path) -> None:
-    from asyncnet.train.api import _epochs_of_checkpoint
     from asyncnet.errors import CheckpointError
+    from asyncnet.train.api import _epochs_of_checkpoint
     from asyncnet.train.report import EpochMetrics
 
     epochs = tuple(EpochMetrics(e, 0.5, 0.9, 0.4, 0.9, 1438, 0.1, lr=0.2, step=45 * e) for e in (1, 2, 3))

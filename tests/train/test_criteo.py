@@ -110,9 +110,18 @@ def _bad(lines: list[str], k: int, kind: str) -> list[str]:
     return out
 
 
-@pytest.mark.parametrize("kind, says", [("short", "found 30"), ("long", "found 41"), ("label", "label 0 or 1"),
-                                        ("count", "integer count in field 4"), ("huge", "within int64"),
-                                        ("hex", "hexadecimal digits in field 21"), ("long_hex", "hexadecimal")])
+@pytest.mark.parametrize(
+    "kind, says",
+    [
+        ("short", "found 30"),
+        ("long", "found 41"),
+        ("label", "label 0 or 1"),
+        ("count", "integer count in field 4"),
+        ("huge", "within int64"),
+        ("hex", "hexadecimal digits in field 21"),
+        ("long_hex", "hexadecimal"),
+    ],
+)
 def test_a_bad_row_is_one_error_naming_the_file_and_line_or_a_counted_skip(tmp_path, kind, says):
     lines = _bad(sample_lines(12), 6, kind)
     path = write(tmp_path / f"{kind}.txt", lines)
@@ -171,7 +180,7 @@ def test_the_random_generator_draws_like_the_reference():
         lengths = np.diff(log.offsets[k])
         assert lengths.min() >= 1 and lengths.max() <= 4 and log.ids[k].max() < size
         for b in range(48):
-            bag = log.ids[k][log.offsets[k][b]:log.offsets[k][b + 1]]
+            bag = log.ids[k][log.offsets[k][b] : log.offsets[k][b + 1]]
             assert (np.diff(bag) > 0).all()
     assert ((log.targets >= 0) & (log.targets < 1)).all()
     fixed = criteo.random_log("tables=1000,batches=1,batch=8,indices=5,fixed=1")
@@ -182,16 +191,45 @@ def test_the_random_generator_draws_like_the_reference():
 
 def run_cli(*args, cwd, env_extra):
     env = {**os.environ, "PYTHONPATH": SRC, **env_extra}
-    return subprocess.run([sys.executable, "-m", "asyncnet", *args], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=240, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "asyncnet", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
 
 
 def test_asyncnet_train_dlrm_on_a_criteo_file(tmp_path, cache):
     path = write(tmp_path / "train.txt", sample_lines(700))
-    r = run_cli("train", "--model", "dlrm", "--data", path, "--epochs", "2", "--batch-size", "64", "--mode", "local",
-                "--workers", "1", "--model-arg", "max_ind_range=200", "--model-arg", "interaction=cat",
-                "--optimizer", "rwsadagrad", "--out", str(tmp_path / "run"), "--quiet",
-                cwd=tmp_path, env_extra={"ASYNCNET_CACHE": str(cache)})
+    r = run_cli(
+        "train",
+        "--model",
+        "dlrm",
+        "--data",
+        path,
+        "--epochs",
+        "2",
+        "--batch-size",
+        "64",
+        "--mode",
+        "local",
+        "--workers",
+        "1",
+        "--model-arg",
+        "max_ind_range=200",
+        "--model-arg",
+        "interaction=cat",
+        "--optimizer",
+        "rwsadagrad",
+        "--out",
+        str(tmp_path / "run"),
+        "--quiet",
+        cwd=tmp_path,
+        env_extra={"ASYNCNET_CACHE": str(cache)},
+    )
     assert r.returncode == 0, r.stderr
     cfg = json.loads((tmp_path / "run" / "metrics.json").read_text())["config"]
     assert cfg["model_args"]["table_sizes"] == [200] * 26 and cfg["model_args"]["interaction"] == "cat"
@@ -201,31 +239,90 @@ def test_asyncnet_train_dlrm_on_a_criteo_file(tmp_path, cache):
 
 def test_asyncnet_train_dlrm_bad_file_is_one_line(tmp_path, cache):
     path = write(tmp_path / "bad.txt", _bad(sample_lines(10), 4, "hex"))
-    r = run_cli("train", "--model", "dlrm", "--data", path, "--epochs", "1", "--mode", "local", "--workers", "1",
-                "--out", str(tmp_path / "run"), cwd=tmp_path, env_extra={"ASYNCNET_CACHE": str(cache)})
+    r = run_cli(
+        "train",
+        "--model",
+        "dlrm",
+        "--data",
+        path,
+        "--epochs",
+        "1",
+        "--mode",
+        "local",
+        "--workers",
+        "1",
+        "--out",
+        str(tmp_path / "run"),
+        cwd=tmp_path,
+        env_extra={"ASYNCNET_CACHE": str(cache)},
+    )
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and f"{path}: line 5" in r.stderr
 
 
 def test_asyncnet_train_dlrm_sync_mode_with_an_mse_loss(tmp_path, cache):
     path = write(tmp_path / "train.txt", sample_lines(300))
-    r = run_cli("train", "--model", "dlrm", "--data", path, "--epochs", "1", "--batch-size", "50", "--workers", "2",
-                "--model-arg", "max_ind_range=100", "--model-arg", "loss=mse", "--out", str(tmp_path / "run"), "--quiet",
-                cwd=tmp_path, env_extra={"ASYNCNET_CACHE": str(cache)})
+    r = run_cli(
+        "train",
+        "--model",
+        "dlrm",
+        "--data",
+        path,
+        "--epochs",
+        "1",
+        "--batch-size",
+        "50",
+        "--workers",
+        "2",
+        "--model-arg",
+        "max_ind_range=100",
+        "--model-arg",
+        "loss=mse",
+        "--out",
+        str(tmp_path / "run"),
+        "--quiet",
+        cwd=tmp_path,
+        env_extra={"ASYNCNET_CACHE": str(cache)},
+    )
     assert r.returncode == 0, r.stderr
     assert "test AUC" in r.stdout
 
 
-@pytest.mark.parametrize("args, says", [
-    (["--model", "mlp", "--model-arg", "interaction=cat"], "model_args are dlrm's options"),
-    (["--model", "dlrm", "--model-arg", "interaction"], "expected KEY=VALUE"),
-    (["--model", "dlrm", "--optimizer", "rwsadagrad"], "mode local or hogwild"),
-    (["--model", "dlrm", "--mode", "local", "--data", "random:tables=5,batches=2,batch=8", "--batch-size", "8",
-      "--model-arg", "bogus=1"], "got ['bogus']"),
-])
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["--model", "mlp", "--model-arg", "interaction=cat"], "model_args are dlrm's options"),
+        (["--model", "dlrm", "--model-arg", "interaction"], "expected KEY=VALUE"),
+        (["--model", "dlrm", "--optimizer", "rwsadagrad"], "mode local or hogwild"),
+        (
+            [
+                "--model",
+                "dlrm",
+                "--mode",
+                "local",
+                "--data",
+                "random:tables=5,batches=2,batch=8",
+                "--batch-size",
+                "8",
+                "--model-arg",
+                "bogus=1",
+            ],
+            "got ['bogus']",
+        ),
+    ],
+)
 def test_model_arg_errors_are_one_line(tmp_path, cache, args, says):
-    r = run_cli("train", *args, "--epochs", "1", "--out", str(tmp_path / "run"), "--quiet", cwd=tmp_path,
-                env_extra={"ASYNCNET_CACHE": str(cache)})
+    r = run_cli(
+        "train",
+        *args,
+        "--epochs",
+        "1",
+        "--out",
+        str(tmp_path / "run"),
+        "--quiet",
+        cwd=tmp_path,
+        env_extra={"ASYNCNET_CACHE": str(cache)},
+    )
     assert r.returncode != 0 and says in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
 
 
@@ -244,3 +341,69 @@ def test_the_chunk_parser_and_the_line_parser_agree(tmp_path):
     np.testing.assert_array_equal(log.targets, y)
     np.testing.assert_allclose(log.dense, dense, rtol=1e-6)
     np.testing.assert_array_equal(np.stack(log.ids, 1), cats)
+
+
+def test_terabyte_days_train_on_all_but_the_last_and_split_it_into_test_and_validation(tmp_path):
+    folder = tmp_path / "terabyte"
+    folder.mkdir()
+    days = [sample_lines(n, seed=d) for d, n in enumerate((40, 25, 31))]
+    for d, lines in enumerate(days):
+        write(folder / f"day_{d}", lines)
+    for data in (str(folder), str(folder / "day")):  # a folder, or the reference's prefix
+        assert [p.name for p in criteo.terabyte_days(data)] == ["day_0", "day_1", "day_2"]
+    ds = criteo.click_dataset(str(folder), {"max_ind_range": 1000})
+    assert ds.x_train[:, 0].tolist() == list(range(65))  # days 0 and 1, in order
+    assert ds.x_test[:, 0].tolist() == list(range(65, 65 + 16))  # ceil(31 / 2) of the last day
+    _, _, val = criteo.day_split([40, 25, 31])
+    assert val[:, 0].tolist() == list(range(81, 96))
+    y, dense, cats = expected([line for lines in days for line in lines], 1000)
+    rows = np.array([3, 39, 40, 64, 70, 95, 0])
+    b = ds.log.batch(rows)
+    np.testing.assert_allclose(b["dense"], dense[rows], rtol=1e-6)
+    np.testing.assert_array_equal(b["click"][:, 0], y[rows])
+    for k in (0, 13, 25):
+        np.testing.assert_array_equal(b[f"ids{k}"], cats[rows, k])
+    np.testing.assert_array_equal(ds.y_test, y[65:81])
+    assert criteo.terabyte_days(str(tmp_path / "nothing")) is None
+    with pytest.raises(TrainConfigError, match="at least 2 days"):
+        criteo.day_split([10])
+
+
+def test_terabyte_days_train_from_the_cli(tmp_path):
+    folder = tmp_path / "tb"
+    folder.mkdir()
+    for d in range(3):
+        write(folder / f"day_{d}", sample_lines(60, seed=10 + d))
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "asyncnet",
+            "train",
+            "--model",
+            "dlrm",
+            "--data",
+            str(folder),
+            "--mode",
+            "local",
+            "--workers",
+            "1",
+            "--epochs",
+            "1",
+            "--batch-size",
+            "20",
+            "--model-arg",
+            "max_ind_range=500",
+            "--out",
+            str(tmp_path / "run"),
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": SRC, "ASYNCNET_CACHE": str(tmp_path / "cache")},
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    m = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert m["epochs"][0]["samples"] == 120 and m["config"]["model_args"]["table_sizes"] == [500] * 26

@@ -7,7 +7,8 @@ from importlib import resources
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from asyncnet.train.data import epoch_batches, load_digits, num_batches, shard, worker_samples
 

@@ -42,13 +42,29 @@ def test_load_npz_converts_and_keeps_a_given_test_set(tmp_path: Path) -> None:
 
 
 BAD = [
-    ({"x": np.zeros((4, 64), complex), "y": np.zeros(4, int)}, "mlp", "expected real numbers (float or int), found dtype complex128"),
+    (
+        {"x": np.zeros((4, 64), complex), "y": np.zeros(4, int)},
+        "mlp",
+        "expected real numbers (float or int), found dtype complex128",
+    ),
     ({"x": np.zeros((4, 63)), "y": np.arange(4) % 2}, "cnn", "model cnn reads [N, 64] or [N, 1, 8, 8], found [4, 63]"),
-    ({"x": np.zeros((4, 8, 9)), "y": np.arange(4) % 2}, "lstm", "model lstm reads [N, 64] or [N, 8, 8], found [4, 8, 9]"),
+    (
+        {"x": np.zeros((4, 8, 9)), "y": np.arange(4) % 2},
+        "lstm",
+        "model lstm reads [N, 64] or [N, 8, 8], found [4, 8, 9]",
+    ),
     ({"x": np.zeros((4, 5))}, "mlp", "expected arrays x and y"),
-    ({"x": np.zeros((4, 5)), "y": np.array(["a", "b", "a", "b"])}, "mlp", "expected integer class ids, found dtype <U1"),
+    (
+        {"x": np.zeros((4, 5)), "y": np.array(["a", "b", "a", "b"])},
+        "mlp",
+        "expected integer class ids, found dtype <U1",
+    ),
     ({"x": np.zeros((4, 5)), "y": np.array([0.5, 1, 0, 1])}, "mlp", "expected integral class ids"),
-    ({"x": np.zeros((4, 5)), "y": np.array([0, -1, 0, 1])}, "mlp", "expected class ids 0..C-1, found values from -1 to 1"),
+    (
+        {"x": np.zeros((4, 5)), "y": np.array([0, -1, 0, 1])},
+        "mlp",
+        "expected class ids 0..C-1, found values from -1 to 1",
+    ),
     ({"x": np.full((4, 5), np.nan), "y": np.arange(4) % 2}, "mlp", "expected finite values"),
     ({"x": np.zeros((4, 5)), "y": np.arange(3) % 2}, "mlp", "x has 4 examples, y has 3"),
     ({"x": np.zeros((4, 5)), "y": np.zeros(4, int)}, "mlp", "at least 2 classes"),

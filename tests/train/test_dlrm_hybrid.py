@@ -24,7 +24,7 @@ SPEC = "random:tables=50-80-30-60-20,dense=4,batches=3,batch=32"
 
 
 def single_process_losses(steps: int, batch: int, lr: float) -> list[float]:
-    log = random_log(SPEC[len("random:"):])
+    log = random_log(SPEC[len("random:") :])
     m = dlrm(dim=8, bottom=(16,), top=(16,), **log.model_args)
     net = m.train_net(optimizer="sgd", lr=lr)
     out = []
@@ -59,7 +59,7 @@ class Solo:
 
 
 def test_one_rank_is_plain_training():
-    log = random_log(SPEC[len("random:"):])
+    log = random_log(SPEC[len("random:") :])
     h = HybridDLRM(Solo(), lr=0.1, dim=8, bottom=(16,), top=(16,), **log.model_args)
     got = [h.step(log.batch(range(32 * s, 32 * s + 32))) for s in range(3)]
     np.testing.assert_allclose(got, single_process_losses(3, 32, 0.1), rtol=1e-6)
@@ -73,11 +73,118 @@ def free_port() -> int:
 
 def test_two_ranks_under_torchrun_give_one_process_losses(tmp_path):
     pytest.importorskip("torch.distributed")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
-           "--master-port", str(free_port()), "-m", "asyncnet.train.dlrm_hybrid", "--data", SPEC,
-           "--steps", "5", "--batch-size", "32", "--lr", "0.1"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        "2",
+        "--master-addr",
+        "127.0.0.1",
+        "--master-port",
+        str(free_port()),
+        "-m",
+        "asyncnet.train.dlrm_hybrid",
+        "--data",
+        SPEC,
+        "--steps",
+        "5",
+        "--batch-size",
+        "32",
+        "--lr",
+        "0.1",
+    ]
     proc = run_torchrun(cmd, "done", cwd=tmp_path, env={**os.environ, "PYTHONPATH": SRC}, timeout=200)
     losses = [float(x) for x in re.findall(r"step \d+ loss ([0-9.]+)", proc.stdout)]
     assert len(losses) == 5, proc.stdout + proc.stderr[-2000:]
     np.testing.assert_allclose(losses, single_process_losses(5, 32, 0.1), rtol=1e-5)
     assert "tables per rank [3, 2]" in proc.stdout or "tables per rank [2, 3]" in proc.stdout
+
+
+def _hybrid_cli(tmp_path, *args, timeout=200):
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        "2",
+        "--master-addr",
+        "127.0.0.1",
+        "--master-port",
+        str(free_port()),
+        "-m",
+        "asyncnet",
+        "train",
+        "--model",
+        "dlrm",
+        "--backend",
+        "torch",
+        "--hybrid",
+        "--batch-size",
+        "32",
+        "--lr",
+        "0.1",
+        "--optimizer",
+        "sgd",
+        *args,
+    ]
+    return run_torchrun(
+        cmd, "run directory", ranks=1, cwd=tmp_path, env={**os.environ, "PYTHONPATH": SRC}, timeout=timeout
+    )
+
+
+def test_cli_hybrid_writes_the_run_and_resumes_with_one_process_losses(tmp_path):
+    pytest.importorskip("torch.distributed")
+    import json
+
+    dims = ["--model-arg", "dim=8", "--model-arg", "bottom=[16]", "--model-arg", "top=[16]"]
+    _hybrid_cli(tmp_path, "--data", SPEC, "--epochs", "2", "--out", "run", *dims)
+    first = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert first["status"] == "ok" and len(first["epochs"]) == 2
+    _hybrid_cli(tmp_path, "--resume", "run", "--data", SPEC, "--epochs", "3")
+    done = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    losses = single_process_losses(9, 32, 0.1)  # 3 epochs of 3 batches, in order
+    expect = [np.mean(losses[3 * e : 3 * e + 3]) for e in range(3)]
+    np.testing.assert_allclose([e["train_loss"] for e in done["epochs"]], expect, rtol=1e-5)
+    assert done["status"] == "ok" and done["epochs"][-1]["step"] == 9
+    # the checkpoint holds every table, gathered from both ranks: one process's parameters
+    log = random_log(SPEC[len("random:") :])
+    m = dlrm(dim=8, bottom=(16,), top=(16,), **log.model_args)
+    net = m.train_net(optimizer="sgd", lr=0.1)
+    with an.Workspace() as ws:
+        ws.run_net_once(m.init_net)
+        ws.create_net(net)
+        for s in range(9):
+            for k, v in log.batch(np.arange(s * 32, (s + 1) * 32) % len(log)).items():
+                ws.feed(k, v)
+            ws.run_net("train")
+        ckpt = np.load(tmp_path / "run" / "checkpoint.npz")
+        for p in m.params:
+            np.testing.assert_allclose(ckpt[p], ws.fetch(p), rtol=1e-4, atol=1e-6, err_msg=p)
+        # asyncnet predict scores with the gathered model: one process's probabilities
+        for k, v in log.batch(np.arange(len(log))).items():
+            ws.feed(k, v)
+        ws.run_net_once(m.forward_net("score"))
+        prob = np.asarray(ws.fetch("prob"))[:, 0]
+    pred = __import__("subprocess").run(
+        [sys.executable, "-m", "asyncnet", "predict", "run", "--data", SPEC, "--out", "scores.txt"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": SRC},
+    )
+    assert pred.returncode == 0, pred.stderr
+    np.testing.assert_allclose(np.loadtxt(tmp_path / "scores.txt"), prob, rtol=1e-4, atol=1e-6)
+
+
+def test_cli_hybrid_refuses_other_models_in_one_line(tmp_path):
+    proc = __import__("subprocess").run(
+        [sys.executable, "-m", "asyncnet", "train", "--model", "mlp", "--hybrid"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": SRC},
+    )
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "--hybrid" in proc.stderr

@@ -17,8 +17,12 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 @pytest.mark.timeout(60)
 def test_torch_threads_example() -> None:
-    proc = subprocess.run([sys.executable, str(EXAMPLES / "torch_threads.py"), "--epochs", "3"],
-                          capture_output=True, text=True, timeout=50)
+    proc = subprocess.run(
+        [sys.executable, str(EXAMPLES / "torch_threads.py"), "--epochs", "3"],
+        capture_output=True,
+        text=True,
+        timeout=50,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     accs = [float(a.strip(" %\n")) for a in proc.stdout.split(":")[-1].split(",")]
     assert len(accs) == 2 and accs[0] == accs[1] and accs[0] > 90  # identical replicas, and they learned
@@ -29,7 +33,17 @@ def test_torchrun_example() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
-           "--master-port", str(port), str(EXAMPLES / "torch_torchrun.py")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        "2",
+        "--master-addr",
+        "127.0.0.1",
+        "--master-port",
+        str(port),
+        str(EXAMPLES / "torch_torchrun.py"),
+    ]
     proc = run_torchrun(cmd, "test accuracy")
     assert proc.stdout.count("test accuracy") == 2, proc.stdout + proc.stderr[-2000:]

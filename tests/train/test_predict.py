@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from test_criteo import sample_lines, write
 
-from benchmarks.peers.torch_twins import torch_twin
 from asyncnet.train import criteo
+from benchmarks.peers.torch_twins import torch_twin
 
 pytestmark = pytest.mark.timeout(300)
 SRC = str(Path(__file__).resolve().parents[2] / "src")
@@ -21,8 +21,15 @@ SRC = str(Path(__file__).resolve().parents[2] / "src")
 
 def cli(*args, cwd, cache):
     env = {**os.environ, "PYTHONPATH": SRC, "ASYNCNET_CACHE": str(cache)}
-    return subprocess.run([sys.executable, "-m", "asyncnet", *args], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=240, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "asyncnet", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
 
 
 def test_predict_scores_a_file_as_the_torch_twin(tmp_path, monkeypatch):
@@ -31,12 +38,41 @@ def test_predict_scores_a_file_as_the_torch_twin(tmp_path, monkeypatch):
     train = write(tmp_path / "train.txt", sample_lines(400))
     lines = sample_lines(90, seed=5)
     unlabeled = write(tmp_path / "test.txt", [ln.split("\t", 1)[1] for ln in lines])
-    r = cli("train", "--model", "dlrm", "--data", train, "--epochs", "1", "--batch-size", "50", "--mode", "local",
-            "--workers", "1", "--model-arg", "max_ind_range=64", "--out", str(tmp_path / "run"), "--quiet",
-            cwd=tmp_path, cache=cache)
+    r = cli(
+        "train",
+        "--model",
+        "dlrm",
+        "--data",
+        train,
+        "--epochs",
+        "1",
+        "--batch-size",
+        "50",
+        "--mode",
+        "local",
+        "--workers",
+        "1",
+        "--model-arg",
+        "max_ind_range=64",
+        "--out",
+        str(tmp_path / "run"),
+        "--quiet",
+        cwd=tmp_path,
+        cache=cache,
+    )
     assert r.returncode == 0, r.stderr
-    r = cli("predict", str(tmp_path / "run"), "--data", unlabeled, "--out", str(tmp_path / "p.txt"), "--batch-size", "32",
-            cwd=tmp_path, cache=cache)
+    r = cli(
+        "predict",
+        str(tmp_path / "run"),
+        "--data",
+        unlabeled,
+        "--out",
+        str(tmp_path / "p.txt"),
+        "--batch-size",
+        "32",
+        cwd=tmp_path,
+        cache=cache,
+    )
     assert r.returncode == 0, r.stderr
     assert "scored 90 example(s)" in r.stdout
     got = np.loadtxt(tmp_path / "p.txt")

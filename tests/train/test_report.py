@@ -69,10 +69,12 @@ def test_event_files_do_not_import_an_installed_tensorflow(tmp_path: Path) -> No
     spec = importlib.util.find_spec("tensorflow")
     if spec is None or spec.origin is None:
         pytest.skip("TensorFlow is not installed: nothing could import it")
-    code = ("import sys\nfrom asyncnet.train.report import EventLog, EpochMetrics\n"
-            f"e = EventLog.open({str(tmp_path)!r})\n"
-            "e.add(EpochMetrics(1, 0.5, 0.9, 0.4, 0.95, 1400, 0.5, lr=0.2)); e.step(1, 0.3, 0.5); e.close()\n"
-            "print('tensorflow' in sys.modules)\n")
+    code = (
+        "import sys\nfrom asyncnet.train.report import EventLog, EpochMetrics\n"
+        f"e = EventLog.open({str(tmp_path)!r})\n"
+        "e.add(EpochMetrics(1, 0.5, 0.9, 0.4, 0.95, 1400, 0.5, lr=0.2)); e.step(1, 0.3, 0.5); e.close()\n"
+        "print('tensorflow' in sys.modules)\n"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=100)
     assert out.returncode == 0 and out.stdout.strip() == "False", out.stderr
     assert out.stderr == ""

@@ -24,8 +24,14 @@ SMALL = ["--hidden", "16", "--quiet"]
 
 def _cli(*args: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-    return subprocess.run([sys.executable, "-m", "asyncnet", "train", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "asyncnet", "train", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
 
 
 def _arrays(path: Path) -> dict[str, np.ndarray]:
@@ -43,8 +49,14 @@ def _epochs(metrics: Path) -> int:
 def test_a_sigtermed_process_run_resumes_from_its_last_epoch_with_the_bits_of_an_unbroken_run(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
     cmd = [sys.executable, "-m", "asyncnet", "train", "--backend", "processes", *SMALL]
-    p = subprocess.Popen([*cmd, "--epochs", "300", "--out", "run"], cwd=tmp_path, stdout=subprocess.DEVNULL,
-                         stderr=subprocess.PIPE, text=True, env=env)
+    p = subprocess.Popen(
+        [*cmd, "--epochs", "300", "--out", "run"],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and p.poll() is None and _epochs(tmp_path / "run" / "metrics.json") < 1:
@@ -158,10 +170,14 @@ def test_a_checkpoint_without_its_metadata_is_refused_in_one_line(tmp_path: Path
     np.savez(run / "checkpoint.npz", **_arrays(run / "checkpoint.npz"))
     p = _cli("--resume", "run", "--epochs", "2", "--quiet", cwd=tmp_path)
     line = p.stderr.strip()
-    assert p.returncode == 1 and "\n" not in line and "no metadata" in line and "python -m asyncnet.train.convert" in line
+    assert (
+        p.returncode == 1 and "\n" not in line and "no metadata" in line and "python -m asyncnet.train.convert" in line
+    )
 
 
-@pytest.mark.parametrize("args", [["--model", "cnn"], ["--optimizer", "adam"], ["--backend", "processes", "--hidden", "16"]])
+@pytest.mark.parametrize(
+    "args", [["--model", "cnn"], ["--optimizer", "adam"], ["--backend", "processes", "--hidden", "16"]]
+)
 def test_an_exploding_loss_fails_the_run_with_exit_1_and_the_rule_can_be_turned_off(tmp_path: Path, args) -> None:
     p = _cli("--lr", "1e9", "--epochs", "3", *args, "--out", "run", "--quiet", cwd=tmp_path)
     line = p.stderr.strip()
@@ -188,8 +204,22 @@ def test_the_divergence_rule_is_documented_and_off_keeps_only_nan(tmp_path: Path
     first.check(4.9, "step 2")
     with pytest.raises(TrainingDivergedError, match="first step's loss"):
         first.check(5.1, "step 3")
-    assert main(["train", "--lr", "1e9", "--epochs", "1", "--hidden", "8", "--divergence-factor", "0",
-                 "--out", str(tmp_path / "off"), "--quiet"]) in (0, 1)  # only a NaN can stop it now
+    assert main(
+        [
+            "train",
+            "--lr",
+            "1e9",
+            "--epochs",
+            "1",
+            "--hidden",
+            "8",
+            "--divergence-factor",
+            "0",
+            "--out",
+            str(tmp_path / "off"),
+            "--quiet",
+        ]
+    ) in (0, 1)  # only a NaN can stop it now
 
 
 def test_a_checkpoint_of_the_previous_format_loads_or_says_how_to_convert_it(tmp_path: Path) -> None:
@@ -227,9 +257,13 @@ def test_the_checkpoint_converter_command(tmp_path: Path) -> None:
     import shutil
 
     shutil.copy(Path(__file__).parents[1] / "model" / "data" / "cnn_v1_channels2.npz", tmp_path / "c.npz")
-    p = subprocess.run([sys.executable, "-m", "asyncnet.train.convert", str(tmp_path / "c.npz"), "--model", "cnn"],
-                       capture_output=True, text=True, timeout=60,
-                       env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)})
+    p = subprocess.run(
+        [sys.executable, "-m", "asyncnet.train.convert", str(tmp_path / "c.npz"), "--model", "cnn"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)},
+    )
     # the zoo cnn has 16/32 channels: the fixture's 2/2 is refused in one line naming the shapes
     assert p.returncode == 1 and p.stderr.count("\n") == 1 and "shape" in p.stderr
     import asyncnet as an
@@ -240,13 +274,15 @@ def test_the_checkpoint_converter_command(tmp_path: Path) -> None:
     ws = an.Workspace()
     ws.run_net_once(program.init_net)
     np.savez(tmp_path / "zoo.npz", **{n: np.asarray(ws.fetch(n)) for n in program.checkpoint_blobs})
-    p = subprocess.run([sys.executable, "-m", "asyncnet.train.convert", str(tmp_path / "zoo.npz"), "--model", "cnn"],
-                       capture_output=True, text=True, timeout=60,
-                       env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)})
+    p = subprocess.run(
+        [sys.executable, "-m", "asyncnet.train.convert", str(tmp_path / "zoo.npz"), "--model", "cnn"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)},
+    )
     assert p.returncode == 0 and p.stderr == "", p.stderr
     program.load(ws, tmp_path / "zoo.npz")
-
-
 
 
 @pytest.mark.timeout(120)

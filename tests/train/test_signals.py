@@ -28,26 +28,45 @@ def _leftovers(pid: int) -> list[str]:
     return shm + glob.glob(f"/tmp/asyncnet_fn_{pid}_*")
 
 
-@pytest.mark.parametrize("sig, target, mode", [
-    (signal.SIGTERM, "parent", "sync"),
-    (signal.SIGINT, "group", "sync"),
-    (signal.SIGTERM, "parent", "hogwild"),
-    (signal.SIGINT, "group", "hogwild"),
-])
+@pytest.mark.parametrize(
+    "sig, target, mode",
+    [
+        (signal.SIGTERM, "parent", "sync"),
+        (signal.SIGINT, "group", "sync"),
+        (signal.SIGTERM, "parent", "hogwild"),
+        (signal.SIGINT, "group", "hogwild"),
+    ],
+)
 def test_signal_stops_the_run_cleanly(tmp_path, sig, target, mode):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    cmd = [sys.executable, "-m", "asyncnet", "train", "--backend", "processes", "--mode", mode, "--epochs", "1000",
-           "--quiet", "--out", str(tmp_path / "run")]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    cmd = [
+        sys.executable,
+        "-m",
+        "asyncnet",
+        "train",
+        "--backend",
+        "processes",
+        "--mode",
+        mode,
+        "--epochs",
+        "1000",
+        "--quiet",
+        "--out",
+        str(tmp_path / "run"),
+    ]
+    proc = subprocess.Popen(
+        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     try:
         deadline = time.monotonic() + 60  # until the workers train (their sync segments exist)
         while not [n for n in _leftovers(proc.pid) if n.endswith(("_g1", "_a1")) or "_hw_" in n]:
             assert proc.poll() is None and time.monotonic() < deadline, "the run never started"
             time.sleep(0.05)
         time.sleep(0.5)
-        kids = [int(p) for p in subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True,
-                                                 text=True).stdout.split()]
+        kids = [
+            int(p)
+            for p in subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
+        ]
         sent = time.monotonic()
         if target == "group":
             os.killpg(proc.pid, sig)

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import asyncnet as an
-from asyncnet.train.data import load_digits
 from asyncnet.train import MLP
+from asyncnet.train.data import load_digits
 from asyncnet.train.trainers import TrainConfig, train
 
 QUICK = dict(epochs=4, seed=0)
@@ -29,8 +29,16 @@ def _reference_accuracy(params: dict[str, np.ndarray], cfg: TrainConfig) -> floa
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("mode,backend", [("local", "threads"), ("sync", "threads"), ("hogwild", "threads"),
-                                          ("sync", "processes"), ("hogwild", "processes")])
+@pytest.mark.parametrize(
+    "mode,backend",
+    [
+        ("local", "threads"),
+        ("sync", "threads"),
+        ("hogwild", "threads"),
+        ("sync", "processes"),
+        ("hogwild", "processes"),
+    ],
+)
 def test_every_mode_learns_the_digits(mode: str, backend: str, created_segments) -> None:
     threads_before = set(threading.enumerate())
     cfg = TrainConfig(mode=mode, backend=backend, workers=2, **QUICK)
@@ -109,11 +117,18 @@ def test_checkpoint_round_trip(tmp_path) -> None:
     assert float(ws.fetch("accuracy")) == result.history.final.test_accuracy
 
 
-@pytest.mark.parametrize("changes,match", [
-    ({"mode": "bogus"}, "mode"), ({"backend": "mpi"}, "backend"), ({"workers": 0}, "workers"),
-    ({"lr": -1.0}, "lr"), ({"hidden": ()}, "hidden"), ({"batch_size": 1, "workers": 2}, "batch_size"),
-    ({"optimizer": "lbfgs"}, "optimizer"),
-])
+@pytest.mark.parametrize(
+    "changes,match",
+    [
+        ({"mode": "bogus"}, "mode"),
+        ({"backend": "mpi"}, "backend"),
+        ({"workers": 0}, "workers"),
+        ({"lr": -1.0}, "lr"),
+        ({"hidden": ()}, "hidden"),
+        ({"batch_size": 1, "workers": 2}, "batch_size"),
+        ({"optimizer": "lbfgs"}, "optimizer"),
+    ],
+)
 def test_bad_configs_are_refused(changes: dict, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         TrainConfig(**changes)

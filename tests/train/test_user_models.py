@@ -20,7 +20,7 @@ from asyncnet.model import ModelHelper
 
 pytestmark = pytest.mark.timeout(240)
 DOC = Path(__file__).parents[2] / "docs" / "custom-models.md"
-MODULE = textwrap.dedent('''
+MODULE = textwrap.dedent("""
     from asyncnet.model import ModelHelper
 
     def two_layer(dropout=0.1):
@@ -28,7 +28,7 @@ MODULE = textwrap.dedent('''
         h = m.dropout(m.relu(m.fc("features", "fc1", 6, 16), "h"), "drop", ratio=dropout, seed=7)
         m.softmax_with_loss(m.fc(h, "fc2", 16, 3), "target")
         return m
-''')
+""")
 
 
 def _data(n: int = 600) -> tuple[np.ndarray, np.ndarray]:
@@ -44,9 +44,9 @@ def _two_layer(dropout: float = 0.1) -> ModelHelper:
 
 
 def _deterministic() -> ModelHelper:
-    """The model without dropout: the dropout ops' generators are not checkpointed, so only a
-    model without them resumes with the bits of an unbroken run."""
-    return _two_layer(0.0)
+    """The model with its dropout: each worker's Dropout is seeded from (seed, rank) and its
+    generator checkpointed, so it resumes with the bits of an unbroken run."""
+    return _two_layer(0.1)
 
 
 def _run_files(run: Path) -> set[str]:
@@ -57,7 +57,9 @@ def test_a_user_model_trains_through_train_with_the_run_directory_of_a_zoo_model
     x, y = _data()
     result = train_user(tmp_path / "run", x, y, epochs=3)
     assert result.history.final.test_accuracy > 0.8
-    assert {"metrics.json", "checkpoint.npz", "tensorboard", "trace.json", "loss_accuracy.png"} <= _run_files(tmp_path / "run")
+    assert {"metrics.json", "checkpoint.npz", "tensorboard", "trace.json", "loss_accuracy.png"} <= _run_files(
+        tmp_path / "run"
+    )
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert metrics["status"] == "ok" and len(metrics["epochs"]) == 3 and metrics["data"] == "arrays"
     assert os.listdir(tmp_path / "run" / "tensorboard")
@@ -91,8 +93,17 @@ def train_user(out: Path, x, y, epochs: int, resume: bool = False):
 
     if resume:
         return train(_deterministic, (x, y), epochs=epochs, resume=out)
-    return train(_deterministic, (x, y), epochs=epochs, workers=2, optimizer="momentum", lr=0.05, trace=True, out=out,
-                 overwrite=True)
+    return train(
+        _deterministic,
+        (x, y),
+        epochs=epochs,
+        workers=2,
+        optimizer="momentum",
+        lr=0.05,
+        trace=True,
+        out=out,
+        overwrite=True,
+    )
 
 
 def an_train(model, x, y, epochs: int):
@@ -110,8 +121,14 @@ def test_a_user_model_trains_through_the_cli_and_resumes(tmp_path: Path, form: s
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *(p for p in sys.path if p)])}
 
     def cli(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "asyncnet", "train", *args], cwd=tmp_path, env=env,
-                              capture_output=True, text=True, timeout=180)
+        return subprocess.run(
+            [sys.executable, "-m", "asyncnet", "train", *args],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
 
     p = cli("--model", spec, "--data", "data.npz", "--epochs", "2", "--backend", "processes", "--out", "run", "--quiet")
     assert p.returncode == 0, p.stderr
@@ -133,12 +150,19 @@ def test_every_model_has_an_inference_net_and_its_eval_net_leaves_the_train_blob
     from asyncnet.model.zoo import cnn, dlrm, lstm, mlp
     from asyncnet.train import Program
 
-    for model in (mlp(64, (8,), 10), cnn(channels=(2, 2)), lstm(hidden=4), dlrm(num_dense=4, table_sizes=(5, 5), dim=2),
-                  _two_layer()):
+    for model in (
+        mlp(64, (8,), 10),
+        cnn(channels=(2, 2)),
+        lstm(hidden=4),
+        dlrm(num_dense=4, table_sizes=(5, 5), dim=2),
+        _two_layer(),
+    ):
         program = Program(model)
         inference = program.inference_net()
         read = {i for op in inference.ops for i in op.inputs}
-        assert not read & set(program.labels) and program.model.loss not in {o for op in inference.ops for o in op.outputs}
+        assert not read & set(program.labels) and program.model.loss not in {
+            o for op in inference.ops for o in op.outputs
+        }
     program = Program(_two_layer(), optimizer="adam", lr=0.01)
     ws = an.Workspace()
     ws.run_net_once(program.init_net)

@@ -13,7 +13,13 @@ from asyncnet.train.trainers import TrainConfig, train
 
 pytestmark = pytest.mark.timeout(60)
 
-RUNS = [("local", "threads"), ("sync", "threads"), ("sync", "processes"), ("hogwild", "threads"), ("hogwild", "processes")]
+RUNS = [
+    ("local", "threads"),
+    ("sync", "threads"),
+    ("sync", "processes"),
+    ("hogwild", "threads"),
+    ("hogwild", "processes"),
+]
 
 
 @pytest.mark.parametrize("model", ["cnn", "lstm"])
@@ -49,7 +55,10 @@ def test_the_model_picks_its_optimizer_and_rate() -> None:
     assert (TrainConfig().optimizer, TrainConfig().lr) == ("sgd", 0.2)  # mlp: today's defaults
     assert (TrainConfig(model="cnn").optimizer, TrainConfig(model="cnn").lr) == ("adam", 0.005)
     assert TrainConfig(model="lstm", optimizer="momentum").lr == 0.05
-    assert (TrainConfig(model="cnn", mode="hogwild").optimizer, TrainConfig(model="lstm", mode="hogwild").lr) == ("sgd", 0.5)
+    assert (TrainConfig(model="cnn", mode="hogwild").optimizer, TrainConfig(model="lstm", mode="hogwild").lr) == (
+        "sgd",
+        0.5,
+    )
     assert (TrainConfig(model="dlrm").optimizer, TrainConfig(model="dlrm").lr) == ("sgd", 0.05)
     with pytest.raises(TrainConfigError, match="model must be one of mlp, cnn, lstm, dlrm, got 'vgg'"):
         TrainConfig(model="vgg")
@@ -71,9 +80,9 @@ def test_every_mode_trains_dlrm_near_the_optimal_auc(mode: str, backend: str, cr
 def test_dlrm_sync_densifies_table_gradients_and_hogwild_updates_rows_in_place() -> None:
     from asyncnet.atomic import Mutex
     from asyncnet.train.data import load_clicks
+    from asyncnet.train.loop import initial_state
     from asyncnet.train.program import build_program as build_model
     from asyncnet.train.worker import WorkerNets
-    from asyncnet.train.loop import initial_state
 
     cfg = TrainConfig(model="dlrm", mode="hogwild", workers=2, batch_size=8)
     ds = load_clicks(200, 50)
@@ -117,9 +126,29 @@ def test_dlrm_under_torchrun_matches_sync_threads(tmp_path) -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
-           "--master-port", str(port), "-m", "asyncnet", "train", "--backend", "torch", "--model", "dlrm",
-           "--epochs", "1", "--out", str(out), "--quiet"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        "2",
+        "--master-addr",
+        "127.0.0.1",
+        "--master-port",
+        str(port),
+        "-m",
+        "asyncnet",
+        "train",
+        "--backend",
+        "torch",
+        "--model",
+        "dlrm",
+        "--epochs",
+        "1",
+        "--out",
+        str(out),
+        "--quiet",
+    ]
     run_torchrun(cmd, "", ranks=0, cwd=tmp_path)
     ref = train(TrainConfig(model="dlrm", mode="sync", workers=2, epochs=1))
     with np.load(out / "checkpoint.npz") as ckpt:
@@ -132,8 +161,10 @@ def test_dlrm_under_torchrun_matches_sync_threads(tmp_path) -> None:
 def test_every_zoo_model_trains_on_torch_tensors_as_on_numpy(model: str) -> None:
     """Every op of the zoo runs one kernel on numpy and torch: sync training agrees to float tolerance."""
     pytest.importorskip("torch")
-    runs = {t: train(TrainConfig(model=model, mode="sync", workers=2, epochs=1, seed=0, trace=False, tensor=t))
-            for t in ("numpy", "torch")}
+    runs = {
+        t: train(TrainConfig(model=model, mode="sync", workers=2, epochs=1, seed=0, trace=False, tensor=t))
+        for t in ("numpy", "torch")
+    }
     a, b = runs["numpy"].history.final, runs["torch"].history.final
     assert b.test_loss == pytest.approx(a.test_loss, rel=1e-4)
     assert b.test_accuracy == pytest.approx(a.test_accuracy, abs=0.01)
@@ -144,8 +175,10 @@ def test_hogwild_staleness_warning_names_dlrm_sparse_tables(caplog) -> None:
     from asyncnet.train.data import load_clicks
 
     with caplog.at_level("WARNING", logger="asyncnet.train"):
-        train(TrainConfig(mode="hogwild", model="dlrm", workers=9, epochs=1, batch_size=36, trace=False, threads=1),
-              dataset=load_clicks(360, 100))
+        train(
+            TrainConfig(mode="hogwild", model="dlrm", workers=9, epochs=1, batch_size=36, trace=False, threads=1),
+            dataset=load_clicks(360, 100),
+        )
     text = " ".join(r.getMessage() for r in caplog.records if "updates old" in r.getMessage())
     assert "its MLPs (only its embedding tables are updated by row)" in text and "dense model" not in text
 

@@ -28,6 +28,7 @@ def __getattr__(name: str) -> Any:
     globals()[name] = value
     return value
 
+
 __all__ = [
     "Mutex",
     "AtomicInt",

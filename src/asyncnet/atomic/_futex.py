@@ -33,9 +33,21 @@ __all__ = ["futex_wait", "futex_wake", "HAVE_FUTEX"]
 _FUTEX_WAIT, _FUTEX_WAKE = 0, 1
 _WAKE_ALL = 0x7FFFFFFF
 # SYS_futex by machine (the generic table of the newer ports uses 98).
-_SYSCALLS = {"x86_64": 202, "amd64": 202, "aarch64": 98, "arm64": 98, "riscv64": 98, "loongarch64": 98,
-             "i386": 240, "i686": 240, "armv7l": 240, "armv6l": 240, "ppc64le": 221, "ppc64": 221,
-             "s390x": 238}
+_SYSCALLS = {
+    "x86_64": 202,
+    "amd64": 202,
+    "aarch64": 98,
+    "arm64": 98,
+    "riscv64": 98,
+    "loongarch64": 98,
+    "i386": 240,
+    "i686": 240,
+    "armv7l": 240,
+    "armv6l": 240,
+    "ppc64le": 221,
+    "ppc64": 221,
+    "s390x": 238,
+}
 
 
 class _Timespec(ctypes.Structure):
@@ -71,8 +83,15 @@ def futex_wait(addr: int, expected: int, timeout: float) -> None:
     ts = _Timespec(sec, int((timeout - sec) * 1e9))
     # the result does not matter: woken, timed out, EAGAIN (the word changed) or EINTR all mean
     # "look at the word again"
-    syscall(ctypes.c_long(nr), ctypes.c_void_p(addr), _FUTEX_WAIT, ctypes.c_uint32(expected & 0xFFFFFFFF),
-            ctypes.byref(ts), None, 0)
+    syscall(
+        ctypes.c_long(nr),
+        ctypes.c_void_p(addr),
+        _FUTEX_WAIT,
+        ctypes.c_uint32(expected & 0xFFFFFFFF),
+        ctypes.byref(ts),
+        None,
+        0,
+    )
 
 
 def futex_wake(addr: int) -> None:

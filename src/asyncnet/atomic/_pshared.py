@@ -102,9 +102,7 @@ class PSharedMutex:
 
     __slots__ = ("_m", "label", "warn", "recovered")
 
-    def __init__(
-        self, buf: object, offset: int, init: bool = False, label: str = "mutex", warn: bool = True
-    ) -> None:
+    def __init__(self, buf: object, offset: int, init: bool = False, label: str = "mutex", warn: bool = True) -> None:
         self._m = (ctypes.c_ubyte * MUTEX_BYTES).from_buffer(buf, offset)  # type: ignore[arg-type]
         self.label = label
         self.warn = warn  # False when the guarded data is one aligned store (always consistent)

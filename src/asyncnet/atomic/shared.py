@@ -81,7 +81,7 @@ class AtomicSegment:
         self._finalizer = weakref.finalize(self, _finalize, mm, name if owner else None, os.getpid())
 
     @classmethod
-    def create(cls, kind: int, bits: int, name: str | None = None) -> tuple["AtomicSegment", mmap.mmap]:
+    def create(cls, kind: int, bits: int, name: str | None = None) -> tuple[AtomicSegment, mmap.mmap]:
         """Create a new segment (random name when ``name`` is None); return it and its map.
 
         The caller initialises the payload, then calls :meth:`publish`.
@@ -101,7 +101,7 @@ class AtomicSegment:
         self.mm[0:4] = _MAGIC
 
     @classmethod
-    def attach(cls, name: str, kind: int) -> "AtomicSegment":
+    def attach(cls, name: str, kind: int) -> AtomicSegment:
         """Map the existing segment ``name``; check it holds a primitive of ``kind``."""
         try:
             seg = open_segment(name)
@@ -130,6 +130,7 @@ class AtomicSegment:
             mm = self.mm
             self._finalizer.detach()
             self._finalizer = weakref.finalize(self, _finalize, mm, None, 0)
+
 
 _S = TypeVar("_S", bound="_SharedPrimitive")
 
@@ -400,10 +401,10 @@ class SharedAtomicInt(_SharedPrimitive):
 class SharedAtomicBool(_SharedPrimitive):
     """A boolean flag in shared memory; ``set_if`` never clears it (a cross-process stop flag).
 
-        >>> stop = SharedAtomicBool()
-        >>> stop.set_if(True), stop.test_and_set()
-        (True, True)
-        >>> stop.close()
+    >>> stop = SharedAtomicBool()
+    >>> stop.set_if(True), stop.test_and_set()
+    (True, True)
+    >>> stop.close()
     """
 
     _KIND = KIND_BOOL

@@ -38,9 +38,12 @@ def find_checkout(cwd: Path | None = None) -> Path | None:
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("bench", help="run a benchmark of the source checkout (python -m benchmarks NAME)",
-                       description="Run a benchmark from the source repository's benchmarks/ (python -m benchmarks "
-                                   "NAME ARGS); NAME 'all' runs every one. Arguments after NAME go to it.")
+    p = sub.add_parser(
+        "bench",
+        help="run a benchmark of the source checkout (python -m benchmarks NAME)",
+        description="Run a benchmark from the source repository's benchmarks/ (python -m benchmarks "
+        "NAME ARGS); NAME 'all' runs every one. Arguments after NAME go to it.",
+    )
     p.add_argument("name", help="a benchmark (executor, atomics, allreduce, train, models, ...) or 'all'")
     p.add_argument("bench_args", nargs=argparse.REMAINDER, help="arguments for the benchmark, e.g. --json --quick")
     p.set_defaults(handler=run)
@@ -49,8 +52,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     root = find_checkout()
     if root is None:
-        print("asyncnet bench: the benchmarks ship with the source repository, not the package: "
-              "run it from a clone of asyncnet (python -m benchmarks NAME)", file=sys.stderr)
+        print(
+            "asyncnet bench: the benchmarks ship with the source repository, not the package: "
+            "run it from a clone of asyncnet (python -m benchmarks NAME)",
+            file=sys.stderr,
+        )
         return EXIT_NO_CHECKOUT
     package_dir = str(Path(__file__).resolve().parents[2])  # the asyncnet this command runs from
     path = os.pathsep.join(p for p in (str(root), package_dir, os.environ.get("PYTHONPATH", "")) if p)

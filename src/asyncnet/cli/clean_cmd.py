@@ -12,9 +12,12 @@ import argparse
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("clean", help="remove shared memory and temp folders left by killed asyncnet processes",
-                       description="Remove /dev/shm segments and temporary folders whose creating asyncnet "
-                                   "process is gone (left only when every process of a run was killed at once).")
+    p = sub.add_parser(
+        "clean",
+        help="remove shared memory and temp folders left by killed asyncnet processes",
+        description="Remove /dev/shm segments and temporary folders whose creating asyncnet "
+        "process is gone (left only when every process of a run was killed at once).",
+    )
     p.add_argument("--dry-run", action="store_true", help="list what would be removed, remove nothing")
     p.set_defaults(handler=run)
 
@@ -28,6 +31,8 @@ def run(args: argparse.Namespace) -> int:
     for it in removed:
         print(f"{verb} {it.kind} {it.path} ({it.nbytes / 2**20:.1f} MiB; its process {it.pid} is gone)")
     segs = [it for it in removed if it.kind == "segment"]
-    print(f"{verb} {len(segs)} segment(s) ({sum(it.nbytes for it in segs) / 2**20:.1f} MiB) and "
-          f"{len(removed) - len(segs)} folder(s) left by asyncnet processes that no longer exist")
+    print(
+        f"{verb} {len(segs)} segment(s) ({sum(it.nbytes for it in segs) / 2**20:.1f} MiB) and "
+        f"{len(removed) - len(segs)} folder(s) left by asyncnet processes that no longer exist"
+    )
     return 0

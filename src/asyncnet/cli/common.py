@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -82,7 +83,7 @@ def _limits() -> tuple[int, int]:
 def show_path(path: str, keep: int = 60) -> str:
     """``path`` shortened for a one-line message (its start, its end and its length)."""
     text = repr(path)[1:-1]
-    return text if len(text) <= keep else f"{text[:keep // 2]}...{text[-keep // 2:]} ({len(text)} characters)"
+    return text if len(text) <= keep else f"{text[: keep // 2]}...{text[-keep // 2 :]} ({len(text)} characters)"
 
 
 def parse_feeds(specs: list[str] | None) -> dict[str, Any]:
@@ -117,8 +118,9 @@ def _load_npy(path: str) -> np.ndarray:
     with open(path, "rb") as f:
         magic = f.read(len(_NPY_MAGIC))
     if magic != _NPY_MAGIC:
-        raise ValueError("not a .npy file (it does not start with the NUMPY magic bytes; "
-                         ".npz archives and pickles are not accepted)")
+        raise ValueError(
+            "not a .npy file (it does not start with the NUMPY magic bytes; .npz archives and pickles are not accepted)"
+        )
     # Memory-mapping checks the header's shape against the file size before anything is allocated.
     try:
         mapped = np.load(path, mmap_mode="r", allow_pickle=False)
@@ -128,7 +130,7 @@ def _load_npy(path: str) -> np.ndarray:
         if "mmap length" in str(e):
             raise ValueError("the file is shorter than the array its header describes (truncated?)") from None
         raise
-    except Exception as e:  # numpy parses the header with ast/tokenize: a mangled one raises their errors
+    except Exception as e:  # noqa: BLE001 - numpy parses the header with ast/tokenize: a mangled one raises theirs
         raise ValueError(f"invalid .npy header ({type(e).__name__}: {e})") from None
     return np.array(mapped)
 

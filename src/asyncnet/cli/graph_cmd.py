@@ -8,14 +8,21 @@ from asyncnet.cli.common import CLIError, load_net
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("graph", help="draw a net's dependency graph (chains marked) as .svg, .png or .dot",
-                       description="Draw the dependency graph the async executor builds for NET.json; each chain "
-                                   "(ops run start to end on one thread) is framed and has a colour of its own.")
+    p = sub.add_parser(
+        "graph",
+        help="draw a net's dependency graph (chains marked) as .svg, .png or .dot",
+        description="Draw the dependency graph the async executor builds for NET.json; each chain "
+        "(ops run start to end on one thread) is framed and has a colour of its own.",
+    )
     p.add_argument("net", metavar="NET.json", help="a NetDef JSON file")
     p.add_argument("-o", "--output", required=True, help="output file: .svg, .png or .dot")
-    p.add_argument("--engine", choices=["auto", "dot", "builtin"], default="auto",
-                   help="layout for .svg/.png: graphviz's dot (edges routed around boxes), the builtin "
-                        "matplotlib drawing, or auto (dot when installed; default)")
+    p.add_argument(
+        "--engine",
+        choices=["auto", "dot", "builtin"],
+        default="auto",
+        help="layout for .svg/.png: graphviz's dot (edges routed around boxes), the builtin "
+        "matplotlib drawing, or auto (dot when installed; default)",
+    )
     p.set_defaults(handler=run)
 
 

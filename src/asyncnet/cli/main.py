@@ -25,8 +25,17 @@ from asyncnet import __version__
 from asyncnet.cli.common import CLIError
 from asyncnet.errors import AsyncNetError
 
-SUBCOMMANDS = ["run_cmd", "ops_cmd", "trace_cmd", "graph_cmd", "train_cmd", "bench_cmd", "simulate_cmd", "clean_cmd",
-               "predict_cmd"]
+SUBCOMMANDS = [
+    "run_cmd",
+    "ops_cmd",
+    "trace_cmd",
+    "graph_cmd",
+    "train_cmd",
+    "bench_cmd",
+    "simulate_cmd",
+    "clean_cmd",
+    "predict_cmd",
+]
 EXIT_ERROR, EXIT_USAGE, EXIT_SOFTWARE, EXIT_PIPE = 1, 2, 70, 141
 
 
@@ -60,7 +69,7 @@ class _StopSignals:
         self.received: int | None = None
         self._previous: dict[int, object] = {}
 
-    def __enter__(self) -> "_StopSignals":
+    def __enter__(self) -> _StopSignals:
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGINT, signal.SIGTERM):
                 self._previous[sig] = signal.signal(sig, self._handle)
@@ -108,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
             signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def _dispatch(argv: list[str] | None, stop: "_StopSignals") -> int:
+def _dispatch(argv: list[str] | None, stop: _StopSignals) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if getattr(args, "handler", None) is None:
@@ -129,8 +138,10 @@ def _dispatch(argv: list[str] | None, stop: "_StopSignals") -> int:
     except Exception as e:  # a bug: still one line, with what a report needs
         if os.environ.get("ASYNCNET_DEBUG"):
             raise
-        _say(f"asyncnet: internal error: {type(e).__name__}: {_one_line(str(e))} "
-             "(please report it; ASYNCNET_DEBUG=1 shows the traceback)")
+        _say(
+            f"asyncnet: internal error: {type(e).__name__}: {_one_line(str(e))} "
+            "(please report it; ASYNCNET_DEBUG=1 shows the traceback)"
+        )
         return EXIT_SOFTWARE
 
 

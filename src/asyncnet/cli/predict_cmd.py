@@ -24,12 +24,19 @@ from asyncnet.cli.common import CLIError
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("predict", help="score a click-log file with a trained dlrm run",
-                       description="Load a trained dlrm run (metrics.json and checkpoint.npz of RUN_DIR) and write "
-                                   "the click probability of every example of --data, one per line.")
+    p = sub.add_parser(
+        "predict",
+        help="score a click-log file with a trained dlrm run",
+        description="Load a trained dlrm run (metrics.json and checkpoint.npz of RUN_DIR) and write "
+        "the click probability of every example of --data, one per line.",
+    )
     p.add_argument("run_dir", metavar="RUN_DIR", help="a run directory of `asyncnet train --model dlrm`")
-    p.add_argument("--data", required=True, metavar="FILE",
-                   help="Criteo Kaggle text (40 fields, or 39 without labels), the reference's .npz, or random:...")
+    p.add_argument(
+        "--data",
+        required=True,
+        metavar="FILE",
+        help="Criteo Kaggle text (40 fields, or 39 without labels), the reference's .npz, or random:...",
+    )
     p.add_argument("--out", metavar="FILE", help="write the probabilities here (default: standard output)")
     p.add_argument("--batch-size", type=int, default=4096, help="examples per eval step (default 4096)")
     p.set_defaults(handler=run)
@@ -67,7 +74,7 @@ def _run_config(run_dir: Path) -> Any:
     except ValueError:
         raise CLIError(f"{metrics}: not valid JSON") from None
     if not isinstance(data, dict) or not isinstance(data.get("config"), dict):
-        raise CLIError(f"{metrics}: expected a run's metrics.json with a \"config\" block")
+        raise CLIError(f'{metrics}: expected a run\'s metrics.json with a "config" block')
     try:
         cfg = TrainConfig.from_dict(data["config"], where=str(metrics))
     except TrainConfigError as e:
@@ -90,9 +97,11 @@ def score(cfg: Any, checkpoint: Path, data: str, batch_size: int) -> tuple[np.nd
     log = load_click_data(data, {k: v for k, v in cfg.model_args.items() if k in DATA_KEYS and k != "test_fraction"})
     want = {k: cfg.model_args.get(k) for k in ("num_dense", "table_sizes")}
     if log.model_args != want:
-        raise CLIError(f"--data {data}: its {log.model_args['num_dense']} dense features and tables of "
-                       f"{log.model_args['table_sizes'][:4]}... rows do not fit the run's model ({want['num_dense']} and "
-                       f"{(want['table_sizes'] or [])[:4]}...)")
+        raise CLIError(
+            f"--data {data}: its {log.model_args['num_dense']} dense features and tables of "
+            f"{log.model_args['table_sizes'][:4]}... rows do not fit the run's model ({want['num_dense']} and "
+            f"{(want['table_sizes'] or [])[:4]}...)"
+        )
     model = build_model(cfg, 0, 2)
     probs = np.empty(len(log), np.float64)
     with an.Workspace() as ws:

@@ -15,7 +15,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="run a net from a JSON file", description="Run NET.json against fed blobs.")
     p.add_argument("net", metavar="NET.json")
     p.add_argument("--feed", action="append", metavar="NAME=FILE.npy", help="blob to feed (repeatable)")
-    p.add_argument("--input", action="append", dest="feed", metavar="NAME=FILE.npy", help="same as --feed (an ONNX model's input)")
+    p.add_argument(
+        "--input", action="append", dest="feed", metavar="NAME=FILE.npy", help="same as --feed (an ONNX model's input)"
+    )
     p.add_argument("--fetch", action="append", metavar="NAME", help="blob to print after the run (repeatable)")
     p.add_argument("--save", metavar="OUT.npz", help="save the fetched blobs to an npz file")
     p.add_argument("--iters", type=int, default=1, help="number of runs (default 1)")
@@ -38,7 +40,11 @@ def run(args: argparse.Namespace) -> int:
         ws.run_net(net_def.name, num_iter=args.iters)
         fetched = {name: ws.fetch(name) for name in args.fetch or []}
     for name, value in fetched.items():
-        print(f"{name} = {np.array2string(np.asarray(value), threshold=50)}" if isinstance(value, np.ndarray) else f"{name} = {value!r}")
+        print(
+            f"{name} = {np.array2string(np.asarray(value), threshold=50)}"
+            if isinstance(value, np.ndarray)
+            else f"{name} = {value!r}"
+        )
     if args.save:
         save_npz(args.save, fetched)
     return 0

@@ -8,9 +8,12 @@ from asyncnet.cli.common import CLIError, load_net, parse_feeds
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("trace", help="run a net and write its timeline as Chrome-trace JSON (opens in Perfetto)",
-                       description="Run NET.json with per-op timing and write a Chrome-trace JSON file: one track "
-                                   "per worker thread, one slice per op. Open it at https://ui.perfetto.dev.")
+    p = sub.add_parser(
+        "trace",
+        help="run a net and write its timeline as Chrome-trace JSON (opens in Perfetto)",
+        description="Run NET.json with per-op timing and write a Chrome-trace JSON file: one track "
+        "per worker thread, one slice per op. Open it at https://ui.perfetto.dev.",
+    )
     p.add_argument("net", metavar="NET.json", help="a NetDef JSON file")
     p.add_argument("-o", "--output", required=True, help="trace file to write (JSON)")
     p.add_argument("--feed", action="append", metavar="NAME=FILE.npy", help="feed a blob before running (repeatable)")

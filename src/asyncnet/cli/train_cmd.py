@@ -31,9 +31,29 @@ from typing import Any
 from asyncnet.errors import AsyncNetError, TrainConfigError, TrainingDivergedError
 
 # flags that map one-to-one onto TrainConfig fields (dest == field name)
-CONFIG_FLAGS = ("mode", "workers", "backend", "epochs", "batch_size", "lr", "optimizer", "momentum", "weight_decay",
-                "lr_policy", "lr_step", "lr_gamma", "hidden", "seed", "target_accuracy", "threads", "tensor", "device", "model",
-                "checkpoint_every", "divergence_factor")
+CONFIG_FLAGS = (
+    "mode",
+    "workers",
+    "backend",
+    "epochs",
+    "batch_size",
+    "lr",
+    "optimizer",
+    "momentum",
+    "weight_decay",
+    "lr_policy",
+    "lr_step",
+    "lr_gamma",
+    "hidden",
+    "seed",
+    "target_accuracy",
+    "threads",
+    "tensor",
+    "device",
+    "model",
+    "checkpoint_every",
+    "divergence_factor",
+)
 
 
 class TrainingFailedError(AsyncNetError):
@@ -47,6 +67,7 @@ class _UsageError(Exception):
 def _number(expected: str, integer: bool) -> Any:
     """An argparse type that only parses: the ranges are TrainConfig's to check, one way for the
     command line, config files and the library alike."""
+
     def parse(text: str) -> Any:
         try:
             return int(text) if integer else float(text)
@@ -72,8 +93,9 @@ def _model(text: str) -> str:
 
     if text in MODELS or is_model_spec(text):
         return text
-    raise argparse.ArgumentTypeError(f"expected one of {', '.join(MODELS)} or my_module:function "
-                                     f"(path/to/file.py:function), got {text!r}")
+    raise argparse.ArgumentTypeError(
+        f"expected one of {', '.join(MODELS)} or my_module:function (path/to/file.py:function), got {text!r}"
+    )
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -82,58 +104,125 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     d = TrainConfig()
     lrs = ", ".join(f"{k} {v:g}" for k, v in DEFAULT_LR.items())
     p = sub.add_parser(
-        "train", help="train a model (an MLP on the embedded 8x8 digits by default: the main job)",
+        "train",
+        help="train a model (an MLP on the embedded 8x8 digits by default: the main job)",
         description="Train a model (by default an MLP on the embedded 8x8 handwritten digits, 1,797 images; "
-                    "or any zoo model, or your own with --model and --data) with local, "
-                    "data-parallel (sync) or Hogwild workers; writes a run directory. Settings come from "
-                    "the defaults, then --config or --resume, then the flags given.")
+        "or any zoo model, or your own with --model and --data) with local, "
+        "data-parallel (sync) or Hogwild workers; writes a run directory. Settings come from "
+        "the defaults, then --config or --resume, then the flags given.",
+    )
     a = p.add_argument
-    a("--model", type=_model, metavar="MODEL",
-      help="model of asyncnet.model.zoo: mlp, cnn (digits as 1x8x8), lstm (digits row by row) or dlrm (a generated click "
-           f"log), or your own: my_module:build or path/to/file.py:build, a function returning a ModelHelper, trained "
-           f"on --data (default {d.model})")
-    a("--data", metavar="FILE.npz", help="train on arrays x [N, features...] and y [N] class ids (optionally x_test, "
-                                         "y_test; else 20%% held out) instead of the digits; checked before the first step; "
-                                         "give it again with --resume. With --model dlrm: a Criteo Kaggle text file, "
-                                         "the reference's preprocessed .npz, or random:KEY=VALUE,... (docs/dlrm.md)")
-    a("--model-arg", action="append", type=_model_arg, metavar="KEY=VALUE", dest="model_arg",
-      help="an option of --model dlrm (repeatable), VALUE as JSON or a word: interaction=cat, loss=mse, "
-           "loss_threshold=1e-7, weighted_pooling=learned, qr_collisions=4, md_dims=[16,4], bottom=[512,256], "
-           "lr_num_warmup_steps=100, max_ind_range=100000, bad_rows=skip ... (docs/dlrm.md)")
+    a(
+        "--model",
+        type=_model,
+        metavar="MODEL",
+        help="model of asyncnet.model.zoo: mlp, cnn (digits as 1x8x8), lstm (digits row by row) or dlrm (a generated click "
+        f"log), or your own: my_module:build or path/to/file.py:build, a function returning a ModelHelper, trained "
+        f"on --data (default {d.model})",
+    )
+    a(
+        "--data",
+        metavar="FILE.npz",
+        help="train on arrays x [N, features...] and y [N] class ids (optionally x_test, "
+        "y_test; else 20%% held out) instead of the digits; checked before the first step; "
+        "give it again with --resume. With --model dlrm: a Criteo Kaggle text file, "
+        "the reference's preprocessed .npz, or random:KEY=VALUE,... (docs/dlrm.md)",
+    )
+    a(
+        "--hybrid",
+        action="store_true",
+        help="with --model dlrm --backend torch under torchrun: tables sharded across the ranks (all-to-all of pooled "
+        "embeddings), MLPs data-parallel, sgd (docs/dlrm.md)",
+    )
+    a(
+        "--model-arg",
+        action="append",
+        type=_model_arg,
+        metavar="KEY=VALUE",
+        dest="model_arg",
+        help="an option of --model dlrm (repeatable), VALUE as JSON or a word: interaction=cat, loss=mse, "
+        "loss_threshold=1e-7, weighted_pooling=learned, qr_collisions=4, md_dims=[16,4], bottom=[512,256], "
+        "lr_num_warmup_steps=100, max_ind_range=100000, bad_rows=skip ... (docs/dlrm.md)",
+    )
     a("--workers", type=_int, help=f"number of workers (default {d.workers})")
     a("--mode", choices=MODES, help=f"trainer (default {d.mode})")
-    a("--backend", choices=BACKENDS, help=f"where workers run (default {d.backend}); torch: under torchrun, --workers threads per rank "
-                          "(default 1), so workers = threads x ranks")
+    a(
+        "--backend",
+        choices=BACKENDS,
+        help=f"where workers run (default {d.backend}); torch: under torchrun, --workers threads per rank "
+        "(default 1), so workers = threads x ranks",
+    )
     a("--epochs", type=_int, help=f"epochs in total, also when resuming (default {d.epochs})")
     a("--batch-size", type=_int, help=f"global batch size of one step (default {d.batch_size})")
-    a("--lr", type=_float, help=f"base learning rate (default per optimizer: {lrs}; cnn adam 0.005, lstm adam 0.01, dlrm sgd 0.05)")
+    a(
+        "--lr",
+        type=_float,
+        help=f"base learning rate (default per optimizer: {lrs}; cnn adam 0.005, lstm adam 0.01, dlrm sgd 0.05)",
+    )
     a("--optimizer", choices=OPTIMIZERS, help=f"optimizer (default {d.optimizer}; adam for cnn and lstm)")
     a("--momentum", type=_float, help=f"momentum coefficient of --optimizer momentum (default {d.momentum})")
     a("--weight-decay", type=_float, help=f"L2 penalty added to every gradient (default {d.weight_decay})")
-    a("--lr-policy", choices=LR_POLICIES,
-      help=f"learning-rate schedule: fixed, step (lr * gamma^floor(iter/step)) or exp (lr * gamma^iter) (default {d.lr_policy})")
+    a(
+        "--lr-policy",
+        choices=LR_POLICIES,
+        help=f"learning-rate schedule: fixed, step (lr * gamma^floor(iter/step)) or exp (lr * gamma^iter) (default {d.lr_policy})",
+    )
     a("--lr-step", type=_int, help=f"steps between decays of --lr-policy step (default {d.lr_step})")
     a("--lr-gamma", type=_float, help="decay factor (default 0.1 for step, 0.999 for exp)")
-    a("--hidden", type=_hidden, help=f"hidden layer sizes of --model mlp, comma-separated (default {','.join(map(str, d.hidden))})")
+    a(
+        "--hidden",
+        type=_hidden,
+        help=f"hidden layer sizes of --model mlp, comma-separated (default {','.join(map(str, d.hidden))})",
+    )
     a("--seed", type=_int, help=f"random seed (default {d.seed})")
-    a("--target-accuracy", type=_float, metavar="ACC",
-      help="stop after the first epoch whose test accuracy reaches ACC (e.g. 0.95)")
-    a("--checkpoint-every", type=_int, metavar="N",
-      help="also save the checkpoint every N steps inside an epoch (sync and local modes; default: at every epoch's end)")
-    a("--divergence-factor", type=_float, metavar="F",
-      help=f"fail the run when a step's loss exceeds F x log(classes) (a classifier's loss at chance; else F x the first "
-           f"step's loss); 0 turns the check off, NaN and inf always fail (default {d.divergence_factor:g})")
-    a("--config", metavar="FILE", help="take the settings from FILE: a run's metrics.json or a JSON object of the same "
-                                       "shape as its \"config\" block; flags given override it")
-    a("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR (its settings, parameters, optimizer state, "
-                                          "step and data order) to --epochs in total, writing into RUN_DIR")
-    a("--threads", type=_int, metavar="N",
-      help="BLAS/torch threads per kernel (default: the cores shared out so that workers x threads <= cores)")
+    a(
+        "--target-accuracy",
+        type=_float,
+        metavar="ACC",
+        help="stop after the first epoch whose test accuracy reaches ACC (e.g. 0.95)",
+    )
+    a(
+        "--checkpoint-every",
+        type=_int,
+        metavar="N",
+        help="also save the checkpoint every N steps inside an epoch (sync and local modes; default: at every epoch's end)",
+    )
+    a(
+        "--divergence-factor",
+        type=_float,
+        metavar="F",
+        help=f"fail the run when a step's loss exceeds F x log(classes) (a classifier's loss at chance; else F x the first "
+        f"step's loss); 0 turns the check off, NaN and inf always fail (default {d.divergence_factor:g})",
+    )
+    a(
+        "--config",
+        metavar="FILE",
+        help="take the settings from FILE: a run's metrics.json or a JSON object of the same "
+        'shape as its "config" block; flags given override it',
+    )
+    a(
+        "--resume",
+        metavar="RUN_DIR",
+        help="continue the run in RUN_DIR (its settings, parameters, optimizer state, "
+        "step and data order) to --epochs in total, writing into RUN_DIR",
+    )
+    a(
+        "--threads",
+        type=_int,
+        metavar="N",
+        help="BLAS/torch threads per kernel (default: the cores shared out so that workers x threads <= cores)",
+    )
     a("--tensor", choices=("numpy", "torch"), help=f"blob library: numpy arrays or torch tensors (default {d.tensor})")
     a("--device", help=f"cpu, cuda or cuda:N (cuda needs --tensor torch; default {d.device})")
     a("--out", default=None, help="run directory (default runs/<timestamp>); must not hold a run unless --overwrite")
     a("--overwrite", action="store_true", help="replace the run already in --out")
     a("--quiet", action="store_true", help="no progress, no table: only the result line")
+    a(
+        "--export-onnx",
+        metavar="FILE",
+        help="after training, write the model's inference net with the trained "
+        "parameters as an ONNX model (needs the onnx extra; docs/onnx.md)",
+    )
     p.set_defaults(handler=run, _parser=p)
 
 
@@ -146,11 +235,15 @@ def run(args: argparse.Namespace) -> int:
         base, resume_dir = _base_settings(args)
         cfg = _config(args, base)
         if cfg.model.startswith("user:"):
-            raise _UsageError(f"--model {cfg.model}: the run's model was a ModelHelper object given to train(); "
-                              "resume it there (train(model, data, resume=RUN_DIR)) or pass --model my_module:function")
+            raise _UsageError(
+                f"--model {cfg.model}: the run's model was a ModelHelper object given to train(); "
+                "resume it there (train(model, data, resume=RUN_DIR)) or pass --model my_module:function"
+            )
         if cfg.backend == "torch" and not under_torchrun():
-            raise _UsageError("--backend torch runs under torchrun, e.g. "
-                              "torchrun --nproc-per-node 2 -m asyncnet train --backend torch")
+            raise _UsageError(
+                "--backend torch runs under torchrun, e.g. "
+                "torchrun --nproc-per-node 2 -m asyncnet train --backend torch"
+            )
         rank0 = not (cfg.backend == "torch" and os.environ.get("RANK", "0") != "0")
         out = resume_dir or (Path(args.out) if args.out else Path("runs") / time.strftime("%Y%m%d-%H%M%S"))
         data = _data_path(args, resume_dir)
@@ -161,6 +254,8 @@ def run(args: argparse.Namespace) -> int:
             prepare_run_dir(out, cfg, overwrite=args.overwrite, resuming=resume_dir is not None, data=source)
     except (_UsageError, TrainConfigError) as e:
         return _usage_error(args, str(e))
+    if getattr(args, "hybrid", False):
+        return _hybrid(args, cfg, ds, out, resume)
     writer = RunWriter(out, cfg.to_dict(), list(resume.epochs) if resume is not None else [], source)
     with _cli_logging(), _quiet_float_warnings():
         try:
@@ -177,7 +272,7 @@ def run(args: argparse.Namespace) -> int:
             if rank0:
                 _write_failure(out, writer, "failed", str(e))
             raise  # one line from main()
-        except Exception as e:  # noqa: BLE001 - never a traceback; the details go to the debug log
+        except Exception as e:
             logging.getLogger("asyncnet.train").debug("training failed", exc_info=True)
             where = f" (worker {e.worker_id})" if hasattr(e, "worker_id") else ""
             failed = TrainingFailedError(f"training failed{where}: {type(e).__name__}: {e}")
@@ -187,7 +282,28 @@ def run(args: argparse.Namespace) -> int:
     if not result.is_main:
         return 0
     _write_run_dir(result, out)
+    if getattr(args, "export_onnx", None):
+        from asyncnet.interop.onnx import export_trained
+
+        export_trained(result, ds, args.export_onnx)
     _print_summary(result, out, args.quiet)
+    return 0
+
+
+def _hybrid(args: argparse.Namespace, cfg: Any, ds: Any, out: Path, resume: Any) -> int:
+    """The hybrid-parallel dlrm (asyncnet.train.dlrm_hybrid) in the run directory ``out``."""
+    from asyncnet.train.dlrm_hybrid import train_run
+
+    if cfg.model != "dlrm" or cfg.backend != "torch":
+        return _usage_error(
+            args, f"--hybrid trains --model dlrm --backend torch, got --model {cfg.model} --backend {cfg.backend}"
+        )
+    try:
+        epochs = train_run(cfg, ds, out, resume, quiet=args.quiet)
+    except TrainConfigError as e:
+        return _usage_error(args, str(e))
+    if os.environ.get("RANK", "0") == "0" and epochs:
+        print(f"train loss {epochs[-1].train_loss:.6f} after {len(epochs)} epoch(s); run directory: {out}", flush=True)
     return 0
 
 
@@ -246,8 +362,10 @@ def _config(args: argparse.Namespace, base: dict[str, Any]) -> Any:
     if getattr(args, "model_arg", None):
         merged["model_args"] = {**merged.get("model_args", {}), **dict(args.model_arg)}
     if "hidden" in given and merged.get("model", "mlp") != "mlp":
-        raise _UsageError(f"--hidden sets the hidden layers of --model mlp; the {merged['model']} of the zoo has fixed "
-                          "sizes (asyncnet.model.zoo): drop --hidden")
+        raise _UsageError(
+            f"--hidden sets the hidden layers of --model mlp; the {merged['model']} of the zoo has fixed "
+            "sizes (asyncnet.model.zoo): drop --hidden"
+        )
     if merged.get("backend") == "torch" and "workers" in given:
         merged["threads_per_rank"] = given["workers"]  # W threads per rank x R ranks (torchrun's)
     where = f"--config {args.config}" if args.config else (f"--resume {args.resume}" if args.resume else "train")
@@ -269,12 +387,15 @@ def _data_path(args: argparse.Namespace, resume_dir: Path | None) -> str | None:
         recorded = json.loads((resume_dir / "metrics.json").read_bytes()).get("data")
     except (OSError, ValueError, AttributeError):
         return None
-    if isinstance(recorded, str) and (recorded.endswith(".npz") or os.path.isabs(recorded)
-                                      or recorded.startswith("random:")):
+    if isinstance(recorded, str) and (
+        recorded.endswith(".npz") or os.path.isabs(recorded) or recorded.startswith("random:")
+    ):
         raise _UsageError(f"--resume {resume_dir}: the run trained on --data {recorded}: pass --data {recorded} again")
     if recorded == "arrays":
-        raise _UsageError(f"--resume {resume_dir}: the run trained on arrays given to train(): save them as --data "
-                          "FILE.npz (arrays x and y), or resume it with train(model, data, resume=RUN_DIR)")
+        raise _UsageError(
+            f"--resume {resume_dir}: the run trained on arrays given to train(): save them as --data "
+            "FILE.npz (arrays x and y), or resume it with train(model, data, resume=RUN_DIR)"
+        )
     return None
 
 
@@ -339,11 +460,15 @@ def _load_resume(cfg: Any, run_dir: Path, ds: Any) -> Any:
     resume = load_resume(run_dir, cfg, ds)
     status = _status_of(run_dir)
     if resume is None and status in ("diverged", "failed"):
-        raise _UsageError(f"--resume {run_dir}: the run ({status}) saved no epoch: nothing to continue from; "
-                          "start a new run")
+        raise _UsageError(
+            f"--resume {run_dir}: the run ({status}) saved no epoch: nothing to continue from; start a new run"
+        )
     if resume is None:
-        print(f"asyncnet train: note: {run_dir} has no checkpoint (stopped before its first epoch ended): "
-              "starting it again from epoch 1", file=sys.stderr)
+        print(
+            f"asyncnet train: note: {run_dir} has no checkpoint (stopped before its first epoch ended): "
+            "starting it again from epoch 1",
+            file=sys.stderr,
+        )
     return resume
 
 
@@ -426,11 +551,15 @@ def _train(cfg: Any, out: Path, quiet: bool, rank0: bool, resume: Any, writer: A
     events = EventLog.open(out / TB_DIR) if rank0 else None
     reporter = Reporter(quiet=quiet or not rank0, epochs=cfg.epochs, events=events)
     ranks = os.environ.get("WORLD_SIZE", "")
-    workers = (int(ranks) * cfg.threads_per_rank if ranks.isdigit() else "?") if cfg.backend == "torch" else cfg.num_workers
+    workers = (
+        (int(ranks) * cfg.threads_per_rank if ranks.isdigit() else "?") if cfg.backend == "torch" else cfg.num_workers
+    )
     start = f", from epoch {resume.start_epoch + 1}" if resume is not None else ""
-    reporter.print(f"training {cfg.mode} mode, {workers} worker(s) on {cfg.backend}, "
-                   f"{'mlp hidden ' + ','.join(map(str, cfg.hidden)) if cfg.model == 'mlp' else cfg.model}, "
-                   f"{cfg.optimizer} lr {cfg.lr:g}, batch {cfg.batch_size}, {cfg.epochs} epochs{start} -> {out}")
+    reporter.print(
+        f"training {cfg.mode} mode, {workers} worker(s) on {cfg.backend}, "
+        f"{'mlp hidden ' + ','.join(map(str, cfg.hidden)) if cfg.model == 'mlp' else cfg.model}, "
+        f"{cfg.optimizer} lr {cfg.lr:g}, batch {cfg.batch_size}, {cfg.epochs} epochs{start} -> {out}"
+    )
     try:
         return train(cfg, ds, reporter=reporter, resume=resume, writer=writer)
     finally:
@@ -447,11 +576,17 @@ def _print_summary(result: Any, out: Path, quiet: bool) -> None:
         Console().print(summary_table(result.history))
     acc = final.test_accuracy if final else 0.0
     optimum = f" (optimum {final.optimal_auc:.4f})" if final is not None and final.optimal_auc is not None else ""
-    figure = (f"test AUC {final.test_auc:.4f}{optimum}"
-              if final is not None and final.test_auc is not None else f"test accuracy {acc:.2%}")
+    figure = (
+        f"test AUC {final.test_auc:.4f}{optimum}"
+        if final is not None and final.test_auc is not None
+        else f"test accuracy {acc:.2%}"
+    )
     try:
-        print(f"{figure} after {len(result.history)} epoch(s), "
-              f"{result.history.samples_per_sec or 0:,.0f} samples/s; run directory: {out}", flush=True)
+        print(
+            f"{figure} after {len(result.history)} epoch(s), "
+            f"{result.history.samples_per_sec or 0:,.0f} samples/s; run directory: {out}",
+            flush=True,
+        )
     except BrokenPipeError:  # the reader left (`| head -0`); the run directory holds the results
         _silence(sys.stdout)
 

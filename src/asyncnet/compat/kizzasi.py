@@ -38,8 +38,9 @@ import os
 import re
 import threading
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -77,8 +78,8 @@ def _float_copy(value: Any) -> np.ndarray:
 def partition_indices(total: int, world_size: int, rank: int) -> list[int]:
     """Indices ``rank, rank + world_size, ...`` below ``total``: a round-robin shard.
 
-        >>> partition_indices(7, 2, 0)
-        [0, 2, 4, 6]
+    >>> partition_indices(7, 2, 0)
+    [0, 2, 4, 6]
     """
     _check_rank(rank, world_size)
     if isinstance(total, bool) or not isinstance(total, int) or total < 0:
@@ -183,8 +184,11 @@ class SharedGradientStore:
         with self._cond:
             if self._slots[rank] is not None:
                 self._refuse_self_deadlock(rank)
-            self._wait(lambda: self._slots[rank] is None, f"rank {rank} push: its previous round has not drained",
-                       lambda: sorted(set(range(self._n)) - self._departed))
+            self._wait(
+                lambda: self._slots[rank] is None,
+                f"rank {rank} push: its previous round has not drained",
+                lambda: sorted(set(range(self._n)) - self._departed),
+            )
             self._slots[rank] = copy
             self._pushers[rank] = threading.get_ident()
             self._cond.notify_all()
@@ -198,12 +202,16 @@ class SharedGradientStore:
         me = threading.get_ident()
         unread = [r for r in range(self._n) if r not in self._departed]
         if rank in unread and self._pushers[rank] == me:
-            raise SyncError(f"rank {rank} push: rank {rank} already pushed this round from this thread and has not "
-                            f"read the mean; call all_reduce_mean({rank}) (or clear()) before pushing again")
+            raise SyncError(
+                f"rank {rank} push: rank {rank} already pushed this round from this thread and has not "
+                f"read the mean; call all_reduce_mean({rank}) (or clear()) before pushing again"
+            )
         if all(self._pushers[r] == me for r in unread):
-            raise SyncError(f"rank {rank} push: this round has not drained (ranks {unread} have not read the mean) "
-                            f"and this thread pushed them itself, so waiting would never end; read the mean "
-                            f"for them (all_reduce_mean) or call clear() first")
+            raise SyncError(
+                f"rank {rank} push: this round has not drained (ranks {unread} have not read the mean) "
+                f"and this thread pushed them itself, so waiting would never end; read the mean "
+                f"for them (all_reduce_mean) or call clear() first"
+            )
 
     def all_reduce_mean(self, rank: int) -> dict[str, np.ndarray]:
         """The mean of each buffer over the ranks, once every rank has pushed this round."""
@@ -211,10 +219,15 @@ class SharedGradientStore:
         with self._cond:
             if self._result is None and self._slots[rank] is None:  # kizzasi's error, not a wait nobody can end
                 missing = [r for r, s in enumerate(self._slots) if s is None]
-                raise SyncError(f"rank {rank} all_reduce_mean: not all ranks have submitted gradients (ranks {missing} "
-                                f"have not pushed this round, rank {rank} among them)")
-            self._wait(lambda: self._result is not None or all(s is not None for s in self._slots),
-                       f"rank {rank} all_reduce_mean", lambda: [r for r, s in enumerate(self._slots) if s is None])
+                raise SyncError(
+                    f"rank {rank} all_reduce_mean: not all ranks have submitted gradients (ranks {missing} "
+                    f"have not pushed this round, rank {rank} among them)"
+                )
+            self._wait(
+                lambda: self._result is not None or all(s is not None for s in self._slots),
+                f"rank {rank} all_reduce_mean",
+                lambda: [r for r, s in enumerate(self._slots) if s is None],
+            )
             if self._result is None:
                 self._result = _mean_of(self._slots)
             result = self._result
@@ -288,8 +301,12 @@ class DataParallelModel:
         array([0.5, 0. ])
     """
 
-    def __init__(self, weights: Mapping[str, np.ndarray], sync: "GradientSync | DistributedConfig | None" = None,
-                 config: "DistributedConfig | None" = None):
+    def __init__(
+        self,
+        weights: Mapping[str, np.ndarray],
+        sync: GradientSync | DistributedConfig | None = None,
+        config: DistributedConfig | None = None,
+    ):
         if isinstance(sync, DistributedConfig):
             if config is not None:
                 raise ValueError("DataParallelModel: a DistributedConfig given twice (positionally and as config=)")
@@ -301,7 +318,7 @@ class DataParallelModel:
         self._names = sorted(self.weights)
 
     @classmethod
-    def new_ranks(cls, weights: Mapping[str, Any], config: "DistributedConfig") -> "list[DataParallelModel]":
+    def new_ranks(cls, weights: Mapping[str, Any], config: DistributedConfig) -> list[DataParallelModel]:
         """kizzasi's constructor of a whole group: one model per rank ``0 .. world_size - 1``.
 
         Each starts from a copy of ``weights`` with ``config`` (its rank replaced); with
@@ -311,6 +328,7 @@ class DataParallelModel:
         n = config.world_size
         if config.strategy is GradientStrategy.ALL_REDUCE and n > 1:
             from asyncnet.sync.threaded import ThreadedGradientSync
+
             handles: list[GradientSync | None] = list(ThreadedGradientSync.new_workers(n, timeout=config.timeout))
         else:
             handles = [None] * n
@@ -352,32 +370,38 @@ class _UnreachableSync:
 
     is_distributed = True
 
-    def __init__(self, config: "DistributedConfig"):
+    def __init__(self, config: DistributedConfig):
         self.num_workers, self.worker_id = config.world_size, config.rank
 
     def _refuse(self, *args: Any, **kwargs: Any) -> None:
-        raise SyncError(f"DataParallelModel: DistributedConfig(world_size={self.num_workers}, rank={self.worker_id}) "
-                        "has no way to reach the other ranks: build the group with DataParallelModel.new_ranks, "
-                        "or pass this rank's sync handle (sync=ThreadedGradientSync.new_workers(n)[rank], or a "
-                        "process or torch handle)")
+        raise SyncError(
+            f"DataParallelModel: DistributedConfig(world_size={self.num_workers}, rank={self.worker_id}) "
+            "has no way to reach the other ranks: build the group with DataParallelModel.new_ranks, "
+            "or pass this rank's sync handle (sync=ThreadedGradientSync.new_workers(n)[rank], or a "
+            "process or torch handle)"
+        )
 
     sync_gradients = broadcast = _refuse
 
 
-def _sync_for(sync: GradientSync | None, config: "DistributedConfig | None") -> GradientSync:
+def _sync_for(sync: GradientSync | None, config: DistributedConfig | None) -> GradientSync:
     """The sync handle a DataParallelModel uses, checked against ``config`` (kizzasi's meaning)."""
     if config is None:
         return sync if sync is not None else LocalGradientSync()
     if config.strategy is GradientStrategy.REDUCE_TO_ROOT and config.world_size > 1:
-        raise ValueError("DataParallelModel: strategy REDUCE_TO_ROOT would leave the replicas different; "
-                         "expected ALL_REDUCE or NO_SYNC")
+        raise ValueError(
+            "DataParallelModel: strategy REDUCE_TO_ROOT would leave the replicas different; "
+            "expected ALL_REDUCE or NO_SYNC"
+        )
     if sync is None:
         if config.world_size > 1 and config.strategy is GradientStrategy.ALL_REDUCE:
             return _UnreachableSync(config)  # type: ignore[return-value]
         return LocalGradientSync()
     if (sync.num_workers, sync.worker_id) != (config.world_size, config.rank):
-        raise SyncMismatchError(f"DataParallelModel: config says world_size={config.world_size}, rank={config.rank}; "
-                                f"the sync handle is worker {sync.worker_id} of {sync.num_workers}")
+        raise SyncMismatchError(
+            f"DataParallelModel: config says world_size={config.world_size}, rank={config.rank}; "
+            f"the sync handle is worker {sync.worker_id} of {sync.num_workers}"
+        )
     return sync
 
 
@@ -420,14 +444,28 @@ class DistributedConfig:
     timeout: float | None = None
     bucket_mb: float = 25.0
 
-    def __init__(self, world_size: int = 1, rank: int = 0, strategy: "GradientStrategy | str | None" = None,
-                 backend: "CommBackend | str" = CommBackend.IN_PROCESS, timeout: float | None = None,
-                 bucket_mb: float = 25.0, *, grad_strategy: "GradientStrategy | str | None" = None):
+    def __init__(
+        self,
+        world_size: int = 1,
+        rank: int = 0,
+        strategy: GradientStrategy | str | None = None,
+        backend: CommBackend | str = CommBackend.IN_PROCESS,
+        timeout: float | None = None,
+        bucket_mb: float = 25.0,
+        *,
+        grad_strategy: GradientStrategy | str | None = None,
+    ):
         if strategy is not None and grad_strategy is not None:
             raise ValueError("DistributedConfig: give strategy or grad_strategy (kizzasi's name), not both")
         chosen = strategy if strategy is not None else grad_strategy
-        values = {"world_size": world_size, "rank": rank, "backend": backend, "timeout": timeout, "bucket_mb": bucket_mb,
-                  "strategy": GradientStrategy.ALL_REDUCE if chosen is None else chosen}
+        values = {
+            "world_size": world_size,
+            "rank": rank,
+            "backend": backend,
+            "timeout": timeout,
+            "bucket_mb": bucket_mb,
+            "strategy": GradientStrategy.ALL_REDUCE if chosen is None else chosen,
+        }
         for name, value in values.items():
             object.__setattr__(self, name, value)
         self.__post_init__()
@@ -453,7 +491,7 @@ class DistributedConfig:
         return self.strategy
 
     @classmethod
-    def from_env(cls, **overrides: Any) -> "DistributedConfig":
+    def from_env(cls, **overrides: Any) -> DistributedConfig:
         """Read ``WORLD_SIZE`` and ``RANK`` as ``torchrun`` sets them (external backend when > 1)."""
         ws, rank = _env_int("WORLD_SIZE", 1), _env_int("RANK", 0)
         kw: dict[str, Any] = {"world_size": ws, "rank": rank}
@@ -478,8 +516,8 @@ def _env_int(name: str, default: int) -> int:
 class CheckpointMetadata:
     """kizzasi's checkpoint metadata: epoch, step, losses and named metrics (builder methods return self).
 
-        >>> CheckpointMetadata(5, 1000).with_val_loss(0.5).with_metric("accuracy", 0.95).metrics
-        {'accuracy': 0.95}
+    >>> CheckpointMetadata(5, 1000).with_val_loss(0.5).with_metric("accuracy", 0.95).metrics
+    {'accuracy': 0.95}
     """
 
     epoch: int
@@ -491,15 +529,15 @@ class CheckpointMetadata:
     model_type: str = "unknown"
     metrics: dict[str, float] = dataclasses.field(default_factory=dict)
 
-    def with_val_loss(self, loss: float) -> "CheckpointMetadata":
+    def with_val_loss(self, loss: float) -> CheckpointMetadata:
         self.val_loss = loss
         return self
 
-    def with_train_loss(self, loss: float) -> "CheckpointMetadata":
+    def with_train_loss(self, loss: float) -> CheckpointMetadata:
         self.train_loss = loss
         return self
 
-    def with_metric(self, name: str, value: float) -> "CheckpointMetadata":
+    def with_metric(self, name: str, value: float) -> CheckpointMetadata:
         self.metrics[name] = value
         return self
 
@@ -565,8 +603,10 @@ class CheckpointManager:
             if a.dtype.kind not in "biuf":
                 raise CheckpointError(f"save_weights: expected numeric {name}, got dtype {a.dtype}")
         os.makedirs(self.checkpoint_dir, exist_ok=True)
-        path = atomic_write_npz(self.weights_path(int(step)), {"weights": w, "bias": b, "step": np.asarray(int(step), np.int64)})
-        for old in self.checkpoints()[:-self.max_checkpoints]:
+        path = atomic_write_npz(
+            self.weights_path(int(step)), {"weights": w, "bias": b, "step": np.asarray(int(step), np.int64)}
+        )
+        for old in self.checkpoints()[: -self.max_checkpoints]:
             os.remove(old)
         return path
 

@@ -19,7 +19,8 @@ unbinds that blob (``AllreduceStart`` then leaves that bucket to the sync's conc
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -55,7 +56,7 @@ def bind_views(arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
     flat = np.frombuffer(BoundMemory(sum(a.size for a in arrays) * dtype.itemsize), dtype)
     views, offset = [], 0
     for a in arrays:
-        v = flat[offset:offset + a.size].reshape(a.shape)
+        v = flat[offset : offset + a.size].reshape(a.shape)
         np.copyto(v, a)
         views.append(v)
         offset += a.size

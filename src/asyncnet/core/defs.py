@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from asyncnet.errors import NetDefinitionError
 
@@ -50,7 +51,7 @@ class DeviceOption:
         return d
 
     @classmethod
-    def from_dict(cls, d: Any, path: str = "device_option") -> "DeviceOption":
+    def from_dict(cls, d: Any, path: str = "device_option") -> DeviceOption:
         d = _expect(d, dict, path)
         _no_extra(d, {"device_type", "device_id", "numa_node_id", "random_seed"}, path)
         dtype = _expect(d.get("device_type", "cpu"), str, f"{path}.device_type")
@@ -70,7 +71,9 @@ class DeviceOption:
 
 def _check_device(device_type: Any, device_id: Any, numa: Any, path: str) -> None:
     if device_type not in DEVICE_TYPES:
-        raise NetDefinitionError(f"expected device_type one of {DEVICE_TYPES}, got {device_type!r}", f"{path}.device_type")
+        raise NetDefinitionError(
+            f"expected device_type one of {DEVICE_TYPES}, got {device_type!r}", f"{path}.device_type"
+        )
     for name, v in (("device_id", device_id), ("numa_node_id", numa)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 0:
             raise NetDefinitionError(f"expected a non-negative int, got {v!r}", f"{path}.{name}")
@@ -101,7 +104,7 @@ class OperatorDef:
         return d
 
     @classmethod
-    def from_dict(cls, d: Any, path: str = "op") -> "OperatorDef":
+    def from_dict(cls, d: Any, path: str = "op") -> OperatorDef:
         d = _expect(d, dict, path)
         _no_extra(d, {"type", "inputs", "outputs", "args", "name", "device_option", "control_inputs"}, path)
         if "type" not in d:
@@ -166,10 +169,23 @@ class NetDef:
         return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
 
     @classmethod
-    def from_dict(cls, d: Any) -> "NetDef":
+    def from_dict(cls, d: Any) -> NetDef:
         d = _expect(d, dict, "net")
-        _no_extra(d, {"name", "type", "ops", "num_workers", "external_inputs", "external_outputs", "device_option", "own_pool",
-                      "intra_op_threads"}, "net")
+        _no_extra(
+            d,
+            {
+                "name",
+                "type",
+                "ops",
+                "num_workers",
+                "external_inputs",
+                "external_outputs",
+                "device_option",
+                "own_pool",
+                "intra_op_threads",
+            },
+            "net",
+        )
         if "name" not in d:
             raise NetDefinitionError("missing required field 'name'", "name")
         ops = _expect(d.get("ops", []), list, "ops")
@@ -189,7 +205,7 @@ class NetDef:
         )
 
     @classmethod
-    def from_json(cls, text: str | bytes) -> "NetDef":
+    def from_json(cls, text: str | bytes) -> NetDef:
         """Parse and validate JSON text; any defect raises :class:`NetDefinitionError`."""
         if isinstance(text, bytes):
             try:
@@ -265,7 +281,9 @@ def _arg_to_json(v: ArgValue) -> Any:
 
 
 def _type_name(typ: type) -> str:
-    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", int: "an integer"}.get(typ, typ.__name__)
+    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", int: "an integer"}.get(
+        typ, typ.__name__
+    )
 
 
 def _describe(v: Any) -> str:

@@ -25,7 +25,8 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import numbers
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -77,24 +78,48 @@ class Net:
         ['Relu', 'Sigmoid']
     """
 
-    def __init__(self, name: "str | NetDef", type: str = "simple", num_workers: int | None = None,
-                 device_option: DeviceOption | None = None, own_pool: bool = False,
-                 intra_op_threads: int | None = None):
+    def __init__(
+        self,
+        name: str | NetDef,
+        type: str = "simple",
+        num_workers: int | None = None,
+        device_option: DeviceOption | None = None,
+        own_pool: bool = False,
+        intra_op_threads: int | None = None,
+    ):
         self._auto = 0
         if isinstance(name, NetDef):
-            given = {k: v for k, v in (("type", type != "simple"), ("num_workers", num_workers is not None),
-                                       ("device_option", device_option is not None), ("own_pool", own_pool),
-                                       ("intra_op_threads", intra_op_threads is not None)) if v}
+            given = {
+                k: v
+                for k, v in (
+                    ("type", type != "simple"),
+                    ("num_workers", num_workers is not None),
+                    ("device_option", device_option is not None),
+                    ("own_pool", own_pool),
+                    ("intra_op_threads", intra_op_threads is not None),
+                )
+                if v
+            }
             if given:
                 raise TypeError(f"Net(net_def) takes its fields from the NetDef; got {sorted(given)} as well")
-            self._def = dataclasses.replace(name, ops=list(name.ops), external_inputs=list(name.external_inputs),
-                                            external_outputs=list(name.external_outputs))
+            self._def = dataclasses.replace(
+                name,
+                ops=list(name.ops),
+                external_inputs=list(name.external_inputs),
+                external_outputs=list(name.external_outputs),
+            )
             self._auto = len(name.ops)
             return
         if not isinstance(name, str):
             raise TypeError(f"Net takes a name (str) or a NetDef, got {name.__class__.__name__}")
-        self._def = NetDef(name, type=type, num_workers=num_workers, device_option=device_option, own_pool=own_pool,
-                           intra_op_threads=intra_op_threads)
+        self._def = NetDef(
+            name,
+            type=type,
+            num_workers=num_workers,
+            device_option=device_option,
+            own_pool=own_pool,
+            intra_op_threads=intra_op_threads,
+        )
 
     @property
     def name(self) -> str:
@@ -115,8 +140,9 @@ class Net:
         never edits once added, and a million-op net would otherwise be held twice. Use
         :meth:`to_def` for an independent copy (it goes through the strict JSON parser)."""
         d = self._def
-        return dataclasses.replace(d, ops=list(d.ops), external_inputs=list(d.external_inputs),
-                                   external_outputs=list(d.external_outputs))
+        return dataclasses.replace(
+            d, ops=list(d.ops), external_inputs=list(d.external_inputs), external_outputs=list(d.external_outputs)
+        )
 
     def to_json(self, indent: int | None = 2) -> str:
         return self._def.to_json(indent)
@@ -127,9 +153,17 @@ class Net:
     def add_external_outputs(self, *names: str) -> None:
         self._def.external_outputs.extend(names)
 
-    def add_op(self, op_type: str, inputs: BlobsArg = None, outputs: BlobsArg | int = None, *,
-               name: str = "", device_option: DeviceOption | None = None,
-               control_inputs: BlobsArg = None, **args: Any) -> BlobRef | tuple[BlobRef, ...] | None:
+    def add_op(
+        self,
+        op_type: str,
+        inputs: BlobsArg = None,
+        outputs: BlobsArg | int = None,
+        *,
+        name: str = "",
+        device_option: DeviceOption | None = None,
+        control_inputs: BlobsArg = None,
+        **args: Any,
+    ) -> BlobRef | tuple[BlobRef, ...] | None:
         """Append one op; returns its output reference, a tuple of them, or None.
 
         A known argument (or ``engine``) given as None is left out, as Caffe2's CreateOperator does
@@ -141,8 +175,15 @@ class Net:
             outputs = schema.min_outputs
         if isinstance(outputs, int) and not isinstance(outputs, bool):
             outputs = [self._fresh(op_type) for _ in range(outputs)]
-        op = OperatorDef(op_type, _names(inputs), _names(outputs), {k: _arg(v) for k, v in args.items()},
-                         name, device_option, _names(control_inputs))
+        op = OperatorDef(
+            op_type,
+            _names(inputs),
+            _names(outputs),
+            {k: _arg(v) for k, v in args.items()},
+            name,
+            device_option,
+            _names(control_inputs),
+        )
         validate_op(op, len(self._def.ops), self._def.device_option)
         self._def.ops.append(op)
         refs = tuple(BlobRef(o) for o in op.outputs)
@@ -176,8 +217,11 @@ class Net:
 
 def describe_schema(schema: OpSchema) -> str:
     """A multi-line description of one operator schema (``asyncnet ops TYPE`` prints it)."""
-    lines = [f"{schema.type}  ({schema.arity_text()}; devices: {', '.join(schema.devices)}"
-             f"{'; differentiable' if schema.differentiable else ''})", f"  {schema.doc}"]
+    lines = [
+        f"{schema.type}  ({schema.arity_text()}; devices: {', '.join(schema.devices)}"
+        f"{'; differentiable' if schema.differentiable else ''})",
+        f"  {schema.doc}",
+    ]
     lines += [f"  input {i}: {d}" for i, d in enumerate(schema.inputs_doc)]
     lines += [f"  output {i}: {d}" for i, d in enumerate(schema.outputs_doc)]
     for a in schema.args.values():
@@ -203,15 +247,22 @@ def _method_doc(schema: OpSchema) -> tuple[str, inspect.Signature]:
 
 
 def _build_method_doc(schema: OpSchema) -> tuple[str, inspect.Signature]:
-    tail = ("\n\nAppends the op to the net and returns its output blob reference(s). ``outputs`` may be\n"
-            "names or a count of names to generate; ``name``, ``device_option`` and ``control_inputs``\n"
-            "are OperatorDef fields; the other keywords are the op's args.")
+    tail = (
+        "\n\nAppends the op to the net and returns its output blob reference(s). ``outputs`` may be\n"
+        "names or a count of names to generate; ``name``, ``device_option`` and ``control_inputs``\n"
+        "are OperatorDef fields; the other keywords are the op's args."
+    )
     kw = inspect.Parameter.KEYWORD_ONLY
-    params = [inspect.Parameter("inputs", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None),
-              inspect.Parameter("outputs", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None),
-              inspect.Parameter("name", kw, default=""),
-              inspect.Parameter("device_option", kw, default=None),
-              inspect.Parameter("control_inputs", kw, default=None)]
-    params += [inspect.Parameter(a.name, kw, default=inspect.Parameter.empty if a.required else a.default)
-               for a in schema.args.values() if a.name not in ("name", "device_option", "control_inputs")]
+    params = [
+        inspect.Parameter("inputs", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None),
+        inspect.Parameter("outputs", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None),
+        inspect.Parameter("name", kw, default=""),
+        inspect.Parameter("device_option", kw, default=None),
+        inspect.Parameter("control_inputs", kw, default=None),
+    ]
+    params += [
+        inspect.Parameter(a.name, kw, default=inspect.Parameter.empty if a.required else a.default)
+        for a in schema.args.values()
+        if a.name not in ("name", "device_option", "control_inputs")
+    ]
     return describe_schema(schema) + tail, inspect.Signature(params)

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, Callable, Iterable, MutableMapping, Protocol, Sequence
+from collections.abc import Callable, Iterable, MutableMapping, Sequence
+from typing import Any, Protocol
 
 from asyncnet.core.defs import NetDef
 from asyncnet.core.operator import Operator
-from asyncnet.errors import NetDefinitionError, NetBusyError
+from asyncnet.errors import NetBusyError, NetDefinitionError
 
 __all__ = ["NetBase", "RunHandle", "register_net_type", "net_class", "call_done_callbacks", "in_done_callback"]
 
@@ -48,7 +49,7 @@ def call_done_callbacks(handle: Any, callbacks: Iterable[Callable[[Any], object]
         for fn in callbacks:
             try:
                 fn(handle)
-            except Exception:
+            except Exception:  # noqa: BLE001 - as concurrent.futures: a callback's error is logged, never raised
                 _log.exception("exception calling done-callback %r of %r", fn, handle)
     finally:
         _callback_state.depth -= 1
@@ -120,4 +121,6 @@ def net_class(net_type: str) -> type[NetBase]:
     try:
         return _NET_TYPES[net_type]
     except KeyError:
-        raise NetDefinitionError(f"no executor is available for net type {net_type!r}; known: {sorted(_NET_TYPES)}", "type") from None
+        raise NetDefinitionError(
+            f"no executor is available for net type {net_type!r}; known: {sorted(_NET_TYPES)}", "type"
+        ) from None

@@ -7,7 +7,8 @@ kernel, store outputs, and turn any failure into an :class:`~asyncnet.OperatorEr
 
 from __future__ import annotations
 
-from typing import Any, MutableMapping
+from collections.abc import MutableMapping
+from typing import Any
 
 from asyncnet.core.defs import DeviceOption, NetDef, OperatorDef
 from asyncnet.core.registry import OpContext, OpSchema, validate_op
@@ -19,11 +20,33 @@ __all__ = ["Operator", "build_operators", "check_declared_blobs"]
 class Operator:
     """One runnable op of a net. ``op.run(blobs)`` reads inputs and writes outputs in ``blobs``."""
 
-    __slots__ = ("index", "definition", "schema", "type", "name", "inputs", "outputs", "device", "fn", "ctx", "net_name", "_store")
+    __slots__ = (
+        "index",
+        "definition",
+        "schema",
+        "type",
+        "name",
+        "inputs",
+        "outputs",
+        "device",
+        "fn",
+        "ctx",
+        "net_name",
+        "_store",
+    )
 
-    def __init__(self, definition: OperatorDef, index: int, schema: OpSchema, args: dict[str, Any],
-                 device: DeviceOption, blobs: MutableMapping[str, Any], net_name: str = "",
-                 inputs: tuple[str, ...] | None = None, outputs: tuple[str, ...] | None = None):
+    def __init__(
+        self,
+        definition: OperatorDef,
+        index: int,
+        schema: OpSchema,
+        args: dict[str, Any],
+        device: DeviceOption,
+        blobs: MutableMapping[str, Any],
+        net_name: str = "",
+        inputs: tuple[str, ...] | None = None,
+        outputs: tuple[str, ...] | None = None,
+    ):
         self.index = index
         self.definition = definition
         self.schema = schema
@@ -46,14 +69,20 @@ class Operator:
             raise self.error(f"input blob {missing!r} does not exist") from BlobNotFoundError(missing, list(blobs))
         try:
             result = self.fn(self.ctx, *args)
-        except Exception as exc:  # noqa: BLE001 - every kernel failure becomes an OperatorError
+        except Exception as exc:
             raise self.error(_reason(exc)) from exc
         self._store(self, blobs, result)
 
     def error(self, message: str) -> OperatorError:
         """An :class:`OperatorError` that names this op."""
-        return OperatorError(message, op_index=self.index, op_type=self.type, op_name=self.name or None,
-                             inputs=self.inputs, net_name=self.net_name or None)
+        return OperatorError(
+            message,
+            op_index=self.index,
+            op_type=self.type,
+            op_name=self.name or None,
+            inputs=self.inputs,
+            net_name=self.net_name or None,
+        )
 
     def __repr__(self) -> str:
         return f"Operator(#{self.index} {self.type} {list(self.inputs)} -> {list(self.outputs)})"
@@ -97,8 +126,19 @@ def build_operators(net_def: NetDef, blobs: MutableMapping[str, Any]) -> list[Op
     for i, op_def in enumerate(net_def.ops):
         schema, args = validate_op(op_def, i, net_device)
         ins, outs = tuple(op_def.inputs), tuple(op_def.outputs)
-        ops.append(Operator(op_def, i, schema, _share(shared, op_def.type, args), op_def.device_option or net_device, blobs,
-                            net_def.name, shared.setdefault(ins, ins), shared.setdefault(outs, outs)))
+        ops.append(
+            Operator(
+                op_def,
+                i,
+                schema,
+                _share(shared, op_def.type, args),
+                op_def.device_option or net_device,
+                blobs,
+                net_def.name,
+                shared.setdefault(ins, ins),
+                shared.setdefault(outs, outs),
+            )
+        )
     return ops
 
 
@@ -114,14 +154,20 @@ def check_declared_blobs(net_def: NetDef) -> None:
         if declared:
             unknown = next((n for n in op.inputs if n not in known), None)
             if unknown is not None:
-                raise NetDefinitionError(f"{op.type}: the source of input {unknown!r} is unknown: it is neither a declared "
-                                         f"external input of net {net_def.name!r} nor an output of an earlier op "
-                                         "(Caffe2 refuses it too)", f"ops[{i}].inputs")
+                raise NetDefinitionError(
+                    f"{op.type}: the source of input {unknown!r} is unknown: it is neither a declared "
+                    f"external input of net {net_def.name!r} nor an output of an earlier op "
+                    "(Caffe2 refuses it too)",
+                    f"ops[{i}].inputs",
+                )
         known.update(op.outputs)
     missing = [n for n in net_def.external_outputs if n not in known]
     if missing:
-        raise NetDefinitionError(f"blob {missing[0]!r} is declared as an output of net {net_def.name!r} but no op "
-                                 "produces it (Caffe2 refuses it too)", "external_outputs")
+        raise NetDefinitionError(
+            f"blob {missing[0]!r} is declared as an output of net {net_def.name!r} but no op "
+            "produces it (Caffe2 refuses it too)",
+            "external_outputs",
+        )
 
 
 def _share(shared: dict[Any, Any], op_type: str, args: dict[str, Any]) -> dict[str, Any]:

@@ -16,15 +16,25 @@ meets a malformed op. Gradients are registered beside the op with :func:`registe
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 from asyncnet.core.bound import is_bound
 from asyncnet.core.defs import DeviceOption, OperatorDef
 from asyncnet.errors import NetDefinitionError, near_names
 
-__all__ = ["Arg", "OpSchema", "OpContext", "register_op", "register_gradient", "register_no_gradient", "get_schema",
-           "registered_ops", "validate_op"]
+__all__ = [
+    "Arg",
+    "OpSchema",
+    "OpContext",
+    "register_op",
+    "register_gradient",
+    "register_no_gradient",
+    "get_schema",
+    "registered_ops",
+    "validate_op",
+]
 
 _MISSING = object()
 
@@ -181,10 +191,22 @@ def register_op(
         lo_i, hi_i = _arity(inputs)
         lo_o, hi_o = _arity(outputs)
         _REGISTRY[op_type] = OpSchema(
-            type=op_type, fn=fn, min_inputs=lo_i, max_inputs=hi_i, min_outputs=lo_o, max_outputs=hi_o,
-            allow_inplace=allow_inplace, enforce_inplace=enforce_inplace, args={a.name: a for a in args},
-            devices=tuple(devices), differentiable=differentiable, doc=doc or (fn.__doc__ or "").strip(),
-            inputs_doc=tuple(inputs_doc), outputs_doc=tuple(outputs_doc), validate=validate, specialize=specialize,
+            type=op_type,
+            fn=fn,
+            min_inputs=lo_i,
+            max_inputs=hi_i,
+            min_outputs=lo_o,
+            max_outputs=hi_o,
+            allow_inplace=allow_inplace,
+            enforce_inplace=enforce_inplace,
+            args={a.name: a for a in args},
+            devices=tuple(devices),
+            differentiable=differentiable,
+            doc=doc or (fn.__doc__ or "").strip(),
+            inputs_doc=tuple(inputs_doc),
+            outputs_doc=tuple(outputs_doc),
+            validate=validate,
+            specialize=specialize,
             extra_args=extra_args,
         )
         return fn
@@ -260,8 +282,9 @@ def validate_op(op: OperatorDef, index: int, net_device: DeviceOption | None = N
     device = op.device_option or net_device
     device_type = _DEFAULT_DEVICE_TYPE if device is None else device.device_type
     if device_type not in schema.devices:
-        raise NetDefinitionError(f"device {device_type!r} not supported; the op runs on {list(schema.devices)}",
-                                 _where(op, index))
+        raise NetDefinitionError(
+            f"device {device_type!r} not supported; the op runs on {list(schema.devices)}", _where(op, index)
+        )
     return schema, args
 
 
@@ -279,8 +302,10 @@ def _check_inplace(op: OperatorDef, schema: OpSchema, index: int) -> None:
     if enforce is not None:
         for i, o in _enforced_pairs(enforce, len(ins), len(outs)):
             if ins[i] != outs[o]:
-                raise NetDefinitionError(f"input {i} {ins[i]!r} and output {o} {outs[o]!r} must be the same blob "
-                                         "(in-place enforced)", _where(op, index))
+                raise NetDefinitionError(
+                    f"input {i} {ins[i]!r} and output {o} {outs[o]!r} must be the same blob (in-place enforced)",
+                    _where(op, index),
+                )
     for o, out in enumerate(outs):
         if out not in ins:  # the common case, one C-level scan: no pair to check
             continue
@@ -304,8 +329,9 @@ def _typed_args(op: OperatorDef, schema: OpSchema, index: int) -> dict[str, Any]
         hint = f"; did you mean {near[0]!r}?" if near else f"; it takes {sorted(schema.args) or 'no arguments'}"
         raise NetDefinitionError(f"unknown argument {k!r}{hint}", _where(op, index))
     if ENGINE in op.args and ENGINE not in schema.args and not isinstance(op.args[ENGINE], str):
-        raise NetDefinitionError(f"expected a str engine (Caffe2's engine name, ignored), got {op.args[ENGINE]!r}",
-                                 _where(op, index))
+        raise NetDefinitionError(
+            f"expected a str engine (Caffe2's engine name, ignored), got {op.args[ENGINE]!r}", _where(op, index)
+        )
     typed: dict[str, Any] = {}
     for name, spec in schema.args.items():
         if name in op.args:
@@ -332,7 +358,9 @@ class OpContext:
 
     __slots__ = ("args", "op", "index", "device", "_blobs", "cancel_flag")
 
-    def __init__(self, op: OperatorDef, index: int, args: dict[str, Any], device: DeviceOption, blobs: Mapping[str, Any]):
+    def __init__(
+        self, op: OperatorDef, index: int, args: dict[str, Any], device: DeviceOption, blobs: Mapping[str, Any]
+    ):
         self.op = op
         self.index = index
         self.args = args

@@ -21,8 +21,9 @@ import gc
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -37,7 +38,7 @@ if TYPE_CHECKING:
 __all__ = ["Workspace"]
 
 
-def _as_def(net: "Net | NetDef") -> NetDef:
+def _as_def(net: Net | NetDef) -> NetDef:
     if isinstance(net, NetDef):
         return net
     snapshot = getattr(net, "snapshot", None)
@@ -153,7 +154,7 @@ class Workspace:
         return self._blobs
 
     # -- nets ------------------------------------------------------------------------------
-    def instantiate(self, net: "Net | NetDef") -> NetBase:
+    def instantiate(self, net: Net | NetDef) -> NetBase:
         """Validate ``net`` (once: each op against its schema) and build an executor instance
         for it, without registering it."""
         with _gc_paused():
@@ -161,7 +162,7 @@ class Workspace:
             cls = net_class(net_def.type)
             return cls(net_def, build_operators(net_def, self._blobs), self._blobs)
 
-    def create_net(self, net: "Net | NetDef", overwrite: bool = False) -> NetBase:
+    def create_net(self, net: Net | NetDef, overwrite: bool = False) -> NetBase:
         """Validate and instantiate ``net`` under its name; every op is checked against its
         schema here, so a bad net fails now with :class:`~asyncnet.NetDefinitionError`."""
         instance = self.instantiate(net)
@@ -169,7 +170,9 @@ class Workspace:
             old = self._nets.get(instance.name)
             if old is not None and not overwrite:
                 instance.close()
-                raise NetDefinitionError(f"a net named {instance.name!r} already exists; pass overwrite=True to replace it", "name")
+                raise NetDefinitionError(
+                    f"a net named {instance.name!r} already exists; pass overwrite=True to replace it", "name"
+                )
             self._nets[instance.name] = instance
         if old is not None:
             old.close()
@@ -204,14 +207,16 @@ class Workspace:
         for i in range(num_iter):
             left = deadline - time.monotonic()
             if left <= 0:
-                raise TimeoutError(f"net {name!r}: {i} of {num_iter} iterations done when the {timeout:g} s timeout expired")
+                raise TimeoutError(
+                    f"net {name!r}: {i} of {num_iter} iterations done when the {timeout:g} s timeout expired"
+                )
             instance.run(left)
 
     def run_net_async(self, name: str) -> RunHandle:
         """Start one run of created net ``name``; returns a handle with ``wait(timeout)``, ``done()``, ``cancel()``."""
         return self.net(name).run_async()
 
-    def run_net_once(self, net: "Net | NetDef", timeout: float | None = None) -> None:
+    def run_net_once(self, net: Net | NetDef, timeout: float | None = None) -> None:
         """Instantiate ``net``, run it once and discard the instance."""
         instance = self.instantiate(net)
         try:
@@ -245,7 +250,7 @@ class Workspace:
             for net in self._nets.values():
                 net.close()
 
-    def __enter__(self) -> "Workspace":
+    def __enter__(self) -> Workspace:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -7,11 +7,13 @@ of the dependency graph on per-device worker pools. Execution plans
 builds Caffe2's loops and conditionals (For, While, If, Switch, ...) from them.
 """
 
-from asyncnet.exec import simple  # noqa: F401  (registers "simple")
-from asyncnet.exec import scheduling  # noqa: F401  (registers "async_scheduling", "dag", "async_dag")
-from asyncnet.exec import straight  # noqa: F401  (registers "straight")
-from asyncnet.exec.plan import ExecutionStep, Plan, PlanHandle, execution_step, to_execution_step  # noqa: E402
-from asyncnet.core.netbase import register_net_type  # noqa: E402
+from asyncnet.core.netbase import register_net_type
+from asyncnet.exec import (
+    scheduling,
+    simple,
+    straight,  # noqa: F401  (registers "straight")
+)
+from asyncnet.exec.plan import ExecutionStep, Plan, PlanHandle, execution_step, to_execution_step
 
 # Caffe2's AsyncPollingNet and ParallelNet were other asynchronous executors of the same graph;
 # NetDefs written for them run on ours (same results, our scheduling).

@@ -25,15 +25,32 @@ before a loop) get fresh names, so one plan may hold several loops::
 from __future__ import annotations
 
 import itertools
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from asyncnet.core.defs import NetDef
 from asyncnet.core.net import Net
 from asyncnet.errors import NetDefinitionError
 from asyncnet.exec.plan import ExecutionStep, execution_step
 
-__all__ = ["Do", "DoParallel", "For", "While", "Until", "DoWhile", "DoUntil", "If", "IfNot", "Switch", "SwitchNot",
-           "BoolNet", "NotNet", "GetConditionBlobFromNet", "CombineConditions", "MergeConditionNets"]
+__all__ = [
+    "Do",
+    "DoParallel",
+    "For",
+    "While",
+    "Until",
+    "DoWhile",
+    "DoUntil",
+    "If",
+    "IfNot",
+    "Switch",
+    "SwitchNot",
+    "BoolNet",
+    "NotNet",
+    "GetConditionBlobFromNet",
+    "CombineConditions",
+    "MergeConditionNets",
+]
 
 _serial = itertools.count(1)
 
@@ -74,8 +91,11 @@ def GetConditionBlobFromNet(condition_net: Any) -> str:
     """The condition blob of a net: its last external output (a one-element bool)."""
     d = condition_net if isinstance(condition_net, NetDef) else condition_net.snapshot()
     if not d.external_outputs:
-        raise NetDefinitionError(f"condition net {d.name!r} has no external output; expected its last external "
-                                 "output to be the condition (a bool blob)", "control")
+        raise NetDefinitionError(
+            f"condition net {d.name!r} has no external output; expected its last external "
+            "output to be the condition (a bool blob)",
+            "control",
+        )
     return d.external_outputs[-1]
 
 
@@ -202,7 +222,9 @@ def While(name: str, condition_blob_or_net: Any, nets_or_steps: Any) -> Executio
     cond = condition_blob_or_net
     body = _prepend(nets_or_steps, cond, not_net) if _is_net(cond) else _prepend(nets_or_steps, not_net)
     if _is_nets(body):  # a stop blob left set by an earlier run would end the loop after its first net
-        return Do(f"{name}/While", BoolNet((stop, False)), execution_step(f"{name}/While-inner", body, should_stop_blob=stop))
+        return Do(
+            f"{name}/While", BoolNet((stop, False)), execution_step(f"{name}/While-inner", body, should_stop_blob=stop)
+        )
     return execution_step(f"{name}/While", body, should_stop_blob=stop)
 
 
@@ -220,7 +242,9 @@ def DoWhile(name: str, condition_blob_or_net: Any, nets_or_steps: Any) -> Execut
     not_net, stop = NotNet(condition_blob_or_net)
     cond = condition_blob_or_net
     body = _append(nets_or_steps, cond, not_net) if _is_net(cond) else _append(nets_or_steps, not_net)
-    return Do(f"{name}/DoWhile", BoolNet((stop, False)), execution_step(f"{name}/DoWhile-inner", body, should_stop_blob=stop))
+    return Do(
+        f"{name}/DoWhile", BoolNet((stop, False)), execution_step(f"{name}/DoWhile-inner", body, should_stop_blob=stop)
+    )
 
 
 def DoUntil(name: str, condition_blob_or_net: Any, nets_or_steps: Any) -> ExecutionStep:
@@ -230,7 +254,9 @@ def DoUntil(name: str, condition_blob_or_net: Any, nets_or_steps: Any) -> Execut
         return execution_step(f"{name}/DoUntil", nets_or_steps, should_stop_blob=str(condition_blob_or_net))
     stop = GetConditionBlobFromNet(condition_blob_or_net)
     body = _append(nets_or_steps, condition_blob_or_net)
-    return Do(f"{name}/DoUntil", BoolNet((stop, False)), execution_step(f"{name}/DoUntil-inner", body, should_stop_blob=stop))
+    return Do(
+        f"{name}/DoUntil", BoolNet((stop, False)), execution_step(f"{name}/DoUntil-inner", body, should_stop_blob=stop)
+    )
 
 
 def Switch(name: str, *conditions: Any) -> ExecutionStep:
@@ -240,7 +266,9 @@ def Switch(name: str, *conditions: Any) -> ExecutionStep:
 
 def SwitchNot(name: str, *conditions: Any) -> ExecutionStep:
     """Run, in order, each ``(condition, nets_or_steps)`` whose condition is false."""
-    return execution_step(f"{name}/SwitchNot", [_run_once_if_not(f"{name}/SwitchNot", c, s) for c, s in _make_list(conditions)])
+    return execution_step(
+        f"{name}/SwitchNot", [_run_once_if_not(f"{name}/SwitchNot", c, s) for c, s in _make_list(conditions)]
+    )
 
 
 def _branch(label: str, condition_blob_or_net: Any, then: Any, otherwise: Any, when: Any, unless: Any) -> ExecutionStep:
@@ -251,13 +279,19 @@ def _branch(label: str, condition_blob_or_net: Any, then: Any, otherwise: Any, w
     return Do(label, when(f"{label}-true", condition_blob_or_net, then), unless(f"{label}-false", cond, otherwise))
 
 
-def If(name: str, condition_blob_or_net: Any, true_nets_or_steps: Any, false_nets_or_steps: Any = None) -> ExecutionStep:
+def If(
+    name: str, condition_blob_or_net: Any, true_nets_or_steps: Any, false_nets_or_steps: Any = None
+) -> ExecutionStep:
     """Run ``true_nets_or_steps`` if the condition is true, else ``false_nets_or_steps`` (if any)."""
-    return _branch(f"{name}/If", condition_blob_or_net, true_nets_or_steps, false_nets_or_steps,
-                   _run_once_if, _run_once_if_not)
+    return _branch(
+        f"{name}/If", condition_blob_or_net, true_nets_or_steps, false_nets_or_steps, _run_once_if, _run_once_if_not
+    )
 
 
-def IfNot(name: str, condition_blob_or_net: Any, true_nets_or_steps: Any, false_nets_or_steps: Any = None) -> ExecutionStep:
+def IfNot(
+    name: str, condition_blob_or_net: Any, true_nets_or_steps: Any, false_nets_or_steps: Any = None
+) -> ExecutionStep:
     """Run ``true_nets_or_steps`` if the condition is false, else ``false_nets_or_steps`` (if any)."""
-    return _branch(f"{name}/IfNot", condition_blob_or_net, true_nets_or_steps, false_nets_or_steps,
-                   _run_once_if_not, _run_once_if)
+    return _branch(
+        f"{name}/IfNot", condition_blob_or_net, true_nets_or_steps, false_nets_or_steps, _run_once_if_not, _run_once_if
+    )

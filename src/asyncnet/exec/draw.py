@@ -34,16 +34,28 @@ __all__ = ["layout", "route", "to_dot", "draw", "save_graph", "chain_colours", "
 
 ENGINES = ("auto", "dot", "builtin")
 DOT_TIMEOUT = 120.0  # seconds graphviz may take to lay out one net
-_PALETTE = ["#8dd3c7", "#ffffb3", "#bebada", "#fb8072", "#80b1d3", "#fdb462", "#b3de69", "#fccde5",
-            "#d9d9d9", "#bc80bd", "#ccebc5", "#ffed6f"]
+_PALETTE = [
+    "#8dd3c7",
+    "#ffffb3",
+    "#bebada",
+    "#fb8072",
+    "#80b1d3",
+    "#fdb462",
+    "#b3de69",
+    "#fccde5",
+    "#d9d9d9",
+    "#bc80bd",
+    "#ccebc5",
+    "#ffed6f",
+]
 _BOX_W, _BOX_H = 0.8, 0.5  # builtin layout: a box in a unit cell, leaving lanes and gaps free
 
 
 def chain_colours(n: int) -> list[str]:
     """``n`` distinct fill colours: a 12-colour qualitative palette, then golden-angle hues.
 
-        >>> len(set(chain_colours(100)))
-        100
+    >>> len(set(chain_colours(100)))
+    100
     """
     colours = _PALETTE[:n]
     seen = set(colours)
@@ -77,17 +89,17 @@ def _dot_quote(s: str) -> str:
 def to_dot(net_def: NetDef, graph: Graph | None = None) -> str:
     """Graphviz text: one cluster per chain of two or more ops, edges labelled by nothing."""
     g = graph or graph_of_net(net_def)
-    lines = [f"digraph {_dot_quote(net_def.name)} {{", "  rankdir=TB;", "  node [shape=box, style=\"rounded,filled\"];"]
+    lines = [f"digraph {_dot_quote(net_def.name)} {{", "  rankdir=TB;", '  node [shape=box, style="rounded,filled"];']
     colours = chain_colours(len(g.chains))
     for c, chain in enumerate(g.chains):
         colour = colours[c]
         indent = "  "
         if len(chain) > 1:
             lines.append(f"  subgraph cluster_chain{c} {{")
-            lines.append(f"    label={_dot_quote(f'chain {c}')}; style=rounded; color=\"#555555\";")
+            lines.append(f'    label={_dot_quote(f"chain {c}")}; style=rounded; color="#555555";')
             indent = "    "
         for i in chain:
-            lines.append(f"{indent}op{i} [label={_dot_quote(_label(net_def, i))}, fillcolor=\"{colour}\"];")
+            lines.append(f'{indent}op{i} [label={_dot_quote(_label(net_def, i))}, fillcolor="{colour}"];')
         if len(chain) > 1:
             lines.append("  }")
     for p, c in g.edges():
@@ -157,20 +169,39 @@ def draw(net_def: NetDef, graph: Graph | None = None) -> Any:
     ax.set_xlim(-0.7, n_cols - 0.3)
     ax.set_ylim(n_rows - 0.4, -1.0)
     ax.axis("off")
-    ax.text((n_cols - 1) / 2, -0.75, f"{net_def.name}: {g.num_ops} ops, {len(g.chains)} chains (dashed frames)",
-            ha="center", va="center", fontsize=9)
+    ax.text(
+        (n_cols - 1) / 2,
+        -0.75,
+        f"{net_def.name}: {g.num_ops} ops, {len(g.chains)} chains (dashed frames)",
+        ha="center",
+        va="center",
+        fontsize=9,
+    )
     w, h = _BOX_W, _BOX_H
     colours = chain_colours(len(g.chains))
     for c, chain in enumerate(g.chains):
         if len(chain) > 1:
             x, y0 = pos[chain[0]]
             y1 = pos[chain[-1]][1]
-            ax.add_patch(FancyBboxPatch((x - w / 2 - 0.04, y0 - h / 2 - 0.08), w + 0.08, y1 - y0 + h + 0.16,
-                                        boxstyle="round,pad=0.02", fill=False, ec="#555555", lw=1.2, ls="--"))
+            ax.add_patch(
+                FancyBboxPatch(
+                    (x - w / 2 - 0.04, y0 - h / 2 - 0.08),
+                    w + 0.08,
+                    y1 - y0 + h + 0.16,
+                    boxstyle="round,pad=0.02",
+                    fill=False,
+                    ec="#555555",
+                    lw=1.2,
+                    ls="--",
+                )
+            )
         for i in chain:
             x, y = pos[i]
-            ax.add_patch(FancyBboxPatch((x - w / 2, y - h / 2), w, h, boxstyle="round,pad=0.02", fc=colours[c],
-                                        ec="#333333", lw=0.8))
+            ax.add_patch(
+                FancyBboxPatch(
+                    (x - w / 2, y - h / 2), w, h, boxstyle="round,pad=0.02", fc=colours[c], ec="#333333", lw=0.8
+                )
+            )
             ax.text(x, y, _label(net_def, i), ha="center", va="center", fontsize=7)
     for k, (p, c) in enumerate(g.edges()):
         points = route(pos, p, c, lane_shift=((k % 5) - 2) * 0.015)  # parallel edges stay apart
@@ -195,8 +226,9 @@ def save_graph(net_def: NetDef, path: str | os.PathLike[str], engine: str = "aut
         return "text"
     dot = dot_program()
     if engine == "dot" and dot is None:
-        raise ExecutionError("engine 'dot' needs graphviz's dot program on PATH (install graphviz, "
-                             "or use engine 'builtin')")
+        raise ExecutionError(
+            "engine 'dot' needs graphviz's dot program on PATH (install graphviz, or use engine 'builtin')"
+        )
     if engine != "builtin" and dot is not None:
         image = _run_dot(dot, to_dot(net_def), suffix)
         atomic_write(path, lambda f: f.write(image))
@@ -212,8 +244,9 @@ def save_graph(net_def: NetDef, path: str | os.PathLike[str], engine: str = "aut
 def _run_dot(dot: str, text: str, fmt: str) -> bytes:
     """``dot -T<fmt>`` on ``text``: the image bytes, or ExecutionError with dot's own message."""
     try:
-        res = subprocess.run([dot, f"-T{fmt}"], input=text.encode("utf-8"), capture_output=True,
-                             timeout=DOT_TIMEOUT, check=False)
+        res = subprocess.run(
+            [dot, f"-T{fmt}"], input=text.encode("utf-8"), capture_output=True, timeout=DOT_TIMEOUT, check=False
+        )
     except subprocess.TimeoutExpired:
         raise ExecutionError(f"graphviz dot took more than {DOT_TIMEOUT:g} s; use engine 'builtin'") from None
     except OSError as e:

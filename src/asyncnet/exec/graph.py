@@ -21,10 +21,18 @@ on one thread with no scheduling in between::
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
-from typing import Hashable, Sequence
 
-__all__ = ["Graph", "SEARCH_LIMIT", "hazard_edges", "transitive_reduction", "form_chains", "build_graph", "graph_of_net"]
+__all__ = [
+    "Graph",
+    "SEARCH_LIMIT",
+    "hazard_edges",
+    "transitive_reduction",
+    "form_chains",
+    "build_graph",
+    "graph_of_net",
+]
 
 OpIO = tuple[Sequence[str], Sequence[str], Sequence[str]]  # (inputs, outputs, control_inputs)
 
@@ -148,8 +156,9 @@ def children_of(parents: Sequence[Sequence[int]]) -> list[list[int]]:
     return children
 
 
-def form_chains(parents: Sequence[Sequence[int]], children: Sequence[Sequence[int]],
-                devices: Sequence[Hashable] | None = None) -> tuple[list[list[int]], list[int]]:
+def form_chains(
+    parents: Sequence[Sequence[int]], children: Sequence[Sequence[int]], devices: Sequence[Hashable] | None = None
+) -> tuple[list[list[int]], list[int]]:
     """Group ops into chains; returns ``(chains, chain_of)``.
 
     >>> form_chains([[], [0], [1]], [[1], [2], []])

@@ -45,7 +45,7 @@ Example::
 from __future__ import annotations
 
 import statistics
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 __all__ = ["InlinePolicy", "critical_path", "WARMUP", "TRIAL_BELOW", "TRIAL_RUNS", "TIE", "REVISIT"]
 

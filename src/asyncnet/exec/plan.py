@@ -44,7 +44,8 @@ from __future__ import annotations
 import json
 import threading
 import time
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -61,10 +62,16 @@ UNTIL_STOP = 2**62  # num_iter of a step that loops until its stop blob is set
 class ExecutionStep:
     """One step of a plan: nets or substeps, iterated ``num_iter`` times."""
 
-    def __init__(self, name: str = "", nets: NetSpec | Sequence[NetSpec] | None = None,
-                 substeps: Sequence["ExecutionStep"] | None = None, num_iter: int | None = None,
-                 concurrent_substeps: bool = False, should_stop_blob: str | None = None,
-                 only_once: bool = False):
+    def __init__(
+        self,
+        name: str = "",
+        nets: NetSpec | Sequence[NetSpec] | None = None,
+        substeps: Sequence[ExecutionStep] | None = None,
+        num_iter: int | None = None,
+        concurrent_substeps: bool = False,
+        should_stop_blob: str | None = None,
+        only_once: bool = False,
+    ):
         if not isinstance(name, str):  # Caffe2's steps may be nameless (plan_executor_test's are)
             raise NetDefinitionError(f"expected a step name (str), got {name!r}", "step.name")
         if nets is not None and not isinstance(nets, (list, tuple)):
@@ -76,21 +83,30 @@ class ExecutionStep:
             raise NetDefinitionError("a step holds nets or substeps, not both", f"step {name!r}")
         for i, s in enumerate(self.substeps):
             if not isinstance(s, ExecutionStep):
-                raise NetDefinitionError(f"expected an ExecutionStep, got {type(s).__name__}", f"step {name!r}.substeps[{i}]")
+                raise NetDefinitionError(
+                    f"expected an ExecutionStep, got {type(s).__name__}", f"step {name!r}.substeps[{i}]"
+                )
         for i, n in enumerate(self.nets):
             if not (isinstance(n, (str, NetDef)) or hasattr(n, "to_def")):
-                raise NetDefinitionError(f"expected a Net, NetDef or net name, got {type(n).__name__}", f"step {name!r}.nets[{i}]")
+                raise NetDefinitionError(
+                    f"expected a Net, NetDef or net name, got {type(n).__name__}", f"step {name!r}.nets[{i}]"
+                )
         if num_iter is not None and (isinstance(num_iter, bool) or not isinstance(num_iter, int) or num_iter < 0):
             raise NetDefinitionError(f"expected a non-negative int, got {num_iter!r}", f"step {name!r}.num_iter")
         should_stop_blob = should_stop_blob or None
         if should_stop_blob is not None and num_iter is not None:
-            raise NetDefinitionError(f"num_iter={num_iter} and should_stop_blob={should_stop_blob!r} given; "
-                                     "expected one of them (Caffe2: must not specify num_iter if should_stop_blob "
-                                     "is set)", f"step {name!r}")
+            raise NetDefinitionError(
+                f"num_iter={num_iter} and should_stop_blob={should_stop_blob!r} given; "
+                "expected one of them (Caffe2: must not specify num_iter if should_stop_blob "
+                "is set)",
+                f"step {name!r}",
+            )
         if only_once and should_stop_blob is None:
-            raise NetDefinitionError("only_once=True without should_stop_blob; expected a should_stop_blob "
-                                     "(as in Caffe2, only_once limits a step controlled by a stop blob to one iteration)",
-                                     f"step {name!r}.only_once")
+            raise NetDefinitionError(
+                "only_once=True without should_stop_blob; expected a should_stop_blob "
+                "(as in Caffe2, only_once limits a step controlled by a stop blob to one iteration)",
+                f"step {name!r}.only_once",
+            )
         self.num_iter = num_iter
         self.concurrent_substeps = bool(concurrent_substeps)
         self.should_stop_blob = should_stop_blob
@@ -109,7 +125,7 @@ class ExecutionStep:
         """Run this step alone, as a plan of its own name (what Caffe2's RunPlan does with a bare step)."""
         Plan(self.name, [self]).run(ws, timeout=timeout)
 
-    def run_async(self, ws: Any, timeout: float | None = None) -> "PlanHandle":
+    def run_async(self, ws: Any, timeout: float | None = None) -> PlanHandle:
         """Start this step alone on a thread of its own (see :meth:`Plan.run_async`)."""
         return Plan(self.name, [self]).run_async(ws, timeout=timeout)
 
@@ -131,7 +147,7 @@ class ExecutionStep:
         return d
 
     @classmethod
-    def from_dict(cls, d: Any, path: str = "step", depth: int = 0) -> "ExecutionStep":
+    def from_dict(cls, d: Any, path: str = "step", depth: int = 0) -> ExecutionStep:
         if depth > 64:
             raise NetDefinitionError("steps nested too deeply (more than 64 levels)", path)
         if not isinstance(d, dict):
@@ -206,7 +222,7 @@ class Plan:
     """A named list of steps run in order by ``ws.run_plan(plan)`` (or ``plan.run(ws)``).
     ``Plan(step)`` is a plan of that one step, named after it (as Caffe2's ``core.Plan``)."""
 
-    def __init__(self, name: "str | ExecutionStep", steps: Iterable[ExecutionStep] = ()):
+    def __init__(self, name: str | ExecutionStep, steps: Iterable[ExecutionStep] = ()):
         if isinstance(name, ExecutionStep):  # Caffe2's Plan(step): a plan of that one step, named after it
             steps, name = [name, *steps], name.name
         if not isinstance(name, str):  # any str, "" too (Caffe2's Plan names are labels)
@@ -218,7 +234,9 @@ class Plan:
 
     def add_step(self, step: ExecutionStep) -> ExecutionStep:
         if not isinstance(step, ExecutionStep):
-            raise NetDefinitionError(f"expected an ExecutionStep, got {type(step).__name__}", f"plan {self.name!r}.steps")
+            raise NetDefinitionError(
+                f"expected an ExecutionStep, got {type(step).__name__}", f"plan {self.name!r}.steps"
+            )
         self.steps.append(step)
         return step
 
@@ -232,13 +250,15 @@ class Plan:
         """
         self._runner(ws, timeout).run_steps(self.steps)
 
-    def run_async(self, ws: Any, timeout: float | None = None) -> "PlanHandle":
+    def run_async(self, ws: Any, timeout: float | None = None) -> PlanHandle:
         """Start the plan on a thread of its own and return a :class:`PlanHandle` at once
         (Caffe2's ``RunPlanInBackground``); a malformed plan raises here, before the start."""
         return PlanHandle(self._runner(ws, timeout), self.steps, self.name)
 
-    def _runner(self, ws: Any, timeout: float | None) -> "_PlanRun":
-        return _PlanRun(ws, _net_defs_by_name(self.steps), None if timeout is None else time.perf_counter() + timeout, timeout)
+    def _runner(self, ws: Any, timeout: float | None) -> _PlanRun:
+        return _PlanRun(
+            ws, _net_defs_by_name(self.steps), None if timeout is None else time.perf_counter() + timeout, timeout
+        )
 
     # -- JSON ---------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -248,17 +268,20 @@ class Plan:
         return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
 
     @classmethod
-    def from_dict(cls, d: Any) -> "Plan":
+    def from_dict(cls, d: Any) -> Plan:
         if not isinstance(d, dict):
             raise NetDefinitionError(f"expected an object, got {type(d).__name__}", "plan")
         extra = sorted(str(k) for k in d if k not in {"name", "steps"})
         if extra:
             raise NetDefinitionError(f"unknown field(s) {extra}; expected some of ['name', 'steps']", "plan")
         steps = _expect(d.get("steps", []), list, "steps")
-        return cls(_expect(d.get("name", ""), str, "name"), [ExecutionStep.from_dict(s, f"steps[{i}]") for i, s in enumerate(steps)])
+        return cls(
+            _expect(d.get("name", ""), str, "name"),
+            [ExecutionStep.from_dict(s, f"steps[{i}]") for i, s in enumerate(steps)],
+        )
 
     @classmethod
-    def from_json(cls, text: str | bytes) -> "Plan":
+    def from_json(cls, text: str | bytes) -> Plan:
         """Parse and validate JSON text; any defect raises :class:`NetDefinitionError`."""
         try:
             data = json.loads(text, parse_constant=_reject_constant)
@@ -280,12 +303,14 @@ class PlanHandle:
     the workspace is closed: the thread is a daemon thread only so that a plan stuck in an op
     that never returns cannot keep the interpreter from exiting."""
 
-    def __init__(self, runner: "_PlanRun", steps: Sequence[ExecutionStep], name: str):
+    def __init__(self, runner: _PlanRun, steps: Sequence[ExecutionStep], name: str):
         self._runner = runner
         self._error: BaseException | None = None
         self._cancelled = False
         self._done = threading.Event()
-        self._thread = threading.Thread(target=self._body, args=(list(steps),), name=f"asyncnet-plan-{name}", daemon=True)
+        self._thread = threading.Thread(
+            target=self._body, args=(list(steps),), name=f"asyncnet-plan-{name}", daemon=True
+        )
         self._thread.start()
 
     def _body(self, steps: list[ExecutionStep]) -> None:
@@ -350,8 +375,11 @@ def _net_defs_by_name(steps: Iterable[ExecutionStep]) -> dict[str, NetDef]:
             net_def = spec if isinstance(spec, NetDef) else spec.to_def()
             seen = found.setdefault(net_def.name, net_def)
             if seen is not net_def and seen.to_dict() != net_def.to_dict():
-                raise NetDefinitionError(f"the plan holds two different nets named {net_def.name!r}; expected one "
-                                         "definition per name (Caffe2 refuses it too)", f"step {step.name!r}.nets")
+                raise NetDefinitionError(
+                    f"the plan holds two different nets named {net_def.name!r}; expected one "
+                    "definition per name (Caffe2 refuses it too)",
+                    f"step {step.name!r}.nets",
+                )
     return found
 
 
@@ -375,7 +403,7 @@ class _PlanRun:
         # blobs the plan's nets write: Caffe2 creates them (uninitialized) with the nets, and an
         # uninitialized stop blob reads as "not set"; any other missing stop blob is an error
         self.written = {o for d in defs.values() for op in d.ops for o in op.outputs}
-        self.running: set[NetBase] = set()    # nets running now on behalf of this plan
+        self.running: set[NetBase] = set()  # nets running now on behalf of this plan
         self.cancelled: set[NetBase] = set()  # runs cancelled by the stop (their error is not news)
         self.lock = threading.Lock()
         self.empty: dict[int, bool] = {}  # id(step) -> no net in it (the steps live as long as the run)
@@ -504,8 +532,10 @@ class _PlanRun:
                     errors.append((time.perf_counter(), exc))
                 self.stop_all()
 
-        threads = [threading.Thread(target=body, args=(s, k), name=f"asyncnet-step-{where}/{s.name}")
-                   for k, s in enumerate(substeps)]
+        threads = [
+            threading.Thread(target=body, args=(s, k), name=f"asyncnet-step-{where}/{s.name}")
+            for k, s in enumerate(substeps)
+        ]
         started = []
         try:
             for t in threads:
@@ -522,8 +552,10 @@ class _PlanRun:
             others = [e for _, e in errors[1:]]
             first.other_errors = others  # type: ignore[attr-defined]
             if others and hasattr(first, "add_note"):
-                first.add_note(f"{len(others)} other concurrent substep(s) of {where!r} failed too: "
-                               + "; ".join(f"{type(e).__name__}: {e}" for e in others[:3]))
+                first.add_note(
+                    f"{len(others)} other concurrent substep(s) of {where!r} failed too: "
+                    + "; ".join(f"{type(e).__name__}: {e}" for e in others[:3])
+                )
             raise first
 
     def should_stop(self, blob: str, where: str) -> bool:
@@ -532,8 +564,9 @@ class _PlanRun:
         except KeyError:
             if blob in self.written:  # Caffe2's getShouldStop: an uninitialized blob is false
                 return False
-            raise ExecutionError(f"step {where!r}: should_stop_blob {blob!r} does not exist and no net of "
-                                 "the plan writes it") from None
+            raise ExecutionError(
+                f"step {where!r}: should_stop_blob {blob!r} does not exist and no net of the plan writes it"
+            ) from None
         return _truthy(value, blob, where)
 
 
@@ -548,8 +581,10 @@ def _truthy(value: Any, blob: str, where: str) -> bool:
     size = arr.numel() if hasattr(arr, "numel") else arr.size
     is_bool = str(arr.dtype) in ("bool", "torch.bool")
     if size != 1 or not is_bool:
-        raise ExecutionError(f"step {where!r}: should_stop_blob {blob!r} must hold one bool (Caffe2: expects a scalar "
-                             f"boolean), got dtype {arr.dtype} shape {tuple(arr.shape)}")
+        raise ExecutionError(
+            f"step {where!r}: should_stop_blob {blob!r} must hold one bool (Caffe2: expects a scalar "
+            f"boolean), got dtype {arr.dtype} shape {tuple(arr.shape)}"
+        )
     return bool(arr.reshape(()).item())
 
 

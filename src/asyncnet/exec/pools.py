@@ -48,7 +48,8 @@ import threading
 import time
 import warnings
 import weakref
-from typing import Any, Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable
+from typing import Any
 
 from asyncnet.core.defs import DeviceOption, NetDef
 from asyncnet.errors import ExecutionError, NetDefinitionError
@@ -56,8 +57,20 @@ from asyncnet.tensor.threads import ThreadClaim, claim_threads
 
 _log = logging.getLogger(__name__)
 
-__all__ = ["WorkerPool", "PoolLease", "Activity", "activity", "acquire_pool", "device_key", "default_pool_size",
-           "check_device", "live_pools", "claim_net_threads", "EXIT_TIMEOUT", "SHUTDOWN_TIMEOUT"]
+__all__ = [
+    "WorkerPool",
+    "PoolLease",
+    "Activity",
+    "activity",
+    "acquire_pool",
+    "device_key",
+    "default_pool_size",
+    "check_device",
+    "live_pools",
+    "claim_net_threads",
+    "EXIT_TIMEOUT",
+    "SHUTDOWN_TIMEOUT",
+]
 
 EXIT_TIMEOUT = 5.0  # seconds the interpreter-exit hook waits for all pool threads together
 SHUTDOWN_TIMEOUT = 10.0  # default bound of WorkerPool.shutdown (all its threads together)
@@ -88,14 +101,18 @@ def check_device(device: DeviceOption) -> None:
     torch = sys.modules.get("torch")
     if torch is None:
         try:
-            import torch  # noqa: F811 - imported only when a net asks for CUDA
+            import torch
         except ImportError:
             torch = None
     if torch is None or not torch.cuda.is_available():
-        raise NetDefinitionError(f"device cuda:{device.device_id} requested but torch with CUDA is not available", "device_option")
+        raise NetDefinitionError(
+            f"device cuda:{device.device_id} requested but torch with CUDA is not available", "device_option"
+        )
     if device.device_id >= torch.cuda.device_count():
         raise NetDefinitionError(
-            f"device cuda:{device.device_id} requested but only {torch.cuda.device_count()} CUDA device(s) exist", "device_option")
+            f"device cuda:{device.device_id} requested but only {torch.cuda.device_count()} CUDA device(s) exist",
+            "device_option",
+        )
 
 
 class Activity:
@@ -127,7 +144,7 @@ def activity() -> Activity:
 class _Worker(threading.Thread):
     """A pool thread (daemon: see the module docstring) with an :class:`Activity`."""
 
-    def __init__(self, q: "queue.SimpleQueue[Any]", idle: threading.Semaphore, name: str):
+    def __init__(self, q: queue.SimpleQueue[Any], idle: threading.Semaphore, name: str):
         super().__init__(target=_worker, args=(q, idle), name=name, daemon=True)
         self.activity = Activity()
 
@@ -205,15 +222,19 @@ class WorkerPool:
         if stuck:
             _STRAGGLERS.update(stuck)
             if warn:
-                _warn(stuck, f"pool {self.name!r} shut down with {len(stuck)} thread(s) still running after "
-                             f"{timeout:g} s; left behind", stacklevel=3)
+                _warn(
+                    stuck,
+                    f"pool {self.name!r} shut down with {len(stuck)} thread(s) still running after "
+                    f"{timeout:g} s; left behind",
+                    stacklevel=3,
+                )
         return stuck
 
     def __repr__(self) -> str:
         return f"WorkerPool({self.name!r}, size={self.size}, threads={len(self._threads)})"
 
 
-def _worker(q: "queue.SimpleQueue[Any]", idle: threading.Semaphore) -> None:
+def _worker(q: queue.SimpleQueue[Any], idle: threading.Semaphore) -> None:
     while True:
         item = q.get()
         if item is _STOP:
@@ -263,7 +284,7 @@ class PoolLease:
         _release(self.pool, self._key, timeout, warn)
 
 
-_ALL_POOLS: "weakref.WeakSet[WorkerPool]" = weakref.WeakSet()
+_ALL_POOLS: weakref.WeakSet[WorkerPool] = weakref.WeakSet()
 _SHARED: dict[tuple[Hashable, int], list[Any]] = {}  # key -> [pool, refcount]
 _SHARED_LOCK = threading.Lock()
 _STRAGGLERS: set[threading.Thread] = set()  # threads a shutdown left behind, rejoined at exit
@@ -323,8 +344,12 @@ def _shutdown_all(timeout: float | None = None) -> None:
     stuck = _join_all(threads, deadline)
     _STRAGGLERS.clear()
     if stuck:
-        _warn(stuck, f"{len(stuck)} worker thread(s) still running {timeout:g} s after interpreter exit began; "
-                     "the process exits without them", stacklevel=2)
+        _warn(
+            stuck,
+            f"{len(stuck)} worker thread(s) still running {timeout:g} s after interpreter exit began; "
+            "the process exits without them",
+            stacklevel=2,
+        )
 
 
 # Runs before the interpreter joins non-daemon threads (the way concurrent.futures does it).

@@ -93,7 +93,8 @@ import time
 import warnings
 import weakref
 from collections import deque
-from typing import Any, Callable, MutableMapping, Sequence
+from collections.abc import Callable, MutableMapping, Sequence
+from typing import Any
 
 from asyncnet.core.defs import NetDef
 from asyncnet.core.netbase import NetBase, call_done_callbacks, in_done_callback, register_net_type
@@ -121,10 +122,25 @@ _STOP_SIGNALS = (int(signal.SIGINT), int(signal.SIGTERM))
 class _Run:
     """The mutable state of one run (see the module docstring)."""
 
-    __slots__ = ("net", "waiting", "ready", "left", "stop", "cancelled", "errors", "lock",
-                 "decided", "ended", "callbacks", "record", "measure", "gpu", "wake")
+    __slots__ = (
+        "net",
+        "waiting",
+        "ready",
+        "left",
+        "stop",
+        "cancelled",
+        "errors",
+        "lock",
+        "decided",
+        "ended",
+        "callbacks",
+        "record",
+        "measure",
+        "gpu",
+        "wake",
+    )
 
-    def __init__(self, net: "AsyncSchedulingNet", caller_helps: bool = False):
+    def __init__(self, net: AsyncSchedulingNet, caller_helps: bool = False):
         self.net = net
         self.waiting = net.num_parents.copy()
         self.ready: list[deque[int]] = [deque() for _ in net.pools]
@@ -146,7 +162,8 @@ class _Run:
 
 # -- the state machine, one step per function ------------------------------------------------
 
-def start_run(net: "AsyncSchedulingNet", caller_helps: bool) -> _Run:
+
+def start_run(net: AsyncSchedulingNet, caller_helps: bool) -> _Run:
     """Claim the net, reset the per-run state and queue the root chains."""
     if net.closed:
         raise ExecutionError(f"net {net.name!r} is closed")
@@ -427,7 +444,7 @@ def wait_run(run: _Run, timeout: float | None) -> None:
         raise err
 
 
-def run_inline(net: "AsyncSchedulingNet") -> None:
+def run_inline(net: AsyncSchedulingNet) -> None:
     """Run every op in op order on this thread, as the simple executor does (see
     :mod:`asyncnet.exec.inline`); ``net.cancel()`` stops it between ops."""
     if net.closed:
@@ -446,7 +463,7 @@ def run_inline(net: "AsyncSchedulingNet") -> None:
         net._release()
 
 
-def slack(net: "AsyncSchedulingNet") -> float | None:
+def slack(net: AsyncSchedulingNet) -> float | None:
     """The measured work off the critical path (seconds), or None while a chain's cost is unknown."""
     cost = net.chain_cost
     if any(c == float("inf") for c in cost):
@@ -471,7 +488,7 @@ class _DeferredStop:
         self.previous: dict[int, Callable[[int, Any], Any]] = {}
         self.canceller: threading.Thread | None = None
 
-    def __enter__(self) -> "_DeferredStop":
+    def __enter__(self) -> _DeferredStop:
         if threading.current_thread() is threading.main_thread():
             for sig in _STOP_SIGNALS:
                 handler = _signal.getsignal(sig)
@@ -500,6 +517,7 @@ class _DeferredStop:
 
 
 # -- the public objects ------------------------------------------------------------------------
+
 
 class AsyncRunHandle:
     """A run in flight: ``wait(timeout)``, ``done()``, ``cancel()``, ``join(timeout)``, and the
@@ -649,8 +667,12 @@ class AsyncSchedulingNet(NetBase):
             cancel_run(run)
             if not run.ended.wait(timeout):
                 stuck = True
-                warnings.warn(f"asyncnet: net {self.name!r} closed with op(s) still running after {timeout:g} s; "
-                              f"left behind: {'; '.join(self._running()) or 'unknown'}", RuntimeWarning, stacklevel=2)
+                warnings.warn(
+                    f"asyncnet: net {self.name!r} closed with op(s) still running after {timeout:g} s; "
+                    f"left behind: {'; '.join(self._running()) or 'unknown'}",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
         self._current = None
         if self._finalizer.detach() is not None:
             _release_all(self._leases, max(1.0, deadline - _perf()), warn=not stuck, claim=self._thread_claim)
@@ -689,12 +711,14 @@ def _check_placements(ops: Sequence[Operator]) -> None:
                 try:
                     check_device(dev)
                 except NetDefinitionError as e:
-                    raise NetDefinitionError(f"{e} (AsyncNetBarrier cross_device=1 places input i on device i)",
-                                             f"ops[{op.index}]") from None
+                    raise NetDefinitionError(
+                        f"{e} (AsyncNetBarrier cross_device=1 places input i on device i)", f"ops[{op.index}]"
+                    ) from None
 
 
-def _release_all(leases: list[PoolLease], timeout: float = CLOSE_TIMEOUT, warn: bool = True,
-                 claim: ThreadClaim | None = None) -> None:
+def _release_all(
+    leases: list[PoolLease], timeout: float = CLOSE_TIMEOUT, warn: bool = True, claim: ThreadClaim | None = None
+) -> None:
     if claim is not None:
         claim.release()
     deadline = _perf() + timeout

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import time
 import weakref
-from typing import Any, Callable, MutableMapping, Sequence
+from collections.abc import Callable, MutableMapping, Sequence
+from typing import Any
 
 from asyncnet.core.defs import NetDef
 from asyncnet.core.netbase import NetBase, call_done_callbacks, register_net_type
@@ -24,9 +25,9 @@ __all__ = ["SimpleNet", "DoneHandle"]
 class DoneHandle:
     """The handle of a run that has already ended; ``wait`` and ``result`` re-raise its error, if any.
 
-        >>> h = DoneHandle()
-        >>> h.add_done_callback(lambda handle: print("done:", handle.done()))
-        done: True
+    >>> h = DoneHandle()
+    >>> h.add_done_callback(lambda handle: print("done:", handle.done()))
+    done: True
     """
 
     __slots__ = ("_error",)

@@ -39,7 +39,8 @@ its check cost what it saves).
 
 from __future__ import annotations
 
-from typing import Any, Callable, MutableMapping, Sequence
+from collections.abc import Callable, MutableMapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -58,10 +59,10 @@ Runner = Callable[[MutableMapping[str, Any]], None]
 def external_inputs(operators: Sequence[Operator]) -> list[str]:
     """The blobs ``operators`` read before any of them writes them, in the order first read.
 
-        >>> class Op:
-        ...     def __init__(self, i, o): self.inputs, self.outputs = i, o
-        >>> external_inputs([Op(("x", "w"), ("y",)), Op(("y", "w"), ("w",)), Op(("w",), ("z",))])
-        ['x', 'w']
+    >>> class Op:
+    ...     def __init__(self, i, o): self.inputs, self.outputs = i, o
+    >>> external_inputs([Op(("x", "w"), ("y",)), Op(("y", "w"), ("w",)), Op(("w",), ("z",))])
+    ['x', 'w']
     """
     written: set[str] = set()
     seen: dict[str, None] = {}
@@ -76,8 +77,9 @@ def external_inputs(operators: Sequence[Operator]) -> list[str]:
 def specializable(operators: Sequence[Operator]) -> bool:
     """Whether every op has a ``specialize`` and runs its schema's own kernel, possibly routed
     (:mod:`asyncnet.tensor.route`: numpy inputs reach it unchanged) (nets of 1 to :data:`MAX_OPS` ops)."""
-    return 0 < len(operators) <= MAX_OPS and all(op.schema.specialize is not None and _own_kernel(op)
-                                                 for op in operators)
+    return 0 < len(operators) <= MAX_OPS and all(
+        op.schema.specialize is not None and _own_kernel(op) for op in operators
+    )
 
 
 def _own_kernel(op: Operator) -> bool:
@@ -163,11 +165,17 @@ def _signature(blobs: MutableMapping[str, Any], names: Sequence[str]) -> Signatu
 def _checker(names: Sequence[str], signature: Signature) -> Callable[[MutableMapping[str, Any]], bool]:
     """``matches(blobs)``: every external input still a numpy array of its dtype and shape, as
     straight-line code with the expected values bound as closure cells."""
-    lines = ["def make(nd, sig):", "".join(f"    d{k}, s{k} = sig[{k}]\n" for k in range(len(names))),
-             "    def matches(blobs):", "        try:"]
+    lines = [
+        "def make(nd, sig):",
+        "".join(f"    d{k}, s{k} = sig[{k}]\n" for k in range(len(names))),
+        "    def matches(blobs):",
+        "        try:",
+    ]
     for k, name in enumerate(names):
-        lines += [f"            v = blobs[{name!r}]",
-                  f"            if type(v) is not nd or v.shape != s{k} or (v.dtype is not d{k} and v.dtype != d{k}): return False"]
+        lines += [
+            f"            v = blobs[{name!r}]",
+            f"            if type(v) is not nd or v.shape != s{k} or (v.dtype is not d{k} and v.dtype != d{k}): return False",
+        ]
     lines += ["        except KeyError:", "            return False", "        return True", "    return matches"]
     namespace: dict[str, Any] = {}
     exec(compile("\n".join(lines), "<straight net input check>", "exec"), namespace)  # noqa: S102

@@ -45,7 +45,8 @@ Example::
 
 from __future__ import annotations
 
-from typing import Any, Callable, MutableMapping, Sequence
+from collections.abc import Callable, MutableMapping, Sequence
+from typing import Any
 
 from asyncnet.core.defs import NetDef
 from asyncnet.core.netbase import register_net_type
@@ -71,8 +72,9 @@ SEQUENCES = (tuple, list)
 CHUNK = 256  # ops per compiled function: compiling one function costs more than linear time in its size
 
 
-def compile_ops(operators: Sequence[Operator],
-                kernels: Sequence[Callable[..., Any]] | None = None) -> list[Callable[[MutableMapping[str, Any]], None]]:
+def compile_ops(
+    operators: Sequence[Operator], kernels: Sequence[Callable[..., Any]] | None = None
+) -> list[Callable[[MutableMapping[str, Any]], None]]:
     """Functions ``run(blobs)`` that together run ``operators`` in order as straight-line code, one
     per :data:`CHUNK` ops (a net of 20,000 ops as one function took 18 s to compile); op k calls
     ``kernels[k]`` (default: its own kernel ``op.fn``).
@@ -83,11 +85,14 @@ def compile_ops(operators: Sequence[Operator],
         []
     """
     fns = [op.fn for op in operators] if kernels is None else list(kernels)
-    return [_compile_chunk(operators, fns, lo, min(lo + CHUNK, len(operators))) for lo in range(0, len(operators), CHUNK)]
+    return [
+        _compile_chunk(operators, fns, lo, min(lo + CHUNK, len(operators))) for lo in range(0, len(operators), CHUNK)
+    ]
 
 
-def _compile_chunk(operators: Sequence[Operator], fns: Sequence[Callable[..., Any]], lo: int,
-                   hi: int) -> Callable[[MutableMapping[str, Any]], None]:
+def _compile_chunk(
+    operators: Sequence[Operator], fns: Sequence[Callable[..., Any]], lo: int, hi: int
+) -> Callable[[MutableMapping[str, Any]], None]:
     bind = "".join(f"    f{k}, c{k} = fns[{k - lo}], ctxs[{k - lo}]\n" for k in range(lo, hi))
     lines = ["def make(fns, ctxs):", bind, "    def run(blobs):", "        i = -1", "        try:"]
     for k in range(lo, hi):  # f{k}, c{k}: closure cells, cheaper to load than list items
@@ -97,12 +102,17 @@ def _compile_chunk(operators: Sequence[Operator], fns: Sequence[Callable[..., An
         if not op.outputs:
             lines += [f"            r = {call}", f"            if r is not None: raise BadResult({k}, r)"]
         elif len(op.outputs) == 1:
-            lines += [f"            r = {call}", f"            if r is None: raise BadResult({k}, r)",
-                      f"            blobs[{op.outputs[0]!r}] = r"]
+            lines += [
+                f"            r = {call}",
+                f"            if r is None: raise BadResult({k}, r)",
+                f"            blobs[{op.outputs[0]!r}] = r",
+            ]
         else:
-            lines += [f"            r = {call}",
-                      f"            if type(r) not in SEQUENCES or len(r) != {len(op.outputs)}: raise BadResult({k}, r)",
-                      "            " + ", ".join(f"blobs[{o!r}]" for o in op.outputs) + " = r"]
+            lines += [
+                f"            r = {call}",
+                f"            if type(r) not in SEQUENCES or len(r) != {len(op.outputs)}: raise BadResult({k}, r)",
+                "            " + ", ".join(f"blobs[{o!r}]" for o in op.outputs) + " = r",
+            ]
     lines += ["        except Exception as exc:", "            raise Failed(i, exc) from exc", "    return run"]
     namespace: dict[str, Any] = {"BadResult": BadResult, "SEQUENCES": SEQUENCES, "Failed": Failed}
     exec(compile("\n".join(lines), f"<straight net ops {lo}..{hi - 1}>", "exec"), namespace)  # noqa: S102

@@ -24,9 +24,10 @@ import json
 import os
 import threading
 import time
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 __all__ = ["OpEvent", "Timeline", "profile", "chrome_trace", "merge_chrome_traces", "write_chrome_trace"]
 
@@ -84,8 +85,9 @@ class Timeline:
         write_chrome_trace(self.events, path, self.origin)
 
 
-def chrome_trace(events: Iterable[OpEvent], origin: float | None = None, pid: int = 1,
-                 process_name: str = "asyncnet") -> dict[str, Any]:
+def chrome_trace(
+    events: Iterable[OpEvent], origin: float | None = None, pid: int = 1, process_name: str = "asyncnet"
+) -> dict[str, Any]:
     """Chrome-trace JSON for ``events``: one process ``pid`` named ``process_name``, one tid per
     thread (named), times in us from ``origin`` (perf_counter seconds; default: the first start)."""
     events = sorted(events, key=lambda e: e.start)
@@ -102,11 +104,18 @@ def chrome_trace(events: Iterable[OpEvent], origin: float | None = None, pid: in
             out.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": e.thread_name}})
             out.append({"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": tid, "args": {"sort_index": tid}})
     for e in events:
-        out.append({
-            "name": e.op_type, "cat": e.net or "net", "ph": "X", "pid": pid, "tid": tids[e.thread_id],
-            "ts": round((e.start - origin) * 1e6, 3), "dur": round(max(0.0, e.end - e.start) * 1e6, 3),
-            "args": {"net": e.net, "op_index": e.op_index, "op_name": e.op_name},
-        })
+        out.append(
+            {
+                "name": e.op_type,
+                "cat": e.net or "net",
+                "ph": "X",
+                "pid": pid,
+                "tid": tids[e.thread_id],
+                "ts": round((e.start - origin) * 1e6, 3),
+                "dur": round(max(0.0, e.end - e.start) * 1e6, 3),
+                "args": {"net": e.net, "op_index": e.op_index, "op_name": e.op_name},
+            }
+        )
     return {"traceEvents": out, "displayTimeUnit": "ms"}
 
 

@@ -41,7 +41,8 @@ Rules:
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, NamedTuple, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -50,8 +51,13 @@ from asyncnet.core.registry import Arg, register_gradient, register_op
 from asyncnet.errors import NetDefinitionError, SyncError
 
 __all__ = [
-    "sync_gradients", "SyncOptimizer", "broadcast_variables", "limit_threads",
-    "register_function", "unregister_function", "registered_functions",
+    "sync_gradients",
+    "SyncOptimizer",
+    "broadcast_variables",
+    "limit_threads",
+    "register_function",
+    "unregister_function",
+    "registered_functions",
 ]
 
 
@@ -59,8 +65,10 @@ def _tf() -> Any:
     import tensorflow as tf  # lazy: TensorFlow is an optional dependency (absolute import: the real one)
 
     if not hasattr(tf, "function"):  # a folder named tensorflow on sys.path imports as a namespace package
-        raise ImportError(f"TensorFlow is not installed (found only {list(getattr(tf, '__path__', []))}); "
-                          "install the tensorflow extra: pip install 'asyncnet[tensorflow]'")
+        raise ImportError(
+            f"TensorFlow is not installed (found only {list(getattr(tf, '__path__', []))}); "
+            "install the tensorflow extra: pip install 'asyncnet[tensorflow]'"
+        )
     return tf
 
 
@@ -106,8 +114,13 @@ def sync_gradients(grads: Sequence[Any], sync: Any) -> list[Any]:
         means = [tf.constant(m) for m in _mean_in_numpy(sync, [t.numpy() for t in dense], wire)]
     else:
         _check_graph_mode_threads(tf, sync)
-        means = tf.numpy_function(lambda *a: _mean_in_numpy(sync, a, wire), [tf.cast(t, d) for t, d in zip(dense, wire)],
-                                  Tout=[tf.as_dtype(d) for d in wire], stateful=True, name="asyncnet_sync_gradients")
+        means = tf.numpy_function(
+            lambda *a: _mean_in_numpy(sync, a, wire),
+            [tf.cast(t, d) for t, d in zip(dense, wire)],
+            Tout=[tf.as_dtype(d) for d in wire],
+            stateful=True,
+            name="asyncnet_sync_gradients",
+        )
         for m, t in zip(means, dense):
             m.set_shape(t.shape)
     results = [tf.cast(m, t.dtype) if m.dtype != t.dtype else m for m, t in zip(means, dense)]
@@ -128,7 +141,8 @@ def _check_graph_mode_threads(tf: Any, sync: Any) -> None:
         raise SyncError(
             f"a sync of {sync.num_workers} worker threads inside a tf.function needs >= {sync.num_workers} TensorFlow "
             f"inter-op threads, this process has {inter}: call limit_threads({sync.num_workers}, backend='threads') "
-            "before TensorFlow runs anything, or run eagerly (model.compile(run_eagerly=True))")
+            "before TensorFlow runs anything, or run eagerly (model.compile(run_eagerly=True))"
+        )
 
 
 def _refill(grads: list[Any], present: list[int], values: list[Any]) -> list[Any]:
@@ -138,7 +152,7 @@ def _refill(grads: list[Any], present: list[int], values: list[Any]) -> list[Any
     return out
 
 
-def SyncOptimizer(optimizer: Any, sync: Any) -> Any:  # noqa: N802 - a class-like factory, as Horovod's
+def SyncOptimizer(optimizer: Any, sync: Any) -> Any:
     """A copy of the Keras ``optimizer`` whose updates use gradients averaged over ``sync``'s workers.
 
     The result is an instance of a subclass of ``type(optimizer)`` made from its config (so wrap
@@ -152,7 +166,7 @@ def SyncOptimizer(optimizer: Any, sync: Any) -> Any:  # noqa: N802 - a class-lik
         >>> isinstance(opt, keras.optimizers.SGD), opt.sync
         (True, LocalGradientSync())
     """
-    import keras  # noqa: F401  (lazy; Keras 3 comes with tensorflow-cpu)
+    import keras
 
     if not isinstance(optimizer, keras.optimizers.Optimizer):
         raise TypeError(f"expected a keras.optimizers.Optimizer, got {type(optimizer).__name__}")
@@ -196,8 +210,10 @@ def broadcast_variables(model_or_variables: Any, sync: Any, root: int = 0) -> No
     tf = _tf()
     if hasattr(model_or_variables, "variables") and not isinstance(model_or_variables, (list, tuple)):
         if getattr(model_or_variables, "built", True) is False:
-            raise ValueError(f"model {getattr(model_or_variables, 'name', '')!r} is not built yet: call it on a "
-                             "batch or model.build(input_shape) before broadcast_variables")
+            raise ValueError(
+                f"model {getattr(model_or_variables, 'name', '')!r} is not built yet: call it on a "
+                "batch or model.build(input_shape) before broadcast_variables"
+            )
         variables = list(model_or_variables.variables)
     else:
         variables = list(model_or_variables)
@@ -211,8 +227,9 @@ def broadcast_variables(model_or_variables: Any, sync: Any, root: int = 0) -> No
         v.assign(tf.cast(a, v.dtype))
 
 
-def limit_threads(num_workers: int = 1, backend: str = "processes", intra_op: int | None = None,
-                  inter_op: int | None = None) -> tuple[int, int]:
+def limit_threads(
+    num_workers: int = 1, backend: str = "processes", intra_op: int | None = None, inter_op: int | None = None
+) -> tuple[int, int]:
     """Size TensorFlow's two thread pools in this process; return ``(intra_op, inter_op)``.
 
     TensorFlow's pools are per process. ``cores`` is ``asyncnet.tensor.threads.process_cores()``:
@@ -234,8 +251,10 @@ def limit_threads(num_workers: int = 1, backend: str = "processes", intra_op: in
         raise ValueError(f"backend must be 'threads' or 'processes', got {backend!r}")
     cores = process_cores()
     share = max(1, cores // num_workers)
-    want = (intra_op or (share if backend == "processes" else cores),
-            inter_op or (share if backend == "processes" else max(cores, num_workers)))
+    want = (
+        intra_op or (share if backend == "processes" else cores),
+        inter_op or (share if backend == "processes" else max(cores, num_workers)),
+    )
     if min(want) < 1:
         raise ValueError(f"thread counts must be >= 1, got intra_op={want[0]}, inter_op={want[1]}")
     cfg = _tf().config.threading
@@ -246,8 +265,10 @@ def limit_threads(num_workers: int = 1, backend: str = "processes", intra_op: in
         cfg.set_intra_op_parallelism_threads(want[0])
         cfg.set_inter_op_parallelism_threads(want[1])
     except RuntimeError as exc:
-        raise RuntimeError(f"TensorFlow already runs with intra_op={have[0]}, inter_op={have[1]} threads "
-                           f"(0 = its default); call limit_threads before it runs anything ({exc})") from None
+        raise RuntimeError(
+            f"TensorFlow already runs with intra_op={have[0]}, inter_op={have[1]} threads "
+            f"(0 = its default); call limit_threads before it runs anything ({exc})"
+        ) from None
     return want
 
 
@@ -262,8 +283,13 @@ _FUNCTIONS: dict[str, _Registered] = {}
 _FUNCTIONS_LOCK = threading.Lock()
 
 
-def register_function(name: str, fn: Callable[..., Any], grad_inputs: Sequence[int] | None = None,
-                      differentiable: bool = True, replace: bool = False) -> str:
+def register_function(
+    name: str,
+    fn: Callable[..., Any],
+    grad_inputs: Sequence[int] | None = None,
+    differentiable: bool = True,
+    replace: bool = False,
+) -> str:
     """Register ``fn`` (a ``tf.function`` or any TensorFlow callable) for ``TFFunction`` ops naming it.
 
     A NetDef stores only ``name``: a process that loads it must register the same name before it
@@ -307,8 +333,10 @@ def _lookup(name: str) -> _Registered:
         return _FUNCTIONS[name]
     except KeyError:
         known = ", ".join(repr(n) for n in sorted(_FUNCTIONS)) or "none"
-        raise NetDefinitionError(f"TFFunction function {name!r} is not registered in this process (registered: {known}); "
-                         "call asyncnet.interop.tensorflow.register_function(name, fn) before creating the net") from None
+        raise NetDefinitionError(
+            f"TFFunction function {name!r} is not registered in this process (registered: {known}); "
+            "call asyncnet.interop.tensorflow.register_function(name, fn) before creating the net"
+        ) from None
 
 
 def _validate(op: OperatorDef) -> None:
@@ -340,10 +368,16 @@ def _as_outputs(result: Any, n: int, name: str) -> list[Any]:
     return items
 
 
-@register_op("TFFunction", inputs=(0, None), outputs=(1, None), validate=_validate,
-             args=[Arg("function", str, Arg.REQUIRED, "name given to asyncnet.interop.tensorflow.register_function")],
-             inputs_doc=("X_1..X_n, passed to the function in order",), outputs_doc=("Y_1..Y_m, its results in order",),
-             doc="Runs a registered TensorFlow function on the inputs (numpy in, numpy out); Caffe2's Python op for TensorFlow.")
+@register_op(
+    "TFFunction",
+    inputs=(0, None),
+    outputs=(1, None),
+    validate=_validate,
+    args=[Arg("function", str, Arg.REQUIRED, "name given to asyncnet.interop.tensorflow.register_function")],
+    inputs_doc=("X_1..X_n, passed to the function in order",),
+    outputs_doc=("Y_1..Y_m, its results in order",),
+    doc="Runs a registered TensorFlow function on the inputs (numpy in, numpy out); Caffe2's Python op for TensorFlow.",
+)
 def tf_function(ctx: Any, *inputs: Any) -> Any:
     tf = _tf()
     name = ctx.args["function"]
@@ -353,13 +387,21 @@ def tf_function(ctx: Any, *inputs: Any) -> Any:
     return arrays[0] if len(arrays) == 1 else tuple(arrays)
 
 
-@register_op("TFFunctionGradient", inputs=(1, None), outputs=(1, None), validate=_validate,
-             args=[Arg("function", str, Arg.REQUIRED, "the forward op's function"),
-                   Arg("num_inputs", int, Arg.REQUIRED, "how many forward inputs come first"),
-                   Arg("grad_inputs", list, Arg.REQUIRED, "forward inputs that get a gradient", item_type=int),
-                   Arg("grad_outputs", list, Arg.REQUIRED, "forward outputs whose gradients follow", item_type=int)],
-             inputs_doc=("X_1..X_n (forward inputs)", "dY_j for j in grad_outputs"), outputs_doc=("dX_i for i in grad_inputs",),
-             doc="Gradient of TFFunction: re-runs the function under tf.GradientTape and returns the vector-Jacobian products.")
+@register_op(
+    "TFFunctionGradient",
+    inputs=(1, None),
+    outputs=(1, None),
+    validate=_validate,
+    args=[
+        Arg("function", str, Arg.REQUIRED, "the forward op's function"),
+        Arg("num_inputs", int, Arg.REQUIRED, "how many forward inputs come first"),
+        Arg("grad_inputs", list, Arg.REQUIRED, "forward inputs that get a gradient", item_type=int),
+        Arg("grad_outputs", list, Arg.REQUIRED, "forward outputs whose gradients follow", item_type=int),
+    ],
+    inputs_doc=("X_1..X_n (forward inputs)", "dY_j for j in grad_outputs"),
+    outputs_doc=("dX_i for i in grad_inputs",),
+    doc="Gradient of TFFunction: re-runs the function under tf.GradientTape and returns the vector-Jacobian products.",
+)
 def tf_function_gradient(ctx: Any, *blobs: Any) -> Any:
     tf = _tf()
     a = ctx.args
@@ -373,10 +415,16 @@ def tf_function_gradient(ctx: Any, *blobs: Any) -> Any:
         outs = fn(*xs)
     outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
     targets = [outs[j] for j in a["grad_outputs"]]
-    grads = tape.gradient(targets, watched, output_gradients=[tf.cast(d, t.dtype) for d, t in zip(dys, targets)],
-                          unconnected_gradients=tf.UnconnectedGradients.ZERO)
-    arrays = [_to_numpy(tf.convert_to_tensor(g), f"gradient of input {i} of function {name!r}")
-              for i, g in zip(a["grad_inputs"], grads)]
+    grads = tape.gradient(
+        targets,
+        watched,
+        output_gradients=[tf.cast(d, t.dtype) for d, t in zip(dys, targets)],
+        unconnected_gradients=tf.UnconnectedGradients.ZERO,
+    )
+    arrays = [
+        _to_numpy(tf.convert_to_tensor(g), f"gradient of input {i} of function {name!r}")
+        for i, g in zip(a["grad_inputs"], grads)
+    ]
     return arrays[0] if len(arrays) == 1 else tuple(arrays)
 
 
@@ -392,8 +440,12 @@ def _tf_function_grad(op: OperatorDef, gout: list[str | None]) -> tuple[list[Ope
     if not inputs:
         return [], [None] * len(op.inputs)
     grad_names = [f"#d{i}" for i in inputs]
-    gop = OperatorDef("TFFunctionGradient", list(op.inputs) + [gout[j] for j in outs], grad_names,
-                      {"function": name, "num_inputs": len(op.inputs), "grad_inputs": inputs, "grad_outputs": outs})
+    gop = OperatorDef(
+        "TFFunctionGradient",
+        list(op.inputs) + [gout[j] for j in outs],
+        grad_names,
+        {"function": name, "num_inputs": len(op.inputs), "grad_inputs": inputs, "grad_outputs": outs},
+    )
     result: list[str | None] = [None] * len(op.inputs)
     for i, g in zip(inputs, grad_names):
         result[i] = g

@@ -36,7 +36,7 @@ __all__ = ["sync_module_gradients", "module_gradients"]
 def module_gradients(module: Any) -> list[Any]:
     """The gradient tensors of ``module``'s trainable parameters, in ``parameters()`` order;
     a parameter without a gradient gets a zero one (allocated once, then reused by torch)."""
-    import torch  # noqa: F401  (lazy: torch is an optional dependency)
+    import torch
 
     if not hasattr(module, "parameters"):
         raise TypeError(f"expected a torch.nn.Module, got {type(module).__name__}")

@@ -23,7 +23,8 @@ backward ops (:func:`asyncnet.autodiff.add_gradient_ops`) and an optimizer's upd
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -52,11 +53,19 @@ class ModelHelper:
     the first :meth:`train_net`), ``init_net``.
     """
 
-    def __init__(self, name: str = "model", seed: int = 0, dtype: Any = np.float32, net_type: str = "simple",
-                 num_workers: int | None = None):
+    def __init__(
+        self,
+        name: str = "model",
+        seed: int = 0,
+        dtype: Any = np.float32,
+        net_type: str = "simple",
+        num_workers: int | None = None,
+    ):
         self.name, self.seed, self.dtype = name, int(seed), np.dtype(dtype)
         if self.dtype not in (np.float32, np.float64):
-            raise NetDefinitionError(f"expected dtype float32 or float64, got {self.dtype}", f"ModelHelper({name!r}).dtype")
+            raise NetDefinitionError(
+                f"expected dtype float32 or float64, got {self.dtype}", f"ModelHelper({name!r}).dtype"
+            )
         self.net_type, self.num_workers = net_type, num_workers
         self.init_net = Net(f"{name}_init")
         self.params: list[str] = []
@@ -64,8 +73,8 @@ class ModelHelper:
         self.shapes: dict[str, tuple[int, ...]] = {}
         self.sparse: set[str] = set()
         self.loss: str | None = None
-        self.labels: list[str] = []   # the blobs the losses read as targets (not fed at inference)
-        self.optimizer: str | None = None   # set by the first train_net (asyncnet.model.optimizer)
+        self.labels: list[str] = []  # the blobs the losses read as targets (not fed at inference)
+        self.optimizer: str | None = None  # set by the first train_net (asyncnet.model.optimizer)
         self.optimizer_state: list[str] = []
         self._fwd = Net(f"{name}_forward")
         #: gradient nets split each FC gradient into dW, db and a dX that runs first
@@ -80,7 +89,9 @@ class ModelHelper:
         if init not in INITIALIZERS:
             raise NetDefinitionError(f"expected init in {list(INITIALIZERS)}, got {init!r}", f"param {name!r}")
         self._new_blob(name, shape)
-        op = {"xavier": "XavierFill", "constant": "ConstantFill", "gaussian": "GaussianFill", "uniform": "UniformFill"}[init]
+        op = {"xavier": "XavierFill", "constant": "ConstantFill", "gaussian": "GaussianFill", "uniform": "UniformFill"}[
+            init
+        ]
         if init != "constant":
             fill.setdefault("seed", self.seed + len(self.params))
         self.init_net.add_op(op, [], name, shape=list(shape), dtype=self.dtype.name, **fill)
@@ -96,24 +107,48 @@ class ModelHelper:
 
     def _new_blob(self, name: str, shape: Sequence[int]) -> None:
         if name in self.shapes:
-            raise NetDefinitionError(f"expected a new parameter name, {name!r} is already registered", f"model {self.name!r}")
+            raise NetDefinitionError(
+                f"expected a new parameter name, {name!r} is already registered", f"model {self.name!r}"
+            )
         if not shape or any(isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 1 for d in shape):
             raise NetDefinitionError(f"expected a shape of positive ints, got {list(shape)!r}", f"param {name!r}")
         self.shapes[name] = tuple(int(d) for d in shape)
 
     # -- layer helpers (each returns its output blob) ---------------------------------------
-    def fc(self, x: str, name: str, dim_in: int, dim_out: int, weight_init: str = "xavier", bias_std: float = 0.0,
-           output: str | None = None, **fill: Any) -> BlobRef:
+    def fc(
+        self,
+        x: str,
+        name: str,
+        dim_in: int,
+        dim_out: int,
+        weight_init: str = "xavier",
+        bias_std: float = 0.0,
+        output: str | None = None,
+        **fill: Any,
+    ) -> BlobRef:
         """y = x W^T + b into ``output`` (default ``name``): W [dim_out, dim_in] (``{name}_w``,
         ``weight_init`` with ``fill``'s arguments), b (``{name}_b``) zeros, or N(0, bias_std^2)
         when ``bias_std`` > 0."""
         w = self.param(f"{name}_w", (dim_out, dim_in), weight_init, **fill)
-        b = (self.param(f"{name}_b", (dim_out,), "gaussian", mean=0.0, std=float(bias_std)) if bias_std > 0
-             else self.param(f"{name}_b", (dim_out,), "constant", value=0.0))
+        b = (
+            self.param(f"{name}_b", (dim_out,), "gaussian", mean=0.0, std=float(bias_std))
+            if bias_std > 0
+            else self.param(f"{name}_b", (dim_out,), "constant", value=0.0)
+        )
         return self._fwd.FC([x, w, b], output or name)
 
-    def conv(self, x: str, name: str, dim_in: int, dim_out: int, kernel: int, stride: int = 1, pad: int = 0,
-             weight_init: str = "xavier", **fill: Any) -> BlobRef:
+    def conv(
+        self,
+        x: str,
+        name: str,
+        dim_in: int,
+        dim_out: int,
+        kernel: int,
+        stride: int = 1,
+        pad: int = 0,
+        weight_init: str = "xavier",
+        **fill: Any,
+    ) -> BlobRef:
         """NCHW convolution; filter [dim_out, dim_in, kernel, kernel], bias zeros."""
         w = self.param(f"{name}_w", (dim_out, dim_in, kernel, kernel), weight_init, **fill)
         b = self.param(f"{name}_b", (dim_out,), "constant", value=0.0)
@@ -131,8 +166,9 @@ class ModelHelper:
         s = self.param(f"{name}_s", (channels,), "constant", value=1.0)
         b = self.param(f"{name}_b", (channels,), "constant", value=0.0)
         rm, rv = self.buffer(f"{name}_rm", (channels,), 0.0), self.buffer(f"{name}_riv", (channels,), 1.0)
-        return self._fwd.SpatialBN([x, s, b, rm, rv], [name, rm, rv, f"{name}_sm", f"{name}_siv"],
-                                   epsilon=epsilon, momentum=momentum)[0]
+        return self._fwd.SpatialBN(
+            [x, s, b, rm, rv], [name, rm, rv, f"{name}_sm", f"{name}_siv"], epsilon=epsilon, momentum=momentum
+        )[0]
 
     def dropout(self, x: str, name: str, ratio: float = 0.5, seed: int = -1) -> BlobRef:
         """Dropout in the train net, the identity (``is_test``) in the eval net."""
@@ -148,8 +184,9 @@ class ModelHelper:
     def tanh(self, x: str, name: str) -> BlobRef:
         return self._fwd.Tanh(x, name)
 
-    def embedding_bag(self, ids: str, lengths: str, name: str, num_rows: int, dim: int, weight_init: str = "uniform",
-                      **fill: Any) -> BlobRef:
+    def embedding_bag(
+        self, ids: str, lengths: str, name: str, num_rows: int, dim: int, weight_init: str = "uniform", **fill: Any
+    ) -> BlobRef:
         """SparseLengthsSum over the table ``{name}_table`` [num_rows, dim] (sparse gradient);
         the default fill is U[-sqrt(1/num_rows), sqrt(1/num_rows)] as facebookresearch/dlrm."""
         if weight_init == "uniform" and not fill:
@@ -158,19 +195,29 @@ class ModelHelper:
         self.sparse.add(t)
         return self._fwd.SparseLengthsSum([t, ids, lengths], name)
 
-    def lstm(self, x: str, name: str, dim_in: int, hidden: int, weight_init: str = "uniform", **fill: Any) -> tuple[BlobRef, BlobRef]:
+    def lstm(
+        self, x: str, name: str, dim_in: int, hidden: int, weight_init: str = "uniform", **fill: Any
+    ) -> tuple[BlobRef, BlobRef]:
         """One LSTM layer over X [T, N, dim_in] from zero states; returns (Y [T, N, H], h_T [N, H]).
         Weights ``{name}_w_ih``/``_w_hh``/``_b_ih``/``_b_hh`` as torch.nn.LSTM, filled like it
         (U[-1/sqrt(H), 1/sqrt(H)]) by default."""
         if weight_init == "uniform" and not fill:
             fill = {"min": -1.0 / np.sqrt(hidden), "max": 1.0 / np.sqrt(hidden)}
-        ws = [self.param(f"{name}_{p}", shape, weight_init, **fill) for p, shape in
-              (("w_ih", (4 * hidden, dim_in)), ("w_hh", (4 * hidden, hidden)), ("b_ih", (4 * hidden,)), ("b_hh", (4 * hidden,)))]
+        ws = [
+            self.param(f"{name}_{p}", shape, weight_init, **fill)
+            for p, shape in (
+                ("w_ih", (4 * hidden, dim_in)),
+                ("w_hh", (4 * hidden, hidden)),
+                ("b_ih", (4 * hidden,)),
+                ("b_hh", (4 * hidden,)),
+            )
+        ]
         f = self._fwd
         # zero states [N, H] for the run's batch size N = X.shape[1] (a fill cuts the gradient)
         batch = f.Shape(x, f"{name}_batch", axes=[1])
-        h0 = c0 = f.ConstantFill(batch, f"{name}_state0", input_as_shape=True, extra_shape=[hidden], value=0.0,
-                                 dtype=self.dtype.name)
+        h0 = c0 = f.ConstantFill(
+            batch, f"{name}_state0", input_as_shape=True, extra_shape=[hidden], value=0.0, dtype=self.dtype.name
+        )
         y, h_t, _, _ = f.LSTM([x, h0, c0, *ws], [name, f"{name}_hT", f"{name}_cT", f"{name}_cache"])
         return y, h_t
 
@@ -178,8 +225,9 @@ class ModelHelper:
         """LayerNorm over the dims from ``axis`` (of total size ``dim``) with gamma (ones), beta (zeros)."""
         g = self.param(f"{name}_gamma", (dim,), "constant", value=1.0)
         b = self.param(f"{name}_beta", (dim,), "constant", value=0.0)
-        return self._fwd.LayerNorm([x, g, b], [name, f"{name}_mean", f"{name}_std"], axis=axis, epsilon=epsilon,
-                                   elementwise_affine=True)[0]
+        return self._fwd.LayerNorm(
+            [x, g, b], [name, f"{name}_mean", f"{name}_std"], axis=axis, epsilon=epsilon, elementwise_affine=True
+        )[0]
 
     def concat(self, xs: Sequence[str], name: str, axis: int = 1) -> BlobRef:
         return self._fwd.Concat(list(xs), [name, f"{name}_split_info"], axis=axis)[0]
@@ -207,15 +255,18 @@ class ModelHelper:
         moved = [op for op in ops if wanted.intersection(op.outputs)]
         for op in moved:
             if written.intersection(op.inputs):
-                raise NetDefinitionError(f"expected an op reading only inputs and parameters, {op.type} reads "
-                                         f"{sorted(written.intersection(op.inputs))}, written by the definition",
-                                         f"model {self.name!r} hoist")
+                raise NetDefinitionError(
+                    f"expected an op reading only inputs and parameters, {op.type} reads "
+                    f"{sorted(written.intersection(op.inputs))}, written by the definition",
+                    f"model {self.name!r} hoist",
+                )
         ids = {id(op) for op in moved}
         ops[:] = moved + [op for op in ops if id(op) not in ids]
 
     # -- losses -----------------------------------------------------------------------------
-    def softmax_with_loss(self, logits: str, label: str, softmax: str = "softmax", loss: str = "loss",
-                          accuracy: str | None = "accuracy") -> tuple[BlobRef, BlobRef]:
+    def softmax_with_loss(
+        self, logits: str, label: str, softmax: str = "softmax", loss: str = "loss", accuracy: str | None = "accuracy"
+    ) -> tuple[BlobRef, BlobRef]:
         """Softmax cross entropy of int labels (mean over the batch); also ``accuracy`` (0-d)."""
         p, l = self._fwd.SoftmaxWithLoss([logits, label], [softmax, loss])
         if accuracy:
@@ -224,7 +275,9 @@ class ModelHelper:
         self._add_label(label)
         return p, l
 
-    def sigmoid_xent_loss(self, logit: str, target: str, prob: str = "prob", loss: str = "loss") -> tuple[BlobRef, BlobRef]:
+    def sigmoid_xent_loss(
+        self, logit: str, target: str, prob: str = "prob", loss: str = "loss"
+    ) -> tuple[BlobRef, BlobRef]:
         """Mean binary cross entropy of logits [N, 1] and float targets [N, 1]; also ``prob``."""
         xent = self._fwd.SigmoidCrossEntropyWithLogits([logit, target], f"{loss}_xent")
         l = self._fwd.AveragedLoss(xent, loss)
@@ -270,8 +323,11 @@ class ModelHelper:
         net, tainted = self._net(name), set(labels)
         for op in self._fwd.ops:
             if op.type == "SoftmaxWithLoss" and op.inputs[1] in tainted:
-                net.ops.append(dataclasses.replace(op, type="Softmax", inputs=op.inputs[:1], outputs=op.outputs[:1],
-                                                   args={}, control_inputs=[]))
+                net.ops.append(
+                    dataclasses.replace(
+                        op, type="Softmax", inputs=op.inputs[:1], outputs=op.outputs[:1], args={}, control_inputs=[]
+                    )
+                )
                 tainted.update(op.outputs[1:])
             elif tainted.intersection(op.inputs):
                 tainted.update(op.outputs)
@@ -283,19 +339,43 @@ class ModelHelper:
         """The forward net plus backward ops; returns it and {param: gradient} (a
         :class:`~asyncnet.autodiff.GradientSlice` for an embedding table)."""
         if self.loss is None:
-            raise NetDefinitionError("expected a loss: call softmax_with_loss or sigmoid_xent_loss first", f"model {self.name!r}")
+            raise NetDefinitionError(
+                "expected a loss: call softmax_with_loss or sigmoid_xent_loss first", f"model {self.name!r}"
+            )
         net = self.forward_net(name)
         grads = add_gradient_ops(net, self.loss, wrt=self.params, dtype=self.dtype.name)
         if self.split_fc_gradients:
             split_input_gradients(net, [g for g in grads.values() if isinstance(g, str)], dx_first=True)
         return net, grads
 
-    def train_net(self, name: str = "train", optimizer: str = "sgd", lr: float = 0.1, **opts: Any) -> Net:
-        """Gradient net plus one step of ``optimizer`` ("sgd", "momentum", "adagrad", "adam")
-        on every parameter (sparse updates for embedding tables). The first call adds the
-        optimizer's state, ``iter`` and ``one`` to ``init_net``: build the train net before
-        running the init net."""
+    def train_net(
+        self,
+        name: str = "train",
+        optimizer: str = "sgd",
+        lr: float = 0.1,
+        before_update: Callable[[Net, dict[str, Grad]], dict[str, Grad]] | None = None,
+        **opts: Any,
+    ) -> Net:
+        """Gradient net, then ``before_update(net, grads)`` if given, then one step of
+        ``optimizer`` (:data:`~asyncnet.model.optimizer.OPTIMIZERS`) on every parameter (sparse
+        updates for embedding tables) by :func:`~asyncnet.model.optimizer.build_optimizer`, its
+        settings ``opts``. The first call adds the optimizer's state, ``iter`` and ``one`` to
+        ``init_net``: build the train net before running the init net.
+
+        ``before_update`` appends a trainer's ops between the backward pass and the update (the
+        gradient all-reduce, gradient accumulation) and returns the gradients the update reads.
+        This is the one definition of a train net: :meth:`asyncnet.train.Program.train_net` is
+        this method with a program's optimizer settings and its sync.
+
+            >>> m = ModelHelper("m"); _ = m.softmax_with_loss(m.fc("x", "fc", 2, 3), "y")
+            >>> def scaled(net, grads):
+            ...     return {p: str(net.Scale(g, g + "_half", scale=0.5)) for p, g in grads.items()}
+            >>> [op.type for op in m.train_net(before_update=scaled).ops][-5:]
+            ['Scale', 'Iter', 'LearningRate', 'SGD', 'SGD']
+        """
         net, grads = self.gradient_net(name)
+        if before_update is not None:
+            grads = before_update(net, grads)
         build_optimizer(self, net, grads, optimizer, lr, **opts)
         return net
 
@@ -324,7 +404,13 @@ def _prefixed(net: Net, prefix: str) -> Net:
         return net
     written = {o for op in net.ops for o in op.outputs}
     rename = {b: prefix + b for b in written}
-    net.ops[:] = [dataclasses.replace(op, inputs=[rename.get(i, i) for i in op.inputs],
-                                      outputs=[rename[o] for o in op.outputs],
-                                      control_inputs=[rename.get(c, c) for c in op.control_inputs]) for op in net.ops]
+    net.ops[:] = [
+        dataclasses.replace(
+            op,
+            inputs=[rename.get(i, i) for i in op.inputs],
+            outputs=[rename[o] for o in op.outputs],
+            control_inputs=[rename.get(c, c) for c in op.control_inputs],
+        )
+        for op in net.ops
+    ]
     return net

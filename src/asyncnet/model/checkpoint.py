@@ -4,7 +4,10 @@ A checkpoint is an npz archive of the model's :attr:`~asyncnet.model.ModelHelper
 plus one metadata entry, ``__asyncnet_checkpoint__``: a JSON object naming the model (its
 parameters and their shapes), the optimizer and the dtype, and whatever the caller adds
 (``extra``: a training run puts its epochs, settings and data source there, so the checkpoint
-alone says where a run stopped). Written through :func:`asyncnet._atomicio.atomic_write_npz`
+alone says where a run stopped). A trainer also saves the state of its workers' random
+generators (the Dropout ops' masks), so that a resumed run draws the masks an unbroken run
+would have: the entry :data:`RANDOM`, a uint64 array [workers, ops, words] (absent for a model
+without random ops), passed and returned under that key beside the blobs. Written through :func:`asyncnet._atomicio.atomic_write_npz`
 (a crash leaves the old file or the new one); a load checks every array (present, shape,
 dtype) and the metadata before any blob changes, and refuses a file without metadata.
 
@@ -32,10 +35,12 @@ import numpy as np
 from asyncnet._atomicio import atomic_write_npz
 from asyncnet.errors import CheckpointError
 
-__all__ = ["save", "load", "read", "describe", "metadata", "convert", "META"]
+__all__ = ["save", "load", "read", "describe", "metadata", "convert", "META", "RANDOM"]
 
 #: the npz entry holding the checkpoint's metadata (a JSON object)
 META = "__asyncnet_checkpoint__"
+#: the npz entry (and key of the arrays saved and read) holding the trainers' random generators
+RANDOM = "__asyncnet_random_states__"
 FORMAT = 2
 _META_MAX_CHARS = 1 << 20  # a model description plus a run's epochs: kilobytes
 
@@ -49,8 +54,11 @@ def describe(model: Any) -> dict[str, Any]:
         >>> describe(m)["params"]
         {'fc_w': [3, 2], 'fc_b': [3]}
     """
-    return {"params": {p: list(model.shapes[p]) for p in (*model.params, *model.buffers)},
-            "optimizer": model.optimizer, "dtype": model.dtype.name}
+    return {
+        "params": {p: list(model.shapes[p]) for p in (*model.params, *model.buffers)},
+        "optimizer": model.optimizer,
+        "dtype": model.dtype.name,
+    }
 
 
 def save(model: Any, ws: Any, path: str | os.PathLike[str], extra: dict[str, Any] | None = None) -> None:
@@ -60,11 +68,15 @@ def save(model: Any, ws: Any, path: str | os.PathLike[str], extra: dict[str, Any
     save_arrays(model, arrays, path, extra)
 
 
-def save_arrays(model: Any, arrays: dict[str, np.ndarray], path: str | os.PathLike[str],
-                extra: dict[str, Any] | None = None) -> None:
-    """:func:`save` of arrays already fetched (``{blob: array}``, every checkpoint blob)."""
+def save_arrays(
+    model: Any, arrays: dict[str, np.ndarray], path: str | os.PathLike[str], extra: dict[str, Any] | None = None
+) -> None:
+    """:func:`save` of arrays already fetched (``{blob: array}``, every checkpoint blob, and
+    optionally the random generators' states under :data:`RANDOM`)."""
     meta = {"format": FORMAT, "model": describe(model), **(extra or {})}
     out = {n: np.asarray(arrays[n]) for n in model.checkpoint_blobs}
+    if arrays.get(RANDOM) is not None:
+        out[RANDOM] = _random_states(np.asarray(arrays[RANDOM]), os.fspath(path))
     out[META] = np.array(json.dumps(meta, allow_nan=False, default=_json_default))
     try:
         atomic_write_npz(path, out)
@@ -77,6 +89,8 @@ def load(model: Any, ws: Any, path: str | os.PathLike[str]) -> dict[str, Any]:
     (shared Hogwild arrays stay shared); returns its metadata. Raises CheckpointError."""
     arrays, meta = read(model, path)
     for n, a in arrays.items():
+        if n == RANDOM:
+            continue
         cur = ws.fetch(n) if ws.has(n) else None
         if isinstance(cur, np.ndarray) and cur.shape == a.shape and cur.dtype == a.dtype and cur.flags.writeable:
             np.copyto(cur, a)
@@ -86,7 +100,8 @@ def load(model: Any, ws: Any, path: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 def read(model: Any, path: str | os.PathLike[str]) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    """The checked arrays of ``model`` in the checkpoint ``path`` and its metadata."""
+    """The checked arrays of ``model`` in the checkpoint ``path`` (with :data:`RANDOM` when it
+    holds random generators' states) and its metadata."""
     path = os.fspath(path)
     data = _read_npz(path)
     meta = data.pop(META, None)
@@ -94,10 +109,14 @@ def read(model: Any, path: str | os.PathLike[str]) -> tuple[dict[str, np.ndarray
     if found is not None:
         _check_model(model, found, path)
     arrays = _checked_arrays(model, data, path)
+    if RANDOM in data:
+        arrays[RANDOM] = _random_states(data[RANDOM], path)
     if found is None:
-        raise CheckpointError(f"checkpoint {path!r} has no metadata entry {META!r} (deleted, or written before every "
-                              f"model recorded one): convert it with python -m asyncnet.train.convert {path} "
-                              "--model NAME")
+        raise CheckpointError(
+            f"checkpoint {path!r} has no metadata entry {META!r} (deleted, or written before every "
+            f"model recorded one): convert it with python -m asyncnet.train.convert {path} "
+            "--model NAME"
+        )
     return arrays, found
 
 
@@ -128,7 +147,7 @@ def _read_npz(path: str) -> dict[str, np.ndarray]:
         raise
     except FileNotFoundError:
         raise CheckpointError(f"checkpoint {path!r} does not exist") from None
-    except Exception as e:  # noqa: BLE001 - any unreadable file is one kind of error for the caller
+    except Exception as e:
         raise CheckpointError(f"checkpoint {path!r} is not a readable npz file: {type(e).__name__}: {e}") from e
 
 
@@ -141,31 +160,47 @@ def _checked_arrays(model: Any, data: dict[str, np.ndarray], path: str) -> dict[
         a = data[n]
         if n == "iter":
             if a.dtype != np.int64 or a.size != 1:
-                raise CheckpointError(f"checkpoint {path!r}: 'iter' has shape {a.shape} dtype {a.dtype}, "
-                                      "expected shape (1,) dtype int64")
+                raise CheckpointError(
+                    f"checkpoint {path!r}: 'iter' has shape {a.shape} dtype {a.dtype}, expected shape (1,) dtype int64"
+                )
             a = a.reshape(1)
             if a[0] < 0:
                 raise CheckpointError(f"checkpoint {path!r}: 'iter' is {int(a[0])}, expected a step count >= 0")
         else:
             want = (model.shapes.get(n) or model.shapes[_owner(model, n)], model.dtype)
             if (a.shape, a.dtype) != want:
-                raise CheckpointError(f"checkpoint {path!r}: {n!r} has shape {a.shape} dtype {a.dtype}, "
-                                      f"expected shape {want[0]} dtype {want[1]}")
+                raise CheckpointError(
+                    f"checkpoint {path!r}: {n!r} has shape {a.shape} dtype {a.dtype}, "
+                    f"expected shape {want[0]} dtype {want[1]}"
+                )
         out[n] = a
     return out
+
+
+def _random_states(a: np.ndarray, path: str) -> np.ndarray:
+    if a.dtype != np.uint64 or a.ndim != 3:
+        raise CheckpointError(
+            f"checkpoint {path!r}: {RANDOM!r} has shape {a.shape} dtype {a.dtype}, expected a "
+            "uint64 array [workers, ops, words]"
+        )
+    return a
 
 
 def _parse_meta(path: str, meta: np.ndarray) -> dict[str, Any]:
     """The metadata JSON object; anything else (bad type, bad JSON, too deep) is a CheckpointError."""
     if meta.shape != () or meta.dtype.kind != "U" or len(str(meta)) > _META_MAX_CHARS:
-        raise CheckpointError(f"checkpoint {path!r}: metadata {META!r} must be a short JSON string, "
-                              f"found dtype {meta.dtype} shape {meta.shape}")
+        raise CheckpointError(
+            f"checkpoint {path!r}: metadata {META!r} must be a short JSON string, "
+            f"found dtype {meta.dtype} shape {meta.shape}"
+        )
     try:
         found = json.loads(str(meta))
     except (ValueError, RecursionError) as e:  # RecursionError: nesting deeper than the stack
         raise CheckpointError(f"checkpoint {path!r}: metadata {META!r} is not valid JSON: {type(e).__name__}") from None
     if not isinstance(found, dict):
-        raise CheckpointError(f"checkpoint {path!r}: metadata {META!r} must be a JSON object, found {type(found).__name__}")
+        raise CheckpointError(
+            f"checkpoint {path!r}: metadata {META!r} must be a JSON object, found {type(found).__name__}"
+        )
     return found
 
 

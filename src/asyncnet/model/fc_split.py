@@ -8,7 +8,7 @@ written) and by models whose nets have work to overlap (:mod:`asyncnet.model.zoo
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 __all__ = ["split_input_gradients"]
 
@@ -44,11 +44,26 @@ def split_input_gradients(net: object, grads: Sequence[str], dx_first: bool = Fa
             continue
         (x, w, dy), dx = op.inputs, op.outputs[2]
         dev = op.device_option
-        net.add_op(op.type, [x, w, dy], op.outputs[:2], name=op.name, device_option=dev,  # type: ignore[attr-defined]
-                   control_inputs=op.control_inputs or None, **op.args)
+        net.add_op(
+            op.type,
+            [x, w, dy],
+            op.outputs[:2],
+            name=op.name,
+            device_option=dev,  # type: ignore[attr-defined]
+            control_inputs=op.control_inputs or None,
+            **op.args,
+        )
         # after dW (a control input) unless dx_first: for a gradient sync dX would only delay the bucket's start
-        net.add_op("MatMul", [dy, w], [dx], device_option=dev, control_inputs=None if dx_first else [op.outputs[0]], axis_a=-1,  # type: ignore[attr-defined]
-                   axis_b=int(op.args.get("axis_w", 1)), trans_b=_SPLIT_TRANS_B[op.type])
+        net.add_op(
+            "MatMul",
+            [dy, w],
+            [dx],
+            device_option=dev,
+            control_inputs=None if dx_first else [op.outputs[0]],
+            axis_a=-1,  # type: ignore[attr-defined]
+            axis_b=int(op.args.get("axis_w", 1)),
+            trans_b=_SPLIT_TRANS_B[op.type],
+        )
         # X's shape back by an in-place Reshape (a view), not a copy (ResizeLike copies 2 MiB a layer here)
         net.add_op("Shape", [x], [f"{dx}/shape"], device_option=dev)  # type: ignore[attr-defined]
         net.add_op("Reshape", [dx, f"{dx}/shape"], [dx, f"{dx}/old_shape"], device_option=dev)  # type: ignore[attr-defined]
@@ -56,6 +71,6 @@ def split_input_gradients(net: object, grads: Sequence[str], dx_first: bool = Fa
         del ops[-4:]
         if dx_first:
             made = made[1:] + made[:1]
-        ops[i:i + 1] = made
+        ops[i : i + 1] = made
         split += 1
     return split

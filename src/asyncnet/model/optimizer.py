@@ -39,17 +39,29 @@ _STATE = {"sgd": (), "momentum": ("momentum",), "adagrad": ("moment",), "adam": 
 def state_names(param: str, optimizer: str) -> list[str]:
     """The optimizer state blobs of ``param``: ``fc_w_momentum``, ``fc_w_m1``/``fc_w_m2``...
 
-        >>> state_names("fc_w", "adam")
-        ['fc_w_m1', 'fc_w_m2']
+    >>> state_names("fc_w", "adam")
+    ['fc_w_m1', 'fc_w_m2']
     """
     return [f"{param}_{s}" for s in _STATE[optimizer]]
 
 
-def build_optimizer(model: Any, net: Net, grads: dict[str, Grad], optimizer: str = "sgd", lr: float = 0.1,
-                    momentum: float = 0.9, betas: tuple[float, float] = (0.9, 0.999), eps: float | None = None,
-                    weight_decay: float = 0.0, lr_policy: str = "fixed", stepsize: int = 1000,
-                    gamma: float | None = None, iter_op: str | None = "Iter", mutex_blob: str | None = None,
-                    lr_args: dict[str, Any] | None = None) -> None:
+def build_optimizer(
+    model: Any,
+    net: Net,
+    grads: dict[str, Grad],
+    optimizer: str = "sgd",
+    lr: float = 0.1,
+    momentum: float = 0.9,
+    betas: tuple[float, float] = (0.9, 0.999),
+    eps: float | None = None,
+    weight_decay: float = 0.0,
+    lr_policy: str = "fixed",
+    stepsize: int = 1000,
+    gamma: float | None = None,
+    iter_op: str | None = "Iter",
+    mutex_blob: str | None = None,
+    lr_args: dict[str, Any] | None = None,
+) -> None:
     """Append the step counter (``iter_op``: ``Iter``, ``AtomicIter`` under ``mutex_blob``,
     default ``iter_mutex``, or None), ``LearningRate`` (blob ``lr``; ``lr_policy`` with
     ``stepsize`` and ``gamma``, default :data:`DEFAULT_GAMMA`) and one update per parameter to ``net``.
@@ -90,17 +102,33 @@ def build_optimizer(model: Any, net: Net, grads: dict[str, Grad], optimizer: str
         elif optimizer == "sgd":
             net.SGD([p, g, "lr"], [p], weight_decay=weight_decay)
         elif optimizer == "momentum":
-            net.MomentumSGDUpdate([g, state[0], "lr", p], [g, state[0], p], momentum=momentum,
-                                  weight_decay=weight_decay, formula="torch")
+            net.MomentumSGDUpdate(
+                [g, state[0], "lr", p], [g, state[0], p], momentum=momentum, weight_decay=weight_decay, formula="torch"
+            )
         elif optimizer == "rwsadagrad" and p in model.sparse:
-            raise NetDefinitionError(f"expected the sparse gradient of table {p!r} for rwsadagrad (one moment per row), "
-                                     "got a dense one: train it in local or hogwild mode", f"model {model.name!r}")
+            raise NetDefinitionError(
+                f"expected the sparse gradient of table {p!r} for rwsadagrad (one moment per row), "
+                "got a dense one: train it in local or hogwild mode",
+                f"model {model.name!r}",
+            )
         elif optimizer in ("adagrad", "rwsadagrad"):  # rwsadagrad: dense parameters get Adagrad (dlrm's RWSAdagrad)
-            net.Adagrad([p, state[0], g, "lr"], [p, state[0]], weight_decay=weight_decay, formula="torch",
-                        **({} if eps is None else {"epsilon": eps}))
+            net.Adagrad(
+                [p, state[0], g, "lr"],
+                [p, state[0]],
+                weight_decay=weight_decay,
+                formula="torch",
+                **({} if eps is None else {"epsilon": eps}),
+            )
         else:
-            net.Adam([p, *state, g, "lr", "iter"], [p, *state], beta1=betas[0], beta2=betas[1],
-                     epsilon=1e-8 if eps is None else eps, weight_decay=weight_decay, formula="torch")
+            net.Adam(
+                [p, *state, g, "lr", "iter"],
+                [p, *state],
+                beta1=betas[0],
+                beta2=betas[1],
+                epsilon=1e-8 if eps is None else eps,
+                weight_decay=weight_decay,
+                formula="torch",
+            )
 
 
 def _join_sparse_chains(net: Net, grads: dict[str, Grad], start: int) -> None:
@@ -118,27 +146,49 @@ def _join_sparse_chains(net: Net, grads: dict[str, Grad], start: int) -> None:
     rows = {g.values for g in grads.values() if isinstance(g, GradientSlice)}
     for i, op in enumerate(net.ops[:start]):
         if rows.intersection(op.outputs):
-            net.ops[i] = dataclasses.replace(op, control_inputs=[*op.control_inputs, "neg_lr"])  # never mutate: ops are shared
+            net.ops[i] = dataclasses.replace(
+                op, control_inputs=[*op.control_inputs, "neg_lr"]
+            )  # never mutate: ops are shared
     lr_ops = net.ops[start:]
     del net.ops[start:]
     net.ops[0:0] = lr_ops
 
 
-def _sparse_update(model: Any, net: Net, p: str, g: GradientSlice, optimizer: str, state: list[str],
-                   eps: float | None, weight_decay: float) -> None:
+def _sparse_update(
+    model: Any,
+    net: Net,
+    p: str,
+    g: GradientSlice,
+    optimizer: str,
+    state: list[str],
+    eps: float | None,
+    weight_decay: float,
+) -> None:
     if optimizer == "sgd":
         if weight_decay:
             raise NetDefinitionError("expected weight_decay=0 for a sparse SGD table (ScatterWeightedSum has none)", p)
         net.ScatterWeightedSum([p, "one", g.indices, g.values, "neg_lr"], p)
     elif optimizer == "adagrad":
-        net.SparseAdagrad([p, state[0], g.indices, g.values, "lr"], [p, state[0]], weight_decay=weight_decay,
-                          formula="torch", **({} if eps is None else {"epsilon": eps}))
+        net.SparseAdagrad(
+            [p, state[0], g.indices, g.values, "lr"],
+            [p, state[0]],
+            weight_decay=weight_decay,
+            formula="torch",
+            **({} if eps is None else {"epsilon": eps}),
+        )
     elif optimizer == "rwsadagrad":  # one moment per row (dlrm's RWSAdagrad)
-        net.RowWiseSparseAdagrad([p, state[0], g.indices, g.values, "lr"], [p, state[0]], formula="torch",
-                                 **({} if eps is None else {"epsilon": eps}))
+        net.RowWiseSparseAdagrad(
+            [p, state[0], g.indices, g.values, "lr"],
+            [p, state[0]],
+            formula="torch",
+            **({} if eps is None else {"epsilon": eps}),
+        )
     else:
-        raise NetDefinitionError(f"expected sgd or adagrad (or rwsadagrad) for the embedding table {p!r} (a sparse gradient), "
-                                 f"got {optimizer!r}", f"model {model.name!r}")
+        raise NetDefinitionError(
+            f"expected sgd or adagrad (or rwsadagrad) for the embedding table {p!r} (a sparse gradient), "
+            f"got {optimizer!r}",
+            f"model {model.name!r}",
+        )
 
 
 def _add_state(model: Any, optimizer: str) -> None:
@@ -146,7 +196,9 @@ def _add_state(model: Any, optimizer: str) -> None:
     have = model.optimizer
     if have is not None:
         if have != optimizer:
-            raise NetDefinitionError(f"expected the model's optimizer {have!r} again, got {optimizer!r}", f"model {model.name!r}")
+            raise NetDefinitionError(
+                f"expected the model's optimizer {have!r} again, got {optimizer!r}", f"model {model.name!r}"
+            )
         return
     init, dt = model.init_net, model.dtype.name
     model.optimizer, model.optimizer_state = optimizer, []

@@ -18,7 +18,9 @@ FLOAT_DTYPES = (np.float16, np.float32, np.float64)
 def array(ctx: Any, x: Any, i: int) -> np.ndarray:
     """``x`` if it is a numpy array or a torch tensor, else a TypeError naming input ``i``."""
     if not isinstance(x, np.ndarray) and not is_torch(x):
-        raise TypeError(f"expected a numpy array or torch tensor in input {i} {ctx.op.inputs[i]!r}, got {type(x).__name__}")
+        raise TypeError(
+            f"expected a numpy array or torch tensor in input {i} {ctx.op.inputs[i]!r}, got {type(x).__name__}"
+        )
     return x
 
 

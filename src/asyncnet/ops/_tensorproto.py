@@ -38,12 +38,31 @@ __all__ = [
 ]
 
 # TensorProto.DataType code -> numpy dtype (BYTE is read as uint8; STRING as an object array of bytes)
-DATA_TYPES = {1: np.dtype(np.float32), 2: np.dtype(np.int32), 3: np.dtype(np.uint8), 5: np.dtype(np.bool_),
-              6: np.dtype(np.uint8), 7: np.dtype(np.int8), 8: np.dtype(np.uint16), 9: np.dtype(np.int16),
-              10: np.dtype(np.int64), 12: np.dtype(np.float16), 13: np.dtype(np.float64)}
-_CODES = {np.dtype(np.float32): 1, np.dtype(np.int32): 2, np.dtype(np.bool_): 5, np.dtype(np.uint8): 6,
-          np.dtype(np.int8): 7, np.dtype(np.uint16): 8, np.dtype(np.int16): 9, np.dtype(np.int64): 10,
-          np.dtype(np.float16): 12, np.dtype(np.float64): 13}
+DATA_TYPES = {
+    1: np.dtype(np.float32),
+    2: np.dtype(np.int32),
+    3: np.dtype(np.uint8),
+    5: np.dtype(np.bool_),
+    6: np.dtype(np.uint8),
+    7: np.dtype(np.int8),
+    8: np.dtype(np.uint16),
+    9: np.dtype(np.int16),
+    10: np.dtype(np.int64),
+    12: np.dtype(np.float16),
+    13: np.dtype(np.float64),
+}
+_CODES = {
+    np.dtype(np.float32): 1,
+    np.dtype(np.int32): 2,
+    np.dtype(np.bool_): 5,
+    np.dtype(np.uint8): 6,
+    np.dtype(np.int8): 7,
+    np.dtype(np.uint16): 8,
+    np.dtype(np.int16): 9,
+    np.dtype(np.int64): 10,
+    np.dtype(np.float16): 12,
+    np.dtype(np.float64): 13,
+}
 _STRING = 4
 _INT32_FIELD_TYPES = {2, 5, 6, 7, 8, 9, 12}
 
@@ -53,6 +72,7 @@ class TensorProtoError(ValueError):
 
 
 # -- the wire ----------------------------------------------------------------------------------
+
 
 def _varint(buf: bytes, pos: int) -> tuple[int, int]:
     result = shift = 0
@@ -80,16 +100,16 @@ def _fields(buf: bytes) -> Iterator[tuple[int, int, Any]]:
         elif wt == 1:
             if pos + 8 > n:
                 raise TensorProtoError("truncated 64-bit field")
-            value, pos = buf[pos:pos + 8], pos + 8
+            value, pos = buf[pos : pos + 8], pos + 8
         elif wt == 2:
             length, pos = _varint(buf, pos)
             if pos + length > n:
                 raise TensorProtoError(f"field {num}: length {length} runs past the end of the message")
-            value, pos = buf[pos:pos + length], pos + length
+            value, pos = buf[pos : pos + length], pos + length
         elif wt == 5:
             if pos + 4 > n:
                 raise TensorProtoError("truncated 32-bit field")
-            value, pos = buf[pos:pos + 4], pos + 4
+            value, pos = buf[pos : pos + 4], pos + 4
         else:
             raise TensorProtoError(f"field {num}: unsupported wire type {wt}")
         yield num, wt, value
@@ -130,11 +150,22 @@ def _packed_varints(values: Any) -> bytes:
 
 # -- TensorProto -------------------------------------------------------------------------------
 
+
 def decode_tensor_fields(buf: bytes) -> dict[str, Any]:
     """The fields of one TensorProto as plain Python values."""
-    f: dict[str, Any] = {"dims": [], "data_type": 1, "float_data": [], "int32_data": [], "byte_data": b"",
-                         "string_data": [], "name": "", "double_data": [], "int64_data": [], "segment": None,
-                         "raw_data": None}
+    f: dict[str, Any] = {
+        "dims": [],
+        "data_type": 1,
+        "float_data": [],
+        "int32_data": [],
+        "byte_data": b"",
+        "string_data": [],
+        "name": "",
+        "double_data": [],
+        "int64_data": [],
+        "segment": None,
+        "raw_data": None,
+    }
     for num, wt, v in _fields(buf):
         if num == 1:
             f["dims"] += _ints(v, wt)
@@ -192,8 +223,9 @@ def tensor_from_fields(f: dict[str, Any]) -> np.ndarray:
         out[:] = f["string_data"]
         return _reshape(out, dims, f)
     if code not in DATA_TYPES:
-        raise TensorProtoError(f"TensorProto data type {code} is not supported (expected one of {sorted(DATA_TYPES)} "
-                               "or 4, STRING)")
+        raise TensorProtoError(
+            f"TensorProto data type {code} is not supported (expected one of {sorted(DATA_TYPES)} or 4, STRING)"
+        )
     dtype = DATA_TYPES[code]
     if f["raw_data"] is not None:
         flat = np.frombuffer(f["raw_data"], dtype=dtype.newbyteorder("<")).astype(dtype)
@@ -217,17 +249,18 @@ def _reshape(flat: np.ndarray, dims: tuple[int, ...], f: dict[str, Any]) -> np.n
         return flat  # one chunk of a larger tensor: the caller places it
     expected = int(np.prod(dims, dtype=np.int64)) if dims else 1
     if flat.size != expected:
-        raise TensorProtoError(f"TensorProto {f['name']!r}: dims {list(dims)} need {expected} values, found {flat.size}")
+        raise TensorProtoError(
+            f"TensorProto {f['name']!r}: dims {list(dims)} need {expected} values, found {flat.size}"
+        )
     return flat.reshape(dims)
 
 
-def encode_tensor(array: Any, name: str = "", segment: tuple[int, int] | None = None,
-                  dims: Any = None) -> bytes:
+def encode_tensor(array: Any, name: str = "", segment: tuple[int, int] | None = None, dims: Any = None) -> bytes:
     """One serialized TensorProto of ``array`` (typed fields, as Caffe2's serializer writes them);
     ``dims`` (the whole tensor's, for a chunk given with its ``segment``) overrides its shape."""
     a = np.asarray(array)
     out = bytearray()
-    for d in (a.shape if dims is None else dims):  # dims is not packed in caffe2.proto
+    for d in a.shape if dims is None else dims:  # dims is not packed in caffe2.proto
         _put_key(out, 1, 0)
         _put_varint(out, d)
     flat = a.ravel()
@@ -239,8 +272,9 @@ def encode_tensor(array: Any, name: str = "", segment: tuple[int, int] | None = 
         return _finish(out, name, segment)
     code = _CODES.get(a.dtype)
     if code is None:
-        raise TensorProtoError(f"cannot serialize dtype {a.dtype}; expected one of {sorted(str(d) for d in _CODES)} "
-                               "or strings")
+        raise TensorProtoError(
+            f"cannot serialize dtype {a.dtype}; expected one of {sorted(str(d) for d in _CODES)} or strings"
+        )
     _put_key(out, 2, 0)
     _put_varint(out, code)
     if code == 1 and flat.size:
@@ -268,6 +302,7 @@ def _finish(out: bytearray, name: str, segment: tuple[int, int] | None) -> bytes
 
 
 # -- TensorProtos and BlobProto ------------------------------------------------------------------
+
 
 def decode_tensor_protos(buf: bytes) -> list[np.ndarray]:
     """The arrays of one serialized TensorProtos (a database record of TensorProtosDBInput)."""
@@ -306,5 +341,3 @@ def encode_blob(name: str, array: Any, segment: tuple[int, int] | None = None) -
     _put_bytes(out, 2, b"Tensor")
     _put_bytes(out, 3, encode_tensor(array, name=name, segment=segment))
     return bytes(out)
-
-

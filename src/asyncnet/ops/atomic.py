@@ -35,10 +35,12 @@ from typing import Any
 
 import numpy as np
 
-from asyncnet.atomic.local import AtomicBool, AtomicInt, Mutex
 from asyncnet.atomic._intmath import wrap
+from asyncnet.atomic.local import AtomicBool, AtomicInt, Mutex
 from asyncnet.core.defs import OperatorDef
 from asyncnet.core.registry import Arg, register_op
+from asyncnet.ops.caffe2_stats import DEFAULT as STATS
+from asyncnet.ops.caffe2_stats import atomic_iter_key
 from asyncnet.tensor.namespace import is_array, namespace
 
 __all__ = ["increment_iter"]
@@ -97,7 +99,9 @@ def _element0(ctx: Any, x: np.ndarray, i: int) -> np.ndarray:
     return x if x.ndim == 0 else x[(slice(0, 1),) * x.ndim].reshape(())
 
 
-def _fetch_add(ctx: Any, mutex: Any, value: Any, increment: Any, dtype: type, bits: int) -> tuple[np.ndarray, np.ndarray]:
+def _fetch_add(
+    ctx: Any, mutex: Any, value: Any, increment: Any, dtype: type, bits: int
+) -> tuple[np.ndarray, np.ndarray]:
     mutex = _mutex(ctx, mutex, 0)
     value = _tensor(ctx, value, 1, dtype)
     inc = int(_tensor(ctx, increment, 2, dtype).flat[0])
@@ -125,7 +129,10 @@ _FETCH_ADD_DOC = (
 
 
 @register_op(
-    "AtomicFetchAdd", inputs=3, outputs=2, allow_inplace={1: 0},
+    "AtomicFetchAdd",
+    inputs=3,
+    outputs=2,
+    allow_inplace={1: 0},
     doc=_FETCH_ADD_DOC.format(width="int32"),
     inputs_doc=("mutex", "mut_value (int32)", "increment (int32)"),
     outputs_doc=("mut_value (int32, 0-d)", "fetched_value (int32, 0-d)"),
@@ -135,7 +142,10 @@ def atomic_fetch_add(ctx: Any, mutex: Any, value: Any, increment: Any) -> tuple[
 
 
 @register_op(
-    "AtomicFetchAdd64", inputs=3, outputs=2, allow_inplace={1: 0},
+    "AtomicFetchAdd64",
+    inputs=3,
+    outputs=2,
+    allow_inplace={1: 0},
     doc=_FETCH_ADD_DOC.format(width="int64"),
     inputs_doc=("mutex", "mut_value (int64)", "increment (int64)"),
     outputs_doc=("mut_value (int64, 0-d)", "fetched_value (int64, 0-d)"),
@@ -144,20 +154,28 @@ def atomic_fetch_add64(ctx: Any, mutex: Any, value: Any, increment: Any) -> tupl
     return _fetch_add(ctx, mutex, value, increment, np.int64, 64)
 
 
-@register_op("CreateMutex", inputs=0, outputs=1, doc="Store a new, unlocked Mutex in the output blob.",
-             outputs_doc=("mutex",))
+@register_op(
+    "CreateMutex", inputs=0, outputs=1, doc="Store a new, unlocked Mutex in the output blob.", outputs_doc=("mutex",)
+)
 def create_mutex(ctx: Any) -> Mutex:
     return Mutex()
 
 
-@register_op("CreateAtomicBool", inputs=0, outputs=1, doc="Store a new AtomicBool, initially false.",
-             outputs_doc=("atomic_bool",))
+@register_op(
+    "CreateAtomicBool",
+    inputs=0,
+    outputs=1,
+    doc="Store a new AtomicBool, initially false.",
+    outputs_doc=("atomic_bool",),
+)
 def create_atomic_bool(ctx: Any) -> AtomicBool:
     return AtomicBool(False)
 
 
 @register_op(
-    "ConditionalSetAtomicBool", inputs=2, outputs=0,
+    "ConditionalSetAtomicBool",
+    inputs=2,
+    outputs=0,
     doc="If condition[0] is true, set the atomic bool to true; never resets it to false.",
     inputs_doc=("atomic_bool", "condition (bool tensor)"),
 )
@@ -169,9 +187,12 @@ def conditional_set_atomic_bool(ctx: Any, flag: Any, condition: Any) -> None:
 
 
 @register_op(
-    "CheckAtomicBool", inputs=1, outputs=1,
+    "CheckAtomicBool",
+    inputs=1,
+    outputs=1,
     doc="Copy the atomic bool's current value into a bool tensor of shape [1].",
-    inputs_doc=("atomic_bool",), outputs_doc=("value (bool, shape [1])",),
+    inputs_doc=("atomic_bool",),
+    outputs_doc=("value (bool, shape [1])",),
 )
 def check_atomic_bool(ctx: Any, flag: Any) -> np.ndarray:
     return np.array([_atomic_bool(ctx, flag, 0).load()], dtype=np.bool_)
@@ -180,12 +201,16 @@ def check_atomic_bool(ctx: Any, flag: Any) -> np.ndarray:
 def increment_iter(counter: np.ndarray) -> None:
     """Add one to an int64 iteration counter in place, with Caffe2's three checks.
 
-        >>> it = np.zeros(1, np.int64); increment_iter(it); it
-        array([1])
+    >>> it = np.zeros(1, np.int64); increment_iter(it); it
+    array([1])
     """
-    size = counter.size if isinstance(counter, np.ndarray) else counter.numel()  # numpy array (or subclass) or torch tensor
+    size = (
+        counter.size if isinstance(counter, np.ndarray) else counter.numel()
+    )  # numpy array (or subclass) or torch tensor
     if size != 1:
-        raise ValueError(f"The output of IterOp exists, but not of the right size (it has shape {tuple(counter.shape)}, expected 1 element).")
+        raise ValueError(
+            f"The output of IterOp exists, but not of the right size (it has shape {tuple(counter.shape)}, expected 1 element)."
+        )
     cell = counter.reshape(-1)  # a view (numpy array or torch tensor): size-1 arrays reshape without a copy
     value = int(cell[0])
     if value < 0:
@@ -222,9 +247,15 @@ def _specialize_iter(ctx: Any, *inputs: Any) -> Any:
 
 
 @register_op(
-    "Iter", inputs=(0, 1), outputs=1, enforce_inplace={0: 0}, devices=("cpu", "cuda"), specialize=_specialize_iter,
+    "Iter",
+    inputs=(0, 1),
+    outputs=1,
+    enforce_inplace={0: 0},
+    devices=("cpu", "cuda"),
+    specialize=_specialize_iter,
     doc="Increment an int64 counter in place; created at 0 (shape [1]) if absent, so the first value is 1.",
-    inputs_doc=("iter (int64, optional; same blob as the output)",), outputs_doc=("iter (int64)",),
+    inputs_doc=("iter (int64, optional; same blob as the output)",),
+    outputs_doc=("iter (int64)",),
 )
 def iter_op(ctx: Any, *inputs: Any) -> np.ndarray:
     if inputs and type(inputs[0]) is np.ndarray and inputs[0].dtype is _INT64 and inputs[0].flags.writeable:
@@ -243,15 +274,22 @@ def iter_op(ctx: Any, *inputs: Any) -> np.ndarray:
 
 
 @register_op(
-    "AtomicIter", inputs=2, outputs=1, enforce_inplace={1: 0}, devices=("cpu", "cuda"),
-    doc="Under the mutex (input 0), increment the int64 counter in input 1 in place (output 0 is the same blob).",
-    inputs_doc=("mutex", "iter (int64, 1 element)"), outputs_doc=("iter (int64)",),
+    "AtomicIter",
+    inputs=2,
+    outputs=1,
+    enforce_inplace={1: 0},
+    devices=("cpu", "cuda"),
+    doc="Under the mutex (input 0), increment the int64 counter in input 1 in place (output 0 is the same blob); "
+    "counts the run in the process's stat registry (key atomic_iter/stats/<iter>/num_iter, see StatRegistryExport).",
+    inputs_doc=("mutex", "iter (int64, 1 element)"),
+    outputs_doc=("iter (int64)",),
 )
 def atomic_iter(ctx: Any, mutex: Any, counter: Any) -> np.ndarray:
     mutex = _mutex(ctx, mutex, 0)
     counter = _iter_tensor(ctx, counter, 1, "input")
     with mutex:
         increment_iter(counter)
+    STATS.add(atomic_iter_key(ctx.op.inputs[1]), 1)
     return counter
 
 
@@ -262,49 +300,89 @@ _INIT_COUNT = Arg("init_count", int, 0, "the counter's value")
 
 def _counter(ctx: Any, x: Any) -> Any:
     if not _is(x, AtomicInt, "SharedAtomicInt"):
-        raise TypeError(f"expected a counter (made by CreateCounter) in input 0 {ctx.op.inputs[0]!r}, got {type(x).__name__}")
+        raise TypeError(
+            f"expected a counter (made by CreateCounter) in input 0 {ctx.op.inputs[0]!r}, got {type(x).__name__}"
+        )
     return x
 
 
 def _validate_init_count(op: OperatorDef) -> None:
     v = op.args.get("init_count", 0)
-    if isinstance(v, int) and not -2**63 <= v < 2**63:
+    if isinstance(v, int) and not -(2**63) <= v < 2**63:
         raise ValueError(f"{op.type}: init_count {v} does not fit a signed 64-bit integer (Caffe2's int64 argument)")
 
 
-@register_op("CreateCounter", inputs=0, outputs=1, args=[_INIT_COUNT], outputs_doc=("counter",), validate=_validate_init_count,
-             doc="Store a new count-down counter (a 64-bit AtomicInt) holding init_count.")
+@register_op(
+    "CreateCounter",
+    inputs=0,
+    outputs=1,
+    args=[_INIT_COUNT],
+    outputs_doc=("counter",),
+    validate=_validate_init_count,
+    doc="Store a new count-down counter (a 64-bit AtomicInt) holding init_count.",
+)
 def create_counter(ctx: Any) -> AtomicInt:
     return AtomicInt(ctx.args["init_count"], bits=64)
 
 
-@register_op("ResetCounter", inputs=1, outputs=(0, 1), args=[_INIT_COUNT], inputs_doc=("counter",), validate=_validate_init_count,
-             outputs_doc=("previous value (int64, 0-d, optional)",),
-             doc="Set the counter to init_count; the optional output gets the value it had.")
+@register_op(
+    "ResetCounter",
+    inputs=1,
+    outputs=(0, 1),
+    args=[_INIT_COUNT],
+    inputs_doc=("counter",),
+    validate=_validate_init_count,
+    outputs_doc=("previous value (int64, 0-d, optional)",),
+    doc="Set the counter to init_count; the optional output gets the value it had.",
+)
 def reset_counter(ctx: Any, counter: Any) -> np.ndarray | None:
     previous = _counter(ctx, counter).exchange(ctx.args["init_count"])
     return np.array(previous, np.int64) if ctx.op.outputs else None
 
 
-@register_op("CountDown", inputs=1, outputs=1, inputs_doc=("counter",), outputs_doc=("done (bool, 0-d)",),
-             doc="Decrement the counter (also below 0, as Caffe2); done is true when it was already <= 0.")
+@register_op(
+    "CountDown",
+    inputs=1,
+    outputs=1,
+    inputs_doc=("counter",),
+    outputs_doc=("done (bool, 0-d)",),
+    doc="Decrement the counter (also below 0, as Caffe2); done is true when it was already <= 0.",
+)
 def count_down(ctx: Any, counter: Any) -> np.ndarray:
     return np.array(_counter(ctx, counter).fetch_add(-1) <= 0)
 
 
-@register_op("CheckCounterDone", inputs=1, outputs=1, inputs_doc=("counter",), outputs_doc=("done (bool, 0-d)",),
-             doc="done = the counter is <= 0.")
+@register_op(
+    "CheckCounterDone",
+    inputs=1,
+    outputs=1,
+    inputs_doc=("counter",),
+    outputs_doc=("done (bool, 0-d)",),
+    doc="done = the counter is <= 0.",
+)
 def check_counter_done(ctx: Any, counter: Any) -> np.ndarray:
     return np.array(_counter(ctx, counter).load() <= 0)
 
 
-@register_op("CountUp", inputs=1, outputs=1, inputs_doc=("counter",), outputs_doc=("previous value (int64, 0-d)",),
-             doc="Increment the counter; the output gets the value from before, atomically.")
+@register_op(
+    "CountUp",
+    inputs=1,
+    outputs=1,
+    inputs_doc=("counter",),
+    outputs_doc=("previous value (int64, 0-d)",),
+    doc="Increment the counter; the output gets the value from before, atomically.",
+)
 def count_up(ctx: Any, counter: Any) -> np.ndarray:
     return np.array(_counter(ctx, counter).fetch_add(1), np.int64)
 
 
-@register_op("RetrieveCount", inputs=1, outputs=1, inputs_doc=("counter",), outputs_doc=("count (int64, 0-d)",),
-             doc="The counter's current value.")
+@register_op(
+    "RetrieveCount",
+    inputs=1,
+    outputs=1,
+    inputs_doc=("counter",),
+    outputs_doc=("count (int64, 0-d)",),
+    doc="The counter's current value.",
+)
 def retrieve_count(ctx: Any, counter: Any) -> np.ndarray:
     return np.array(_counter(ctx, counter).load(), np.int64)

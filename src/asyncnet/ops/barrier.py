@@ -29,7 +29,9 @@ from asyncnet.core.registry import Arg, register_op
 __all__ = ["barrier_devices"]
 
 
-def barrier_devices(op: OperatorDef, net_device: DeviceOption | None = None) -> tuple[list[DeviceOption], list[DeviceOption]]:
+def barrier_devices(
+    op: OperatorDef, net_device: DeviceOption | None = None
+) -> tuple[list[DeviceOption], list[DeviceOption]]:
     """Device of each input and output of an AsyncNetBarrier (Caffe2's ``asyncBarrierOpDevInfer``).
 
     >>> from asyncnet.core.defs import OperatorDef, DeviceOption
@@ -64,8 +66,10 @@ def _check_cross_device(ctx: Any, inputs: tuple[Any, ...]) -> None:
 
     for i, x in enumerate(inputs):
         if is_array(x) and device_of(x) != f"cuda:{i}":
-            raise DeviceError(f"expected input {i} {ctx.op.inputs[i]!r} on 'cuda:{i}' (cross_device=1 places input i "
-                              f"on device i), got {library_of(x)} on {device_of(x)!r}")
+            raise DeviceError(
+                f"expected input {i} {ctx.op.inputs[i]!r} on 'cuda:{i}' (cross_device=1 places input i "
+                f"on device i), got {library_of(x)} on {device_of(x)!r}"
+            )
 
 
 def _same_count(op: OperatorDef) -> None:
@@ -82,9 +86,11 @@ def _same_count(op: OperatorDef) -> None:
     devices=("cpu", "cuda"),
     differentiable=False,
     validate=_same_count,
-    doc=("Pass N inputs through to N outputs (in place when names match, a copy otherwise). It reads and "
-         "writes every listed blob, so the async scheduler finishes every earlier producer of those blobs "
-         "before any later consumer starts. No gradient."),
+    doc=(
+        "Pass N inputs through to N outputs (in place when names match, a copy otherwise). It reads and "
+        "writes every listed blob, so the async scheduler finishes every earlier producer of those blobs "
+        "before any later consumer starts. No gradient."
+    ),
 )
 def async_net_barrier(ctx: Any, *inputs: Any) -> Any:
     op = ctx.op

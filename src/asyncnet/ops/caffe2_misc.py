@@ -45,6 +45,7 @@ def _append(path: str, line: str) -> None:
 
 # -- Print ------------------------------------------------------------------------------------------
 
+
 def _print_line(name: str, x: Any, limit: int) -> str:
     a = np.asarray(x.detach().cpu().numpy() if hasattr(x, "detach") else x)
     flat = a.reshape(-1)[: max(limit, 0)] if a.ndim else a.reshape(-1)
@@ -56,14 +57,20 @@ _PRINT_COUNTS: dict[int, int] = {}
 _print_log = logging.getLogger("asyncnet.ops.print")
 
 
-@register_op("Print", inputs=1, outputs=0,
-             args=[Arg("to_file", (bool, int), 0, "append to <root_folder>/<blob>.log instead of printing"),
-                   Arg("limit", int, 1000, "print at most this many values"),
-                   Arg("every_n", int, 1, "print on every n-th run only"),
-                   Arg("root_folder", str, "", "the folder of to_file output (Caffe2: the workspace's root folder)")],
-             inputs_doc=("the blob to print",),
-             doc="Log a tensor's type, dims and values (logger asyncnet.ops.print, INFO: Caffe2's LOG(INFO)), or append "
-                 "them to a file (Caffe2's Print).")
+@register_op(
+    "Print",
+    inputs=1,
+    outputs=0,
+    args=[
+        Arg("to_file", (bool, int), 0, "append to <root_folder>/<blob>.log instead of printing"),
+        Arg("limit", int, 1000, "print at most this many values"),
+        Arg("every_n", int, 1, "print on every n-th run only"),
+        Arg("root_folder", str, "", "the folder of to_file output (Caffe2: the workspace's root folder)"),
+    ],
+    inputs_doc=("the blob to print",),
+    doc="Log a tensor's type, dims and values (logger asyncnet.ops.print, INFO: Caffe2's LOG(INFO)), or append "
+    "them to a file (Caffe2's Print).",
+)
 def print_op(ctx: Any, x: Any) -> None:
     every = max(ctx.args["every_n"], 1)
     key = id(ctx.op)
@@ -81,6 +88,7 @@ def print_op(ctx: Any, x: Any) -> None:
 
 # -- Summarize --------------------------------------------------------------------------------------
 
+
 def summary(x: np.ndarray) -> np.ndarray:
     """[min, max, mean, std] of ``x`` as float32 (std unbiased, 0 for one value), Caffe2's Summarize."""
     a = np.asarray(x, dtype=np.float64).reshape(-1)
@@ -90,11 +98,18 @@ def summary(x: np.ndarray) -> np.ndarray:
     return np.array([a.min(), a.max(), a.mean(), std], dtype=np.float32)
 
 
-@register_op("Summarize", inputs=1, outputs=(0, 1),
-             args=[Arg("to_file", (bool, int), 0, "append 'min max mean std' to <root_folder>/<blob>.summary"),
-                   Arg("root_folder", str, "", "the folder of to_file output (Caffe2: the workspace's root folder)")],
-             inputs_doc=("X (float)",), outputs_doc=("[min, max, mean, std] float32 (optional)",),
-             doc="Min, max, mean and (unbiased) standard deviation of a float tensor (Caffe2's Summarize).")
+@register_op(
+    "Summarize",
+    inputs=1,
+    outputs=(0, 1),
+    args=[
+        Arg("to_file", (bool, int), 0, "append 'min max mean std' to <root_folder>/<blob>.summary"),
+        Arg("root_folder", str, "", "the folder of to_file output (Caffe2: the workspace's root folder)"),
+    ],
+    inputs_doc=("X (float)",),
+    outputs_doc=("[min, max, mean, std] float32 (optional)",),
+    doc="Min, max, mean and (unbiased) standard deviation of a float tensor (Caffe2's Summarize).",
+)
 def summarize(ctx: Any, x: Any) -> Any:
     stats = summary(float_array(ctx, x, 0))
     if ctx.args["to_file"]:
@@ -113,21 +128,37 @@ register_no_gradient("Print", "Summarize")
 _LOWEST, _HIGHEST = float(np.finfo(np.float32).min), float(np.finfo(np.float32).max)
 
 
-@register_op("Clip", inputs=1, outputs=1, allow_inplace={0: 0}, differentiable=True,
-             args=[Arg("min", float, _LOWEST, "lower bound"), Arg("max", float, _HIGHEST, "upper bound")],
-             inputs_doc=("X",), outputs_doc=("Y = min(max(X, min), max)",), doc="Clamp X into [min, max].")
+@register_op(
+    "Clip",
+    inputs=1,
+    outputs=1,
+    allow_inplace={0: 0},
+    differentiable=True,
+    args=[Arg("min", float, _LOWEST, "lower bound"), Arg("max", float, _HIGHEST, "upper bound")],
+    inputs_doc=("X",),
+    outputs_doc=("Y = min(max(X, min), max)",),
+    doc="Clamp X into [min, max].",
+)
 def clip(ctx: Any, x: Any) -> Any:
     x = float_array(ctx, x, 0)
     lo, hi = ctx.args["min"], ctx.args["max"]
     if lo > hi:
         raise ValueError(f"expected min <= max, got min={lo}, max={hi}")
-    return np.asarray(np.clip(x, lo, hi), x.dtype) if isinstance(x, np.ndarray) else x.clamp(lo, hi)  # 0-d stays an array
+    return (
+        np.asarray(np.clip(x, lo, hi), x.dtype) if isinstance(x, np.ndarray) else x.clamp(lo, hi)
+    )  # 0-d stays an array
 
 
-@register_op("ClipGradient", inputs=2, outputs=1, allow_inplace={1: 0},
-             args=[Arg("min", float, _LOWEST, "lower bound"), Arg("max", float, _HIGHEST, "upper bound")],
-             inputs_doc=("Y", "dY"), outputs_doc=("dX = dY where min < Y < max, else 0",),
-             doc="The gradient of Clip, from its output (Caffe2's ClipGradient).")
+@register_op(
+    "ClipGradient",
+    inputs=2,
+    outputs=1,
+    allow_inplace={1: 0},
+    args=[Arg("min", float, _LOWEST, "lower bound"), Arg("max", float, _HIGHEST, "upper bound")],
+    inputs_doc=("Y", "dY"),
+    outputs_doc=("dX = dY where min < Y < max, else 0",),
+    doc="The gradient of Clip, from its output (Caffe2's ClipGradient).",
+)
 def clip_gradient(ctx: Any, y: Any, dy: Any) -> Any:
     y, dy = float_array(ctx, y, 0), float_array(ctx, dy, 1)
     if y.shape != dy.shape:
@@ -144,16 +175,29 @@ def _clip_grad(op: OperatorDef, gout: list[str | None]) -> tuple[list[OperatorDe
 
 # -- MakeTwoClass -----------------------------------------------------------------------------------
 
-@register_op("MakeTwoClass", inputs=1, outputs=1, differentiable=True, inputs_doc=("X (probabilities)",),
-             outputs_doc=("Y [..., 2] = stack(1 - X, X)",),
-             doc="Two complementary class probabilities per value of X (Caffe2's MakeTwoClass).")
+
+@register_op(
+    "MakeTwoClass",
+    inputs=1,
+    outputs=1,
+    differentiable=True,
+    inputs_doc=("X (probabilities)",),
+    outputs_doc=("Y [..., 2] = stack(1 - X, X)",),
+    doc="Two complementary class probabilities per value of X (Caffe2's MakeTwoClass).",
+)
 def make_two_class(ctx: Any, x: Any) -> Any:
     x = float_array(ctx, x, 0)
     return np.stack([1 - x, x], axis=-1)
 
 
-@register_op("MakeTwoClassGradient", inputs=1, outputs=1, inputs_doc=("dY [..., 2]",),
-             outputs_doc=("dX = dY[..., 1] - dY[..., 0]",), doc="The gradient of MakeTwoClass.")
+@register_op(
+    "MakeTwoClassGradient",
+    inputs=1,
+    outputs=1,
+    inputs_doc=("dY [..., 2]",),
+    outputs_doc=("dX = dY[..., 1] - dY[..., 0]",),
+    doc="The gradient of MakeTwoClass.",
+)
 def make_two_class_gradient(ctx: Any, dy: Any) -> Any:
     dy = float_array(ctx, dy, 0)
     if dy.ndim == 0 or dy.shape[-1] != 2:
@@ -169,6 +213,7 @@ def _make_two_class_grad(op: OperatorDef, gout: list[str | None]) -> tuple[list[
 
 # -- Unique and UnsortedSegmentSum ------------------------------------------------------------------
 
+
 def _indices(ctx: Any, x: Any, i: int) -> np.ndarray:
     a = np.asarray(array(ctx, x, i))
     if a.dtype.kind not in "iu":
@@ -176,9 +221,14 @@ def _indices(ctx: Any, x: Any, i: int) -> np.ndarray:
     return a
 
 
-@register_op("Unique", inputs=1, outputs=(1, 2), inputs_doc=("indices [N] int",),
-             outputs_doc=("unique indices [M] (ascending)", "remapping [N] int32: position of each index in unique"),
-             doc="Deduplicate a vector of indices (Caffe2's Unique; the order here is ascending).")
+@register_op(
+    "Unique",
+    inputs=1,
+    outputs=(1, 2),
+    inputs_doc=("indices [N] int",),
+    outputs_doc=("unique indices [M] (ascending)", "remapping [N] int32: position of each index in unique"),
+    doc="Deduplicate a vector of indices (Caffe2's Unique; the order here is ascending).",
+)
 def unique(ctx: Any, x: Any) -> Any:
     a = _indices(ctx, x, 0)
     if a.ndim != 1:
@@ -188,10 +238,16 @@ def unique(ctx: Any, x: Any) -> Any:
     return (values, inverse.astype(np.int32)) if len(ctx.op.outputs) == 2 else values
 
 
-@register_op("UnsortedSegmentSum", inputs=2, outputs=1, differentiable=True,
-             args=[Arg("num_segments", int, -1, "rows of the output (default: max segment id + 1)")],
-             inputs_doc=("DATA [N, ...]", "SEGMENT_IDS [N] int"), outputs_doc=("OUTPUT [K, ...]: row k sums DATA's rows of id k",),
-             doc="Sum the rows of DATA by segment id, ids in any order (Caffe2's UnsortedSegmentSum).")
+@register_op(
+    "UnsortedSegmentSum",
+    inputs=2,
+    outputs=1,
+    differentiable=True,
+    args=[Arg("num_segments", int, -1, "rows of the output (default: max segment id + 1)")],
+    inputs_doc=("DATA [N, ...]", "SEGMENT_IDS [N] int"),
+    outputs_doc=("OUTPUT [K, ...]: row k sums DATA's rows of id k",),
+    doc="Sum the rows of DATA by segment id, ids in any order (Caffe2's UnsortedSegmentSum).",
+)
 def unsorted_segment_sum(ctx: Any, data: Any, ids: Any) -> Any:
     data = np.asarray(array(ctx, data, 0))
     ids = _indices(ctx, ids, 1)
@@ -217,6 +273,7 @@ register_no_gradient("Unique")
 
 # -- ChannelStats and ChannelBackpropStats (the sums behind a synchronized SpatialBN) ---------------
 
+
 def _nchw(ctx: Any, x: Any, i: int) -> np.ndarray:
     x = float_array(ctx, x, i)
     if x.ndim < 2:
@@ -228,18 +285,28 @@ def _channel_axes(x: np.ndarray) -> tuple[int, ...]:
     return (0, *range(2, x.ndim))
 
 
-@register_op("ChannelStats", inputs=1, outputs=2, inputs_doc=("X [N, C, ...]",),
-             outputs_doc=("sum [C]", "sumsq [C]"),
-             doc="Per-channel sum and sum of squares of X (Caffe2's ChannelStats; SpatialBN across devices adds them up).")
+@register_op(
+    "ChannelStats",
+    inputs=1,
+    outputs=2,
+    inputs_doc=("X [N, C, ...]",),
+    outputs_doc=("sum [C]", "sumsq [C]"),
+    doc="Per-channel sum and sum of squares of X (Caffe2's ChannelStats; SpatialBN across devices adds them up).",
+)
 def channel_stats(ctx: Any, x: Any) -> tuple[Any, Any]:
     x = _nchw(ctx, x, 0)
     axes = _channel_axes(x)
     return x.sum(axis=axes), (x * x).sum(axis=axes)
 
 
-@register_op("ChannelBackpropStats", inputs=4, outputs=2, inputs_doc=("X [N, C, ...]", "mean [C]", "inv_std [C]", "dY"),
-             outputs_doc=("scale_grad [C] = sum(dY * (X - mean) * inv_std)", "bias_grad [C] = sum(dY)"),
-             doc="Per-channel gradients of SpatialBN's scale and bias (Caffe2's ChannelBackpropStats).")
+@register_op(
+    "ChannelBackpropStats",
+    inputs=4,
+    outputs=2,
+    inputs_doc=("X [N, C, ...]", "mean [C]", "inv_std [C]", "dY"),
+    outputs_doc=("scale_grad [C] = sum(dY * (X - mean) * inv_std)", "bias_grad [C] = sum(dY)"),
+    doc="Per-channel gradients of SpatialBN's scale and bias (Caffe2's ChannelBackpropStats).",
+)
 def channel_backprop_stats(ctx: Any, x: Any, mean: Any, inv_std: Any, dy: Any) -> tuple[Any, Any]:
     x, dy = _nchw(ctx, x, 0), float_array(ctx, dy, 3)
     if x.shape != dy.shape:
@@ -247,7 +314,9 @@ def channel_backprop_stats(ctx: Any, x: Any, mean: Any, inv_std: Any, dy: Any) -
     c = x.shape[1]
     mean, inv_std = float_array(ctx, mean, 1), float_array(ctx, inv_std, 2)
     if mean.shape != (c,) or inv_std.shape != (c,):
-        raise ValueError(f"expected mean and inv_std of shape [{c}], got {tuple(mean.shape)} and {tuple(inv_std.shape)}")
+        raise ValueError(
+            f"expected mean and inv_std of shape [{c}], got {tuple(mean.shape)} and {tuple(inv_std.shape)}"
+        )
     shape = (1, c) + (1,) * (x.ndim - 2)
     axes = _channel_axes(x)
     xhat = (x - mean.reshape(shape)) * inv_std.reshape(shape)

@@ -2,7 +2,8 @@
 
 Inputs ``(sync, grad_1, ..., grad_N)``, outputs the same ``N`` gradients, in place (output ``i``
 must be input ``i + 1``). Input 0 is a blob holding a :class:`~asyncnet.sync.GradientSync`
-(threaded, process, torch.distributed, or local); the op replaces the gradients with their mean
+(threaded, process, torch.distributed, or local), or any object with its ``sync_gradients``
+method (the only one the ops call); the op replaces the gradients with their mean
 over the workers, in one bucket. It has no gradient.
 
     >>> import numpy as np, asyncnet as an
@@ -49,7 +50,7 @@ import numpy as np
 
 from asyncnet.core.bound import bind_views, is_bound
 from asyncnet.core.registry import Arg, register_op
-from asyncnet.sync.base import GradientSync, start_sync
+from asyncnet.sync.base import start_sync
 
 
 def _grad_pair(i: int, o: int) -> bool:
@@ -78,20 +79,30 @@ def allreduce(ctx: Any, sync: Any, *grads: Any) -> Any:
 
 
 def _check_sync(ctx: Any, sync: Any) -> None:
-    if not isinstance(sync, GradientSync):
-        raise TypeError(f"expected a GradientSync in input 0 {ctx.op.inputs[0]!r}, got {type(sync).__name__}")
+    """The ops call only ``sync_gradients`` (or ``start_sync_gradients``, through
+    :func:`~asyncnet.sync.base.start_sync`): any object with it will do, not only a full
+    :class:`~asyncnet.sync.GradientSync`."""
+    if not callable(getattr(sync, "sync_gradients", None)):
+        raise TypeError(
+            f"expected a gradient sync (an object with a sync_gradients(grads) method, such as an "
+            f"asyncnet.sync.GradientSync) in input 0 {ctx.op.inputs[0]!r}, got {type(sync).__name__}"
+        )
 
 
 def _start_counts(op: Any) -> None:
     if len(op.outputs) != len(op.inputs):
-        raise ValueError(f"AllreduceStart takes (sync, grad_1..grad_N) and gives (grad_1..grad_N, work): "
-                         f"{len(op.inputs) - 1} gradients need {len(op.inputs)} outputs, got {len(op.outputs)}")
+        raise ValueError(
+            f"AllreduceStart takes (sync, grad_1..grad_N) and gives (grad_1..grad_N, work): "
+            f"{len(op.inputs) - 1} gradients need {len(op.inputs)} outputs, got {len(op.outputs)}"
+        )
 
 
 def _wait_counts(op: Any) -> None:
     if len(op.outputs) != len(op.inputs) - 1:
-        raise ValueError(f"AllreduceWait takes (work, grad_1..grad_N) and gives (grad_1..grad_N): "
-                         f"{len(op.inputs) - 1} gradients need {len(op.inputs) - 1} outputs, got {len(op.outputs)}")
+        raise ValueError(
+            f"AllreduceWait takes (work, grad_1..grad_N) and gives (grad_1..grad_N): "
+            f"{len(op.inputs) - 1} gradients need {len(op.inputs) - 1} outputs, got {len(op.outputs)}"
+        )
 
 
 @register_op(
@@ -103,8 +114,15 @@ def _wait_counts(op: Any) -> None:
     devices=("cpu", "cuda"),
     differentiable=False,
     validate=_start_counts,
-    args=[Arg("bucket_view", int, 0, "1: keep the gradients as views of one flat buffer (DDP's "
-              "gradient_as_bucket_view), reduced as one tensor, no concatenation or copy back")],
+    args=[
+        Arg(
+            "bucket_view",
+            int,
+            0,
+            "1: keep the gradients as views of one flat buffer (DDP's "
+            "gradient_as_bucket_view), reduced as one tensor, no concatenation or copy back",
+        )
+    ],
     doc="Start averaging gradients over the workers (one bucket): inputs (sync, grad_1..grad_N) -> "
     "outputs (grad_1..grad_N in place, work handle); AllreduceWait finishes it.",
 )
@@ -121,8 +139,7 @@ def _bindable(grads: tuple[Any, ...]) -> bool:
     producers write into their views and others do not, and binding again each step would
     copy every time (the sync then concatenates, as without views)."""
     dtype = getattr(grads[0], "dtype", None)
-    return (all(type(g) is np.ndarray and g.dtype == dtype and not is_bound(g) for g in grads)
-            and dtype.kind == "f")  # type: ignore[union-attr]
+    return all(type(g) is np.ndarray and g.dtype == dtype and not is_bound(g) for g in grads) and dtype.kind == "f"  # type: ignore[union-attr]
 
 
 @register_op(
@@ -140,7 +157,9 @@ def _bindable(grads: tuple[Any, ...]) -> bool:
 )
 def allreduce_wait(ctx: Any, work: Any, *grads: Any) -> Any:
     if not callable(getattr(work, "wait", None)):
-        raise TypeError(f"expected a work handle (made by AllreduceStart) in input 0 {ctx.op.inputs[0]!r}, "
-                        f"got {type(work).__name__}")
+        raise TypeError(
+            f"expected a work handle (made by AllreduceStart) in input 0 {ctx.op.inputs[0]!r}, "
+            f"got {type(work).__name__}"
+        )
     work.wait(ctx.args["timeout"])
     return grads[0] if len(grads) == 1 else tuple(grads)

@@ -45,8 +45,9 @@ from __future__ import annotations
 import functools
 import importlib.util
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
@@ -55,19 +56,55 @@ from asyncnet.core.defs import OperatorDef
 from asyncnet.core.registry import Arg, register_gradient, register_op
 from asyncnet.ops._check import check_alloc, float_array, ndim, same_dtype
 from asyncnet.ops.grad import GradOut, MakerResult, output_grad
-from asyncnet.tensor.namespace import imported_torch, is_torch, namespace
+from asyncnet.tensor.namespace import is_torch, loaded_torch, namespace
 
-__all__ = ["Geometry", "geometry", "in_order", "taps", "im2col", "conv", "conv_gradient", "WINDOW_ARGS", "KERNEL_ARGS"]
+__all__ = [
+    "Geometry",
+    "geometry",
+    "in_order",
+    "taps",
+    "im2col",
+    "conv",
+    "conv_gradient",
+    "WINDOW_ARGS",
+    "KERNEL_ARGS",
+    "legacy_size_and_pad",
+]
 
-ORDER = Arg("order", str, "NCHW", "memory order: NCHW, or NHWC (filters [M, kh, kw, C/group])", choices=("NCHW", "NHWC"))
-KERNEL_ARGS = [Arg("kernel", int, 0, "kernel size, both dims (0: not given)"),
-               Arg("kernel_h", int, 0), Arg("kernel_w", int, 0), Arg("kernels", list, [], "[kernel_h, kernel_w]", item_type=int)]
-WINDOW_ARGS = [Arg("stride", int, 1), Arg("stride_h", int, 0, "0: use stride"), Arg("stride_w", int, 0, "0: use stride"),
-               Arg("strides", list, [], "[stride_h, stride_w]", item_type=int),
-               Arg("pad", int, 0), *(Arg(f"pad_{s}", int, -1, "-1: use pad") for s in "tlbr"),
-               Arg("pads", list, [], "[pad_t, pad_l, pad_b, pad_r]", item_type=int), ORDER]
-DILATION_ARGS = [Arg("dilation", int, 1), Arg("dilation_h", int, 0, "0: use dilation"), Arg("dilation_w", int, 0, "0: use dilation"),
-                 Arg("dilations", list, [], "[dilation_h, dilation_w]", item_type=int)]
+ORDER = Arg(
+    "order", str, "NCHW", "memory order: NCHW, or NHWC (filters [M, kh, kw, C/group])", choices=("NCHW", "NHWC")
+)
+KERNEL_ARGS = [
+    Arg("kernel", int, 0, "kernel size, both dims (0: not given)"),
+    Arg("kernel_h", int, 0),
+    Arg("kernel_w", int, 0),
+    Arg("kernels", list, [], "[kernel_h, kernel_w]", item_type=int),
+]
+WINDOW_ARGS = [
+    Arg("stride", int, 1),
+    Arg("stride_h", int, 0, "0: use stride"),
+    Arg("stride_w", int, 0, "0: use stride"),
+    Arg("strides", list, [], "[stride_h, stride_w]", item_type=int),
+    Arg("pad", int, 0),
+    *(Arg(f"pad_{s}", int, -1, "-1: use pad") for s in "tlbr"),
+    Arg("pads", list, [], "[pad_t, pad_l, pad_b, pad_r]", item_type=int),
+    ORDER,
+    Arg(
+        "legacy_pad",
+        int,
+        0,
+        "Caffe2's LegacyPadding: 0 NOTSET (the pads given), 1 VALID (no pad), 2 SAME "
+        "(out = ceil(in / stride), the odd pad at the tail), 3 CAFFE_LEGACY_POOLING (Caffe's ceil-mode "
+        "output size; the head pads given, the tail pads derived)",
+        choices=(0, 1, 2, 3),
+    ),
+]
+DILATION_ARGS = [
+    Arg("dilation", int, 1),
+    Arg("dilation_h", int, 0, "0: use dilation"),
+    Arg("dilation_w", int, 0, "0: use dilation"),
+    Arg("dilations", list, [], "[dilation_h, dilation_w]", item_type=int),
+]
 
 
 def _permuted(x: Any, axes: tuple[int, ...]) -> Any:
@@ -111,7 +148,18 @@ class _WithArgs:
 
 
 _AS_2D = "_one_d_context"  # key in the op instance's own args dict holding its 2-D view
-_PER_SIDE = ("kernel_h", "kernel_w", "stride_h", "stride_w", "pad_t", "pad_l", "pad_b", "pad_r", "dilation_h", "dilation_w")
+_PER_SIDE = (
+    "kernel_h",
+    "kernel_w",
+    "stride_h",
+    "stride_w",
+    "pad_t",
+    "pad_l",
+    "pad_b",
+    "pad_r",
+    "dilation_h",
+    "dilation_w",
+)
 
 
 def _one_d(run: Callable[..., Any], ctx: Any, arrays: tuple[Any, ...]) -> Any:
@@ -122,8 +170,17 @@ def _one_d(run: Callable[..., Any], ctx: Any, arrays: tuple[Any, ...]) -> Any:
     if sub is None:
         sub = ctx.args[_AS_2D] = _WithArgs(ctx, _args_as_2d(ctx.args))
     h = 1 if ctx.args["order"] == "NHWC" else 2
-    out = run(sub, *(a.unsqueeze(h) if is_torch(a) and a.dim() == 3 else
-                     np.expand_dims(a, h) if isinstance(a, np.ndarray) and a.ndim == 3 else a for a in arrays))
+    out = run(
+        sub,
+        *(
+            a.unsqueeze(h)
+            if is_torch(a) and a.dim() == 3
+            else np.expand_dims(a, h)
+            if isinstance(a, np.ndarray) and a.ndim == 3
+            else a
+            for a in arrays
+        ),
+    )
     return _each(out, lambda o: o.squeeze(h) if o.ndim == 4 else o)
 
 
@@ -135,7 +192,9 @@ def _args_as_2d(args: dict[str, Any]) -> dict[str, Any]:
     """
     for k in _PER_SIDE:
         if args.get(k, -1) not in (0, -1):
-            raise ValueError(f"argument {k} is for 2-D inputs; a 1-D input takes kernel(s), stride(s), pad(s), dilation(s)")
+            raise ValueError(
+                f"argument {k} is for 2-D inputs; a 1-D input takes kernel(s), stride(s), pad(s), dilation(s)"
+            )
     out = dict(args)
     for name, default in (("kernel", 0), ("stride", 1), ("dilation", 1)):
         many = args.get(name + "s")
@@ -179,7 +238,9 @@ def geometry(args: dict[str, Any], hw: tuple[int, int], kernel: tuple[int, int] 
     >>> geometry({"kernel": 3, "stride": 2, "pad": 1}, (7, 7)).out
     (4, 4)
     """
-    k: tuple[int, ...] = tuple(hw) if args.get("global_pooling") else _pair(args, "kernel", "kernels", "kernel_h", "kernel_w", 0)
+    k: tuple[int, ...] = (
+        tuple(hw) if args.get("global_pooling") else _pair(args, "kernel", "kernels", "kernel_h", "kernel_w", 0)
+    )
     if kernel is not None:
         if k != (0, 0) and k != tuple(kernel):
             raise ValueError(f"the kernel arguments give {tuple(k)} but the filter's kernel is {tuple(kernel)}")
@@ -197,14 +258,78 @@ def geometry(args: dict[str, Any], hw: tuple[int, int], kernel: tuple[int, int] 
         base = args.get("pad", 0)
         pads = tuple(base if args.get(f"pad_{s}", -1) == -1 else args[f"pad_{s}"] for s in "tlbr")
     pads = (0, 0, 0, 0) if glob else pads
+    mode = 0 if glob else args.get("legacy_pad", 0)
+    if mode:
+        return _legacy_geometry(mode, hw, tuple(k), stride, dil, pads)  # type: ignore[arg-type]
     if min(stride) < 1 or min(dil) < 1 or min(pads) < 0:
-        raise ValueError(f"expected strides and dilations >= 1 and pads >= 0, got stride {stride}, dilation {dil}, pads {pads}")
+        raise ValueError(
+            f"expected strides and dilations >= 1 and pads >= 0, got stride {stride}, dilation {dil}, pads {pads}"
+        )
     span = (dil[0] * (k[0] - 1) + 1, dil[1] * (k[1] - 1) + 1)
     padded = (hw[0] + pads[0] + pads[2], hw[1] + pads[1] + pads[3])
     if span[0] > padded[0] or span[1] > padded[1]:
         raise ValueError(f"the kernel {tuple(k)} (dilation {dil}) spans {span}, more than the padded input {padded}")
     out = ((padded[0] - span[0]) // stride[0] + 1, (padded[1] - span[1]) // stride[1] + 1)
     return Geometry(tuple(k), tuple(stride), tuple(dil), pads, out)  # type: ignore[arg-type]
+
+
+NOTSET, VALID, SAME, CAFFE_LEGACY_POOLING = 0, 1, 2, 3  # Caffe2's LegacyPadding (caffe2_legacy.proto)
+
+
+def legacy_size_and_pad(
+    mode: int, size: int, stride: int, kernel: int, dilation: int, head: int
+) -> tuple[int, int, int]:
+    """(pad_head, pad_tail, out_size) of one spatial dim under Caffe2's ``legacy_pad`` ``mode``
+    (VALID, SAME or CAFFE_LEGACY_POOLING), as Caffe2's ConvPoolOpBase computed them; ``head``
+    is the head pad given (read by CAFFE_LEGACY_POOLING only).
+
+    >>> legacy_size_and_pad(SAME, 7, 2, 3, 1, 0)        # out = ceil(7 / 2), one pad each side
+    (1, 1, 4)
+    >>> legacy_size_and_pad(CAFFE_LEGACY_POOLING, 6, 2, 3, 1, 0)   # Caffe's ceil-mode pooling
+    (0, 2, 3)
+    """
+    span = dilation * (kernel - 1) + 1
+    if mode == VALID:
+        if size < span:
+            raise ValueError(f"legacy_pad=VALID: the kernel spans {span}, more than the input's {size}")
+        return 0, 0, (size - span) // stride + 1
+    if mode == SAME:
+        if dilation != 1:
+            raise ValueError(f"legacy_pad=SAME takes no dilation (as in Caffe2), got dilation {dilation}")
+        need = (-(-size // stride) - 1) * stride + kernel - size
+        if need < 0:
+            raise ValueError(f"legacy_pad=SAME needs a negative pad ({need}) for kernel {kernel} and stride {stride}")
+        return need // 2, need - need // 2, (size + need - span) // stride + 1
+    extent = size + 2 * head - kernel
+    if extent < 0:
+        raise ValueError(
+            f"legacy_pad=CAFFE_LEGACY_POOLING: the kernel {kernel} is larger than the input {size} padded by {head} each side"
+        )
+    out = -(-extent // stride) + 1  # Caffe rounds the output size up, Caffe2 down
+    if head > 0 and (out - 1) * stride >= size + head:
+        out -= 1  # the last window must start inside the image or its head pad
+    standard = extent // stride + 1
+    return head, head + stride * (out - standard), out
+
+
+def _legacy_geometry(
+    mode: int,
+    hw: tuple[int, int],
+    k: tuple[int, int],
+    stride: tuple[int, int],
+    dil: tuple[int, int],
+    pads: tuple[int, ...],
+) -> Geometry:
+    if mode in (VALID, SAME) and any(pads):
+        raise ValueError(
+            f"legacy_pad={'VALID' if mode == VALID else 'SAME'} takes no pads (as in Caffe2), got pads (t, l, b, r) = {pads}"
+        )
+    if min(stride) < 1 or min(dil) < 1 or min(pads) < 0:
+        raise ValueError(
+            f"expected strides and dilations >= 1 and pads >= 0, got stride {stride}, dilation {dil}, pads {pads}"
+        )
+    (t, b, oh), (l, r, ow) = (legacy_size_and_pad(mode, hw[i], stride[i], k[i], dil[i], pads[i]) for i in (0, 1))
+    return Geometry(k, stride, dil, (t, l, b, r), (oh, ow))
 
 
 def pad_input(x: np.ndarray, g: Geometry, value: float = 0.0) -> np.ndarray:
@@ -215,12 +340,17 @@ def pad_input(x: np.ndarray, g: Geometry, value: float = 0.0) -> np.ndarray:
         import torch.nn.functional as F
 
         return F.pad(x, (l, r, t, b), value=value)
-    check_alloc(math.prod(x.shape[:2]) * (x.shape[2] + t + b) * (x.shape[3] + l + r), x.dtype.itemsize,
-                f"the input of shape {tuple(x.shape)} padded by (t, l, b, r) = {g.pads}")
+    check_alloc(
+        math.prod(x.shape[:2]) * (x.shape[2] + t + b) * (x.shape[3] + l + r),
+        x.dtype.itemsize,
+        f"the input of shape {tuple(x.shape)} padded by (t, l, b, r) = {g.pads}",
+    )
     try:
         return np.pad(x, ((0, 0), (0, 0), (t, b), (l, r)), constant_values=value)
     except MemoryError as exc:
-        raise ValueError(f"the pads (t, l, b, r) = {g.pads} make an input of shape {tuple(x.shape)} too large to allocate") from exc
+        raise ValueError(
+            f"the pads (t, l, b, r) = {g.pads} make an input of shape {tuple(x.shape)} too large to allocate"
+        ) from exc
 
 
 def taps(g: Geometry) -> list[tuple[int, int, tuple[slice, slice]]]:
@@ -228,26 +358,38 @@ def taps(g: Geometry) -> list[tuple[int, int, tuple[slice, slice]]]:
     pixel: ``xp[:, :, sy, sx]`` is [N, C, OH, OW]. Ops loop over the taps (kh * kw numpy calls),
     never over pixels."""
     (oh, ow), (sh, sw), (dh, dw) = g.out, g.stride, g.dilation
-    return [(i, j, (slice(i * dh, i * dh + sh * (oh - 1) + 1, sh), slice(j * dw, j * dw + sw * (ow - 1) + 1, sw)))
-            for i in range(g.kernel[0]) for j in range(g.kernel[1])]
+    return [
+        (i, j, (slice(i * dh, i * dh + sh * (oh - 1) + 1, sh), slice(j * dw, j * dw + sw * (ow - 1) + 1, sw)))
+        for i in range(g.kernel[0])
+        for j in range(g.kernel[1])
+    ]
 
 
 def unpad(xp: np.ndarray, g: Geometry, hw: tuple[int, int]) -> np.ndarray:
     t, l = g.pads[0], g.pads[1]
     if is_torch(xp):
-        return xp if not any(g.pads) else xp[:, :, t:t + hw[0], l:l + hw[1]].contiguous()
-    return xp if not any(g.pads) else np.ascontiguousarray(xp[:, :, t:t + hw[0], l:l + hw[1]])
+        return xp if not any(g.pads) else xp[:, :, t : t + hw[0], l : l + hw[1]].contiguous()
+    return xp if not any(g.pads) else np.ascontiguousarray(xp[:, :, t : t + hw[0], l : l + hw[1]])
 
 
 # -- Conv: Y[n, m] = sum over the group's channels and taps of W[m] * window + b[m] -------------------
 # Caffe2's implementation-choice args (cuDNN algorithms, its search, the shared column buffer): its
 # conv tests pass them on the CPU too; like `engine` they are taken and ignored (one implementation)
-IMPL_ARGS = [Arg("shared_buffer", bool, False, "Caffe2's shared im2col buffer: taken and ignored"),
-             Arg("exhaustive_search", bool, False, "Caffe2's cuDNN algorithm search: taken and ignored"),
-             *(Arg(f"force_algo_{k}", int, -1, f"Caffe2's cuDNN {k} algorithm: taken and ignored")
-               for k in ("fwd", "dgrad", "wgrad"))]
-CONV_ARGS = [*KERNEL_ARGS, *WINDOW_ARGS, *DILATION_ARGS, Arg("group", int, 1, "channel groups: input and output channels split into this many"),
-             *IMPL_ARGS]
+IMPL_ARGS = [
+    Arg("shared_buffer", bool, False, "Caffe2's shared im2col buffer: taken and ignored"),
+    Arg("exhaustive_search", bool, False, "Caffe2's cuDNN algorithm search: taken and ignored"),
+    *(
+        Arg(f"force_algo_{k}", int, -1, f"Caffe2's cuDNN {k} algorithm: taken and ignored")
+        for k in ("fwd", "dgrad", "wgrad")
+    ),
+]
+CONV_ARGS = [
+    *KERNEL_ARGS,
+    *WINDOW_ARGS,
+    *DILATION_ARGS,
+    Arg("group", int, 1, "channel groups: input and output channels split into this many"),
+    *IMPL_ARGS,
+]
 
 
 def _conv_inputs(ctx: Any, x: Any, w: Any) -> tuple[np.ndarray, np.ndarray, int, Geometry]:
@@ -259,8 +401,9 @@ def _conv_inputs(ctx: Any, x: Any, w: Any) -> tuple[np.ndarray, np.ndarray, int,
     grp = ctx.args["group"]
     c, m = x.shape[1], w.shape[0]
     if grp < 1 or c % grp or m % grp or w.shape[1] != c // grp:
-        raise ValueError(f"expected a filter [M, C/group, kh, kw] with C={c} and M divisible by group={grp}, "
-                         f"got {tuple(w.shape)}")
+        raise ValueError(
+            f"expected a filter [M, C/group, kh, kw] with C={c} and M divisible by group={grp}, got {tuple(w.shape)}"
+        )
     return x, w, grp, geometry(ctx.args, tuple(x.shape[2:]), tuple(w.shape[2:]))
 
 
@@ -270,7 +413,7 @@ def batch_last(x: np.ndarray, g: Geometry) -> np.ndarray:
     n, c, h, w = x.shape
     t, l, b, r = g.pads
     xt = np.zeros((c, h + t + b, w + l + r, n), dtype=x.dtype)
-    xt[:, t:t + h, l:l + w, :] = x.transpose(1, 2, 3, 0)
+    xt[:, t : t + h, l : l + w, :] = x.transpose(1, 2, 3, 0)
     return xt
 
 
@@ -315,16 +458,16 @@ _HAS_TORCH: list[bool] = []  # [installed?] once looked up
 
 
 def _torch() -> Any:
-    """The torch module, imported on first use when installed; None when it is not. (A module
-    another thread is still importing is not returned: ``import torch`` below waits for it.)"""
-    torch = imported_torch()
+    """The torch module, imported on first use when installed; None when it is not. While
+    another thread imports it, ``import torch`` below waits for that import to end."""
+    torch = loaded_torch()
     if torch is not None:
         return torch
     if not _HAS_TORCH:
         _HAS_TORCH.append(importlib.util.find_spec("torch") is not None)
     if not _HAS_TORCH[0]:
         return None
-    import torch  # noqa: F811 - a wide convolution on numpy arrays: torch's kernel wins
+    import torch  # a wide convolution on numpy arrays: torch's kernel wins
 
     from asyncnet.tensor.threads import torch_loaded
 
@@ -341,8 +484,13 @@ def conv_forward(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, g: Geometry
     torch = _torch_wins(x, w)
     if torch is not None:
         t = torch.from_numpy
-        return _conv_torch(t(np.ascontiguousarray(x)), t(np.ascontiguousarray(w)),
-                           None if b is None else t(np.ascontiguousarray(b)), g, grp).numpy()
+        return _conv_torch(
+            t(np.ascontiguousarray(x)),
+            t(np.ascontiguousarray(w)),
+            None if b is None else t(np.ascontiguousarray(b)),
+            g,
+            grp,
+        ).numpy()
     n, m = x.shape[0], w.shape[0]
     y = np.matmul(w.reshape(grp, m // grp, -1), im2col(x, g, grp))  # group, M/group, OH*OW*N
     yv = y.reshape(m, *g.out, n).transpose(3, 0, 1, 2)
@@ -371,17 +519,33 @@ def _conv_backward_torch(x: Any, w: Any, dy: Any, g: Geometry, grp: int, want_dx
     pads = _symmetric(g)
     xin = x if pads is not None else pad_input(x, g)
     dx, dw, _ = torch.ops.aten.convolution_backward(
-        dy.contiguous(), xin, w, None, list(g.stride), list(pads or (0, 0)), list(g.dilation), False, [0, 0], grp,
-        [want_dx, True, False])
+        dy.contiguous(),
+        xin,
+        w,
+        None,
+        list(g.stride),
+        list(pads or (0, 0)),
+        list(g.dilation),
+        False,
+        [0, 0],
+        grp,
+        [want_dx, True, False],
+    )
     if want_dx and pads is None:
         dx = unpad(dx, g, tuple(x.shape[2:]))
     return dw, (dx if want_dx else None)
 
 
-@register_op("Conv", inputs=(2, 3), outputs=1, args=CONV_ARGS,
-             inputs_doc=("X [N, C, H, W]", "filter [M, C/group, kh, kw]", "bias [M] (optional)"), outputs_doc=("Y [N, M, OH, OW]",),
-             doc="Caffe2's 2-D convolution (cross-correlation) in NCHW or NHWC with stride, pads, dilation and groups; "
-                 "the bias is optional.")
+@register_op(
+    "Conv",
+    inputs=(2, 3),
+    outputs=1,
+    args=CONV_ARGS,
+    inputs_doc=("X [N, C, H, W]", "filter [M, C/group, kh, kw]", "bias [M] (optional)"),
+    outputs_doc=("Y [N, M, OH, OW]",),
+    doc="Caffe2's 2-D convolution (cross-correlation) in NCHW or NHWC with stride, pads, dilation and groups; "
+    "the bias is optional.",
+)
 @in_order
 def conv(ctx: Any, x: Any, w: Any, b: Any = None) -> np.ndarray:
     x, w, grp, g = _conv_inputs(ctx, x, w)
@@ -389,19 +553,24 @@ def conv(ctx: Any, x: Any, w: Any, b: Any = None) -> np.ndarray:
         b = float_array(ctx, b, 2)
         namespace(ctx, x, w, b)
         if b.shape != (w.shape[0],) or b.dtype != x.dtype:
-            raise ValueError(f"expected a bias of shape ({w.shape[0]},) and dtype {x.dtype}, got {tuple(b.shape)} {b.dtype}")
+            raise ValueError(
+                f"expected a bias of shape ({w.shape[0]},) and dtype {x.dtype}, got {tuple(b.shape)} {b.dtype}"
+            )
     return conv_forward(x, w, b, g, grp)
 
 
-def conv_backward(x: np.ndarray, w: np.ndarray, dy: np.ndarray, g: Geometry, grp: int, want_dx: bool) -> tuple[np.ndarray, np.ndarray | None]:
+def conv_backward(
+    x: np.ndarray, w: np.ndarray, dy: np.ndarray, g: Geometry, grp: int, want_dx: bool
+) -> tuple[np.ndarray, np.ndarray | None]:
     """(dW, dX or None) of ``conv_forward`` for the output gradient ``dy`` [N, M, OH, OW]."""
     if is_torch(x):
         return _conv_backward_torch(x, w, dy, g, grp, want_dx)
     torch = _torch_wins(x, w)
     if torch is not None:
         t = torch.from_numpy
-        dw, dx = _conv_backward_torch(t(np.ascontiguousarray(x)), t(np.ascontiguousarray(w)), t(np.ascontiguousarray(dy)),
-                                      g, grp, want_dx)
+        dw, dx = _conv_backward_torch(
+            t(np.ascontiguousarray(x)), t(np.ascontiguousarray(w)), t(np.ascontiguousarray(dy)), g, grp, want_dx
+        )
         return dw.numpy(), (None if dx is None else dx.numpy())
     n, c, h, wd = x.shape
     m, cg = w.shape[0], c // grp
@@ -414,15 +583,21 @@ def conv_backward(x: np.ndarray, w: np.ndarray, dy: np.ndarray, g: Geometry, grp
     dxt = np.zeros((c, h + t + b, wd + l + r, n), dtype=x.dtype)
     for k in range(grp):  # col2im: add each tap's columns back onto the pixels it read
         dk = dcols[k].reshape(cg, *g.kernel, *g.out, n)
-        target = dxt[k * cg:(k + 1) * cg]
+        target = dxt[k * cg : (k + 1) * cg]
         for i, j, (sy, sx) in taps(g):
             target[:, sy, sx] += dk[:, i, j]
-    return dw, np.ascontiguousarray(dxt[:, t:t + h, l:l + wd].transpose(3, 0, 1, 2))
+    return dw, np.ascontiguousarray(dxt[:, t : t + h, l : l + wd].transpose(3, 0, 1, 2))
 
 
-@register_op("ConvGradient", inputs=3, outputs=(1, 3), args=[*CONV_ARGS, Arg("no_bias", bool, False, "the forward Conv had no bias")],
-             inputs_doc=("X", "filter", "dY"), outputs_doc=("dfilter", "dbias (unless no_bias; optional)", "dX (optional)"),
-             doc="Gradient of Conv: dfilter, then dbias unless no_bias=1, then dX when that output is given.")
+@register_op(
+    "ConvGradient",
+    inputs=3,
+    outputs=(1, 3),
+    args=[*CONV_ARGS, Arg("no_bias", bool, False, "the forward Conv had no bias")],
+    inputs_doc=("X", "filter", "dY"),
+    outputs_doc=("dfilter", "dbias (unless no_bias; optional)", "dX (optional)"),
+    doc="Gradient of Conv: dfilter, then dbias unless no_bias=1, then dX when that output is given.",
+)
 @in_order
 def conv_gradient(ctx: Any, x: Any, w: Any, dy: Any) -> Any:
     x, w, grp, g = _conv_inputs(ctx, x, w)
@@ -448,14 +623,27 @@ def _conv_grad(op: OperatorDef, gout: GradOut) -> MakerResult:
     has_bias = len(op.inputs) == 3
     outs = ["#dw", "#db", "#dx"] if has_bias else ["#dw", "#dx"]
     gop = OperatorDef(op.type + "Gradient", [x, w, output_grad(op, gout)], outs, {**op.args, "no_bias": not has_bias})
-    return [gop], ["#dx", "#dw", "#db"][:len(op.inputs)]
+    return [gop], ["#dx", "#dw", "#db"][: len(op.inputs)]
 
 
 # Caffe2's names for the same ops (conv_op.cc: Conv1D, Conv2D; their gradients); 3-D is not re-created
 for _n in ("Conv1D", "Conv2D"):
-    register_op(_n, inputs=(2, 3), outputs=1, args=CONV_ARGS, inputs_doc=("X", "filter", "bias (optional)"), outputs_doc=("Y",),
-                doc=f"Caffe2's {_n}: Conv under another name.")(conv)
-    register_op(_n + "Gradient", inputs=3, outputs=(1, 3), args=[*CONV_ARGS, Arg("no_bias", bool, False, "the forward op had no bias")],
-                inputs_doc=("X", "filter", "dY"), outputs_doc=("dfilter", "dbias (unless no_bias)", "dX (optional)"),
-                doc=f"Gradient of {_n} (ConvGradient's kernel).")(conv_gradient)
+    register_op(
+        _n,
+        inputs=(2, 3),
+        outputs=1,
+        args=CONV_ARGS,
+        inputs_doc=("X", "filter", "bias (optional)"),
+        outputs_doc=("Y",),
+        doc=f"Caffe2's {_n}: Conv under another name.",
+    )(conv)
+    register_op(
+        _n + "Gradient",
+        inputs=3,
+        outputs=(1, 3),
+        args=[*CONV_ARGS, Arg("no_bias", bool, False, "the forward op had no bias")],
+        inputs_doc=("X", "filter", "dY"),
+        outputs_doc=("dfilter", "dbias (unless no_bias)", "dX (optional)"),
+        doc=f"Gradient of {_n} (ConvGradient's kernel).",
+    )(conv_gradient)
     register_gradient(_n)(_conv_grad)

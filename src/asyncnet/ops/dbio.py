@@ -47,6 +47,7 @@ _HEADER = struct.Struct("<ii")
 
 # -- databases ---------------------------------------------------------------------------------
 
+
 def _check_type(db_type: str) -> None:
     if db_type not in DB_TYPES:
         raise ValueError(f"db_type {db_type!r} is not supported; expected one of {list(DB_TYPES)}")
@@ -101,6 +102,7 @@ def write_db(path: str, db_type: str, records: list[tuple[bytes, bytes]]) -> Non
     """Write a new database holding ``records`` (a minidb file replaced atomically; an LMDB folder)."""
     _check_type(db_type)
     if db_type == "minidb":
+
         def write(f: Any) -> None:
             for key, value in records:
                 f.write(_HEADER.pack(len(key), len(value)))
@@ -159,21 +161,34 @@ class DBReader:
 
 # -- CreateDB and TensorProtosDBInput ----------------------------------------------------------------
 
-@register_op("CreateDB", inputs=0, outputs=1,
-             args=[Arg("db", str, Arg.REQUIRED, "database path (a minidb file or an LMDB folder)"),
-                   Arg("db_type", str, Arg.REQUIRED, "minidb or lmdb", choices=DB_TYPES),
-                   Arg("num_shards", int, 1, "read every num_shards-th record..."),
-                   Arg("shard_id", int, 0, "...starting at this one")],
-             outputs_doc=("db_reader",), doc="Open a database for reading (Caffe2's CreateDB).")
+
+@register_op(
+    "CreateDB",
+    inputs=0,
+    outputs=1,
+    args=[
+        Arg("db", str, Arg.REQUIRED, "database path (a minidb file or an LMDB folder)"),
+        Arg("db_type", str, Arg.REQUIRED, "minidb or lmdb", choices=DB_TYPES),
+        Arg("num_shards", int, 1, "read every num_shards-th record..."),
+        Arg("shard_id", int, 0, "...starting at this one"),
+    ],
+    outputs_doc=("db_reader",),
+    doc="Open a database for reading (Caffe2's CreateDB).",
+)
 def create_db(ctx: Any) -> DBReader:
     a = ctx.args
     return DBReader(a["db"], a["db_type"], a["num_shards"], a["shard_id"])
 
 
-@register_op("TensorProtosDBInput", inputs=1, outputs=(1, None),
-             args=[Arg("batch_size", int, 0, "records per batch, stacked on a new first axis (0: one record, unbatched)")],
-             inputs_doc=("db_reader (from CreateDB)",), outputs_doc=("one blob per TensorProto of a record",),
-             doc="Read the next batch of TensorProtos records: output i stacks the i-th tensor of each record.")
+@register_op(
+    "TensorProtosDBInput",
+    inputs=1,
+    outputs=(1, None),
+    args=[Arg("batch_size", int, 0, "records per batch, stacked on a new first axis (0: one record, unbatched)")],
+    inputs_doc=("db_reader (from CreateDB)",),
+    outputs_doc=("one blob per TensorProto of a record",),
+    doc="Read the next batch of TensorProtos records: output i stacks the i-th tensor of each record.",
+)
 def tensor_protos_db_input(ctx: Any, reader: Any) -> Any:
     if not isinstance(reader, DBReader):
         raise TypeError(f"input 0 must be a DBReader from CreateDB, got {type(reader).__name__}")
@@ -185,7 +200,9 @@ def tensor_protos_db_input(ctx: Any, reader: Any) -> Any:
     for key, value in records:
         tensors = tp.decode_tensor_protos(value)
         if len(tensors) != n_out:
-            raise ValueError(f"record {key!r} of {reader.path} holds {len(tensors)} tensors; the op has {n_out} outputs")
+            raise ValueError(
+                f"record {key!r} of {reader.path} holds {len(tensors)} tensors; the op has {n_out} outputs"
+            )
         for col, t in zip(columns, tensors):
             col.append(t)
     outs = []
@@ -204,6 +221,7 @@ register_no_gradient("CreateDB", "TensorProtosDBInput")
 
 
 # -- Save and Load ----------------------------------------------------------------------------------
+
 
 def _host(name: str, value: Any) -> Any:
     if isinstance(value, (str, bytes, np.ndarray)):
@@ -249,17 +267,24 @@ def _save_names(ctx: Any) -> list[str]:
         if len(overrides) != len(ctx.op.inputs):
             raise ValueError(f"blob_name_overrides has {len(overrides)} names for {len(ctx.op.inputs)} inputs")
         return list(overrides)
-    return [n[len(strip):] if strip and n.startswith(strip) else n for n in ctx.op.inputs]
+    return [n[len(strip) :] if strip and n.startswith(strip) else n for n in ctx.op.inputs]
 
 
-@register_op("Save", inputs=(1, None), outputs=0,
-             args=[Arg("db", str, Arg.REQUIRED, "the file (minidb) or folder (lmdb) to write"),
-                   Arg("db_type", str, Arg.REQUIRED, "minidb or lmdb", choices=DB_TYPES),
-                   Arg("absolute_path", (bool, int), 0, "Caffe2's flag: db is used as given either way here"),
-                   Arg("strip_prefix", str, "", "removed from the start of each blob name"),
-                   Arg("blob_name_overrides", list, [], "names to save the inputs under", item_type=str),
-                   Arg("chunk_size", int, DEFAULT_CHUNK_SIZE, "values per record of a large tensor (<= 0: one record)")],
-             inputs_doc=("blobs to save",), doc="Write the input blobs to a new database (Caffe2's model-file format).")
+@register_op(
+    "Save",
+    inputs=(1, None),
+    outputs=0,
+    args=[
+        Arg("db", str, Arg.REQUIRED, "the file (minidb) or folder (lmdb) to write"),
+        Arg("db_type", str, Arg.REQUIRED, "minidb or lmdb", choices=DB_TYPES),
+        Arg("absolute_path", (bool, int), 0, "Caffe2's flag: db is used as given either way here"),
+        Arg("strip_prefix", str, "", "removed from the start of each blob name"),
+        Arg("blob_name_overrides", list, [], "names to save the inputs under", item_type=str),
+        Arg("chunk_size", int, DEFAULT_CHUNK_SIZE, "values per record of a large tensor (<= 0: one record)"),
+    ],
+    inputs_doc=("blobs to save",),
+    doc="Write the input blobs to a new database (Caffe2's model-file format).",
+)
 def save(ctx: Any, *blobs: Any) -> None:
     names = _save_names(ctx)
     records: list[tuple[bytes, bytes]] = []
@@ -273,7 +298,7 @@ def _blob_name(key: bytes, strip: str, add: str) -> str:
     if strip:
         at = name.find(strip)
         if at >= 0:
-            name = name[at + len(strip):]
+            name = name[at + len(strip) :]
     return add + name
 
 
@@ -314,19 +339,27 @@ def _validate_load(op: Any) -> None:
         raise ValueError("load_all=1 takes no outputs")
 
 
-@register_op("Load", inputs=(0, 1), outputs=(0, None), validate=_validate_load,
-             args=[Arg("db", str, "", "the database to read (or give a DBReader as input 0)"),
-                   Arg("dbs", list, [], "several databases to read", item_type=str),
-                   Arg("db_type", str, "", "minidb or lmdb"),
-                   Arg("absolute_path", (bool, int), 0, "Caffe2's flag: db is used as given either way here"),
-                   Arg("add_prefix", str, "", "prepended to each name read"),
-                   Arg("strip_prefix", str, "", "removed from each name read"),
-                   Arg("source_blob_names", list, [], "the names in the database of the outputs", item_type=str),
-                   Arg("keep_device", (bool, int), 0, "Caffe2's flag; blobs load to the host here"),
-                   Arg("load_all", (bool, int), 0, "load every blob of the database (not supported: name the outputs)"),
-                   Arg("allow_incomplete", (bool, int), 0, "do not fail when an output is not in the database")],
-             inputs_doc=("db_reader (optional)",), outputs_doc=("the blobs to load",),
-             doc="Read blobs from a database written by Save (Caffe2's model-file format).")
+@register_op(
+    "Load",
+    inputs=(0, 1),
+    outputs=(0, None),
+    validate=_validate_load,
+    args=[
+        Arg("db", str, "", "the database to read (or give a DBReader as input 0)"),
+        Arg("dbs", list, [], "several databases to read", item_type=str),
+        Arg("db_type", str, "", "minidb or lmdb"),
+        Arg("absolute_path", (bool, int), 0, "Caffe2's flag: db is used as given either way here"),
+        Arg("add_prefix", str, "", "prepended to each name read"),
+        Arg("strip_prefix", str, "", "removed from each name read"),
+        Arg("source_blob_names", list, [], "the names in the database of the outputs", item_type=str),
+        Arg("keep_device", (bool, int), 0, "Caffe2's flag; blobs load to the host here"),
+        Arg("load_all", (bool, int), 0, "load every blob of the database (not supported: name the outputs)"),
+        Arg("allow_incomplete", (bool, int), 0, "do not fail when an output is not in the database"),
+    ],
+    inputs_doc=("db_reader (optional)",),
+    outputs_doc=("the blobs to load",),
+    doc="Read blobs from a database written by Save (Caffe2's model-file format).",
+)
 def load(ctx: Any, *reader: Any) -> Any:
     a = ctx.args
     if a["load_all"]:

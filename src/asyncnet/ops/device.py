@@ -49,21 +49,42 @@ def _host_copy(x: Any) -> Any:
     return x.to("cpu", copy=True) if library_of(x) == "torch" else x.copy()
 
 
-@register_op("CopyCPUToGPU", inputs=1, outputs=1, devices=("cuda",), inputs_doc=("X on the host",),
-             outputs_doc=("Y on the op's cuda device",), doc="Copy a host tensor to the op's GPU (a torch tensor on cuda:i).")
+@register_op(
+    "CopyCPUToGPU",
+    inputs=1,
+    outputs=1,
+    devices=("cuda",),
+    inputs_doc=("X on the host",),
+    outputs_doc=("Y on the op's cuda device",),
+    doc="Copy a host tensor to the op's GPU (a torch tensor on cuda:i).",
+)
 def copy_cpu_to_gpu(ctx: Any, x: Any) -> Any:
     return place(_on(ctx, x, "cpu"), device_name(ctx.device), "torch")
 
 
-@register_op("CopyGPUToCPU", inputs=1, outputs=1, devices=("cuda",), inputs_doc=("X on the op's cuda device",),
-             outputs_doc=("Y on the host (torch)",), doc="Copy a tensor on the op's GPU to the host.")
+@register_op(
+    "CopyGPUToCPU",
+    inputs=1,
+    outputs=1,
+    devices=("cuda",),
+    inputs_doc=("X on the op's cuda device",),
+    outputs_doc=("Y on the host (torch)",),
+    doc="Copy a tensor on the op's GPU to the host.",
+)
 def copy_gpu_to_cpu(ctx: Any, x: Any) -> Any:
     return _host_copy(_on(ctx, x, device_name(ctx.device)))
 
 
-@register_op("CopyFromCPUInput", inputs=1, outputs=1, devices=("cpu", "cuda"), differentiable=False,
-             inputs_doc=("X on the host",), outputs_doc=("Y on the op's device",),
-             doc="Copy a host tensor to the op's device (a copy on the host when the op runs there).")
+@register_op(
+    "CopyFromCPUInput",
+    inputs=1,
+    outputs=1,
+    devices=("cpu", "cuda"),
+    differentiable=False,
+    inputs_doc=("X on the host",),
+    outputs_doc=("Y on the op's device",),
+    doc="Copy a host tensor to the op's device (a copy on the host when the op runs there).",
+)
 def copy_from_cpu_input(ctx: Any, x: Any) -> Any:
     x = _on(ctx, x, "cpu")
     if ctx.device.device_type == "cpu":
@@ -71,9 +92,16 @@ def copy_from_cpu_input(ctx: Any, x: Any) -> Any:
     return place(x, device_name(ctx.device), "torch")
 
 
-@register_op("EnsureCPUOutput", inputs=1, outputs=1, devices=("cpu", "cuda"), differentiable=False,
-             inputs_doc=("X on the op's device or the host",), outputs_doc=("Y on the host",),
-             doc="A host copy of a tensor on the op's device or the host (Caffe2's EnsureCPUOutput).")
+@register_op(
+    "EnsureCPUOutput",
+    inputs=1,
+    outputs=1,
+    devices=("cpu", "cuda"),
+    differentiable=False,
+    inputs_doc=("X on the op's device or the host",),
+    outputs_doc=("Y on the host",),
+    doc="A host copy of a tensor on the op's device or the host (Caffe2's EnsureCPUOutput).",
+)
 def ensure_cpu_output(ctx: Any, x: Any) -> Any:
     return _host_copy(_on(ctx, x, "cpu", device_name(ctx.device)))
 

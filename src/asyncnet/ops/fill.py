@@ -39,19 +39,36 @@ from asyncnet.ops.logic import CAFFE2_DTYPES, cast_dtype
 from asyncnet.tensor.namespace import cpu_tensors, is_torch, to_numpy
 from asyncnet.tensor.place import device_name, place, place_like
 
-DTYPES = {"float32": np.float32, "float64": np.float64, "float16": np.float16, "int32": np.int32,
-          "int64": np.int64, "bool": np.bool_, "uint8": np.uint8}
+DTYPES = {
+    "float32": np.float32,
+    "float64": np.float64,
+    "float16": np.float16,
+    "int32": np.int32,
+    "int64": np.int64,
+    "bool": np.bool_,
+    "uint8": np.uint8,
+}
 FLOAT_NAMES = ["float32", "float64", "float16"]
 
 _SHAPE_ARGS = [
     Arg("shape", list, [], "output shape (ignored when an input is given)", item_type=int),
     Arg("input_as_shape", bool, False, "when set, input 0 holds the output shape as 1-D ints"),
     Arg("extra_shape", list, [], "dims appended to the shape taken from the input", item_type=int),
-    Arg("library", str, "", "numpy or torch: the result's library (default: numpy on cpu, torch on cuda, "
-        "or the input's)", choices=("", "numpy", "torch")),
+    Arg(
+        "library",
+        str,
+        "",
+        "numpy or torch: the result's library (default: numpy on cpu, torch on cuda, or the input's)",
+        choices=("", "numpy", "torch"),
+    ),
 ]
-_SEED = Arg("seed", int, -1, "asyncnet's: a seed >= 0 gives the same values on every run; -1 (default) uses "
-            "DeviceOption.random_seed as Caffe2 does, or fresh entropy when there is none")
+_SEED = Arg(
+    "seed",
+    int,
+    -1,
+    "asyncnet's: a seed >= 0 gives the same values on every run; -1 (default) uses "
+    "DeviceOption.random_seed as Caffe2 does, or fresh entropy when there is none",
+)
 
 
 def _shape(ctx: Any, inputs: tuple[Any, ...]) -> tuple[int, ...]:
@@ -96,7 +113,9 @@ def _out(ctx: Any, inputs: tuple[Any, ...], value: np.ndarray) -> Any:
         lib = "torch" if ctx.device.device_type == "cuda" or like is not None else "numpy"
     if lib == "numpy":
         if ctx.device.device_type == "cuda":
-            raise ValueError("library='numpy' on a cuda DeviceOption; expected library 'torch' (numpy arrays live on the host)")
+            raise ValueError(
+                "library='numpy' on a cuda DeviceOption; expected library 'torch' (numpy arrays live on the host)"
+            )
         return value
     if like is not None and ctx.device.device_type == "cpu":
         return place_like(value, like)
@@ -135,8 +154,10 @@ def fill_dtype(dtype: str | int, value: Any = 0.0) -> np.dtype:
     try:
         return cast_dtype(dtype)
     except ValueError:
-        raise ValueError(f"dtype {dtype!r}: expected one of {sorted(DTYPES)}, a Caffe2 name such as 'FLOAT' or a "
-                         f"TensorProto.DataType number in {sorted(CAFFE2_DTYPES)}") from None
+        raise ValueError(
+            f"dtype {dtype!r}: expected one of {sorted(DTYPES)}, a Caffe2 name such as 'FLOAT' or a "
+            f"TensorProto.DataType number in {sorted(CAFFE2_DTYPES)}"
+        ) from None
 
 
 _DTYPE_KEY = "_fill_dtype"  # the resolved dtype, cached in the op instance's own args dict
@@ -144,7 +165,7 @@ _DTYPE_KEY = "_fill_dtype"  # the resolved dtype, cached in the op instance's ow
 
 def _validate_dtype(op: OperatorDef) -> None:
     value = op.args.get("value", 0.0)
-    if isinstance(value, int) and not -2**63 <= value < 2**63:
+    if isinstance(value, int) and not -(2**63) <= value < 2**63:
         raise ValueError(f"{op.type}: value {value} does not fit a 64-bit integer (Caffe2's int argument)")
     dtype = fill_dtype(op.args.get("dtype", ""), value)
     if isinstance(value, float) and not math.isfinite(value) and dtype.kind in "iu":
@@ -158,8 +179,14 @@ def _validate_dtype(op: OperatorDef) -> None:
 def _specialize_constant_fill(ctx: Any, *inputs: Any) -> Any:
     """The value in the shape of one numpy input (the loss gradient's seed in a train net)."""
     a = ctx.args
-    if not (len(inputs) == 1 and type(inputs[0]) is np.ndarray and not a["input_as_shape"] and not a["extra_shape"]
-            and not a["library"] and ctx.device.device_type == "cpu"):
+    if not (
+        len(inputs) == 1
+        and type(inputs[0]) is np.ndarray
+        and not a["input_as_shape"]
+        and not a["extra_shape"]
+        and not a["library"]
+        and ctx.device.device_type == "cpu"
+    ):
         return None
     value, dtype = a["value"], fill_dtype(a["dtype"], a["value"])
     if not inputs[0].ndim and type(value) is float and dtype.kind == "f":
@@ -173,19 +200,38 @@ def _specialize_constant_fill(ctx: Any, *inputs: Any) -> Any:
     return fill_like
 
 
-@register_op("ConstantFill", inputs=(0, 1), outputs=1, devices=("cpu", "cuda"), validate=_validate_dtype,
-             specialize=_specialize_constant_fill,
-             doc="Fill a tensor of `shape` with `value`. Without `dtype` the value's type decides, as in "
-                 "Caffe2: an int (or bool) gives int64, a float float32.",
-             args=[*_SHAPE_ARGS, Arg("value", (float, int, bool), 0.0, "fill value"),
-                   Arg("dtype", (str, int), "", "output dtype: a numpy name, a Caffe2 name or TensorProto.DataType "
-                       "number; empty: from `value`")])
+@register_op(
+    "ConstantFill",
+    inputs=(0, 1),
+    outputs=1,
+    devices=("cpu", "cuda"),
+    validate=_validate_dtype,
+    specialize=_specialize_constant_fill,
+    doc="Fill a tensor of `shape` with `value`. Without `dtype` the value's type decides, as in "
+    "Caffe2: an int (or bool) gives int64, a float float32.",
+    args=[
+        *_SHAPE_ARGS,
+        Arg("value", (float, int, bool), 0.0, "fill value"),
+        Arg(
+            "dtype",
+            (str, int),
+            "",
+            "output dtype: a numpy name, a Caffe2 name or TensorProto.DataType number; empty: from `value`",
+        ),
+    ],
+)
 def constant_fill(ctx: Any, *inputs: Any) -> np.ndarray:
     a = ctx.args
     dtype = a.get(_DTYPE_KEY)
     if dtype is None:
         dtype = a[_DTYPE_KEY] = fill_dtype(a["dtype"], a["value"])
-    if len(inputs) == 1 and not a["input_as_shape"] and not a["extra_shape"] and not a["library"] and ctx.device.device_type == "cpu":
+    if (
+        len(inputs) == 1
+        and not a["input_as_shape"]
+        and not a["extra_shape"]
+        and not a["library"]
+        and ctx.device.device_type == "cpu"
+    ):
         x = inputs[0]  # shaped like a host input: the result in its library, without _shape and _out
         if type(x) is np.ndarray:
             if not x.ndim and type(a["value"]) is float and dtype.kind == "f":  # a loss's gradient seed
@@ -195,22 +241,39 @@ def constant_fill(ctx: Any, *inputs: Any) -> np.ndarray:
             return value
         if cpu_tensors(x) and dtype.kind == "f":
             torch = sys.modules["torch"]  # a tensor exists: torch is imported
-            with np.errstate(over="ignore"):  # numpy's rounding (1e300 in float32 is inf, as on numpy); torch refuses it
+            with np.errstate(
+                over="ignore"
+            ):  # numpy's rounding (1e300 in float32 is inf, as on numpy); torch refuses it
                 value = float(np.asarray(a["value"]).astype(dtype))
             return torch.full(tuple(x.shape), value, dtype=getattr(torch, dtype.name))
     shape = _shape(ctx, inputs)
     return _out(ctx, inputs, _alloc(shape, lambda: np.full(shape, a["value"], dtype=dtype)))
 
 
-@register_op("GaussianFill", inputs=(0, 1), outputs=1, devices=("cpu", "cuda"), doc="Fill with samples of N(mean, std^2).",
-             args=[*_SHAPE_ARGS, Arg("mean", float, 0.0), Arg("std", float, 1.0), _SEED,
-                   Arg("dtype", str, "float32", "output dtype", choices=FLOAT_NAMES)])
+@register_op(
+    "GaussianFill",
+    inputs=(0, 1),
+    outputs=1,
+    devices=("cpu", "cuda"),
+    doc="Fill with samples of N(mean, std^2).",
+    args=[
+        *_SHAPE_ARGS,
+        Arg("mean", float, 0.0),
+        Arg("std", float, 1.0),
+        _SEED,
+        Arg("dtype", str, "float32", "output dtype", choices=FLOAT_NAMES),
+    ],
+)
 def gaussian_fill(ctx: Any, *inputs: Any) -> np.ndarray:
     a = ctx.args
     if not a["std"] >= 0:
         raise ValueError(f"expected std >= 0, got {a['std']}")
     shape = _shape(ctx, inputs)  # std + 0.0: numpy refuses a -0.0 scale
-    return _out(ctx, inputs, _alloc(shape, lambda: _rng(ctx).normal(a["mean"], a["std"] + 0.0, shape)).astype(DTYPES[a["dtype"]]))
+    return _out(
+        ctx,
+        inputs,
+        _alloc(shape, lambda: _rng(ctx).normal(a["mean"], a["std"] + 0.0, shape)).astype(DTYPES[a["dtype"]]),
+    )
 
 
 def _validate_uniform(op: OperatorDef) -> None:
@@ -241,44 +304,75 @@ def _uniform(ctx: Any, inputs: tuple[Any, ...], draw: Any, dtype: Any) -> Any:
         if len(inputs) < 3:
             raise ValueError(f"expected min <= max, got min={lo} max={hi}")
         return _out(ctx, shape_in, np.zeros((0, *shape[1:]), dtype))
-    if dtype == np.int32 and not (-2**31 <= lo and hi < 2**31):
+    if dtype == np.int32 and not (-(2**31) <= lo and hi < 2**31):
         raise ValueError(f"expected min and max in the int32 range, got min={lo} max={hi}")
     return _out(ctx, shape_in, _alloc(shape, lambda: draw(_rng(ctx), lo, hi, shape)).astype(dtype))
 
 
-@register_op("UniformFill", inputs=(0, 3), outputs=1, devices=("cpu", "cuda"), validate=_validate_uniform,
-             doc="Fill with samples of U[min, max); min and max may be scalar inputs 1 and 2 (then min > max "
-                 "gives an empty dim 0, as Caffe2).",
-             args=[*_SHAPE_ARGS, Arg("min", float, 0.0), Arg("max", float, 1.0), _SEED,
-                   Arg("dtype", str, "float32", "output dtype", choices=FLOAT_NAMES)])
+@register_op(
+    "UniformFill",
+    inputs=(0, 3),
+    outputs=1,
+    devices=("cpu", "cuda"),
+    validate=_validate_uniform,
+    doc="Fill with samples of U[min, max); min and max may be scalar inputs 1 and 2 (then min > max "
+    "gives an empty dim 0, as Caffe2).",
+    args=[
+        *_SHAPE_ARGS,
+        Arg("min", float, 0.0),
+        Arg("max", float, 1.0),
+        _SEED,
+        Arg("dtype", str, "float32", "output dtype", choices=FLOAT_NAMES),
+    ],
+)
 def uniform_fill(ctx: Any, *inputs: Any) -> np.ndarray:
     # + 0.0 turns a -0.0 bound (numpy refuses U[0, -0)) into 0.0 and leaves every other value as it is
-    return _uniform(ctx, inputs, lambda g, lo, hi, shape: g.uniform(lo + 0.0, hi + 0.0, shape), DTYPES[ctx.args["dtype"]])
+    return _uniform(
+        ctx, inputs, lambda g, lo, hi, shape: g.uniform(lo + 0.0, hi + 0.0, shape), DTYPES[ctx.args["dtype"]]
+    )
 
 
-@register_op("UniformIntFill", inputs=(0, 3), outputs=1, devices=("cpu", "cuda"), validate=_validate_uniform,
-             doc="Fill with int32 samples uniform on [min, max], both ends included (Caffe2's); min and max "
-                 "may be scalar inputs 1 and 2.",
-             args=[*_SHAPE_ARGS, Arg("min", int, 0), Arg("max", int, 1), _SEED])
+@register_op(
+    "UniformIntFill",
+    inputs=(0, 3),
+    outputs=1,
+    devices=("cpu", "cuda"),
+    validate=_validate_uniform,
+    doc="Fill with int32 samples uniform on [min, max], both ends included (Caffe2's); min and max "
+    "may be scalar inputs 1 and 2.",
+    args=[*_SHAPE_ARGS, Arg("min", int, 0), Arg("max", int, 1), _SEED],
+)
 def uniform_int_fill(ctx: Any, *inputs: Any) -> np.ndarray:
     return _uniform(ctx, inputs, lambda g, lo, hi, shape: g.integers(int(lo), int(hi), shape, endpoint=True), np.int32)
 
 
-@register_op("XavierFill", inputs=(0, 1), outputs=1, devices=("cpu", "cuda"),
-             doc="Fill with U[-s, s], s = sqrt(3 / fan_in), fan_in = size / shape[0] (Caffe2's Xavier).",
-             args=[*_SHAPE_ARGS, _SEED, Arg("dtype", str, "float32", "output dtype", choices=FLOAT_NAMES)])
+@register_op(
+    "XavierFill",
+    inputs=(0, 1),
+    outputs=1,
+    devices=("cpu", "cuda"),
+    doc="Fill with U[-s, s], s = sqrt(3 / fan_in), fan_in = size / shape[0] (Caffe2's Xavier).",
+    args=[*_SHAPE_ARGS, _SEED, Arg("dtype", str, "float32", "output dtype", choices=FLOAT_NAMES)],
+)
 def xavier_fill(ctx: Any, *inputs: Any) -> np.ndarray:
     shape = _shape(ctx, inputs)
     size = int(np.prod(shape, dtype=np.int64))
     if not shape or shape[0] == 0 or size == 0:
         raise ValueError(f"XavierFill needs a non-empty shape with shape[0] > 0, got {shape}")
     scale = np.sqrt(3.0 / (size / shape[0]))
-    return _out(ctx, inputs, _alloc(shape, lambda: _rng(ctx).uniform(-scale, scale, shape)).astype(DTYPES[ctx.args["dtype"]]))
+    return _out(
+        ctx, inputs, _alloc(shape, lambda: _rng(ctx).uniform(-scale, scale, shape)).astype(DTYPES[ctx.args["dtype"]])
+    )
 
 
-@register_op("MSRAFill", inputs=(0, 1), outputs=1, devices=("cpu", "cuda"),
-             doc="Fill with N(0, 2 / fan_out), fan_out = size / shape[1] (Caffe2's MSRAFill; at least 2-D).",
-             args=[*_SHAPE_ARGS, _SEED, Arg("dtype", str, "float32", "output dtype", choices=FLOAT_NAMES)])
+@register_op(
+    "MSRAFill",
+    inputs=(0, 1),
+    outputs=1,
+    devices=("cpu", "cuda"),
+    doc="Fill with N(0, 2 / fan_out), fan_out = size / shape[1] (Caffe2's MSRAFill; at least 2-D).",
+    args=[*_SHAPE_ARGS, _SEED, Arg("dtype", str, "float32", "output dtype", choices=FLOAT_NAMES)],
+)
 def msra_fill(ctx: Any, *inputs: Any) -> np.ndarray:
     shape = _shape(ctx, inputs)
     if len(shape) < 2 or shape[1] == 0:
@@ -288,20 +382,34 @@ def msra_fill(ctx: Any, *inputs: Any) -> np.ndarray:
     return _out(ctx, inputs, _alloc(shape, lambda: _rng(ctx).normal(0.0, std, shape)).astype(DTYPES[ctx.args["dtype"]]))
 
 
-@register_op("RangeFill", inputs=(0, 1), outputs=1, devices=("cpu", "cuda"),
-             doc="Fill with 0, 1, 2, ... in row-major order (float32, as Caffe2's; for checking reshapes).",
-             args=[*_SHAPE_ARGS])
+@register_op(
+    "RangeFill",
+    inputs=(0, 1),
+    outputs=1,
+    devices=("cpu", "cuda"),
+    doc="Fill with 0, 1, 2, ... in row-major order (float32, as Caffe2's; for checking reshapes).",
+    args=[*_SHAPE_ARGS],
+)
 def range_fill(ctx: Any, *inputs: Any) -> np.ndarray:
     shape = _shape(ctx, inputs)
     return _out(ctx, inputs, _alloc(shape, lambda: np.arange(math.prod(shape), dtype=np.float32).reshape(shape)))
 
 
-@register_op("DiagonalFill", inputs=(0, 1), outputs=1, devices=("cpu", "cuda"), validate=_validate_dtype,
-             doc="Zeros with `value` on the diagonal: every (shape[1] + 1)-th element of the flat array in 2-D "
-                 "(a tall matrix wraps, as Caffe2's), the entries [i, i, ..., i] past 2-D (all dims equal). "
-                 "`dtype` as ConstantFill's.",
-             args=[*_SHAPE_ARGS, Arg("value", (float, int, bool), 0.0, "diagonal value"),
-                   Arg("dtype", (str, int), "", "as ConstantFill's")])
+@register_op(
+    "DiagonalFill",
+    inputs=(0, 1),
+    outputs=1,
+    devices=("cpu", "cuda"),
+    validate=_validate_dtype,
+    doc="Zeros with `value` on the diagonal: every (shape[1] + 1)-th element of the flat array in 2-D "
+    "(a tall matrix wraps, as Caffe2's), the entries [i, i, ..., i] past 2-D (all dims equal). "
+    "`dtype` as ConstantFill's.",
+    args=[
+        *_SHAPE_ARGS,
+        Arg("value", (float, int, bool), 0.0, "diagonal value"),
+        Arg("dtype", (str, int), "", "as ConstantFill's"),
+    ],
+)
 def diagonal_fill(ctx: Any, *inputs: Any) -> np.ndarray:
     a, shape = ctx.args, _shape(ctx, inputs)
     if len(shape) < 2:
@@ -315,9 +423,15 @@ def diagonal_fill(ctx: Any, *inputs: Any) -> np.ndarray:
     return _out(ctx, inputs, y)
 
 
-@register_op("LengthsRangeFill", inputs=1, outputs=1, devices=("cpu",),
-             inputs_doc=("lengths: 1-D int32 or int64 segment lengths",), outputs_doc=("the ranges, int32",),
-             doc="[4, 3, 1] -> [0, 1, 2, 3, 0, 1, 2, 0]: one range(0, length) per segment (Caffe2's).")
+@register_op(
+    "LengthsRangeFill",
+    inputs=1,
+    outputs=1,
+    devices=("cpu",),
+    inputs_doc=("lengths: 1-D int32 or int64 segment lengths",),
+    outputs_doc=("the ranges, int32",),
+    doc="[4, 3, 1] -> [0, 1, 2, 3, 0, 1, 2, 0]: one range(0, length) per segment (Caffe2's).",
+)
 def lengths_range_fill(ctx: Any, lengths: Any) -> Any:
     given = array(ctx, lengths, 0)
     lengths = to_numpy(given)
@@ -353,14 +467,19 @@ def _given_dtype(op_type: str, args: dict[str, Any]) -> np.dtype:
     if fixed is None:
         return fill_dtype(asked or "float32")
     if asked not in ("", None) and fill_dtype(asked) != fixed:  # Caffe2 ignores it; a contradiction is refused here
-        raise ValueError(f"{op_type} fills {np.dtype(fixed).name}, but dtype={asked!r} asks for {fill_dtype(asked).name}")
+        raise ValueError(
+            f"{op_type} fills {np.dtype(fixed).name}, but dtype={asked!r} asks for {fill_dtype(asked).name}"
+        )
     return np.dtype(fixed)
 
 
 def _validate_given(op: OperatorDef) -> None:
     dtype, items = _given_dtype(op.type, op.args), _GIVEN_TYPES[op.type][1]
     values = op.args.get("values", [])
-    bad = next((v for v in values if not isinstance(v, items) or (op.type != "GivenTensorBoolFill" and isinstance(v, bool))), None)
+    bad = next(
+        (v for v in values if not isinstance(v, items) or (op.type != "GivenTensorBoolFill" and isinstance(v, bool))),
+        None,
+    )
     if bad is not None:
         raise ValueError(f"{op.type}: expected {' or '.join(t.__name__ for t in items)} values, got {bad!r}")
     if dtype.kind in "iu":
@@ -379,14 +498,25 @@ def _validate_given(op: OperatorDef) -> None:
 
 def _register_given(op_type: str) -> None:
     fixed = _GIVEN_TYPES[op_type][0]
-    dtype_arg = Arg("dtype", (str, int), "float32" if fixed is None else "",
-                    "output dtype (a numpy name, Caffe2 name or TensorProto.DataType number)" if fixed is None else
-                    f"optional; if given it must name {np.dtype(fixed).name} (Caffe2 ignores it)")
+    dtype_arg = Arg(
+        "dtype",
+        (str, int),
+        "float32" if fixed is None else "",
+        "output dtype (a numpy name, Caffe2 name or TensorProto.DataType number)"
+        if fixed is None
+        else f"optional; if given it must name {np.dtype(fixed).name} (Caffe2 ignores it)",
+    )
     what = "float32 unless `dtype` says" if fixed is None else np.dtype(fixed).name
 
-    @register_op(op_type, inputs=(0, 1), outputs=1, devices=("cpu", "cuda"), validate=_validate_given,
-                 args=[*_SHAPE_ARGS, Arg("values", list, Arg.REQUIRED, "the values, row-major (flattened)"), dtype_arg],
-                 doc=f"Fill a tensor of `shape` with the given `values` ({what}); its size must equal len(values).")
+    @register_op(
+        op_type,
+        inputs=(0, 1),
+        outputs=1,
+        devices=("cpu", "cuda"),
+        validate=_validate_given,
+        args=[*_SHAPE_ARGS, Arg("values", list, Arg.REQUIRED, "the values, row-major (flattened)"), dtype_arg],
+        doc=f"Fill a tensor of `shape` with the given `values` ({what}); its size must equal len(values).",
+    )
     def given_tensor_fill(ctx: Any, *inputs: Any) -> np.ndarray:
         a = ctx.args
         values = a.get(_VALUES_KEY)
@@ -394,7 +524,9 @@ def _register_given(op_type: str) -> None:
             values = a[_VALUES_KEY] = np.asarray(a["values"], dtype=_given_dtype(op_type, a))
         shape = _shape(ctx, inputs)
         if values.size != int(np.prod(shape, dtype=np.int64)):
-            raise ValueError(f"shape {shape} holds {int(np.prod(shape, dtype=np.int64))} values, but `values` has {values.size}")
+            raise ValueError(
+                f"shape {shape} holds {int(np.prod(shape, dtype=np.int64))} values, but `values` has {values.size}"
+            )
         return _out(ctx, inputs, values.reshape(shape).copy())
 
 
@@ -402,5 +534,15 @@ for _t in _GIVEN_TYPES:
     _register_given(_t)
 
 # Caffe2's NO_GRADIENT: on the path to a loss a fill cuts the gradient (its input only gives a shape).
-register_no_gradient("ConstantFill", "GaussianFill", "UniformFill", "UniformIntFill", "XavierFill", "MSRAFill",
-                     "RangeFill", "DiagonalFill", "LengthsRangeFill", *_GIVEN_TYPES)
+register_no_gradient(
+    "ConstantFill",
+    "GaussianFill",
+    "UniformFill",
+    "UniformIntFill",
+    "XavierFill",
+    "MSRAFill",
+    "RangeFill",
+    "DiagonalFill",
+    "LengthsRangeFill",
+    *_GIVEN_TYPES,
+)

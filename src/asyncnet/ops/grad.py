@@ -68,15 +68,34 @@ def reduce_to_shape(x: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     return y
 
 
-@register_op("SumReduceLike", inputs=2, outputs=1, devices=CPU_CUDA,
-             args=[Arg("scale", float, 1.0, "multiplier applied after the reduction"),
-                   Arg("axis", int, None, "Caffe2's rule: Like's dims are a contiguous run of X's starting here (-1: X's last dims); "
-                                          "absent: numpy broadcasting's rule"),
-                   Arg("axis_str", str, "", "the axis as a letter of `order`"), Arg("order", str, "NCHW", "dim letters for axis_str"),
-                   Arg("broadcast", bool, True, "taken and not read, as Caffe2's SumReduceLike does (its tests pass "
-                       "broadcast=1): the op always reduces a broadcast")],
-             inputs_doc=("X (a broadcast shape)", "Like"), outputs_doc=("Y, shaped like Like",),
-             doc="Y = scale * X summed over the dims broadcasting added to Like's shape (gradient of broadcasting).")
+@register_op(
+    "SumReduceLike",
+    inputs=2,
+    outputs=1,
+    devices=CPU_CUDA,
+    args=[
+        Arg("scale", float, 1.0, "multiplier applied after the reduction"),
+        Arg(
+            "axis",
+            int,
+            None,
+            "Caffe2's rule: Like's dims are a contiguous run of X's starting here (-1: X's last dims); "
+            "absent: numpy broadcasting's rule",
+        ),
+        Arg("axis_str", str, "", "the axis as a letter of `order`"),
+        Arg("order", str, "NCHW", "dim letters for axis_str"),
+        Arg(
+            "broadcast",
+            bool,
+            True,
+            "taken and not read, as Caffe2's SumReduceLike does (its tests pass "
+            "broadcast=1): the op always reduces a broadcast",
+        ),
+    ],
+    inputs_doc=("X (a broadcast shape)", "Like"),
+    outputs_doc=("Y, shaped like Like",),
+    doc="Y = scale * X summed over the dims broadcasting added to Like's shape (gradient of broadcasting).",
+)
 def sum_reduce_like(ctx: Any, x: Any, like: Any) -> np.ndarray:
     x = float_array(ctx, x, 0)
     xp = namespace(ctx, x, like)
@@ -112,8 +131,10 @@ def _sub_grad(op: OperatorDef, gout: GradOut) -> MakerResult:
     a, b = op.inputs
     dc = output_grad(op, gout)
     to_b = _legacy(op)[1]
-    return ([_op("SumReduceLike", [dc, a], ["#da"]), _op("SumReduceLike", [dc, b], ["#db"], scale=-1.0, **to_b)],
-            ["#da", "#db"])
+    return (
+        [_op("SumReduceLike", [dc, a], ["#da"]), _op("SumReduceLike", [dc, b], ["#db"], scale=-1.0, **to_b)],
+        ["#da", "#db"],
+    )
 
 
 # -- Mul: C = A * B;  dA = reduce(dC * B), dB = reduce(dC * A) -------------------------------
@@ -122,8 +143,12 @@ def _mul_grad(op: OperatorDef, gout: GradOut) -> MakerResult:
     a, b = op.inputs
     dc = output_grad(op, gout)
     with_b, to_b = _legacy(op)
-    ops = [_op("Mul", [dc, b], ["#da_full"], **with_b), _op("SumReduceLike", ["#da_full", a], ["#da"]),
-           _op("Mul", [dc, a], ["#db_full"]), _op("SumReduceLike", ["#db_full", b], ["#db"], **to_b)]
+    ops = [
+        _op("Mul", [dc, b], ["#da_full"], **with_b),
+        _op("SumReduceLike", ["#da_full", a], ["#da"]),
+        _op("Mul", [dc, a], ["#db_full"]),
+        _op("SumReduceLike", ["#db_full", b], ["#db"], **to_b),
+    ]
     return ops, ["#da", "#db"]
 
 
@@ -134,8 +159,12 @@ def _div_grad(op: OperatorDef, gout: GradOut) -> MakerResult:
     c = op.outputs[0]
     dc = output_grad(op, gout)
     with_b, to_b = _legacy(op)
-    ops = [_op("Div", [dc, b], ["#da_full"], **with_b), _op("SumReduceLike", ["#da_full", a], ["#da"]),
-           _op("Mul", ["#da_full", c], ["#db_full"]), _op("SumReduceLike", ["#db_full", b], ["#db"], scale=-1.0, **to_b)]
+    ops = [
+        _op("Div", [dc, b], ["#da_full"], **with_b),
+        _op("SumReduceLike", ["#da_full", a], ["#da"]),
+        _op("Mul", ["#da_full", c], ["#db_full"]),
+        _op("SumReduceLike", ["#db_full", b], ["#db"], scale=-1.0, **to_b),
+    ]
     return ops, ["#da", "#db"]
 
 
@@ -161,16 +190,24 @@ def _copy_grad(op: OperatorDef, gout: GradOut) -> MakerResult:
 
 
 # -- MatMul: C = op(A2) op(B2), A2 and B2 the 2-D views of A and B;  dA2, dB2 as below, reshaped back
-@register_op("MatMulGradient", inputs=3, outputs=2, devices=CPU_CUDA,
-             args=[Arg("trans_a", bool, False), Arg("trans_b", bool, False), Arg("axis_a", int, 1), Arg("axis_b", int, 1)],
-             inputs_doc=("A", "B", "dC"), outputs_doc=("dA, shaped like A", "dB, shaped like B"),
-             doc="Gradient of MatMul (the forward op's args): the 2-D gradients, reshaped to A's and B's shapes.")
+@register_op(
+    "MatMulGradient",
+    inputs=3,
+    outputs=2,
+    devices=CPU_CUDA,
+    args=[Arg("trans_a", bool, False), Arg("trans_b", bool, False), Arg("axis_a", int, 1), Arg("axis_b", int, 1)],
+    inputs_doc=("A", "B", "dC"),
+    outputs_doc=("dA, shaped like A", "dB, shaped like B"),
+    doc="Gradient of MatMul (the forward op's args): the 2-D gradients, reshaped to A's and B's shapes.",
+)
 def matmul_gradient(ctx: Any, a: Any, b: Any, dc: Any) -> tuple[np.ndarray, np.ndarray]:
     a2, b2 = matmul_operands(ctx, a, b)  # op(A2), op(B2)
     dc = float_array(ctx, dc, 2)
     if math.prod(dc.shape) != a2.shape[0] * b2.shape[1]:
-        raise ValueError(f"expected dC {ctx.op.inputs[2]!r} of {a2.shape[0]} x {b2.shape[1]} elements (the MatMul output), "
-                         f"got shape {tuple(dc.shape)}")
+        raise ValueError(
+            f"expected dC {ctx.op.inputs[2]!r} of {a2.shape[0]} x {b2.shape[1]} elements (the MatMul output), "
+            f"got shape {tuple(dc.shape)}"
+        )
     dc = dc.reshape(a2.shape[0], b2.shape[1])
     d_opa, d_opb = dc @ b2.T, a2.T @ dc
     da = d_opa.T if ctx.args["trans_a"] else d_opa
@@ -188,18 +225,20 @@ def _matmul_grad(op: OperatorDef, gout: GradOut) -> MakerResult:
 @register_gradient("BatchMatMul")
 def _batch_matmul_grad(op: OperatorDef, gout: GradOut) -> MakerResult:
     if op.args.get("broadcast"):
-        raise NetDefinitionError(f"BatchMatMul {op.inputs} -> {op.outputs}: no gradient with broadcast=1 "
-                                 "(as in Caffe2); expected broadcast=0")
+        raise NetDefinitionError(
+            f"BatchMatMul {op.inputs} -> {op.outputs}: no gradient with broadcast=1 "
+            "(as in Caffe2); expected broadcast=0"
+        )
     a, b = op.inputs
     dc = output_grad(op, gout)
     ta, tb = bool(op.args.get("trans_a", False)), bool(op.args.get("trans_b", False))
-    if ta and tb:      # C = A'B': dA = B'G', dB = G'A'
+    if ta and tb:  # C = A'B': dA = B'G', dB = G'A'
         da, db = ([b, dc], {"trans_a": True, "trans_b": True}), ([dc, a], {"trans_a": True, "trans_b": True})
-    elif ta:           # C = A'B: dA = BG', dB = AG
+    elif ta:  # C = A'B: dA = BG', dB = AG
         da, db = ([b, dc], {"trans_b": True}), ([a, dc], {})
-    elif tb:           # C = AB': dA = GB, dB = G'A
+    elif tb:  # C = AB': dA = GB, dB = G'A
         da, db = ([dc, b], {}), ([dc, a], {"trans_a": True})
-    else:              # C = AB: dA = GB', dB = A'G
+    else:  # C = AB: dA = GB', dB = A'G
         da, db = ([dc, b], {"trans_b": True}), ([a, dc], {"trans_a": True})
     return [_op("BatchMatMul", da[0], ["#da"], **da[1]), _op("BatchMatMul", db[0], ["#db"], **db[1])], ["#da", "#db"]
 
@@ -237,9 +276,17 @@ def _specialize_fc_gradient(ctx: Any, x: Any, w: Any, dy: Any) -> Any:
     return _fc_gradient_plain if plain_fc(ctx, x, w, dy, 2) else None
 
 
-@register_op("FCGradient", inputs=3, outputs=(2, 3), args=_FC_GRAD_ARGS, devices=CPU_CUDA, specialize=_specialize_fc_gradient,
-             inputs_doc=("X", "W [N, K]", "dY [M, N]"), outputs_doc=("dW, shaped like W", "db [N]", "dX (optional), shaped like X"),
-             doc="Gradient of FC: dW = dY^T X, db = column sums of dY, and (when a third output is given) dX = dY W.")
+@register_op(
+    "FCGradient",
+    inputs=3,
+    outputs=(2, 3),
+    args=_FC_GRAD_ARGS,
+    devices=CPU_CUDA,
+    specialize=_specialize_fc_gradient,
+    inputs_doc=("X", "W [N, K]", "dY [M, N]"),
+    outputs_doc=("dW, shaped like W", "db [N]", "dX (optional), shaped like X"),
+    doc="Gradient of FC: dW = dY^T X, db = column sums of dY, and (when a third output is given) dX = dY W.",
+)
 def fc_gradient(ctx: Any, x: Any, w: Any, dy: Any) -> tuple[np.ndarray, ...]:
     if plain_fc(ctx, x, w, dy, 2):
         return _fc_gradient_plain(ctx, x, w, dy)
@@ -259,9 +306,16 @@ def _fc_gradient_into(ctx: Any, x: np.ndarray, w: np.ndarray, dy: np.ndarray) ->
     return (dw, db) if len(ctx.op.outputs) == 2 else (dw, db, dy @ w)
 
 
-@register_op("FCTransposedGradient", inputs=3, outputs=(2, 3), args=_FC_GRAD_ARGS, devices=CPU_CUDA,
-             inputs_doc=("X", "W [K, N]", "dY [M, N]"), outputs_doc=("dW, shaped like W", "db [N]", "dX (optional), shaped like X"),
-             doc="Gradient of FCTransposed: dW = X^T dY, db = column sums of dY, and (optional third output) dX = dY W^T.")
+@register_op(
+    "FCTransposedGradient",
+    inputs=3,
+    outputs=(2, 3),
+    args=_FC_GRAD_ARGS,
+    devices=CPU_CUDA,
+    inputs_doc=("X", "W [K, N]", "dY [M, N]"),
+    outputs_doc=("dW, shaped like W", "db [N]", "dX (optional), shaped like X"),
+    doc="Gradient of FCTransposed: dW = X^T dY, db = column sums of dY, and (optional third output) dX = dY W^T.",
+)
 def fc_transposed_gradient(ctx: Any, x: Any, w: Any, dy: Any) -> tuple[np.ndarray, ...]:
     return _fc_gradient(ctx, x, w, dy, transposed=True)
 
@@ -291,9 +345,17 @@ def _specialize_relu_gradient(ctx: Any, y: Any, dy: Any) -> Any:
     return relu_gradient_plain if y.ndim else (lambda ctx, y, dy: as_array(dy * (y > zero)))  # 0-d: a scalar product
 
 
-@register_op("ReluGradient", inputs=2, outputs=1, allow_inplace={1: 0}, devices=CPU_CUDA, inputs_doc=("Y", "dY"),
-             outputs_doc=("dX",), specialize=_specialize_relu_gradient,
-             doc="Gradient of Relu from its output: dX = dY where Y > 0, else 0.")
+@register_op(
+    "ReluGradient",
+    inputs=2,
+    outputs=1,
+    allow_inplace={1: 0},
+    devices=CPU_CUDA,
+    inputs_doc=("Y", "dY"),
+    outputs_doc=("dX",),
+    specialize=_specialize_relu_gradient,
+    doc="Gradient of Relu from its output: dX = dY where Y > 0, else 0.",
+)
 def relu_gradient(ctx: Any, y: Any, dy: Any) -> np.ndarray:
     if type(y) is _nd and type(dy) is _nd and y.dtype is dy.dtype and y.shape == dy.shape and y.dtype in _ZERO:
         return as_array(dy * (y > _ZERO[y.dtype]))
@@ -302,25 +364,49 @@ def relu_gradient(ctx: Any, y: Any, dy: Any) -> np.ndarray:
 
 
 # -- Sigmoid: Y = 1 / (1 + e^-X);  dX = dY * Y * (1 - Y) -------------------------------------
-@register_op("SigmoidGradient", inputs=2, outputs=1, allow_inplace={1: 0}, devices=CPU_CUDA, inputs_doc=("Y", "dY"), outputs_doc=("dX",),
-             doc="Gradient of Sigmoid from its output: dX = dY * Y * (1 - Y).")
+@register_op(
+    "SigmoidGradient",
+    inputs=2,
+    outputs=1,
+    allow_inplace={1: 0},
+    devices=CPU_CUDA,
+    inputs_doc=("Y", "dY"),
+    outputs_doc=("dX",),
+    doc="Gradient of Sigmoid from its output: dX = dY * Y * (1 - Y).",
+)
 def sigmoid_gradient(ctx: Any, y: Any, dy: Any) -> np.ndarray:
     y, dy = _pair(ctx, y, dy)
     return as_array(dy * y * (1 - y))
 
 
 # -- Tanh: Y = tanh(X);  dX = dY * (1 - Y^2) -------------------------------------------------
-@register_op("TanhGradient", inputs=2, outputs=1, allow_inplace={1: 0}, devices=CPU_CUDA, inputs_doc=("Y", "dY"), outputs_doc=("dX",),
-             doc="Gradient of Tanh from its output: dX = dY * (1 - Y^2).")
+@register_op(
+    "TanhGradient",
+    inputs=2,
+    outputs=1,
+    allow_inplace={1: 0},
+    devices=CPU_CUDA,
+    inputs_doc=("Y", "dY"),
+    outputs_doc=("dX",),
+    doc="Gradient of Tanh from its output: dX = dY * (1 - Y^2).",
+)
 def tanh_gradient(ctx: Any, y: Any, dy: Any) -> np.ndarray:
     y, dy = _pair(ctx, y, dy)
     return as_array(dy * (1 - y * y))
 
 
 # -- Softmax: Y = softmax(X) per row;  dX = Y * (dY - sum_row(dY * Y)) -----------------------
-@register_op("SoftmaxGradient", inputs=2, outputs=1, allow_inplace={1: 0}, devices=CPU_CUDA, inputs_doc=("Y", "dY"), outputs_doc=("dX",),
-             args=[Arg("axis", int, 1, "the axis the forward Softmax used")],
-             doc="Gradient of Softmax from its output: dX = Y * (dY - rowsum(dY * Y)), rows as in the forward op.")
+@register_op(
+    "SoftmaxGradient",
+    inputs=2,
+    outputs=1,
+    allow_inplace={1: 0},
+    devices=CPU_CUDA,
+    inputs_doc=("Y", "dY"),
+    outputs_doc=("dX",),
+    args=[Arg("axis", int, 1, "the axis the forward Softmax used")],
+    doc="Gradient of Softmax from its output: dX = Y * (dY - rowsum(dY * Y)), rows as in the forward op.",
+)
 def softmax_gradient(ctx: Any, y: Any, dy: Any) -> np.ndarray:
     y, dy = _pair(ctx, y, dy)
     y2, dy2 = flatten_2d(y, canonical_axis(ctx, y, "axis")), None
@@ -354,9 +440,15 @@ register_gradient("Softmax")(_from_output("SoftmaxGradient", axis=1))
 
 
 # -- StopGradient: Y = X in the forward pass; autodiff stops here (Caffe2's NO_GRADIENT) ---------
-@register_op("StopGradient", inputs=1, outputs=1, allow_inplace={0: 0}, devices=CPU_CUDA,
-             doc="Y = X (a copy, or X itself in place); the gradient stops here: ops before it get none "
-                 "through it (Caffe2's StopGradient).")
+@register_op(
+    "StopGradient",
+    inputs=1,
+    outputs=1,
+    allow_inplace={0: 0},
+    devices=CPU_CUDA,
+    doc="Y = X (a copy, or X itself in place); the gradient stops here: ops before it get none "
+    "through it (Caffe2's StopGradient).",
+)
 def stop_gradient(ctx: Any, x: Any) -> Any:
     if x is None:
         raise TypeError(f"input 0 {ctx.op.inputs[0]!r} holds None; expected a tensor (or another object to pass on)")
@@ -369,4 +461,15 @@ def stop_gradient(ctx: Any, x: Any) -> Any:
 
 register_no_gradient("StopGradient")
 
-__all__ = ["g", "reduce_to_shape", "fc_gradient", "fc_transposed_gradient", "relu_gradient", "sigmoid_gradient", "tanh_gradient", "softmax_gradient", "sum_reduce_like", "stop_gradient"]
+__all__ = [
+    "g",
+    "reduce_to_shape",
+    "fc_gradient",
+    "fc_transposed_gradient",
+    "relu_gradient",
+    "sigmoid_gradient",
+    "tanh_gradient",
+    "softmax_gradient",
+    "sum_reduce_like",
+    "stop_gradient",
+]

@@ -17,7 +17,8 @@ Cast, whose gradient casts back (it needs ``from_type``, as Caffe2's does)::
 from __future__ import annotations
 
 import operator
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -32,12 +33,31 @@ __all__ = ["CAFFE2_DTYPES", "cast_dtype"]
 
 #: Caffe2's TensorProto.DataType numbers of the types Cast supports (caffe2.proto; core.DataType)
 CAFFE2_DTYPES: dict[int, np.dtype] = {
-    1: np.dtype(np.float32), 2: np.dtype(np.int32), 3: np.dtype(np.uint8), 5: np.dtype(np.bool_),
-    6: np.dtype(np.uint8), 7: np.dtype(np.int8), 8: np.dtype(np.uint16), 9: np.dtype(np.int16),
-    10: np.dtype(np.int64), 12: np.dtype(np.float16), 13: np.dtype(np.float64),
+    1: np.dtype(np.float32),
+    2: np.dtype(np.int32),
+    3: np.dtype(np.uint8),
+    5: np.dtype(np.bool_),
+    6: np.dtype(np.uint8),
+    7: np.dtype(np.int8),
+    8: np.dtype(np.uint16),
+    9: np.dtype(np.int16),
+    10: np.dtype(np.int64),
+    12: np.dtype(np.float16),
+    13: np.dtype(np.float64),
 }
-_CAFFE2_NAMES = {"FLOAT": 1, "INT32": 2, "BYTE": 3, "BOOL": 5, "UINT8": 6, "INT8": 7, "UINT16": 8,
-                 "INT16": 9, "INT64": 10, "FLOAT16": 12, "DOUBLE": 13}
+_CAFFE2_NAMES = {
+    "FLOAT": 1,
+    "INT32": 2,
+    "BYTE": 3,
+    "BOOL": 5,
+    "UINT8": 6,
+    "INT8": 7,
+    "UINT16": 8,
+    "INT16": 9,
+    "INT64": 10,
+    "FLOAT16": 12,
+    "DOUBLE": 13,
+}
 _NUMERIC_KINDS = "biuf"
 
 
@@ -49,8 +69,10 @@ def cast_dtype(to: Any) -> np.dtype:
     """
     if isinstance(to, int) and not isinstance(to, bool):
         if to not in CAFFE2_DTYPES:
-            raise ValueError(f"Cast to={to}: expected one of Caffe2's TensorProto.DataType numbers {sorted(CAFFE2_DTYPES)} "
-                             "(0 UNDEFINED, 4 STRING, 14 and 15 are not tensor types Cast supports)")
+            raise ValueError(
+                f"Cast to={to}: expected one of Caffe2's TensorProto.DataType numbers {sorted(CAFFE2_DTYPES)} "
+                "(0 UNDEFINED, 4 STRING, 14 and 15 are not tensor types Cast supports)"
+            )
         return CAFFE2_DTYPES[to]
     if isinstance(to, str):
         if to.upper() in _CAFFE2_NAMES:
@@ -61,8 +83,10 @@ def cast_dtype(to: Any) -> np.dtype:
             dt = None
         if dt is not None and dt in CAFFE2_DTYPES.values():
             return dt
-    raise ValueError(f"Cast to={to!r}: expected a Caffe2 TensorProto.DataType number or one of "
-                     f"{sorted(_CAFFE2_NAMES)} (any case) or a numpy name such as 'float32'")
+    raise ValueError(
+        f"Cast to={to!r}: expected a Caffe2 TensorProto.DataType number or one of "
+        f"{sorted(_CAFFE2_NAMES)} (any case) or a numpy name such as 'float32'"
+    )
 
 
 def _validate_cast(op: OperatorDef) -> None:
@@ -73,10 +97,19 @@ def _validate_cast(op: OperatorDef) -> None:
 
 
 def _compare(op_type: str, fn: Callable[[Any, Any], Any], sign: str) -> None:
-    @register_op(op_type, inputs=2, outputs=1, allow_inplace={0: 0}, args=LEGACY_ARGS, validate=validate_legacy, devices=CPU_CUDA,
-                 inputs_doc=("A", "B"), outputs_doc=("C (bool)",),
-                 doc=f"C = A {sign} B elementwise, a bool tensor; A and B share a numeric or bool dtype; "
-                     "numpy broadcasting or Caffe2's legacy broadcast=1, axis.")
+    @register_op(
+        op_type,
+        inputs=2,
+        outputs=1,
+        allow_inplace={0: 0},
+        args=LEGACY_ARGS,
+        validate=validate_legacy,
+        devices=CPU_CUDA,
+        inputs_doc=("A", "B"),
+        outputs_doc=("C (bool)",),
+        doc=f"C = A {sign} B elementwise, a bool tensor; A and B share a numeric or bool dtype; "
+        "numpy broadcasting or Caffe2's legacy broadcast=1, axis.",
+    )
     def kernel(ctx: Any, a: Any, b: Any) -> np.ndarray:
         a, b = binary_operands(ctx, a, b)
         if namespace(ctx, a).kind(a) not in _NUMERIC_KINDS:
@@ -87,8 +120,18 @@ def _compare(op_type: str, fn: Callable[[Any, Any], Any], sign: str) -> None:
 
 
 def _logical(op_type: str, fn: str, doc: str) -> None:
-    @register_op(op_type, inputs=2, outputs=1, allow_inplace={0: 0}, args=LEGACY_ARGS, validate=validate_legacy, devices=CPU_CUDA,
-                 inputs_doc=("A (bool)", "B (bool)"), outputs_doc=("C (bool)",), doc=doc)
+    @register_op(
+        op_type,
+        inputs=2,
+        outputs=1,
+        allow_inplace={0: 0},
+        args=LEGACY_ARGS,
+        validate=validate_legacy,
+        devices=CPU_CUDA,
+        inputs_doc=("A (bool)", "B (bool)"),
+        outputs_doc=("C (bool)",),
+        doc=doc,
+    )
     def kernel(ctx: Any, a: Any, b: Any) -> np.ndarray:
         a, b = binary_operands(ctx, a, b)
         _bool(ctx, a, 0)
@@ -113,20 +156,43 @@ _logical("Or", "logical_or", "C = A or B elementwise on bool tensors; numpy or C
 _logical("Xor", "logical_xor", "C = A xor B elementwise on bool tensors; numpy or Caffe2's legacy broadcasting.")
 
 
-@register_op("Not", inputs=1, outputs=1, allow_inplace={0: 0}, devices=CPU_CUDA, inputs_doc=("X (bool)",), outputs_doc=("Y (bool)",),
-             doc="Y = not X elementwise on a bool tensor.")
+@register_op(
+    "Not",
+    inputs=1,
+    outputs=1,
+    allow_inplace={0: 0},
+    devices=CPU_CUDA,
+    inputs_doc=("X (bool)",),
+    outputs_doc=("Y (bool)",),
+    doc="Y = not X elementwise on a bool tensor.",
+)
 def not_(ctx: Any, x: Any) -> np.ndarray:
     x = array(ctx, x, 0)
     _bool(ctx, x, 0)
     return as_array(namespace(ctx, x).logical_not(x))
 
 
-@register_op("Cast", inputs=1, outputs=1, allow_inplace={0: 0}, validate=_validate_cast, devices=CPU_CUDA,
-             args=[Arg("to", (int, str), Arg.REQUIRED, "the target type: Caffe2's TensorProto.DataType number "
-                                                        "(1 FLOAT, 2 INT32, 5 BOOL, 10 INT64, 13 DOUBLE...) or a name"),
-                   Arg("from_type", (int, str), None, "the input's type, needed only by the gradient (as in Caffe2)")],
-             inputs_doc=("X",), outputs_doc=("Y, X converted to `to`",),
-             doc="Y = X converted to the type `to` (C++ conversion: floats truncate toward zero, nonzero is true).")
+@register_op(
+    "Cast",
+    inputs=1,
+    outputs=1,
+    allow_inplace={0: 0},
+    validate=_validate_cast,
+    devices=CPU_CUDA,
+    args=[
+        Arg(
+            "to",
+            (int, str),
+            Arg.REQUIRED,
+            "the target type: Caffe2's TensorProto.DataType number "
+            "(1 FLOAT, 2 INT32, 5 BOOL, 10 INT64, 13 DOUBLE...) or a name",
+        ),
+        Arg("from_type", (int, str), None, "the input's type, needed only by the gradient (as in Caffe2)"),
+    ],
+    inputs_doc=("X",),
+    outputs_doc=("Y, X converted to `to`",),
+    doc="Y = X converted to the type `to` (C++ conversion: floats truncate toward zero, nonzero is true).",
+)
 def cast(ctx: Any, x: Any) -> np.ndarray:
     x = array(ctx, x, 0)
     to = cast_dtype(ctx.args["to"])
@@ -135,7 +201,9 @@ def cast(ctx: Any, x: Any) -> np.ndarray:
             try:
                 return as_array(x.astype(to))
             except (TypeError, ValueError) as exc:
-                raise ValueError(f"cannot convert input 0 {ctx.op.inputs[0]!r} of dtype {x.dtype} to {to}: {exc}") from exc
+                raise ValueError(
+                    f"cannot convert input 0 {ctx.op.inputs[0]!r} of dtype {x.dtype} to {to}: {exc}"
+                ) from exc
         return as_array(x.astype(to))
     return x.to(getattr(namespace(ctx, x).lib, to.name))  # torch names its dtypes as numpy does
 
@@ -144,8 +212,10 @@ def cast(ctx: Any, x: Any) -> np.ndarray:
 def _cast_grad(op: OperatorDef, gout: list[str | None]) -> tuple[list[OperatorDef], list[str | None]]:
     """Caffe2's GetCastGradient: dX = Cast(dY, to=from_type, from_type=to); from_type is required."""
     if "from_type" not in op.args:
-        raise NetDefinitionError(f"Cast {op.inputs[0]!r} -> {op.outputs[0]!r}: the gradient needs argument "
-                                 "from_type (the input's type), as in Caffe2; none was given")
+        raise NetDefinitionError(
+            f"Cast {op.inputs[0]!r} -> {op.outputs[0]!r}: the gradient needs argument "
+            "from_type (the input's type), as in Caffe2; none was given"
+        )
     dy = gout[0]
     if dy is None:
         return [], [None]

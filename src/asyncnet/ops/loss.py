@@ -39,7 +39,11 @@ def _labels(ctx: Any, label: Any, i: int, n: int, d: int, axis: int = 1) -> np.n
     logits viewed 2-D at ``axis``: ``axis`` dims of n elements, or dims before ``axis`` of n elements
     and 1 after)."""
     label = array(ctx, label, i)
-    if not (label.dtype.type in _INT_IDS if isinstance(label, np.ndarray) else str(label.dtype) in ("torch.int32", "torch.int64")):
+    if not (
+        label.dtype.type in _INT_IDS
+        if isinstance(label, np.ndarray)
+        else str(label.dtype) in ("torch.int32", "torch.int64")
+    ):
         raise TypeError(f"expected int32 or int64 class ids in input {i} {ctx.op.inputs[i]!r}, got dtype {label.dtype}")
     shape = tuple(label.shape)
     if shape not in ((n,), (n, 1)) and not (math.prod(shape[:axis]) == n and math.prod(shape[axis:]) == 1):
@@ -47,7 +51,9 @@ def _labels(ctx: Any, label: Any, i: int, n: int, d: int, axis: int = 1) -> np.n
         raise ValueError(f"expected labels of shape {want} in input {i} {ctx.op.inputs[i]!r}, got {label.shape}")
     label = label.reshape(n)
     if n and bool(((label < 0) | (label >= d)).any()):  # one reduction (one device sync on a GPU)
-        raise ValueError(f"expected class ids in [0, {d}) in input {i} {ctx.op.inputs[i]!r}, got range [{label.min()}, {label.max()}]")
+        raise ValueError(
+            f"expected class ids in [0, {d}) in input {i} {ctx.op.inputs[i]!r}, got range [{label.min()}, {label.max()}]"
+        )
     return label
 
 
@@ -74,7 +80,9 @@ def _scalar_grad(ctx: Any, dy: Any, i: int, like: Any) -> Any:
     dy = float_array(ctx, dy, i)
     xp = namespace(ctx, like, dy)
     if xp.size(dy) != 1:
-        raise ValueError(f"expected a scalar loss gradient in input {i} {ctx.op.inputs[i]!r}, got shape {tuple(dy.shape)}")
+        raise ValueError(
+            f"expected a scalar loss gradient in input {i} {ctx.op.inputs[i]!r}, got shape {tuple(dy.shape)}"
+        )
     if xp.name == "numpy":
         return like.dtype.type(dy.reshape(()))
     return dy.reshape(()).to(like.dtype)
@@ -82,17 +90,29 @@ def _scalar_grad(ctx: Any, dy: Any, i: int, like: Any) -> Any:
 
 def _no_grad_through(op: OperatorDef, gout: list[str | None], idx: int) -> None:
     if gout[idx] is not None:
-        raise NetDefinitionError(f"{op.type}: no gradient flows back through output {idx} {op.outputs[idx]!r}; "
-                                 "only the loss output is differentiable")
+        raise NetDefinitionError(
+            f"{op.type}: no gradient flows back through output {idx} {op.outputs[idx]!r}; "
+            "only the loss output is differentiable"
+        )
 
 
 # -- SoftmaxWithLoss: P = softmax(X); loss = -mean_i log P[i, label_i]; dX = (P - onehot) dloss / N
-_ONLY_LOSS = Arg("only_loss", bool, False, "the softmax output is read by nothing but the gradient, which may then "
-                 "reuse its array for dX (Caffe2's memory-saving only_loss)")
+_ONLY_LOSS = Arg(
+    "only_loss",
+    bool,
+    False,
+    "the softmax output is read by nothing but the gradient, which may then "
+    "reuse its array for dX (Caffe2's memory-saving only_loss)",
+)
 _SWL_ARGS = [
     _ONLY_LOSS,
-    Arg("label_prob", bool, False, "labels are probability distributions [N, D] (rows >= 0 summing to 1) instead of "
-        "class ids; the loss is then -sum_j T[i, j] log(max(P[i, j], 1e-20)), Caffe2's clamp"),
+    Arg(
+        "label_prob",
+        bool,
+        False,
+        "labels are probability distributions [N, D] (rows >= 0 summing to 1) instead of "
+        "class ids; the loss is then -sum_j T[i, j] log(max(P[i, j], 1e-20)), Caffe2's clamp",
+    ),
     Arg("axis", int, 1, "X is viewed as [prod(dims[:axis]), prod(dims[axis:])]; P keeps X's shape"),
     Arg("scale", float, 1.0, "multiplies the loss (and so its gradient); must be >= 0"),
     Arg("order", str, "NCHW", "Caffe2's; only NCHW exists", choices=("NCHW",)),
@@ -120,12 +140,23 @@ def _specialize_swl(ctx: Any, x: Any, label: Any, *weight: Any) -> Any:
     return _softmax_with_loss_plain if not weight and _plain_args(ctx) and _plain_types(x, label) else None
 
 
-@register_op("SoftmaxWithLoss", inputs=(2, 3), outputs=2, devices=CPU_CUDA, validate=_validate_swl, specialize=_specialize_swl,
-             inputs_doc=("logits X [N, D] (or any shape, viewed 2-D at `axis`)", "label [N] int (label_prob: [N, D] float)",
-                         "weight [N] (optional): each example's weight"),
-             outputs_doc=("softmax P, X's shape", "loss (0-d)"), args=_SWL_ARGS,
-             doc="Softmax of the logits and the cross-entropy against the labels (log-sum-exp, no overflow), Caffe2's: "
-                 "loss = scale * sum_i w_i l_i / sum_i w_i (w = 1 without a weight input; 0 if the weights sum to 0).")
+@register_op(
+    "SoftmaxWithLoss",
+    inputs=(2, 3),
+    outputs=2,
+    devices=CPU_CUDA,
+    validate=_validate_swl,
+    specialize=_specialize_swl,
+    inputs_doc=(
+        "logits X [N, D] (or any shape, viewed 2-D at `axis`)",
+        "label [N] int (label_prob: [N, D] float)",
+        "weight [N] (optional): each example's weight",
+    ),
+    outputs_doc=("softmax P, X's shape", "loss (0-d)"),
+    args=_SWL_ARGS,
+    doc="Softmax of the logits and the cross-entropy against the labels (log-sum-exp, no overflow), Caffe2's: "
+    "loss = scale * sum_i w_i l_i / sum_i w_i (w = 1 without a weight input; 0 if the weights sum to 0).",
+)
 def softmax_with_loss(ctx: Any, x: Any, label: Any, *weight: Any) -> tuple[np.ndarray, np.ndarray]:
     if not weight and _plain_args(ctx) and _plain_types(x, label):
         return _softmax_with_loss_plain(ctx, x, label)
@@ -203,15 +234,19 @@ def _label_probs(ctx: Any, t: Any, x2: Any, axis: int) -> Any:
     t = float_array(ctx, t, 1)
     n, d = x2.shape
     if t.ndim < 2 or math.prod(t.shape[:axis]) != n or math.prod(t.shape[axis:]) != d:
-        raise ValueError(f"expected label probabilities of {n} x {d} in input 1 {ctx.op.inputs[1]!r}, got shape {tuple(t.shape)}")
+        raise ValueError(
+            f"expected label probabilities of {n} x {d} in input 1 {ctx.op.inputs[1]!r}, got shape {tuple(t.shape)}"
+        )
     same_dtype(ctx, [x2, t])
     t = t.reshape(n, d)
     if bool((t < 0).any()):
         raise ValueError(f"expected non-negative label probabilities in input 1 {ctx.op.inputs[1]!r}")
     total = t.sum(axis=1)
     if bool((abs(total - 1) >= 1e-5).any()):
-        raise ValueError(f"expected label probabilities summing to 1 (+/- 1e-5) per row in input 1 {ctx.op.inputs[1]!r}, "
-                         f"got row sums in [{float(total.min())}, {float(total.max())}]")
+        raise ValueError(
+            f"expected label probabilities summing to 1 (+/- 1e-5) per row in input 1 {ctx.op.inputs[1]!r}, "
+            f"got row sums in [{float(total.min())}, {float(total.max())}]"
+        )
     return t
 
 
@@ -222,8 +257,15 @@ _INT32, _INT64 = np.dtype(np.int32), np.dtype(np.int64)
 
 def _plain_types(x: Any, label: Any) -> bool:
     """numpy logits [N, D] (N > 0, float32/64) and int32/int64 labels [N]: the loss ops' short path."""
-    return (type(x) is _nd and type(label) is _nd and x.ndim == 2 and x.dtype in _FLOATS
-            and label.shape == x.shape[:1] and x.shape[0] > 0 and (label.dtype is _INT32 or label.dtype is _INT64))
+    return (
+        type(x) is _nd
+        and type(label) is _nd
+        and x.ndim == 2
+        and x.dtype in _FLOATS
+        and label.shape == x.shape[:1]
+        and x.shape[0] > 0
+        and (label.dtype is _INT32 or label.dtype is _INT64)
+    )
 
 
 def _label_index(x: np.ndarray, label: np.ndarray) -> np.ndarray | None:
@@ -244,8 +286,15 @@ _NEVER = -(2**62)
 
 def _plain_torch(x: Any, label: Any) -> bool:
     """torch CPU logits [N, D] (N > 0, float32/64) and int32 labels [N]: the torch short path."""
-    return (cpu_tensors(x, label) and x.dim() == 2 and label.dim() == 1 and str(label.dtype) == "torch.int32"
-            and str(x.dtype) in ("torch.float32", "torch.float64") and x.shape[0] == label.shape[0] and x.shape[0] > 0)
+    return (
+        cpu_tensors(x, label)
+        and x.dim() == 2
+        and label.dim() == 1
+        and str(label.dtype) == "torch.int32"
+        and str(x.dtype) in ("torch.float32", "torch.float64")
+        and x.shape[0] == label.shape[0]
+        and x.shape[0] > 0
+    )
 
 
 _MINUS_ONES: dict[Any, Any] = {}
@@ -289,8 +338,13 @@ def _softmax_with_loss_np(x: np.ndarray, label: np.ndarray) -> tuple[np.ndarray,
 
 
 def _plain_gradient(ctx: Any, p: Any, label: Any, dloss: Any) -> bool:
-    return (_plain_args(ctx) and _plain_types(p, label) and type(dloss) is _nd and dloss.size == 1
-            and dloss.dtype.type in FLOAT_DTYPES)
+    return (
+        _plain_args(ctx)
+        and _plain_types(p, label)
+        and type(dloss) is _nd
+        and dloss.size == 1
+        and dloss.dtype.type in FLOAT_DTYPES
+    )
 
 
 def _swl_gradient_plain(ctx: Any, *inputs: Any) -> np.ndarray:
@@ -317,21 +371,40 @@ def _specialize_swl_gradient(ctx: Any, *inputs: Any) -> Any:
     return _swl_gradient_plain if _plain_gradient(ctx, p, label, dloss) else None
 
 
-@register_op("SoftmaxWithLossGradient", inputs=(3, 5), outputs=1, devices=CPU_CUDA, validate=_validate_swl, args=_SWL_ARGS,
-             specialize=_specialize_swl_gradient,
-             inputs_doc=("X (Caffe2's form; or P in the 3-input form)", "label", "weight (5 inputs) / P (4) / dloss (3)",
-                         "P (5 inputs) / dloss (4)", "dloss (5 inputs)"), outputs_doc=("dX, X's shape",),
-             doc="Gradient of SoftmaxWithLoss, Caffe2's inputs (X, label, [weight,] P, dloss), or asyncnet's older "
-                 "(P, label, dloss): dX = (P - onehot(label)) * w_i * scale * dloss / sum(w) (label_prob: P - label). "
-                 "With only_loss it is computed in P's array (Caffe2's dX->ShareData(P)), so P is overwritten.")
+@register_op(
+    "SoftmaxWithLossGradient",
+    inputs=(3, 5),
+    outputs=1,
+    devices=CPU_CUDA,
+    validate=_validate_swl,
+    args=_SWL_ARGS,
+    specialize=_specialize_swl_gradient,
+    inputs_doc=(
+        "X (Caffe2's form; or P in the 3-input form)",
+        "label",
+        "weight (5 inputs) / P (4) / dloss (3)",
+        "P (5 inputs) / dloss (4)",
+        "dloss (5 inputs)",
+    ),
+    outputs_doc=("dX, X's shape",),
+    doc="Gradient of SoftmaxWithLoss, Caffe2's inputs (X, label, [weight,] P, dloss), or asyncnet's older "
+    "(P, label, dloss): dX = (P - onehot(label)) * w_i * scale * dloss / sum(w) (label_prob: P - label). "
+    "With only_loss it is computed in P's array (Caffe2's dX->ShareData(P)), so P is overwritten.",
+)
 def softmax_with_loss_gradient(ctx: Any, *inputs: Any) -> np.ndarray:
     label, p, dloss = inputs[1], inputs[-2 if len(inputs) > 3 else 0], inputs[-1]
     if len(inputs) == 5:
         return _softmax_with_loss_gradient(ctx, p, label, dloss, inputs[2])
     if _plain_gradient(ctx, p, label, dloss):
         return _swl_gradient_plain(ctx, *inputs)
-    if (not ctx.args["only_loss"] and _plain_args(ctx) and _plain_torch(p, label) and cpu_tensors(dloss)
-          and dloss.numel() == 1 and dloss.is_floating_point()):
+    if (
+        not ctx.args["only_loss"]
+        and _plain_args(ctx)
+        and _plain_torch(p, label)
+        and cpu_tensors(dloss)
+        and dloss.numel() == 1
+        and dloss.is_floating_point()
+    ):
         n = p.shape[0]
         dx = p.clone()
         try:  # scatter_add_ refuses an id out of range (in the clone: P is untouched)
@@ -382,9 +455,16 @@ def _softmax_with_loss_grad(op: OperatorDef, gout: list[str | None]) -> tuple[li
 
 
 # -- LabelCrossEntropy: Y[i] = -log X[i, label_i];  dX[i, label_i] = -dY[i] / X[i, label_i] ----
-@register_op("LabelCrossEntropy", inputs=2, outputs=1, devices=CPU_CUDA, inputs_doc=("probabilities X [N, D] (or [N, ...]; 1-D: one row)", "label [N] int"), outputs_doc=("Y [N]",),
-             doc="Per-example cross-entropy of probabilities against integer labels: Y[i] = -log(max(X[i, label[i]], 1e-20)); "
-                 "X's dims after the first are one row of D (a 1-D X is one example), as Caffe2's.")
+@register_op(
+    "LabelCrossEntropy",
+    inputs=2,
+    outputs=1,
+    devices=CPU_CUDA,
+    inputs_doc=("probabilities X [N, D] (or [N, ...]; 1-D: one row)", "label [N] int"),
+    outputs_doc=("Y [N]",),
+    doc="Per-example cross-entropy of probabilities against integer labels: Y[i] = -log(max(X[i, label[i]], 1e-20)); "
+    "X's dims after the first are one row of D (a 1-D X is one example), as Caffe2's.",
+)
 def label_cross_entropy(ctx: Any, x: Any, label: Any) -> np.ndarray:
     x = _label_rows(ctx, x, 0)
     xp = namespace(ctx, x, label)
@@ -392,8 +472,15 @@ def label_cross_entropy(ctx: Any, x: Any, label: Any) -> np.ndarray:
     return -xp.log(xp.maximum(xp.take_rows(x, label), LOG_THRESHOLD))
 
 
-@register_op("LabelCrossEntropyGradient", inputs=3, outputs=1, devices=CPU_CUDA, inputs_doc=("X", "label", "dY [N]"), outputs_doc=("dX",),
-             doc="Gradient of LabelCrossEntropy: dX[i, label[i]] = -dY[i] / max(X[i, label[i]], 1e-20), 0 elsewhere.")
+@register_op(
+    "LabelCrossEntropyGradient",
+    inputs=3,
+    outputs=1,
+    devices=CPU_CUDA,
+    inputs_doc=("X", "label", "dY [N]"),
+    outputs_doc=("dX",),
+    doc="Gradient of LabelCrossEntropy: dX[i, label[i]] = -dY[i] / max(X[i, label[i]], 1e-20), 0 elsewhere.",
+)
 def label_cross_entropy_gradient(ctx: Any, x: Any, label: Any, dy: Any) -> np.ndarray:
     shape = tuple(array(ctx, x, 0).shape)
     x = _label_rows(ctx, x, 0)
@@ -416,8 +503,15 @@ def _label_cross_entropy_grad(op: OperatorDef, gout: list[str | None]) -> tuple[
 
 
 # -- AveragedLoss: Y = mean(X);  dX = dY / size(X) everywhere --------------------------------
-@register_op("AveragedLoss", inputs=1, outputs=1, devices=CPU_CUDA, inputs_doc=("X",), outputs_doc=("Y (0-d)",),
-             doc="The mean of every element of X, as a 0-d array.")
+@register_op(
+    "AveragedLoss",
+    inputs=1,
+    outputs=1,
+    devices=CPU_CUDA,
+    inputs_doc=("X",),
+    outputs_doc=("Y (0-d)",),
+    doc="The mean of every element of X, as a 0-d array.",
+)
 def averaged_loss(ctx: Any, x: Any) -> np.ndarray:
     x = float_array(ctx, x, 0)
     xp = namespace(ctx, x)
@@ -426,8 +520,15 @@ def averaged_loss(ctx: Any, x: Any) -> np.ndarray:
     return xp.scalar_like(x.mean(), x)
 
 
-@register_op("AveragedLossGradient", inputs=2, outputs=1, devices=CPU_CUDA, inputs_doc=("X", "dY (0-d)"), outputs_doc=("dX",),
-             doc="Gradient of AveragedLoss: dX = dY / size(X) in every element.")
+@register_op(
+    "AveragedLossGradient",
+    inputs=2,
+    outputs=1,
+    devices=CPU_CUDA,
+    inputs_doc=("X", "dY (0-d)"),
+    outputs_doc=("dX",),
+    doc="Gradient of AveragedLoss: dX = dY / size(X) in every element.",
+)
 def averaged_loss_gradient(ctx: Any, x: Any, dy: Any) -> np.ndarray:
     x = float_array(ctx, x, 0)
     xp = namespace(ctx, x, dy)
@@ -450,16 +551,30 @@ def _rows(ctx: Any, x: Any, y: Any) -> tuple[np.ndarray, np.ndarray]:
     return x.reshape(rows, d), y.reshape(rows, d)
 
 
-@register_op("SquaredL2", inputs=2, outputs=1, devices=CPU_CUDA, inputs_doc=("X [N, ...]", "Y [N, ...]"), outputs_doc=("D [N]",),
-             doc="Half the squared L2 distance per example: D[i] = 0.5 * sum((X[i] - Y[i])^2).")
+@register_op(
+    "SquaredL2",
+    inputs=2,
+    outputs=1,
+    devices=CPU_CUDA,
+    inputs_doc=("X [N, ...]", "Y [N, ...]"),
+    outputs_doc=("D [N]",),
+    doc="Half the squared L2 distance per example: D[i] = 0.5 * sum((X[i] - Y[i])^2).",
+)
 def squared_l2(ctx: Any, x: Any, y: Any) -> np.ndarray:
     x2, y2 = _rows(ctx, x, y)
     diff = x2 - y2
     return 0.5 * (diff * diff).sum(axis=1)
 
 
-@register_op("SquaredL2Gradient", inputs=3, outputs=(1, 2), devices=CPU_CUDA, inputs_doc=("X", "Y", "dD [N]"), outputs_doc=("dX", "dY (optional)"),
-             doc="Gradient of SquaredL2: dX = (X - Y) * dD[i] per row, and dY = -dX when a second output is given.")
+@register_op(
+    "SquaredL2Gradient",
+    inputs=3,
+    outputs=(1, 2),
+    devices=CPU_CUDA,
+    inputs_doc=("X", "Y", "dD [N]"),
+    outputs_doc=("dX", "dY (optional)"),
+    doc="Gradient of SquaredL2: dX = (X - Y) * dD[i] per row, and dY = -dX when a second output is given.",
+)
 def squared_l2_gradient(ctx: Any, x: Any, y: Any, dd: Any) -> Any:
     x2, y2 = _rows(ctx, x, y)
     dd = float_array(ctx, dd, 2)
@@ -477,10 +592,24 @@ def _squared_l2_grad(op: OperatorDef, gout: list[str | None]) -> tuple[list[Oper
 
 
 # Caffe2's name for the same op (its distance_op.cc); "SquaredL2" stays asyncnet's name for it
-register_op("SquaredL2Distance", inputs=2, outputs=1, devices=CPU_CUDA, inputs_doc=("X [N, ...]", "Y [N, ...]"),
-            outputs_doc=("D [N]",), doc="Caffe2's SquaredL2Distance: the same op as SquaredL2, D[i] = 0.5 * sum((X[i] - Y[i])^2).")(squared_l2)
-register_op("SquaredL2DistanceGradient", inputs=3, outputs=(1, 2), devices=CPU_CUDA, inputs_doc=("X", "Y", "dD [N]"),
-            outputs_doc=("dX", "dY (optional)"), doc="Gradient of SquaredL2Distance (SquaredL2Gradient's kernel).")(squared_l2_gradient)
+register_op(
+    "SquaredL2Distance",
+    inputs=2,
+    outputs=1,
+    devices=CPU_CUDA,
+    inputs_doc=("X [N, ...]", "Y [N, ...]"),
+    outputs_doc=("D [N]",),
+    doc="Caffe2's SquaredL2Distance: the same op as SquaredL2, D[i] = 0.5 * sum((X[i] - Y[i])^2).",
+)(squared_l2)
+register_op(
+    "SquaredL2DistanceGradient",
+    inputs=3,
+    outputs=(1, 2),
+    devices=CPU_CUDA,
+    inputs_doc=("X", "Y", "dD [N]"),
+    outputs_doc=("dX", "dY (optional)"),
+    doc="Gradient of SquaredL2Distance (SquaredL2Gradient's kernel).",
+)(squared_l2_gradient)
 register_gradient("SquaredL2Distance")(_squared_l2_grad)
 
 
@@ -506,11 +635,18 @@ def _specialize_accuracy(ctx: Any, pred: Any, label: Any) -> Any:
     return _accuracy_plain if ctx.args["top_k"] == 1 and _plain_types(pred, label) else None
 
 
-@register_op("Accuracy", inputs=2, outputs=1, devices=CPU_CUDA, specialize=_specialize_accuracy,
-             args=[Arg("top_k", int, 1, "count a row correct when its label is among the k best")],
-             inputs_doc=("prediction [N, D]", "label [N] int"), outputs_doc=("accuracy (0-d float32)",),
-             doc="Fraction of rows whose label scores among the top_k predictions (ties go to the lower index; "
-                 "a NaN ranks above every number, and a NaN at the label counts the row as wrong).")
+@register_op(
+    "Accuracy",
+    inputs=2,
+    outputs=1,
+    devices=CPU_CUDA,
+    specialize=_specialize_accuracy,
+    args=[Arg("top_k", int, 1, "count a row correct when its label is among the k best")],
+    inputs_doc=("prediction [N, D]", "label [N] int"),
+    outputs_doc=("accuracy (0-d float32)",),
+    doc="Fraction of rows whose label scores among the top_k predictions (ties go to the lower index; "
+    "a NaN ranks above every number, and a NaN at the label counts the row as wrong).",
+)
 def accuracy(ctx: Any, pred: Any, label: Any) -> np.ndarray:
     if ctx.args["top_k"] == 1 and _plain_types(pred, label):
         return _accuracy_plain(ctx, pred, label)
@@ -558,21 +694,31 @@ def _sigmoid_xent_terms(ctx: Any, x: Any, t: Any, first: int) -> tuple[np.ndarra
     x, t = float_array(ctx, x, first), float_array(ctx, t, first + 1)
     namespace(ctx, *([None] * first), x, t)
     if x.shape != t.shape or x.dtype != t.dtype:
-        raise ValueError(f"expected logits and targets of one shape and dtype, got {tuple(x.shape)} {x.dtype} and "
-                         f"{tuple(t.shape)} {t.dtype}")
+        raise ValueError(
+            f"expected logits and targets of one shape and dtype, got {tuple(x.shape)} {x.dtype} and "
+            f"{tuple(t.shape)} {t.dtype}"
+        )
     if ctx.args["log_D_trick"] and ctx.args["unjoined_lr_loss"]:
         raise ValueError("log_D_trick and unjoined_lr_loss cannot both be set")
     return x, t
 
 
-_SIGMOID_XENT_ARGS = [Arg("log_D_trick", bool, False, "use (2T - 1) log s(X), the GAN generator's log D trick"),
-                      Arg("unjoined_lr_loss", bool, False, "use T X - (1 - T) softplus(X), the unjoined logistic loss")]
+_SIGMOID_XENT_ARGS = [
+    Arg("log_D_trick", bool, False, "use (2T - 1) log s(X), the GAN generator's log D trick"),
+    Arg("unjoined_lr_loss", bool, False, "use T X - (1 - T) softplus(X), the unjoined logistic loss"),
+]
 
 
-@register_op("SigmoidCrossEntropyWithLogits", inputs=2, outputs=1, args=_SIGMOID_XENT_ARGS,
-             inputs_doc=("logits [..., D]", "targets [..., D] (probabilities, same shape)"), outputs_doc=("xentropy [...]",),
-             doc="Caffe2's SigmoidCrossEntropyWithLogits: the binary cross-entropy of sigmoid(logits) against targets, "
-                 "averaged over the last dim (a 0-d input is one value), computed without overflow.")
+@register_op(
+    "SigmoidCrossEntropyWithLogits",
+    inputs=2,
+    outputs=1,
+    args=_SIGMOID_XENT_ARGS,
+    inputs_doc=("logits [..., D]", "targets [..., D] (probabilities, same shape)"),
+    outputs_doc=("xentropy [...]",),
+    doc="Caffe2's SigmoidCrossEntropyWithLogits: the binary cross-entropy of sigmoid(logits) against targets, "
+    "averaged over the last dim (a 0-d input is one value), computed without overflow.",
+)
 def sigmoid_cross_entropy_with_logits(ctx: Any, x: Any, t: Any) -> np.ndarray:
     x, t = _sigmoid_xent_terms(ctx, x, t, 0)
     if ctx.args["log_D_trick"]:
@@ -585,10 +731,16 @@ def sigmoid_cross_entropy_with_logits(ctx: Any, x: Any, t: Any) -> np.ndarray:
     return y if namespace(ctx, x).name == "torch" else np.asarray(y, dtype=x.dtype)
 
 
-@register_op("SigmoidCrossEntropyWithLogitsGradient", inputs=3, outputs=1, args=_SIGMOID_XENT_ARGS,
-             inputs_doc=("dY [...]", "logits", "targets"), outputs_doc=("dlogits",),
-             doc="Gradient of SigmoidCrossEntropyWithLogits: dX = -dY / D * (T - sigmoid(X)) (or the log_D_trick / "
-                 "unjoined_lr_loss derivative).")
+@register_op(
+    "SigmoidCrossEntropyWithLogitsGradient",
+    inputs=3,
+    outputs=1,
+    args=_SIGMOID_XENT_ARGS,
+    inputs_doc=("dY [...]", "logits", "targets"),
+    outputs_doc=("dlogits",),
+    doc="Gradient of SigmoidCrossEntropyWithLogits: dX = -dY / D * (T - sigmoid(X)) (or the log_D_trick / "
+    "unjoined_lr_loss derivative).",
+)
 def sigmoid_cross_entropy_with_logits_gradient(ctx: Any, dy: Any, x: Any, t: Any) -> np.ndarray:
     x, t = _sigmoid_xent_terms(ctx, x, t, 1)
     dy = float_array(ctx, dy, 0)
@@ -611,7 +763,9 @@ def sigmoid_cross_entropy_with_logits_gradient(ctx: Any, dy: Any, x: Any, t: Any
 @register_gradient("SigmoidCrossEntropyWithLogits")
 def _sigmoid_xent_grad(op: OperatorDef, gout: list[str | None]) -> tuple[list[OperatorDef], list[str | None]]:
     x, t = op.inputs
-    gop = OperatorDef("SigmoidCrossEntropyWithLogitsGradient", [_grad.output_grad(op, gout), x, t], ["#dx"], dict(op.args))
+    gop = OperatorDef(
+        "SigmoidCrossEntropyWithLogitsGradient", [_grad.output_grad(op, gout), x, t], ["#dx"], dict(op.args)
+    )
     return [gop], ["#dx", None]
 
 

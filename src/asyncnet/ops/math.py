@@ -21,7 +21,8 @@ A's shape. A B of one element is a scalar::
 from __future__ import annotations
 
 import operator
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -46,17 +47,23 @@ def validate_legacy(op: OperatorDef) -> None:
     args = op.args
     if not args.get("broadcast"):
         if args.get("axis", -1) != -1 or args.get("axis_str"):
-            raise ValueError("argument axis or axis_str given without broadcast=1; expected broadcast=1 "
-                             "(Caffe2: do not specify axis or axis_str if broadcast is not enabled)")
+            raise ValueError(
+                "argument axis or axis_str given without broadcast=1; expected broadcast=1 "
+                "(Caffe2: do not specify axis or axis_str if broadcast is not enabled)"
+            )
         return
     if args.get("axis", -1) != -1 and args.get("axis_str"):
         raise ValueError("arguments axis and axis_str given together; expected one of them")
     axis_str = args.get("axis_str", "")
-    if axis_str and (not isinstance(axis_str, str) or len(axis_str) != 1 or axis_str not in str(args.get("order", "NCHW"))):
+    if axis_str and (
+        not isinstance(axis_str, str) or len(axis_str) != 1 or axis_str not in str(args.get("order", "NCHW"))
+    ):
         raise ValueError(f"argument axis_str={axis_str!r}: expected one letter of order={args.get('order', 'NCHW')!r}")
     if len(op.inputs) > 1 and op.outputs and op.outputs[0] == op.inputs[1]:
-        raise ValueError("output 0 overwrites input 1 with broadcast=1; expected in place only with input 0 "
-                         "(Caffe2: in-place is allowed only with the first tensor when legacy-broadcasting)")
+        raise ValueError(
+            "output 0 overwrites input 1 with broadcast=1; expected in place only with input 0 "
+            "(Caffe2: in-place is allowed only with the first tensor when legacy-broadcasting)"
+        )
 
 
 def legacy_axis(args: dict[str, Any]) -> int:
@@ -77,7 +84,9 @@ def legacy_shape(a_shape: tuple[int, ...], b_shape: tuple[int, ...], axis: int) 
     if axis == -1:
         axis = len(a_shape) - len(b_shape)
     if not 0 <= axis <= len(a_shape) - len(b_shape):
-        raise ValueError(f"broadcast axis={axis} out of range [0, {len(a_shape) - len(b_shape)}] for A {a_shape}, B {b_shape}")
+        raise ValueError(
+            f"broadcast axis={axis} out of range [0, {len(a_shape) - len(b_shape)}] for A {a_shape}, B {b_shape}"
+        )
     start, end = 0, len(b_shape) - 1
     while start < len(b_shape) and b_shape[start] == 1:
         start += 1
@@ -85,9 +94,11 @@ def legacy_shape(a_shape: tuple[int, ...], b_shape: tuple[int, ...], axis: int) 
         end -= 1
     for i in range(start, end + 1):
         if a_shape[axis + i] != b_shape[i]:
-            raise ValueError(f"broadcast dimension mismatch: B {b_shape} dim {i} is {b_shape[i]}, A {a_shape} "
-                             f"dim {axis + i} is {a_shape[axis + i]} (axis={axis})")
-    return (1,) * (axis + start) + tuple(b_shape[start:end + 1]) + (1,) * (len(a_shape) - axis - end - 1)
+            raise ValueError(
+                f"broadcast dimension mismatch: B {b_shape} dim {i} is {b_shape[i]}, A {a_shape} "
+                f"dim {axis + i} is {a_shape[axis + i]} (axis={axis})"
+            )
+    return (1,) * (axis + start) + tuple(b_shape[start : end + 1]) + (1,) * (len(a_shape) - axis - end - 1)
 
 
 def binary_operands(ctx: Any, a: Any, b: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -105,8 +116,18 @@ def binary_operands(ctx: Any, a: Any, b: Any) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _binary(op_type: str, fn: Callable[[Any, Any], Any], doc: str) -> None:
-    @register_op(op_type, inputs=2, outputs=1, allow_inplace={0: 0, 1: 0}, devices=CPU_CUDA, doc=doc,
-                 inputs_doc=("A", "B"), outputs_doc=("C",), args=LEGACY_ARGS, validate=validate_legacy)
+    @register_op(
+        op_type,
+        inputs=2,
+        outputs=1,
+        allow_inplace={0: 0, 1: 0},
+        devices=CPU_CUDA,
+        doc=doc,
+        inputs_doc=("A", "B"),
+        outputs_doc=("C",),
+        args=LEGACY_ARGS,
+        validate=validate_legacy,
+    )
     def kernel(ctx: Any, a: Any, b: Any) -> np.ndarray:
         a, b = binary_operands(ctx, a, b)
         return as_array(fn(a, b))
@@ -119,9 +140,17 @@ _binary("Sub", operator.sub, "C = A - B, with numpy broadcasting (or Caffe2's le
 _binary("Mul", operator.mul, "C = A * B (elementwise), with numpy broadcasting (or Caffe2's legacy broadcast=1, axis).")
 
 
-@register_op("Div", inputs=2, outputs=1, allow_inplace={0: 0, 1: 0}, args=LEGACY_ARGS, validate=validate_legacy, devices=CPU_CUDA,
-             doc="C = A / B (elementwise), with numpy broadcasting (or Caffe2's legacy broadcast=1, axis); "
-                 "integer inputs divide with truncation toward zero.")
+@register_op(
+    "Div",
+    inputs=2,
+    outputs=1,
+    allow_inplace={0: 0, 1: 0},
+    args=LEGACY_ARGS,
+    validate=validate_legacy,
+    devices=CPU_CUDA,
+    doc="C = A / B (elementwise), with numpy broadcasting (or Caffe2's legacy broadcast=1, axis); "
+    "integer inputs divide with truncation toward zero.",
+)
 def div(ctx: Any, a: Any, b: Any) -> np.ndarray:
     a, b = binary_operands(ctx, a, b)
     xp = namespace(ctx, a, b)
@@ -148,22 +177,38 @@ def _trunc_divide(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return q
 
 
-@register_op("Sum", inputs=(1, None), outputs=1, allow_inplace={0: 0}, devices=CPU_CUDA, doc="Elementwise sum of one or more inputs of the same shape and dtype.")
+@register_op(
+    "Sum",
+    inputs=(1, None),
+    outputs=1,
+    allow_inplace={0: 0},
+    devices=CPU_CUDA,
+    doc="Elementwise sum of one or more inputs of the same shape and dtype.",
+)
 def sum_(ctx: Any, *xs: Any) -> np.ndarray:
     arrays = [array(ctx, x, i) for i, x in enumerate(xs)]
     xp = namespace(ctx, *arrays)
     same_dtype(ctx, arrays)
     for i, x in enumerate(arrays[1:], 1):
         if x.shape != arrays[0].shape:
-            raise ValueError(f"expected every input of shape {arrays[0].shape}, got {x.shape} in input {i} {ctx.op.inputs[i]!r}")
+            raise ValueError(
+                f"expected every input of shape {arrays[0].shape}, got {x.shape} in input {i} {ctx.op.inputs[i]!r}"
+            )
     out = xp.copy(arrays[0])
     for x in arrays[1:]:
         out += x
     return out
 
 
-@register_op("Scale", inputs=1, outputs=1, allow_inplace={0: 0}, args=[Arg("scale", float, 1.0, "multiplier")], devices=CPU_CUDA,
-             doc="Y = scale * X, keeping X's dtype.")
+@register_op(
+    "Scale",
+    inputs=1,
+    outputs=1,
+    allow_inplace={0: 0},
+    args=[Arg("scale", float, 1.0, "multiplier")],
+    devices=CPU_CUDA,
+    doc="Y = scale * X, keeping X's dtype.",
+)
 def scale(ctx: Any, x: Any) -> np.ndarray:
     x = array(ctx, x, 0)
     s = ctx.args["scale"]
@@ -182,12 +227,19 @@ def scale(ctx: Any, x: Any) -> np.ndarray:
     if xp.kind(x) in "iu" and float(s).is_integer() and abs(s) < 2**63:
         k = int(s) % (1 << 8 * x.element_size()) if xp.kind(x) == "u" else int(s)  # wraps as numpy's astype
         return x * xp.scalar_like(k, x)
-    return (x.to(xp.lib.float64) * s).to(x.dtype)  # in float64 as numpy's (x * s).astype: torch's int * float is float32
+    return (x.to(xp.lib.float64) * s).to(
+        x.dtype
+    )  # in float64 as numpy's (x * s).astype: torch's int * float is float32
 
 
-@register_op("Copy", inputs=1, outputs=1, devices=CPU_CUDA,
-             doc="Y = a copy of X (arrays are copied; other objects passed through); on a cuda op Y is on the op's "
-                 "device wherever X is (Caffe2's Copy: 'potentially across devices').")
+@register_op(
+    "Copy",
+    inputs=1,
+    outputs=1,
+    devices=CPU_CUDA,
+    doc="Y = a copy of X (arrays are copied; other objects passed through); on a cuda op Y is on the op's "
+    "device wherever X is (Caffe2's Copy: 'potentially across devices').",
+)
 def copy(ctx: Any, x: Any) -> Any:
     if x is None:
         raise TypeError(f"input 0 {ctx.op.inputs[0]!r} holds None; expected a tensor (or another object to pass on)")
@@ -201,11 +253,20 @@ def copy(ctx: Any, x: Any) -> Any:
     return x.clone() if is_torch(x) else x
 
 
-@register_op("MatMul", inputs=2, outputs=1, devices=CPU_CUDA,
-             args=[Arg("trans_a", bool, False, "transpose A (after flattening)"), Arg("trans_b", bool, False, "transpose B (after flattening)"),
-                   Arg("axis_a", int, 1, "A is flattened to 2-D at this axis"), Arg("axis_b", int, 1, "B is flattened to 2-D at this axis")],
-             doc="C = op(A) @ op(B), A and B float, flattened to 2-D at axis_a and axis_b, op an optional transpose "
-                 "(Caffe2's MatMul); C is 2-D.")
+@register_op(
+    "MatMul",
+    inputs=2,
+    outputs=1,
+    devices=CPU_CUDA,
+    args=[
+        Arg("trans_a", bool, False, "transpose A (after flattening)"),
+        Arg("trans_b", bool, False, "transpose B (after flattening)"),
+        Arg("axis_a", int, 1, "A is flattened to 2-D at this axis"),
+        Arg("axis_b", int, 1, "B is flattened to 2-D at this axis"),
+    ],
+    doc="C = op(A) @ op(B), A and B float, flattened to 2-D at axis_a and axis_b, op an optional transpose "
+    "(Caffe2's MatMul); C is 2-D.",
+)
 def matmul(ctx: Any, a: Any, b: Any) -> np.ndarray:
     a2, b2 = matmul_operands(ctx, a, b)
     return a2 @ b2
@@ -232,17 +293,28 @@ def matmul_operands(ctx: Any, a: Any, b: Any) -> tuple[np.ndarray, np.ndarray]:
     a2 = a2.T if ctx.args["trans_a"] else a2
     b2 = b2.T if ctx.args["trans_b"] else b2
     if a2.shape[1] != b2.shape[0]:
-        raise ValueError(f"expected A's columns ({a2.shape[1]}) to equal B's rows ({b2.shape[0]}) after flattening "
-                         f"(axis_a={ctx.args['axis_a']}, axis_b={ctx.args['axis_b']}) and transposes; A {a.shape}, B {b.shape}")
+        raise ValueError(
+            f"expected A's columns ({a2.shape[1]}) to equal B's rows ({b2.shape[0]}) after flattening "
+            f"(axis_a={ctx.args['axis_a']}, axis_b={ctx.args['axis_b']}) and transposes; A {a.shape}, B {b.shape}"
+        )
     return a2, b2
 
 
-@register_op("BatchMatMul", inputs=2, outputs=1, devices=CPU_CUDA,
-             args=[Arg("trans_a", bool, False, "transpose the last two dims of A"), Arg("trans_b", bool, False, "transpose the last two dims of B"),
-                   Arg("broadcast", bool, False, "numpy.matmul's broadcasting (1-D operands, batch dims); no gradient")],
-             inputs_doc=("A (..., M, K)", "B (..., K, N)"), outputs_doc=("Y (..., M, N)",),
-             doc="Y_i = op(A_i) @ op(B_i) over the leading (batch) dims (Caffe2's BatchMatMul): without broadcast A and B "
-                 "have one rank >= 2 and equal batch dims; with broadcast=1 it behaves as numpy.matmul.")
+@register_op(
+    "BatchMatMul",
+    inputs=2,
+    outputs=1,
+    devices=CPU_CUDA,
+    args=[
+        Arg("trans_a", bool, False, "transpose the last two dims of A"),
+        Arg("trans_b", bool, False, "transpose the last two dims of B"),
+        Arg("broadcast", bool, False, "numpy.matmul's broadcasting (1-D operands, batch dims); no gradient"),
+    ],
+    inputs_doc=("A (..., M, K)", "B (..., K, N)"),
+    outputs_doc=("Y (..., M, N)",),
+    doc="Y_i = op(A_i) @ op(B_i) over the leading (batch) dims (Caffe2's BatchMatMul): without broadcast A and B "
+    "have one rank >= 2 and equal batch dims; with broadcast=1 it behaves as numpy.matmul.",
+)
 def batch_matmul(ctx: Any, a: Any, b: Any) -> np.ndarray:
     a, b = float_array(ctx, a, 0), float_array(ctx, b, 1)
     xp = namespace(ctx, a, b)
@@ -250,11 +322,15 @@ def batch_matmul(ctx: Any, a: Any, b: Any) -> np.ndarray:
     ta, tb = ctx.args["trans_a"], ctx.args["trans_b"]
     if not ctx.args["broadcast"]:
         if a.ndim < 2 or a.ndim != b.ndim or a.shape[:-2] != b.shape[:-2]:
-            raise ValueError(f"expected A and B of one rank >= 2 with equal batch dims (or broadcast=1), got A {a.shape}, B {b.shape}")
+            raise ValueError(
+                f"expected A and B of one rank >= 2 with equal batch dims (or broadcast=1), got A {a.shape}, B {b.shape}"
+            )
     a = xp.swapaxes(a, -1, -2) if ta and a.ndim >= 2 else a
     b = xp.swapaxes(b, -1, -2) if tb and b.ndim >= 2 else b
     try:
         return as_array(xp.matmul(a, b))
     except (ValueError, RuntimeError):
-        raise ValueError(f"BatchMatMul shapes do not match: op(A) {a.shape}, op(B) {b.shape} "
-                         f"(trans_a={ta}, trans_b={tb}, broadcast={ctx.args['broadcast']})") from None
+        raise ValueError(
+            f"BatchMatMul shapes do not match: op(A) {a.shape}, op(B) {b.shape} "
+            f"(trans_a={ta}, trans_b={tb}, broadcast={ctx.args['broadcast']})"
+        ) from None

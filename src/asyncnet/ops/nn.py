@@ -14,8 +14,10 @@ from asyncnet.tensor.namespace import cpu_tensors, namespace
 
 
 def _fc_args(default_axis_w: int) -> list[Arg]:
-    return [Arg("axis", int, 1, "X is flattened to [M, K] at this axis; Y keeps X's dims before it"),
-            Arg("axis_w", int, default_axis_w, "W is flattened to 2-D at this axis")]
+    return [
+        Arg("axis", int, 1, "X is flattened to [M, K] at this axis; Y keeps X's dims before it"),
+        Arg("axis_w", int, default_axis_w, "W is flattened to 2-D at this axis"),
+    ]
 
 
 def fc_shapes(ctx: Any, x: np.ndarray, w: np.ndarray, transposed: bool) -> tuple[np.ndarray, np.ndarray, int]:
@@ -25,8 +27,10 @@ def fc_shapes(ctx: Any, x: np.ndarray, w: np.ndarray, transposed: bool) -> tuple
     k = w2.shape[0] if transposed else w2.shape[1]
     if k != x2.shape[1]:
         expected = f"[{x2.shape[1]}, N]" if transposed else f"[N, {x2.shape[1]}]"
-        raise ValueError(f"expected W flattened at axis_w={ctx.args['axis_w']} to be {expected} for X {x.shape} flattened "
-                         f"at axis={ctx.args['axis']} to {x2.shape}, got W {w.shape} -> {w2.shape}")
+        raise ValueError(
+            f"expected W flattened at axis_w={ctx.args['axis_w']} to be {expected} for X {x.shape} flattened "
+            f"at axis={ctx.args['axis']} to {x2.shape}, got W {w.shape} -> {w2.shape}"
+        )
     return x2, w2, axis
 
 
@@ -39,18 +43,38 @@ def plain_fc(ctx: Any, x: Any, w: Any, v: Any, v_ndim: int) -> bool:
     for its gradient; ``v_ndim`` 1 or 2) numpy arrays of one float dtype, default axes. The kernels then take a
     short path with the same math (same bits) and no flattening; anything else takes the general
     path and its checks."""
-    return (type(x) is _nd and type(w) is _nd and type(v) is _nd and x.ndim == 2 and w.ndim == 2
-            and x.dtype is w.dtype is v.dtype and x.dtype in _ZERO and x.shape[1] == w.shape[1]
-            and v.ndim == v_ndim and v.shape[-1] == w.shape[0] and (v_ndim == 1 or v.shape[0] == x.shape[0])
-            and ctx.args["axis"] == 1 and ctx.args["axis_w"] == 1)
+    return (
+        type(x) is _nd
+        and type(w) is _nd
+        and type(v) is _nd
+        and x.ndim == 2
+        and w.ndim == 2
+        and x.dtype is w.dtype is v.dtype
+        and x.dtype in _ZERO
+        and x.shape[1] == w.shape[1]
+        and v.ndim == v_ndim
+        and v.shape[-1] == w.shape[0]
+        and (v_ndim == 1 or v.shape[0] == x.shape[0])
+        and ctx.args["axis"] == 1
+        and ctx.args["axis_w"] == 1
+    )
 
 
 def plain_fc_torch(ctx: Any, x: Any, w: Any, v: Any, v_ndim: int) -> bool:
     """:func:`plain_fc` for torch CPU tensors (the kernels then call torch's fused addmm / mm)."""
-    return (cpu_tensors(x, w, v) and x.dim() == 2 and w.dim() == 2 and x.dtype is w.dtype is v.dtype
-            and x.is_floating_point() and x.shape[1] == w.shape[1] and v.dim() == v_ndim
-            and v.shape[-1] == w.shape[0] and (v_ndim == 1 or v.shape[0] == x.shape[0])
-            and ctx.args["axis"] == 1 and ctx.args["axis_w"] == 1)
+    return (
+        cpu_tensors(x, w, v)
+        and x.dim() == 2
+        and w.dim() == 2
+        and x.dtype is w.dtype is v.dtype
+        and x.is_floating_point()
+        and x.shape[1] == w.shape[1]
+        and v.dim() == v_ndim
+        and v.shape[-1] == w.shape[0]
+        and (v_ndim == 1 or v.shape[0] == x.shape[0])
+        and ctx.args["axis"] == 1
+        and ctx.args["axis_w"] == 1
+    )
 
 
 def _fc(ctx: Any, x: Any, w: Any, b: Any, transposed: bool) -> np.ndarray:
@@ -77,10 +101,18 @@ def _specialize_fc(ctx: Any, x: Any, w: Any, b: Any) -> Any:
     return _fc_plain if plain_fc(ctx, x, w, b, 1) else None
 
 
-@register_op("FC", inputs=3, outputs=1, args=_fc_args(1), devices=CPU_CUDA, specialize=_specialize_fc,
-             inputs_doc=("X", "W [N, K] (flattened at axis_w)", "b [N]"), outputs_doc=("Y, X.shape[:axis] + [N]",),
-             doc="Fully connected layer: Y = X W^T + b, X flattened to [M, K] at `axis`, W to [N, K] at `axis_w`; "
-                 "Y keeps X's dims before `axis` (Caffe2's FC).")
+@register_op(
+    "FC",
+    inputs=3,
+    outputs=1,
+    args=_fc_args(1),
+    devices=CPU_CUDA,
+    specialize=_specialize_fc,
+    inputs_doc=("X", "W [N, K] (flattened at axis_w)", "b [N]"),
+    outputs_doc=("Y, X.shape[:axis] + [N]",),
+    doc="Fully connected layer: Y = X W^T + b, X flattened to [M, K] at `axis`, W to [N, K] at `axis_w`; "
+    "Y keeps X's dims before `axis` (Caffe2's FC).",
+)
 def fc(ctx: Any, x: Any, w: Any, b: Any) -> np.ndarray:
     if plain_fc(ctx, x, w, b, 1):
         return _fc_plain(ctx, x, w, b)
@@ -89,16 +121,24 @@ def fc(ctx: Any, x: Any, w: Any, b: Any) -> np.ndarray:
     return _fc(ctx, x, w, b, transposed=False)
 
 
-@register_op("FCTransposed", inputs=3, outputs=1, args=_fc_args(1), devices=CPU_CUDA,
-             inputs_doc=("X", "W [K, N] (flattened at axis_w)", "b [N]"), outputs_doc=("Y, X.shape[:axis] + [N]",),
-             doc="FC with the weight stored transposed: Y = X W + b, W flattened to [K, N] at `axis_w` (Caffe2's FCTransposed).")
+@register_op(
+    "FCTransposed",
+    inputs=3,
+    outputs=1,
+    args=_fc_args(1),
+    devices=CPU_CUDA,
+    inputs_doc=("X", "W [K, N] (flattened at axis_w)", "b [N]"),
+    outputs_doc=("Y, X.shape[:axis] + [N]",),
+    doc="FC with the weight stored transposed: Y = X W + b, W flattened to [K, N] at `axis_w` (Caffe2's FCTransposed).",
+)
 def fc_transposed(ctx: Any, x: Any, w: Any, b: Any) -> np.ndarray:
     return _fc(ctx, x, w, b, transposed=True)
 
 
 def _activation(op_type: str, doc: str, specialize: Any = None):  # type: ignore[no-untyped-def]
-    return register_op(op_type, inputs=1, outputs=1, allow_inplace={0: 0}, devices=CPU_CUDA, doc=doc,
-                       specialize=specialize)
+    return register_op(
+        op_type, inputs=1, outputs=1, allow_inplace={0: 0}, devices=CPU_CUDA, doc=doc, specialize=specialize
+    )
 
 
 def _specialize_relu(ctx: Any, x: Any) -> Any:
@@ -137,8 +177,15 @@ def tanh(ctx: Any, x: Any) -> np.ndarray:
     return as_array(namespace(ctx, x).tanh(x))
 
 
-@register_op("Softmax", inputs=1, outputs=1, allow_inplace={0: 0}, devices=CPU_CUDA, args=[Arg("axis", int, 1, "X is flattened to 2-D from this axis; softmax runs over the columns")],
-             doc="Softmax over the trailing dims: X viewed as [prod(dims[:axis]), prod(dims[axis:])].")
+@register_op(
+    "Softmax",
+    inputs=1,
+    outputs=1,
+    allow_inplace={0: 0},
+    devices=CPU_CUDA,
+    args=[Arg("axis", int, 1, "X is flattened to 2-D from this axis; softmax runs over the columns")],
+    doc="Softmax over the trailing dims: X viewed as [prod(dims[:axis]), prod(dims[axis:])].",
+)
 def softmax(ctx: Any, x: Any) -> np.ndarray:
     x = float_array(ctx, x, 0)
     xp = namespace(ctx, x)

@@ -37,7 +37,15 @@ from asyncnet.ops._check import array, axis_of, float_array, same_dtype
 from asyncnet.ops.grad import GradOut, MakerResult, output_grad
 from asyncnet.tensor.namespace import namespace
 
-__all__ = ["spatial_bn", "spatial_bn_gradient", "layer_norm", "layer_norm_gradient", "dropout", "dropout_grad"]
+__all__ = [
+    "spatial_bn",
+    "spatial_bn_gradient",
+    "layer_norm",
+    "layer_norm_gradient",
+    "dropout",
+    "dropout_grad",
+    "dropout_generator",
+]
 
 _EPS = Arg("epsilon", float, 1e-5, "added to the variance before the square root")
 _IS_TEST = Arg("is_test", bool, False, "inference mode")
@@ -47,8 +55,9 @@ _ORDER = Arg("order", str, "NCHW", "memory order: channels on axis 1 (NCHW) or l
 def _vec(ctx: Any, x: Any, i: int, c: int, dtype: np.dtype) -> np.ndarray:
     x = float_array(ctx, x, i)
     if x.shape != (c,) or x.dtype != dtype:
-        raise ValueError(f"expected input {i} {ctx.op.inputs[i]!r} of shape ({c},) and dtype {dtype}, "
-                         f"got {tuple(x.shape)} {x.dtype}")
+        raise ValueError(
+            f"expected input {i} {ctx.op.inputs[i]!r} of shape ({c},) and dtype {dtype}, got {tuple(x.shape)} {x.dtype}"
+        )
     return x
 
 
@@ -68,16 +77,29 @@ def _five_or_seven(op: OperatorDef) -> None:
         raise ValueError(f"expected num_batches >= 1, got {op.args['num_batches']}")
 
 
-@register_op("SpatialBN", inputs=(5, 7), outputs=(1, 5), allow_inplace={0: 0, 5: 3, 6: 4}, enforce_inplace={3: 1, 4: 2},
-             args=[_IS_TEST, _EPS, Arg("momentum", float, 0.9, "weight of the old running statistics"), _ORDER, _NUM_BATCHES],
-             validate=_five_or_seven,
-             inputs_doc=("X [N, C, ...]", "scale [C]", "bias [C]", "mean [C] (running)", "var [C] (running)",
-                         "batch_mean_sum [C] (optional)", "batch_var_sum [C] (optional; sum of squares)"),
-             outputs_doc=("Y", "running_mean (in place)", "running_var (in place)", "saved_mean", "saved_inv_var"),
-             doc="Caffe2's spatial batch normalization per channel (axis 1, or the last with order=NHWC). Training (5 outputs): batch statistics, the running "
-                 "ones updated in place, the batch mean and 1/sqrt(var + epsilon) saved for the gradient. "
-                 "is_test=1 (1 output): the running statistics. Caffe2's multi-batch form: inputs 5 and 6 hold the sums of "
-                 "X and X^2 over num_batches batches, which give the statistics instead of X.")
+@register_op(
+    "SpatialBN",
+    inputs=(5, 7),
+    outputs=(1, 5),
+    allow_inplace={0: 0, 5: 3, 6: 4},
+    enforce_inplace={3: 1, 4: 2},
+    args=[_IS_TEST, _EPS, Arg("momentum", float, 0.9, "weight of the old running statistics"), _ORDER, _NUM_BATCHES],
+    validate=_five_or_seven,
+    inputs_doc=(
+        "X [N, C, ...]",
+        "scale [C]",
+        "bias [C]",
+        "mean [C] (running)",
+        "var [C] (running)",
+        "batch_mean_sum [C] (optional)",
+        "batch_var_sum [C] (optional; sum of squares)",
+    ),
+    outputs_doc=("Y", "running_mean (in place)", "running_var (in place)", "saved_mean", "saved_inv_var"),
+    doc="Caffe2's spatial batch normalization per channel (axis 1, or the last with order=NHWC). Training (5 outputs): batch statistics, the running "
+    "ones updated in place, the batch mean and 1/sqrt(var + epsilon) saved for the gradient. "
+    "is_test=1 (1 output): the running statistics. Caffe2's multi-batch form: inputs 5 and 6 hold the sums of "
+    "X and X^2 over num_batches batches, which give the statistics instead of X.",
+)
 def spatial_bn(ctx: Any, x: Any, scale: Any, bias: Any, mean: Any, var: Any, *sums: Any) -> Any:
     x = float_array(ctx, x, 0)
     xp = namespace(ctx, x, scale, bias, mean, var)
@@ -138,14 +160,22 @@ def _update(ctx: Any, xp: Any, running: np.ndarray, i: int, value: np.ndarray) -
     xp.copyto(running, value)
 
 
-@register_op("SpatialBNGradient", inputs=(5, 7), outputs=3, args=[_EPS, _ORDER, _NUM_BATCHES], validate=_five_or_seven,
-             allow_inplace={5: 1, 6: 2},
-             inputs_doc=("X", "scale", "dY", "saved_mean", "saved_inv_var", "dscale_sum (optional)", "dbias_sum (optional)"),
-             outputs_doc=("dX", "dscale", "dbias"),
-             doc="Gradient of SpatialBN in training: dbias = sum dY, dscale = sum dY * xhat, "
-                 "dX = scale * rstd / M * (M dY - dbias - xhat dscale), sums over all but axis 1. Caffe2's multi-batch "
-                 "form: dscale and dbias are inputs 5 and 6 divided by num_batches.")
-def spatial_bn_gradient(ctx: Any, x: Any, scale: Any, dy: Any, mu: Any, rstd: Any, *sums: Any) -> tuple[np.ndarray, ...]:
+@register_op(
+    "SpatialBNGradient",
+    inputs=(5, 7),
+    outputs=3,
+    args=[_EPS, _ORDER, _NUM_BATCHES],
+    validate=_five_or_seven,
+    allow_inplace={5: 1, 6: 2},
+    inputs_doc=("X", "scale", "dY", "saved_mean", "saved_inv_var", "dscale_sum (optional)", "dbias_sum (optional)"),
+    outputs_doc=("dX", "dscale", "dbias"),
+    doc="Gradient of SpatialBN in training: dbias = sum dY, dscale = sum dY * xhat, "
+    "dX = scale * rstd / M * (M dY - dbias - xhat dscale), sums over all but axis 1. Caffe2's multi-batch "
+    "form: dscale and dbias are inputs 5 and 6 divided by num_batches.",
+)
+def spatial_bn_gradient(
+    ctx: Any, x: Any, scale: Any, dy: Any, mu: Any, rstd: Any, *sums: Any
+) -> tuple[np.ndarray, ...]:
     x, dy = float_array(ctx, x, 0), float_array(ctx, dy, 2)
     xp = namespace(ctx, x, scale, dy, mu, rstd)
     same_dtype(ctx, [x, dy])
@@ -178,12 +208,18 @@ def _spatial_bn_grad(op: OperatorDef, gout: GradOut) -> MakerResult:
     if op.args.get("is_test") or len(op.outputs) != 5:
         raise NetDefinitionError("SpatialBN with is_test=1 has no gradient; differentiate the training-mode op")
     if len(op.inputs) == 7:
-        raise NetDefinitionError("SpatialBN with batch sums (7 inputs) has no gradient maker; differentiate the 5-input op")
+        raise NetDefinitionError(
+            "SpatialBN with batch sums (7 inputs) has no gradient maker; differentiate the 5-input op"
+        )
     if any(g is not None for g in gout[1:]):
         raise NetDefinitionError("SpatialBN: only output 0 (Y) is differentiable")
     x, scale = op.inputs[:2]
-    gop = OperatorDef("SpatialBNGradient", [x, scale, output_grad(op, gout), op.outputs[3], op.outputs[4]],
-                      ["#dx", "#dscale", "#dbias"], {k: v for k, v in op.args.items() if k in ("epsilon", "order")})
+    gop = OperatorDef(
+        "SpatialBNGradient",
+        [x, scale, output_grad(op, gout), op.outputs[3], op.outputs[4]],
+        ["#dx", "#dscale", "#dbias"],
+        {k: v for k, v in op.args.items() if k in ("epsilon", "order")},
+    )
     return [gop], ["#dx", "#dscale", "#dbias", None, None]
 
 
@@ -191,7 +227,9 @@ def _spatial_bn_grad(op: OperatorDef, gout: GradOut) -> MakerResult:
 def _rows(ctx: Any, x: np.ndarray) -> tuple[np.ndarray, tuple[int, ...]]:
     a = axis_of(ctx, x, ctx.args["axis"])
     if a >= x.ndim:
-        raise ValueError(f"argument axis={ctx.args['axis']} leaves nothing to normalize in an input of shape {tuple(x.shape)}")
+        raise ValueError(
+            f"argument axis={ctx.args['axis']} leaves nothing to normalize in an input of shape {tuple(x.shape)}"
+        )
     lead = x.shape[:a]
     return x.reshape(math.prod(lead), math.prod(x.shape[a:])), (*lead, 1)  # explicit cols: [0, D] keeps its D
 
@@ -204,8 +242,10 @@ def _affine(ctx: Any, params: tuple[Any, ...], x: np.ndarray, first: int) -> tup
     for i, p in enumerate(params, first):
         p = float_array(ctx, p, i)
         if namespace(ctx, p).size(p) != size or p.dtype != x.dtype:
-            raise ValueError(f"expected input {i} {ctx.op.inputs[i]!r} of {size} elements (dims {tuple(x.shape[a:])}) and "
-                             f"dtype {x.dtype}, got {tuple(p.shape)} {p.dtype}")
+            raise ValueError(
+                f"expected input {i} {ctx.op.inputs[i]!r} of {size} elements (dims {tuple(x.shape[a:])}) and "
+                f"dtype {x.dtype}, got {tuple(p.shape)} {p.dtype}"
+            )
         out.append(p.reshape(-1))
     return tuple(out)
 
@@ -213,18 +253,28 @@ def _affine(ctx: Any, params: tuple[Any, ...], x: np.ndarray, first: int) -> tup
 def _check_affine(ctx: Any, n_params: int) -> None:
     want = 2 if ctx.args["elementwise_affine"] else 0
     if n_params != want:
-        raise ValueError(f"expected {want} parameter inputs (gamma, beta) with elementwise_affine={int(want > 0)}, got {n_params}")
+        raise ValueError(
+            f"expected {want} parameter inputs (gamma, beta) with elementwise_affine={int(want > 0)}, got {n_params}"
+        )
 
 
-_LN_ARGS = [Arg("axis", int, 1, "normalize over the dims from this axis on"), _EPS,
-            Arg("elementwise_affine", bool, False, "inputs 1 and 2 are gamma and beta, of prod(dims[axis:]) elements")]
+_LN_ARGS = [
+    Arg("axis", int, 1, "normalize over the dims from this axis on"),
+    _EPS,
+    Arg("elementwise_affine", bool, False, "inputs 1 and 2 are gamma and beta, of prod(dims[axis:]) elements"),
+]
 
 
-@register_op("LayerNorm", inputs=(1, 3), outputs=3, args=_LN_ARGS,
-             inputs_doc=("X", "gamma (elementwise_affine)", "beta (elementwise_affine)"),
-             outputs_doc=("Y", "mean [*dims[:axis], 1]", "std [*dims[:axis], 1]"),
-             doc="Caffe2's LayerNorm: each row (dims from `axis` on) normalized by its mean and std = sqrt(var + epsilon); "
-                 "with elementwise_affine=1, then Y = Y * gamma + beta.")
+@register_op(
+    "LayerNorm",
+    inputs=(1, 3),
+    outputs=3,
+    args=_LN_ARGS,
+    inputs_doc=("X", "gamma (elementwise_affine)", "beta (elementwise_affine)"),
+    outputs_doc=("Y", "mean [*dims[:axis], 1]", "std [*dims[:axis], 1]"),
+    doc="Caffe2's LayerNorm: each row (dims from `axis` on) normalized by its mean and std = sqrt(var + epsilon); "
+    "with elementwise_affine=1, then Y = Y * gamma + beta.",
+)
 def layer_norm(ctx: Any, x: Any, *params: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     x = float_array(ctx, x, 0)
     params = tuple(array(ctx, p, i) for i, p in enumerate(params, 1))
@@ -237,7 +287,9 @@ def layer_norm(ctx: Any, x: Any, *params: Any) -> tuple[np.ndarray, np.ndarray, 
     y = (x2 - mu) / std
     if params:
         if tuple(params[0].shape) != tuple(params[1].shape):
-            raise ValueError(f"expected gamma and beta of one shape, got {np.shape(params[0])} and {np.shape(params[1])}")
+            raise ValueError(
+                f"expected gamma and beta of one shape, got {np.shape(params[0])} and {np.shape(params[1])}"
+            )
         gamma, beta = _affine(ctx, params, x, 1)
         y = y * gamma + beta
     return y.reshape(x.shape), mu.reshape(mshape), std.reshape(mshape)
@@ -247,18 +299,32 @@ def _validate_ln_grad(op: OperatorDef) -> None:
     affine = bool(op.args.get("elementwise_affine", False))
     counts = (5, 6) if affine else (4, 5)
     if len(op.inputs) not in counts:
-        raise ValueError(f"expected {counts[1]} inputs (dY, Y, mean, std, X{', gamma' if affine else ''}; Caffe2's order) "
-                         f"or {counts[0]} (dY, X, mean, std{', gamma' if affine else ''}) with elementwise_affine={int(affine)}, "
-                         f"got {len(op.inputs)}")
+        raise ValueError(
+            f"expected {counts[1]} inputs (dY, Y, mean, std, X{', gamma' if affine else ''}; Caffe2's order) "
+            f"or {counts[0]} (dY, X, mean, std{', gamma' if affine else ''}) with elementwise_affine={int(affine)}, "
+            f"got {len(op.inputs)}"
+        )
 
 
-@register_op("LayerNormGradient", inputs=(4, 6), outputs=(1, 3), args=_LN_ARGS, validate=_validate_ln_grad,
-             inputs_doc=("dY", "Y (Caffe2's order; in the short form: X)", "mean", "std",
-                         "X (Caffe2's order; short form: gamma)", "gamma (Caffe2's order, elementwise_affine)"),
-             outputs_doc=("dX", "dgamma", "dbeta"),
-             doc="Gradient of LayerNorm with Caffe2's inputs (dY, Y, mean, std, X[, gamma]), or asyncnet's earlier "
-                 "(dY, X, mean, std[, gamma]) (one input fewer; Y is not read): dX = (g - mean(g) - xhat mean(g xhat)) / std "
-                 "with g = dY (* gamma); dgamma = sum_rows dY xhat, dbeta = sum_rows dY.")
+@register_op(
+    "LayerNormGradient",
+    inputs=(4, 6),
+    outputs=(1, 3),
+    args=_LN_ARGS,
+    validate=_validate_ln_grad,
+    inputs_doc=(
+        "dY",
+        "Y (Caffe2's order; in the short form: X)",
+        "mean",
+        "std",
+        "X (Caffe2's order; short form: gamma)",
+        "gamma (Caffe2's order, elementwise_affine)",
+    ),
+    outputs_doc=("dX", "dgamma", "dbeta"),
+    doc="Gradient of LayerNorm with Caffe2's inputs (dY, Y, mean, std, X[, gamma]), or asyncnet's earlier "
+    "(dY, X, mean, std[, gamma]) (one input fewer; Y is not read): dX = (g - mean(g) - xhat mean(g xhat)) / std "
+    "with g = dY (* gamma); dgamma = sum_rows dY xhat, dbeta = sum_rows dY.",
+)
 def layer_norm_gradient(ctx: Any, *inputs: Any) -> Any:
     if len(inputs) == (6 if ctx.args["elementwise_affine"] else 5):  # Caffe2's (dY, Y, mean, std, X[, gamma])
         dy, _, mu, std, x, *gamma = inputs
@@ -292,7 +358,9 @@ def _stats(ctx: Any, v: Any, i: int, rows: int) -> Any:
     """A mean or std input: one value per normalized row."""
     v = float_array(ctx, v, i)
     if namespace(ctx, v).size(v) != rows:
-        raise ValueError(f"expected {rows} values (one per row) in input {i} {ctx.op.inputs[i]!r}, got shape {tuple(v.shape)}")
+        raise ValueError(
+            f"expected {rows} values (one per row) in input {i} {ctx.op.inputs[i]!r}, got shape {tuple(v.shape)}"
+        )
     return v.reshape(rows, 1)
 
 
@@ -316,12 +384,45 @@ _STREAM = "_random_seed_stream"  # key in the op instance's own args dict holdin
 _DROP_ARGS = [Arg("ratio", float, 0.5, "the probability of zeroing an element"), _IS_TEST]
 
 
-@register_op("Dropout", inputs=1, outputs=(1, 2), allow_inplace={0: 0},
-             args=[*_DROP_ARGS, Arg("seed", int, -1, "seed of the op's generator (made on its first run); -1: "
-                                       "DeviceOption.random_seed, or fresh entropy when there is none")],
-             inputs_doc=("data",), outputs_doc=("output", "mask (bool; needed for the gradient)"),
-             doc="Caffe2's Dropout: in training each element is zeroed with probability `ratio` and the rest scaled by "
-                 "1 / (1 - ratio); the bool mask marks the kept ones. is_test=1: the output is the input (mask all true).")
+def dropout_generator(ctx: Any) -> np.random.Generator:
+    """The generator of one Dropout op instance (``ctx``: its context, ``operator.ctx``), made on
+    first use from its ``seed`` (else ``DeviceOption.random_seed``, else fresh entropy) and kept
+    with the instance. A trainer reads and sets its ``bit_generator.state`` to checkpoint it.
+
+        >>> import asyncnet as an
+        >>> ws = an.Workspace(); ws.feed("x", np.ones(4, np.float32))
+        >>> d = an.Net("d"); _ = d.Dropout("x", ["y", "m"], seed=3)
+        >>> net = ws.create_net(d); op = net.operators[0]; before = dropout_generator(op.ctx).bit_generator.state
+        >>> net.run(); dropout_generator(op.ctx).bit_generator.state == before
+        False
+    """
+    rng = ctx.args.get(_STREAM)
+    if rng is None:  # one generator per op instance (its args dict is its own), as fill.py does
+        seed = ctx.args["seed"]
+        rng = ctx.args[_STREAM] = np.random.default_rng(seed if seed >= 0 else getattr(ctx.device, "random_seed", None))
+    return rng
+
+
+@register_op(
+    "Dropout",
+    inputs=1,
+    outputs=(1, 2),
+    allow_inplace={0: 0},
+    args=[
+        *_DROP_ARGS,
+        Arg(
+            "seed",
+            int,
+            -1,
+            "seed of the op's generator (made on its first run); -1: "
+            "DeviceOption.random_seed, or fresh entropy when there is none",
+        ),
+    ],
+    inputs_doc=("data",),
+    outputs_doc=("output", "mask (bool; needed for the gradient)"),
+    doc="Caffe2's Dropout: in training each element is zeroed with probability `ratio` and the rest scaled by "
+    "1 / (1 - ratio); the bool mask marks the kept ones. is_test=1: the output is the input (mask all true).",
+)
 def dropout(ctx: Any, x: Any) -> Any:
     x = float_array(ctx, x, 0)
     xp = namespace(ctx, x)
@@ -332,10 +433,7 @@ def dropout(ctx: Any, x: Any) -> Any:
         y = x if ctx.op.outputs[0] == ctx.op.inputs[0] else xp.copy(x)
         mask = np.ones(x.shape, dtype=np.bool_)
     else:
-        rng = ctx.args.get(_STREAM)
-        if rng is None:  # one generator per op instance (its args dict is its own), as fill.py does
-            seed = ctx.args["seed"]
-            rng = ctx.args[_STREAM] = np.random.default_rng(seed if seed >= 0 else getattr(ctx.device, "random_seed", None))
+        rng = dropout_generator(ctx)
         # numpy's draws on both libraries: one seed, one mask (asarray: a 0-d input draws a Python float)
         mask = np.asarray(rng.random(tuple(x.shape)) >= ratio)
     if xp.name == "torch":
@@ -346,8 +444,15 @@ def dropout(ctx: Any, x: Any) -> Any:
     return y if len(ctx.op.outputs) == 1 else (y, mask)
 
 
-@register_op("DropoutGrad", inputs=2, outputs=1, args=_DROP_ARGS, inputs_doc=("dY", "mask"), outputs_doc=("dX",),
-             doc="Gradient of Dropout: dX = dY * mask / (1 - ratio) (dY itself with is_test=1).")
+@register_op(
+    "DropoutGrad",
+    inputs=2,
+    outputs=1,
+    args=_DROP_ARGS,
+    inputs_doc=("dY", "mask"),
+    outputs_doc=("dX",),
+    doc="Gradient of Dropout: dX = dY * mask / (1 - ratio) (dY itself with is_test=1).",
+)
 def dropout_grad(ctx: Any, dy: Any, mask: Any) -> np.ndarray:
     dy, mask = float_array(ctx, dy, 0), array(ctx, mask, 1)
     xp = namespace(ctx, dy, mask)

@@ -108,16 +108,26 @@ def _finish(outs: list[Any]) -> Any:
     return outs[0] if len(outs) == 1 else outs
 
 
-_COMMON = [Arg("body_outputs", list, [], "the body's output blobs, in ONNX order", item_type=str),
-           Arg("outer", list, [], "the body's outer-scope blobs: the op's trailing inputs", item_type=str)]
+_COMMON = [
+    Arg("body_outputs", list, [], "the body's output blobs, in ONNX order", item_type=str),
+    Arg("outer", list, [], "the body's outer-scope blobs: the op's trailing inputs", item_type=str),
+]
 
 
-@register_op("ONNXIf", inputs=(1, None), outputs=(1, None), devices=("cpu", "cuda"),
-             args=[Arg("then_net", str, Arg.REQUIRED, "NetDef JSON"), Arg("else_net", str, Arg.REQUIRED, "NetDef JSON"),
-                   Arg("then_outputs", list, [], "then_net's outputs", item_type=str),
-                   Arg("else_outputs", list, [], "else_net's outputs", item_type=str),
-                   Arg("outer", list, [], "outer-scope blobs: inputs 1..", item_type=str)],
-             doc="ONNX If: run then_net when input 0 is true, else else_net; the outputs are the branch's.")
+@register_op(
+    "ONNXIf",
+    inputs=(1, None),
+    outputs=(1, None),
+    devices=("cpu", "cuda"),
+    args=[
+        Arg("then_net", str, Arg.REQUIRED, "NetDef JSON"),
+        Arg("else_net", str, Arg.REQUIRED, "NetDef JSON"),
+        Arg("then_outputs", list, [], "then_net's outputs", item_type=str),
+        Arg("else_outputs", list, [], "else_net's outputs", item_type=str),
+        Arg("outer", list, [], "outer-scope blobs: inputs 1..", item_type=str),
+    ],
+    doc="ONNX If: run then_net when input 0 is true, else else_net; the outputs are the branch's.",
+)
 def onnx_if(ctx: Any, cond: Any, *outer: Any) -> Any:
     a = ctx.args
     branch, outs = (a["then_net"], a["then_outputs"]) if bool(_host_value(cond)) else (a["else_net"], a["else_outputs"])
@@ -128,13 +138,22 @@ def onnx_if(ctx: Any, cond: Any, *outer: Any) -> Any:
         body.close()
 
 
-@register_op("ONNXLoop", inputs=(0, None), outputs=(1, None), devices=("cpu", "cuda"),
-             args=[Arg("body", str, Arg.REQUIRED, "NetDef JSON"), Arg("body_inputs", list, [], "iter, cond, carried...", item_type=str),
-                   *_COMMON, Arg("has_trip_count", bool, False, "input 0 is the trip count M"),
-                   Arg("has_cond", bool, False, "the next input is the initial condition"),
-                   Arg("num_carried", int, 0, "loop-carried values after M and cond")],
-             doc="ONNX Loop: run the body while i < M and cond; outputs the final carried values, then the scan outputs "
-                 "stacked on a new axis 0.")
+@register_op(
+    "ONNXLoop",
+    inputs=(0, None),
+    outputs=(1, None),
+    devices=("cpu", "cuda"),
+    args=[
+        Arg("body", str, Arg.REQUIRED, "NetDef JSON"),
+        Arg("body_inputs", list, [], "iter, cond, carried...", item_type=str),
+        *_COMMON,
+        Arg("has_trip_count", bool, False, "input 0 is the trip count M"),
+        Arg("has_cond", bool, False, "the next input is the initial condition"),
+        Arg("num_carried", int, 0, "loop-carried values after M and cond"),
+    ],
+    doc="ONNX Loop: run the body while i < M and cond; outputs the final carried values, then the scan outputs "
+    "stacked on a new axis 0.",
+)
 def onnx_loop(ctx: Any, *xs: Any) -> Any:
     a = ctx.args
     k = 0
@@ -145,10 +164,10 @@ def onnx_loop(ctx: Any, *xs: Any) -> Any:
     if a["has_cond"]:
         cond, k = bool(_host_value(xs[k])), k + 1
     n = a["num_carried"]
-    carried, outer = list(xs[k:k + n]), xs[k + n:]
+    carried, outer = list(xs[k : k + n]), xs[k + n :]
     torch_like = any(is_torch(x) for x in xs)
     iter_name, cond_name, *carried_names = a["body_inputs"]
-    scans: list[list[Any]] = [[] for _ in a["body_outputs"][1 + n:]]
+    scans: list[list[Any]] = [[] for _ in a["body_outputs"][1 + n :]]
     body = _Body(a["body"], a["outer"], outer)
     try:
         i = 0
@@ -157,8 +176,8 @@ def onnx_loop(ctx: Any, *xs: Any) -> Any:
             feeds.update(zip(carried_names, carried))
             out = body.run(feeds, a["body_outputs"])
             cond = bool(_host_value(out[0]))
-            carried = out[1:1 + n]
-            for s, v in zip(scans, out[1 + n:]):
+            carried = out[1 : 1 + n]
+            for s, v in zip(scans, out[1 + n :]):
                 s.append(v)
             i += 1
     finally:
@@ -167,18 +186,27 @@ def onnx_loop(ctx: Any, *xs: Any) -> Any:
     return _finish(carried + stacked)
 
 
-@register_op("ONNXScan", inputs=(1, None), outputs=(1, None), devices=("cpu", "cuda"),
-             args=[Arg("body", str, Arg.REQUIRED, "NetDef JSON"), Arg("body_inputs", list, [], "states, then scan slices", item_type=str),
-                   *_COMMON, Arg("num_scan_inputs", int, Arg.REQUIRED, "how many inputs are scanned (the last ones before outer)"),
-                   Arg("num_inputs", int, -1, "states + scan inputs (-1: all but the outer ones)"),
-                   Arg("scan_input_axes", list, [], "axis of each scan input (default 0)", item_type=int),
-                   Arg("scan_input_directions", list, [], "0 forward, 1 reverse", item_type=int),
-                   Arg("scan_output_axes", list, [], "axis of each scan output (default 0)", item_type=int),
-                   Arg("scan_output_directions", list, [], "0 append, 1 prepend", item_type=int),
-                   Arg("batched", bool, False, "Scan-8: states and scan inputs have a batch axis 0 (scan axis 1)"),
-                   Arg("has_sequence_lens", bool, False, "Scan-8: input 0 is sequence_lens (full lengths only)")],
-             doc="ONNX Scan (opset 9 on): states carried across the slices of the scan inputs; outputs the final states, "
-                 "then the scan outputs stacked along their axes.")
+@register_op(
+    "ONNXScan",
+    inputs=(1, None),
+    outputs=(1, None),
+    devices=("cpu", "cuda"),
+    args=[
+        Arg("body", str, Arg.REQUIRED, "NetDef JSON"),
+        Arg("body_inputs", list, [], "states, then scan slices", item_type=str),
+        *_COMMON,
+        Arg("num_scan_inputs", int, Arg.REQUIRED, "how many inputs are scanned (the last ones before outer)"),
+        Arg("num_inputs", int, -1, "states + scan inputs (-1: all but the outer ones)"),
+        Arg("scan_input_axes", list, [], "axis of each scan input (default 0)", item_type=int),
+        Arg("scan_input_directions", list, [], "0 forward, 1 reverse", item_type=int),
+        Arg("scan_output_axes", list, [], "axis of each scan output (default 0)", item_type=int),
+        Arg("scan_output_directions", list, [], "0 append, 1 prepend", item_type=int),
+        Arg("batched", bool, False, "Scan-8: states and scan inputs have a batch axis 0 (scan axis 1)"),
+        Arg("has_sequence_lens", bool, False, "Scan-8: input 0 is sequence_lens (full lengths only)"),
+    ],
+    doc="ONNX Scan (opset 9 on): states carried across the slices of the scan inputs; outputs the final states, "
+    "then the scan outputs stacked along their axes.",
+)
 def onnx_scan(ctx: Any, *xs: Any) -> Any:
     a = ctx.args
     n_in = len(xs) - len(a["outer"]) if a["num_inputs"] < 0 else a["num_inputs"]
@@ -187,15 +215,19 @@ def onnx_scan(ctx: Any, *xs: Any) -> Any:
     if a["batched"]:
         lens, xs = (xs[0] if a["has_sequence_lens"] else None), (xs[1:] if a["has_sequence_lens"] else xs)
         n_in -= int(a["has_sequence_lens"])
-    states, scan_in, outer = list(xs[: n_in - m]), list(xs[n_in - m:n_in]), xs[n_in:]
+    states, scan_in, outer = list(xs[: n_in - m]), list(xs[n_in - m : n_in]), xs[n_in:]
     body = _Body(a["body"], a["outer"], outer)
     try:
         if not a["batched"]:
             return _finish(_scan(a, body, states, scan_in))
         batch = int(scan_in[0].shape[0])
-        if lens is not None and any(int(n) != int(scan_in[0].shape[1]) for n in np.asarray(_host_list(lens)).reshape(-1)):
-            raise ValueError(f"sequence_lens {_host_list(lens)} shorter than the scanned length {scan_in[0].shape[1]} "
-                             "are not supported (expected every sequence at its full length)")
+        if lens is not None and any(
+            int(n) != int(scan_in[0].shape[1]) for n in np.asarray(_host_list(lens)).reshape(-1)
+        ):
+            raise ValueError(
+                f"sequence_lens {_host_list(lens)} shorter than the scanned length {scan_in[0].shape[1]} "
+                "are not supported (expected every sequence at its full length)"
+            )
         per = [_scan(a, body, [x[b] for x in states], [x[b] for x in scan_in]) for b in range(batch)]
         return _finish([_stack([p[i] for p in per]) for i in range(len(per[0]))])
     finally:

@@ -16,7 +16,8 @@ are ones the kernel implements, so the op is exact for every input it receives::
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -35,6 +36,8 @@ def _torch() -> Any:
 
 def _ints(values: Any) -> list[int]:
     """A shape or index tensor (numpy or torch) as Python ints."""
+    if type(values) is np.ndarray and values.dtype.kind in "iu":
+        return values.reshape(-1).tolist()
     if is_torch(values):
         values = values.detach().cpu().numpy()
     return [int(v) for v in np.asarray(values).reshape(-1)]
@@ -47,9 +50,17 @@ def _op(name: str, inputs: Any = 1, outputs: Any = 1, args: Sequence[Arg] = (), 
 # -- linear algebra --------------------------------------------------------------------------
 
 
-@_op("ONNXGemm", inputs=(2, 3), args=[Arg("alpha", float, 1.0, "scale of A B"), Arg("beta", float, 1.0, "scale of C"),
-                                      Arg("transA", bool, False, "transpose A"), Arg("transB", bool, False, "transpose B")],
-     doc="Y = alpha op(A) op(B) + beta C (ONNX Gemm; C broadcast to [M, N]).")
+@_op(
+    "ONNXGemm",
+    inputs=(2, 3),
+    args=[
+        Arg("alpha", float, 1.0, "scale of A B"),
+        Arg("beta", float, 1.0, "scale of C"),
+        Arg("transA", bool, False, "transpose A"),
+        Arg("transB", bool, False, "transpose B"),
+    ],
+    doc="Y = alpha op(A) op(B) + beta C (ONNX Gemm; C broadcast to [M, N]).",
+)
 def onnx_gemm(ctx: Any, a: Any, b: Any, c: Any = None) -> Any:
     a, b = array(ctx, a, 0), array(ctx, b, 1)
     args = ctx.args
@@ -63,6 +74,22 @@ def onnx_gemm(ctx: Any, a: Any, b: Any, c: Any = None) -> Any:
     return as_array(y)
 
 
+@_op(
+    "ONNXMatMulAdd",
+    inputs=3,
+    doc="Y = matmul(A, B) + C: ONNX MatMul then Add of a bias C [N] (B [K, N]), "
+    "as one op (the importer fuses the pair when B and C are initializers).",
+)
+def onnx_matmul_add(ctx: Any, a: Any, b: Any, c: Any) -> Any:
+    a = array(ctx, a, 0)
+    y = a @ b
+    if is_torch(y):
+        return y.add_(c)
+    y = as_array(y)
+    y += c
+    return y
+
+
 def _scalar(v: float, like: Any) -> Any:
     return v if is_torch(like) else like.dtype.type(v)
 
@@ -70,8 +97,12 @@ def _scalar(v: float, like: Any) -> Any:
 # -- shape ops ---------------------------------------------------------------------------------
 
 
-@_op("ONNXReshape", inputs=2, args=[Arg("allowzero", bool, False, "a 0 in shape is a 0 dim (not 'copy the input's')")],
-     doc="Y = X reshaped to the shape in input 1 (0: copy X's dim unless allowzero; -1: inferred), ONNX Reshape.")
+@_op(
+    "ONNXReshape",
+    inputs=2,
+    args=[Arg("allowzero", bool, False, "a 0 in shape is a 0 dim (not 'copy the input's')")],
+    doc="Y = X reshaped to the shape in input 1 (0: copy X's dim unless allowzero; -1: inferred), ONNX Reshape.",
+)
 def onnx_reshape(ctx: Any, x: Any, shape: Any) -> Any:
     x = array(ctx, x, 0)
     dims = _ints(shape)
@@ -80,24 +111,34 @@ def onnx_reshape(ctx: Any, x: Any, shape: Any) -> Any:
     return x.reshape(tuple(dims))
 
 
-@_op("ONNXFlatten", args=[Arg("axis", int, 1, "dims before it become rows, the rest columns")],
-     doc="Y = X as 2-D [prod(dims[:axis]), prod(dims[axis:])] (ONNX Flatten).")
+@_op(
+    "ONNXFlatten",
+    args=[Arg("axis", int, 1, "dims before it become rows, the rest columns")],
+    doc="Y = X as 2-D [prod(dims[:axis]), prod(dims[axis:])] (ONNX Flatten).",
+)
 def onnx_flatten(ctx: Any, x: Any) -> Any:
     x = array(ctx, x, 0)
     axis = ctx.args["axis"] + x.ndim if ctx.args["axis"] < 0 else ctx.args["axis"]
     return x.reshape(math.prod(x.shape[:axis]), math.prod(x.shape[axis:]))
 
 
-@_op("ONNXTranspose", args=[Arg("perm", list, [], "the permutation (empty: reverse the dims)", item_type=int)],
-     doc="Y = X with its dims permuted (ONNX Transpose).")
+@_op(
+    "ONNXTranspose",
+    args=[Arg("perm", list, [], "the permutation (empty: reverse the dims)", item_type=int)],
+    doc="Y = X with its dims permuted (ONNX Transpose).",
+)
 def onnx_transpose(ctx: Any, x: Any) -> Any:
     x = array(ctx, x, 0)
     perm = ctx.args["perm"] or list(range(x.ndim))[::-1]
     return x.permute(*perm) if is_torch(x) else np.transpose(x, perm)
 
 
-@_op("ONNXConcat", inputs=(1, None), args=[Arg("axis", int, 0, "the axis to join along (negative from the end)")],
-     doc="Y = the inputs joined along axis (ONNX Concat).")
+@_op(
+    "ONNXConcat",
+    inputs=(1, None),
+    args=[Arg("axis", int, 0, "the axis to join along (negative from the end)")],
+    doc="Y = the inputs joined along axis (ONNX Concat).",
+)
 def onnx_concat(ctx: Any, *xs: Any) -> Any:
     xs = tuple(array(ctx, x, i) for i, x in enumerate(xs))
     if is_torch(xs[0]):
@@ -110,19 +151,31 @@ def onnx_identity(ctx: Any, x: Any) -> Any:
     return x
 
 
-@_op("ONNXGather", inputs=2, args=[Arg("axis", int, 0, "the axis indexed")],
-     doc="Y = X indexed by the (possibly negative) indices along axis (ONNX Gather).")
+@_op(
+    "ONNXGather",
+    inputs=2,
+    args=[Arg("axis", int, 0, "the axis indexed")],
+    doc="Y = X indexed by the (possibly negative) indices along axis (ONNX Gather).",
+)
 def onnx_gather(ctx: Any, x: Any, idx: Any) -> Any:
     x, idx = array(ctx, x, 0), array(ctx, idx, 1)
     axis = ctx.args["axis"] % x.ndim
     n = x.shape[axis]
+    if idx.ndim == 0:  # one index: a view of X without that axis
+        k = int(idx)
+        if not -n <= k < n:
+            raise IndexError(f"index {k} out of range [-{n}, {n}) along axis {axis}")
+        k = k + n if k < 0 else k
+        if is_torch(x):
+            return x.select(axis, k)
+        return as_array(x[(slice(None),) * axis + (k,)])
     if is_torch(x):
         torch = _torch()
         i = idx.long()
         i = torch.where(i < 0, i + n, i)
         if bool(((i < 0) | (i >= n)).any()):
             raise IndexError(f"indices out of range [-{n}, {n}) along axis {axis}")
-        return x.index_select(axis, i.reshape(-1)).reshape(x.shape[:axis] + tuple(idx.shape) + x.shape[axis + 1:])
+        return x.index_select(axis, i.reshape(-1)).reshape(x.shape[:axis] + tuple(idx.shape) + x.shape[axis + 1 :])
     i = np.where(idx < 0, idx + n, idx)
     if i.size and (i.min() < 0 or i.max() >= n):
         raise IndexError(f"indices out of range [-{n}, {n}) along axis {axis}")
@@ -138,6 +191,18 @@ def onnx_expand(ctx: Any, x: Any, shape: Any) -> Any:
     return np.broadcast_to(x, out).copy()
 
 
+@_op(
+    "ONNXConstantOfShape",
+    args=[Arg("value", float, 0.0, "the fill value"), Arg("to", int, 1, "the ONNX element type of Y (default float)")],
+    doc="Y = a tensor of the shape in input 0 filled with value (ONNX ConstantOfShape); a torch shape gives a torch Y.",
+)
+def onnx_constant_of_shape(ctx: Any, shape: Any) -> Any:
+    y = np.full(tuple(_ints(shape)), ctx.args["value"], _ONNX_TO_NP[ctx.args["to"]])
+    if is_torch(shape):
+        return _torch().from_numpy(y).to(shape.device)
+    return y
+
+
 @_op("ONNXWhere", inputs=3, doc="Y = X where the condition holds, else Z (ONNX Where, broadcasting).")
 def onnx_where(ctx: Any, cond: Any, x: Any, y: Any) -> Any:
     if is_torch(x):
@@ -148,10 +213,15 @@ def onnx_where(ctx: Any, cond: Any, x: Any, y: Any) -> Any:
 # -- activations and normalization --------------------------------------------------------
 
 
-@_op("ONNXSoftmax", args=[Arg("axis", int, -1, "the axis normalized"),
-                          Arg("legacy", bool, False, "opset < 13: X is flattened to 2-D at axis first"),
-                          Arg("log", bool, False, "LogSoftmax")],
-     doc="Y = softmax (or log-softmax) of X along axis (ONNX Softmax / LogSoftmax, opset < 13 via legacy=1).")
+@_op(
+    "ONNXSoftmax",
+    args=[
+        Arg("axis", int, -1, "the axis normalized"),
+        Arg("legacy", bool, False, "opset < 13: X is flattened to 2-D at axis first"),
+        Arg("log", bool, False, "LogSoftmax"),
+    ],
+    doc="Y = softmax (or log-softmax) of X along axis (ONNX Softmax / LogSoftmax, opset < 13 via legacy=1).",
+)
 def onnx_softmax(ctx: Any, x: Any) -> Any:
     x = array(ctx, x, 0)
     axis, log = ctx.args["axis"], ctx.args["log"]
@@ -178,8 +248,12 @@ def _softmax_np(x: np.ndarray, axis: int, log: bool) -> np.ndarray:
     return as_array((x - m - np.log(s)) if log else e / s)
 
 
-@_op("ONNXBatchNorm", inputs=5, args=[Arg("epsilon", float, 1e-5, "added to the variance")],
-     doc="Y = (X - mean) / sqrt(var + epsilon) * scale + B along dim 1 (ONNX BatchNormalization, inference).")
+@_op(
+    "ONNXBatchNorm",
+    inputs=5,
+    args=[Arg("epsilon", float, 1e-5, "added to the variance")],
+    doc="Y = (X - mean) / sqrt(var + epsilon) * scale + B along dim 1 (ONNX BatchNormalization, inference).",
+)
 def onnx_batch_norm(ctx: Any, x: Any, scale: Any, b: Any, mean: Any, var: Any) -> Any:
     x = array(ctx, x, 0)
     shape = (1, -1) + (1,) * (x.ndim - 2)
@@ -190,9 +264,15 @@ def onnx_batch_norm(ctx: Any, x: Any, scale: Any, b: Any, mean: Any, var: Any) -
     return as_array(x * k.reshape(shape) + (b - mean * k).reshape(shape))
 
 
-@_op("ONNXLayerNorm", inputs=(2, 3), args=[Arg("axis", int, -1, "normalize over the dims from this one on"),
-                                           Arg("epsilon", float, 1e-5, "added to the variance")],
-     doc="Y = (X - mean) / sqrt(var + epsilon) * scale + B over dims axis.. (ONNX LayerNormalization, output Y).")
+@_op(
+    "ONNXLayerNorm",
+    inputs=(2, 3),
+    args=[
+        Arg("axis", int, -1, "normalize over the dims from this one on"),
+        Arg("epsilon", float, 1e-5, "added to the variance"),
+    ],
+    doc="Y = (X - mean) / sqrt(var + epsilon) * scale + B over dims axis.. (ONNX LayerNormalization, output Y).",
+)
 def onnx_layer_norm(ctx: Any, x: Any, scale: Any, b: Any = None) -> Any:
     x = array(ctx, x, 0)
     axis = ctx.args["axis"] % x.ndim
@@ -203,9 +283,12 @@ def onnx_layer_norm(ctx: Any, x: Any, scale: Any, b: Any = None) -> Any:
         y = y * scale
         return y + b if b is not None else y
     dims = tuple(range(axis, x.ndim))
-    mean = x.mean(axis=dims, keepdims=True)
+    n = math.prod(x.shape[axis:])
+    if n == 0:  # no elements: Y is as empty as X
+        return x.copy()
+    mean = np.add.reduce(x, axis=dims, keepdims=True) / n  # x.mean's arithmetic without its Python layers
     d = x - mean
-    var = (d * d).mean(axis=dims, keepdims=True)
+    var = np.add.reduce(d * d, axis=dims, keepdims=True) / n
     y = d / np.sqrt(var + x.dtype.type(eps)) * scale
     return as_array(y + b if b is not None else y)
 
@@ -227,8 +310,11 @@ def onnx_erf(ctx: Any, x: Any) -> Any:
     return _torch().special.erf(x) if is_torch(x) else _erf_np(x)
 
 
-@_op("ONNXGelu", args=[Arg("approximate", str, "none", "'none' (erf) or 'tanh'", choices=("none", "tanh"))],
-     doc="Y = X * Phi(X), Phi the normal CDF (ONNX Gelu; approximate='tanh' its tanh form).")
+@_op(
+    "ONNXGelu",
+    args=[Arg("approximate", str, "none", "'none' (erf) or 'tanh'", choices=("none", "tanh"))],
+    doc="Y = X * Phi(X), Phi the normal CDF (ONNX Gelu; approximate='tanh' its tanh form).",
+)
 def onnx_gelu(ctx: Any, x: Any) -> Any:
     x = array(ctx, x, 0)
     approx = ctx.args["approximate"]
@@ -236,12 +322,15 @@ def onnx_gelu(ctx: Any, x: Any) -> Any:
         return _torch().nn.functional.gelu(x, approximate=approx)
     t = x.dtype.type
     if approx == "tanh":
-        return as_array(t(0.5) * x * (t(1) + np.tanh(t(math.sqrt(2 / math.pi)) * (x + t(0.044715) * x ** 3))))
+        return as_array(t(0.5) * x * (t(1) + np.tanh(t(math.sqrt(2 / math.pi)) * (x + t(0.044715) * x**3))))
     return as_array(t(0.5) * x * (t(1) + _erf_np(x / t(math.sqrt(2)))))
 
 
-@_op("ONNXGlobalPool", args=[Arg("mode", str, "avg", "avg or max", choices=("avg", "max"))],
-     doc="Y = the mean (or max) of X over its spatial dims 2.., kept as 1s (ONNX GlobalAveragePool / GlobalMaxPool).")
+@_op(
+    "ONNXGlobalPool",
+    args=[Arg("mode", str, "avg", "avg or max", choices=("avg", "max"))],
+    doc="Y = the mean (or max) of X over its spatial dims 2.., kept as 1s (ONNX GlobalAveragePool / GlobalMaxPool).",
+)
 def onnx_global_pool(ctx: Any, x: Any) -> Any:
     x = array(ctx, x, 0)
     dims = tuple(range(2, x.ndim))
@@ -250,8 +339,11 @@ def onnx_global_pool(ctx: Any, x: Any) -> Any:
     return x.amax(dim=dims, keepdim=True) if is_torch(x) else as_array(x.max(axis=dims, keepdims=True))
 
 
-@_op("ONNXClip", args=[Arg("min", float, None, "lower bound (none if not given)"), Arg("max", float, None, "upper bound")],
-     doc="Y = X clamped to [min, max], in X's dtype (ONNX Clip with constant bounds).")
+@_op(
+    "ONNXClip",
+    args=[Arg("min", float, None, "lower bound (none if not given)"), Arg("max", float, None, "upper bound")],
+    doc="Y = X clamped to [min, max], in X's dtype (ONNX Clip with constant bounds).",
+)
 def onnx_clip(ctx: Any, x: Any) -> Any:
     x = array(ctx, x, 0)
     lo, hi = ctx.args["min"], ctx.args["max"]
@@ -266,8 +358,11 @@ def onnx_clip(ctx: Any, x: Any) -> Any:
 # -- shape and small tensor ops (transformers' attention reshapes) --------------------------
 
 
-@_op("ONNXShape", args=[Arg("start", int, 0, "first dim"), Arg("end", int, 2**62, "dims before this one")],
-     doc="Y = X's shape as int64 (ONNX Shape, with start and end), in X's library.")
+@_op(
+    "ONNXShape",
+    args=[Arg("start", int, 0, "first dim"), Arg("end", int, 2**62, "dims before this one")],
+    doc="Y = X's shape as int64 (ONNX Shape, with start and end), in X's library.",
+)
 def onnx_shape(ctx: Any, x: Any) -> Any:
     x = array(ctx, x, 0)
     dims = list(x.shape)[slice(ctx.args["start"], ctx.args["end"] if ctx.args["end"] < 2**62 else None)]
@@ -281,8 +376,12 @@ def _axes(ctx: Any, ndim: int, given: Any) -> list[int]:
     return sorted(a + ndim if a < 0 else a for a in axes)
 
 
-@_op("ONNXUnsqueeze", inputs=(1, 2), args=[Arg("axes", list, [], "axes of the output to insert (or input 1)", item_type=int)],
-     doc="Y = X with size-1 dims inserted at axes of the output (ONNX Unsqueeze).")
+@_op(
+    "ONNXUnsqueeze",
+    inputs=(1, 2),
+    args=[Arg("axes", list, [], "axes of the output to insert (or input 1)", item_type=int)],
+    doc="Y = X with size-1 dims inserted at axes of the output (ONNX Unsqueeze).",
+)
 def onnx_unsqueeze(ctx: Any, x: Any, axes: Any = None) -> Any:
     x = array(ctx, x, 0)
     out_rank = x.ndim + len(_ints(axes) if axes is not None else ctx.args["axes"])
@@ -292,8 +391,12 @@ def onnx_unsqueeze(ctx: Any, x: Any, axes: Any = None) -> Any:
     return x.reshape(tuple(shape))
 
 
-@_op("ONNXSqueeze", inputs=(1, 2), args=[Arg("axes", list, [], "axes to remove (or input 1; none: every size-1 dim)", item_type=int)],
-     doc="Y = X without the size-1 dims at axes (ONNX Squeeze).")
+@_op(
+    "ONNXSqueeze",
+    inputs=(1, 2),
+    args=[Arg("axes", list, [], "axes to remove (or input 1; none: every size-1 dim)", item_type=int)],
+    doc="Y = X without the size-1 dims at axes (ONNX Squeeze).",
+)
 def onnx_squeeze(ctx: Any, x: Any, axes: Any = None) -> Any:
     x = array(ctx, x, 0)
     given = axes is not None or ctx.args["axes"]
@@ -328,12 +431,21 @@ def onnx_slice(ctx: Any, x: Any, starts: Any, ends: Any, axes: Any = None, steps
     return x[tuple(index)]
 
 
-_UNARY = {"Sqrt": ("sqrt", "sqrt"), "Exp": ("exp", "exp"), "Log": ("log", "log"), "Neg": ("negative", "neg"),
-          "Abs": ("abs", "abs"), "Reciprocal": ("reciprocal", "reciprocal")}
+_UNARY = {
+    "Sqrt": ("sqrt", "sqrt"),
+    "Exp": ("exp", "exp"),
+    "Log": ("log", "log"),
+    "Neg": ("negative", "neg"),
+    "Abs": ("abs", "abs"),
+    "Reciprocal": ("reciprocal", "reciprocal"),
+}
 
 
-@_op("ONNXUnary", args=[Arg("fn", str, Arg.REQUIRED, "the ONNX op", choices=tuple(_UNARY))],
-     doc="Y = fn(X) elementwise for fn in Sqrt, Exp, Log, Neg, Abs, Reciprocal (ONNX's ops of those names, floats).")
+@_op(
+    "ONNXUnary",
+    args=[Arg("fn", str, Arg.REQUIRED, "the ONNX op", choices=tuple(_UNARY))],
+    doc="Y = fn(X) elementwise for fn in Sqrt, Exp, Log, Neg, Abs, Reciprocal (ONNX's ops of those names, floats).",
+)
 def onnx_unary(ctx: Any, x: Any) -> Any:
     x = array(ctx, x, 0)
     np_name, torch_name = _UNARY[ctx.args["fn"]]
@@ -343,12 +455,27 @@ def onnx_unary(ctx: Any, x: Any) -> Any:
         return as_array(getattr(np, np_name)(x))
 
 
-_ONNX_TO_NP = {1: np.float32, 2: np.uint8, 3: np.int8, 4: np.uint16, 5: np.int16, 6: np.int32, 7: np.int64, 9: np.bool_,
-               10: np.float16, 11: np.float64, 12: np.uint32, 13: np.uint64}
+_ONNX_TO_NP = {
+    1: np.float32,
+    2: np.uint8,
+    3: np.int8,
+    4: np.uint16,
+    5: np.int16,
+    6: np.int32,
+    7: np.int64,
+    9: np.bool_,
+    10: np.float16,
+    11: np.float64,
+    12: np.uint32,
+    13: np.uint64,
+}
 
 
-@_op("ONNXCast", args=[Arg("to", int, Arg.REQUIRED, "the ONNX element type", choices=tuple(_ONNX_TO_NP))],
-     doc="Y = X converted to the ONNX element type `to` (ONNX Cast between numeric and bool types).")
+@_op(
+    "ONNXCast",
+    args=[Arg("to", int, Arg.REQUIRED, "the ONNX element type", choices=tuple(_ONNX_TO_NP))],
+    doc="Y = X converted to the ONNX element type `to` (ONNX Cast between numeric and bool types).",
+)
 def onnx_cast(ctx: Any, x: Any) -> Any:
     x = array(ctx, x, 0)
     dtype = np.dtype(_ONNX_TO_NP[ctx.args["to"]])
@@ -357,10 +484,16 @@ def onnx_cast(ctx: Any, x: Any) -> Any:
     return x.astype(dtype)
 
 
-@_op("ONNXReduce", inputs=(1, 2), args=[Arg("fn", str, "mean", "mean, sum, max or min", choices=("mean", "sum", "max", "min")),
-                                         Arg("axes", list, [], "axes (or input 1); none: all", item_type=int),
-                                         Arg("keepdims", bool, True, "keep the reduced dims as 1s")],
-     doc="Y = the mean / sum / max / min of X over axes (ONNX ReduceMean, ReduceSum, ReduceMax, ReduceMin; non-empty X).")
+@_op(
+    "ONNXReduce",
+    inputs=(1, 2),
+    args=[
+        Arg("fn", str, "mean", "mean, sum, max or min", choices=("mean", "sum", "max", "min")),
+        Arg("axes", list, [], "axes (or input 1); none: all", item_type=int),
+        Arg("keepdims", bool, True, "keep the reduced dims as 1s"),
+    ],
+    doc="Y = the mean / sum / max / min of X over axes (ONNX ReduceMean, ReduceSum, ReduceMax, ReduceMin; non-empty X).",
+)
 def onnx_reduce(ctx: Any, x: Any, axes: Any = None) -> Any:
     x = array(ctx, x, 0)
     ax = tuple(_axes(ctx, x.ndim, axes)) if (axes is not None or ctx.args["axes"]) else tuple(range(x.ndim))
@@ -381,12 +514,21 @@ def onnx_pow(ctx: Any, x: Any, e: Any) -> Any:
         return as_array(np.power(x, e))
 
 
-_COMPARE = {"Equal": ("equal", "eq"), "Less": ("less", "lt"), "Greater": ("greater", "gt"),
-            "LessOrEqual": ("less_equal", "le"), "GreaterOrEqual": ("greater_equal", "ge")}
+_COMPARE = {
+    "Equal": ("equal", "eq"),
+    "Less": ("less", "lt"),
+    "Greater": ("greater", "gt"),
+    "LessOrEqual": ("less_equal", "le"),
+    "GreaterOrEqual": ("greater_equal", "ge"),
+}
 
 
-@_op("ONNXCompare", inputs=2, args=[Arg("fn", str, Arg.REQUIRED, "the ONNX op", choices=tuple(_COMPARE))],
-     doc="Y = X op Z elementwise, a bool tensor (ONNX Equal, Less, Greater, LessOrEqual, GreaterOrEqual; numbers).")
+@_op(
+    "ONNXCompare",
+    inputs=2,
+    args=[Arg("fn", str, Arg.REQUIRED, "the ONNX op", choices=tuple(_COMPARE))],
+    doc="Y = X op Z elementwise, a bool tensor (ONNX Equal, Less, Greater, LessOrEqual, GreaterOrEqual; numbers).",
+)
 def onnx_compare(ctx: Any, x: Any, z: Any) -> Any:
     np_name, torch_name = _COMPARE[ctx.args["fn"]]
     if is_torch(x):

@@ -47,6 +47,8 @@ class OnnxValue:
 
     def __repr__(self) -> str:
         return f"OnnxValue({self.value!r})"
+
+
 _LOCK = threading.Lock()
 
 
@@ -76,12 +78,19 @@ def _validate_reference(op: OperatorDef) -> None:
         raise ValueError("expected argument model: a base64 one-node ONNX model")
 
 
-@register_op("ONNXReference", inputs=(0, None), outputs=(1, None), validate=_validate_reference,
-             args=[Arg("model", str, Arg.REQUIRED, "a one-node ONNX model, serialized, base64"),
-                   Arg("onnx_op", str, "", "the ONNX op type it runs (for messages and drawings)"),
-                   Arg("torch_outputs", bool, False, "return torch tensors even from numpy inputs (a net on torch tensors)")],
-             doc="Run one ONNX node with onnx's reference evaluator (onnx.reference): inputs are the node's "
-                 "inputs and the outer-scope values its subgraphs read, outputs the node's outputs.")
+@register_op(
+    "ONNXReference",
+    inputs=(0, None),
+    outputs=(1, None),
+    validate=_validate_reference,
+    args=[
+        Arg("model", str, Arg.REQUIRED, "a one-node ONNX model, serialized, base64"),
+        Arg("onnx_op", str, "", "the ONNX op type it runs (for messages and drawings)"),
+        Arg("torch_outputs", bool, False, "return torch tensors even from numpy inputs (a net on torch tensors)"),
+    ],
+    doc="Run one ONNX node with onnx's reference evaluator (onnx.reference): inputs are the node's "
+    "inputs and the outer-scope values its subgraphs read, outputs the node's outputs.",
+)
 def onnx_reference(ctx: Any, *xs: Any) -> Any:
     ev = evaluator(ctx.args["model"])
     torch_out = ctx.args["torch_outputs"] or any(is_torch(x) for x in xs)
@@ -139,11 +148,18 @@ def numpy_dtype(name: str) -> np.dtype:
         return np.dtype(getattr(ml_dtypes, name))
 
 
-@register_op("ONNXTensorFill", inputs=0, outputs=1, validate=_validate_fill,
-             args=[Arg("raw", str, "", "the tensor's bytes, little-endian, base64"),
-                   Arg("dtype", str, "float32", "a numpy dtype name"),
-                   Arg("shape", list, [], "the tensor's shape", item_type=int)],
-             doc="Y = the tensor of these raw bytes, dtype and shape (an ONNX initializer or Constant).")
+@register_op(
+    "ONNXTensorFill",
+    inputs=0,
+    outputs=1,
+    validate=_validate_fill,
+    args=[
+        Arg("raw", str, "", "the tensor's bytes, little-endian, base64"),
+        Arg("dtype", str, "float32", "a numpy dtype name"),
+        Arg("shape", list, [], "the tensor's shape", item_type=int),
+    ],
+    doc="Y = the tensor of these raw bytes, dtype and shape (an ONNX initializer or Constant).",
+)
 def onnx_tensor_fill(ctx: Any) -> np.ndarray:
     dtype = numpy_dtype(ctx.args["dtype"])
     shape = tuple(ctx.args["shape"])

@@ -17,6 +17,7 @@ says which of the node's outputs (Y, Y_h[, Y_c]) the op writes, in that order.
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import numpy as np
@@ -28,7 +29,13 @@ from asyncnet.tensor.namespace import is_torch
 
 _ARGS = [
     Arg("hidden_size", int, Arg.REQUIRED, "H"),
-    Arg("direction", str, "forward", "forward, reverse or bidirectional", choices=("forward", "reverse", "bidirectional")),
+    Arg(
+        "direction",
+        str,
+        "forward",
+        "forward, reverse or bidirectional",
+        choices=("forward", "reverse", "bidirectional"),
+    ),
     Arg("layout", int, 0, "0: X [seq, batch, in]; 1: X [batch, seq, in]", choices=(0, 1)),
     Arg("produce", list, [1, 1], "which outputs the op writes: Y, Y_h (and Y_c for LSTM), 1 or 0 each", item_type=int),
 ]
@@ -38,7 +45,9 @@ def _validate(n_state: int) -> Any:
     def check(op: OperatorDef) -> None:
         produce = op.args.get("produce", [1, 1])
         if len(produce) > n_state + 1 or sum(1 for p in produce if p) != len(op.outputs):
-            raise ValueError(f"expected one output per 1 in produce={produce} (at most {n_state + 1}), got {len(op.outputs)} outputs")
+            raise ValueError(
+                f"expected one output per 1 in produce={produce} (at most {n_state + 1}), got {len(op.outputs)} outputs"
+            )
 
     return check
 
@@ -60,7 +69,9 @@ class _Ops:
         return self.lib.tanh(x) if self.torch else np.tanh(x)
 
     def zeros(self, shape: tuple[int, ...], like: Any) -> Any:
-        return self.lib.zeros(shape, dtype=like.dtype, device=like.device) if self.torch else np.zeros(shape, like.dtype)
+        return (
+            self.lib.zeros(shape, dtype=like.dtype, device=like.device) if self.torch else np.zeros(shape, like.dtype)
+        )
 
     def stack(self, xs: list[Any], axis: int) -> Any:
         return self.lib.stack(xs, dim=axis) if self.torch else np.stack(xs, axis=axis)
@@ -74,6 +85,10 @@ class _Ops:
 
 # ONNX's gate blocks in torch's order: LSTM (i, o, f, c) -> (i, f, g, o); GRU (z, r, h) -> (r, z, n)
 _TORCH_ORDER = {4: (0, 2, 3, 1), 3: (1, 0, 2)}
+
+
+# id(W) -> (W, the versions of W, R and B, R, the weights in torch's order): reordered once per weight
+_REORDERED: dict[int, tuple[Any, Any, Any, list[Any]]] = {}
 
 
 def _fused_torch(ctx: Any, x: Any, w: Any, r: Any, b: Any, h0: Any, c0: Any, n_gates: int) -> Any:
@@ -91,11 +106,19 @@ def _fused_torch(ctx: Any, x: Any, w: Any, r: Any, b: Any, h0: Any, c0: Any, n_g
         blocks = torch.chunk(a, n_gates, dim=0)
         return torch.cat([blocks[i] for i in _TORCH_ORDER[n_gates]], dim=0)
 
-    flat = []
-    for d in range(dirs):
-        flat += [reorder(w[d]), reorder(r[d])]
-        if b is not None:
-            flat += [reorder(b[d][: n_gates * hidden]), reorder(b[d][n_gates * hidden:])]
+    key = (w._version, r._version, None if b is None else (id(b), b._version), n_gates, dirs)
+    cached = _REORDERED.get(id(w))
+    if cached is not None and cached[0]() is w and cached[1] == key and cached[2] is r:
+        flat = cached[3]
+    else:
+        flat = []
+        for d in range(dirs):
+            flat += [reorder(w[d]), reorder(r[d])]
+            if b is not None:
+                flat += [reorder(b[d][: n_gates * hidden]), reorder(b[d][n_gates * hidden :])]
+        if len(_REORDERED) > 256:
+            _REORDERED.clear()
+        _REORDERED[id(w)] = (weakref.ref(w), key, r, flat)
     seq_first = x if layout == 0 else x.transpose(0, 1)
     if direction == "reverse":
         seq_first = seq_first.flip(0)
@@ -124,8 +147,12 @@ def _fused_torch(ctx: Any, x: Any, w: Any, r: Any, b: Any, h0: Any, c0: Any, n_g
 
 def _run(ctx: Any, x: Any, w: Any, r: Any, b: Any, h0: Any, c0: Any, cell: Any, n_gates: int) -> Any:
     x, w, r = float_array(ctx, x, 0), float_array(ctx, w, 1), float_array(ctx, r, 2)
-    if (is_torch(x) and x.shape[0 if ctx.args["layout"] == 0 else 1] > 0
-            and (n_gates == 4 or ctx.args.get("linear_before_reset")) and x.dtype in _fused_dtypes()):
+    if (
+        is_torch(x)
+        and x.shape[0 if ctx.args["layout"] == 0 else 1] > 0
+        and (n_gates == 4 or ctx.args.get("linear_before_reset"))
+        and x.dtype in _fused_dtypes()
+    ):
         out = _fused_torch(ctx, x, w, r, b, h0, c0, n_gates)
         if out is not None:
             return out
@@ -138,15 +165,20 @@ def _run(ctx: Any, x: Any, w: Any, r: Any, b: Any, h0: Any, c0: Any, cell: Any, 
     seq, batch = x.shape[0], x.shape[1]
     dirs = ["forward", "reverse"] if ctx.args["direction"] == "bidirectional" else [ctx.args["direction"]]
     if w.shape[0] != len(dirs) or w.shape[1] != n_gates * hidden or r.shape[1] != n_gates * hidden:
-        raise ValueError(f"expected W [{len(dirs)}, {n_gates * hidden}, in] and R [{len(dirs)}, {n_gates * hidden}, {hidden}], "
-                         f"got W {tuple(w.shape)}, R {tuple(r.shape)}")
+        raise ValueError(
+            f"expected W [{len(dirs)}, {n_gates * hidden}, in] and R [{len(dirs)}, {n_gates * hidden}, {hidden}], "
+            f"got W {tuple(w.shape)}, R {tuple(r.shape)}"
+        )
     ys, hs, cs = [], [], []
     for d, direction in enumerate(dirs):
         wb = b[d][: n_gates * hidden] if b is not None else None
-        rb = b[d][n_gates * hidden:] if b is not None else None
+        rb = b[d][n_gates * hidden :] if b is not None else None
         xw = x @ w[d].T  # [seq, batch, G*H] for every step at once
         if wb is not None:
             xw = xw + wb
+        if rb is not None and n_gates == 4:  # the LSTM's recurrent bias is added to every gate: once here
+            xw = xw + rb
+            rb = None
         h = h0[d] if h0 is not None else ops.zeros((batch, hidden), x)
         c = c0[d] if c0 is not None else ops.zeros((batch, hidden), x)
         steps = range(seq - 1, -1, -1) if direction == "reverse" else range(seq)
@@ -177,15 +209,30 @@ def _lstm_cell(ops: _Ops, xw: Any, h: Any, c: Any, r: Any, rb: Any) -> tuple[Any
     g = xw + h @ r.T
     if rb is not None:
         g = g + rb
-    i, o, f, cand = ops.split(g, 4)
-    c = ops.sigmoid(f) * c + ops.sigmoid(i) * ops.tanh(cand)
-    return ops.sigmoid(o) * ops.tanh(c), c
+    hidden = h.shape[-1]
+    s = ops.sigmoid(g[..., : 3 * hidden])  # i, o, f in one call
+    c = s[..., 2 * hidden :] * c + s[..., :hidden] * ops.tanh(g[..., 3 * hidden :])
+    return s[..., hidden : 2 * hidden] * ops.tanh(c), c
 
 
-@register_op("ONNXLSTM", inputs=(3, 6), outputs=(1, 3), args=_ARGS, validate=_validate(2), devices=("cpu", "cuda"),
-             inputs_doc=("X", "W [dirs, 4H, in] (gates i, o, f, c)", "R [dirs, 4H, H]", "B [dirs, 8H] (optional)",
-                         "initial_h (optional)", "initial_c (optional)"), outputs_doc=("Y", "Y_h", "Y_c"),
-             doc="ONNX LSTM with the default activations (sigmoid, tanh, tanh), no peepholes, full-length sequences.")
+@register_op(
+    "ONNXLSTM",
+    inputs=(3, 6),
+    outputs=(1, 3),
+    args=_ARGS,
+    validate=_validate(2),
+    devices=("cpu", "cuda"),
+    inputs_doc=(
+        "X",
+        "W [dirs, 4H, in] (gates i, o, f, c)",
+        "R [dirs, 4H, H]",
+        "B [dirs, 8H] (optional)",
+        "initial_h (optional)",
+        "initial_c (optional)",
+    ),
+    outputs_doc=("Y", "Y_h", "Y_c"),
+    doc="ONNX LSTM with the default activations (sigmoid, tanh, tanh), no peepholes, full-length sequences.",
+)
 def onnx_lstm(ctx: Any, x: Any, w: Any, r: Any, b: Any = None, h0: Any = None, c0: Any = None) -> Any:
     return _run(ctx, x, w, r, b, h0, c0, _lstm_cell, 4)
 
@@ -199,7 +246,7 @@ def _gru_cell(linear_before_reset: bool) -> Any:
             hr = hr + rb[: 2 * hidden]
         hz, hrr = ops.split(hr, 2)
         z, reset = ops.sigmoid(xz + hz), ops.sigmoid(xr + hrr)
-        rh_w, rh_b = r[2 * hidden:], (rb[2 * hidden:] if rb is not None else None)
+        rh_w, rh_b = r[2 * hidden :], (rb[2 * hidden :] if rb is not None else None)
         if linear_before_reset:
             hh = h @ rh_w.T
             hh = hh + rh_b if rh_b is not None else hh
@@ -212,10 +259,22 @@ def _gru_cell(linear_before_reset: bool) -> Any:
     return cell
 
 
-@register_op("ONNXGRU", inputs=(3, 5), outputs=(1, 2), validate=_validate(1), devices=("cpu", "cuda"),
-             args=[*_ARGS, Arg("linear_before_reset", bool, False, "apply R_h before the reset gate (torch's GRU)")],
-             inputs_doc=("X", "W [dirs, 3H, in] (gates z, r, h)", "R [dirs, 3H, H]", "B [dirs, 6H] (optional)",
-                         "initial_h (optional)"), outputs_doc=("Y", "Y_h"),
-             doc="ONNX GRU with the default activations (sigmoid, tanh), full-length sequences.")
+@register_op(
+    "ONNXGRU",
+    inputs=(3, 5),
+    outputs=(1, 2),
+    validate=_validate(1),
+    devices=("cpu", "cuda"),
+    args=[*_ARGS, Arg("linear_before_reset", bool, False, "apply R_h before the reset gate (torch's GRU)")],
+    inputs_doc=(
+        "X",
+        "W [dirs, 3H, in] (gates z, r, h)",
+        "R [dirs, 3H, H]",
+        "B [dirs, 6H] (optional)",
+        "initial_h (optional)",
+    ),
+    outputs_doc=("Y", "Y_h"),
+    doc="ONNX GRU with the default activations (sigmoid, tanh), full-length sequences.",
+)
 def onnx_gru(ctx: Any, x: Any, w: Any, r: Any, b: Any = None, h0: Any = None) -> Any:
     return _run(ctx, x, w, r, b, h0, None, _gru_cell(ctx.args["linear_before_reset"]), 3)

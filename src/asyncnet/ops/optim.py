@@ -65,7 +65,9 @@ def _like(ctx: Any, x: Any, i: int, ref: np.ndarray, what: str) -> np.ndarray:
     x = float_array(ctx, x, i)
     namespace(ctx, ref, x)
     if x.shape != ref.shape or x.dtype != ref.dtype:
-        raise ValueError(f"expected {what} {ctx.op.inputs[i]!r} of shape {ref.shape} and dtype {ref.dtype}, got {x.shape} {x.dtype}")
+        raise ValueError(
+            f"expected {what} {ctx.op.inputs[i]!r} of shape {ref.shape} and dtype {ref.dtype}, got {x.shape} {x.dtype}"
+        )
     return x
 
 
@@ -81,11 +83,18 @@ def _decayed(grad: np.ndarray, param: np.ndarray, wd: float) -> np.ndarray:
 
 
 # -- WeightedSum: Y = sum_i w_i X_i; with Y == X0 it updates X0's array in place -------------
-@register_op("WeightedSum", inputs=(2, None), outputs=1, allow_inplace={0: 0}, devices=CPU_CUDA,
-             args=[Arg("grad_on_w", bool, False, "the gradient also gives the weights' gradients (Caffe2's grad_on_w)")],
-             inputs_doc=("X0", "weight0 (1 element)", "X1", "weight1", "..."), outputs_doc=("Y (may be X0, updated in place)",),
-             doc="Y = w0 X0 + w1 X1 + ... for same-shape float X's and one-element weights; with output == X0 it "
-                 "writes into X0's array and returns that same array.")
+@register_op(
+    "WeightedSum",
+    inputs=(2, None),
+    outputs=1,
+    allow_inplace={0: 0},
+    devices=CPU_CUDA,
+    args=[Arg("grad_on_w", bool, False, "the gradient also gives the weights' gradients (Caffe2's grad_on_w)")],
+    inputs_doc=("X0", "weight0 (1 element)", "X1", "weight1", "..."),
+    outputs_doc=("Y (may be X0, updated in place)",),
+    doc="Y = w0 X0 + w1 X1 + ... for same-shape float X's and one-element weights; with output == X0 it "
+    "writes into X0's array and returns that same array.",
+)
 def weighted_sum(ctx: Any, *inputs: Any) -> np.ndarray:
     xs, ws = _weighted_terms(ctx, inputs, 0)
     total = xs[0] * ws[0]
@@ -109,14 +118,23 @@ def _weighted_terms(ctx: Any, inputs: tuple[Any, ...], first: int) -> tuple[list
     for j, x in enumerate(xs[1:], 1):
         if x.shape != xs[0].shape or x.dtype != xs[0].dtype:
             i = first + 2 * j
-            raise ValueError(f"expected X{j} {ctx.op.inputs[i]!r} of shape {xs[0].shape} and dtype {xs[0].dtype}, got {x.shape} {x.dtype}")
+            raise ValueError(
+                f"expected X{j} {ctx.op.inputs[i]!r} of shape {xs[0].shape} and dtype {xs[0].dtype}, got {x.shape} {x.dtype}"
+            )
     return xs, ws
 
 
 # -- WeightedSumGradient (Caffe2's): dX_i = w_i dY; with grad_on_w also dw_i = sum(dY * X_i) ---
-@register_op("WeightedSumGradient", inputs=(3, None), outputs=(1, None), args=[Arg("grad_on_w", bool, False)], devices=CPU_CUDA,
-             inputs_doc=("dY", "X0", "weight0", "X1", "weight1", "..."), outputs_doc=("dX0", "dX1", "...", "dw0 ... (grad_on_w)"),
-             doc="Gradient of WeightedSum: dX_i = w_i dY, and with grad_on_w the weights' gradients dw_i = sum(dY * X_i), shape [1].")
+@register_op(
+    "WeightedSumGradient",
+    inputs=(3, None),
+    outputs=(1, None),
+    args=[Arg("grad_on_w", bool, False)],
+    devices=CPU_CUDA,
+    inputs_doc=("dY", "X0", "weight0", "X1", "weight1", "..."),
+    outputs_doc=("dX0", "dX1", "...", "dw0 ... (grad_on_w)"),
+    doc="Gradient of WeightedSum: dX_i = w_i dY, and with grad_on_w the weights' gradients dw_i = sum(dY * X_i), shape [1].",
+)
 def weighted_sum_gradient(ctx: Any, dy: Any, *inputs: Any) -> tuple[np.ndarray, ...]:
     xs, ws = _weighted_terms(ctx, (dy,) + inputs, 1)
     dy = float_array(ctx, dy, 0)
@@ -124,8 +142,10 @@ def weighted_sum_gradient(ctx: Any, dy: Any, *inputs: Any) -> tuple[np.ndarray, 
         raise ValueError(f"expected dY of shape {xs[0].shape}, got {dy.shape}")
     want = len(xs) * (2 if ctx.args["grad_on_w"] else 1)
     if len(ctx.op.outputs) != want:
-        raise ValueError(f"expected {want} outputs for {len(xs)} (X, weight) pairs (grad_on_w={ctx.args['grad_on_w']}), "
-                         f"got {len(ctx.op.outputs)}")
+        raise ValueError(
+            f"expected {want} outputs for {len(xs)} (X, weight) pairs (grad_on_w={ctx.args['grad_on_w']}), "
+            f"got {len(ctx.op.outputs)}"
+        )
     outs = [as_array(dy * w) for w in ws]
     if ctx.args["grad_on_w"]:  # each dw_i has w_i's shape and dtype (Caffe2's: [1], the weight's float)
         xp = namespace(ctx, dy)
@@ -168,21 +188,50 @@ def _sgd_plain(ctx: Any, param: np.ndarray, grad: np.ndarray, lr: np.ndarray) ->
 def _specialize_sgd(ctx: Any, param: Any, grad: Any, lr: Any) -> Any:
     if not (type(param) is _nd and type(grad) is _nd and type(lr) is _nd):
         return None
-    plain = (param.dtype is grad.dtype and param.shape == grad.shape and lr.size == 1 and param.dtype.type in FLOAT_DTYPES
-             and ctx.args["weight_decay"] == 0.0)
+    plain = (
+        param.dtype is grad.dtype
+        and param.shape == grad.shape
+        and lr.size == 1
+        and param.dtype.type in FLOAT_DTYPES
+        and ctx.args["weight_decay"] == 0.0
+    )
     return _sgd_plain if plain else sgd
 
 
-@register_op("SGD", inputs=3, outputs=1, enforce_inplace={0: 0}, args=[_WEIGHT_DECAY], devices=CPU_CUDA, specialize=_specialize_sgd,
-             inputs_doc=("param", "grad", "lr (1 element)"), outputs_doc=("param (same blob, updated in place)",),
-             doc="Plain SGD step written into the parameter's array: param -= lr * (grad + weight_decay * param).")
+@register_op(
+    "SGD",
+    inputs=3,
+    outputs=1,
+    enforce_inplace={0: 0},
+    args=[_WEIGHT_DECAY],
+    devices=CPU_CUDA,
+    specialize=_specialize_sgd,
+    inputs_doc=("param", "grad", "lr (1 element)"),
+    outputs_doc=("param (same blob, updated in place)",),
+    doc="Plain SGD step written into the parameter's array: param -= lr * (grad + weight_decay * param).",
+)
 def sgd(ctx: Any, param: Any, grad: Any, lr: Any) -> np.ndarray:
-    if (type(param) is _nd and type(grad) is _nd and type(lr) is _nd and param.dtype is grad.dtype
-            and param.shape == grad.shape and lr.size == 1 and param.dtype.type in FLOAT_DTYPES
-            and param.flags.writeable and ctx.args["weight_decay"] == 0.0):
+    if (
+        type(param) is _nd
+        and type(grad) is _nd
+        and type(lr) is _nd
+        and param.dtype is grad.dtype
+        and param.shape == grad.shape
+        and lr.size == 1
+        and param.dtype.type in FLOAT_DTYPES
+        and param.flags.writeable
+        and ctx.args["weight_decay"] == 0.0
+    ):
         return _sgd_plain(ctx, param, grad, lr)
-    if (cpu_tensors(param, grad) and param.dtype is grad.dtype and param.shape == grad.shape and param.is_floating_point()
-            and ctx.args["weight_decay"] == 0.0 and type(lr) is _nd and lr.size == 1):
+    if (
+        cpu_tensors(param, grad)
+        and param.dtype is grad.dtype
+        and param.shape == grad.shape
+        and param.is_floating_point()
+        and ctx.args["weight_decay"] == 0.0
+        and type(lr) is _nd
+        and lr.size == 1
+    ):
         return param.add_(grad, alpha=-lr.item(0))  # one fused in-place call (torch.optim.SGD's)
     p = _writable(ctx, param, 0)
     g = _decayed(_like(ctx, grad, 1, p, "a gradient"), p, ctx.args["weight_decay"])
@@ -199,13 +248,22 @@ def _target(ctx: Any, out: int, inp: int, x: np.ndarray) -> np.ndarray:
     return namespace(ctx, x).empty_like(x)
 
 
-_MOMENTUM_ARGS = [Arg("momentum", float, 0.0, "momentum coefficient mu (Caffe2's default 0)"),
-                  Arg("nesterov", bool, False, "Nesterov momentum")]
-_FORMULA = Arg("formula", str, "caffe2", "caffe2: Caffe2's update (the default); torch: torch.optim's, which the "
-               "asyncnet trainers use", choices=("caffe2", "torch"))
+_MOMENTUM_ARGS = [
+    Arg("momentum", float, 0.0, "momentum coefficient mu (Caffe2's default 0)"),
+    Arg("nesterov", bool, False, "Nesterov momentum"),
+]
+_FORMULA = Arg(
+    "formula",
+    str,
+    "caffe2",
+    "caffe2: Caffe2's update (the default); torch: torch.optim's, which the asyncnet trainers use",
+    choices=("caffe2", "torch"),
+)
 
 
-def _momentum_step(m: np.ndarray, g: np.ndarray, rate: Any, mu: Any, nesterov: bool, formula: str) -> tuple[np.ndarray, np.ndarray]:
+def _momentum_step(
+    m: np.ndarray, g: np.ndarray, rate: Any, mu: Any, nesterov: bool, formula: str
+) -> tuple[np.ndarray, np.ndarray]:
     """(step subtracted from the param, new moment), computed before anything is written.
 
     caffe2: step = m' = lr g + mu m; nesterov: m' = mu m + lr g, step = (1 + mu) m' - mu m.
@@ -222,10 +280,18 @@ def _momentum_step(m: np.ndarray, g: np.ndarray, rate: Any, mu: Any, nesterov: b
 
 
 # -- MomentumSGD (Caffe2's): the adjusted gradient and the moment, no param update ------------
-@register_op("MomentumSGD", inputs=3, outputs=2, allow_inplace={0: 0, 1: 1}, args=_MOMENTUM_ARGS, devices=CPU_CUDA,
-             inputs_doc=("grad", "moment", "lr (1 element)"), outputs_doc=("adjusted grad", "moment"),
-             doc="Caffe2's MomentumSGD: adjusted = lr*grad + mu*moment, returned as (adjusted, adjusted); with "
-                 "nesterov m' = mu*m + lr*grad and the outputs are ((1+mu)*m' - mu*m, m'). In place writes the input arrays.")
+@register_op(
+    "MomentumSGD",
+    inputs=3,
+    outputs=2,
+    allow_inplace={0: 0, 1: 1},
+    args=_MOMENTUM_ARGS,
+    devices=CPU_CUDA,
+    inputs_doc=("grad", "moment", "lr (1 element)"),
+    outputs_doc=("adjusted grad", "moment"),
+    doc="Caffe2's MomentumSGD: adjusted = lr*grad + mu*moment, returned as (adjusted, adjusted); with "
+    "nesterov m' = mu*m + lr*grad and the outputs are ((1+mu)*m' - mu*m, m'). In place writes the input arrays.",
+)
 def momentum_sgd(ctx: Any, grad: Any, moment: Any, lr: Any) -> tuple[np.ndarray, np.ndarray]:
     g = float_array(ctx, grad, 0)
     m = _like(ctx, moment, 1, g, "a moment")
@@ -238,21 +304,32 @@ def momentum_sgd(ctx: Any, grad: Any, moment: Any, lr: Any) -> tuple[np.ndarray,
 
 
 # -- MomentumSGDUpdate: Caffe2's (default) or torch's momentum step, written into the param ---
-@register_op("MomentumSGDUpdate", inputs=4, outputs=3, allow_inplace={0: 0, 1: 1, 3: 2}, devices=CPU_CUDA,
-             specialize=_general_for_numpy,
-             args=[*_MOMENTUM_ARGS, _WEIGHT_DECAY, _FORMULA],
-             inputs_doc=("grad", "moment", "lr (1 element)", "param"), outputs_doc=("grad: the step taken", "moment", "param"),
-             doc="Caffe2's MomentumSGDUpdate: step = lr*grad + mu*moment (nesterov: m' = mu*m + lr*grad, step = "
-                 "(1+mu)*m' - mu*m); param -= step; outputs (step, moment, param). formula='torch' gives "
-                 "torch.optim.SGD's (m' = mu*m + grad; step = lr*m', nesterov lr*(grad + mu*m')). In place "
-                 "(the usual use) writes the input arrays.")
-def momentum_sgd_update(ctx: Any, grad: Any, moment: Any, lr: Any, param: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+@register_op(
+    "MomentumSGDUpdate",
+    inputs=4,
+    outputs=3,
+    allow_inplace={0: 0, 1: 1, 3: 2},
+    devices=CPU_CUDA,
+    specialize=_general_for_numpy,
+    args=[*_MOMENTUM_ARGS, _WEIGHT_DECAY, _FORMULA],
+    inputs_doc=("grad", "moment", "lr (1 element)", "param"),
+    outputs_doc=("grad: the step taken", "moment", "param"),
+    doc="Caffe2's MomentumSGDUpdate: step = lr*grad + mu*moment (nesterov: m' = mu*m + lr*grad, step = "
+    "(1+mu)*m' - mu*m); param -= step; outputs (step, moment, param). formula='torch' gives "
+    "torch.optim.SGD's (m' = mu*m + grad; step = lr*m', nesterov lr*(grad + mu*m')). In place "
+    "(the usual use) writes the input arrays.",
+)
+def momentum_sgd_update(
+    ctx: Any, grad: Any, moment: Any, lr: Any, param: Any
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     p = float_array(ctx, param, 3)
     m = _like(ctx, moment, 1, p, "a moment")
     g0 = _like(ctx, grad, 0, p, "a gradient")
     g = _decayed(g0, p, ctx.args["weight_decay"])
     xp = namespace(ctx, grad, moment, param)
-    step, m_new = _momentum_step(m, g, _scalar(ctx, lr, 2), ctx.args["momentum"], ctx.args["nesterov"], ctx.args["formula"])
+    step, m_new = _momentum_step(
+        m, g, _scalar(ctx, lr, 2), ctx.args["momentum"], ctx.args["nesterov"], ctx.args["formula"]
+    )
     g_out, m_out, p_out = _target(ctx, 0, 0, g0), _target(ctx, 1, 1, m), _target(ctx, 2, 3, p)
     xp.copyto(m_out, m_new)
     xp.subtract(p, step, out=p_out)
@@ -261,17 +338,27 @@ def momentum_sgd_update(ctx: Any, grad: Any, moment: Any, lr: Any, param: Any) -
 
 
 # -- Adam: Caffe2's (default, t = iter + 1) or torch.optim.Adam's (t = iter) -------------------
-@register_op("Adam", inputs=6, outputs=(3, 4), allow_inplace={0: 0, 1: 1, 2: 2}, devices=CPU_CUDA,
-             specialize=_general_for_numpy,
-             args=[Arg("beta1", float, 0.9), Arg("beta2", float, 0.999),
-                   Arg("epsilon", float, None, "default: Caffe2's 1e-5 (formula caffe2) or torch's 1e-8 (formula torch)"),
-                   _WEIGHT_DECAY, _FORMULA],
-             inputs_doc=("param", "moment1", "moment2", "grad", "lr (1 element)", "iter (int)"),
-             outputs_doc=("param", "moment1", "moment2", "effective grad (optional)"),
-             doc="Caffe2's Adam: t = iter + 1 (iter 0 is the first step); m1 = b1 m1 + (1-b1) g; m2 = b2 m2 + (1-b2) g^2; "
-                 "ng = sqrt(1-b2^t)/(1-b1^t) * m1/(sqrt(m2) + eps); param += lr * ng (Caffe2 feeds a negative lr); "
-                 "the optional output 3 is ng. formula='torch' gives torch.optim.Adam's: t = iter >= 1, "
-                 "param -= lr/(1-b1^t) * m1/(sqrt(m2/(1-b2^t)) + eps). In place writes the input arrays.")
+@register_op(
+    "Adam",
+    inputs=6,
+    outputs=(3, 4),
+    allow_inplace={0: 0, 1: 1, 2: 2},
+    devices=CPU_CUDA,
+    specialize=_general_for_numpy,
+    args=[
+        Arg("beta1", float, 0.9),
+        Arg("beta2", float, 0.999),
+        Arg("epsilon", float, None, "default: Caffe2's 1e-5 (formula caffe2) or torch's 1e-8 (formula torch)"),
+        _WEIGHT_DECAY,
+        _FORMULA,
+    ],
+    inputs_doc=("param", "moment1", "moment2", "grad", "lr (1 element)", "iter (int)"),
+    outputs_doc=("param", "moment1", "moment2", "effective grad (optional)"),
+    doc="Caffe2's Adam: t = iter + 1 (iter 0 is the first step); m1 = b1 m1 + (1-b1) g; m2 = b2 m2 + (1-b2) g^2; "
+    "ng = sqrt(1-b2^t)/(1-b1^t) * m1/(sqrt(m2) + eps); param += lr * ng (Caffe2 feeds a negative lr); "
+    "the optional output 3 is ng. formula='torch' gives torch.optim.Adam's: t = iter >= 1, "
+    "param -= lr/(1-b1^t) * m1/(sqrt(m2/(1-b2^t)) + eps). In place writes the input arrays.",
+)
 def adam(ctx: Any, param: Any, m1: Any, m2: Any, grad: Any, lr: Any, it: Any) -> tuple[np.ndarray, ...]:
     p = float_array(ctx, param, 0)
     xp = namespace(ctx, param, m1, m2, grad)
@@ -283,8 +370,10 @@ def adam(ctx: Any, param: Any, m1: Any, m2: Any, grad: Any, lr: Any, it: Any) ->
     it = int(_scalar(ctx, it, 5, "i"))
     t = it if torch_formula else it + 1
     if t < 1:
-        raise ValueError(f"expected the iteration {ctx.op.inputs[5]!r} >= {1 if torch_formula else 0} "
-                         f"(formula {a['formula']}), got {it}")
+        raise ValueError(
+            f"expected the iteration {ctx.op.inputs[5]!r} >= {1 if torch_formula else 0} "
+            f"(formula {a['formula']}), got {it}"
+        )
     eps = a["epsilon"] if a["epsilon"] is not None else (1e-8 if torch_formula else 1e-5)
     rate = float(_scalar(ctx, lr, 4))  # checked before any write
     # Python floats below are weakly typed: each is rounded once to the params' dtype
@@ -361,12 +450,12 @@ def _cosine(t: int, min_lr: float, max_lr: float, period: int, t_mult: float, lr
     """Caffe2's CosineLearningRate (SGDR): restarts every period (times t_mult^i), bounds shrunk by lr_shrink^i."""
     if t_mult != 1.0:
         i = math.floor(math.log(1 - t / period * (1.0 - t_mult)) / math.log(t_mult))
-        t_i = t_mult ** i * period
-        t_curr = t - (1.0 - t_mult ** i) / (1.0 - t_mult) * period
+        t_i = t_mult**i * period
+        t_curr = t - (1.0 - t_mult**i) / (1.0 - t_mult) * period
     else:
         i = math.floor(t / period)
         t_i, t_curr = period, t - period * i
-    shrink = lr_shrink ** i
+    shrink = lr_shrink**i
     lo, hi = min_lr * shrink, max_lr * shrink
     return lo + 0.5 * (hi - lo) * (1 + math.cos(math.pi * t_curr / t_i))
 
@@ -389,8 +478,9 @@ def _composite_cosine(a: dict[str, Any], t: int) -> float:
     warm = a["constant_warmup_num_iter"] + a["linear_warmup_num_iter"]
     if t < warm:
         return _constant_then_linear(a, t)
-    return _cosine(t - warm, a["cosine_min_lr"], a["cosine_max_lr"], a["cosine_period"], a["cosine_t_mult"],
-                   a["cosine_lr_shrink"])
+    return _cosine(
+        t - warm, a["cosine_min_lr"], a["cosine_max_lr"], a["cosine_period"], a["cosine_t_mult"], a["cosine_lr_shrink"]
+    )
 
 
 _SUB_POLICY = re.compile(r"sub_policy_(\d+)_(\w+)")
@@ -401,7 +491,7 @@ def _sub_args(a: dict[str, Any], i: int) -> dict[str, Any]:
     prefix = f"sub_policy_{i}_"
     sub = {arg.name: arg.default for arg in _LR_ARGS}
     sub.update({"base_lr": a["base_lr"], "policy": "", "lr_scale": 1.0})
-    sub.update({k[len(prefix):]: v for k, v in a.items() if k.startswith(prefix)})
+    sub.update({k[len(prefix) :]: v for k, v in a.items() if k.startswith(prefix)})
     return _resolve(sub, sub["policy"])
 
 
@@ -468,22 +558,39 @@ _LR_NEEDS: dict[str, list[tuple[str, Any, str]]] = {
     "linearWarmup": [("start_multiplier", lambda v: v >= 0, ">= 0"), ("num_iter", lambda v: v >= 0, ">= 0")],
     "constantWarmup": [("multiplier", lambda v: v >= 0, ">= 0"), ("num_iter", lambda v: v >= 0, ">= 0")],
     "alter": [("active_period", lambda v: v >= 0, ">= 0"), ("inactive_period", lambda v: v >= 0, ">= 0")],
-    "hill": [("num_iter", lambda v: v >= 0, ">= 0"), ("start_multiplier", lambda v: v >= 0, ">= 0"),
-             ("gamma", lambda v: v > 0, "> 0"), ("power", lambda v: v > 0, "> 0")],
+    "hill": [
+        ("num_iter", lambda v: v >= 0, ">= 0"),
+        ("start_multiplier", lambda v: v >= 0, ">= 0"),
+        ("gamma", lambda v: v > 0, "> 0"),
+        ("power", lambda v: v > 0, "> 0"),
+    ],
     "cyclical": [("stepsize", *_POSITIVE), ("max_lr", lambda v: True, "")],
-    "constantThenLinearWarmup": [("constant_warmup_num_iter", lambda v: v >= 0, ">= 0"),
-                                 ("linear_warmup_num_iter", *_POSITIVE)],
-    "compositeCyclical": [("constant_warmup_num_iter", lambda v: v >= 0, ">= 0"), ("linear_warmup_num_iter", *_POSITIVE),
-                          ("cyclical_step_size", *_POSITIVE)],
+    "constantThenLinearWarmup": [
+        ("constant_warmup_num_iter", lambda v: v >= 0, ">= 0"),
+        ("linear_warmup_num_iter", *_POSITIVE),
+    ],
+    "compositeCyclical": [
+        ("constant_warmup_num_iter", lambda v: v >= 0, ">= 0"),
+        ("linear_warmup_num_iter", *_POSITIVE),
+        ("cyclical_step_size", *_POSITIVE),
+    ],
     "cosine": [("period", *_POSITIVE), ("t_mult", *_POSITIVE)],
     "slope": [("num_iter_1", *_POSITIVE), ("num_iter_2", *_POSITIVE)],
     "warmupPolyDecay": [("num_iter", lambda v: v >= 0, ">= 0"), ("num_decay_iter", lambda v: v >= 0, ">= 0")],
-    "compositeCosine": [("constant_warmup_num_iter", lambda v: v >= 0, ">= 0"), ("linear_warmup_num_iter", *_POSITIVE),
-                        ("cosine_period", *_POSITIVE), ("cosine_t_mult", *_POSITIVE)],
+    "compositeCosine": [
+        ("constant_warmup_num_iter", lambda v: v >= 0, ">= 0"),
+        ("linear_warmup_num_iter", *_POSITIVE),
+        ("cosine_period", *_POSITIVE),
+        ("cosine_t_mult", *_POSITIVE),
+    ],
 }
 _LR_ARGS = [
     Arg("base_lr", float, Arg.REQUIRED, "the learning rate the multiplier scales (Caffe2 feeds a negative one)"),
-    Arg("policy", str, "fixed", "Caffe2's: fixed 1; step gamma^floor(iter/stepsize); exp gamma^iter; gate multiplier_1 "
+    Arg(
+        "policy",
+        str,
+        "fixed",
+        "Caffe2's: fixed 1; step gamma^floor(iter/stepsize); exp gamma^iter; gate multiplier_1 "
         "before num_iter, then multiplier_2; slope multiplier_1 before num_iter_1, then max(multiplier_2, the line "
         "to multiplier_2 at num_iter_2); inv (1 + gamma iter)^-power; poly (1 - iter/max_iter)^power; linearWarmup "
         "start_multiplier + (1 - start_multiplier) iter/num_iter until num_iter, then 1; constantWarmup multiplier until "
@@ -496,7 +603,9 @@ _LR_ARGS = [
         "min_lr over period (t_mult, lr_shrink); compositeCyclical / compositeCosine: that warm-up, then cyclical / "
         "cosine with the cyclical_ / cosine_ args; warmupPolyDecay facebookresearch/dlrm's: iter/num_iter during "
         "num_iter warm-up iterations, then ((num_decay_iter - (iter - decay_start_iter)) / num_decay_iter)^2 (at "
-        "least 1e-7/base_lr) from decay_start_iter, the last value holding between and after", choices=tuple(LR_POLICIES)),
+        "least 1e-7/base_lr) from decay_start_iter, the last value holding between and after",
+        choices=tuple(LR_POLICIES),
+    ),
     Arg("stepsize", int, 1, "iterations per step (step), half a period (cyclical)"),
     Arg("gamma", float, 1.0, "decay factor (step, exp, inv, hill)"),
     Arg("power", float, 0.0, "exponent (inv, poly, hill)"),
@@ -541,16 +650,23 @@ _LR_ARGS = [
 ]
 _LR_ARG_SPECS = {arg.name: arg for arg in _LR_ARGS}
 # args whose Caffe2 default depends on the policy (None in _LR_ARGS): policy -> value, else the fallback
-_POLICY_DEFAULTS = {"max_lr": ({"cyclical": 0.005, "cosine": 0.5}, 0.0),
-                    "multiplier_1": ({"slope": 0.0}, 1.0), "multiplier_2": ({"slope": 0.0}, 1.0)}
+_POLICY_DEFAULTS = {
+    "max_lr": ({"cyclical": 0.005, "cosine": 0.5}, 0.0),
+    "multiplier_1": ({"slope": 0.0}, 1.0),
+    "multiplier_2": ({"slope": 0.0}, 1.0),
+}
 
 
 def _resolve(a: dict[str, Any], policy: str) -> dict[str, Any]:
     """``a`` with the policy-dependent defaults filled in where an arg is None."""
     missing = {k: by.get(policy, other) for k, (by, other) in _POLICY_DEFAULTS.items() if a.get(k) is None}
     return {**a, **missing} if missing else a
-_SUB_ONLY = {"policy": Arg("policy", str, Arg.REQUIRED, "", choices=tuple(p for p in LR_POLICIES if p != "composite")),
-             "lr_scale": Arg("lr_scale", float, 1.0, "")}
+
+
+_SUB_ONLY = {
+    "policy": Arg("policy", str, Arg.REQUIRED, "", choices=tuple(p for p in LR_POLICIES if p != "composite")),
+    "lr_scale": Arg("lr_scale", float, 1.0, ""),
+}
 
 
 def _lr_extra_args(name: str) -> Arg | None:
@@ -571,10 +687,14 @@ def _check_policy(policy: str, get: Any, where: str) -> None:
     if policy == "alter" and get("active_period") + get("inactive_period") <= 0:
         raise ValueError(f"policy 'alter'{where} needs active_period + inactive_period > 0")
     if policy == "warmupPolyDecay" and get("num_decay_iter") > 0 and get("decay_start_iter") < get("num_iter"):
-        raise ValueError(f"policy 'warmupPolyDecay'{where} needs decay_start_iter >= num_iter (the warm-up ends before "
-                         f"the decay), got {get('decay_start_iter')} < {get('num_iter')}")
+        raise ValueError(
+            f"policy 'warmupPolyDecay'{where} needs decay_start_iter >= num_iter (the warm-up ends before "
+            f"the decay), got {get('decay_start_iter')} < {get('num_iter')}"
+        )
     if policy == "slope" and get("num_iter_2") <= get("num_iter_1"):
-        raise ValueError(f"policy 'slope'{where} needs num_iter_2 > num_iter_1, got {get('num_iter_2')} <= {get('num_iter_1')}")
+        raise ValueError(
+            f"policy 'slope'{where} needs num_iter_2 > num_iter_1, got {get('num_iter_2')} <= {get('num_iter_1')}"
+        )
 
 
 def _validate_lr(op: Any) -> None:
@@ -593,7 +713,7 @@ def _validate_lr(op: Any) -> None:
         if sub is None:
             raise ValueError(f"policy 'composite' needs {prefix}policy for its sub-policy {i}")
         sub_defaults = _resolve({**defaults, **{k: None for k in _POLICY_DEFAULTS}}, sub)
-        _check_policy(sub, lambda name: op.args.get(prefix + name, sub_defaults[name]), f" (sub-policy {i})")
+        _check_policy(sub, lambda name, p=prefix, d=sub_defaults: op.args.get(p + name, d[name]), f" (sub-policy {i})")
     past = [k for k in op.args if (m := _SUB_POLICY.fullmatch(k)) and int(m.group(1)) >= len(num_iters)]
     if past:
         raise ValueError(f"argument {past[0]!r} names a sub-policy past the {len(num_iters)} of sub_policy_num_iters")
@@ -616,11 +736,20 @@ def _specialize_learning_rate(ctx: Any, it: Any) -> Any:
     return fixed_rate
 
 
-@register_op("LearningRate", inputs=1, outputs=1, devices=CPU_CUDA, args=_LR_ARGS, validate=_validate_lr,
-             specialize=_specialize_learning_rate, extra_args=_lr_extra_args,
-             inputs_doc=("iter (int64 counter, 1 element)",), outputs_doc=("lr (0-d)",),
-             doc="The learning rate for the current iteration: base_lr times the multiplier of the policy "
-                 "(Caffe2's learning_rate_functors), as a 0-d array.")
+@register_op(
+    "LearningRate",
+    inputs=1,
+    outputs=1,
+    devices=CPU_CUDA,
+    args=_LR_ARGS,
+    validate=_validate_lr,
+    specialize=_specialize_learning_rate,
+    extra_args=_lr_extra_args,
+    inputs_doc=("iter (int64 counter, 1 element)",),
+    outputs_doc=("lr (0-d)",),
+    doc="The learning rate for the current iteration: base_lr times the multiplier of the policy "
+    "(Caffe2's learning_rate_functors), as a 0-d array.",
+)
 def learning_rate(ctx: Any, it: Any) -> np.ndarray:
     a = ctx.args
     if a["policy"] == "fixed" and type(it) is _nd and it.size == 1 and it.dtype.kind in "iu":
@@ -635,20 +764,41 @@ def learning_rate(ctx: Any, it: Any) -> np.ndarray:
     return namespace(ctx, it).scalar(lr, a["dtype"], like=it)
 
 
-__all__ = ["weighted_sum", "weighted_sum_gradient", "sgd", "momentum_sgd", "momentum_sgd_update", "adam", "learning_rate"]
+__all__ = [
+    "weighted_sum",
+    "weighted_sum_gradient",
+    "sgd",
+    "momentum_sgd",
+    "momentum_sgd_update",
+    "adam",
+    "learning_rate",
+]
 
 
 # -- Adagrad (Caffe2's, dense): moment = decay * moment + g^2;  param += lr * g / (sqrt(moment) + eps)
-@register_op("Adagrad", inputs=4, outputs=(2, 4), allow_inplace={0: 0, 1: 1},
-             args=[Arg("epsilon", float, None, "added to sqrt(moment); default: Caffe2's 1e-5 (formula caffe2) or "
-                       "torch's 1e-10 (formula torch)"),
-                   Arg("decay", float, 1.0, "factor on the old moment"), _WEIGHT_DECAY, _FORMULA],
-             inputs_doc=("param", "moment", "grad", "lr (1 element)"),
-             outputs_doc=("param", "moment", "effective_lr (optional)", "update (optional)"),
-             doc="Caffe2's Adagrad: moment = decay * moment + g^2; param += lr * g / (sqrt(moment) + epsilon) (Caffe2 "
-                 "feeds a negative lr). formula='torch' gives torch.optim.Adagrad's: param -= lr * g / (sqrt(moment) + "
-                 "epsilon). In place (the usual use) writes the input arrays. Caffe2's optional outputs: effective_lr = "
-                 "lr / (sqrt(moment) + epsilon) and update = effective_lr * g, then param += update.")
+@register_op(
+    "Adagrad",
+    inputs=4,
+    outputs=(2, 4),
+    allow_inplace={0: 0, 1: 1},
+    args=[
+        Arg(
+            "epsilon",
+            float,
+            None,
+            "added to sqrt(moment); default: Caffe2's 1e-5 (formula caffe2) or torch's 1e-10 (formula torch)",
+        ),
+        Arg("decay", float, 1.0, "factor on the old moment"),
+        _WEIGHT_DECAY,
+        _FORMULA,
+    ],
+    inputs_doc=("param", "moment", "grad", "lr (1 element)"),
+    outputs_doc=("param", "moment", "effective_lr (optional)", "update (optional)"),
+    doc="Caffe2's Adagrad: moment = decay * moment + g^2; param += lr * g / (sqrt(moment) + epsilon) (Caffe2 "
+    "feeds a negative lr). formula='torch' gives torch.optim.Adagrad's: param -= lr * g / (sqrt(moment) + "
+    "epsilon). In place (the usual use) writes the input arrays. Caffe2's optional outputs: effective_lr = "
+    "lr / (sqrt(moment) + epsilon) and update = effective_lr * g, then param += update.",
+)
 def adagrad(ctx: Any, param: Any, moment: Any, grad: Any, lr: Any) -> tuple[np.ndarray, ...]:
     p = float_array(ctx, param, 0)
     xp = namespace(ctx, param, moment, grad)

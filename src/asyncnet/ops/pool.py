@@ -37,7 +37,11 @@ from asyncnet.tensor.namespace import is_torch, namespace
 
 __all__ = ["max_pool", "average_pool", "max_pool_gradient", "average_pool_gradient"]
 
-POOL_ARGS = [*KERNEL_ARGS, *WINDOW_ARGS, Arg("global_pooling", bool, False, "pool the whole image (kernel = H, W; no pad)")]
+POOL_ARGS = [
+    *KERNEL_ARGS,
+    *WINDOW_ARGS,
+    Arg("global_pooling", bool, False, "pool the whole image (kernel = H, W; no pad)"),
+]
 AVG_ARGS = [*POOL_ARGS, Arg("count_include_pad", bool, False, "divide by the full window size, padding included")]
 
 
@@ -50,8 +54,13 @@ def _input(ctx: Any, x: Any) -> tuple[np.ndarray, Geometry]:
 def _tiled(x: np.ndarray, g: Geometry) -> bool:
     """True when the windows tile a numpy ``x`` exactly (stride = kernel, no pad, H and W
     multiples of it, the usual 2x2 pool): each input is in exactly one window."""
-    return (not is_torch(x) and g.stride == g.kernel and not any(g.pads)
-            and x.shape[2] == g.out[0] * g.kernel[0] and x.shape[3] == g.out[1] * g.kernel[1])
+    return (
+        not is_torch(x)
+        and g.stride == g.kernel
+        and not any(g.pads)
+        and x.shape[2] == g.out[0] * g.kernel[0]
+        and x.shape[3] == g.out[1] * g.kernel[1]
+    )
 
 
 def _tiled_max(x: np.ndarray, g: Geometry) -> np.ndarray:
@@ -85,8 +94,15 @@ def _reduce(xp: np.ndarray, g: Geometry, fn: str) -> np.ndarray:
 
 
 # -- MaxPool: Y = max over each window (padding never wins); dX[p] += dY where X[p] == Y ------------
-@register_op("MaxPool", inputs=1, outputs=1, args=POOL_ARGS, inputs_doc=("X [N, C, H, W]",), outputs_doc=("Y [N, C, OH, OW]",),
-             doc="Caffe2's MaxPool (NCHW or NHWC): the maximum of each kernel window (padding never wins).")
+@register_op(
+    "MaxPool",
+    inputs=1,
+    outputs=1,
+    args=POOL_ARGS,
+    inputs_doc=("X [N, C, H, W]",),
+    outputs_doc=("Y [N, C, OH, OW]",),
+    doc="Caffe2's MaxPool (NCHW or NHWC): the maximum of each kernel window (padding never wins).",
+)
 @in_order
 def max_pool(ctx: Any, x: Any) -> np.ndarray:
     x, g = _input(ctx, x)
@@ -101,8 +117,15 @@ def max_pool(ctx: Any, x: Any) -> np.ndarray:
     return _reduce(pad_input(x, g, -np.inf), g, "maximum")
 
 
-@register_op("MaxPoolGradient", inputs=3, outputs=1, args=POOL_ARGS, inputs_doc=("X", "Y", "dY"), outputs_doc=("dX",),
-             doc="Gradient of MaxPool (Caffe2's rule): each input equal to its window's maximum receives that window's dY.")
+@register_op(
+    "MaxPoolGradient",
+    inputs=3,
+    outputs=1,
+    args=POOL_ARGS,
+    inputs_doc=("X", "Y", "dY"),
+    outputs_doc=("dX",),
+    doc="Gradient of MaxPool (Caffe2's rule): each input equal to its window's maximum receives that window's dY.",
+)
 @in_order
 def max_pool_gradient(ctx: Any, x: Any, y: Any, dy: Any) -> np.ndarray:
     x, g = _input(ctx, x)
@@ -127,7 +150,9 @@ def max_pool_gradient(ctx: Any, x: Any, y: Any, dy: Any) -> np.ndarray:
 
 @register_gradient("MaxPool")
 def _max_pool_grad(op: OperatorDef, gout: GradOut) -> MakerResult:
-    gop = OperatorDef(op.type + "Gradient", [op.inputs[0], op.outputs[0], output_grad(op, gout)], ["#dx"], dict(op.args))
+    gop = OperatorDef(
+        op.type + "Gradient", [op.inputs[0], op.outputs[0], output_grad(op, gout)], ["#dx"], dict(op.args)
+    )
     return [gop], ["#dx"]
 
 
@@ -141,9 +166,16 @@ def _counts(x: np.ndarray, g: Geometry, include_pad: bool) -> np.ndarray:
     return _reduce(pad_input(ones, g), g, "add")[0, 0]
 
 
-@register_op("AveragePool", inputs=1, outputs=1, args=AVG_ARGS, inputs_doc=("X [N, C, H, W]",), outputs_doc=("Y [N, C, OH, OW]",),
-             doc="Caffe2's AveragePool (NCHW or NHWC): the mean of each kernel window, padding excluded from the count "
-                 "unless count_include_pad=1.")
+@register_op(
+    "AveragePool",
+    inputs=1,
+    outputs=1,
+    args=AVG_ARGS,
+    inputs_doc=("X [N, C, H, W]",),
+    outputs_doc=("Y [N, C, OH, OW]",),
+    doc="Caffe2's AveragePool (NCHW or NHWC): the mean of each kernel window, padding excluded from the count "
+    "unless count_include_pad=1.",
+)
 @in_order
 def average_pool(ctx: Any, x: Any) -> np.ndarray:
     x, g = _input(ctx, x)
@@ -152,8 +184,15 @@ def average_pool(ctx: Any, x: Any) -> np.ndarray:
     return s
 
 
-@register_op("AveragePoolGradient", inputs=(2, 3), outputs=1, args=AVG_ARGS, inputs_doc=("X", "Y (optional, unused)", "dY"),
-             outputs_doc=("dX",), doc="Gradient of AveragePool: each window's dY / count spread over its inputs.")
+@register_op(
+    "AveragePoolGradient",
+    inputs=(2, 3),
+    outputs=1,
+    args=AVG_ARGS,
+    inputs_doc=("X", "Y (optional, unused)", "dY"),
+    outputs_doc=("dX",),
+    doc="Gradient of AveragePool: each window's dY / count spread over its inputs.",
+)
 @in_order
 def average_pool_gradient(ctx: Any, x: Any, *rest: Any) -> np.ndarray:
     x, g = _input(ctx, x)
@@ -179,13 +218,41 @@ def _average_pool_grad(op: OperatorDef, gout: GradOut) -> MakerResult:
 
 # Caffe2's names for the same ops (pool_op.cc: MaxPool1D/2D, AveragePool1D/2D and their gradients)
 for _d in ("1D", "2D"):
-    register_op("MaxPool" + _d, inputs=1, outputs=1, args=POOL_ARGS, doc="Caffe2's MaxPool" + _d + ": MaxPool under another name.",
-                inputs_doc=("X",), outputs_doc=("Y",))(max_pool)
-    register_op("MaxPool" + _d + "Gradient", inputs=3, outputs=1, args=POOL_ARGS, inputs_doc=("X", "Y", "dY"),
-                outputs_doc=("dX",), doc="Gradient of MaxPool" + _d + ".")(max_pool_gradient)
+    register_op(
+        "MaxPool" + _d,
+        inputs=1,
+        outputs=1,
+        args=POOL_ARGS,
+        doc="Caffe2's MaxPool" + _d + ": MaxPool under another name.",
+        inputs_doc=("X",),
+        outputs_doc=("Y",),
+    )(max_pool)
+    register_op(
+        "MaxPool" + _d + "Gradient",
+        inputs=3,
+        outputs=1,
+        args=POOL_ARGS,
+        inputs_doc=("X", "Y", "dY"),
+        outputs_doc=("dX",),
+        doc="Gradient of MaxPool" + _d + ".",
+    )(max_pool_gradient)
     register_gradient("MaxPool" + _d)(_max_pool_grad)
-    register_op("AveragePool" + _d, inputs=1, outputs=1, args=AVG_ARGS, inputs_doc=("X",), outputs_doc=("Y",),
-                doc="Caffe2's AveragePool" + _d + ": AveragePool under another name.")(average_pool)
-    register_op("AveragePool" + _d + "Gradient", inputs=(2, 3), outputs=1, args=AVG_ARGS, inputs_doc=("X", "Y (optional)", "dY"),
-                outputs_doc=("dX",), doc="Gradient of AveragePool" + _d + ".")(average_pool_gradient)
+    register_op(
+        "AveragePool" + _d,
+        inputs=1,
+        outputs=1,
+        args=AVG_ARGS,
+        inputs_doc=("X",),
+        outputs_doc=("Y",),
+        doc="Caffe2's AveragePool" + _d + ": AveragePool under another name.",
+    )(average_pool)
+    register_op(
+        "AveragePool" + _d + "Gradient",
+        inputs=(2, 3),
+        outputs=1,
+        args=AVG_ARGS,
+        inputs_doc=("X", "Y (optional)", "dY"),
+        outputs_doc=("dX",),
+        doc="Gradient of AveragePool" + _d + ".",
+    )(average_pool_gradient)
     register_gradient("AveragePool" + _d)(_average_pool_grad)

@@ -61,7 +61,7 @@ def _gate_scale(hid: int, like: Any) -> np.ndarray:
     tanh: sigmoid(z) = tanh(z / 2) / 2 + 1/2 and tanh(z) = tanh(z * 1) * 1 + 0, i.e.
     act = tanh(s * z) * s + (1 - s); s is folded into the weights once per call."""
     s = namespace(None, like).full((4 * hid,), 0.5, like=like)
-    s[2 * hid:3 * hid] = 1
+    s[2 * hid : 3 * hid] = 1
     return s
 
 
@@ -77,13 +77,22 @@ def _check(ctx: Any, inputs: tuple[Any, ...]) -> tuple[np.ndarray, ...]:
     want = {1: (n, h), 2: (n, h), 3: (4 * h, i), 4: (4 * h, h), 5: (4 * h,), 6: (4 * h,)}
     for k, shape in want.items():
         if arrays[k].shape != shape:
-            raise ValueError(f"expected input {k} {ctx.op.inputs[k]!r} ({_INPUTS_DOC[k]}) of shape {shape} for X "
-                             f"{tuple(x.shape)} and hidden size {h}, got {tuple(arrays[k].shape)}")
+            raise ValueError(
+                f"expected input {k} {ctx.op.inputs[k]!r} ({_INPUTS_DOC[k]}) of shape {shape} for X "
+                f"{tuple(x.shape)} and hidden size {h}, got {tuple(arrays[k].shape)}"
+            )
     return arrays
 
 
-def lstm_forward(x: np.ndarray, h0: np.ndarray, c0: np.ndarray, w_ih: np.ndarray, w_hh: np.ndarray,
-                 b_ih: np.ndarray, b_hh: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def lstm_forward(
+    x: np.ndarray,
+    h0: np.ndarray,
+    c0: np.ndarray,
+    w_ih: np.ndarray,
+    w_hh: np.ndarray,
+    b_ih: np.ndarray,
+    b_hh: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(Y [T, N, H], C [T, N, H] every step's cell, A [T, N, 4H] the activated gates i, f, g, o)."""
     xp = namespace(None, x)
     t_len, n, _ = x.shape
@@ -100,7 +109,7 @@ def lstm_forward(x: np.ndarray, h0: np.ndarray, c0: np.ndarray, w_ih: np.ndarray
         xp.tanh(a, out=a)
         a *= s
         a += one_minus_s
-        i, f, g, o = a[:, :hid], a[:, hid:2 * hid], a[:, 2 * hid:3 * hid], a[:, 3 * hid:]
+        i, f, g, o = a[:, :hid], a[:, hid : 2 * hid], a[:, 2 * hid : 3 * hid], a[:, 3 * hid :]
         c = xp.multiply(f, c, out=cs[t])
         c += i * g
         h = xp.tanh(c, out=ys[t])
@@ -108,16 +117,30 @@ def lstm_forward(x: np.ndarray, h0: np.ndarray, c0: np.ndarray, w_ih: np.ndarray
     return ys, cs, acts
 
 
-@register_op("LSTM", inputs=7, outputs=(3, 4), inputs_doc=_INPUTS_DOC,
-             outputs_doc=("Y [T, N, H]", "h_T [N, H]", "c_T [N, H]", "cache [T, N, 6H] (optional: gates, cells, Y for the gradient)"),
-             doc="One LSTM layer over a whole sequence in torch.nn.LSTM's layout and gate order (i, f, g, o): "
-                 "every step's hidden state, and the last hidden and cell states. With a 4th output the activated "
-                 "gates and cells are kept for the gradient, which otherwise recomputes the forward.")
+@register_op(
+    "LSTM",
+    inputs=7,
+    outputs=(3, 4),
+    inputs_doc=_INPUTS_DOC,
+    outputs_doc=(
+        "Y [T, N, H]",
+        "h_T [N, H]",
+        "c_T [N, H]",
+        "cache [T, N, 6H] (optional: gates, cells, Y for the gradient)",
+    ),
+    doc="One LSTM layer over a whole sequence in torch.nn.LSTM's layout and gate order (i, f, g, o): "
+    "every step's hidden state, and the last hidden and cell states. With a 4th output the activated "
+    "gates and cells are kept for the gradient, which otherwise recomputes the forward.",
+)
 def lstm(ctx: Any, *inputs: Any) -> tuple[np.ndarray, ...]:
     x, h0, c0, *rest = _check(ctx, inputs)
     xp = namespace(ctx, x)
     if x.shape[0] == 0:
-        ys, cs, acts = _empty((0, *h0.shape), x), _empty((0, *h0.shape), x), _empty((0, h0.shape[0], 4 * h0.shape[1]), x)
+        ys, cs, acts = (
+            _empty((0, *h0.shape), x),
+            _empty((0, *h0.shape), x),
+            _empty((0, h0.shape[0], 4 * h0.shape[1]), x),
+        )
         out = (ys, xp.copy(h0), xp.copy(c0))
     else:
         ys, cs, acts = lstm_forward(x, h0, c0, *rest)
@@ -125,8 +148,9 @@ def lstm(ctx: Any, *inputs: Any) -> tuple[np.ndarray, ...]:
     return out if len(ctx.op.outputs) == 3 else (*out, _cat([acts, cs, ys], axis=2))
 
 
-def lstm_backward(arrays: tuple[np.ndarray, ...], dy: np.ndarray, dh: np.ndarray, dc: np.ndarray,
-                  cache: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
+def lstm_backward(
+    arrays: tuple[np.ndarray, ...], dy: np.ndarray, dh: np.ndarray, dc: np.ndarray, cache: np.ndarray | None = None
+) -> tuple[np.ndarray, ...]:
     """(dW_ih, dW_hh, db, dh0, dc0, dX) by backpropagation through time (from the forward's cache
     [T, N, 6H] when given, else recomputing the forward)."""
     x, h0, c0, w_ih, w_hh, _, _ = arrays
@@ -136,7 +160,7 @@ def lstm_backward(arrays: tuple[np.ndarray, ...], dy: np.ndarray, dh: np.ndarray
     if cache is None:
         ys, cs, acts = lstm_forward(*arrays)
     else:
-        acts, cs, ys = cache[..., :4 * hid], cache[..., 4 * hid:5 * hid], cache[..., 5 * hid:]
+        acts, cs, ys = cache[..., : 4 * hid], cache[..., 4 * hid : 5 * hid], cache[..., 5 * hid :]
     gates = acts.reshape(t_len, n, 4, hid)
     i, f, g, o = gates[:, :, 0], gates[:, :, 1], gates[:, :, 2], gates[:, :, 3]
     c_prev = _cat([c0[None], cs[:-1]])
@@ -163,13 +187,25 @@ def lstm_backward(arrays: tuple[np.ndarray, ...], dy: np.ndarray, dh: np.ndarray
     return dw_ih, dw_hh, da2.sum(axis=0), dh, dc, (da2 @ w_ih).reshape(x.shape)
 
 
-@register_op("LSTMGradient", inputs=(7, 11), outputs=(4, 7),
-             args=[Arg("grads", list, [1, 0, 0], "1 for each forward output (Y, h_T, c_T) whose gradient is an input", item_type=int),
-                   Arg("cached", bool, False, "input 7 is the forward's cache output")],
-             inputs_doc=(*_INPUTS_DOC, "cache (if cached)", "dY, dh_T, dc_T (those marked in `grads`)"),
-             outputs_doc=("dW_ih", "dW_hh", "db_ih", "db_hh", "dh0 (optional)", "dc0 (optional)", "dX (optional)"),
-             doc="Gradient of LSTM through time (the forward is recomputed): the weight and bias gradients, then, when "
-                 "those outputs are given, dh0, dc0 and dX.")
+@register_op(
+    "LSTMGradient",
+    inputs=(7, 11),
+    outputs=(4, 7),
+    args=[
+        Arg(
+            "grads",
+            list,
+            [1, 0, 0],
+            "1 for each forward output (Y, h_T, c_T) whose gradient is an input",
+            item_type=int,
+        ),
+        Arg("cached", bool, False, "input 7 is the forward's cache output"),
+    ],
+    inputs_doc=(*_INPUTS_DOC, "cache (if cached)", "dY, dh_T, dc_T (those marked in `grads`)"),
+    outputs_doc=("dW_ih", "dW_hh", "db_ih", "db_hh", "dh0 (optional)", "dc0 (optional)", "dX (optional)"),
+    doc="Gradient of LSTM through time (the forward is recomputed): the weight and bias gradients, then, when "
+    "those outputs are given, dh0, dc0 and dX.",
+)
 def lstm_gradient(ctx: Any, *inputs: Any) -> tuple[np.ndarray, ...]:
     arrays = _check(ctx, inputs[:7])
     x, h0 = arrays[0], arrays[1]
@@ -181,24 +217,30 @@ def lstm_gradient(ctx: Any, *inputs: Any) -> tuple[np.ndarray, ...]:
     if ctx.args["cached"]:
         cache = float_array(ctx, inputs[7], 7)
         if cache.shape != (x.shape[0], x.shape[1], 6 * h0.shape[1]) or cache.dtype != x.dtype:
-            raise ValueError(f"expected the forward's cache of shape {(x.shape[0], x.shape[1], 6 * h0.shape[1])}, "
-                             f"got {tuple(cache.shape)}")
+            raise ValueError(
+                f"expected the forward's cache of shape {(x.shape[0], x.shape[1], 6 * h0.shape[1])}, "
+                f"got {tuple(cache.shape)}"
+            )
     given = iter(inputs[first:])
     out_shapes = ((x.shape[0], *h0.shape), tuple(h0.shape), tuple(h0.shape))
-    dy, dh, dc = (_grad_in(ctx, next(given), s, x.dtype) if on else xp.full(s, 0, like=x) for on, s in zip(flags, out_shapes))
+    dy, dh, dc = (
+        _grad_in(ctx, next(given), s, x.dtype) if on else xp.full(s, 0, like=x) for on, s in zip(flags, out_shapes)
+    )
     if x.shape[0] == 0:
         z = [xp.zeros_like(a) for a in arrays[3:]]
         res: tuple[np.ndarray, ...] = (z[0], z[1], z[2], z[3], dh, dc, xp.zeros_like(x))
     else:
         dw_ih, dw_hh, db, dh0, dc0, dx = lstm_backward(arrays, dy, dh, dc, cache)
         res = (dw_ih, dw_hh, db, xp.copy(db), dh0, dc0, dx)
-    return res[:len(ctx.op.outputs)]
+    return res[: len(ctx.op.outputs)]
 
 
 def _grad_in(ctx: Any, g: Any, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     g = g if is_torch(g) else np.asarray(g)
     if g.shape != shape or g.dtype != dtype:
-        raise ValueError(f"expected an output gradient of shape {shape} and dtype {dtype}, got {tuple(g.shape)} {g.dtype}")
+        raise ValueError(
+            f"expected an output gradient of shape {shape} and dtype {dtype}, got {tuple(g.shape)} {g.dtype}"
+        )
     return g
 
 

@@ -102,12 +102,25 @@ def new_shape(old: tuple[int, ...], spec: list[int]) -> tuple[int, ...]:
     return tuple(dims)
 
 
-@register_op("Reshape", inputs=(1, 2), outputs=2, allow_inplace={0: 0},
-             args=[Arg("shape", list, [], "the new shape (0 copies the input's dim, -1 is inferred); "
-                       "or give it as input 1", item_type=int)],
-             inputs_doc=("data", "new_shape (optional 1-D int)"), outputs_doc=("reshaped", "old_shape (1-D int64)"),
-             doc="Caffe2's Reshape: the data with a new shape, from the `shape` argument or input 1 (not both); "
-                 "0 copies the input's dim at that position, one -1 is inferred. Output 1 is the old shape.")
+@register_op(
+    "Reshape",
+    inputs=(1, 2),
+    outputs=2,
+    allow_inplace={0: 0},
+    args=[
+        Arg(
+            "shape",
+            list,
+            [],
+            "the new shape (0 copies the input's dim, -1 is inferred); or give it as input 1",
+            item_type=int,
+        )
+    ],
+    inputs_doc=("data", "new_shape (optional 1-D int)"),
+    outputs_doc=("reshaped", "old_shape (1-D int64)"),
+    doc="Caffe2's Reshape: the data with a new shape, from the `shape` argument or input 1 (not both); "
+    "0 copies the input's dim at that position, one -1 is inferred. Output 1 is the old shape.",
+)
 def reshape(ctx: Any, x: Any, shape_in: Any = None) -> tuple[np.ndarray, np.ndarray]:
     x = array(ctx, x, 0)
     if (shape_in is None) == (not ctx.args["shape"]):
@@ -129,20 +142,33 @@ def _only_first_output(op: OperatorDef, gout: GradOut) -> None:
 
 
 # -- Flatten: Y = X viewed as [prod(dims[:axis]), prod(dims[axis:])]; dX = ResizeLike(dY, X) --------
-@register_op("Flatten", inputs=1, outputs=1, args=[Arg("axis", int, 1, "dims before it become rows, the rest columns")],
-             doc="Caffe2's Flatten: X as a 2-D [prod(dims[:axis]), prod(dims[axis:])] array.")
+@register_op(
+    "Flatten",
+    inputs=1,
+    outputs=1,
+    args=[Arg("axis", int, 1, "dims before it become rows, the rest columns")],
+    doc="Caffe2's Flatten: X as a 2-D [prod(dims[:axis]), prod(dims[axis:])] array.",
+)
 def flatten(ctx: Any, x: Any) -> np.ndarray:
     x = array(ctx, x, 0)
     return _fresh(ctx, flatten_2d(x, axis_of(ctx, x, ctx.args["axis"])))
 
 
-@register_op("ResizeLike", inputs=2, outputs=1, inputs_doc=("X", "like"), outputs_doc=("Y, X with like's shape",),
-             doc="Caffe2's ResizeLike (as Flatten's gradient uses it): X reshaped to the shape of `like` (same size).")
+@register_op(
+    "ResizeLike",
+    inputs=2,
+    outputs=1,
+    inputs_doc=("X", "like"),
+    outputs_doc=("Y, X with like's shape",),
+    doc="Caffe2's ResizeLike (as Flatten's gradient uses it): X reshaped to the shape of `like` (same size).",
+)
 def resize_like(ctx: Any, x: Any, like: Any) -> np.ndarray:
     x = array(ctx, x, 0)
     shape = tuple(like.shape) if is_torch(like) else np.shape(like)
     if namespace(ctx, x).size(x) != int(np.prod(shape, dtype=np.int64)):
-        raise ValueError(f"cannot resize {ctx.op.inputs[0]!r} of shape {tuple(x.shape)} like {ctx.op.inputs[1]!r} of shape {shape}")
+        raise ValueError(
+            f"cannot resize {ctx.op.inputs[0]!r} of shape {tuple(x.shape)} like {ctx.op.inputs[1]!r} of shape {shape}"
+        )
     return _copy(x.reshape(shape))
 
 
@@ -155,12 +181,19 @@ def _flatten_grad(op: OperatorDef, gout: GradOut) -> MakerResult:
 def _axes(ctx: Any, x: np.ndarray) -> list[int]:
     axes = ctx.args["axes"] or list(range(x.ndim))[::-1]
     if sorted(axes) != list(range(x.ndim)):
-        raise ValueError(f"expected axes to be a permutation of 0..{x.ndim - 1} for an input of shape {x.shape}, got {axes}")
+        raise ValueError(
+            f"expected axes to be a permutation of 0..{x.ndim - 1} for an input of shape {x.shape}, got {axes}"
+        )
     return axes
 
 
-@register_op("Transpose", inputs=1, outputs=1, args=[Arg("axes", list, [], "the permutation; empty reverses the dims", item_type=int)],
-             doc="Caffe2's Transpose: Y = X with its dims permuted by `axes` (reversed when not given), as a contiguous copy.")
+@register_op(
+    "Transpose",
+    inputs=1,
+    outputs=1,
+    args=[Arg("axes", list, [], "the permutation; empty reverses the dims", item_type=int)],
+    doc="Caffe2's Transpose: Y = X with its dims permuted by `axes` (reversed when not given), as a contiguous copy.",
+)
 def transpose(ctx: Any, x: Any) -> np.ndarray:
     x = array(ctx, x, 0)
     if is_torch(x):
@@ -178,8 +211,13 @@ def _transpose_grad(op: OperatorDef, gout: GradOut) -> MakerResult:
 # -- Concat: Y = the inputs joined along axis (or stacked on a new one); dXi = the pieces of dY -----
 _AXIS = Arg("axis", int, 1, "the axis to join or split along")
 _ADD_AXIS = Arg("add_axis", bool, False, "stack on a new axis at `axis` instead of joining along an existing one")
-_ORDER = Arg("order", str, None, "Caffe2's legacy form of the axis, instead of `axis`: NCHW is axis 1, NHWC axis 3 "
-             "(add_axis is then ignored)", choices=("NCHW", "NHWC", "nchw", "nhwc"))
+_ORDER = Arg(
+    "order",
+    str,
+    None,
+    "Caffe2's legacy form of the axis, instead of `axis`: NCHW is axis 1, NHWC axis 3 (add_axis is then ignored)",
+    choices=("NCHW", "NHWC", "nchw", "nhwc"),
+)
 
 
 def _axis_or_order(op: OperatorDef) -> None:
@@ -196,11 +234,18 @@ def _axis_args(ctx: Any) -> tuple[int, bool]:
     return ctx.args["axis"], ctx.args["add_axis"]
 
 
-@register_op("Concat", inputs=(1, None), outputs=2, args=[_AXIS, _ADD_AXIS, _ORDER], validate=_axis_or_order,
-             inputs_doc=("X0", "X1", "..."), outputs_doc=("concat_result", "split_info (1-D int32: each input's size along axis)"),
-             doc="Caffe2's Concat: the inputs joined along `axis` (stacked on a new axis with add_axis=1; or Caffe2's "
-                 "legacy `order`, NCHW: axis 1, NHWC: axis 3); output 1 holds each input's size along the axis, for "
-                 "the gradient's Split.")
+@register_op(
+    "Concat",
+    inputs=(1, None),
+    outputs=2,
+    args=[_AXIS, _ADD_AXIS, _ORDER],
+    validate=_axis_or_order,
+    inputs_doc=("X0", "X1", "..."),
+    outputs_doc=("concat_result", "split_info (1-D int32: each input's size along axis)"),
+    doc="Caffe2's Concat: the inputs joined along `axis` (stacked on a new axis with add_axis=1; or Caffe2's "
+    "legacy `order`, NCHW: axis 1, NHWC: axis 3); output 1 holds each input's size along the axis, for "
+    "the gradient's Split.",
+)
 def concat(ctx: Any, *xs: Any) -> tuple[np.ndarray, np.ndarray]:
     arrays = [array(ctx, x, i) for i, x in enumerate(xs)]
     first = arrays[0]
@@ -212,12 +257,21 @@ def concat(ctx: Any, *xs: Any) -> tuple[np.ndarray, np.ndarray]:
     xp = namespace(ctx, *arrays)
     for i, x in enumerate(arrays):
         if x.dtype != first.dtype:
-            raise TypeError(f"expected every input of dtype {first.dtype}, got {x.dtype} in input {i} {ctx.op.inputs[i]!r}")
-        same = x.shape == first.shape if add_axis else (
-            x.ndim == first.ndim and all(a == b for k, (a, b) in enumerate(zip(x.shape, first.shape)) if k != axis))
+            raise TypeError(
+                f"expected every input of dtype {first.dtype}, got {x.dtype} in input {i} {ctx.op.inputs[i]!r}"
+            )
+        same = (
+            x.shape == first.shape
+            if add_axis
+            else (
+                x.ndim == first.ndim and all(a == b for k, (a, b) in enumerate(zip(x.shape, first.shape)) if k != axis)
+            )
+        )
         if not same:
-            raise ValueError(f"expected input {i} {ctx.op.inputs[i]!r} to match input 0's shape {first.shape} "
-                             f"{'exactly' if add_axis else f'except along axis {axis}'}, got {x.shape}")
+            raise ValueError(
+                f"expected input {i} {ctx.op.inputs[i]!r} to match input 0's shape {first.shape} "
+                f"{'exactly' if add_axis else f'except along axis {axis}'}, got {x.shape}"
+            )
     if xp.name == "torch":
         joined = xp.lib.stack(arrays, dim=axis) if add_axis else xp.lib.cat(arrays, dim=axis)
         sizes = [1] * len(arrays) if add_axis else [x.shape[axis] for x in arrays]
@@ -252,7 +306,9 @@ def _split_sizes(ctx: Any, x: np.ndarray, axis: int, n: int, split_in: Any) -> l
             raise ValueError(f"cannot split axis {axis} of size {x.shape[axis]} into {n} equal pieces")
         sizes = [x.shape[axis] // n] * n
     if len(sizes) != n or sum(sizes) != x.shape[axis] or min(sizes) < 0:
-        raise ValueError(f"expected {n} non-negative split sizes summing to {x.shape[axis]} (axis {axis} of {x.shape}), got {sizes}")
+        raise ValueError(
+            f"expected {n} non-negative split sizes summing to {x.shape[axis]} (axis {axis} of {x.shape}), got {sizes}"
+        )
     return sizes
 
 
@@ -276,15 +332,27 @@ def split_pieces(x: np.ndarray, axis: int, sizes: list[int], add_axis: bool) -> 
     return [np.squeeze(p, axis=axis) for p in pieces] if add_axis else pieces
 
 
-_SPLIT = Arg("split", list, [], "the size of each piece along axis (or give them as input 1); "
-             "empty splits into equal pieces", item_type=int)
+_SPLIT = Arg(
+    "split",
+    list,
+    [],
+    "the size of each piece along axis (or give them as input 1); empty splits into equal pieces",
+    item_type=int,
+)
 
 
-@register_op("Split", inputs=(1, 2), outputs=(1, None), args=[_AXIS, _SPLIT, _ADD_AXIS, _ORDER], validate=_axis_or_order,
-             inputs_doc=("input", "split (optional 1-D int sizes)"), outputs_doc=("output_0", "output_1", "..."),
-             doc="Caffe2's Split: consecutive pieces of the input along `axis`, of the sizes in `split` (argument or "
-                 "input 1) or equal; with add_axis=1 every piece has size 1 and that axis is removed. Caffe2's legacy "
-                 "`order` (NCHW: axis 1, NHWC: axis 3) may replace `axis`.")
+@register_op(
+    "Split",
+    inputs=(1, 2),
+    outputs=(1, None),
+    args=[_AXIS, _SPLIT, _ADD_AXIS, _ORDER],
+    validate=_axis_or_order,
+    inputs_doc=("input", "split (optional 1-D int sizes)"),
+    outputs_doc=("output_0", "output_1", "..."),
+    doc="Caffe2's Split: consecutive pieces of the input along `axis`, of the sizes in `split` (argument or "
+    "input 1) or equal; with add_axis=1 every piece has size 1 and that axis is removed. Caffe2's legacy "
+    "`order` (NCHW: axis 1, NHWC: axis 3) may replace `axis`.",
+)
 def split(ctx: Any, x: Any, split_in: Any = None) -> tuple[np.ndarray, ...]:
     x = array(ctx, x, 0)
     axis = _split_axis(ctx, x)
@@ -293,11 +361,22 @@ def split(ctx: Any, x: Any, split_in: Any = None) -> tuple[np.ndarray, ...]:
     return pieces[0] if len(pieces) == 1 else tuple(pieces)  # one output is returned bare
 
 
-@register_op("SplitGradient", inputs=(2, None), outputs=1,
-             args=[_AXIS, _SPLIT, _ADD_AXIS, _ORDER, Arg("present", list, [], "1 for each forward output with a gradient input", item_type=int),
-                   Arg("split_input", bool, False, "input 1 is the forward op's split sizes")],
-             inputs_doc=("X (the forward input)", "split (if split_input)", "dY for each present output"), outputs_doc=("dX",),
-             doc="Gradient of Split: the output gradients joined along axis, zeros where an output has none.")
+@register_op(
+    "SplitGradient",
+    inputs=(2, None),
+    outputs=1,
+    args=[
+        _AXIS,
+        _SPLIT,
+        _ADD_AXIS,
+        _ORDER,
+        Arg("present", list, [], "1 for each forward output with a gradient input", item_type=int),
+        Arg("split_input", bool, False, "input 1 is the forward op's split sizes"),
+    ],
+    inputs_doc=("X (the forward input)", "split (if split_input)", "dY for each present output"),
+    outputs_doc=("dX",),
+    doc="Gradient of Split: the output gradients joined along axis, zeros where an output has none.",
+)
 def split_gradient(ctx: Any, x: Any, *rest: Any) -> np.ndarray:
     x = array(ctx, x, 0)
     axis = _split_axis(ctx, x)
@@ -334,13 +413,27 @@ def _split_grad(op: OperatorDef, gout: GradOut) -> MakerResult:
 
 
 # Caffe2's backward-compatible names (concat_split_op.cc): DepthConcat is Concat, DepthSplit is Split
-register_op("DepthConcat", inputs=(1, None), outputs=2, args=[_AXIS, _ADD_AXIS, _ORDER], validate=_axis_or_order,
-            inputs_doc=("X0", "X1", "..."), outputs_doc=("concat_result", "split_info"),
-            doc="Caffe2's DepthConcat: Concat under its old name.")(concat)
+register_op(
+    "DepthConcat",
+    inputs=(1, None),
+    outputs=2,
+    args=[_AXIS, _ADD_AXIS, _ORDER],
+    validate=_axis_or_order,
+    inputs_doc=("X0", "X1", "..."),
+    outputs_doc=("concat_result", "split_info"),
+    doc="Caffe2's DepthConcat: Concat under its old name.",
+)(concat)
 register_gradient("DepthConcat")(_concat_grad)
-register_op("DepthSplit", inputs=(1, 2), outputs=(1, None), args=[_AXIS, _SPLIT, _ADD_AXIS, _ORDER], validate=_axis_or_order,
-            inputs_doc=("input", "split (optional)"), outputs_doc=("output_0", "..."),
-            doc="Caffe2's DepthSplit: Split under its old name.")(split)
+register_op(
+    "DepthSplit",
+    inputs=(1, 2),
+    outputs=(1, None),
+    args=[_AXIS, _SPLIT, _ADD_AXIS, _ORDER],
+    validate=_axis_or_order,
+    inputs_doc=("input", "split (optional)"),
+    outputs_doc=("output_0", "..."),
+    doc="Caffe2's DepthSplit: Split under its old name.",
+)(split)
 register_gradient("DepthSplit")(_split_grad)
 
 
@@ -353,7 +446,9 @@ def slice_bounds(shape: tuple[int, ...], starts: list[int], ends: list[int]) -> 
     (slice(1, 4, None), slice(0, 4, None))
     """
     if len(starts) != len(ends) or len(starts) > len(shape):
-        raise ValueError(f"expected starts and ends of one length <= {len(shape)} (the input's dims), got {starts} and {ends}")
+        raise ValueError(
+            f"expected starts and ends of one length <= {len(shape)} (the input's dims), got {starts} and {ends}"
+        )
     out = []
     for d, dim in enumerate(shape):
         if d >= len(starts) or dim == 0:
@@ -361,7 +456,9 @@ def slice_bounds(shape: tuple[int, ...], starts: list[int], ends: list[int]) -> 
             continue
         lo, hi = (min(dim + 1 + v if v < 0 else v, dim) for v in (starts[d], ends[d]))
         if lo < 0 or hi < lo:
-            raise ValueError(f"slice {starts[d]}:{ends[d]} of dim {d} (size {dim}) gives {lo}:{hi}; expected 0 <= start <= end")
+            raise ValueError(
+                f"slice {starts[d]}:{ends[d]} of dim {d} (size {dim}) gives {lo}:{hi}; expected 0 <= start <= end"
+            )
         out.append(slice(lo, hi))
     return tuple(out)
 
@@ -380,19 +477,31 @@ _STARTS = Arg("starts", list, [], "start index per dim (or input 1)", item_type=
 _ENDS = Arg("ends", list, [], "end index per dim, exclusive; -1 is the dim's end (or input 2)", item_type=int)
 
 
-@register_op("Slice", inputs=(1, 3), outputs=1, args=[_STARTS, _ENDS],
-             inputs_doc=("data", "starts (optional 1-D int)", "ends (optional 1-D int)"), outputs_doc=("output",),
-             doc="Caffe2's Slice: data[starts[i]:ends[i]] in each of the first len(starts) dims; a negative index i "
-                 "means dim + 1 + i (end -1 = through the end). Unlike Caffe2, more than one dim may be sliced.")
+@register_op(
+    "Slice",
+    inputs=(1, 3),
+    outputs=1,
+    args=[_STARTS, _ENDS],
+    inputs_doc=("data", "starts (optional 1-D int)", "ends (optional 1-D int)"),
+    outputs_doc=("output",),
+    doc="Caffe2's Slice: data[starts[i]:ends[i]] in each of the first len(starts) dims; a negative index i "
+    "means dim + 1 + i (end -1 = through the end). Unlike Caffe2, more than one dim may be sliced.",
+)
 def slice_(ctx: Any, x: Any, *rest: Any) -> np.ndarray:
     x = array(ctx, x, 0)
     starts, ends = _starts_ends(ctx, rest, 1)
     return _copy(x[slice_bounds(tuple(x.shape), starts, ends)])
 
 
-@register_op("SliceGradient", inputs=(2, 4), outputs=1, args=[_STARTS, _ENDS],
-             inputs_doc=("data", "starts (optional)", "ends (optional)", "dY"), outputs_doc=("dX",),
-             doc="Gradient of Slice: zeros shaped like data with dY written into the sliced window.")
+@register_op(
+    "SliceGradient",
+    inputs=(2, 4),
+    outputs=1,
+    args=[_STARTS, _ENDS],
+    inputs_doc=("data", "starts (optional)", "ends (optional)", "dY"),
+    outputs_doc=("dX",),
+    doc="Gradient of Slice: zeros shaped like data with dY written into the sliced window.",
+)
 def slice_gradient(ctx: Any, x: Any, *rest: Any) -> np.ndarray:
     x = array(ctx, x, 0)
     dy = array(ctx, rest[-1], len(rest))
@@ -422,8 +531,14 @@ def _sorted_dims(ctx: Any) -> list[int]:
     return dims
 
 
-@register_op("ExpandDims", inputs=1, outputs=1, allow_inplace={0: 0}, args=[_DIMS],
-             doc="Caffe2's ExpandDims: inserts a size-1 dim at each of `dims` (sorted, each an index of the output).")
+@register_op(
+    "ExpandDims",
+    inputs=1,
+    outputs=1,
+    allow_inplace={0: 0},
+    args=[_DIMS],
+    doc="Caffe2's ExpandDims: inserts a size-1 dim at each of `dims` (sorted, each an index of the output).",
+)
 def expand_dims(ctx: Any, x: Any) -> np.ndarray:
     x = array(ctx, x, 0)
     dims = _sorted_dims(ctx)
@@ -436,8 +551,14 @@ def expand_dims(ctx: Any, x: Any) -> np.ndarray:
     return _fresh(ctx, np.expand_dims(x, tuple(dims)))
 
 
-@register_op("Squeeze", inputs=1, outputs=1, allow_inplace={0: 0}, args=[_DIMS],
-             doc="Caffe2's Squeeze: removes the size-1 dims listed in `dims`.")
+@register_op(
+    "Squeeze",
+    inputs=1,
+    outputs=1,
+    allow_inplace={0: 0},
+    args=[_DIMS],
+    doc="Caffe2's Squeeze: removes the size-1 dims listed in `dims`.",
+)
 def squeeze(ctx: Any, x: Any) -> np.ndarray:
     x = array(ctx, x, 0)
     dims = _sorted_dims(ctx)
@@ -462,10 +583,15 @@ def _like_input(value: np.ndarray, x: Any) -> Any:
     return place_like(value, x) if is_torch(x) else value
 
 
-@register_op("Shape", inputs=1, outputs=1, args=[Arg("axes", list, [], "only these dims (>= 0), in this order; "
-                                                     "empty: every dim", item_type=int)],
-             inputs_doc=("X",), outputs_doc=("X's dims, 1-D int64",),
-             doc="X's shape as a 1-D int64 tensor, or only the dims listed in `axes` (Caffe2's Shape).")
+@register_op(
+    "Shape",
+    inputs=1,
+    outputs=1,
+    args=[Arg("axes", list, [], "only these dims (>= 0), in this order; empty: every dim", item_type=int)],
+    inputs_doc=("X",),
+    outputs_doc=("X's dims, 1-D int64",),
+    doc="X's shape as a 1-D int64 tensor, or only the dims listed in `axes` (Caffe2's Shape).",
+)
 def shape_op(ctx: Any, x: Any) -> Any:
     x, axes = array(ctx, x, 0), ctx.args["axes"]
     bad = [a for a in axes if not 0 <= a < x.ndim]
@@ -475,22 +601,40 @@ def shape_op(ctx: Any, x: Any) -> Any:
     return _like_input(np.array([dims[a] for a in axes] if axes else dims, np.int64), x)
 
 
-@register_op("Size", inputs=1, outputs=1, inputs_doc=("X",), outputs_doc=("the number of elements, 0-d int64",),
-             doc="The number of elements of X as a 0-d int64 tensor (Caffe2's Size).")
+@register_op(
+    "Size",
+    inputs=1,
+    outputs=1,
+    inputs_doc=("X",),
+    outputs_doc=("the number of elements, 0-d int64",),
+    doc="The number of elements of X as a 0-d int64 tensor (Caffe2's Size).",
+)
 def size_op(ctx: Any, x: Any) -> Any:
     x = array(ctx, x, 0)
     return _like_input(np.array(math.prod(x.shape), np.int64), x)
 
 
-@register_op("HasElements", inputs=(1, None), outputs=1, inputs_doc=("X_0", "X_1 ..."), outputs_doc=("0-d bool",),
-             doc="True when any input has at least one element (Caffe2's HasElements, one input or more).")
+@register_op(
+    "HasElements",
+    inputs=(1, None),
+    outputs=1,
+    inputs_doc=("X_0", "X_1 ..."),
+    outputs_doc=("0-d bool",),
+    doc="True when any input has at least one element (Caffe2's HasElements, one input or more).",
+)
 def has_elements(ctx: Any, *xs: Any) -> Any:
     arrays = [array(ctx, x, i) for i, x in enumerate(xs)]
     return _like_input(np.array(any(math.prod(x.shape) > 0 for x in arrays)), arrays[0])
 
 
-@register_op("IsEmpty", inputs=1, outputs=1, inputs_doc=("X",), outputs_doc=("0-d bool",),
-             doc="True when X has no element (Caffe2's IsEmpty).")
+@register_op(
+    "IsEmpty",
+    inputs=1,
+    outputs=1,
+    inputs_doc=("X",),
+    outputs_doc=("0-d bool",),
+    doc="True when X has no element (Caffe2's IsEmpty).",
+)
 def is_empty(ctx: Any, x: Any) -> Any:
     x = array(ctx, x, 0)
     return _like_input(np.array(math.prod(x.shape) == 0), x)

@@ -47,9 +47,19 @@ from asyncnet.ops.grad import GradOut, MakerResult, output_grad
 from asyncnet.ops.optim import _FORMULA  # one definition of the caffe2 | torch switch
 from asyncnet.tensor.namespace import is_torch, namespace
 
-__all__ = ["GradientSlice", "coalesce", "gather", "sparse_lengths_sum", "sparse_lengths_weighted_sum", "sparse_to_dense",
-           "scatter_weighted_sum", "sparse_adagrad",
-           "rowwise_sparse_adagrad", "occurrence_rounds", "first_occurrences"]
+__all__ = [
+    "GradientSlice",
+    "coalesce",
+    "gather",
+    "sparse_lengths_sum",
+    "sparse_lengths_weighted_sum",
+    "sparse_to_dense",
+    "scatter_weighted_sum",
+    "sparse_adagrad",
+    "rowwise_sparse_adagrad",
+    "occurrence_rounds",
+    "first_occurrences",
+]
 
 
 class GradientSlice(NamedTuple):
@@ -66,7 +76,9 @@ def _indices(ctx: Any, x: Any, i: int, rows: int) -> np.ndarray:
     if x.dtype not in (np.int32, np.int64):
         raise TypeError(f"expected int32 or int64 indices in input {i} {ctx.op.inputs[i]!r}, got dtype {x.dtype}")
     if x.size and (x.min() < 0 or x.max() >= rows):
-        raise ValueError(f"expected indices in [0, {rows}) in input {i} {ctx.op.inputs[i]!r}, got range [{x.min()}, {x.max()}]")
+        raise ValueError(
+            f"expected indices in [0, {rows}) in input {i} {ctx.op.inputs[i]!r}, got range [{x.min()}, {x.max()}]"
+        )
     return x
 
 
@@ -78,7 +90,9 @@ def _torch_indices(ctx: Any, x: Any, i: int, rows: int) -> Any:
     if x.numel():
         lo, hi = int(x.min()), int(x.max())
         if lo < 0 or hi >= rows:
-            raise ValueError(f"expected indices in [0, {rows}) in input {i} {ctx.op.inputs[i]!r}, got range [{lo}, {hi}]")
+            raise ValueError(
+                f"expected indices in [0, {rows}) in input {i} {ctx.op.inputs[i]!r}, got range [{lo}, {hi}]"
+            )
     return x
 
 
@@ -94,29 +108,47 @@ def _lengths(ctx: Any, x: Any, i: int, total: int) -> np.ndarray:
     if x.ndim != 1 or namespace(ctx, x).kind(x) not in "iu":
         raise TypeError(f"expected 1-D int lengths in input {i} {ctx.op.inputs[i]!r}, got {x.dtype} {tuple(x.shape)}")
     if x.shape[0] and int(x.min()) < 0 or int(x.sum()) != total:
-        raise ValueError(f"expected non-negative lengths in input {i} {ctx.op.inputs[i]!r} summing to {total} "
-                         f"(the number of indices), got sum {int(x.sum())}")
+        raise ValueError(
+            f"expected non-negative lengths in input {i} {ctx.op.inputs[i]!r} summing to {total} "
+            f"(the number of indices), got sum {int(x.sum())}"
+        )
     return x
 
 
 # -- Gather: Y = DATA[INDICES] (rows);  dDATA = GradientSlice(INDICES flattened, dY as rows) --------
 _WRAP = Arg("wrap_indices", bool, None, "a negative index i means dim + i (Caffe2's; default: on for axis 0 only)")
-_MATCH_OUTER = Arg("match_outer", bool, False, "INDICES has DATA's dims before axis and each outer position picks "
-                   "with its own indices (Caffe2's)")
+_MATCH_OUTER = Arg(
+    "match_outer",
+    bool,
+    False,
+    "INDICES has DATA's dims before axis and each outer position picks with its own indices (Caffe2's)",
+)
 
 
-@register_op("Gather", inputs=2, outputs=1, inputs_doc=("DATA [R, ...]", "INDICES (int, any shape)"),
-             outputs_doc=("OUTPUT [*DATA.shape[:axis], *INDICES.shape, *DATA.shape[axis + 1:]]",),
-             args=[Arg("axis", int, 0, "the axis of DATA the indices pick along (Caffe2's; negative counts from the end)"),
-                   _WRAP, _MATCH_OUTER,
-                   Arg("dense_gradient", bool, False, "axis 0: a dense gradient (Caffe2's SparseToDense) instead of "
-                       "the sparse one; other axes are always dense")],
-             doc="Caffe2's Gather: the slices of DATA along `axis` (rows by default) picked by INDICES (any shape; "
-                 "each in [0, DATA.shape[axis]), or in [-dim, dim) with wrap_indices, on by default on axis 0; with "
-                 "match_outer INDICES starts with DATA's dims before axis and OUTPUT is [*DATA.shape[:axis], "
-                 "*INDICES.shape[axis:], *DATA.shape[axis + 1:]]). An empty DATA axis gives an empty output of "
-                 "DATA's shape, as Caffe2's. Its gradient is sparse (indices, rows) on axis 0 unless dense_gradient, "
-                 "dense (BatchGatherGradient) on another axis, as in Caffe2.")
+@register_op(
+    "Gather",
+    inputs=2,
+    outputs=1,
+    inputs_doc=("DATA [R, ...]", "INDICES (int, any shape)"),
+    outputs_doc=("OUTPUT [*DATA.shape[:axis], *INDICES.shape, *DATA.shape[axis + 1:]]",),
+    args=[
+        Arg("axis", int, 0, "the axis of DATA the indices pick along (Caffe2's; negative counts from the end)"),
+        _WRAP,
+        _MATCH_OUTER,
+        Arg(
+            "dense_gradient",
+            bool,
+            False,
+            "axis 0: a dense gradient (Caffe2's SparseToDense) instead of the sparse one; other axes are always dense",
+        ),
+    ],
+    doc="Caffe2's Gather: the slices of DATA along `axis` (rows by default) picked by INDICES (any shape; "
+    "each in [0, DATA.shape[axis]), or in [-dim, dim) with wrap_indices, on by default on axis 0; with "
+    "match_outer INDICES starts with DATA's dims before axis and OUTPUT is [*DATA.shape[:axis], "
+    "*INDICES.shape[axis:], *DATA.shape[axis + 1:]]). An empty DATA axis gives an empty output of "
+    "DATA's shape, as Caffe2's. Its gradient is sparse (indices, rows) on axis 0 unless dense_gradient, "
+    "dense (BatchGatherGradient) on another axis, as in Caffe2.",
+)
 def gather(ctx: Any, data: Any, indices: Any) -> np.ndarray:
     data = _table(ctx, data, 0)
     namespace(ctx, data, indices)
@@ -136,13 +168,13 @@ def _gather_impl(ctx: Any, data: Any, indices: Any, axis: int, wrap: bool, match
     if dim == 0:
         return data.clone() if is_torch(data) else data.copy()
     picked = indices.shape[axis:] if match_outer else indices.shape
-    shape = (*data.shape[:axis], *picked, *data.shape[axis + 1:])
+    shape = (*data.shape[:axis], *picked, *data.shape[axis + 1 :])
     if math.prod(shape) == 0:
         return namespace(ctx, data).full(shape, 0, like=data)
     idx = _indices(ctx, _wrapped(indices, dim) if wrap else indices, 1, dim)
     if match_outer:
         outer = math.prod(data.shape[:axis])
-        flat = data.reshape(outer, dim, *data.shape[axis + 1:])
+        flat = data.reshape(outer, dim, *data.shape[axis + 1 :])
         rows = _outer_rows(idx, outer)
         return flat[rows, idx.reshape(outer, -1)].reshape(shape)
     if axis == 0:
@@ -155,8 +187,10 @@ def _gather_impl(ctx: Any, data: Any, indices: Any, axis: int, wrap: bool, match
 
 def _check_outer(ctx: Any, data: Any, indices: Any, axis: int) -> None:
     if tuple(indices.shape[:axis]) != tuple(data.shape[:axis]) or indices.ndim < axis:
-        raise ValueError(f"with match_outer, expected INDICES {ctx.op.inputs[1]!r} to start with DATA's dims before "
-                         f"axis {axis}, {tuple(data.shape[:axis])}, got {tuple(indices.shape)}")
+        raise ValueError(
+            f"with match_outer, expected INDICES {ctx.op.inputs[1]!r} to start with DATA's dims before "
+            f"axis {axis}, {tuple(data.shape[:axis])}, got {tuple(indices.shape)}"
+        )
 
 
 def _outer_rows(idx: Any, outer: int) -> Any:
@@ -187,17 +221,23 @@ def _gather_axis(ctx: Any, data: Any) -> int:
 
 
 # -- BatchGather: Gather along axis 1 (Caffe2's name); its gradient is BatchGatherGradient --------
-@register_op("BatchGather", inputs=2, outputs=1, inputs_doc=("DATA [B, R, ...]", "INDICES (int, any shape)"),
-             outputs_doc=("OUTPUT [*DATA.shape[:axis], *INDICES.shape, *DATA.shape[axis + 1:]]",),
-             args=[Arg("axis", int, 1, "the axis of DATA the indices pick along (negative counts from the end)"),
-                   _MATCH_OUTER],
-             doc="Caffe2's BatchGather: Gather along `axis` (1 by default: the same indices in every batch row, or "
-                 "each row its own with match_outer) of a DATA of at least 2 dims; indices in [0, DATA.shape[axis]).")
+@register_op(
+    "BatchGather",
+    inputs=2,
+    outputs=1,
+    inputs_doc=("DATA [B, R, ...]", "INDICES (int, any shape)"),
+    outputs_doc=("OUTPUT [*DATA.shape[:axis], *INDICES.shape, *DATA.shape[axis + 1:]]",),
+    args=[Arg("axis", int, 1, "the axis of DATA the indices pick along (negative counts from the end)"), _MATCH_OUTER],
+    doc="Caffe2's BatchGather: Gather along `axis` (1 by default: the same indices in every batch row, or "
+    "each row its own with match_outer) of a DATA of at least 2 dims; indices in [0, DATA.shape[axis]).",
+)
 def batch_gather(ctx: Any, data: Any, indices: Any) -> np.ndarray:
     data = _table(ctx, data, 0)
     namespace(ctx, data, indices)
     if data.ndim < 2:
-        raise ValueError(f"expected DATA of at least 2 dims in input 0 {ctx.op.inputs[0]!r}, got shape {tuple(data.shape)}")
+        raise ValueError(
+            f"expected DATA of at least 2 dims in input 0 {ctx.op.inputs[0]!r}, got shape {tuple(data.shape)}"
+        )
     return _gather_impl(ctx, data, indices, _gather_axis(ctx, data), False, ctx.args["match_outer"])
 
 
@@ -208,12 +248,20 @@ def _batch_gather_grad(op: OperatorDef, gout: GradOut) -> MakerResult:
     return [gop], ["#ddata", None]
 
 
-@register_op("BatchGatherGradient", inputs=3, outputs=1,
-             args=[Arg("axis", int, 1, "the forward Gather's axis"),
-                   Arg("wrap_indices", bool, False, "the forward op wrapped negative indices"), _MATCH_OUTER],
-             inputs_doc=("DATA", "INDICES", "dY"), outputs_doc=("dDATA, DATA's shape",),
-             doc="Dense gradient of Gather along `axis` (Caffe2's name): dDATA is zero but for the picked "
-                 "slices, which receive dY; an index picked twice receives both, in order.")
+@register_op(
+    "BatchGatherGradient",
+    inputs=3,
+    outputs=1,
+    args=[
+        Arg("axis", int, 1, "the forward Gather's axis"),
+        Arg("wrap_indices", bool, False, "the forward op wrapped negative indices"),
+        _MATCH_OUTER,
+    ],
+    inputs_doc=("DATA", "INDICES", "dY"),
+    outputs_doc=("dDATA, DATA's shape",),
+    doc="Dense gradient of Gather along `axis` (Caffe2's name): dDATA is zero but for the picked "
+    "slices, which receive dY; an index picked twice receives both, in order.",
+)
 def batch_gather_gradient(ctx: Any, data: Any, indices: Any, dy: Any) -> np.ndarray:
     data = _table(ctx, data, 0)
     xp = namespace(ctx, data, indices, dy)
@@ -224,7 +272,7 @@ def batch_gather_gradient(ctx: Any, data: Any, indices: Any, dy: Any) -> np.ndar
     if match_outer:
         _check_outer(ctx, data, indices, axis)
     picked = indices.shape[axis:] if match_outer else indices.shape
-    want = tuple(data.shape) if data.shape[axis] == 0 else (*data.shape[:axis], *picked, *data.shape[axis + 1:])
+    want = tuple(data.shape) if data.shape[axis] == 0 else (*data.shape[:axis], *picked, *data.shape[axis + 1 :])
     if tuple(dy.shape) != want:
         raise ValueError(f"expected dY of shape {want} in input 2 {ctx.op.inputs[2]!r}, got {tuple(dy.shape)}")
     if data.shape[axis] == 0 or math.prod(dy.shape) == 0:  # an empty forward output: nothing was picked
@@ -233,7 +281,7 @@ def batch_gather_gradient(ctx: Any, data: Any, indices: Any, dy: Any) -> np.ndar
     idx = _indices(ctx, _wrapped(indices, data.shape[axis]) if wrap else indices, 1, data.shape[axis])
     if match_outer:
         return _match_outer_grad(xp, data, idx, dy, axis)
-    flat_dy = dy.reshape(*data.shape[:axis], -1, *data.shape[axis + 1:])  # the index dims as one
+    flat_dy = dy.reshape(*data.shape[:axis], -1, *data.shape[axis + 1 :])  # the index dims as one
     if xp.name == "torch":
         return xp.lib.zeros_like(data, dtype=dy.dtype).index_add_(axis, idx.reshape(-1).long(), flat_dy)
     out = np.zeros(data.shape, dy.dtype)
@@ -243,7 +291,7 @@ def batch_gather_gradient(ctx: Any, data: Any, indices: Any, dy: Any) -> np.ndar
 
 def _match_outer_grad(xp: Any, data: Any, idx: Any, dy: Any, axis: int) -> Any:
     """dDATA[o, idx[o, k]] += dY[o, k] for each outer position o (repeats add up)."""
-    outer, dim, inner = math.prod(data.shape[:axis]), data.shape[axis], tuple(data.shape[axis + 1:])
+    outer, dim, inner = math.prod(data.shape[:axis]), data.shape[axis], tuple(data.shape[axis + 1 :])
     flat_idx = idx.reshape(outer, -1)
     flat_dy = dy.reshape(outer, -1, *inner)
     rows = _outer_rows(idx, outer)
@@ -260,30 +308,42 @@ def _match_outer_grad(xp: Any, data: Any, idx: Any, dy: Any, axis: int) -> Any:
 def _rows(data: Any, idx: Any) -> Any:
     """``data[idx]``: the rows picked by an int array of any shape (a new array)."""
     if is_torch(data):
-        return data.index_select(0, idx.reshape(-1).long()).reshape((*idx.shape, *data.shape[1:]))  # a tuple: () for 0-d
+        return data.index_select(0, idx.reshape(-1).long()).reshape(
+            (*idx.shape, *data.shape[1:])
+        )  # a tuple: () for 0-d
     return data.take(idx, axis=0)  # numpy's take copies rows about twice as fast as fancy indexing
 
 
-@register_op("GatherGradient", inputs=2, outputs=2, inputs_doc=("dY [*INDICES.shape, ...]", "INDICES"),
-             outputs_doc=("indices [K] (INDICES flattened)", "values [K, ...] (dY as rows)"),
-             doc="Gradient of Gather as a GradientSlice: the indices flattened and dY viewed as one row per index.")
+@register_op(
+    "GatherGradient",
+    inputs=2,
+    outputs=2,
+    inputs_doc=("dY [*INDICES.shape, ...]", "INDICES"),
+    outputs_doc=("indices [K] (INDICES flattened)", "values [K, ...] (dY as rows)"),
+    doc="Gradient of Gather as a GradientSlice: the indices flattened and dY viewed as one row per index.",
+)
 def gather_gradient(ctx: Any, dy: Any, indices: Any) -> tuple[np.ndarray, np.ndarray]:
     dy, idx = array(ctx, dy, 0), array(ctx, indices, 1)
     xp = namespace(ctx, dy, idx)
-    if dy.shape[:idx.ndim] != idx.shape:
+    if dy.shape[: idx.ndim] != idx.shape:
         raise ValueError(f"expected dY of shape {tuple(idx.shape)} + row, got {tuple(dy.shape)}")
-    return xp.copy(idx.reshape(-1)), xp.copy(dy.reshape(xp.size(idx), *dy.shape[idx.ndim:]))
+    return xp.copy(idx.reshape(-1)), xp.copy(dy.reshape(xp.size(idx), *dy.shape[idx.ndim :]))
 
 
 @register_gradient("Gather")
 def _gather_grad(op: OperatorDef, gout: GradOut) -> MakerResult:
     axis = op.args.get("axis", 0)
     dense = op.args.get("dense_gradient")
-    if axis != 0 or dense:  # Caffe2's GetGatherGradient: dense on any other axis (a negative one may still be 0: the kernel resolves it)
+    if (
+        axis != 0 or dense
+    ):  # Caffe2's GetGatherGradient: dense on any other axis (a negative one may still be 0: the kernel resolves it)
         if axis != 0 and dense is not None and not dense:
             raise ValueError("Gather with axis > 0 must use dense_gradient (Caffe2's rule)")
-        args = {"axis": axis, "wrap_indices": bool(op.args.get("wrap_indices", axis == 0)),
-                "match_outer": bool(op.args.get("match_outer", False))}
+        args = {
+            "axis": axis,
+            "wrap_indices": bool(op.args.get("wrap_indices", axis == 0)),
+            "match_outer": bool(op.args.get("match_outer", False)),
+        }
         gop = OperatorDef("BatchGatherGradient", [*op.inputs, output_grad(op, gout)], ["#ddata"], args)
         return [gop], ["#ddata", None]
     gop = OperatorDef("GatherGradient", [output_grad(op, gout), op.inputs[1]], ["#idx", "#rows"])
@@ -378,7 +438,9 @@ def _bag_sums_by_slot(data: np.ndarray, idx: np.ndarray, lengths: np.ndarray, us
     out = np.zeros((b, *data.shape[1:]), dtype=data.dtype)
     buf = np.empty_like(out)
     for t in range(used.shape[0]):
-        np.take(data, slot_idx[t], axis=0, out=buf, mode="clip")  # indices checked: clip never clips; it skips take's buffering
+        np.take(
+            data, slot_idx[t], axis=0, out=buf, mode="clip"
+        )  # indices checked: clip never clips; it skips take's buffering
         if t >= full:
             buf[~used[t]] = -0.0
         out += buf
@@ -406,10 +468,15 @@ def _segments(lengths: np.ndarray) -> np.ndarray:
     return np.repeat(np.arange(lengths.size), lengths)
 
 
-@register_op("SparseLengthsSum", inputs=3, outputs=1, inputs_doc=("DATA [R, ...]", "INDICES [K] int", "LENGTHS [B] int"),
-             outputs_doc=("OUTPUT [B, ...]",),
-             doc="Caffe2's SparseLengthsSum (an embedding bag): OUTPUT[b] sums the DATA rows of the b-th run of "
-                 "LENGTHS[b] consecutive INDICES.")
+@register_op(
+    "SparseLengthsSum",
+    inputs=3,
+    outputs=1,
+    inputs_doc=("DATA [R, ...]", "INDICES [K] int", "LENGTHS [B] int"),
+    outputs_doc=("OUTPUT [B, ...]",),
+    doc="Caffe2's SparseLengthsSum (an embedding bag): OUTPUT[b] sums the DATA rows of the b-th run of "
+    "LENGTHS[b] consecutive INDICES.",
+)
 def sparse_lengths_sum(ctx: Any, data: Any, indices: Any, lengths: Any) -> np.ndarray:
     data = _table(ctx, data, 0)
     namespace(ctx, data, indices, lengths)
@@ -426,9 +493,14 @@ def sparse_lengths_sum(ctx: Any, data: Any, indices: Any, lengths: Any) -> np.nd
     return _bag_sums_by_slot(data, idx, lengths, used)
 
 
-@register_op("SparseLengthsSumGradient", inputs=2, outputs=1, inputs_doc=("dOUTPUT [B, ...]", "LENGTHS [B]"),
-             outputs_doc=("values [K, ...]",),
-             doc="Gradient of SparseLengthsSum: the values of its GradientSlice, dOUTPUT[b] for each index of segment b.")
+@register_op(
+    "SparseLengthsSumGradient",
+    inputs=2,
+    outputs=1,
+    inputs_doc=("dOUTPUT [B, ...]", "LENGTHS [B]"),
+    outputs_doc=("values [K, ...]",),
+    doc="Gradient of SparseLengthsSum: the values of its GradientSlice, dOUTPUT[b] for each index of segment b.",
+)
 def sparse_lengths_sum_gradient(ctx: Any, dy: Any, lengths: Any) -> np.ndarray:
     dy = float_array(ctx, dy, 0)
     namespace(ctx, dy, lengths)
@@ -444,10 +516,15 @@ def _sls_grad(op: OperatorDef, gout: GradOut) -> MakerResult:
 
 
 # -- SparseLengthsWeightedSum: OUTPUT[b] = sum of WEIGHTS[k] * DATA[INDICES[k]] over segment b ------
-@register_op("SparseLengthsWeightedSum", inputs=4, outputs=1,
-             args=[Arg("grad_on_weights", bool, False, "also differentiate with respect to WEIGHTS")],
-             inputs_doc=("DATA [R, ...]", "WEIGHTS [K]", "INDICES [K] int", "LENGTHS [B] int"), outputs_doc=("OUTPUT [B, ...]",),
-             doc="Caffe2's SparseLengthsWeightedSum: like SparseLengthsSum with each row scaled by its WEIGHTS[k].")
+@register_op(
+    "SparseLengthsWeightedSum",
+    inputs=4,
+    outputs=1,
+    args=[Arg("grad_on_weights", bool, False, "also differentiate with respect to WEIGHTS")],
+    inputs_doc=("DATA [R, ...]", "WEIGHTS [K]", "INDICES [K] int", "LENGTHS [B] int"),
+    outputs_doc=("OUTPUT [B, ...]",),
+    doc="Caffe2's SparseLengthsWeightedSum: like SparseLengthsSum with each row scaled by its WEIGHTS[k].",
+)
 def sparse_lengths_weighted_sum(ctx: Any, data: Any, weights: Any, indices: Any, lengths: Any) -> np.ndarray:
     data = float_array(ctx, _table(ctx, data, 0), 0)
     namespace(ctx, data, weights, indices, lengths)
@@ -462,16 +539,22 @@ def sparse_lengths_weighted_sum(ctx: Any, data: Any, weights: Any, indices: Any,
 def _weights(ctx: Any, w: Any, i: int, idx: np.ndarray, dtype: np.dtype) -> np.ndarray:
     w = float_array(ctx, w, i)
     if idx.ndim != 1 or w.shape != idx.shape or w.dtype != dtype:
-        raise ValueError(f"expected 1-D INDICES and WEIGHTS {ctx.op.inputs[i]!r} of their shape and dtype {dtype}, "
-                         f"got indices {tuple(idx.shape)} and weights {tuple(w.shape)} {w.dtype}")
+        raise ValueError(
+            f"expected 1-D INDICES and WEIGHTS {ctx.op.inputs[i]!r} of their shape and dtype {dtype}, "
+            f"got indices {tuple(idx.shape)} and weights {tuple(w.shape)} {w.dtype}"
+        )
     return w
 
 
-@register_op("SparseLengthsWeightedSumGradient", inputs=(3, 5), outputs=(1, 2),
-             inputs_doc=("dOUTPUT [B, ...]", "WEIGHTS [K]", "LENGTHS [B]", "DATA (for dWEIGHTS)", "INDICES (for dWEIGHTS)"),
-             outputs_doc=("values [K, ...]", "dWEIGHTS [K] (with DATA and INDICES given)"),
-             doc="Gradient of SparseLengthsWeightedSum: the GradientSlice values WEIGHTS[k] * dOUTPUT[segment k], and with "
-                 "DATA and INDICES given, dWEIGHTS[k] = <dOUTPUT[segment k], DATA[INDICES[k]]>.")
+@register_op(
+    "SparseLengthsWeightedSumGradient",
+    inputs=(3, 5),
+    outputs=(1, 2),
+    inputs_doc=("dOUTPUT [B, ...]", "WEIGHTS [K]", "LENGTHS [B]", "DATA (for dWEIGHTS)", "INDICES (for dWEIGHTS)"),
+    outputs_doc=("values [K, ...]", "dWEIGHTS [K] (with DATA and INDICES given)"),
+    doc="Gradient of SparseLengthsWeightedSum: the GradientSlice values WEIGHTS[k] * dOUTPUT[segment k], and with "
+    "DATA and INDICES given, dWEIGHTS[k] = <dOUTPUT[segment k], DATA[INDICES[k]]>.",
+)
 def sparse_lengths_weighted_sum_gradient(ctx: Any, dy: Any, weights: Any, lengths: Any, *main: Any) -> Any:
     dy = float_array(ctx, dy, 0)
     namespace(ctx, dy, weights, lengths, *main)
@@ -479,7 +562,9 @@ def sparse_lengths_weighted_sum_gradient(ctx: Any, dy: Any, weights: Any, length
     w = float_array(ctx, weights, 1)
     total = int(lengths.sum())
     if tuple(w.shape) != (total,):
-        raise ValueError(f"expected WEIGHTS {ctx.op.inputs[1]!r} of shape ({total},) (the sum of the lengths), got {tuple(w.shape)}")
+        raise ValueError(
+            f"expected WEIGHTS {ctx.op.inputs[1]!r} of shape ({total},) (the sum of the lengths), got {tuple(w.shape)}"
+        )
     g = _rows(dy, _segments(lengths))
     values = g * w.reshape(-1, *([1] * (dy.ndim - 1)))
     if not main:
@@ -489,8 +574,10 @@ def sparse_lengths_weighted_sum_gradient(ctx: Any, dy: Any, weights: Any, length
     data = _table(ctx, main[0], 3)
     idx = _indices(ctx, main[1], 4, data.shape[0])
     if tuple(idx.shape) != (total,) or tuple(data.shape[1:]) != tuple(dy.shape[1:]):
-        raise ValueError(f"expected INDICES of shape ({total},) and DATA rows of shape {tuple(dy.shape[1:])} (dOUTPUT's), "
-                         f"got {tuple(idx.shape)} and {tuple(data.shape)}")
+        raise ValueError(
+            f"expected INDICES of shape ({total},) and DATA rows of shape {tuple(dy.shape[1:])} (dOUTPUT's), "
+            f"got {tuple(idx.shape)} and {tuple(data.shape)}"
+        )
     rows = _rows(data, idx)
     return values, (g * rows).reshape(w.shape[0], int(np.prod(rows.shape[1:], dtype=np.int64))).sum(axis=1)
 
@@ -507,11 +594,15 @@ def _slws_grad(op: OperatorDef, gout: GradOut) -> MakerResult:
 
 
 # -- SparseToDense: a dense array with the values added at their indices ----------------------------
-@register_op("SparseToDense", inputs=(2, 3), outputs=1,
-             inputs_doc=("indices [K] int", "values [K, ...]", "data_to_infer_dim (optional: its dim 0 is the row count)"),
-             outputs_doc=("output [R, ...]",),
-             doc="Caffe2's SparseToDense: zeros with values[k] added at row indices[k] (repeats add up); R is "
-                 "data_to_infer_dim's first dim, or max(indices) + 1.")
+@register_op(
+    "SparseToDense",
+    inputs=(2, 3),
+    outputs=1,
+    inputs_doc=("indices [K] int", "values [K, ...]", "data_to_infer_dim (optional: its dim 0 is the row count)"),
+    outputs_doc=("output [R, ...]",),
+    doc="Caffe2's SparseToDense: zeros with values[k] added at row indices[k] (repeats add up); R is "
+    "data_to_infer_dim's first dim, or max(indices) + 1.",
+)
 def sparse_to_dense(ctx: Any, indices: Any, values: Any, like: Any = None) -> np.ndarray:
     values = array(ctx, values, 1)
     idx = array(ctx, indices, 0)
@@ -523,15 +614,21 @@ def sparse_to_dense(ctx: Any, indices: Any, values: Any, like: Any = None) -> np
     rows = like.shape[0] if like is not None else (int(idx.max()) + 1 if xp.size(idx) else 0)
     idx = _indices(ctx, idx, 0, rows)
     if idx.ndim != 1 or values.shape[:1] != idx.shape:
-        raise ValueError(f"expected 1-D indices and values with one row per index, got {tuple(idx.shape)} and "
-                         f"{tuple(values.shape)}")
-    check_alloc(rows * math.prod(values.shape[1:]), values.dtype.itemsize,
-                f"an output of {rows} rows (max(indices) + 1, or data_to_infer_dim's dim 0)")
+        raise ValueError(
+            f"expected 1-D indices and values with one row per index, got {tuple(idx.shape)} and {tuple(values.shape)}"
+        )
+    check_alloc(
+        rows * math.prod(values.shape[1:]),
+        values.dtype.itemsize,
+        f"an output of {rows} rows (max(indices) + 1, or data_to_infer_dim's dim 0)",
+    )
     try:
         out = xp.full((rows, *values.shape[1:]), 0, like=values)
     except MemoryError as exc:
-        raise ValueError(f"an output of {rows} rows (max(indices) + 1, or data_to_infer_dim's dim 0) of shape "
-                         f"{tuple(values.shape[1:])} is too large to allocate") from exc
+        raise ValueError(
+            f"an output of {rows} rows (max(indices) + 1, or data_to_infer_dim's dim 0) of shape "
+            f"{tuple(values.shape[1:])} is too large to allocate"
+        ) from exc
     _add_at(out, idx, values)
     return out
 
@@ -570,8 +667,9 @@ SMALL_SCATTER = 16384
 SCATTER_ROUNDS = 3
 
 
-def _add_rows(out: np.ndarray, idx: np.ndarray, values: np.ndarray, rounds: int = SCATTER_ROUNDS,
-              scale: Any = None) -> None:
+def _add_rows(
+    out: np.ndarray, idx: np.ndarray, values: np.ndarray, rounds: int = SCATTER_ROUNDS, scale: Any = None
+) -> None:
     """``out[idx[k]] += values[k]`` (``values[k] * scale`` with a scale) for every k in order on
     numpy arrays: the bits of adding the rows one by one (Caffe2's loop), reading and writing
     each touched row of ``out`` once, with the GIL released for most of the time. A scale
@@ -686,8 +784,10 @@ def _rows_of(ctx: Any, x: Any, i: int, k: int, param: np.ndarray) -> np.ndarray:
     x = float_array(ctx, x, i)
     row = tuple(param.shape[1:])
     if namespace(ctx, x).size(x) != k * math.prod(row) or x.dtype != param.dtype:
-        raise ValueError(f"expected input {i} {ctx.op.inputs[i]!r} to hold {k} rows of shape {row} and dtype {param.dtype}, "
-                         f"got {tuple(x.shape)} {x.dtype}")
+        raise ValueError(
+            f"expected input {i} {ctx.op.inputs[i]!r} to hold {k} rows of shape {row} and dtype {param.dtype}, "
+            f"got {tuple(x.shape)} {x.dtype}"
+        )
     return x.reshape(k, *row)
 
 
@@ -705,26 +805,41 @@ def _scalar(ctx: Any, x: Any, i: int, dtype: np.dtype) -> Any:
 #    once per occurrence), then for each pair i and each k in order X0[idx[k]] += w_i * X_i[k]
 def _scatter_weighted_sum_validate(op: OperatorDef) -> None:
     if len(op.inputs) < 5 or len(op.inputs) % 2 == 0:
-        raise ValueError(f"expected inputs X0, w0, INDICES, then (X, w) pairs: an odd number >= 5, got {len(op.inputs)}")
+        raise ValueError(
+            f"expected inputs X0, w0, INDICES, then (X, w) pairs: an odd number >= 5, got {len(op.inputs)}"
+        )
 
 
-@register_op("ScatterWeightedSum", inputs=(5, None), outputs=1, enforce_inplace={0: 0},
-             validate=_scatter_weighted_sum_validate,
-             inputs_doc=("X_0 [R, ...] (updated in place)", "Weight_0 (1 element)", "INDICES [K] int",
-                         "X_1 [K, ...]", "Weight_1 (1 element)", "..."),
-             outputs_doc=("X_0 (the same array)",),
-             doc="Caffe2's ScatterWeightedSum, written into X_0's array: first X_0[INDICES[k]] *= Weight_0 for "
-                 "every k (a row indexed twice is scaled twice, as Caffe2's loop does), then for each pair i and "
-                 "each k in order X_0[INDICES[k]] += Weight_i * X_i[k]. A sparse SGD step is "
-                 "ScatterWeightedSum([param, one, indices, grad, neg_lr], param).")
+@register_op(
+    "ScatterWeightedSum",
+    inputs=(5, None),
+    outputs=1,
+    enforce_inplace={0: 0},
+    validate=_scatter_weighted_sum_validate,
+    inputs_doc=(
+        "X_0 [R, ...] (updated in place)",
+        "Weight_0 (1 element)",
+        "INDICES [K] int",
+        "X_1 [K, ...]",
+        "Weight_1 (1 element)",
+        "...",
+    ),
+    outputs_doc=("X_0 (the same array)",),
+    doc="Caffe2's ScatterWeightedSum, written into X_0's array: first X_0[INDICES[k]] *= Weight_0 for "
+    "every k (a row indexed twice is scaled twice, as Caffe2's loop does), then for each pair i and "
+    "each k in order X_0[INDICES[k]] += Weight_i * X_i[k]. A sparse SGD step is "
+    "ScatterWeightedSum([param, one, indices, grad, neg_lr], param).",
+)
 def scatter_weighted_sum(ctx: Any, x0: Any, w0: Any, indices: Any, *pairs: Any) -> np.ndarray:
     p = _param(ctx, x0, 0)
     xp = namespace(ctx, x0, None, indices, *(None if j % 2 else x for j, x in enumerate(pairs)))  # weights: numbers
     idx = _indices(ctx, indices, 2, p.shape[0]).reshape(-1)
     a0 = _scalar(ctx, w0, 1, p.dtype)
     k = xp.size(idx)
-    terms = [(_rows_of(ctx, pairs[j], 3 + j, k, p), _scalar(ctx, pairs[j + 1], 4 + j, p.dtype))
-             for j in range(0, len(pairs), 2)]
+    terms = [
+        (_rows_of(ctx, pairs[j], 3 + j, k, p), _scalar(ctx, pairs[j + 1], 4 + j, p.dtype))
+        for j in range(0, len(pairs), 2)
+    ]
     if a0 != 1:  # Caffe2 skips the scaling when w0 is exactly 1
         for r in _rounds(idx):
             rows = idx[r]
@@ -741,32 +856,61 @@ def scatter_weighted_sum(ctx: Any, x0: Any, w0: Any, indices: Any, *pairs: Any) 
 def _sparse_adagrad_validate(op: OperatorDef) -> None:
     halflife = op.args.get("counter_halflife", -1)
     if (halflife != -1) != (len(op.inputs) == 6):
-        raise ValueError("expected the count input (input 5) exactly when counter_halflife is not -1, got "
-                         f"{len(op.inputs)} inputs and counter_halflife={halflife}")
+        raise ValueError(
+            "expected the count input (input 5) exactly when counter_halflife is not -1, got "
+            f"{len(op.inputs)} inputs and counter_halflife={halflife}"
+        )
     if halflife != -1 and op.args.get("formula", "caffe2") == "torch":
         raise ValueError("counter_halflife is Caffe2's; it does not apply with formula='torch'")
 
 
-@register_op("SparseAdagrad", inputs=(5, 6), outputs=2, enforce_inplace={0: 0, 1: 1}, validate=_sparse_adagrad_validate,
-             args=[Arg("epsilon", float, None, "added to sqrt(moment); default: Caffe2's 1e-5 (formula caffe2) or "
-                       "torch's 1e-10 (formula torch)"),
-                   Arg("weight_decay", float, 0.0, "L2 penalty on the touched rows: g + weight_decay * param[i]"), _FORMULA,
-                   Arg("counter_halflife", int, -1, "Caffe2's: when > 0, a row's weight_decay is scaled by "
-                       "counter_halflife / count[i] (rows with count[i] > 0); -1: no count input")],
-             inputs_doc=("param [R, ...]", "moment [R, ...]", "indices [K] int", "grad [K, ...]", "lr (1 element)",
-                         "count [R] (only with counter_halflife != -1)"),
-             outputs_doc=("param (in place)", "moment (in place)"),
-             doc="Caffe2's SparseAdagrad on the rows in indices, written into param's and moment's arrays: "
-                 "moment[i] += g^2; param[i] += lr * g / (sqrt(moment[i]) + epsilon) (Caffe2 feeds a negative lr), "
-                 "repeats applied in order. formula='torch' is torch.optim.Adagrad's on a sparse gradient: repeats "
-                 "summed first (coalesced), then param[i] -= lr * g / (sqrt(moment[i]) + epsilon) with a positive lr.")
-def sparse_adagrad(ctx: Any, param: Any, moment: Any, indices: Any, grad: Any, lr: Any,
-                   count: Any = None) -> tuple[np.ndarray, np.ndarray]:
+@register_op(
+    "SparseAdagrad",
+    inputs=(5, 6),
+    outputs=2,
+    enforce_inplace={0: 0, 1: 1},
+    validate=_sparse_adagrad_validate,
+    args=[
+        Arg(
+            "epsilon",
+            float,
+            None,
+            "added to sqrt(moment); default: Caffe2's 1e-5 (formula caffe2) or torch's 1e-10 (formula torch)",
+        ),
+        Arg("weight_decay", float, 0.0, "L2 penalty on the touched rows: g + weight_decay * param[i]"),
+        _FORMULA,
+        Arg(
+            "counter_halflife",
+            int,
+            -1,
+            "Caffe2's: when > 0, a row's weight_decay is scaled by "
+            "counter_halflife / count[i] (rows with count[i] > 0); -1: no count input",
+        ),
+    ],
+    inputs_doc=(
+        "param [R, ...]",
+        "moment [R, ...]",
+        "indices [K] int",
+        "grad [K, ...]",
+        "lr (1 element)",
+        "count [R] (only with counter_halflife != -1)",
+    ),
+    outputs_doc=("param (in place)", "moment (in place)"),
+    doc="Caffe2's SparseAdagrad on the rows in indices, written into param's and moment's arrays: "
+    "moment[i] += g^2; param[i] += lr * g / (sqrt(moment[i]) + epsilon) (Caffe2 feeds a negative lr), "
+    "repeats applied in order. formula='torch' is torch.optim.Adagrad's on a sparse gradient: repeats "
+    "summed first (coalesced), then param[i] -= lr * g / (sqrt(moment[i]) + epsilon) with a positive lr.",
+)
+def sparse_adagrad(
+    ctx: Any, param: Any, moment: Any, indices: Any, grad: Any, lr: Any, count: Any = None
+) -> tuple[np.ndarray, np.ndarray]:
     p, m = _param(ctx, param, 0), _param(ctx, moment, 1)
     xp = namespace(ctx, param, moment, indices, grad)
     if m.shape != p.shape or m.dtype != p.dtype:
-        raise ValueError(f"expected moment {ctx.op.inputs[1]!r} of param's shape {tuple(p.shape)} and dtype {p.dtype}, "
-                         f"got {tuple(m.shape)} {m.dtype}")
+        raise ValueError(
+            f"expected moment {ctx.op.inputs[1]!r} of param's shape {tuple(p.shape)} and dtype {p.dtype}, "
+            f"got {tuple(m.shape)} {m.dtype}"
+        )
     idx = _indices(ctx, indices, 2, p.shape[0]).reshape(-1)
     g = _rows_of(ctx, grad, 3, xp.size(idx), p)
     f, a = (p.dtype.type if xp.name == "numpy" else float), ctx.args
@@ -793,28 +937,49 @@ def sparse_adagrad(ctx: Any, param: Any, moment: Any, indices: Any, grad: Any, l
 # -- RowWiseSparseAdagrad: one moment per row, m[i] += mean(g_k^2); param[i] += lr * g_k / (sqrt(m[i]) + eps)
 def _rowwise_validate(op: OperatorDef) -> None:
     if op.args.get("formula", "caffe2") == "torch" and op.args.get("weight_decay", 0.0):
-        raise ValueError("weight_decay does not apply with formula='torch' (the reference's row-wise sparse Adagrad "
-                         "refuses it on sparse gradients)")
+        raise ValueError(
+            "weight_decay does not apply with formula='torch' (the reference's row-wise sparse Adagrad "
+            "refuses it on sparse gradients)"
+        )
 
 
-@register_op("RowWiseSparseAdagrad", inputs=5, outputs=2, enforce_inplace={0: 0, 1: 1}, validate=_rowwise_validate,
-             args=[Arg("epsilon", float, None, "added to sqrt(moment); default: Caffe2's 1e-5 (formula caffe2) or "
-                       "1e-10 (formula torch)"),
-                   Arg("weight_decay", float, 0.0, "L2 penalty on the touched rows: g + weight_decay * param[i] "
-                       "(formula caffe2 only)"), _FORMULA],
-             inputs_doc=("param [R, ...]", "moment [R] (one per row)", "indices [K] int", "grad [K, ...]", "lr (1 element)"),
-             outputs_doc=("param (in place)", "moment (in place)"),
-             doc="Caffe2's RowWiseSparseAdagrad, written into param's and moment's arrays: for each k in order, "
-                 "with g = grad[k] (+ weight_decay * param[i]), moment[i] += mean(g^2) over the row, then "
-                 "param[i] += lr * g / (sqrt(moment[i]) + epsilon) (Caffe2 feeds a negative lr). formula='torch' "
-                 "is facebookresearch/dlrm's RWSAdagrad: repeats summed first (coalesced), then "
-                 "param[i] -= lr * g / (sqrt(moment[i]) + epsilon) with a positive lr.")
+@register_op(
+    "RowWiseSparseAdagrad",
+    inputs=5,
+    outputs=2,
+    enforce_inplace={0: 0, 1: 1},
+    validate=_rowwise_validate,
+    args=[
+        Arg(
+            "epsilon",
+            float,
+            None,
+            "added to sqrt(moment); default: Caffe2's 1e-5 (formula caffe2) or 1e-10 (formula torch)",
+        ),
+        Arg(
+            "weight_decay",
+            float,
+            0.0,
+            "L2 penalty on the touched rows: g + weight_decay * param[i] (formula caffe2 only)",
+        ),
+        _FORMULA,
+    ],
+    inputs_doc=("param [R, ...]", "moment [R] (one per row)", "indices [K] int", "grad [K, ...]", "lr (1 element)"),
+    outputs_doc=("param (in place)", "moment (in place)"),
+    doc="Caffe2's RowWiseSparseAdagrad, written into param's and moment's arrays: for each k in order, "
+    "with g = grad[k] (+ weight_decay * param[i]), moment[i] += mean(g^2) over the row, then "
+    "param[i] += lr * g / (sqrt(moment[i]) + epsilon) (Caffe2 feeds a negative lr). formula='torch' "
+    "is facebookresearch/dlrm's RWSAdagrad: repeats summed first (coalesced), then "
+    "param[i] -= lr * g / (sqrt(moment[i]) + epsilon) with a positive lr.",
+)
 def rowwise_sparse_adagrad(ctx: Any, param: Any, moment: Any, indices: Any, grad: Any, lr: Any) -> tuple[Any, Any]:
     p, m = _param(ctx, param, 0), _param(ctx, moment, 1)
     xp = namespace(ctx, param, moment, indices, grad)
     if tuple(m.shape) != (p.shape[0],) or m.dtype != p.dtype:
-        raise ValueError(f"expected moment {ctx.op.inputs[1]!r} of shape ({p.shape[0]},) (one per row of param) and "
-                         f"dtype {p.dtype}, got {tuple(m.shape)} {m.dtype}")
+        raise ValueError(
+            f"expected moment {ctx.op.inputs[1]!r} of shape ({p.shape[0]},) (one per row of param) and "
+            f"dtype {p.dtype}, got {tuple(m.shape)} {m.dtype}"
+        )
     idx = _indices(ctx, indices, 2, p.shape[0]).reshape(-1)
     g = _rows_of(ctx, grad, 3, xp.size(idx), p)
     f, a = (p.dtype.type if xp.name == "numpy" else float), ctx.args
@@ -855,8 +1020,10 @@ def _compact_steps(p: Any, m: Any, idx: Any, g: Any, step: Any) -> None:
         def dev(a: np.ndarray) -> Any:
             return torch.from_numpy(a).to(idx.device)
     else:
+
         def dev(a: np.ndarray) -> Any:
             return a
+
     if first.all():
         p[idx], m[idx] = step(p[idx], m[idx], g, idx)
         return
@@ -873,7 +1040,9 @@ def _row_decay(ctx: Any, count: Any, p: Any, wd: Any) -> Any:
     """Caffe2's counter-scaled weight decay per row: wd * counter_halflife / count[i] where count[i] > 0, else wd."""
     c = array(ctx, count, 5)
     if tuple(c.shape) != (p.shape[0],):
-        raise ValueError(f"expected count {ctx.op.inputs[5]!r} of shape ({p.shape[0]},) (one per row), got {tuple(c.shape)}")
+        raise ValueError(
+            f"expected count {ctx.op.inputs[5]!r} of shape ({p.shape[0]},) (one per row), got {tuple(c.shape)}"
+        )
     halflife = ctx.args["counter_halflife"]
     if is_torch(c):
         import torch
@@ -911,4 +1080,3 @@ def coalesce(idx: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarra
     summed = np.zeros((uniq.size, *values.shape[1:]), dtype=values.dtype)
     np.add.at(summed, inverse.reshape(-1), values)
     return uniq, summed
-

@@ -6,8 +6,32 @@ on this machine (:mod:`asyncnet.simulate.measure`: one rank's compute, gloo's la
     5e-06
 """
 
-from asyncnet.simulate.model import (ALGORITHMS, Network, Workload, allreduce_cpu_seconds, allreduce_seconds,
-                                     parse_bandwidth, scaling_curve, step_seconds)
+from asyncnet.simulate.model import (
+    ALGORITHMS,
+    HybridWorkload,
+    Network,
+    Workload,
+    allreduce_cpu_seconds,
+    allreduce_seconds,
+    alltoall_cpu_seconds,
+    alltoall_seconds,
+    hybrid_step_seconds,
+    parse_bandwidth,
+    scaling_curve,
+    step_seconds,
+)
 
-__all__ = ["Network", "Workload", "allreduce_seconds", "allreduce_cpu_seconds", "step_seconds", "scaling_curve",
-           "parse_bandwidth", "ALGORITHMS"]
+__all__ = [
+    "Network",
+    "Workload",
+    "HybridWorkload",
+    "alltoall_seconds",
+    "alltoall_cpu_seconds",
+    "hybrid_step_seconds",
+    "allreduce_seconds",
+    "allreduce_cpu_seconds",
+    "step_seconds",
+    "scaling_curve",
+    "parse_bandwidth",
+    "ALGORITHMS",
+]

@@ -50,8 +50,20 @@ import math
 import re
 from dataclasses import dataclass
 
-__all__ = ["Network", "Workload", "allreduce_seconds", "allreduce_cpu_seconds", "step_seconds", "scaling_curve",
-           "parse_bandwidth", "ALGORITHMS"]
+__all__ = [
+    "Network",
+    "Workload",
+    "HybridWorkload",
+    "allreduce_seconds",
+    "allreduce_cpu_seconds",
+    "alltoall_seconds",
+    "alltoall_cpu_seconds",
+    "hybrid_step_seconds",
+    "step_seconds",
+    "scaling_curve",
+    "parse_bandwidth",
+    "ALGORITHMS",
+]
 
 ALGORITHMS = ("ring", "tree")
 
@@ -72,11 +84,15 @@ class Network:
 
     def __post_init__(self) -> None:
         if not self.bandwidth > 0 or not self.latency >= 0 or not self.wakeup >= 0:
-            raise ValueError(f"expected bandwidth > 0, latency >= 0 and wakeup >= 0, got {self.bandwidth!r} B/s, "
-                             f"{self.latency!r} s, {self.wakeup!r} s")
+            raise ValueError(
+                f"expected bandwidth > 0, latency >= 0 and wakeup >= 0, got {self.bandwidth!r} B/s, "
+                f"{self.latency!r} s, {self.wakeup!r} s"
+            )
         if not self.cpu_per_byte >= 0 or not self.cpu_per_message >= 0:
-            raise ValueError(f"expected cpu_per_byte >= 0 and cpu_per_message >= 0, got {self.cpu_per_byte!r} s/B, "
-                             f"{self.cpu_per_message!r} s")
+            raise ValueError(
+                f"expected cpu_per_byte >= 0 and cpu_per_message >= 0, got {self.cpu_per_byte!r} s/B, "
+                f"{self.cpu_per_message!r} s"
+            )
 
 
 @dataclass(frozen=True)
@@ -142,8 +158,16 @@ def _buckets(w: Workload) -> list[int]:
     return [w.bucket_bytes] * full + ([rest] if rest else [])
 
 
-def step_seconds(w: Workload, ranks: int, net: Network, algorithm: str = "ring", overlap: bool = False,
-                 threads: int = 1, cores_per_host: float | None = None, ranks_per_host: int | None = None) -> float:
+def step_seconds(
+    w: Workload,
+    ranks: int,
+    net: Network,
+    algorithm: str = "ring",
+    overlap: bool = False,
+    threads: int = 1,
+    cores_per_host: float | None = None,
+    ranks_per_host: int | None = None,
+) -> float:
     """Predicted seconds of one data-parallel step (see the module docstring)."""
     host_ranks = min(ranks, ranks_per_host or ranks)
     on_host = host_ranks * threads
@@ -171,14 +195,112 @@ def step_seconds(w: Workload, ranks: int, net: Network, algorithm: str = "ring",
     return max(max(fwd + bwd, end) + upd, cpu_floor)
 
 
-def scaling_curve(w: Workload, net: Network, ranks: list[int], algorithm: str = "ring", overlap: bool = False,
-                  threads: int = 1, cores_per_host: int | None = None, ranks_per_host: int | None = None) -> list[dict]:
+def scaling_curve(
+    w: Workload,
+    net: Network,
+    ranks: list[int],
+    algorithm: str = "ring",
+    overlap: bool = False,
+    threads: int = 1,
+    cores_per_host: int | None = None,
+    ranks_per_host: int | None = None,
+) -> list[dict]:
     """Rows of ranks, step seconds, samples/s and weak-scaling efficiency (one rank's step
     time over this one's: 1.0 is perfect)."""
     base = step_seconds(w, 1, net, algorithm, overlap, threads, cores_per_host, ranks_per_host)
     rows = []
     for r in ranks:
         s = step_seconds(w, r, net, algorithm, overlap, threads, cores_per_host, ranks_per_host)
-        rows.append({"ranks": r, "threads": threads, "step_s": s, "samples_per_s": r * threads * w.batch / s,
-                     "efficiency": base / s})
+        rows.append(
+            {
+                "ranks": r,
+                "threads": threads,
+                "step_s": s,
+                "samples_per_s": r * threads * w.batch / s,
+                "efficiency": base / s,
+            }
+        )
     return rows
+
+
+def alltoall_seconds(nbytes: float, ranks: int, net: Network) -> float:
+    """Alpha-beta time of a pairwise all-to-all in which one rank holds ``nbytes`` and sends
+    ``nbytes / p`` to each of the ``p - 1`` others: ``(p-1) alpha + (p-1)/p n beta``, plus the
+    network's ``wakeup`` once (ranks > 1).
+
+        >>> round(alltoall_seconds(2**20, 2, Network(bandwidth=1e9, latency=1e-4)) * 1e6, 1)
+        624.3
+    """
+    if ranks < 1:
+        raise ValueError(f"expected ranks >= 1, got {ranks}")
+    if ranks == 1 or nbytes == 0:
+        return 0.0
+    return (ranks - 1) * net.latency + (ranks - 1) / ranks * nbytes / net.bandwidth + net.wakeup
+
+
+def alltoall_cpu_seconds(nbytes: float, ranks: int, net: Network) -> float:
+    """CPU seconds one rank spends in that all-to-all (``p - 1`` messages, ``(p-1)/p n`` bytes)."""
+    if ranks <= 1 or nbytes == 0:
+        return 0.0
+    return (ranks - 1) * net.cpu_per_message + (ranks - 1) / ranks * nbytes * net.cpu_per_byte
+
+
+@dataclass(frozen=True)
+class HybridWorkload:
+    """One process's step of a hybrid-parallel DLRM on the whole global batch of ``batch``
+    examples: seconds to pool all ``tables`` (``lookup``), of the dense part (bottom and top
+    MLPs, interaction, loss, their gradients and SGD: ``dense``) and of the tables' row update
+    (``update``); ``dim`` the embeddings' width, ``itemsize`` bytes per value; ``grad_bytes``
+    the bytes of the MLP gradients and the loss (one all-reduce of one buffer); ``call`` the
+    seconds a rank spends issuing one collective whatever the ranks (copies in and out:
+    measured at one rank)."""
+
+    lookup: float
+    dense: float
+    update: float
+    tables: int
+    dim: int
+    batch: int
+    grad_bytes: int = 0
+    itemsize: int = 4
+    call: float = 0.0
+    calls: int = 3  # collectives per step: two all-to-alls and the all-reduce
+
+    def pooled_bytes(self, tables: int) -> int:
+        """Bytes of ``tables`` tables' pooled vectors over the global batch."""
+        return tables * self.batch * self.dim * self.itemsize
+
+
+def hybrid_step_seconds(
+    w: HybridWorkload, ranks: int, net: Network, cores_per_host: float | None = None, ranks_per_host: int | None = None
+) -> float:
+    """Predicted seconds of one hybrid-parallel step on ``ranks`` ranks (tables sharded, MLPs
+    replicated), set by the rank owning the most tables, ``ceil(T / p)``:
+
+    - compute: ``(lookup + update) ceil(T/p) / T + dense / p`` (its tables over the global
+      batch; the dense part on its ``B / p`` examples), slowed when the host's ranks outnumber
+      its cores, plus ``call`` per collective;
+    - an all-to-all of its tables' pooled vectors (it keeps ``1/p``, sends the rest), one
+      all-reduce of the MLP gradients and the loss, one all-to-all of the pooled gradients
+      back: three phases, each issued after compute (the wake-up once each);
+    - with ``cores_per_host``, the phases take at least the host's ranks' CPU seconds of
+      communication over its cores.
+
+        >>> w = HybridWorkload(lookup=0.004, dense=0.020, update=0.006, tables=8, dim=64, batch=512, grad_bytes=2**20)
+        >>> net = Network(bandwidth=1e9, latency=1e-4)
+        >>> round(hybrid_step_seconds(w, 1, net) * 1e3, 2), round(hybrid_step_seconds(w, 2, net) * 1e3, 2)
+        (30.0, 16.97)
+    """
+    if ranks < 1:
+        raise ValueError(f"expected ranks >= 1, got {ranks}")
+    host_ranks = min(ranks, ranks_per_host or ranks)
+    slow = max(1.0, host_ranks / cores_per_host) if cores_per_host else 1.0
+    share = math.ceil(w.tables / ranks) / w.tables if w.tables else 0.0
+    compute = ((w.lookup + w.update) * share + w.dense / ranks + w.calls * w.call) * slow
+    if ranks == 1:
+        return compute
+    sent = w.pooled_bytes(math.ceil(w.tables / ranks))
+    comm = 2 * alltoall_seconds(sent, ranks, net) + allreduce_seconds(w.grad_bytes, ranks, net)
+    cpu = 2 * alltoall_cpu_seconds(sent, ranks, net) + allreduce_cpu_seconds(w.grad_bytes, ranks, net)
+    floor = host_ranks * cpu / cores_per_host if cores_per_host else 0.0
+    return compute + max(comm, floor)

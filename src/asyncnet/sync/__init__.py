@@ -52,9 +52,21 @@ _LAZY = {
     "WorkerDiedError": "asyncnet.sync.process",
     "TorchDistributedGradientSync": "asyncnet.sync.torch_dist",
     "run_parallel_workers": "asyncnet.sync.launch",
-    **{name: "asyncnet.compat.kizzasi" for name in (
-        "partition_indices", "average_gradients", "sgd_step", "SharedGradientStore", "DataParallelModel",
-        "DistributedConfig", "GradientStrategy", "CommBackend", "CheckpointManager", "CheckpointMetadata")},
+    **{
+        name: "asyncnet.compat.kizzasi"
+        for name in (
+            "partition_indices",
+            "average_gradients",
+            "sgd_step",
+            "SharedGradientStore",
+            "DataParallelModel",
+            "DistributedConfig",
+            "GradientStrategy",
+            "CommBackend",
+            "CheckpointManager",
+            "CheckpointMetadata",
+        )
+    },
 }
 
 

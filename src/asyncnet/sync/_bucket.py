@@ -19,8 +19,9 @@ torch is never imported here: a tensor is recognised by its type's module and co
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -49,9 +50,7 @@ def _as_numpy(x: Any, index: int) -> np.ndarray:
         except TypeError as exc:  # bfloat16 and friends have no numpy dtype
             raise TypeError(f"gradient {index} has torch dtype {x.dtype}, which numpy cannot view") from exc
     else:
-        raise TypeError(
-            f"gradient {index}: expected a float numpy array or torch tensor, got {type(x).__name__}"
-        )
+        raise TypeError(f"gradient {index}: expected a float numpy array or torch tensor, got {type(x).__name__}")
     if arr.dtype.kind not in _FLOAT_KINDS:
         raise TypeError(f"gradient {index}: expected a floating-point dtype, got {arr.dtype}")
     if not arr.dtype.isnative:

@@ -1,9 +1,9 @@
 """Which error a failed group of workers raises: the first root cause, with the others attached.
 
-    >>> from asyncnet.errors import SyncAbortedError
-    >>> err = attach_errors({0: (1, SyncAbortedError("peer failed")), 1: (2, ValueError("bad batch"))})
-    >>> type(err).__name__, err.worker_id, sorted(err.worker_errors)
-    ('ValueError', 1, [0, 1])
+>>> from asyncnet.errors import SyncAbortedError
+>>> err = attach_errors({0: (1, SyncAbortedError("peer failed")), 1: (2, ValueError("bad batch"))})
+>>> type(err).__name__, err.worker_id, sorted(err.worker_errors)
+('ValueError', 1, [0, 1])
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ target buffers: no full-size temporary exists.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

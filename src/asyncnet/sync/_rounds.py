@@ -53,7 +53,8 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -81,9 +82,9 @@ LOC_CAP = 96 * 1024  # per worker: (segment id, offset) int64 pairs, for the pro
 class Control:
     """Group state in one byte buffer: int64 fields, then text regions.
 
-        >>> c = Control(2)
-        >>> int(c.ints[ROUND]), c.read_text(c.abort_region)
-        (0, '')
+    >>> c = Control(2)
+    >>> int(c.ints[ROUND]), c.read_text(c.abort_region)
+    (0, '')
     """
 
     def __init__(self, n: int, buf: Any = None, offset: int = 0, ready: bool = True):
@@ -187,8 +188,9 @@ class RoundEngine:
 
     # -- public ------------------------------------------------------------------------------
 
-    def run(self, digest: int, meta_text: str, reduce: Callable[[], None], what: str = "round",
-            single: bool = False) -> None:
+    def run(
+        self, digest: int, meta_text: str, reduce: Callable[[], None], what: str = "round", single: bool = False
+    ) -> None:
         """Run one round: arrive, call ``reduce`` when everyone is there, wait for the rest.
 
         ``single``: the round ends when everyone has arrived; ``reduce`` then runs on its own
@@ -369,8 +371,10 @@ class RoundEngine:
                         if dead:
                             self._abort_locked(f"worker(s) {dead} died during round {r}")
                         elif self.timeout is not None and now - start > self.timeout:
-                            self._abort_locked(f"worker(s) {busy} did not finish reducing round {r} within "
-                                               f"{self.timeout:g} s; its gradients are undefined")
+                            self._abort_locked(
+                                f"worker(s) {busy} did not finish reducing round {r} within "
+                                f"{self.timeout:g} s; its gradients are undefined"
+                            )
                         self._check_abort()
                 self.cond.wait(self.poll)
                 self._check_recovered()
@@ -421,9 +425,7 @@ class RoundEngine:
 
     def _check_abort(self) -> None:
         if self.c.ints[ABORTED]:
-            raise SyncAbortedError(
-                f"worker {self.wid}: the group was aborted: {self.c.read_text(self.c.abort_region)}"
-            )
+            raise SyncAbortedError(f"worker {self.wid}: the group was aborted: {self.c.read_text(self.c.abort_region)}")
 
     def _abort_locked(self, reason: str) -> None:
         if not self.c.ints[ABORTED]:

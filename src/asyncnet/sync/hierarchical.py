@@ -40,7 +40,7 @@ class HierarchicalGradientSync:
         self._across = across
 
     @classmethod
-    def new_workers(cls, threads: int, across: Any, timeout: float | None = None) -> list["HierarchicalGradientSync"]:
+    def new_workers(cls, threads: int, across: Any, timeout: float | None = None) -> list[HierarchicalGradientSync]:
         """``threads`` handles of this process, sharing ``across`` (e.g. a TorchDistributedGradientSync)."""
         return [cls(local, across) for local in ThreadedGradientSync.new_workers(threads, timeout)]
 
@@ -99,12 +99,16 @@ class HierarchicalGradientSync:
         try:
             step()
         except BaseException as exc:
-            self._local.abort(f"the cross-process {what} failed on worker {self.worker_id}: {type(exc).__name__}: {exc}")
+            self._local.abort(
+                f"the cross-process {what} failed on worker {self.worker_id}: {type(exc).__name__}: {exc}"
+            )
             raise
 
     def __repr__(self) -> str:
-        return (f"HierarchicalGradientSync(worker {self.worker_id} of {self.num_workers}: "
-                f"{self._local.num_workers} threads x {self._across.num_workers} ranks)")
+        return (
+            f"HierarchicalGradientSync(worker {self.worker_id} of {self.num_workers}: "
+            f"{self._local.num_workers} threads x {self._across.num_workers} ranks)"
+        )
 
 
 def run_hierarchical(threads: int, across: Any, fn: Any, timeout: float | None = None) -> list[Any]:
@@ -141,7 +145,9 @@ def run_hierarchical(threads: int, across: Any, fn: Any, timeout: float | None =
             if t.ident is not None:
                 t.join()
 
-    ts = [threading.Thread(target=body, args=(i,), name=f"asyncnet-rank-thread-{i}", daemon=True) for i in range(threads)]
+    ts = [
+        threading.Thread(target=body, args=(i,), name=f"asyncnet-rank-thread-{i}", daemon=True) for i in range(threads)
+    ]
     try:
         for t in ts:
             t.start()

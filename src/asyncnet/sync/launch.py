@@ -47,10 +47,11 @@ import threading
 import time
 import traceback
 import warnings
+from collections.abc import Callable
 from multiprocessing import resource_tracker
 from multiprocessing.connection import wait as mp_wait
 from multiprocessing.reduction import ForkingPickler
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
 from asyncnet.cleanup import release_segments_of
 from asyncnet.errors import SyncAbortedError, SyncError
@@ -110,19 +111,18 @@ def _run_threads(n: int, fn: Callable[[Any], T], timeout: float | None) -> list[
             ended[i].set()
 
     threads = [
-        threading.Thread(target=body, args=(i,), name=f"asyncnet-sync-worker-{i}", daemon=True)
-        for i in range(n)
+        threading.Thread(target=body, args=(i,), name=f"asyncnet-sync-worker-{i}", daemon=True) for i in range(n)
     ]
     started = []
     try:
         for t in threads:
             t.start()
             started.append(t)
-        _wait_all(ended[:len(started)])
+        _wait_all(ended[: len(started)])
     except BaseException:
         # KeyboardInterrupt while waiting (or a failed start): stop the peers, then wait for them.
         syncs[0].abort("interrupted in the parent")
-        _wait_all(ended[:len(started)])
+        _wait_all(ended[: len(started)])
         for t in started:
             t.join()
         raise
@@ -259,9 +259,12 @@ def _cleanup_orphaned(sync: ProcessGradientSync, payload_dir: str) -> None:
     soon as it sees the abort), release what the dead parent had registered with its resource
     tracker (so no false leak warning), then wake the peers."""
     parent = mp.parent_process()
-    steps = (sync._unlink_group_orphaned, lambda: shutil.rmtree(payload_dir, ignore_errors=True),
-             lambda: parent is not None and parent.pid is not None and release_segments_of(parent.pid),
-             lambda: sync._engine is not None and sync._engine.abort("the parent process died"))
+    steps = (
+        sync._unlink_group_orphaned,
+        lambda: shutil.rmtree(payload_dir, ignore_errors=True),
+        lambda: parent is not None and parent.pid is not None and release_segments_of(parent.pid),
+        lambda: sync._engine is not None and sync._engine.abort("the parent process died"),
+    )
     for step in steps:
         try:
             step()
@@ -274,13 +277,19 @@ def _send(conn: Any, msg: tuple) -> None:
     would pass a torch tensor as a handle on shared memory that is gone once this process exits."""
     try:
         data = pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL)
-    except Exception as exc:  # the result or error did not pickle
+    except Exception as exc:  # noqa: BLE001 - the result or error did not pickle (any error of its __reduce__)
         what = "error" if msg[0] == "err" else "result"
         original = msg[1]
         detail = msg[2] if msg[0] == "err" else ""
-        data = pickle.dumps(("err", RuntimeError(
-            f"the worker's {what} could not be sent to the parent ({exc}): {type(original).__name__}: {original}"
-        ), detail))
+        data = pickle.dumps(
+            (
+                "err",
+                RuntimeError(
+                    f"the worker's {what} could not be sent to the parent ({exc}): {type(original).__name__}: {original}"
+                ),
+                detail,
+            )
+        )
     try:
         conn.send_bytes(data)
     except OSError:  # the parent is gone (its watchdog is about to end this process)
@@ -312,8 +321,9 @@ def run_process_workers(n: int, fn: Callable[[Any], Any], timeout: float | None)
             r, w = ctx.Pipe(duplex=False)
             conns.append(r)
             payload = _Payload(fn, os.path.join(payload_dir, f"worker{i}.pickle"))
-            p = ctx.Process(target=_child_main, args=(payload, syncs[i], w), name=f"asyncnet-sync-worker-{i}",
-                            daemon=True)
+            p = ctx.Process(
+                target=_child_main, args=(payload, syncs[i], w), name=f"asyncnet-sync-worker-{i}", daemon=True
+            )
             # No signal may interrupt a start half-way (a child not yet in ``procs`` would never
             # be reaped); the child starts with them blocked and sets its own handling.
             old = signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)
@@ -372,8 +382,13 @@ def _supervise(procs, conns, group: _Group, results, errors, seq, grace: float) 
         try:
             msg = ForkingPickler.loads(data)
         except Exception as exc:  # noqa: BLE001 - e.g. an exception class whose __init__ takes other args
-            msg = ("err", SyncError(f"worker {i}'s result or error could not be unpickled in the parent: "
-                                    f"{type(exc).__name__}: {exc}"), "")
+            msg = (
+                "err",
+                SyncError(
+                    f"worker {i}'s result or error could not be unpickled in the parent: {type(exc).__name__}: {exc}"
+                ),
+                "",
+            )
         if msg[0] == "ok":
             results[i] = msg[1]
         else:
@@ -394,8 +409,12 @@ def _supervise(procs, conns, group: _Group, results, errors, seq, grace: float) 
             stuck_after_result = done[i] and now - done_at[i] > _EXIT_GRACE
             if stuck_after_failure or stuck_after_result:
                 if stuck_after_result and not stuck_after_failure:
-                    warnings.warn(f"worker {i} sent its result but was still running {_EXIT_GRACE:g} s later "
-                                  "(a non-daemon thread?); it was terminated", RuntimeWarning, stacklevel=4)
+                    warnings.warn(
+                        f"worker {i} sent its result but was still running {_EXIT_GRACE:g} s later "
+                        "(a non-daemon thread?); it was terminated",
+                        RuntimeWarning,
+                        stacklevel=4,
+                    )
                 procs[i].terminate()
                 terminated[i] = now
         for i, since in terminated.items():  # SIGTERM is held while a worker is stopped (SIGSTOP) or ignored
@@ -417,17 +436,22 @@ def _supervise(procs, conns, group: _Group, results, errors, seq, grace: float) 
             procs[i].join()
             alive.discard(i)
             if not done[i] and i in terminated:
-                errors[i] = (next(seq), SyncAbortedError(
-                    f"worker {i} was terminated: still running {grace:g} s after a peer failed"))
+                errors[i] = (
+                    next(seq),
+                    SyncAbortedError(f"worker {i} was terminated: still running {grace:g} s after a peer failed"),
+                )
             elif not done[i]:
                 code = procs[i].exitcode
                 hint = ""
                 if code == 1:  # an uncaught exception outside fn: the child failed at start-up
-                    hint = (" (it failed at start-up, see its traceback on stderr: fn and its module must be "
-                            "importable in a fresh process, and a script must guard its entry point with "
-                            "if __name__ == '__main__':)")
-                exc = WorkerDiedError(f"worker {i} (pid {procs[i].pid}) died with exit code {code} before "
-                                      f"returning{hint}")
+                    hint = (
+                        " (it failed at start-up, see its traceback on stderr: fn and its module must be "
+                        "importable in a fresh process, and a script must guard its entry point with "
+                        "if __name__ == '__main__':)"
+                    )
+                exc = WorkerDiedError(
+                    f"worker {i} (pid {procs[i].pid}) died with exit code {code} before returning{hint}"
+                )
                 errors[i] = (next(seq), exc)
                 group.abort(str(exc))
 

@@ -51,13 +51,13 @@ from typing import Any
 
 import numpy as np
 
+from asyncnet._shm import Segment, close_segment, open_segment, unlink_segment
 from asyncnet.cleanup import pid_gone
 from asyncnet.errors import SyncAbortedError, SyncError
 from asyncnet.sync._bucket import Bucket, format_layout, open_bucket, slice_bounds
 from asyncnet.sync._reduce import reduce_slice
 from asyncnet.sync._robustcond import RobustCondition
 from asyncnet.sync._rounds import W_ARENAS, W_PID, W_SEG_CAP, W_SEG_GEN, Control, RoundEngine
-from asyncnet._shm import Segment, close_segment, open_segment, unlink_segment
 
 __all__ = ["ProcessGradientSync", "WorkerDiedError", "PREFIX"]
 
@@ -197,7 +197,7 @@ class ProcessGradientSync:
     # -- construction ---------------------------------------------------------------------------
 
     @classmethod
-    def new_workers(cls, n: int, timeout: float | None = None) -> list["ProcessGradientSync"]:
+    def new_workers(cls, n: int, timeout: float | None = None) -> list[ProcessGradientSync]:
         """``n`` handles on a new group (ids ``0 .. n-1``), to pass to spawned processes.
 
         The caller owns the group: call :meth:`close_group` after the processes are joined (it
@@ -212,7 +212,7 @@ class ProcessGradientSync:
         return [cls(prefix, n, i, timeout, owner) for i in range(n)]
 
     @staticmethod
-    def close_group(syncs: list["ProcessGradientSync"]) -> None:
+    def close_group(syncs: list[ProcessGradientSync]) -> None:
         """Unlink every shared-memory segment of the group (call it in the creating process)."""
         for s in syncs:
             s._detach()
@@ -305,8 +305,7 @@ class ProcessGradientSync:
             for dst, src in zip(staged, bucket.views):
                 np.copyto(dst, src)
             self._publish(1 + half, locs)
-            engine.run(plan.digest, plan.text, lambda: self._reduce(bucket, op, root, 1 + half), plan.what,
-                       single=True)
+            engine.run(plan.digest, plan.text, lambda: self._reduce(bucket, op, root, 1 + half), plan.what, single=True)
         else:
             locs = self._arena_locations(bucket)
             staged = ()
@@ -320,7 +319,7 @@ class ProcessGradientSync:
                 np.copyto(dst, src)
         bucket.close()
 
-    def _staging(self, plan: "_Plan", bucket: Bucket, slot: int) -> tuple[list[np.ndarray], list]:
+    def _staging(self, plan: _Plan, bucket: Bucket, slot: int) -> tuple[list[np.ndarray], list]:
         """Views of ``bucket``'s members in staging area ``slot`` (0, 1: the halves for small
         buckets; 2: the area of large ones), and their ``(segment id, offset)`` rows."""
         gen = self._ensure_staging(2 * _SMALL_BYTES + (plan.total if slot == 2 else 0))
@@ -376,14 +375,21 @@ class ProcessGradientSync:
             try:
                 self._ctl_seg = open_segment(f"{self._prefix}_ctl")
             except FileNotFoundError:
-                raise SyncError(f"worker {self._id}: the group {self._prefix} was closed "
-                                "(close_group ran); create a new one with new_workers") from None
+                raise SyncError(
+                    f"worker {self._id}: the group {self._prefix} was closed "
+                    "(close_group ran); create a new one with new_workers"
+                ) from None
             self._cond, self._control = _open_control(self._prefix, self._n, self._ctl_seg, init=False)
             self._control.ints[self._control.w(self._id, W_PID)] = os.getpid()
             self._tables = [self._control.locations(i) for i in range(self._n)]
             self._engine = RoundEngine(
-                self._control, self._cond, self._id, self._timeout,
-                poll=_POLL, peer_dead=self._peer_dead, can_die=True,
+                self._control,
+                self._cond,
+                self._id,
+                self._timeout,
+                poll=_POLL,
+                peer_dead=self._peer_dead,
+                can_die=True,
             )
         if ready:
             self._engine.mark_ready()

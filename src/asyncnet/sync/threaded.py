@@ -56,7 +56,7 @@ class ThreadedGradientSync:
         self._layouts: dict[tuple, tuple[int, str]] = {}
 
     @classmethod
-    def new_workers(cls, n: int, timeout: float | None = None) -> list["ThreadedGradientSync"]:
+    def new_workers(cls, n: int, timeout: float | None = None) -> list[ThreadedGradientSync]:
         """``n`` handles sharing one group, with ids ``0 .. n-1``.
 
         ``timeout`` (seconds, None = wait forever) bounds how long a worker waits for its peers

@@ -27,8 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from asyncnet.errors import SyncError, SyncMismatchError
 from asyncnet._flatviews import contiguous_run
+from asyncnet.errors import SyncError, SyncMismatchError
 from asyncnet.sync._bucket import as_list, format_layout, is_torch_tensor
 
 __all__ = ["TorchDistributedGradientSync"]
@@ -100,7 +100,7 @@ class TorchDistributedGradientSync:
             flat.div_(self._ws)
             _copy_back(flat, bucket)
 
-    def start_sync_gradients(self, grads: Any) -> "TorchSyncWork":
+    def start_sync_gradients(self, grads: Any) -> TorchSyncWork:
         """Start :meth:`sync_gradients` with ``async_op=True``: one all-reduce per bucket is in
         flight when this returns; the work's ``wait(timeout)`` divides by the world size and
         copies flattened buckets back, giving the same bits as :meth:`sync_gradients`. Calls
@@ -174,7 +174,9 @@ class TorchDistributedGradientSync:
         layouts: list[Any] = [None] * self._ws
         dist.all_gather_object(layouts, (op, format_layout(layout)), group=self._group)
         desc = "; ".join(f"rank {r}: {lay} ({o})" for r, (o, lay) in enumerate(layouts))
-        raise SyncMismatchError(f"call {self._calls}: ranks passed different gradients; {desc}. No gradient was changed.")
+        raise SyncMismatchError(
+            f"call {self._calls}: ranks passed different gradients; {desc}. No gradient was changed."
+        )
 
     def _backend_needs_device(self) -> bool:
         _, dist = _torch()
@@ -187,8 +189,12 @@ class TorchDistributedGradientSync:
         for t in tensors:
             nbytes = t.numel() * t.element_size()
             last = buckets[-1] if buckets else None
-            if (last is None or last[0].dtype != t.dtype or last[0].device != t.device
-                    or size + nbytes > self._bucket_bytes):
+            if (
+                last is None
+                or last[0].dtype != t.dtype
+                or last[0].device != t.device
+                or size + nbytes > self._bucket_bytes
+            ):
                 buckets.append([t])
                 size = nbytes
             else:
@@ -230,7 +236,9 @@ class TorchDistributedGradientSync:
             offset += n
 
     def __repr__(self) -> str:
-        return f"TorchDistributedGradientSync(rank={self._rank}, world_size={self._ws}, bucket_bytes={self._bucket_bytes})"
+        return (
+            f"TorchDistributedGradientSync(rank={self._rank}, world_size={self._ws}, bucket_bytes={self._bucket_bytes})"
+        )
 
 
 def _copy_back(flat: Any, bucket: list[Any]) -> None:
@@ -262,7 +270,9 @@ class TorchSyncWork:
             except RuntimeError as e:
                 raise SyncError(f"rank {self._rank}: all-reduce of {len(bucket)} gradient(s) failed: {e}") from e
             if ok is False:
-                raise TimeoutError(f"rank {self._rank}: all-reduce of {len(bucket)} gradient(s) not done after {timeout:g} s")
+                raise TimeoutError(
+                    f"rank {self._rank}: all-reduce of {len(bucket)} gradient(s) not done after {timeout:g} s"
+                )
             flat.div_(self._ws)
             _copy_back(flat, bucket)
             self._pending.pop(0)

@@ -15,6 +15,22 @@ from asyncnet.tensor.namespace import NUMPY, device_of, is_array, is_torch, libr
 from asyncnet.tensor.place import DeviceError, cuda_available, device_name, parse_device, place, require_device
 from asyncnet.tensor.threads import ThreadClaim, claim_threads, intra_op_threads, process_cores, set_process_cores
 
-__all__ = ["NUMPY", "library_of", "device_of", "is_array", "is_torch", "to_numpy",
-           "DeviceError", "parse_device", "device_name", "place", "require_device", "cuda_available",
-           "ThreadClaim", "claim_threads", "intra_op_threads", "process_cores", "set_process_cores"]
+__all__ = [
+    "NUMPY",
+    "library_of",
+    "device_of",
+    "is_array",
+    "is_torch",
+    "to_numpy",
+    "DeviceError",
+    "parse_device",
+    "device_name",
+    "place",
+    "require_device",
+    "cuda_available",
+    "ThreadClaim",
+    "claim_threads",
+    "intra_op_threads",
+    "process_cores",
+    "set_process_cores",
+]

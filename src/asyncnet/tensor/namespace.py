@@ -48,20 +48,24 @@ import numpy as np
 
 _ndarray = np.ndarray
 
-__all__ = ["NUMPY", "namespace", "library_of", "device_of", "is_array", "is_torch", "to_numpy", "torch_namespace",
-           "cpu_tensors"]
+__all__ = [
+    "NUMPY",
+    "namespace",
+    "library_of",
+    "device_of",
+    "is_array",
+    "is_torch",
+    "to_numpy",
+    "torch_namespace",
+    "cpu_tensors",
+    "loaded_torch",
+]
 
 
-def imported_torch() -> Any:
-    """The torch module once its import has finished, else None (without importing torch).
-
-    While one thread imports torch (a kernel choosing torch's implementation), the partly
-    initialised module already sits in ``sys.modules``; no tensor can exist before the import
-    ends, so until then the answer is None rather than a module without ``Tensor``.
-
-    >>> imported_torch() is None or hasattr(imported_torch(), "Tensor")
-    True
-    """
+def loaded_torch() -> Any:
+    """The torch module once completely imported, else None: not imported, or another thread is
+    importing it right now (in ``sys.modules`` but without ``torch.Tensor`` yet; no tensor can
+    exist before that import ends). Never imports torch."""
     torch = sys.modules.get("torch")
     if torch is None or getattr(getattr(torch, "__spec__", None), "_initializing", False):
         return None
@@ -70,7 +74,7 @@ def imported_torch() -> Any:
 
 def is_torch(x: Any) -> bool:
     """True for a torch tensor (without importing torch)."""
-    torch = imported_torch()
+    torch = loaded_torch()
     return torch is not None and isinstance(x, torch.Tensor)
 
 
@@ -87,7 +91,7 @@ def cpu_tensors(*xs: Any) -> bool:
     global _TENSOR
     t = _TENSOR
     if t is None:
-        torch = imported_torch()
+        torch = loaded_torch()
         if torch is None:
             return False
         t = _TENSOR = torch.Tensor
@@ -271,7 +275,7 @@ def namespace(ctx: Any, *xs: Any) -> Any:
 
 
 def _dispatch(ctx: Any, xs: tuple[Any, ...]) -> Any:
-    torch = imported_torch()
+    torch = loaded_torch()
     tensor = torch.Tensor if torch is not None else ()
     first, key = -1, None
     for i, x in enumerate(xs):
@@ -284,8 +288,10 @@ def _dispatch(ctx: Any, xs: tuple[Any, ...]) -> Any:
         if first < 0:
             first, key = i, k
         elif k != key:
-            raise TypeError(f"expected inputs of one library and device, got {_name(ctx, first, xs[first])} and "
-                            f"{_name(ctx, i, x)}; move data explicitly (the Copy ops, ws.feed(name, value, device=...))")
+            raise TypeError(
+                f"expected inputs of one library and device, got {_name(ctx, first, xs[first])} and "
+                f"{_name(ctx, i, x)}; move data explicitly (the Copy ops, ws.feed(name, value, device=...))"
+            )
     return NUMPY if first < 0 or key == "numpy" else torch_namespace()
 
 

@@ -65,7 +65,9 @@ def require_device(device: str) -> str:
             try:
                 import torch  # noqa: F401
             except ImportError:
-                raise DeviceError(f"device {name!r} needs PyTorch, which is not installed (pip install torch)") from None
+                raise DeviceError(
+                    f"device {name!r} needs PyTorch, which is not installed (pip install torch)"
+                ) from None
         count = cuda_available()
         index = int(name.split(":")[1])
         if index >= count:
@@ -89,7 +91,8 @@ def place(value: Any, device: str, library: str | None = None) -> Any:
     require_device(name)
     import torch
 
-    t = value if is_torch(value) else torch.from_numpy(np.ascontiguousarray(value))
+    # asarray(order="C"), not ascontiguousarray: that one makes a 0-d array 1-d
+    t = value if is_torch(value) else torch.from_numpy(np.asarray(value, order="C"))
     return t.to(name)
 
 

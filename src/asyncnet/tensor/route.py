@@ -34,11 +34,12 @@ from __future__ import annotations
 
 import os
 import weakref
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
-from asyncnet.tensor.namespace import imported_torch
+from asyncnet.tensor.namespace import loaded_torch
 
 __all__ = ["NUMPY_WINS", "HOST_INPUTS", "ENABLED", "routed", "route_operators", "is_routed"]
 
@@ -47,21 +48,65 @@ ENABLED = os.environ.get("ASYNCNET_ROUTE", "1") != "0"
 #: Op types whose numpy kernel beats torch's on CPU tensors of the zoo's sizes (measured with
 #: ``benchmarks/op_libraries.py``; see docs/performance.md). Pure math on arrays only: ops that
 #: move data between devices, synchronise, or hold opaque state keep their own kernels.
-NUMPY_WINS = frozenset({
-    "FC", "FCGradient", "Relu", "ReluGradient", "Sigmoid", "SigmoidGradient", "Tanh", "TanhGradient",
-    "Softmax", "SoftmaxGradient", "SoftmaxWithLoss", "SoftmaxWithLossGradient",
-    "SigmoidCrossEntropyWithLogits", "SigmoidCrossEntropyWithLogitsGradient", "AveragedLoss", "AveragedLossGradient",
-    "ConstantFill", "Flatten", "ResizeLike", "Reshape", "Transpose", "Shape", "Concat", "Split", "Slice",
-    "SliceGradient", "Sum", "Scale", "BatchMatMul", "MaxPool", "MaxPoolGradient", "AveragePool",
-    "AveragePoolGradient", "SGD", "Adam", "MomentumSGDUpdate", "LearningRate", "Iter",
-    "Conv", "ConvGradient", "LSTM", "LSTMGradient",
-    "SparseLengthsSum", "SparseLengthsSumGradient", "ScatterWeightedSum", "Accuracy",
-})
+NUMPY_WINS = frozenset(
+    {
+        "FC",
+        "FCGradient",
+        "Relu",
+        "ReluGradient",
+        "Sigmoid",
+        "SigmoidGradient",
+        "Tanh",
+        "TanhGradient",
+        "Softmax",
+        "SoftmaxGradient",
+        "SoftmaxWithLoss",
+        "SoftmaxWithLossGradient",
+        "SigmoidCrossEntropyWithLogits",
+        "SigmoidCrossEntropyWithLogitsGradient",
+        "AveragedLoss",
+        "AveragedLossGradient",
+        "ConstantFill",
+        "Flatten",
+        "ResizeLike",
+        "Reshape",
+        "Transpose",
+        "Shape",
+        "Concat",
+        "Split",
+        "Slice",
+        "SliceGradient",
+        "Sum",
+        "Scale",
+        "BatchMatMul",
+        "MaxPool",
+        "MaxPoolGradient",
+        "AveragePool",
+        "AveragePoolGradient",
+        "SGD",
+        "Adam",
+        "MomentumSGDUpdate",
+        "LearningRate",
+        "Iter",
+        "Conv",
+        "ConvGradient",
+        "LSTM",
+        "LSTMGradient",
+        "SparseLengthsSum",
+        "SparseLengthsSumGradient",
+        "ScatterWeightedSum",
+        "Accuracy",
+    }
+)
 
 #: inputs that are host values whatever the blobs' library (the learning rate, the iteration
 #: counter): a numpy array there does not stop an optimizer from taking its numpy kernel
-HOST_INPUTS = {"SGD": frozenset({2}), "MomentumSGDUpdate": frozenset({2}), "Adam": frozenset({4, 5}),
-               "ScatterWeightedSum": frozenset(range(1, 3 * 64, 3))}  # Weight_0, Weight_1, ... (1 element each)
+HOST_INPUTS = {
+    "SGD": frozenset({2}),
+    "MomentumSGDUpdate": frozenset({2}),
+    "Adam": frozenset({4, 5}),
+    "ScatterWeightedSum": frozenset(range(1, 3 * 64, 3)),
+}  # Weight_0, Weight_1, ... (1 element each)
 
 _ndarray = np.ndarray
 _TENSOR: Any = None
@@ -131,6 +176,7 @@ def _forget(key: int) -> Callable[[Any], None]:
         e = _MADE.get(key)
         if e is not None and e[0] is ref:
             del _MADE[key]
+
     return drop
 
 
@@ -179,7 +225,7 @@ def route_operators(operators: Sequence[Any]) -> None:
     """Wrap the kernel of every op in :data:`NUMPY_WINS` on a CPU device with :func:`routed`
     (once; only when torch is imported: without it no tensor can reach a kernel)."""
     global _TENSOR, _from_numpy
-    torch = imported_torch()
+    torch = loaded_torch()
     if torch is None or not ENABLED:
         return
     _TENSOR, _from_numpy = torch.Tensor, torch.from_numpy

@@ -34,7 +34,8 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 __all__ = ["StreamBook", "RunStreams", "TorchCudaBackend", "BACKEND"]
 

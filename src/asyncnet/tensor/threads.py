@@ -63,7 +63,7 @@ class ThreadClaim:
             self._id = None
             _apply_locked()
 
-    def __enter__(self) -> "ThreadClaim":
+    def __enter__(self) -> ThreadClaim:
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -35,8 +35,18 @@ from asyncnet.train.program import Program, build_program
 from asyncnet.train.report import CHECKPOINT, METRICS, EpochMetrics, History, RunWriter, write_metrics, write_trace
 from asyncnet.train.worker import WorkerResult
 
-__all__ = ["train", "TrainResult", "under_torchrun", "load_resume", "prepare_run_dir", "finish_run_dir",
-           "write_failure", "data_source", "TB_DIR", "RUN_FILES"]
+__all__ = [
+    "train",
+    "TrainResult",
+    "under_torchrun",
+    "load_resume",
+    "prepare_run_dir",
+    "finish_run_dir",
+    "write_failure",
+    "data_source",
+    "TB_DIR",
+    "RUN_FILES",
+]
 
 log = logging.getLogger("asyncnet.train")
 
@@ -58,6 +68,7 @@ class TrainResult:
     steps: int = 0
     is_main: bool = True
     rank: int = 0
+    random_states: np.ndarray | None = None  # every worker's Dropout generators at the end (checkpointed)
 
     @property
     def program(self) -> Program:
@@ -80,7 +91,7 @@ class TrainResult:
             inputs = self.program.inputs
             if len(inputs) != 1:
                 raise TrainConfigError(f"predict feeds one input; model {self.program.name!r} reads {inputs}")
-            ws.feed(inputs[0], np.ascontiguousarray(x, self.program.dtype))
+            ws.feed(inputs[0], np.asarray(x, self.program.dtype, order="C"))
             ws.run_net_once(self.program.inference_net())
             return np.array(ws.fetch(self.program.scores, host=True))
         finally:
@@ -90,11 +101,22 @@ class TrainResult:
         """Write the final parameters, optimizer state and ``iter`` as an npz checkpoint
         (``program.load`` reads it back; ``train(..., resume=...)`` continues from it), with the
         run's settings, epochs and data source (``data``) in its metadata."""
-        from asyncnet.model.checkpoint import save_arrays
+        from asyncnet.model.checkpoint import RANDOM, save_arrays
 
-        save_arrays(self.program.model, self.params, str(path),
-                    {"run": {"config": self.config.to_dict(), "epochs": [m.to_dict() for m in self.history],
-                             "partial": None, "data": data}})
+        arrays = self.params if self.random_states is None else {**self.params, RANDOM: self.random_states}
+        save_arrays(
+            self.program.model,
+            arrays,
+            str(path),
+            {
+                "run": {
+                    "config": self.config.to_dict(),
+                    "epochs": [m.to_dict() for m in self.history],
+                    "partial": None,
+                    "data": data,
+                }
+            },
+        )
         return Path(path)
 
     def write_trace(self, path: str | Path) -> Path:
@@ -102,8 +124,18 @@ class TrainResult:
         return write_trace(self.traces, path)
 
 
-def train(model: Any = None, data: Any = None, *, reporter: Any = None, resume: Any = None, out: str | Path | None = None,
-          overwrite: bool = False, config: TrainConfig | None = None, dataset: Any = None, **settings: Any) -> TrainResult:
+def train(
+    model: Any = None,
+    data: Any = None,
+    *,
+    reporter: Any = None,
+    resume: Any = None,
+    out: str | Path | None = None,
+    overwrite: bool = False,
+    config: TrainConfig | None = None,
+    dataset: Any = None,
+    **settings: Any,
+) -> TrainResult:
     """Train ``model`` on ``data``; joins every worker before returning.
 
     ``model``: a :class:`TrainConfig` (the older form, ``train(cfg, dataset)``), a zoo name
@@ -142,9 +174,18 @@ def train(model: Any = None, data: Any = None, *, reporter: Any = None, resume: 
         out = Path(out)
         prepare_run_dir(out, cfg, overwrite=overwrite, resuming=run_dir is not None, data=data_source(ds, data))
         writer = RunWriter(out, cfg.to_dict(), list(resume.epochs) if resume else [], data_source(ds, data))
-    log.info("training %s: %s mode, %d worker(s) on %s, %s lr %g, batch %d, epochs %d..%d", ds.name, cfg.mode,
-             cfg.num_workers, cfg.backend, cfg.optimizer, cfg.lr, cfg.batch_size,
-             (resume.start_epoch if resume else 0) + 1, cfg.epochs)
+    log.info(
+        "training %s: %s mode, %d worker(s) on %s, %s lr %g, batch %d, epochs %d..%d",
+        ds.name,
+        cfg.mode,
+        cfg.num_workers,
+        cfg.backend,
+        cfg.optimizer,
+        cfg.lr,
+        cfg.batch_size,
+        (resume.start_epoch if resume else 0) + 1,
+        cfg.epochs,
+    )
     events, own_reporter = None, None
     if out is not None and reporter is None:
         from asyncnet.train.report import EventLog, Reporter
@@ -165,8 +206,14 @@ def train(model: Any = None, data: Any = None, *, reporter: Any = None, resume: 
     return result
 
 
-def run(cfg: TrainConfig, ds: Dataset, model: Any = None, reporter: Any = None, resume: Resume | None = None,
-        writer: RunWriter | None = None) -> TrainResult:
+def run(
+    cfg: TrainConfig,
+    ds: Dataset,
+    model: Any = None,
+    reporter: Any = None,
+    resume: Resume | None = None,
+    writer: RunWriter | None = None,
+) -> TrainResult:
     """Launch the workers of ``cfg`` on ``ds`` and gather their result (no run directory but ``writer``'s)."""
     if cfg.backend == "torch":
         cfg, result, rank = launch_torch(cfg, ds, model, reporter, resume, writer)
@@ -241,19 +288,29 @@ def _status(e: BaseException) -> str:
 
 def _check_resume(cfg: TrainConfig, resume: Resume) -> None:
     if resume.start_epoch >= cfg.epochs:
-        raise TrainConfigError(f"the run to resume has {resume.start_epoch} epoch(s) already; ask for more in total "
-                               f"(e.g. --epochs {resume.start_epoch + 1}), got epochs {cfg.epochs}")
+        raise TrainConfigError(
+            f"the run to resume has {resume.start_epoch} epoch(s) already; ask for more in total "
+            f"(e.g. --epochs {resume.start_epoch + 1}), got epochs {cfg.epochs}"
+        )
 
 
-def _result(cfg: TrainConfig, ds: Dataset, model: Any, results: list[WorkerResult], rank: int = 0,
-            resume: Resume | None = None) -> TrainResult:
+def _result(
+    cfg: TrainConfig, ds: Dataset, model: Any, results: list[WorkerResult], rank: int = 0, resume: Resume | None = None
+) -> TrainResult:
     main = results[0]
     before = list(resume.epochs) if resume is not None else []
     history = History(config=cfg.to_dict(), epochs=before + list(main.epochs))
-    return TrainResult(config=cfg, history=history, params=main.params or {},
-                       traces=[r.trace_events for r in results if r.trace_events],
-                       model=build_program(cfg, ds.input_dim, ds.num_classes, model),
-                       steps=sum(r.steps for r in results), is_main=rank == 0, rank=rank)
+    return TrainResult(
+        config=cfg,
+        history=history,
+        params=main.params or {},
+        traces=[r.trace_events for r in results if r.trace_events],
+        model=build_program(cfg, ds.input_dim, ds.num_classes, model),
+        steps=sum(r.steps for r in results),
+        is_main=rank == 0,
+        rank=rank,
+        random_states=main.random_states,
+    )
 
 
 # -- the run directory -----------------------------------------------------------------------
@@ -265,8 +322,9 @@ def prepare_run_dir(out: Path, cfg: TrainConfig, overwrite: bool, resuming: bool
     if not (overwrite or resuming) and out.is_dir() and any(out.iterdir()):
         held = [n for n in RUN_FILES if (out / n).exists()]
         what = "holds a run" if held else "is not empty"
-        raise TrainConfigError(f"--out {out} {what}: pass --overwrite to replace it, --resume {out} to continue it, "
-                               "or another --out")
+        raise TrainConfigError(
+            f"--out {out} {what}: pass --overwrite to replace it, --resume {out} to continue it, or another --out"
+        )
     try:
         out.mkdir(parents=True, exist_ok=True)
         if resuming:
@@ -286,8 +344,11 @@ def finish_run_dir(result: TrainResult, out: Path) -> None:
     from asyncnet.train.report import plot_history
 
     data = _recorded_data(out)
-    plot_history(result.history, out / "loss_accuracy.png",
-                 title=f"{result.config.mode}, {result.config.num_workers} worker(s), {result.config.backend}")
+    plot_history(
+        result.history,
+        out / "loss_accuracy.png",
+        title=f"{result.config.mode}, {result.config.num_workers} worker(s), {result.config.backend}",
+    )
     result.write_trace(out / "trace.json")
     result.save_checkpoint(out / CHECKPOINT, data)
     write_metrics(result.history, out / METRICS, extra={"status": "ok", "steps": result.steps, "data": data})
@@ -305,8 +366,9 @@ def write_failure(out: Path, writer: RunWriter | None, status: str, error: str) 
     "interrupted"): the epochs of its checkpoint (``--resume`` continues from there) and the error."""
     epochs, config, data = _saved_epochs(out, writer)
     try:
-        write_metrics(History(config=config, epochs=epochs), out / METRICS,
-                      extra={"status": status, "error": error, "data": data})
+        write_metrics(
+            History(config=config, epochs=epochs), out / METRICS, extra={"status": status, "error": error, "data": data}
+        )
     except (OSError, ValueError):
         pass  # the one-line error still tells the user
 
@@ -353,8 +415,10 @@ def load_resume(run_dir: Path, cfg: TrainConfig, ds: Dataset, model: Any = None)
     else:  # a checkpoint of the previous format: the epochs are metrics.json's
         resume = Resume(arrays, _epochs_of_checkpoint(_metrics_epochs(run_dir), int(arrays["iter"][0]), ckpt))
     if resume.start_epoch >= cfg.epochs:
-        raise TrainConfigError(f"--resume {run_dir}: the run has {resume.start_epoch} epoch(s) already; --epochs is "
-                               f"the total, e.g. --epochs {resume.start_epoch + 1}")
+        raise TrainConfigError(
+            f"--resume {run_dir}: the run has {resume.start_epoch} epoch(s) already; --epochs is "
+            f"the total, e.g. --epochs {resume.start_epoch + 1}"
+        )
     return resume
 
 
@@ -375,6 +439,8 @@ def _epochs_of_checkpoint(epochs: tuple[EpochMetrics, ...], step: int, ckpt: Pat
         return epochs
     kept = tuple(m for m in epochs if m.step <= step)
     if (kept[-1].step if kept else 0) != step:
-        raise CheckpointError(f"{ckpt} is at step {step}, but metrics.json has epochs ending at "
-                              f"steps {[m.step for m in epochs]}: not this run's checkpoint")
+        raise CheckpointError(
+            f"{ckpt} is at step {step}, but metrics.json has epochs ending at "
+            f"steps {[m.step for m in epochs]}: not this run's checkpoint"
+        )
     return kept

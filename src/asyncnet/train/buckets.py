@@ -41,13 +41,22 @@ Gradient accumulation (DDP's ``no_sync``) is :func:`add_accumulate` and :func:`a
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from asyncnet.errors import NetDefinitionError
-from asyncnet.model.fc_split import split_input_gradients  # moved to model/ (DLRM's net uses it too); kept importable here
+from asyncnet.model.fc_split import (
+    split_input_gradients,
+)  # moved to model/ (DLRM's net uses it too); kept importable here
 
-__all__ = ["DEFAULT_BUCKET_MB", "gradient_buckets", "add_bucketed_allreduce", "split_input_gradients", "add_accumulate",
-           "add_accumulated_mean", "accumulator_name"]
+__all__ = [
+    "DEFAULT_BUCKET_MB",
+    "gradient_buckets",
+    "add_bucketed_allreduce",
+    "split_input_gradients",
+    "add_accumulate",
+    "add_accumulated_mean",
+    "accumulator_name",
+]
 
 DEFAULT_BUCKET_MB = 25.0
 
@@ -61,13 +70,17 @@ def _last_writers(net: object, grads: Sequence[str]) -> dict[str, int]:
                 last[o] = i
     missing = [g for g in grads if g not in last]
     if missing:
-        raise NetDefinitionError(f"expected every gradient to be written by an op of net {net.name!r}; "  # type: ignore[attr-defined]
-                                 f"no op writes {missing}", "gradients")
+        raise NetDefinitionError(
+            f"expected every gradient to be written by an op of net {net.name!r}; "  # type: ignore[attr-defined]
+            f"no op writes {missing}",
+            "gradients",
+        )
     return last
 
 
-def gradient_buckets(net: object, grads: Sequence[str], nbytes: Mapping[str, int],
-                     bucket_bytes: int) -> list[list[str]]:
+def gradient_buckets(
+    net: object, grads: Sequence[str], nbytes: Mapping[str, int], bucket_bytes: int
+) -> list[list[str]]:
     """``grads`` (in parameter order) packed into buckets in production order (see the module doc)."""
     if bucket_bytes <= 0:
         raise ValueError(f"bucket_bytes must be > 0, got {bucket_bytes}")
@@ -84,8 +97,14 @@ def gradient_buckets(net: object, grads: Sequence[str], nbytes: Mapping[str, int
     return [b for b in buckets if b]
 
 
-def add_bucketed_allreduce(net: object, sync_blob: str, buckets: Sequence[Sequence[str]], timeout: float = 300.0,
-                           split_inputs: bool = True, bucket_view: bool = True) -> None:
+def add_bucketed_allreduce(
+    net: object,
+    sync_blob: str,
+    buckets: Sequence[Sequence[str]],
+    timeout: float = 300.0,
+    split_inputs: bool = True,
+    bucket_view: bool = True,
+) -> None:
     """Insert one ``AllreduceStart`` per bucket after its last producer, and the waits at the end;
     ``split_inputs`` first splits the FC gradient ops (:func:`split_input_gradients`);
     ``bucket_view`` keeps each bucket's gradients as views of one flat buffer (see the module doc)."""
@@ -97,8 +116,13 @@ def add_bucketed_allreduce(net: object, sync_blob: str, buckets: Sequence[Sequen
     prev_work = None
     for k, bucket in enumerate(buckets):
         work = f"{sync_blob}/work{k}"
-        net.add_op("AllreduceStart", [sync_blob, *bucket], [*bucket, work],  # type: ignore[attr-defined]
-                   control_inputs=[prev_work] if prev_work else None, bucket_view=int(bucket_view))
+        net.add_op(
+            "AllreduceStart",
+            [sync_blob, *bucket],
+            [*bucket, work],  # type: ignore[attr-defined]
+            control_inputs=[prev_work] if prev_work else None,
+            bucket_view=int(bucket_view),
+        )
         starts.append((max(last[g] for g in bucket), net.ops.pop()))  # type: ignore[attr-defined]
         prev_work = work
     for pos, op in reversed(starts):  # positions never decrease with k: insert from the end
@@ -106,8 +130,13 @@ def add_bucketed_allreduce(net: object, sync_blob: str, buckets: Sequence[Sequen
     for k, bucket in enumerate(buckets):
         # ready only once the last bucket started: a wait taken earlier would hold its thread
         # (on one core the only one) while the backward pass still has work to do
-        net.add_op("AllreduceWait", [f"{sync_blob}/work{k}", *bucket], list(bucket), timeout=timeout,  # type: ignore[attr-defined]
-                   control_inputs=[prev_work] if prev_work and k < len(buckets) - 1 else None)
+        net.add_op(
+            "AllreduceWait",
+            [f"{sync_blob}/work{k}", *bucket],
+            list(bucket),
+            timeout=timeout,  # type: ignore[attr-defined]
+            control_inputs=[prev_work] if prev_work and k < len(buckets) - 1 else None,
+        )
 
 
 def accumulator_name(grad: str) -> str:
@@ -137,4 +166,4 @@ def add_accumulated_mean(net: object, grads: Sequence[str], micro_batches: int) 
         scale_op, sum_op = net.ops.pop(), net.ops.pop()  # type: ignore[attr-defined]
         made.append((last[g], sum_op, scale_op))
     for pos, sum_op, scale_op in sorted(made, key=lambda m: m[0], reverse=True):
-        net.ops[pos + 1:pos + 1] = [sum_op, scale_op]  # type: ignore[attr-defined]
+        net.ops[pos + 1 : pos + 1] = [sum_op, scale_op]  # type: ignore[attr-defined]

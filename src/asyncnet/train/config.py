@@ -1,7 +1,7 @@
 """A training run's settings: :class:`TrainConfig`, its defaults and its validation.
 
-    >>> TrainConfig(model="cnn").optimizer, TrainConfig(model="cnn").lr
-    ('adam', 0.005)
+>>> TrainConfig(model="cnn").optimizer, TrainConfig(model="cnn").lr
+('adam', 0.005)
 """
 
 from __future__ import annotations
@@ -15,8 +15,20 @@ import numpy as np
 from asyncnet.errors import TrainConfigError
 from asyncnet.model.optimizer import LR_POLICIES, OPTIMIZERS
 
-__all__ = ["TrainConfig", "MODES", "MODELS", "BACKENDS", "OPTIMIZERS", "LR_POLICIES", "DEFAULT_LR", "MODEL_DEFAULTS",
-           "HOGWILD_DEFAULTS", "HOGWILD_STALE_WORKERS", "DIVERGENCE_FACTOR", "is_model_spec"]
+__all__ = [
+    "TrainConfig",
+    "MODES",
+    "MODELS",
+    "BACKENDS",
+    "OPTIMIZERS",
+    "LR_POLICIES",
+    "DEFAULT_LR",
+    "MODEL_DEFAULTS",
+    "HOGWILD_DEFAULTS",
+    "HOGWILD_STALE_WORKERS",
+    "DIVERGENCE_FACTOR",
+    "is_model_spec",
+]
 
 MODES = ("local", "sync", "hogwild")
 MODELS = ("mlp", "cnn", "lstm", "dlrm")  # the zoo; a user's model is "module:function" or "file.py:function"
@@ -91,11 +103,14 @@ class TrainConfig:
     model_args: dict[str, Any] = field(default_factory=dict)  # keyword arguments of the zoo model (dlrm's options)
 
     def __post_init__(self) -> None:
-        _check(isinstance(self.model, str) and (self.model in MODELS or is_model_spec(self.model)),
-               f"model must be one of {', '.join(MODELS)}, got {self.model!r}; a model of yours is a function "
-               "building a ModelHelper: 'my_module:build' or 'path/to/file.py:build'")
+        _check(
+            isinstance(self.model, str) and (self.model in MODELS or is_model_spec(self.model)),
+            f"model must be one of {', '.join(MODELS)}, got {self.model!r}; a model of yours is a function "
+            "building a ModelHelper: 'my_module:build' or 'path/to/file.py:build'",
+        )
         default_opt, default_lr = (HOGWILD_DEFAULTS if self.mode == "hogwild" else MODEL_DEFAULTS).get(
-            self.model, MODEL_DEFAULTS.get(self.model, ("sgd", 0.2)))
+            self.model, MODEL_DEFAULTS.get(self.model, ("sgd", 0.2))
+        )
         if self.optimizer is None:
             object.__setattr__(self, "optimizer", default_opt)
         _check(self.mode in MODES, f"mode must be one of {', '.join(MODES)}, got {self.mode!r}")
@@ -105,53 +120,92 @@ class TrainConfig:
         if self.net_type is None and (self.net_threads > 1 or self.mode != "sync"):
             object.__setattr__(self, "net_type", "straight" if self.net_threads == 1 else "async_scheduling")
         _check(self.backend in BACKENDS, f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
-        _check(self.optimizer in OPTIMIZERS, f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}")
-        _check(isinstance(self.model_args, dict) and all(isinstance(k, str) for k in self.model_args),
-               f"model_args must be an object of keyword arguments, got {self.model_args!r}")
+        _check(
+            self.optimizer in OPTIMIZERS, f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}"
+        )
+        _check(
+            isinstance(self.model_args, dict) and all(isinstance(k, str) for k in self.model_args),
+            f"model_args must be an object of keyword arguments, got {self.model_args!r}",
+        )
         _check(not self.model_args or self.model == "dlrm", f"model_args are dlrm's options, not {self.model}'s")
-        _check(self.optimizer != "rwsadagrad" or self.model == "dlrm",
-               f"optimizer rwsadagrad trains dlrm's tables row by row, not {self.model}")
-        _check(self.optimizer != "rwsadagrad" or self.mode != "sync",
-               "optimizer rwsadagrad updates the tables from their sparse gradients: use mode local or hogwild "
-               "(sync mode all-reduces dense table gradients)")
-        _check(self.lr_policy in LR_POLICIES, f"lr_policy must be one of {', '.join(LR_POLICIES)}, got {self.lr_policy!r}")
+        _check(
+            self.optimizer != "rwsadagrad" or self.model == "dlrm",
+            f"optimizer rwsadagrad trains dlrm's tables row by row, not {self.model}",
+        )
+        _check(
+            self.optimizer != "rwsadagrad" or self.mode != "sync",
+            "optimizer rwsadagrad updates the tables from their sparse gradients: use mode local or hogwild "
+            "(sync mode all-reduces dense table gradients)",
+        )
+        _check(
+            self.lr_policy in LR_POLICIES, f"lr_policy must be one of {', '.join(LR_POLICIES)}, got {self.lr_policy!r}"
+        )
         for name in ("workers", "epochs", "batch_size", "net_threads", "lr_step", "threads_per_rank"):
             v = getattr(self, name)
             _check(_is_int(v) and v >= 1, f"{name} must be an int >= 1, got {v!r}")
-        _check(self.threads is None or (_is_int(self.threads) and self.threads >= 1),
-               f"threads must be an int >= 1 or None, got {self.threads!r}")
+        _check(
+            self.threads is None or (_is_int(self.threads) and self.threads >= 1),
+            f"threads must be an int >= 1 or None, got {self.threads!r}",
+        )
         _check(_is_int(self.seed) and self.seed >= 0, f"seed must be an int >= 0, got {self.seed!r}")
         if self.lr is None:
             object.__setattr__(self, "lr", default_lr if self.optimizer == default_opt else DEFAULT_LR[self.optimizer])
         _check(_is_number(self.lr) and self.lr > 0, f"lr must be a positive number, got {self.lr!r}")
-        _check(_is_number(self.momentum) and 0 <= self.momentum < 1, f"momentum must be in [0, 1), got {self.momentum!r}")
-        _check(_is_number(self.weight_decay) and self.weight_decay >= 0,
-               f"weight_decay must be a number >= 0, got {self.weight_decay!r}")
-        _check(self.lr_gamma is None or (_is_number(self.lr_gamma) and 0 < self.lr_gamma <= 1),
-               f"lr_gamma must be in (0, 1], got {self.lr_gamma!r}")
-        _check(_is_number(self.timeout) and self.timeout > 0, f"timeout must be a positive number of seconds, got {self.timeout!r}")
-        _check(self.target_accuracy is None or (_is_number(self.target_accuracy) and 0 < self.target_accuracy <= 1),
-               f"target_accuracy must be in (0, 1], e.g. 0.95, got {self.target_accuracy!r}")
-        _check(isinstance(self.hidden, (tuple, list)) and len(self.hidden) >= 1
-               and all(_is_int(h) and h >= 1 for h in self.hidden),
-               f"hidden must be one or more positive ints, got {self.hidden!r}")
+        _check(
+            _is_number(self.momentum) and 0 <= self.momentum < 1, f"momentum must be in [0, 1), got {self.momentum!r}"
+        )
+        _check(
+            _is_number(self.weight_decay) and self.weight_decay >= 0,
+            f"weight_decay must be a number >= 0, got {self.weight_decay!r}",
+        )
+        _check(
+            self.lr_gamma is None or (_is_number(self.lr_gamma) and 0 < self.lr_gamma <= 1),
+            f"lr_gamma must be in (0, 1], got {self.lr_gamma!r}",
+        )
+        _check(
+            _is_number(self.timeout) and self.timeout > 0,
+            f"timeout must be a positive number of seconds, got {self.timeout!r}",
+        )
+        _check(
+            self.target_accuracy is None or (_is_number(self.target_accuracy) and 0 < self.target_accuracy <= 1),
+            f"target_accuracy must be in (0, 1], e.g. 0.95, got {self.target_accuracy!r}",
+        )
+        _check(
+            isinstance(self.hidden, (tuple, list))
+            and len(self.hidden) >= 1
+            and all(_is_int(h) and h >= 1 for h in self.hidden),
+            f"hidden must be one or more positive ints, got {self.hidden!r}",
+        )
         _check_tensor(self.tensor, self.device)
-        _check(self.checkpoint_every is None or (_is_int(self.checkpoint_every) and self.checkpoint_every >= 1),
-               f"checkpoint_every must be an int >= 1 (steps) or None, got {self.checkpoint_every!r}")
-        _check(self.checkpoint_every is None or self.mode != "hogwild",
-               "checkpoint_every saves inside an epoch in sync and local modes; hogwild workers never hold still "
-               "inside one: its checkpoints come at each epoch's end")
-        _check(_is_number(self.divergence_factor) and (self.divergence_factor == 0 or self.divergence_factor > 1),
-               f"divergence_factor must be 0 (off) or a number > 1, got {self.divergence_factor!r}")
-        _check(self.bucket_mb is None or (_is_number(self.bucket_mb) and self.bucket_mb > 0),
-               f"bucket_mb must be a positive number of MiB or None, got {self.bucket_mb!r}")
+        _check(
+            self.checkpoint_every is None or (_is_int(self.checkpoint_every) and self.checkpoint_every >= 1),
+            f"checkpoint_every must be an int >= 1 (steps) or None, got {self.checkpoint_every!r}",
+        )
+        _check(
+            self.checkpoint_every is None or self.mode != "hogwild",
+            "checkpoint_every saves inside an epoch in sync and local modes; hogwild workers never hold still "
+            "inside one: its checkpoints come at each epoch's end",
+        )
+        _check(
+            _is_number(self.divergence_factor) and (self.divergence_factor == 0 or self.divergence_factor > 1),
+            f"divergence_factor must be 0 (off) or a number > 1, got {self.divergence_factor!r}",
+        )
+        _check(
+            self.bucket_mb is None or (_is_number(self.bucket_mb) and self.bucket_mb > 0),
+            f"bucket_mb must be a positive number of MiB or None, got {self.bucket_mb!r}",
+        )
         object.__setattr__(self, "hidden", tuple(self.hidden))
-        _check(self.batch_size >= self.workers or self.mode == "local",
-               f"batch_size ({self.batch_size}) must be at least the number of {self.mode} workers ({self.workers}): "
-               "every worker needs one sample per step")
+        _check(
+            self.batch_size >= self.workers or self.mode == "local",
+            f"batch_size ({self.batch_size}) must be at least the number of {self.mode} workers ({self.workers}): "
+            "every worker needs one sample per step",
+        )
         if self.backend == "torch":
-            _check(self.mode == "sync", f"backend torch trains in sync mode (one data-parallel worker per rank), "
-                                        f"not {self.mode}: hogwild needs shared memory, local has one worker")
+            _check(
+                self.mode == "sync",
+                f"backend torch trains in sync mode (one data-parallel worker per rank), "
+                f"not {self.mode}: hogwild needs shared memory, local has one worker",
+            )
 
     @property
     def num_workers(self) -> int:
@@ -176,7 +230,7 @@ class TrainConfig:
         return d
 
     @classmethod
-    def from_dict(cls, d: Any, where: str = "config") -> "TrainConfig":
+    def from_dict(cls, d: Any, where: str = "config") -> TrainConfig:
         """The config of ``d`` (the shape :meth:`to_dict` writes; ``num_workers`` is derived and
         ignored). Unknown keys and bad values raise :class:`TrainConfigError` naming ``where``."""
         if not isinstance(d, dict):
@@ -193,18 +247,22 @@ class TrainConfig:
         except TrainConfigError as e:
             raise TrainConfigError(f"{where}: {e}") from None
 
-    def with_(self, **changes: Any) -> "TrainConfig":
+    def with_(self, **changes: Any) -> TrainConfig:
         return replace(self, **changes)
 
     def check_data(self, n_train: int) -> None:
         """The checks that need the data set size (``n_train`` training examples)."""
-        _check(self.batch_size <= n_train,
-               f"batch_size ({self.batch_size}) is larger than the training set ({n_train} examples): "
-               f"use at most --batch-size {n_train}")
+        _check(
+            self.batch_size <= n_train,
+            f"batch_size ({self.batch_size}) is larger than the training set ({n_train} examples): "
+            f"use at most --batch-size {n_train}",
+        )
         if self.mode == "hogwild":
-            _check(self.batch_size // self.workers >= 1,
-                   f"hogwild with {self.workers} workers needs batch_size >= workers (each worker steps on "
-                   f"batch_size / workers samples), got batch_size {self.batch_size}")
+            _check(
+                self.batch_size // self.workers >= 1,
+                f"hogwild with {self.workers} workers needs batch_size >= workers (each worker steps on "
+                f"batch_size / workers samples), got batch_size {self.batch_size}",
+            )
 
 
 def _is_int(v: Any) -> bool:
@@ -227,7 +285,9 @@ def _check_tensor(tensor: str, device: str) -> None:
     _check(tensor in ("numpy", "torch"), f"tensor must be numpy or torch, got {tensor!r}")
     try:
         name = parse_device(device)
-        _check(name == "cpu" or tensor == "torch", f"device {name!r} needs tensor 'torch' (numpy arrays live on the cpu)")
+        _check(
+            name == "cpu" or tensor == "torch", f"device {name!r} needs tensor 'torch' (numpy arrays live on the cpu)"
+        )
         if name != "cpu":
             require_device(name)
     except DeviceError as e:  # a config error like the others: the command line shows it as one line
@@ -237,8 +297,8 @@ def _check_tensor(tensor: str, device: str) -> None:
 def is_model_spec(text: str) -> bool:
     """True for ``module:function`` or ``path/to/file.py:function`` (a user's model builder).
 
-        >>> is_model_spec("my_models:tiny"), is_model_spec("cnn")
-        (True, False)
+    >>> is_model_spec("my_models:tiny"), is_model_spec("cnn")
+    (True, False)
     """
     where, sep, fn = text.rpartition(":")
     return bool(sep and where and fn.isidentifier())

@@ -14,8 +14,9 @@ __all__ = ["main"]
 
 def main(argv: list[str] | None = None) -> int:
     """Convert the checkpoint the arguments name; 0 on success, 1 (one line) on failure."""
-    p = argparse.ArgumentParser(prog="python -m asyncnet.train.convert",
-                                description="Add the metadata to a checkpoint written without it.")
+    p = argparse.ArgumentParser(
+        prog="python -m asyncnet.train.convert", description="Add the metadata to a checkpoint written without it."
+    )
     p.add_argument("path")
     p.add_argument("--model", required=True, help="zoo model name (mlp, cnn, lstm, dlrm)")
     p.add_argument("--optimizer", help="the run's optimizer (default: the model's default)")

@@ -41,7 +41,7 @@ import json
 import math
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -106,8 +106,10 @@ class ExampleLog:
     def batch(self, rows: Iterable[int]) -> dict[str, np.ndarray]:
         """The feeds of examples ``rows`` for :func:`~asyncnet.model.zoo.dlrm.dlrm`."""
         rows = np.asarray(rows if isinstance(rows, np.ndarray) else list(rows), np.int64)
-        out = {"dense": np.asarray(self.dense[rows], np.float32),
-               "click": np.asarray(self.targets[rows], np.float32)[:, None]}
+        out = {
+            "dense": np.asarray(self.dense[rows], np.float32),
+            "click": np.asarray(self.targets[rows], np.float32)[:, None],
+        }
         for k, (ids, off) in enumerate(zip(self.ids, self.offsets)):
             if off is None:
                 out[f"ids{k}"] = np.asarray(ids[rows], np.int64)
@@ -135,15 +137,17 @@ def parse_kaggle_line(line: str, max_ind_range: int, labeled: bool = True) -> tu
         parts = ["0", *parts]
     if len(parts) != NUM_FIELDS:
         what = f"label, {NUM_DENSE} counts" if labeled else f"{NUM_DENSE} counts"
-        raise ValueError(f"expected {NUM_FIELDS - (not labeled)} tab-separated fields ({what}, {NUM_SPARSE} "
-                         f"categories), found {len(parts) - (not labeled)}")
+        raise ValueError(
+            f"expected {NUM_FIELDS - (not labeled)} tab-separated fields ({what}, {NUM_SPARSE} "
+            f"categories), found {len(parts) - (not labeled)}"
+        )
     if parts[0] not in ("0", "1"):
         raise ValueError(f"expected the label 0 or 1 in field 1, found {parts[0][:20]!r}")
     counts = []
-    for j, text in enumerate(parts[1:1 + NUM_DENSE], 2):
+    for j, text in enumerate(parts[1 : 1 + NUM_DENSE], 2):
         counts.append(_count(text, j))
     cats = []
-    for j, text in enumerate(parts[1 + NUM_DENSE:], 2 + NUM_DENSE):
+    for j, text in enumerate(parts[1 + NUM_DENSE :], 2 + NUM_DENSE):
         cats.append(_category(text, j) % max_ind_range)
     return int(parts[0]), counts, cats
 
@@ -188,8 +192,9 @@ def _first_line_fields(path: Path) -> int:
 
 def _cache_dir(path: Path, max_ind_range: int, bad_rows: str, labeled: bool) -> Path:
     st = path.stat()
-    key = hashlib.sha256(f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{max_ind_range}|{bad_rows}|{labeled}|v1"
-                         .encode()).hexdigest()[:20]
+    key = hashlib.sha256(
+        f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{max_ind_range}|{bad_rows}|{labeled}|v1".encode()
+    ).hexdigest()[:20]
     root = Path(os.environ.get("ASYNCNET_CACHE") or Path.home() / ".cache" / "asyncnet")
     return root / "criteo" / f"{path.name}-{key}"
 
@@ -203,13 +208,15 @@ def _count_lines(path: Path) -> int:
     return n + (last != b"\n")
 
 
-def load_kaggle(path: str, max_ind_range: int = DEFAULT_MAX_IND_RANGE, bad_rows: str = "error",
-                chunk_rows: int = 65536) -> ExampleLog:
+def load_kaggle(
+    path: str, max_ind_range: int = DEFAULT_MAX_IND_RANGE, bad_rows: str = "error", chunk_rows: int = 65536
+) -> ExampleLog:
     """The Kaggle text file ``path`` as an :class:`ExampleLog` over memory-mapped arrays,
     converted once (then reused from the cache): see the module's docstring."""
     if max_ind_range < 1:
-        raise TrainConfigError(f"--data {path}: the text format hashes categories: expected max_ind_range >= 1, "
-                               f"got {max_ind_range}")
+        raise TrainConfigError(
+            f"--data {path}: the text format hashes categories: expected max_ind_range >= 1, got {max_ind_range}"
+        )
     if bad_rows not in ("error", "skip"):
         raise TrainConfigError(f"--data {path}: expected bad_rows 'error' or 'skip', got {bad_rows!r}")
     src = Path(path)
@@ -226,15 +233,25 @@ def load_kaggle(path: str, max_ind_range: int = DEFAULT_MAX_IND_RANGE, bad_rows:
         raise TrainConfigError(f"--data {path}: no example in the file")
     arrays = {name: np.load(cache / f"{name}.npy", mmap_mode="r")[:n] for name in ("dense", "cats", "y")}
     cats = arrays["cats"]
-    return ExampleLog(arrays["dense"], [cats[:, k] for k in range(NUM_SPARSE)], [None] * NUM_SPARSE, arrays["y"],
-                      [int(max_ind_range)] * NUM_SPARSE, skipped=int(meta["skipped"]), source=str(path), labeled=labeled)
+    return ExampleLog(
+        arrays["dense"],
+        [cats[:, k] for k in range(NUM_SPARSE)],
+        [None] * NUM_SPARSE,
+        arrays["y"],
+        [int(max_ind_range)] * NUM_SPARSE,
+        skipped=int(meta["skipped"]),
+        source=str(path),
+        labeled=labeled,
+    )
 
 
 _COUNT = r"(?:-?\d{1,18})?"
 _HEX = r"[0-9a-fA-F]{0,16}"
 #: lines the vectorized parser takes (anything else goes through parse_kaggle_line, which names the problem)
-_FAST_LINE = {True: re.compile(rf"[01](?:\t{_COUNT}){{13}}(?:\t{_HEX}){{26}}\r?\n?\Z"),
-              False: re.compile(rf"{_COUNT}(?:\t{_COUNT}){{12}}(?:\t{_HEX}){{26}}\r?\n?\Z")}
+_FAST_LINE = {
+    True: re.compile(rf"[01](?:\t{_COUNT}){{13}}(?:\t{_HEX}){{26}}\r?\n?\Z"),
+    False: re.compile(rf"{_COUNT}(?:\t{_COUNT}){{12}}(?:\t{_HEX}){{26}}\r?\n?\Z"),
+}
 
 
 def _parse_fast(lines: list[str], labeled: bool, max_ind_range: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -248,10 +265,10 @@ def _parse_fast(lines: list[str], labeled: bool, max_ind_range: int) -> tuple[np
     labels = np.array([int(x) for x in flat[0::width]], np.int64) if labeled else np.zeros(n, np.int64)
     counts = np.empty((n, NUM_DENSE), np.int64)
     for j in range(NUM_DENSE):
-        counts[:, j] = [int(x) if x else 0 for x in flat[first + j::width]]
+        counts[:, j] = [int(x) if x else 0 for x in flat[first + j :: width]]
     hashed = np.empty((n, NUM_SPARSE), np.int64)
     for j in range(NUM_SPARSE):
-        hashed[:, j] = [int(x, 16) % max_ind_range if x else 0 for x in flat[first + NUM_DENSE + j::width]]
+        hashed[:, j] = [int(x, 16) % max_ind_range if x else 0 for x in flat[first + NUM_DENSE + j :: width]]
     return labels, np.maximum(counts, 0), hashed
 
 
@@ -265,10 +282,16 @@ def _convert(src: Path, cache: Path, max_ind_range: int, bad_rows: str, chunk_ro
     total = _count_lines(src)
     tmp = cache.with_name(cache.name + f".tmp{os.getpid()}")
     tmp.mkdir(parents=True, exist_ok=True)
-    out = {"dense": open_memmap(tmp / "dense.npy", mode="w+", dtype=np.float32, shape=(total, NUM_DENSE)),
-           "cats": open_memmap(tmp / "cats.npy", mode="w+", dtype=np.int32 if max_ind_range <= 2**31 else np.int64,
-                               shape=(total, NUM_SPARSE)),
-           "y": open_memmap(tmp / "y.npy", mode="w+", dtype=np.float32, shape=(total,))}
+    out = {
+        "dense": open_memmap(tmp / "dense.npy", mode="w+", dtype=np.float32, shape=(total, NUM_DENSE)),
+        "cats": open_memmap(
+            tmp / "cats.npy",
+            mode="w+",
+            dtype=np.int32 if max_ind_range <= 2**31 else np.int64,
+            shape=(total, NUM_SPARSE),
+        ),
+        "y": open_memmap(tmp / "y.npy", mode="w+", dtype=np.float32, shape=(total,)),
+    }
     n, skipped = 0, 0
     fast: list[str] = []
     fast_at: list[int] = []
@@ -280,19 +303,25 @@ def _convert(src: Path, cache: Path, max_ind_range: int, bad_rows: str, chunk_ro
         k = len(fast) + len(slow)
         if not k:
             return
-        labels, counts, hashed = np.zeros(k, np.int64), np.zeros((k, NUM_DENSE), np.int64), np.zeros((k, NUM_SPARSE), np.int64)
+        labels, counts, hashed = (
+            np.zeros(k, np.int64),
+            np.zeros((k, NUM_DENSE), np.int64),
+            np.zeros((k, NUM_SPARSE), np.int64),
+        )
         if fast:
             labels[fast_at], counts[fast_at], hashed[fast_at] = _parse_fast(fast, labeled, max_ind_range)
         for at, label, c, h in slow:
             labels[at], counts[at], hashed[at] = label, c, h
-        out["y"][n:n + k] = labels
-        out["dense"][n:n + k] = np.log(counts.astype(np.float64) + 1.0)  # log(x + 1), in float64 then stored as float32
-        out["cats"][n:n + k] = hashed
+        out["y"][n : n + k] = labels
+        out["dense"][n : n + k] = np.log(
+            counts.astype(np.float64) + 1.0
+        )  # log(x + 1), in float64 then stored as float32
+        out["cats"][n : n + k] = hashed
         n += k
         fast.clear(), fast_at.clear(), slow.clear()
 
     fields = NUM_FIELDS - (not labeled)
-    with open(src, "r", encoding="ascii", errors="replace", newline="\n") as f:
+    with open(src, encoding="ascii", errors="replace", newline="\n") as f:
         for lineno, line in enumerate(f, 1):
             if pattern.match(line):
                 fast_at.append(len(fast) + len(slow))
@@ -300,16 +329,19 @@ def _convert(src: Path, cache: Path, max_ind_range: int, bad_rows: str, chunk_ro
             else:
                 try:
                     if not line.endswith("\n") and lineno == total and line.count("\t") != fields - 1:
-                        raise ValueError(f"the last line is truncated (no newline and {line.count(chr(9)) + 1} of "
-                                         f"{fields} fields)")
+                        raise ValueError(
+                            f"the last line is truncated (no newline and {line.count(chr(9)) + 1} of {fields} fields)"
+                        )
                     slow.append((len(fast) + len(slow), *parse_kaggle_line(line, max_ind_range, labeled)))
                 except ValueError as e:
                     if bad_rows == "skip":
                         skipped += 1
                         continue
                     _discard(tmp)
-                    raise TrainConfigError(f"--data {src}: line {lineno}: {e} (--model-arg bad_rows=skip leaves such "
-                                           "rows out and counts them)") from None
+                    raise TrainConfigError(
+                        f"--data {src}: line {lineno}: {e} (--model-arg bad_rows=skip leaves such "
+                        "rows out and counts them)"
+                    ) from None
             if len(fast) + len(slow) >= chunk_rows:
                 flush()
     flush()
@@ -343,18 +375,26 @@ def load_processed_npz(path: str, max_ind_range: int = -1) -> ExampleLog:
         raise TrainConfigError(f"{where}: not a readable npz archive ({type(e).__name__}: {e})") from None
     missing = [k for k in ("X_int", "X_cat", "y", "counts") if k not in arrays]
     if missing and {"x", "y"} <= names:
-        raise TrainConfigError(f"{where}: --data feeds mlp, cnn or lstm (x and y arrays), not dlrm, which reads the "
-                               "reference's .npz (X_int, X_cat, y, counts), Criteo text or random:...")
+        raise TrainConfigError(
+            f"{where}: --data feeds mlp, cnn or lstm (x and y arrays), not dlrm, which reads the "
+            "reference's .npz (X_int, X_cat, y, counts), Criteo text or random:..."
+        )
     if missing:
-        raise TrainConfigError(f"{where}: expected the reference's arrays X_int, X_cat, y and counts, missing {missing}")
+        raise TrainConfigError(
+            f"{where}: expected the reference's arrays X_int, X_cat, y and counts, missing {missing}"
+        )
     x_int, x_cat, y, counts = arrays["X_int"], arrays["X_cat"], arrays["y"].reshape(-1), arrays["counts"].reshape(-1)
     n = len(y)
     if x_int.ndim != 2 or x_cat.ndim != 2 or len(x_int) != n or len(x_cat) != n or x_cat.shape[1] != len(counts):
-        raise TrainConfigError(f"{where}: expected X_int [N, D], X_cat [N, T], y [N] and counts [T] of one N and T, found "
-                               f"{list(x_int.shape)}, {list(x_cat.shape)}, {list(y.shape)}, {list(counts.shape)}")
+        raise TrainConfigError(
+            f"{where}: expected X_int [N, D], X_cat [N, T], y [N] and counts [T] of one N and T, found "
+            f"{list(x_int.shape)}, {list(x_cat.shape)}, {list(y.shape)}, {list(counts.shape)}"
+        )
     if x_int.dtype.kind not in "iuf" or x_cat.dtype.kind not in "iu" or n == 0:
-        raise TrainConfigError(f"{where}: expected numeric X_int, integer X_cat and at least one example, found "
-                               f"{x_int.dtype}, {x_cat.dtype}, N={n}")
+        raise TrainConfigError(
+            f"{where}: expected numeric X_int, integer X_cat and at least one example, found "
+            f"{x_int.dtype}, {x_cat.dtype}, N={n}"
+        )
     sizes = [int(c) for c in counts]
     if max_ind_range > 0:
         x_cat = x_cat % max_ind_range
@@ -365,23 +405,46 @@ def load_processed_npz(path: str, max_ind_range: int = -1) -> ExampleLog:
         raise TrainConfigError(f"{where}: expected labels y of 0 and 1")
     dense = np.log(np.maximum(x_int.astype(np.float64), 0.0) + 1.0).astype(np.float32)
     cats = np.ascontiguousarray(x_cat.astype(np.int64))
-    return ExampleLog(dense, [cats[:, k] for k in range(cats.shape[1])], [None] * cats.shape[1], y.astype(np.float32),
-                      sizes, source=str(path))
+    return ExampleLog(
+        dense,
+        [cats[:, k] for k in range(cats.shape[1])],
+        [None] * cats.shape[1],
+        y.astype(np.float32),
+        sizes,
+        source=str(path),
+    )
 
 
 # -- the reference's random generator -----------------------------------------------------------
-_RANDOM_KEYS = {"tables": str, "dense": int, "batches": int, "batch": int, "indices": int, "fixed": int, "seed": int,
-                "round": int}
+_RANDOM_KEYS = {
+    "tables": str,
+    "dense": int,
+    "batches": int,
+    "batch": int,
+    "indices": int,
+    "fixed": int,
+    "seed": int,
+    "round": int,
+}
 
 
 def _random_spec(spec: str) -> dict[str, Any]:
-    opts: dict[str, Any] = {"tables": "1000-1000-1000", "dense": 4, "batches": 100, "batch": 128, "indices": 10,
-                            "fixed": 0, "seed": 123, "round": 0}
+    opts: dict[str, Any] = {
+        "tables": "1000-1000-1000",
+        "dense": 4,
+        "batches": 100,
+        "batch": 128,
+        "indices": 10,
+        "fixed": 0,
+        "seed": 123,
+        "round": 0,
+    }
     for item in filter(None, spec.split(",")):
         key, sep, value = item.partition("=")
         if not sep or key not in _RANDOM_KEYS:
-            raise TrainConfigError(f"--data random:{spec}: expected KEY=VALUE items with KEY in {sorted(_RANDOM_KEYS)}, "
-                                   f"found {item!r}")
+            raise TrainConfigError(
+                f"--data random:{spec}: expected KEY=VALUE items with KEY in {sorted(_RANDOM_KEYS)}, found {item!r}"
+            )
         try:
             opts[key] = _RANDOM_KEYS[key](value)
         except ValueError:
@@ -389,7 +452,9 @@ def _random_spec(spec: str) -> dict[str, Any]:
     try:
         opts["tables"] = [int(t) for t in str(opts["tables"]).split("-")]
     except ValueError:
-        raise TrainConfigError(f"--data random:{spec}: expected tables as dash-separated sizes, found {opts['tables']!r}") from None
+        raise TrainConfigError(
+            f"--data random:{spec}: expected tables as dash-separated sizes, found {opts['tables']!r}"
+        ) from None
     for key in ("dense", "batches", "batch", "indices"):
         if opts[key] < 1:
             raise TrainConfigError(f"--data random:{spec}: expected {key} >= 1, found {opts[key]}")
@@ -424,8 +489,89 @@ def random_log(spec: str) -> ExampleLog:
         p = ra.rand(n, 1).astype(np.float32)
         targets.append(np.round(p) if o["round"] else p)
     offsets = [np.concatenate([[0], np.cumsum(ln)]).astype(np.int64) for ln in lengths]
-    return ExampleLog(np.concatenate(dense), [np.concatenate(i) for i in ids], offsets,
-                      np.concatenate(targets).reshape(-1), list(o["tables"]), source=f"random:{spec}")
+    return ExampleLog(
+        np.concatenate(dense),
+        [np.concatenate(i) for i in ids],
+        offsets,
+        np.concatenate(targets).reshape(-1),
+        list(o["tables"]),
+        source=f"random:{spec}",
+    )
+
+
+# -- Terabyte: one text file per day ------------------------------------------------------------
+class _Stacked:
+    """Arrays (memory-mapped, one per day) read as one along axis 0: ``a[rows]`` gathers from
+    the parts holding ``rows``, reading only those."""
+
+    def __init__(self, parts: Sequence[np.ndarray]):
+        self.parts = list(parts)
+        self.starts = np.concatenate([[0], np.cumsum([len(p) for p in self.parts])]).astype(np.int64)
+        self.shape = (int(self.starts[-1]), *self.parts[0].shape[1:])
+        self.dtype = self.parts[0].dtype
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, rows: Any) -> np.ndarray:
+        rows = np.asarray(rows, np.int64)
+        out = np.empty((len(rows), *self.shape[1:]), self.dtype)
+        part = np.searchsorted(self.starts, rows, side="right") - 1
+        for d in np.unique(part):
+            at = part == d
+            out[at] = self.parts[d][rows[at] - self.starts[d]]
+        return out
+
+
+def terabyte_days(data: str) -> list[Path] | None:
+    """The day files of the Criteo Terabyte log ``data`` names: a folder holding ``day_0``,
+    ``day_1``, ... or the reference's ``--raw-data-file`` prefix (``.../day``: ``day_0``, ...),
+    in day order up to the first missing one; None when ``data`` names neither."""
+    base = Path(data)
+    prefix = base / "day" if base.is_dir() else base
+    days = []
+    while (f := Path(f"{prefix}_{len(days)}")).is_file():
+        days.append(f)
+    return days or None
+
+
+def load_terabyte(
+    days: Sequence[Path], max_ind_range: int = DEFAULT_MAX_IND_RANGE, bad_rows: str = "error"
+) -> tuple[ExampleLog, list[int]]:
+    """The days' text files (each as :func:`load_kaggle`: converted once, memory-mapped) as one
+    :class:`ExampleLog`, days in order, and the examples of each day."""
+    logs = [load_kaggle(str(d), max_ind_range, bad_rows) for d in days]
+    if any(not log.labeled for log in logs):
+        raise TrainConfigError(f"--data {days[0].parent}: a Terabyte day file without labels (39 fields)")
+    log = ExampleLog(
+        _Stacked([x.dense for x in logs]),  # type: ignore[arg-type]
+        [_Stacked([x.ids[k] for x in logs]) for k in range(NUM_SPARSE)],  # type: ignore[misc]
+        [None] * NUM_SPARSE,
+        np.concatenate([x.targets for x in logs]),
+        logs[0].table_sizes,
+        skipped=sum(x.skipped for x in logs),
+        source=str(days[0].parent),
+    )
+    return log, [len(x) for x in logs]
+
+
+def day_split(day_rows: Sequence[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Row numbers [N, 1] of the reference's Terabyte split: every day but the last for
+    training; the last day's first ceil(n / 2) examples for the test, the rest for validation.
+
+        >>> [r[:, 0].tolist() for r in day_split([3, 2, 5])]
+        [[0, 1, 2, 3, 4], [5, 6, 7], [8, 9]]
+    """
+    if len(day_rows) < 2:
+        raise TrainConfigError(
+            f"expected at least 2 days (training days and a last day to test on), found {len(day_rows)}"
+        )
+    n_train, last = int(sum(day_rows[:-1])), int(day_rows[-1])
+    if last < 2:
+        raise TrainConfigError(f"expected at least 2 examples on the last day (test and validation), found {last}")
+    test = math.ceil(last / 2)
+    rows = np.arange(n_train + last, dtype=np.int64)[:, None]
+    return rows[:n_train], rows[n_train : n_train + test], rows[n_train + test :]
 
 
 # -- one entry point ----------------------------------------------------------------------------
@@ -438,9 +584,13 @@ def load_click_data(data: str, options: dict[str, Any] | None = None) -> Example
     if unknown:
         raise TrainConfigError(f"--data {data}: unknown data option(s) {unknown}; known: {list(DATA_OPTIONS)}")
     if data.startswith("random:"):
-        return random_log(data[len("random:"):])
+        return random_log(data[len("random:") :])
     if data.endswith(".npz"):
         return load_processed_npz(data, int(o.get("max_ind_range", -1)))
+    if (days := terabyte_days(data)) is not None:
+        return load_terabyte(days, int(o.get("max_ind_range", DEFAULT_MAX_IND_RANGE)), str(o.get("bad_rows", "error")))[
+            0
+        ]
     return load_kaggle(data, int(o.get("max_ind_range", DEFAULT_MAX_IND_RANGE)), str(o.get("bad_rows", "error")))
 
 
@@ -453,14 +603,15 @@ def split_rows(n: int, test_fraction: float) -> tuple[np.ndarray, np.ndarray]:
         raise TrainConfigError(f"expected at least 2 examples to hold out a test set, found {n}")
     k = max(1, math.floor(n * test_fraction))
     rows = np.arange(n, dtype=np.int64)[:, None]
-    return rows[:n - k], rows[n - k:]
+    return rows[: n - k], rows[n - k :]
 
 
 def click_dataset(data: str, options: dict[str, Any] | None = None) -> Any:
     """A :class:`~asyncnet.train.data.Dataset` over the click log ``data``
     (:func:`load_click_data`): row numbers into the log, its clicks as labels, the last
     ``test_fraction`` (option, default 0.1) of a file's examples for the test, the random
-    generator's examples for both (as the reference)."""
+    generator's examples for both (as the reference); Terabyte days (:func:`terabyte_days`)
+    split as the reference (:func:`day_split`: the last day's first half is the test)."""
     from asyncnet.train.data import Dataset
 
     o = dict(options or {})
@@ -468,8 +619,17 @@ def click_dataset(data: str, options: dict[str, Any] | None = None) -> Any:
     log = load_click_data(data, o)
     if data.startswith("random:"):
         train = test = np.arange(len(log), dtype=np.int64)[:, None]
+    elif isinstance(log.dense, _Stacked):
+        train, test, _ = day_split([len(p) for p in log.dense.parts])
     else:
         train, test = split_rows(len(log), fraction)
     labels = log.clicks.astype(np.int32)
-    return Dataset(x_train=train, y_train=labels[train[:, 0]], x_test=test, y_test=labels[test[:, 0]], num_classes=2,
-                   name=os.path.basename(data) if not data.startswith("random:") else "random", log=log)
+    return Dataset(
+        x_train=train,
+        y_train=labels[train[:, 0]],
+        x_test=test,
+        y_test=labels[test[:, 0]],
+        num_classes=2,
+        name=os.path.basename(os.path.normpath(data)) if not data.startswith("random:") else "random",
+        log=log,
+    )

@@ -21,14 +21,26 @@ from __future__ import annotations
 
 import gzip
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 
-__all__ = ["Dataset", "load_digits", "load_clicks", "dataset_for", "load_npz", "from_arrays", "epoch_batches", "shard", "num_batches", "worker_samples"]
+__all__ = [
+    "Dataset",
+    "load_digits",
+    "load_clicks",
+    "dataset_for",
+    "load_npz",
+    "from_arrays",
+    "epoch_batches",
+    "shard",
+    "num_batches",
+    "worker_samples",
+]
 
 DIGITS_FILE = "digits.csv.gz"
 
@@ -80,12 +92,24 @@ def load_clicks(n_train: int = 16000, n_test: int = 4000, seed: int = 0) -> Data
     from asyncnet.model.zoo.dlrm import ClickLog, click_log
 
     tr, te = click_log(n_train, seed=seed), click_log(n_test, seed=seed + 1)
-    log = ClickLog(np.concatenate([tr.dense, te.dense]), [np.concatenate(p) for p in zip(tr.ids, te.ids)],
-                   np.concatenate([tr.lengths, te.lengths]), np.concatenate([tr.clicks, te.clicks]), np.concatenate([tr.p, te.p]))
+    log = ClickLog(
+        np.concatenate([tr.dense, te.dense]),
+        [np.concatenate(p) for p in zip(tr.ids, te.ids)],
+        np.concatenate([tr.lengths, te.lengths]),
+        np.concatenate([tr.clicks, te.clicks]),
+        np.concatenate([tr.p, te.p]),
+    )
     rows = np.arange(n_train + n_test, dtype=np.int64)[:, None]
     clicks = log.clicks.astype(np.int32)
-    return Dataset(x_train=rows[:n_train], y_train=clicks[:n_train], x_test=rows[n_train:], y_test=clicks[n_train:],
-                   num_classes=2, name="clicks", log=log)
+    return Dataset(
+        x_train=rows[:n_train],
+        y_train=clicks[:n_train],
+        x_test=rows[n_train:],
+        y_test=clicks[n_train:],
+        num_classes=2,
+        name="clicks",
+        log=log,
+    )
 
 
 def dataset_for(model: str) -> Dataset:
@@ -133,8 +157,10 @@ def load_digits(test_fraction: float = 0.2, seed: int = 0, standardize: bool = T
         x_train = (x_train - mean) / std
         x_test = (x_test - mean) / std
     return Dataset(
-        x_train=np.ascontiguousarray(x_train, np.float32), y_train=labels[tr].astype(np.int32),
-        x_test=np.ascontiguousarray(x_test, np.float32), y_test=labels[te].astype(np.int32),
+        x_train=np.ascontiguousarray(x_train, np.float32),
+        y_train=labels[tr].astype(np.int32),
+        x_test=np.ascontiguousarray(x_test, np.float32),
+        y_test=labels[te].astype(np.int32),
         num_classes=10,
     )
 
@@ -146,8 +172,9 @@ def num_batches(num_samples: int, batch_size: int, multiple_of: int = 1) -> int:
     return full + (1 if (rest // multiple_of) * multiple_of > 0 else 0)
 
 
-def epoch_batches(x: np.ndarray, y: np.ndarray, batch_size: int, epoch: int, seed: int = 0,
-                  multiple_of: int = 1) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+def epoch_batches(
+    x: np.ndarray, y: np.ndarray, batch_size: int, epoch: int, seed: int = 0, multiple_of: int = 1
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """The batches of one epoch, in an order fixed by ``(seed, epoch)``.
 
     Every batch size is a multiple of ``multiple_of`` (the number of data-parallel workers, so
@@ -159,8 +186,8 @@ def epoch_batches(x: np.ndarray, y: np.ndarray, batch_size: int, epoch: int, see
     per = (batch_size // multiple_of) * multiple_of
     order = np.random.default_rng([seed, epoch]).permutation(len(x))
     for start in range(0, len(order), per):
-        idx = order[start:start + per]
-        idx = idx[:(len(idx) // multiple_of) * multiple_of]
+        idx = order[start : start + per]
+        idx = idx[: (len(idx) // multiple_of) * multiple_of]
         if len(idx):
             yield x[idx], y[idx]
 
@@ -168,9 +195,9 @@ def epoch_batches(x: np.ndarray, y: np.ndarray, batch_size: int, epoch: int, see
 def shard(xb: np.ndarray, yb: np.ndarray, world_size: int, rank: int) -> tuple[np.ndarray, np.ndarray]:
     """Worker ``rank``'s contiguous share of a batch (equal shares when the size divides).
 
-        >>> import numpy as np
-        >>> shard(np.arange(6), np.arange(6), 2, 1)[0]
-        array([3, 4, 5])
+    >>> import numpy as np
+    >>> shard(np.arange(6), np.arange(6), 2, 1)[0]
+    array([3, 4, 5])
     """
     if not 0 <= rank < world_size:
         raise ValueError(f"rank must be in [0, {world_size}), got {rank}")
@@ -179,8 +206,9 @@ def shard(xb: np.ndarray, yb: np.ndarray, world_size: int, rank: int) -> tuple[n
     return np.ascontiguousarray(xb[lo:hi]), np.ascontiguousarray(yb[lo:hi])
 
 
-def worker_samples(x: np.ndarray, y: np.ndarray, epoch: int, seed: int, world_size: int,
-                   rank: int) -> tuple[np.ndarray, np.ndarray]:
+def worker_samples(
+    x: np.ndarray, y: np.ndarray, epoch: int, seed: int, world_size: int, rank: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Worker ``rank``'s disjoint part of one epoch's shuffled samples (Hogwild workers)."""
     order = np.random.default_rng([seed, epoch, 1]).permutation(len(x))
     mine = order[rank::world_size]
@@ -205,12 +233,16 @@ def load_npz(path: str, model: str = "mlp", test_fraction: float = 0.2, seed: in
     named = isinstance(path, (str, os.PathLike))
     where = f"--data {path}" if named else "train() data"
     if model not in MODEL_INPUTS and ":" not in model:  # "module:function": a user's model reads x as given
-        raise TrainConfigError(f"{where}: --data feeds mlp, cnn or lstm (x and y arrays), not {model} "
-                               "(dlrm trains on its generated click log)")
+        raise TrainConfigError(
+            f"{where}: --data feeds mlp, cnn or lstm (x and y arrays), not {model} "
+            "(dlrm trains on its generated click log)"
+        )
     try:
         with np.load(path, allow_pickle=False) as f:
             if not hasattr(f, "files"):
-                raise TrainConfigError(f"{where}: expected an npz archive with arrays x and y, found a single .npy array")
+                raise TrainConfigError(
+                    f"{where}: expected an npz archive with arrays x and y, found a single .npy array"
+                )
             arrays = {k: f[k] for k in f.files}
     except TrainConfigError:
         raise
@@ -220,8 +252,9 @@ def load_npz(path: str, model: str = "mlp", test_fraction: float = 0.2, seed: in
         raise TrainConfigError(f"{where}: not a readable npz archive ({type(e).__name__}: {e})") from None
     missing = [k for k in ("x", "y") if k not in arrays]
     if missing or (("x_test" in arrays) != ("y_test" in arrays)):
-        raise TrainConfigError(f"{where}: expected arrays x and y (and optionally both x_test and y_test), "
-                               f"found {sorted(arrays)}")
+        raise TrainConfigError(
+            f"{where}: expected arrays x and y (and optionally both x_test and y_test), found {sorted(arrays)}"
+        )
     x, y = _features(arrays["x"], model, f"{where}: x"), _labels(arrays["y"], f"{where}: y")
     _same_length(x, y, where, "x", "y")
     if "x_test" in arrays:
@@ -238,7 +271,14 @@ def load_npz(path: str, model: str = "mlp", test_fraction: float = 0.2, seed: in
     num_classes = int(max(y.max(), yt.max())) + 1
     if num_classes < 2:
         raise TrainConfigError(f"{where}: expected labels of at least 2 classes (0..C-1), found only class 0")
-    return Dataset(x_train=x, y_train=y, x_test=xt, y_test=yt, num_classes=num_classes, name=os.path.basename(path) if named else "arrays")
+    return Dataset(
+        x_train=x,
+        y_train=y,
+        x_test=xt,
+        y_test=yt,
+        num_classes=num_classes,
+        name=os.path.basename(path) if named else "arrays",
+    )
 
 
 def _features(x: np.ndarray, model: str, where: str) -> np.ndarray:
@@ -247,8 +287,9 @@ def _features(x: np.ndarray, model: str, where: str) -> np.ndarray:
     if x.dtype.kind not in "biuf":
         raise TrainConfigError(f"{where}: expected real numbers (float or int), found dtype {x.dtype}")
     if x.ndim < 2 or x.size == 0:
-        raise TrainConfigError(f"{where}: expected shape [N, features...] with N >= 1 and at least 1 feature, "
-                               f"found {list(x.shape)}")
+        raise TrainConfigError(
+            f"{where}: expected shape [N, features...] with N >= 1 and at least 1 feature, found {list(x.shape)}"
+        )
     want = MODEL_INPUTS.get(model)
     per = x.shape[1:]
     if want is not None and per not in (want, (int(np.prod(want)),)):
@@ -301,8 +342,9 @@ def from_arrays(data: Any, model: str = "mlp", test_fraction: float = 0.2, seed:
     if isinstance(data, (tuple, list)) and len(data) in (2, 4):
         data = dict(zip(("x", "y", "x_test", "y_test"), data))
     if not isinstance(data, dict):
-        raise TrainConfigError(f"train() data: expected (x, y), (x, y, x_test, y_test) or a dict of arrays, "
-                               f"got {type(data).__name__}")
+        raise TrainConfigError(
+            f"train() data: expected (x, y), (x, y, x_test, y_test) or a dict of arrays, got {type(data).__name__}"
+        )
     buf = io.BytesIO()
     try:
         np.savez(buf, **{k: np.asarray(v) for k, v in data.items()})

@@ -11,8 +11,8 @@ examples [r B/R, (r + 1) B/R) and the tables :func:`place_tables` gives it):
    the pooled rows of its own examples for every table;
 3. each rank runs the dense part (bottom MLP, interaction, top MLP, loss) on its B/R examples,
    with the gradients of its MLP parameters and of the pooled embeddings it received;
-4. the MLP gradients are averaged over the ranks (all-reduce), then every replica takes the
-   same SGD step;
+4. the MLP gradients and the loss are averaged over the ranks (one all-reduce of one buffer),
+   then every replica takes the same SGD step;
 5. all-to-all back: the pooled embeddings' gradients return to the tables' owners (scaled by
    1/R: the loss is the mean over the global batch), which update their tables' rows (the
    ``update`` net: SparseLengthsSumGradient, ScatterWeightedSum).
@@ -36,14 +36,14 @@ import numpy as np
 
 from asyncnet.errors import TrainConfigError
 
-__all__ = ["HybridDLRM", "main", "place_tables"]
+__all__ = ["HybridDLRM", "LocalComm", "TorchComm", "main", "place_tables", "train_run"]
 
 
 def place_tables(table_sizes: Sequence[int], dim: int, ranks: int) -> list[int]:
     """The owner rank of each table: largest first, each to the least-loaded rank (bytes).
 
-        >>> place_tables([10, 1000, 500, 600], 8, 2)
-        [0, 0, 1, 1]
+    >>> place_tables([10, 1000, 500, 600], 8, 2)
+    [0, 0, 1, 1]
     """
     load = [0] * ranks
     owner = [0] * len(table_sizes)
@@ -74,7 +74,9 @@ class HybridDLRM:
         fwd = m.forward_net("dense_part")
         lookups = {op.outputs[0]: op for op in fwd.ops if op.type == "SparseLengthsSum"}
         if sorted(lookups) != sorted(f"emb{k}" for k in range(self.num_tables)):
-            raise TrainConfigError("hybrid parallel trains plain sum tables (no weighted pooling, QR or mixed dimensions)")
+            raise TrainConfigError(
+                "hybrid parallel trains plain sum tables (no weighted pooling, QR or mixed dimensions)"
+            )
         fwd.ops[:] = [op for op in fwd.ops if op.type != "SparseLengthsSum"]
         self.dense_params = [p for p in m.params if p not in tables]
         pooled = [f"emb{k}" for k in range(self.num_tables)]
@@ -98,6 +100,16 @@ class HybridDLRM:
             upd.ScatterWeightedSum([tables[k], "one", f"ids{k}", f"demb{k}_rows", "neg_lr"], tables[k])
         self.nets = {"emb": emb, "dense": fwd, "update": upd}
         self.created: set[str] = set()
+        self.times: dict[str, float] = {}  # the last step's seconds per phase (wall; ``<phase>_cpu``: process CPU)
+        self._clock = (0.0, 0.0)
+
+    def _tick(self, phase: str | None = None) -> None:
+        """End ``phase`` (wall and process CPU seconds since the last tick) and restart the clock."""
+        now = (time.perf_counter(), time.process_time())
+        if phase is not None:
+            self.times[phase] = self.times.get(phase, 0.0) + now[0] - self._clock[0]
+            self.times[f"{phase}_cpu"] = self.times.get(f"{phase}_cpu", 0.0) + now[1] - self._clock[1]
+        self._clock = now
 
     def _run(self, name: str) -> None:
         if name not in self.created:
@@ -112,28 +124,36 @@ class HybridDLRM:
             raise TrainConfigError(f"the global batch ({b}) must divide into the {self.world} ranks")
         per = b // self.world
         mine = slice(self.rank * per, (self.rank + 1) * per)
+        self.times = {}
+        self._tick()
         for k in self.local:
             self.ws.feed(f"ids{k}", feeds[f"ids{k}"])
             self.ws.feed(f"lengths{k}", feeds[f"lengths{k}"])
         self._run("emb")
         pooled = {k: np.asarray(self.ws.fetch(f"emb{k}")) for k in self.local}
-        received = self._exchange({k: [pooled[k][r * per:(r + 1) * per] for r in range(self.world)] for k in self.local},
-                                  per)
+        self._tick("lookup")
+        received = self._exchange(
+            {k: [pooled[k][r * per : (r + 1) * per] for r in range(self.world)] for k in self.local}, per
+        )
+        self._tick("alltoall")
         for k in range(self.num_tables):
             self.ws.feed(f"emb{k}", received[k])
         self.ws.feed("dense", feeds["dense"][mine])
         self.ws.feed("click", feeds["click"][mine])
-        self._run_dense()
-        loss = float(self.ws.fetch("loss"))
+        mean = self._run_dense()
         back = {k: np.asarray(self.ws.fetch(self.pooled_grads[k])) / self.world for k in range(self.num_tables)}
+        self._tick("dense")
         full = self._return(back, per)
+        self._tick("alltoall")
         for k in self.local:
             self.ws.feed(f"demb{k}", full[k])
         self._run("update")
-        return self.comm.mean(loss)
+        self._tick("update")
+        return mean
 
-    def _run_dense(self) -> None:
-        """The dense part: forward, gradients, the MLP gradients averaged over the ranks, SGD."""
+    def _run_dense(self) -> float:
+        """The dense part: forward, gradients, the MLP gradients and the loss averaged over the
+        ranks in one all-reduce, SGD; the global batch's mean loss."""
         net = self.nets["dense"]
         if "dense" not in self.created:
             # split at the first SGD op: the all-reduce runs between the gradients and the updates
@@ -148,31 +168,64 @@ class HybridDLRM:
             self.ws.create_net(sgd_net)
             self.created.add("dense")
         self.ws.run_net("dense_grad")
-        for g in self.dense_grads:
-            self.ws.feed(g, self.comm.average(np.ascontiguousarray(self.ws.fetch(g))))
+        grads = [np.asarray(self.ws.fetch(g)) for g in self.dense_grads]
+        flat = np.concatenate(
+            [
+                *(g.astype(np.float32, copy=False).ravel() for g in grads),
+                np.asarray(self.ws.fetch("loss"), np.float32).reshape(1),
+            ]
+        )
+        self._tick("dense")
+        flat = self.comm.average(flat)
+        self._tick("allreduce")
+        start = 0
+        for name, g in zip(self.dense_grads, grads):
+            self.ws.feed(name, flat[start : start + g.size].reshape(g.shape).astype(g.dtype, copy=False))
+            start += g.size
         self.ws.run_net("dense_sgd")
+        return float(flat[-1])
 
     def _exchange(self, outgoing: dict[int, list[np.ndarray]], per: int) -> dict[int, np.ndarray]:
         """All-to-all of pooled rows: ``outgoing[k][r]`` (rank r's examples of local table k)
         goes to rank r; returns this rank's examples of every table."""
-        send = [np.concatenate([outgoing[k][r] for k in self.local]) if self.local else
-                np.zeros((0, self.dim), np.float32) for r in range(self.world)]
-        got = self.comm.all_to_all(send, [per * sum(1 for o in self.owner if o == r) for r in range(self.world)], self.dim)
+        send = [
+            np.concatenate([outgoing[k][r] for k in self.local]) if self.local else np.zeros((0, self.dim), np.float32)
+            for r in range(self.world)
+        ]
+        got = self.comm.all_to_all(
+            send, [per * sum(1 for o in self.owner if o == r) for r in range(self.world)], self.dim
+        )
         out = {}
         for r in range(self.world):
             tables = [k for k in range(self.num_tables) if self.owner[k] == r]
             for j, k in enumerate(tables):
-                out[k] = got[r][j * per:(j + 1) * per]
+                out[k] = got[r][j * per : (j + 1) * per]
         return out
 
     def _return(self, grads: dict[int, np.ndarray], per: int) -> dict[int, np.ndarray]:
         """All-to-all back: each table's gradient rows of this rank's examples to its owner;
         returns the owner's [B, d] gradients of its tables, examples in rank order."""
-        send = [np.concatenate([grads[k] for k in range(self.num_tables) if self.owner[k] == r])
-                if any(o == r for o in self.owner) else np.zeros((0, self.dim), np.float32) for r in range(self.world)]
+        send = [
+            np.concatenate([grads[k] for k in range(self.num_tables) if self.owner[k] == r])
+            if any(o == r for o in self.owner)
+            else np.zeros((0, self.dim), np.float32)
+            for r in range(self.world)
+        ]
         got = self.comm.all_to_all(send, [per * len(self.local)] * self.world, self.dim)
-        return {k: np.concatenate([got[r][j * per:(j + 1) * per] for r in range(self.world)])
-                for j, k in enumerate(self.local)}
+        return {
+            k: np.concatenate([got[r][j * per : (j + 1) * per] for r in range(self.world)])
+            for j, k in enumerate(self.local)
+        }
+
+    def load(self, arrays: dict[str, np.ndarray]) -> None:
+        """Take this rank's parameters (the MLPs and its own tables) from a full set, e.g. a checkpoint's."""
+        for n in [*self.dense_params, *(f"emb{k}_table" for k in self.local)]:
+            self.ws.feed(n, np.array(arrays[n], copy=True))
+
+    def gather(self) -> dict[str, np.ndarray] | None:
+        """Every parameter, the tables gathered from their owners, on rank 0 (None elsewhere)."""
+        mine = {n: a.copy() for n, a in self.params().items()}
+        return self.comm.gather(mine)
 
     def params(self) -> dict[str, np.ndarray]:
         """This rank's parameters: the MLPs and its own tables."""
@@ -180,29 +233,53 @@ class HybridDLRM:
         return {n: np.asarray(self.ws.fetch(n)) for n in names}
 
 
-class TorchComm:
-    """The collectives of :class:`HybridDLRM` on torch.distributed (gloo on CPU)."""
+class LocalComm:
+    """The collectives of one process alone (world 1): :class:`HybridDLRM` as plain training.
 
-    def __init__(self) -> None:
+    >>> LocalComm().all_to_all([np.ones((2, 3))], [2], 3)[0].shape
+    (2, 3)
+    """
+
+    rank, world = 0, 1
+
+    def average(self, a: np.ndarray) -> np.ndarray:
+        return a
+
+    def all_to_all(self, send: list[np.ndarray], recv_rows: list[int], dim: int) -> list[np.ndarray]:
+        return [np.asarray(x).reshape(-1, dim) for x in send]
+
+    def gather(self, part: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return dict(part)
+
+
+class TorchComm:
+    """The collectives of :class:`HybridDLRM` on torch.distributed (gloo on CPU), among the
+    ranks of ``group`` (default: all)."""
+
+    def __init__(self, group: Any = None) -> None:
         import torch.distributed as dist
 
-        self.dist = dist
-        self.rank, self.world = dist.get_rank(), dist.get_world_size()
+        self.dist, self.group = dist, group
+        self.rank, self.world = dist.get_rank(group), dist.get_world_size(group)
 
     def average(self, a: np.ndarray) -> np.ndarray:
         import torch
 
         t = torch.from_numpy(a)
-        self.dist.all_reduce(t)
+        self.dist.all_reduce(t, group=self.group)
         t /= self.world
         return a
 
-    def mean(self, x: float) -> float:
-        import torch
-
-        t = torch.tensor([x], dtype=torch.float64)
-        self.dist.all_reduce(t)
-        return float(t[0]) / self.world
+    def gather(self, part: dict[str, np.ndarray]) -> dict[str, np.ndarray] | None:
+        """Every rank's ``part`` merged on rank 0 (None on the others)."""
+        parts: list[Any] = [None] * self.world if self.rank == 0 else []
+        self.dist.gather_object(part, parts if self.rank == 0 else None, group=self.group, group_dst=0)
+        if self.rank != 0:
+            return None
+        merged: dict[str, np.ndarray] = {}
+        for p in parts:
+            merged.update(p)
+        return merged
 
     def all_to_all(self, send: list[np.ndarray], recv_rows: list[int], dim: int) -> list[np.ndarray]:
         """Rank r gets ``send[r]``; this rank receives ``recv_rows[r]`` rows of ``dim`` from rank r."""
@@ -210,12 +287,98 @@ class TorchComm:
 
         flat = torch.from_numpy(np.ascontiguousarray(np.concatenate([s.reshape(-1, dim) for s in send]), np.float32))
         out = torch.empty((sum(recv_rows), dim), dtype=torch.float32)
-        self.dist.all_to_all_single(out, flat, output_split_sizes=recv_rows, input_split_sizes=[len(s) for s in send])
+        self.dist.all_to_all_single(
+            out, flat, output_split_sizes=recv_rows, input_split_sizes=[len(s) for s in send], group=self.group
+        )
         parts, start = [], 0
         for n in recv_rows:
-            parts.append(out[start:start + n].numpy())
+            parts.append(out[start : start + n].numpy())
             start += n
         return parts
+
+
+def train_run(cfg: Any, ds: Any, out: Any, resume: Any = None, quiet: bool = False) -> list[Any]:
+    """``asyncnet train --model dlrm --backend torch --hybrid`` under torchrun: ``cfg.epochs``
+    epochs of SGD over ``ds``'s training rows in order, global batches of ``cfg.batch_size``
+    (the last partial batch left out), each epoch ending with the tables gathered on rank 0,
+    which writes ``checkpoint.npz`` and ``metrics.json`` in ``out`` (no test set is evaluated:
+    an epoch's test loss is its train loss, its accuracies 0); ``resume`` (a
+    :class:`~asyncnet.train.loop.Resume`) continues from its arrays and epochs. Returns the
+    epochs' metrics."""
+    import torch.distributed as dist
+
+    from asyncnet.model.zoo.dlrm import split_model_args
+    from asyncnet.train.program import build_program
+    from asyncnet.train.report import EpochMetrics
+
+    if cfg.optimizer != "sgd":
+        raise TrainConfigError(f"--hybrid trains with sgd, got --optimizer {cfg.optimizer}")
+    kw, lr_args = split_model_args(cfg.model_args)
+    if lr_args:
+        raise TrainConfigError("--hybrid trains at a constant learning rate: drop the lr_* model args")
+    dist.init_process_group("gloo")
+    try:
+        model = HybridDLRM(TorchComm(), lr=cfg.lr, seed=cfg.seed, **kw)
+        program = build_program(cfg, ds.input_dim, ds.num_classes)
+        data = _recorded_data(out) if model.rank == 0 else None
+        epochs = list(resume.epochs) if resume is not None else []
+        step = 0
+        if resume is not None:
+            model.load(resume.arrays)
+            step = int(np.asarray(resume.arrays["iter"]).reshape(-1)[0])
+        rows, b = ds.x_train[:, 0], cfg.batch_size
+        for epoch in range(len(epochs) + 1, cfg.epochs + 1):
+            t0, losses = time.perf_counter(), []
+            for start in range(0, len(rows) - b + 1, b):
+                losses.append(model.step(ds.log.batch(rows[start : start + b])))
+                step += 1
+            seconds = time.perf_counter() - t0
+            mean = float(np.mean(losses)) if losses else float("nan")
+            epochs.append(EpochMetrics(epoch, mean, 0.0, mean, 0.0, len(losses) * b, seconds, lr=cfg.lr, step=step))
+            if model.rank == 0 and not quiet:
+                print(f"epoch {epoch}: train loss {mean:.6f}, {len(losses) * b / seconds:,.0f} samples/s", flush=True)
+            full = model.gather()
+            if full is not None:
+                _save_run(program, full, step, cfg, epochs, out, data)
+        return epochs
+    finally:
+        dist.destroy_process_group()
+
+
+def _recorded_data(out: Any) -> str | None:
+    """The data source the run directory's metrics.json names (written when the run started)."""
+    import json
+
+    from asyncnet.train.api import METRICS
+
+    try:
+        return json.loads((out / METRICS).read_bytes()).get("data")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _save_run(
+    program: Any, params: dict[str, np.ndarray], step: int, cfg: Any, epochs: list[Any], out: Any, data: str | None
+) -> None:
+    """Rank 0: the gathered parameters as the run's checkpoint (with the program's other
+    checkpoint blobs at their initial values) and metrics.json."""
+    import asyncnet as an
+    from asyncnet.model.checkpoint import save_arrays
+    from asyncnet.train.api import CHECKPOINT, METRICS
+    from asyncnet.train.report import History, write_metrics
+
+    with an.Workspace() as ws:
+        ws.run_net_once(program.init_net)
+        arrays = {n: np.asarray(ws.fetch(n)) for n in program.model.checkpoint_blobs if n in ws}
+    arrays.update(params)
+    arrays["iter"] = np.full_like(arrays["iter"], step) if "iter" in arrays else np.array([step], np.int64)
+    run = {"config": cfg.to_dict(), "epochs": [m.to_dict() for m in epochs], "partial": None, "data": data}
+    save_arrays(program.model, arrays, str(out / CHECKPOINT), {"run": run})
+    write_metrics(
+        History(config=cfg.to_dict(), epochs=list(epochs)),
+        out / METRICS,
+        extra={"status": "ok" if len(epochs) == cfg.epochs else "running", "steps": step, "hybrid": True, "data": data},
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -245,8 +408,11 @@ def main(argv: list[str] | None = None) -> int:
             if model.rank == 0:
                 print(f"step {s + 1} loss {loss:.8f}", flush=True)
         if model.rank == 0:
-            print(f"hybrid {model.world} ranks: {args.steps * args.batch_size / (time.perf_counter() - t0):,.0f} samples/s; "
-                  f"tables per rank {[model.owner.count(r) for r in range(model.world)]}", flush=True)
+            print(
+                f"hybrid {model.world} ranks: {args.steps * args.batch_size / (time.perf_counter() - t0):,.0f} samples/s; "
+                f"tables per rank {[model.owner.count(r) for r in range(model.world)]}",
+                flush=True,
+            )
         print(f"rank {model.rank} done", flush=True)
     finally:
         dist.destroy_process_group()

@@ -20,28 +20,44 @@ and reports. A strategy supplies the sharding, the update and the end-of-epoch h
   evaluates the parameters while they hold still, and ``broadcast`` hands its figures to all.
 
 Batches are a pure function of (seed, epoch), so a resumed run (:class:`Resume`) sees the data
-it would have seen unbroken; in sync mode a checkpoint taken inside an epoch
-(``checkpoint_every``) resumes at the next batch with the same bits.
+it would have seen unbroken; the random ops (Dropout) of each worker are seeded from (seed,
+rank) and their generators' states are checkpointed with the parameters (every worker's,
+gathered by :func:`gather_random_states`), so in sync mode a resumed run, also from a
+checkpoint taken inside an epoch (``checkpoint_every``), gives the bits of an unbroken one.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 
-from asyncnet.errors import TrainingDivergedError
+from asyncnet.errors import TrainConfigError, TrainingDivergedError
+from asyncnet.model.checkpoint import RANDOM
 from asyncnet.train.config import HOGWILD_STALE_WORKERS, TrainConfig
 from asyncnet.train.data import Dataset, epoch_batches, num_batches, shard, worker_samples
 from asyncnet.train.program import Program, build_program
 from asyncnet.train.report import EpochMetrics
-from asyncnet.train.worker import EpochClock, WorkerNets, WorkerResult
+from asyncnet.train.worker import STATE_WORDS, EpochClock, WorkerNets, WorkerResult
 
-__all__ = ["Resume", "DivergenceGuard", "run_worker", "launch", "SyncStrategy", "HogwildStrategy", "TRACE_STEP"]
+__all__ = [
+    "Resume",
+    "DivergenceGuard",
+    "run_worker",
+    "launch",
+    "SyncStrategy",
+    "HogwildStrategy",
+    "TRACE_STEP",
+    "TRAINER_SYNC",
+    "check_trainer_sync",
+    "gather_random_states",
+    "restore_random_states",
+]
 
 log = logging.getLogger("asyncnet.train")
 
@@ -92,9 +108,11 @@ class DivergenceGuard:
                 return
             self.limit, self.what = self.factor * loss, f"{self.factor:g} x the first step's loss"
         if loss > self.limit:
-            raise TrainingDivergedError(f"training diverged: the loss is {loss:.3g} at {where}, above {self.what} = "
-                                        f"{self.limit:.3g}; {self._fix()}, or turn the check off with "
-                                        "--divergence-factor 0")
+            raise TrainingDivergedError(
+                f"training diverged: the loss is {loss:.3g} at {where}, above {self.what} = "
+                f"{self.limit:.3g}; {self._fix()}, or turn the check off with "
+                "--divergence-factor 0"
+            )
 
     def _fix(self) -> str:
         fix = f"lower the learning rate (lr {self.cfg.lr:g}, --lr)"
@@ -111,6 +129,86 @@ def click_figures(ds: Any, test_loss: float, test_auc: float) -> dict[str, float
     return {"test_auc": float(test_auc), "test_log_loss": float(test_loss), "optimal_auc": ds.optimal_auc()}
 
 
+#: what the trainers use of a sync: the Allreduce ops call only ``sync_gradients``; the epoch
+#: loop also meets (``barrier``), averages its figures (``all_reduce_mean``) and hands rank 0's
+#: to the others (``broadcast``)
+TRAINER_SYNC = ("num_workers", "worker_id", "sync_gradients", "barrier", "all_reduce_mean", "broadcast")
+
+
+def check_trainer_sync(sync: Any) -> None:
+    """Raise one :class:`~asyncnet.errors.TrainConfigError` naming every member of
+    :data:`TRAINER_SYNC` that ``sync`` lacks (a user's sync written for the Allreduce op alone).
+
+        >>> class OnlyGradients:
+        ...     num_workers, worker_id = 1, 0
+        ...     def sync_gradients(self, grads): pass
+        >>> check_trainer_sync(OnlyGradients())
+        Traceback (most recent call last):
+        ...
+        asyncnet.errors.TrainConfigError: the trainers need a sync with num_workers, worker_id, sync_gradients(grads), barrier(), all_reduce_mean(values) and broadcast(values, root) (the asyncnet.sync.GradientSync protocol); OnlyGradients lacks barrier, all_reduce_mean, broadcast
+    """
+    attrs = ("num_workers", "worker_id")
+    missing = [m for m in TRAINER_SYNC if not (hasattr(sync, m) if m in attrs else callable(getattr(sync, m, None)))]
+    if missing:
+        raise TrainConfigError(
+            "the trainers need a sync with num_workers, worker_id, sync_gradients(grads), barrier(), "
+            "all_reduce_mean(values) and broadcast(values, root) (the asyncnet.sync.GradientSync "
+            f"protocol); {type(sync).__name__} lacks {', '.join(missing)}"
+        )
+
+
+def gather_random_states(strategy: Any) -> np.ndarray | None:
+    """Every worker's random generators, uint64 [workers, ops, words], on every worker (one
+    broadcast round per worker, each word sent as two exact 32-bit halves in float64); None,
+    with no round, for a model without random ops. Every worker calls it at the same point."""
+    nets, world, rank = strategy.nets, strategy.world, strategy.rank
+    if not nets.random_ops:
+        return None
+    mine = nets.random_states()
+    out = np.zeros((world, *mine.shape), np.uint64)
+    for root in range(world):
+        halves = _halves(mine) if root == rank else np.zeros(2 * mine.size, np.float64)
+        if world > 1:
+            strategy.sync.broadcast(halves, root=root)
+        out[root] = _joined(halves).reshape(mine.shape)
+    return out
+
+
+def _halves(words: np.ndarray) -> np.ndarray:
+    w = words.reshape(-1)
+    return np.stack([w >> np.uint64(32), w & np.uint64(0xFFFFFFFF)], axis=1).astype(np.float64).reshape(-1)
+
+
+def _joined(halves: np.ndarray) -> np.ndarray:
+    hl = halves.reshape(-1, 2).astype(np.uint64)
+    return (hl[:, 0] << np.uint64(32)) | hl[:, 1]
+
+
+def restore_random_states(strategy: Any, arrays: dict[str, np.ndarray] | None) -> None:
+    """Continue this worker's random generators from a checkpoint's :data:`RANDOM` entry; a
+    checkpoint of another number of workers or random ops leaves them as seeded (logged)."""
+    states = None if not arrays else arrays.get(RANDOM)
+    nets = strategy.nets
+    if states is None or not nets.random_ops:
+        return
+    want = (strategy.world, nets.random_ops, STATE_WORDS)
+    if states.shape != want:
+        log.warning(
+            "the checkpoint's random generators are for [workers, ops, words] = %s, this run has %s: "
+            "the Dropout masks start from the seed",
+            list(states.shape),
+            list(want),
+        )
+        return
+    nets.set_random_states(states[strategy.rank])
+
+
+def _with_states(arrays: dict[str, np.ndarray], states: np.ndarray | None) -> dict[str, np.ndarray]:
+    if states is not None:
+        arrays[RANDOM] = states
+    return arrays
+
+
 # -- strategies ------------------------------------------------------------------------------
 class SyncStrategy:
     """Data-parallel replicas (one of them: local mode): sharded global batches, all-reduced
@@ -119,13 +217,15 @@ class SyncStrategy:
     mid_epoch_checkpoints = True
 
     def __init__(self, cfg: TrainConfig, ds: Dataset, program: Program, sync: Any):
+        check_trainer_sync(sync)
         self.cfg, self.ds, self.sync = cfg, ds, sync
         self.world, self.rank = sync.num_workers, sync.worker_id
-        self.nets = WorkerNets(cfg, program, sync=sync, feeds=ds.feeds if ds.log is not None else None)
+        self.nets = WorkerNets(cfg, program, sync=sync, feeds=ds.feeds if ds.log is not None else None, rank=self.rank)
 
     def start(self, resume: Resume | None) -> None:
         if resume is not None:
             self.nets.load(resume.arrays)
+            restore_random_states(self, resume.arrays)
         if self.world > 1:
             self.sync.barrier()  # start together: no epoch times a peer's start-up
 
@@ -134,7 +234,9 @@ class SyncStrategy:
 
     def batches(self, epoch: int) -> Iterator[tuple[np.ndarray, np.ndarray, int]]:
         """(this worker's shard, the global batch's size) of every step of ``epoch``."""
-        for xb, yb in epoch_batches(self.ds.x_train, self.ds.y_train, self.cfg.batch_size, epoch, self.cfg.seed, self.world):
+        for xb, yb in epoch_batches(
+            self.ds.x_train, self.ds.y_train, self.cfg.batch_size, epoch, self.cfg.seed, self.world
+        ):
             xs, ys = shard(xb, yb, self.world, self.rank)
             yield xs, ys, len(xb)
 
@@ -157,9 +259,18 @@ class SyncStrategy:
         if self.world > 1:
             self.sync.all_reduce_mean(stats)  # mean over the workers of [loss_sum, acc_sum, batches, samples]
         test_loss, test_acc, test_auc = self.nets.evaluate(self.ds.x_test, self.ds.y_test)
-        metrics = EpochMetrics(epoch=epoch, train_loss=float(stats[0] / stats[2]), train_accuracy=float(stats[1] / stats[2]),
-                               test_loss=test_loss, test_accuracy=test_acc, samples=clock.samples, seconds=clock.seconds,
-                               lr=self.nets.lr(), step=self.nets.iteration(), **click_figures(self.ds, test_loss, test_auc))
+        metrics = EpochMetrics(
+            epoch=epoch,
+            train_loss=float(stats[0] / stats[2]),
+            train_accuracy=float(stats[1] / stats[2]),
+            test_loss=test_loss,
+            test_accuracy=test_acc,
+            samples=clock.samples,
+            seconds=clock.seconds,
+            lr=self.nets.lr(),
+            step=self.nets.iteration(),
+            **click_figures(self.ds, test_loss, test_auc),
+        )
         return metrics, (self.nets.params() if snapshot else None)
 
     def stop_after(self, metrics: EpochMetrics) -> bool:
@@ -175,16 +286,34 @@ class HogwildStrategy:
 
     mid_epoch_checkpoints = False  # the workers never hold still inside an epoch
 
-    def __init__(self, cfg: TrainConfig, ds: Dataset, program: Program, sync: Any, state: dict[str, np.ndarray],
-                 mutex: Any, stop: Any):
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        ds: Dataset,
+        program: Program,
+        sync: Any,
+        state: dict[str, np.ndarray],
+        mutex: Any,
+        stop: Any,
+    ):
+        check_trainer_sync(sync)
         self.cfg, self.ds, self.sync, self.stop = cfg, ds, sync, stop
         self.world, self.rank = sync.num_workers, sync.worker_id
         self.batch = max(1, cfg.batch_size // self.world)  # as many samples in flight as one sync step
-        self.nets = WorkerNets(cfg, program, shared=state, iter_op="AtomicIter", mutex=mutex,
-                               feeds=ds.feeds if ds.log is not None else None)
+        self.nets = WorkerNets(
+            cfg,
+            program,
+            shared=state,
+            iter_op="AtomicIter",
+            mutex=mutex,
+            feeds=ds.feeds if ds.log is not None else None,
+            rank=self.rank,
+        )
         self._part: tuple[np.ndarray, np.ndarray] | None = None
 
     def start(self, resume: Resume | None) -> None:
+        if resume is not None:
+            restore_random_states(self, resume.arrays)
         self.sync.barrier()  # the state is loaded by the launcher; start together
 
     def _samples(self, epoch: int) -> tuple[np.ndarray, np.ndarray]:
@@ -218,10 +347,18 @@ class HogwildStrategy:
             figures[2] = 0.0 if math.isnan(figures[2]) else figures[2]
         self.sync.broadcast(figures, root=0)  # rank 0's figures reach every worker
         batches = max(stats[2], 1.0)
-        metrics = EpochMetrics(epoch=epoch, train_loss=float(stats[0] / batches), train_accuracy=float(stats[1] / batches),
-                               test_loss=float(figures[0]), test_accuracy=float(figures[1]),
-                               samples=int(round(stats[3] * self.world)), seconds=clock.seconds, lr=self.nets.lr(), step=step,
-                               **(click_figures(self.ds, float(figures[0]), float(figures[2])) if self.ds.log is not None else {}))
+        metrics = EpochMetrics(
+            epoch=epoch,
+            train_loss=float(stats[0] / batches),
+            train_accuracy=float(stats[1] / batches),
+            test_loss=float(figures[0]),
+            test_accuracy=float(figures[1]),
+            samples=int(round(stats[3] * self.world)),
+            seconds=clock.seconds,
+            lr=self.nets.lr(),
+            step=step,
+            **(click_figures(self.ds, float(figures[0]), float(figures[2])) if self.ds.log is not None else {}),
+        )
         return metrics, arrays
 
     def stop_after(self, metrics: EpochMetrics) -> bool:
@@ -232,8 +369,14 @@ class HogwildStrategy:
 
 
 # -- the loop --------------------------------------------------------------------------------
-def run_worker(cfg: TrainConfig, strategy: Any, program: Program, reporter: Any = None, resume: Resume | None = None,
-               writer: Any = None) -> WorkerResult:
+def run_worker(
+    cfg: TrainConfig,
+    strategy: Any,
+    program: Program,
+    reporter: Any = None,
+    resume: Resume | None = None,
+    writer: Any = None,
+) -> WorkerResult:
     """Train one worker to the end with ``strategy``; rank 0 saves the run through ``writer``
     (a :class:`~asyncnet.train.report.RunWriter`) and drives ``reporter``."""
     rank = strategy.rank
@@ -259,8 +402,17 @@ def run_worker(cfg: TrainConfig, strategy: Any, program: Program, reporter: Any 
     return result
 
 
-def _epoch(cfg: TrainConfig, strategy: Any, program: Program, epoch: int, result: WorkerResult, reporter: Any,
-           writer: Any, guard: DivergenceGuard, resumed: dict[str, Any] | None) -> EpochMetrics:
+def _epoch(
+    cfg: TrainConfig,
+    strategy: Any,
+    program: Program,
+    epoch: int,
+    result: WorkerResult,
+    reporter: Any,
+    writer: Any,
+    guard: DivergenceGuard,
+    resumed: dict[str, Any] | None,
+) -> EpochMetrics:
     nets, rank = strategy.nets, strategy.rank
     skip = int(resumed["batches"]) if resumed and resumed.get("epoch") == epoch else 0
     clock = EpochClock.restored(resumed["workers"][rank]) if skip else EpochClock()
@@ -291,9 +443,17 @@ def _epoch(cfg: TrainConfig, strategy: Any, program: Program, epoch: int, result
             reporter.batch(loss, acc, samples)
         if every and nets.iteration() % every == 0:  # the same step on every replica
             clocks = strategy.gather_clocks(clock)
+            states = gather_random_states(strategy)
             if writer is not None:
-                writer.mid_epoch(program, nets.params(), {"epoch": epoch, "batches": b + 1, "workers": clocks})
+                writer.mid_epoch(
+                    program, _with_states(nets.params(), states), {"epoch": epoch, "batches": b + 1, "workers": clocks}
+                )
     metrics, arrays = strategy.end_epoch(epoch, clock, snapshot=writer is not None)
+    states = gather_random_states(strategy)  # every worker, every epoch: the final checkpoint has them too
+    if rank == 0:
+        result.random_states = states
+    if arrays is not None:
+        _with_states(arrays, states)
     guard.check(metrics.test_loss, f"the end of epoch {epoch} (test loss, worker {rank})")
     if writer is not None:
         writer.epoch_end(program, arrays, metrics)
@@ -303,8 +463,14 @@ def _epoch(cfg: TrainConfig, strategy: Any, program: Program, epoch: int, result
 
 
 # -- launchers -------------------------------------------------------------------------------
-def launch(cfg: TrainConfig, ds: Dataset, model: Any = None, reporter: Any = None, resume: Resume | None = None,
-           writer: Any = None) -> list[WorkerResult]:
+def launch(
+    cfg: TrainConfig,
+    ds: Dataset,
+    model: Any = None,
+    reporter: Any = None,
+    resume: Resume | None = None,
+    writer: Any = None,
+) -> list[WorkerResult]:
     """Run every worker of ``cfg`` (threads or processes; the torch backend is
     :func:`launch_torch`); results in worker order. ``model``: a user's model (a ModelHelper
     or a function building one), else ``cfg.model``. With threads worker 0 drives
@@ -316,6 +482,7 @@ def launch(cfg: TrainConfig, ds: Dataset, model: Any = None, reporter: Any = Non
     if cfg.num_workers == 1:
         return [_sync_worker(cfg, ds, model, reporter, resume, writer, LocalGradientSync())]
     if cfg.backend == "threads":
+
         def fn(sync: Any) -> WorkerResult:
             return _sync_worker(cfg, ds, model, reporter if sync.worker_id == 0 else None, resume, writer, sync)
 
@@ -326,8 +493,9 @@ def launch(cfg: TrainConfig, ds: Dataset, model: Any = None, reporter: Any = Non
     raise ValueError(f"launch handles the threads and processes backends, not {cfg.backend!r}")
 
 
-def _sync_worker(cfg: TrainConfig, ds: Dataset, model: Any, reporter: Any, resume: Resume | None, writer: Any,
-                 sync: Any) -> WorkerResult:
+def _sync_worker(
+    cfg: TrainConfig, ds: Dataset, model: Any, reporter: Any, resume: Resume | None, writer: Any, sync: Any
+) -> WorkerResult:
     program = build_program(cfg, ds.input_dim, ds.num_classes, model)
     return run_worker(cfg, SyncStrategy(cfg, ds, program, sync), program, reporter, resume, writer)
 
@@ -346,19 +514,41 @@ def initial_state(cfg: TrainConfig, ds: Dataset, model: Any = None) -> dict[str,
     program = build_program(cfg, ds.input_dim, ds.num_classes, model)
     ws = an.Workspace()
     ws.run_net_once(program.init_net)
-    state = {k: np.ascontiguousarray(ws.fetch(k)) for k in ws.blobs() if isinstance(ws.fetch(k), np.ndarray)}
+    # asarray(order="C"), not ascontiguousarray: that one makes a 0-d blob 1-d
+    state = {k: np.asarray(ws.fetch(k), order="C") for k in ws.blobs() if isinstance(ws.fetch(k), np.ndarray)}
     state.setdefault("iter", np.zeros(1, np.int64))
     return state
 
 
-def _hogwild_worker(cfg: TrainConfig, ds: Dataset, model: Any, state: dict[str, np.ndarray], mutex: Any, stop: Any,
-                    reporter: Any, resume: Resume | None, writer: Any, sync: Any) -> WorkerResult:
+def _hogwild_worker(
+    cfg: TrainConfig,
+    ds: Dataset,
+    model: Any,
+    state: dict[str, np.ndarray],
+    mutex: Any,
+    stop: Any,
+    reporter: Any,
+    resume: Resume | None,
+    writer: Any,
+    sync: Any,
+) -> WorkerResult:
     program = build_program(cfg, ds.input_dim, ds.num_classes, model)
-    return run_worker(cfg, HogwildStrategy(cfg, ds, program, sync, state, mutex, stop), program, reporter, resume, writer)
+    return run_worker(
+        cfg, HogwildStrategy(cfg, ds, program, sync, state, mutex, stop), program, reporter, resume, writer
+    )
 
 
-def _hogwild_process(cfg: TrainConfig, ds: Dataset, model: Any, spec: Any, mutex: Any, stop: Any,
-                     resume: Resume | None, writer: Any, sync: Any) -> WorkerResult:
+def _hogwild_process(
+    cfg: TrainConfig,
+    ds: Dataset,
+    model: Any,
+    spec: Any,
+    mutex: Any,
+    stop: Any,
+    resume: Resume | None,
+    writer: Any,
+    sync: Any,
+) -> WorkerResult:
     from asyncnet._shm import SharedArrays
 
     shared = SharedArrays.attach(spec)
@@ -368,29 +558,33 @@ def _hogwild_process(cfg: TrainConfig, ds: Dataset, model: Any, spec: Any, mutex
         shared.close()
 
 
-def _launch_hogwild(cfg: TrainConfig, ds: Dataset, model: Any, reporter: Any, resume: Resume | None,
-                    writer: Any) -> list[WorkerResult]:
+def _launch_hogwild(
+    cfg: TrainConfig, ds: Dataset, model: Any, reporter: Any, resume: Resume | None, writer: Any
+) -> list[WorkerResult]:
     from asyncnet.sync import run_parallel_workers
 
     _warn_hogwild(cfg)
     state = initial_state(cfg, ds, model)
     if resume is not None:
         for name, value in resume.arrays.items():
-            np.copyto(state[name], value)
-        resume = Resume({}, resume.epochs)  # the arrays are in the shared state already
+            if name != RANDOM:
+                np.copyto(state[name], value)
+        # the arrays are in the shared state already; each worker continues its own generators
+        resume = Resume({k: v for k, v in resume.arrays.items() if k == RANDOM}, resume.epochs)
     if cfg.backend == "threads":
         from asyncnet.atomic import AtomicBool, Mutex
 
         mutex, stop = Mutex(), AtomicBool(False)
 
         def fn(sync: Any) -> WorkerResult:
-            return _hogwild_worker(cfg, ds, model, state, mutex, stop, reporter if sync.worker_id == 0 else None,
-                                   resume, writer, sync)
+            return _hogwild_worker(
+                cfg, ds, model, state, mutex, stop, reporter if sync.worker_id == 0 else None, resume, writer, sync
+            )
 
         return run_parallel_workers(cfg.num_workers, fn, backend="threads", timeout=cfg.timeout)
     if cfg.backend == "processes":
-        from asyncnet.atomic import SharedAtomicBool, SharedMutex
         from asyncnet._shm import SharedArrays
+        from asyncnet.atomic import SharedAtomicBool, SharedMutex
 
         pmutex = SharedMutex()  # its ``with`` locks it, so it is closed explicitly
         try:
@@ -400,30 +594,50 @@ def _launch_hogwild(cfg: TrainConfig, ds: Dataset, model: Any, reporter: Any, re
         finally:
             pmutex.close()
         return _replayed(results, reporter)
-    raise ValueError(f"hogwild runs on the threads or processes backend, not {cfg.backend!r} "
-                     "(lock-free shared parameters need shared memory)")
+    raise ValueError(
+        f"hogwild runs on the threads or processes backend, not {cfg.backend!r} "
+        "(lock-free shared parameters need shared memory)"
+    )
 
 
 def _warn_hogwild(cfg: TrainConfig) -> None:
     if cfg.workers > HOGWILD_STALE_WORKERS:
-        touched = ("of dlrm touches every parameter of its MLPs (only its embedding tables are updated by row)"
-                   if cfg.model == "dlrm" else "of this dense model touches every parameter")
-        log.warning("hogwild with %d workers: every step reads parameters up to %d updates old, and every update "
-                    "%s; expect stale gradients to slow training or make it diverge (use fewer workers, a lower lr, "
-                    "or --mode sync)", cfg.workers, cfg.workers - 1, touched)
+        touched = (
+            "of dlrm touches every parameter of its MLPs (only its embedding tables are updated by row)"
+            if cfg.model == "dlrm"
+            else "of this dense model touches every parameter"
+        )
+        log.warning(
+            "hogwild with %d workers: every step reads parameters up to %d updates old, and every update "
+            "%s; expect stale gradients to slow training or make it diverge (use fewer workers, a lower lr, "
+            "or --mode sync)",
+            cfg.workers,
+            cfg.workers - 1,
+            touched,
+        )
     if cfg.optimizer == "adam":
-        log.warning("hogwild with adam: the workers race on its two moment arrays, and one worker's first moment over "
-                    "another's near-zero second moment can make a huge step; use --optimizer sgd or momentum")
+        log.warning(
+            "hogwild with adam: the workers race on its two moment arrays, and one worker's first moment over "
+            "another's near-zero second moment can make a huge step; use --optimizer sgd or momentum"
+        )
 
 
-def launch_torch(cfg: TrainConfig, ds: Dataset, model: Any = None, reporter: Any = None, resume: Resume | None = None,
-                 writer: Any = None) -> tuple[TrainConfig, WorkerResult, int]:
+def launch_torch(
+    cfg: TrainConfig,
+    ds: Dataset,
+    model: Any = None,
+    reporter: Any = None,
+    resume: Resume | None = None,
+    writer: Any = None,
+) -> tuple[TrainConfig, WorkerResult, int]:
     """Run this torchrun rank's worker(s) in the ``torch.distributed`` process group (made from
     torchrun's environment when none exists yet); returns the config (workers = ranks x
     threads), rank 0's result here, and this rank."""
     if cfg.mode != "sync":
-        raise ValueError(f"--backend torch trains in sync mode (data-parallel ranks), not {cfg.mode}: "
-                         "hogwild needs shared memory and local has one worker")
+        raise ValueError(
+            f"--backend torch trains in sync mode (data-parallel ranks), not {cfg.mode}: "
+            "hogwild needs shared memory and local has one worker"
+        )
     try:
         import torch.distributed as dist
     except ImportError:  # pragma: no cover - torch is an optional dependency
@@ -433,8 +647,9 @@ def launch_torch(cfg: TrainConfig, ds: Dataset, model: Any = None, reporter: Any
     if dist.is_initialized():
         return _run_ranks(cfg, ds, model, reporter, resume, writer)
     if not under_torchrun():
-        raise ValueError("--backend torch runs under torchrun, e.g. "
-                         "torchrun --nproc-per-node 2 -m asyncnet train --backend torch")
+        raise ValueError(
+            "--backend torch runs under torchrun, e.g. torchrun --nproc-per-node 2 -m asyncnet train --backend torch"
+        )
     from asyncnet._parent_watch import watch_parent
 
     with watch_parent() as watch:  # torchrun's agent killed: this rank stops instead of training on as an orphan
@@ -446,8 +661,9 @@ def launch_torch(cfg: TrainConfig, ds: Dataset, model: Any = None, reporter: Any
             dist.destroy_process_group()
 
 
-def _run_ranks(cfg: TrainConfig, ds: Dataset, model: Any, reporter: Any, resume: Resume | None,
-               writer: Any) -> tuple[TrainConfig, WorkerResult, int]:
+def _run_ranks(
+    cfg: TrainConfig, ds: Dataset, model: Any, reporter: Any, resume: Resume | None, writer: Any
+) -> tuple[TrainConfig, WorkerResult, int]:
     """This rank's worker(s) in the initialized ``torch.distributed`` process group."""
     import torch.distributed as dist
 

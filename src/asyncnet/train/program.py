@@ -26,7 +26,8 @@ or processes sharing those arrays (Hogwild) see each other's updates.
 from __future__ import annotations
 
 import os
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -35,8 +36,13 @@ from asyncnet.errors import NetDefinitionError
 from asyncnet.model import checkpoint
 from asyncnet.model.builder import ModelHelper
 from asyncnet.model.optimizer import LR_POLICIES, OPTIMIZERS, build_optimizer, state_names
-from asyncnet.train.buckets import (DEFAULT_BUCKET_MB, add_accumulate, add_accumulated_mean, add_bucketed_allreduce,
-                                    gradient_buckets)
+from asyncnet.train.buckets import (
+    DEFAULT_BUCKET_MB,
+    add_accumulate,
+    add_accumulated_mean,
+    add_bucketed_allreduce,
+    gradient_buckets,
+)
 
 __all__ = ["Program", "EVAL_PREFIX"]
 
@@ -57,15 +63,26 @@ class Program:
     Building the program adds the optimizer state to ``model.init_net``: run it afterwards.
     """
 
-    def __init__(self, model: ModelHelper, optimizer: str = "sgd", lr: float = 0.1, momentum: float = 0.9,
-                 lr_policy: str = "fixed", lr_step: int = 1000, lr_gamma: float | None = None, weight_decay: float = 0.0,
-                 betas: tuple[float, float] = (0.9, 0.999), eps: float | None = None,
-                 lr_args: dict[str, Any] | None = None):
+    def __init__(
+        self,
+        model: ModelHelper,
+        optimizer: str = "sgd",
+        lr: float = 0.1,
+        momentum: float = 0.9,
+        lr_policy: str = "fixed",
+        lr_step: int = 1000,
+        lr_gamma: float | None = None,
+        weight_decay: float = 0.0,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float | None = None,
+        lr_args: dict[str, Any] | None = None,
+    ):
         if not isinstance(model, ModelHelper):
             raise NetDefinitionError(f"expected a ModelHelper, got {type(model).__name__}", "Program.model")
         if model.loss is None:
-            raise NetDefinitionError("expected a model with a loss: call softmax_with_loss or sigmoid_xent_loss",
-                                     f"model {model.name!r}")
+            raise NetDefinitionError(
+                "expected a model with a loss: call softmax_with_loss or sigmoid_xent_loss", f"model {model.name!r}"
+            )
         _choice("optimizer", optimizer, OPTIMIZERS)
         _choice("lr_policy", lr_policy, LR_POLICIES)
         if isinstance(lr_step, bool) or not isinstance(lr_step, (int, np.integer)) or lr_step < 1:
@@ -114,8 +131,10 @@ class Program:
     def binary(self) -> bool:
         """True for a click model (sigmoid cross entropy, or a sigmoid ``prob`` under an mse
         loss), False for a classifier (``softmax``)."""
-        return any(op.type == "SigmoidCrossEntropyWithLogits" or (op.type == "Sigmoid" and "prob" in op.outputs)
-                   for op in self.model.forward_net().ops)
+        return any(
+            op.type == "SigmoidCrossEntropyWithLogits" or (op.type == "Sigmoid" and "prob" in op.outputs)
+            for op in self.model.forward_net().ops
+        )
 
     @property
     def labels(self) -> list[str]:
@@ -153,10 +172,14 @@ class Program:
             if op.type == "SoftmaxWithLoss":
                 return op.outputs[0]
         logits = {op.inputs[0] for op in ops if op.type == "SigmoidCrossEntropyWithLogits"}
-        found = [op.outputs[0] for op in ops if op.type == "Sigmoid" and (op.inputs[0] in logits or "prob" in op.outputs)]
+        found = [
+            op.outputs[0] for op in ops if op.type == "Sigmoid" and (op.inputs[0] in logits or "prob" in op.outputs)
+        ]
         if not found:
-            raise NetDefinitionError("expected a SoftmaxWithLoss, or a Sigmoid beside the sigmoid cross entropy, to "
-                                     "read predictions from", f"model {self.name!r}")
+            raise NetDefinitionError(
+                "expected a SoftmaxWithLoss, or a Sigmoid beside the sigmoid cross entropy, to read predictions from",
+                f"model {self.name!r}",
+            )
         return found[0]
 
     @property
@@ -165,7 +188,9 @@ class Program:
         return next((op.outputs[0] for op in self.model.forward_net().ops if op.type == "Accuracy"), None)
 
     def _writes(self, weight: str, blob: str) -> bool:
-        return any(op.type == "FC" and op.inputs[1] == weight and blob in op.outputs for op in self.model.forward_net().ops)
+        return any(
+            op.type == "FC" and op.inputs[1] == weight and blob in op.outputs for op in self.model.forward_net().ops
+        )
 
     # -- nets -------------------------------------------------------------------------------
     def forward_net(self, name: str = "eval") -> Net:
@@ -183,9 +208,12 @@ class Program:
     def gradient_net(self, name: str = "grad") -> Net:
         """The forward net plus the backward ops: also writes every ``self.grads[p]``."""
         net, grads = self.model.gradient_net(name)
+        self._check_grads(grads)
+        return net
+
+    def _check_grads(self, grads: dict[str, Any]) -> None:
         if grads != self.grads:  # the builder is deterministic; this guards the contract
             raise NetDefinitionError(f"gradient names changed: {grads} != {self.grads}")
-        return net
 
     def update_net(self, name: str = "update", iter_op: str | None = "Iter", mutex_blob: str | None = None) -> Net:
         """Advances ``iter`` (``Iter``, ``AtomicIter`` under ``mutex_blob``, or None), computes
@@ -194,9 +222,15 @@ class Program:
         self._add_update(net, self.grads, iter_op, mutex_blob)
         return net
 
-    def train_net(self, name: str = "train", sync_blob: str | None = None, iter_op: str | None = "Iter",
-                  mutex_blob: str | None = None, bucket_mb: float | None = DEFAULT_BUCKET_MB,
-                  micro_batches: int = 1) -> Net:
+    def train_net(
+        self,
+        name: str = "train",
+        sync_blob: str | None = None,
+        iter_op: str | None = "Iter",
+        mutex_blob: str | None = None,
+        bucket_mb: float | None = DEFAULT_BUCKET_MB,
+        micro_batches: int = 1,
+    ) -> Net:
         """Gradient net, then (with ``sync_blob``) the dense gradients averaged in place across
         workers, then the update.
 
@@ -206,17 +240,21 @@ class Program:
         backward pass. Both give the same bits. ``micro_batches=k > 1`` is gradient
         accumulation: run :meth:`accumulate_net` on micro-batches 1..k-1 and this net on the k-th.
         """
-        net = self.gradient_net(name)
-        grads = dict(self.grads)
-        if micro_batches > 1:
-            add_accumulated_mean(net, [g for g in grads.values() if isinstance(g, str)], micro_batches)
-        elif micro_batches != 1:
+        if not (micro_batches == 1 or micro_batches > 1):
             raise NetDefinitionError(f"expected micro_batches >= 1, got {micro_batches!r}", "micro_batches")
-        if sync_blob is not None:
-            grads = _densified(net, grads)
-            self._add_allreduce(net, sync_blob, grads, bucket_mb)
-        self._add_update(net, grads, iter_op, mutex_blob)
-        return net
+
+        def before_update(net: Net, grads: dict[str, Any]) -> dict[str, Any]:
+            self._check_grads(grads)
+            if micro_batches > 1:
+                add_accumulated_mean(net, [g for g in grads.values() if isinstance(g, str)], micro_batches)
+            if sync_blob is not None:
+                grads = _densified(net, grads)
+                self._add_allreduce(net, sync_blob, grads, bucket_mb)
+            return grads
+
+        return self.model.train_net(
+            name, self.optimizer, self.lr, before_update=before_update, **self.update_settings(iter_op, mutex_blob)
+        )
 
     def accumulate_net(self, name: str = "accumulate", first: bool = False) -> Net:
         """A micro-batch of gradient accumulation: the gradient net, then each gradient copied
@@ -235,10 +273,29 @@ class Program:
             nbytes = {grads[p]: int(np.prod(self.shapes[p])) * self.dtype.itemsize for p in self.params}
             add_bucketed_allreduce(net, sync_blob, gradient_buckets(net, dense, nbytes, max(1, int(bucket_mb * 2**20))))
 
+    def update_settings(self, iter_op: str | None = "Iter", mutex_blob: str | None = None) -> dict[str, Any]:
+        """The keyword arguments of :func:`~asyncnet.model.optimizer.build_optimizer` (and of
+        :meth:`ModelHelper.train_net <asyncnet.model.ModelHelper.train_net>`) besides the
+        optimizer and lr: this program's update.
+
+            >>> mlp_program(2, (2,), 2, lr_step=5).update_settings()["stepsize"]
+            5
+        """
+        return {
+            "momentum": self.momentum,
+            "betas": self.betas,
+            "eps": self.eps,
+            "weight_decay": self.weight_decay,
+            "lr_policy": self.lr_policy,
+            "stepsize": self.lr_step,
+            "gamma": self.lr_gamma,
+            "iter_op": iter_op,
+            "mutex_blob": mutex_blob,
+            "lr_args": self.lr_args,
+        }
+
     def _add_update(self, net: Net, grads: dict[str, Any], iter_op: str | None, mutex_blob: str | None) -> None:
-        build_optimizer(self.model, net, grads, self.optimizer, self.lr, momentum=self.momentum, betas=self.betas,
-                        eps=self.eps, weight_decay=self.weight_decay, lr_policy=self.lr_policy, stepsize=self.lr_step,
-                        gamma=self.lr_gamma, iter_op=iter_op, mutex_blob=mutex_blob, lr_args=self.lr_args)
+        build_optimizer(self.model, net, grads, self.optimizer, self.lr, **self.update_settings(iter_op, mutex_blob))
 
     # -- checkpoints ------------------------------------------------------------------------
     def save(self, ws: Any, path: str | os.PathLike[str], extra: dict[str, Any] | None = None) -> None:
@@ -268,13 +325,20 @@ def _choice(name: str, v: Any, choices: Sequence[str]) -> None:
         raise NetDefinitionError(f"expected one of {list(choices)}, got {v!r}", f"Program.{name}")
 
 
-def mlp_program(input_dim: int, hidden: Sequence[int] = (64,), num_classes: int = 10, seed: int = 0,
-                dtype: Any = np.float32, net_type: str = "simple", num_workers: int | None = None,
-                **optimizer: Any) -> Program:
+def mlp_program(
+    input_dim: int,
+    hidden: Sequence[int] = (64,),
+    num_classes: int = 10,
+    seed: int = 0,
+    dtype: Any = np.float32,
+    net_type: str = "simple",
+    num_workers: int | None = None,
+    **optimizer: Any,
+) -> Program:
     """The zoo mlp (:func:`asyncnet.model.zoo.mlp`) as a program, its sizes checked.
 
-        >>> mlp_program(64, (32,), 10, optimizer="adam").state["fc1_w"]
-        ['fc1_w_m1', 'fc1_w_m2']
+    >>> mlp_program(64, (32,), 10, optimizer="adam").state["fc1_w"]
+    ['fc1_w_m1', 'fc1_w_m2']
     """
     from asyncnet.model.zoo import mlp
 
@@ -284,8 +348,18 @@ def mlp_program(input_dim: int, hidden: Sequence[int] = (64,), num_classes: int 
     _positive("num_classes", num_classes)
     if np.dtype(dtype) not in (np.float32, np.float64):
         raise NetDefinitionError(f"expected dtype float32 or float64, got {np.dtype(dtype)}", "MLP.dtype")
-    return Program(mlp(int(input_dim), tuple(int(h) for h in hidden), int(num_classes), seed=seed, dtype=dtype,
-                       net_type=net_type, num_workers=num_workers), **optimizer)
+    return Program(
+        mlp(
+            int(input_dim),
+            tuple(int(h) for h in hidden),
+            int(num_classes),
+            seed=seed,
+            dtype=dtype,
+            net_type=net_type,
+            num_workers=num_workers,
+        ),
+        **optimizer,
+    )
 
 
 def _positive(name: str, v: Any) -> None:
@@ -297,12 +371,20 @@ def build_program(cfg: Any, input_dim: int, num_classes: int, model: Any = None)
     """The program of a run (same seed everywhere, so every replica starts equal): ``model``
     (a user's :class:`~asyncnet.model.ModelHelper`, copied, or a function building one), else
     ``cfg.model``: a zoo name (mlp with ``cfg.hidden``) or ``module:function``."""
-    opts = dict(optimizer=cfg.optimizer, lr=cfg.lr, momentum=cfg.momentum, lr_policy=cfg.lr_policy, lr_step=cfg.lr_step,
-                lr_gamma=cfg.lr_gamma, weight_decay=cfg.weight_decay)
+    opts = dict(
+        optimizer=cfg.optimizer,
+        lr=cfg.lr,
+        momentum=cfg.momentum,
+        lr_policy=cfg.lr_policy,
+        lr_step=cfg.lr_step,
+        lr_gamma=cfg.lr_gamma,
+        weight_decay=cfg.weight_decay,
+    )
     net_type, threads = cfg.net_type or "async_scheduling", cfg.net_threads
     if model is None and cfg.model == "mlp":
-        return mlp_program(input_dim, tuple(cfg.hidden), num_classes, seed=cfg.seed, net_type=net_type,
-                           num_workers=threads, **opts)
+        return mlp_program(
+            input_dim, tuple(cfg.hidden), num_classes, seed=cfg.seed, net_type=net_type, num_workers=threads, **opts
+        )
     if model is None and cfg.model in ("cnn", "lstm", "dlrm"):
         from asyncnet.model import zoo
 
@@ -332,16 +414,22 @@ def user_model(source: Any) -> ModelHelper:
         source = load_function(source)
     if isinstance(source, ModelHelper):
         if source.optimizer is not None:
-            raise TrainConfigError(f"model {source.name!r} already has an optimizer ({source.optimizer}): pass the "
-                                   "model before building its train net, or a function building it")
+            raise TrainConfigError(
+                f"model {source.name!r} already has an optimizer ({source.optimizer}): pass the "
+                "model before building its train net, or a function building it"
+            )
         return copy.deepcopy(source)
     if callable(source):
         built = source()
         if not isinstance(built, ModelHelper):
-            raise TrainConfigError(f"model function {getattr(source, '__name__', source)!r} returned "
-                                   f"{type(built).__name__}, expected an asyncnet.model.ModelHelper")
+            raise TrainConfigError(
+                f"model function {getattr(source, '__name__', source)!r} returned "
+                f"{type(built).__name__}, expected an asyncnet.model.ModelHelper"
+            )
         return built
-    raise TrainConfigError(f"expected a zoo model name, a ModelHelper or a function building one, got {type(source).__name__}")
+    raise TrainConfigError(
+        f"expected a zoo model name, a ModelHelper or a function building one, got {type(source).__name__}"
+    )
 
 
 def load_function(spec: str) -> Any:

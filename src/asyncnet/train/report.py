@@ -18,14 +18,26 @@ import logging
 import math
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from asyncnet._atomicio import atomic_write_text
 
-__all__ = ["EpochMetrics", "History", "write_metrics", "plot_history", "summary_table", "Reporter", "EventLog",
-           "RunWriter", "write_trace", "CHECKPOINT", "METRICS"]
+__all__ = [
+    "EpochMetrics",
+    "History",
+    "write_metrics",
+    "plot_history",
+    "summary_table",
+    "Reporter",
+    "EventLog",
+    "RunWriter",
+    "write_trace",
+    "CHECKPOINT",
+    "METRICS",
+]
 
 CHECKPOINT = "checkpoint.npz"
 METRICS = "metrics.json"
@@ -64,7 +76,7 @@ class EpochMetrics:
         return d
 
     @classmethod
-    def from_dict(cls, d: Any) -> "EpochMetrics":
+    def from_dict(cls, d: Any) -> EpochMetrics:
         """The inverse of :meth:`to_dict` (``samples_per_sec`` is derived); ValueError when ``d``
         is not such a record."""
         names = [f.name for f in fields(cls)]
@@ -72,7 +84,9 @@ class EpochMetrics:
             raise ValueError(f"expected an epoch record with {names[:7]}, got {str(d)[:200]}")
         values = {n: d[n] for n in names if n in d}
         for n, v in values.items():
-            if not (isinstance(v, (int, float)) and not isinstance(v, bool)) and not (n in ("lr", "step", *_CLICK_FIELDS) and v is None):
+            if not (isinstance(v, (int, float)) and not isinstance(v, bool)) and not (
+                n in ("lr", "step", *_CLICK_FIELDS) and v is None
+            ):
                 raise ValueError(f"epoch record field {n!r} must be a number, got {v!r}")
         return cls(**values)
 
@@ -204,13 +218,28 @@ def summary_table(history: History, title: str = "training summary") -> Any:
     for col in ("epoch", "train loss", "train acc", "test loss", "test acc", "samples/s", "seconds"):
         table.add_column(col, justify="right")
     for m in history:
-        table.add_row(str(m.epoch), f"{m.train_loss:.4f}", f"{m.train_accuracy:.2%}", f"{m.test_loss:.4f}",
-                      f"{m.test_accuracy:.2%}", f"{m.samples_per_sec:,.0f}", f"{m.seconds:.2f}")
+        table.add_row(
+            str(m.epoch),
+            f"{m.train_loss:.4f}",
+            f"{m.train_accuracy:.2%}",
+            f"{m.test_loss:.4f}",
+            f"{m.test_accuracy:.2%}",
+            f"{m.samples_per_sec:,.0f}",
+            f"{m.seconds:.2f}",
+        )
     if history.epochs:
         table.add_section()
         f = history.final
-        table.add_row("total", "", "", "", f"{f.test_accuracy:.2%}", f"{history.samples_per_sec:,.0f}",
-                      f"{history.total_seconds:.2f}", style="bold")
+        table.add_row(
+            "total",
+            "",
+            "",
+            "",
+            f"{f.test_accuracy:.2%}",
+            f"{history.samples_per_sec:,.0f}",
+            f"{history.total_seconds:.2f}",
+            style="bold",
+        )
     return table
 
 
@@ -235,7 +264,7 @@ class EventLog:
         self._steps: list[tuple[int, float, float]] = []
 
     @classmethod
-    def open(cls, folder: str | Path) -> "EventLog | None":
+    def open(cls, folder: str | Path) -> EventLog | None:
         try:
             from tensorboard.summary import Writer
 
@@ -247,8 +276,14 @@ class EventLog:
 
     def add(self, m: EpochMetrics) -> None:
         w, step = self._writer, m.epoch
-        for tag, value in (("loss/train", m.train_loss), ("loss/test", m.test_loss), ("accuracy/train", m.train_accuracy),
-                           ("accuracy/test", m.test_accuracy), ("samples_per_sec", m.samples_per_sec), ("lr", m.lr)):
+        for tag, value in (
+            ("loss/train", m.train_loss),
+            ("loss/test", m.test_loss),
+            ("accuracy/train", m.train_accuracy),
+            ("accuracy/test", m.test_accuracy),
+            ("samples_per_sec", m.samples_per_sec),
+            ("lr", m.lr),
+        ):
             if value is not None and math.isfinite(value):
                 w.add_scalar(tag, value, step)
         w.flush()
@@ -307,8 +342,15 @@ class Reporter:
         ['epoch', '1/3', 'train', 'loss']
     """
 
-    def __init__(self, quiet: bool = False, console: Any = None, stream: Any = None, live: bool | None = None,
-                 epochs: int | None = None, events: EventLog | None = None):
+    def __init__(
+        self,
+        quiet: bool = False,
+        console: Any = None,
+        stream: Any = None,
+        live: bool | None = None,
+        epochs: int | None = None,
+        events: EventLog | None = None,
+    ):
         self.quiet = quiet
         self.stream = stream if stream is not None else sys.stderr
         self.live = _isatty(self.stream) if live is None else live
@@ -355,12 +397,18 @@ class Reporter:
 
         of = f"/{self.epochs}" if self.epochs else ""
         self._progress = Progress(
-            TextColumn(f"epoch {{task.fields[epoch]:>3}}{of}"), BarColumn(bar_width=12), MofNCompleteColumn(),
-            TextColumn("{task.fields[figures]}"), _time_column(), console=self.console, transient=False,
+            TextColumn(f"epoch {{task.fields[epoch]:>3}}{of}"),
+            BarColumn(bar_width=12),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[figures]}"),
+            _time_column(),
+            console=self.console,
+            transient=False,
         )
         self._progress.start()
-        self._task = self._progress.add_task("train", total=total_batches, epoch=epoch,
-                                             figures="loss      -  acc      -           ")
+        self._task = self._progress.add_task(
+            "train", total=total_batches, epoch=epoch, figures="loss      -  acc      -           "
+        )
 
     def batch(self, loss: float, accuracy: float, samples: int) -> None:
         """One step of worker 0: running means of the epoch so far; redrawn at most 10 times a second."""
@@ -378,8 +426,10 @@ class Reporter:
             return
         self._shown = now
         dt = now - self._t0
-        figures = (f"loss {self._loss / self._batches:7.4f}  acc {self._acc / self._batches:6.2%}  "
-                   f"{self._samples / dt if dt > 0 else 0.0:>7,.0f}/s")
+        figures = (
+            f"loss {self._loss / self._batches:7.4f}  acc {self._acc / self._batches:6.2%}  "
+            f"{self._samples / dt if dt > 0 else 0.0:>7,.0f}/s"
+        )
         self._progress.update(self._task, advance=self._pending, figures=figures)
         self._pending = 0
 
@@ -391,8 +441,10 @@ class Reporter:
         if self.events is not None:
             self.events.add(m)
         test = f"auc {m.test_auc:.4f}" if m.test_auc is not None else f"acc {m.test_accuracy:6.2%}"
-        figures = (f"train loss {m.train_loss:.4f} acc {m.train_accuracy:6.2%}  test loss {m.test_loss:.4f} "
-                   f"{test}  {m.samples_per_sec:>8,.0f} samples/s")
+        figures = (
+            f"train loss {m.train_loss:.4f} acc {m.train_accuracy:6.2%}  test loss {m.test_loss:.4f} "
+            f"{test}  {m.samples_per_sec:>8,.0f} samples/s"
+        )
         if self._progress is not None:
             total = self._progress.tasks[0].total
             figures = f"test loss {m.test_loss:.4f} {test}  {m.samples_per_sec:>7,.0f}/s"
@@ -501,7 +553,13 @@ class RunWriter:
     def _save(self, program: Any, arrays: dict[str, Any], partial: dict[str, Any] | None) -> None:
         from asyncnet.model.checkpoint import save_arrays
 
-        extra = {"run": {"config": self.config, "data": self.data, "epochs": [m.to_dict() for m in self.epochs],
-                         "partial": partial}}
+        extra = {
+            "run": {
+                "config": self.config,
+                "data": self.data,
+                "epochs": [m.to_dict() for m in self.epochs],
+                "partial": partial,
+            }
+        }
         save_arrays(program.model, arrays, self.out / CHECKPOINT, extra)
         write_metrics(self.history(), self.out / METRICS, extra={"status": "running", "data": self.data})

@@ -17,25 +17,39 @@ from google.protobuf import descriptor_pb2, message_factory
 from caffe2.proto import caffe2_pb2
 
 _MESSAGES = [
-    ("ModelInfo", [("optional", "string", "project", 1, {}), ("optional", "string", "modelClass", 2, {}),
-                   ("optional", "string", "version", 3, {}),
-                   ("optional", "string", "predictorType", 4, {"default": "SINGLE_PREDICTOR"}),
-                   ("optional", "string", "modelId", 5, {})]),
+    (
+        "ModelInfo",
+        [
+            ("optional", "string", "project", 1, {}),
+            ("optional", "string", "modelClass", 2, {}),
+            ("optional", "string", "version", 3, {}),
+            ("optional", "string", "predictorType", 4, {"default": "SINGLE_PREDICTOR"}),
+            ("optional", "string", "modelId", 5, {}),
+        ],
+    ),
     ("BlobsMap", [("required", "string", "key", 1, {}), ("repeated", "string", "value", 2, {})]),
     ("NetsMap", [("required", "string", "key", 1, {}), ("required", ".caffe2.NetDef", "value", 2, {})]),
     ("PlansMap", [("required", "string", "key", 1, {}), ("required", ".caffe2.PlanDef", "value", 2, {})]),
     ("StringMap", [("required", "string", "key", 1, {}), ("required", "string", "value", 2, {})]),
-    ("MetaNetDef", [("repeated", ".caffe2.BlobsMap", "blobs", 1, {}), ("repeated", ".caffe2.NetsMap", "nets", 2, {}),
-                    ("optional", ".caffe2.ModelInfo", "modelInfo", 3, {}),
-                    ("repeated", ".caffe2.PlansMap", "plans", 4, {}),
-                    ("repeated", ".caffe2.StringMap", "applicationSpecificInfo", 5, {}),
-                    ("repeated", "string", "blobsOrder", 6, {}), ("repeated", "string", "preLoadBlobs", 7, {})]),
+    (
+        "MetaNetDef",
+        [
+            ("repeated", ".caffe2.BlobsMap", "blobs", 1, {}),
+            ("repeated", ".caffe2.NetsMap", "nets", 2, {}),
+            ("optional", ".caffe2.ModelInfo", "modelInfo", 3, {}),
+            ("repeated", ".caffe2.PlansMap", "plans", 4, {}),
+            ("repeated", ".caffe2.StringMap", "applicationSpecificInfo", 5, {}),
+            ("repeated", "string", "blobsOrder", 6, {}),
+            ("repeated", "string", "preLoadBlobs", 7, {}),
+        ],
+    ),
 ]
 
 
 def _file() -> descriptor_pb2.FileDescriptorProto:
-    fdp = descriptor_pb2.FileDescriptorProto(name="caffe2/proto/metanet.proto", package="caffe2", syntax="proto2",
-                                             dependency=["caffe2/proto/caffe2.proto"])
+    fdp = descriptor_pb2.FileDescriptorProto(
+        name="caffe2/proto/metanet.proto", package="caffe2", syntax="proto2", dependency=["caffe2/proto/caffe2.proto"]
+    )
     for name, fields in _MESSAGES:
         msg = fdp.message_type.add(name=name)
         for spec in fields:

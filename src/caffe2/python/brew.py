@@ -101,8 +101,10 @@ def Register(helper: Callable[..., Any]) -> Callable[..., Any]:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         model = args[0] if args else kwargs.get("model")
         if model is None or not hasattr(model, "arg_scope"):
-            raise RuntimeError("The first input of helper function should be model. Or you can provide it in kwargs "
-                               "as model=<your_model>.")
+            raise RuntimeError(
+                "The first input of helper function should be model. Or you can provide it in kwargs "
+                "as model=<your_model>."
+            )
         new_kwargs = copy.deepcopy(model.arg_scope)
         if not takes_any:
             new_kwargs = {k: v for k, v in new_kwargs.items() if k in params}
@@ -131,17 +133,35 @@ def _out(model: Any, blob_out: Any) -> Any:
 
 
 @Register
-def fc(model: Any, blob_in: Any, blob_out: Any, dim_in: int, dim_out: int, weight_init: Any = None,
-       bias_init: Any = None, WeightInitializer: Any = None, BiasInitializer: Any = None,
-       enable_tensor_core: bool = False, float16_compute: bool = False, **kwargs: Any) -> Any:
+def fc(
+    model: Any,
+    blob_in: Any,
+    blob_out: Any,
+    dim_in: int,
+    dim_out: int,
+    weight_init: Any = None,
+    bias_init: Any = None,
+    WeightInitializer: Any = None,
+    BiasInitializer: Any = None,
+    enable_tensor_core: bool = False,
+    float16_compute: bool = False,
+    **kwargs: Any,
+) -> Any:
     """A fully connected layer: ``blob_out = blob_in @ W.T + b``, W [dim_out, dim_in] (XavierFill), b zeros."""
     blob_out = _out(model, blob_out)
-    weight = model.create_param(param_name=blob_out + "_w", shape=[dim_out, dim_in],
-                                initializer=_init(model, WeightInitializer, weight_init, ("XavierFill", {})),
-                                tags=ParameterTags.WEIGHT)
+    weight = model.create_param(
+        param_name=blob_out + "_w",
+        shape=[dim_out, dim_in],
+        initializer=_init(model, WeightInitializer, weight_init, ("XavierFill", {})),
+        tags=ParameterTags.WEIGHT,
+    )
     bias_tags = [ParameterTags.BIAS] + ([ParameterTags.COMPUTED_PARAM] if "freeze_bias" in kwargs else [])
-    bias = model.create_param(param_name=blob_out + "_b", shape=[dim_out], tags=bias_tags,
-                              initializer=_init(model, BiasInitializer, bias_init, ("ConstantFill", {})))
+    bias = model.create_param(
+        param_name=blob_out + "_b",
+        shape=[dim_out],
+        tags=bias_tags,
+        initializer=_init(model, BiasInitializer, bias_init, ("ConstantFill", {})),
+    )
     if enable_tensor_core:
         kwargs["engine"] = "TENSORCORE"
     if float16_compute:
@@ -149,13 +169,32 @@ def fc(model: Any, blob_in: Any, blob_out: Any, dim_in: int, dim_out: int, weigh
     return model.net.FC([blob_in, weight, bias], blob_out, **kwargs)
 
 
-def _conv_base(model: Any, is_nd: bool, blob_in: Any, blob_out: Any, dim_in: int, dim_out: int, kernel: Any,
-               weight_init: Any = None, bias_init: Any = None, WeightInitializer: Any = None,
-               BiasInitializer: Any = None, group: int = 1, transform_inputs: Any = None, use_cudnn: bool = False,
-               order: str = "NCHW", cudnn_exhaustive_search: bool = False, ws_nbytes_limit: Any = None,
-               float16_compute: bool = False, **kwargs: Any) -> Any:
-    kernels = (kernel if isinstance(kernel, list) else [kernel]) if is_nd else (
-        kernel if isinstance(kernel, list) else [kernel] * 2)
+def _conv_base(
+    model: Any,
+    is_nd: bool,
+    blob_in: Any,
+    blob_out: Any,
+    dim_in: int,
+    dim_out: int,
+    kernel: Any,
+    weight_init: Any = None,
+    bias_init: Any = None,
+    WeightInitializer: Any = None,
+    BiasInitializer: Any = None,
+    group: int = 1,
+    transform_inputs: Any = None,
+    use_cudnn: bool = False,
+    order: str = "NCHW",
+    cudnn_exhaustive_search: bool = False,
+    ws_nbytes_limit: Any = None,
+    float16_compute: bool = False,
+    **kwargs: Any,
+) -> Any:
+    kernels = (
+        (kernel if isinstance(kernel, list) else [kernel])
+        if is_nd
+        else (kernel if isinstance(kernel, list) else [kernel] * 2)
+    )
     engine = kwargs.get("engine")
     if engine is not None and use_cudnn and engine != "CUDNN":
         raise ValueError('When use_cudnn=True, the only engine you can specify is "CUDNN"')
@@ -169,12 +208,22 @@ def _conv_base(model: Any, is_nd: bool, blob_in: Any, blob_out: Any, dim_in: int
     use_bias = not kwargs.pop("no_bias", False)
     blob_out = _out(model, blob_out)
     shape = [dim_out] + ([int(dim_in / group)] + kernels if order == "NCHW" else kernels + [int(dim_in / group)])
-    weight = model.create_param(param_name=blob_out + "_w", shape=shape, tags=ParameterTags.WEIGHT,
-                                initializer=_init(model, WeightInitializer, weight_init, ("XavierFill", {})))
+    weight = model.create_param(
+        param_name=blob_out + "_w",
+        shape=shape,
+        tags=ParameterTags.WEIGHT,
+        initializer=_init(model, WeightInitializer, weight_init, ("XavierFill", {})),
+    )
     inputs = [blob_in, weight]
     if use_bias:
-        inputs.append(model.create_param(param_name=blob_out + "_b", shape=[dim_out], tags=ParameterTags.BIAS,
-                                         initializer=_init(model, BiasInitializer, bias_init, ("ConstantFill", {}))))
+        inputs.append(
+            model.create_param(
+                param_name=blob_out + "_b",
+                shape=[dim_out],
+                tags=ParameterTags.BIAS,
+                initializer=_init(model, BiasInitializer, bias_init, ("ConstantFill", {})),
+            )
+        )
     if transform_inputs is not None:
         transform_inputs(model, blob_out, inputs)
     if float16_compute:
@@ -201,16 +250,30 @@ def conv_nd(model: Any, blob_in: Any, blob_out: Any, dim_in: int, dim_out: int, 
 
 
 @Register
-def conv_transpose(model: Any, blob_in: Any, blob_out: Any, dim_in: int, dim_out: int, kernel: int,
-                   weight_init: Any = None, bias_init: Any = None, use_cudnn: bool = False, order: str = "NCHW",
-                   cudnn_exhaustive_search: bool = False, ws_nbytes_limit: Any = None, **kwargs: Any) -> Any:
+def conv_transpose(
+    model: Any,
+    blob_in: Any,
+    blob_out: Any,
+    dim_in: int,
+    dim_out: int,
+    kernel: int,
+    weight_init: Any = None,
+    bias_init: Any = None,
+    use_cudnn: bool = False,
+    order: str = "NCHW",
+    cudnn_exhaustive_search: bool = False,
+    ws_nbytes_limit: Any = None,
+    **kwargs: Any,
+) -> Any:
     """A transposed convolution; weight [dim_in, dim_out, k, k] (NCHW)."""
     blob_out = _out(model, blob_out)
     shape = [dim_in, dim_out, kernel, kernel] if order == "NCHW" else [dim_in, kernel, kernel, dim_out]
-    weight = model.create_param(blob_out + "_w", shape, _init(model, None, weight_init, ("XavierFill", {})),
-                                ParameterTags.WEIGHT)
-    bias = model.create_param(blob_out + "_b", [dim_out], _init(model, None, bias_init, ("ConstantFill", {})),
-                              ParameterTags.BIAS)
+    weight = model.create_param(
+        blob_out + "_w", shape, _init(model, None, weight_init, ("XavierFill", {})), ParameterTags.WEIGHT
+    )
+    bias = model.create_param(
+        blob_out + "_b", [dim_out], _init(model, None, bias_init, ("ConstantFill", {})), ParameterTags.BIAS
+    )
     if use_cudnn:
         kwargs["engine"] = "CUDNN"
         kwargs["exhaustive_search"] = cudnn_exhaustive_search
@@ -226,15 +289,17 @@ def _cudnn(use_cudnn: bool, kwargs: dict[str, Any]) -> dict[str, Any]:
 
 
 @Register
-def max_pool(model: Any, blob_in: Any, blob_out: Any, use_cudnn: bool = False, order: str = "NCHW",
-             **kwargs: Any) -> Any:
+def max_pool(
+    model: Any, blob_in: Any, blob_out: Any, use_cudnn: bool = False, order: str = "NCHW", **kwargs: Any
+) -> Any:
     """MaxPool (``kernel``, ``stride``, ``pad``...)."""
     return model.net.MaxPool(blob_in, blob_out, order=order, **_cudnn(use_cudnn, kwargs))
 
 
 @Register
-def average_pool(model: Any, blob_in: Any, blob_out: Any, use_cudnn: bool = False, order: str = "NCHW",
-                 **kwargs: Any) -> Any:
+def average_pool(
+    model: Any, blob_in: Any, blob_out: Any, use_cudnn: bool = False, order: str = "NCHW", **kwargs: Any
+) -> Any:
     """AveragePool (``kernel``, ``stride``, ``pad``, ``global_pooling``...)."""
     return model.net.AveragePool(blob_in, blob_out, order=order, **_cudnn(use_cudnn, kwargs))
 
@@ -252,18 +317,20 @@ def tanh(model: Any, blob_in: Any, blob_out: Any, use_cudnn: bool = False, order
 
 
 @Register
-def sigmoid(model: Any, blob_in: Any, blob_out: Any, use_cudnn: bool = False, order: str = "NCHW", **kwargs: Any) -> Any:
+def sigmoid(
+    model: Any, blob_in: Any, blob_out: Any, use_cudnn: bool = False, order: str = "NCHW", **kwargs: Any
+) -> Any:
     """Sigmoid."""
     return model.net.Sigmoid(blob_in, blob_out, order=order, **_cudnn(use_cudnn, kwargs))
 
 
 @Register
-def prelu(model: Any, blob_in: Any, blob_out: Any, num_channels: int = 1, slope_init: Any = None,
-          **kwargs: Any) -> Any:
+def prelu(model: Any, blob_in: Any, blob_out: Any, num_channels: int = 1, slope_init: Any = None, **kwargs: Any) -> Any:
     """PRelu with a learned slope of ``num_channels`` (0.25 at first)."""
     slope_init = slope_init if slope_init else ("ConstantFill", {"value": 0.25})
-    slope = model.create_param(blob_out + "_slope", [num_channels], _init(model, None, slope_init, slope_init),
-                               ParameterTags.WEIGHT)
+    slope = model.create_param(
+        blob_out + "_slope", [num_channels], _init(model, None, slope_init, slope_init), ParameterTags.WEIGHT
+    )
     return model.net.PRelu([blob_in, slope], [blob_out])
 
 
@@ -271,7 +338,9 @@ def prelu(model: Any, blob_in: Any, blob_out: Any, num_channels: int = 1, slope_
 def softmax(model: Any, blob_in: Any, blob_out: Any = None, use_cudnn: bool = False, **kwargs: Any) -> Any:
     """Softmax."""
     kwargs = _cudnn(use_cudnn, kwargs)
-    return model.net.Softmax(blob_in, blob_out, **kwargs) if blob_out is not None else model.net.Softmax(blob_in, **kwargs)
+    return (
+        model.net.Softmax(blob_in, blob_out, **kwargs) if blob_out is not None else model.net.Softmax(blob_in, **kwargs)
+    )
 
 
 @Register
@@ -284,24 +353,47 @@ def dropout(model: Any, blob_in: Any, blob_out: Any, use_cudnn: bool = False, **
 
 
 @Register
-def spatial_bn(model: Any, blob_in: Any, blob_out: Any, dim_in: int, init_scale: float = 1.0, init_bias: float = 0.0,
-               ScaleInitializer: Any = None, BiasInitializer: Any = None, RunningMeanInitializer: Any = None,
-               RunningVarianceInitializer: Any = None, order: str = "NCHW", **kwargs: Any) -> Any:
+def spatial_bn(
+    model: Any,
+    blob_in: Any,
+    blob_out: Any,
+    dim_in: int,
+    init_scale: float = 1.0,
+    init_bias: float = 0.0,
+    ScaleInitializer: Any = None,
+    BiasInitializer: Any = None,
+    RunningMeanInitializer: Any = None,
+    RunningVarianceInitializer: Any = None,
+    order: str = "NCHW",
+    **kwargs: Any,
+) -> Any:
     """SpatialBN with a learned scale and bias and running mean and variance (computed params)."""
     blob_out = _out(model, blob_out)
     const = ("ConstantFill", {})
-    scale = model.create_param(blob_out + "_s", [dim_in],
-                               _init(model, ScaleInitializer, ("ConstantFill", {"value": init_scale}), const),
-                               ParameterTags.WEIGHT)
-    bias = model.create_param(blob_out + "_b", [dim_in],
-                              _init(model, BiasInitializer, ("ConstantFill", {"value": init_bias}), const),
-                              ParameterTags.BIAS)
-    rm = model.create_param(blob_out + "_rm", [dim_in],
-                            _init(model, RunningMeanInitializer, ("ConstantFill", {"value": 0.0}), const),
-                            ParameterTags.COMPUTED_PARAM)
-    riv = model.create_param(blob_out + "_riv", [dim_in],
-                             _init(model, RunningVarianceInitializer, ("ConstantFill", {"value": 1.0}), const),
-                             ParameterTags.COMPUTED_PARAM)
+    scale = model.create_param(
+        blob_out + "_s",
+        [dim_in],
+        _init(model, ScaleInitializer, ("ConstantFill", {"value": init_scale}), const),
+        ParameterTags.WEIGHT,
+    )
+    bias = model.create_param(
+        blob_out + "_b",
+        [dim_in],
+        _init(model, BiasInitializer, ("ConstantFill", {"value": init_bias}), const),
+        ParameterTags.BIAS,
+    )
+    rm = model.create_param(
+        blob_out + "_rm",
+        [dim_in],
+        _init(model, RunningMeanInitializer, ("ConstantFill", {"value": 0.0}), const),
+        ParameterTags.COMPUTED_PARAM,
+    )
+    riv = model.create_param(
+        blob_out + "_riv",
+        [dim_in],
+        _init(model, RunningVarianceInitializer, ("ConstantFill", {"value": 1.0}), const),
+        ParameterTags.COMPUTED_PARAM,
+    )
     inputs = [blob_in, scale, bias, rm, riv]
     if kwargs.get("is_test"):
         return model.net.SpatialBN(inputs, [blob_out], order=order, **kwargs)
@@ -310,15 +402,29 @@ def spatial_bn(model: Any, blob_in: Any, blob_out: Any, dim_in: int, init_scale:
 
 
 @Register
-def layer_norm(model: Any, blob_in: Any, blob_out: Any, dim_in: int, axis: int = 1, epsilon: float = 1e-4,
-               initial_scale: float = 1.0, initial_bias: float = 0.0) -> Any:
+def layer_norm(
+    model: Any,
+    blob_in: Any,
+    blob_out: Any,
+    dim_in: int,
+    axis: int = 1,
+    epsilon: float = 1e-4,
+    initial_scale: float = 1.0,
+    initial_bias: float = 0.0,
+) -> Any:
     """LayerNorm with a learned scale and bias; returns (output, mean, std)."""
-    scale = model.create_param(blob_out + "_scale", [dim_in], initializers.Initializer("ConstantFill", value=initial_scale),
-                               ParameterTags.WEIGHT)
-    bias = model.create_param(blob_out + "_bias", [dim_in], initializers.Initializer("ConstantFill", value=initial_bias),
-                              ParameterTags.BIAS)
-    normalized, mean, std = model.net.LayerNorm(blob_in, [blob_out + "_normalized", blob_out + "_mean",
-                                                          blob_out + "_std"], axis=axis, epsilon=epsilon)
+    scale = model.create_param(
+        blob_out + "_scale",
+        [dim_in],
+        initializers.Initializer("ConstantFill", value=initial_scale),
+        ParameterTags.WEIGHT,
+    )
+    bias = model.create_param(
+        blob_out + "_bias", [dim_in], initializers.Initializer("ConstantFill", value=initial_bias), ParameterTags.BIAS
+    )
+    normalized, mean, std = model.net.LayerNorm(
+        blob_in, [blob_out + "_normalized", blob_out + "_mean", blob_out + "_std"], axis=axis, epsilon=epsilon
+    )
     scaled = model.net.Mul([normalized, scale], [blob_out + "_scaled"], broadcast=1, axis=axis)
     biased = model.net.Add([scaled, bias], [blob_out], broadcast=1, axis=axis)
     return biased, mean, std
@@ -368,13 +474,16 @@ def depth_concat(model: Any, blobs_in: Any, blob_out: Any, **kwargs: Any) -> Any
 
 
 @Register
-def elementwise_linear(model: Any, blob_in: Any, blob_out: Any, dim: int, weight_init: Any = None,
-                       bias_init: Any = None, **kwargs: Any) -> Any:
+def elementwise_linear(
+    model: Any, blob_in: Any, blob_out: Any, dim: int, weight_init: Any = None, bias_init: Any = None, **kwargs: Any
+) -> Any:
     """``blob_out = blob_in * w + b`` per column (ElementwiseLinear)."""
-    w = model.create_param(blob_out + "_w", [dim], _init(model, None, weight_init, ("ConstantFill", {"value": 1.0})),
-                           ParameterTags.WEIGHT)
-    b = model.create_param(blob_out + "_b", [dim], _init(model, None, bias_init, ("ConstantFill", {"value": 0.0})),
-                           ParameterTags.BIAS)
+    w = model.create_param(
+        blob_out + "_w", [dim], _init(model, None, weight_init, ("ConstantFill", {"value": 1.0})), ParameterTags.WEIGHT
+    )
+    b = model.create_param(
+        blob_out + "_b", [dim], _init(model, None, bias_init, ("ConstantFill", {"value": 0.0})), ParameterTags.BIAS
+    )
     return model.net.ElementwiseLinear([blob_in, w, b], blob_out, **kwargs)
 
 
@@ -395,8 +504,15 @@ def accuracy(model: Any, blob_in: Any, blob_out: Any, **kwargs: Any) -> None:
 def iter(model: Any, blob_out: Any, **kwargs: Any) -> Any:
     """An int64 [1] counter (0 in the init net) that ``Iter`` adds one to per run."""
     kwargs.pop("device_option", None)
-    model.param_init_net.ConstantFill([], blob_out, shape=[1], value=0, dtype=core.DataType.INT64,
-                                      device_option=core.DeviceOption(caffe2_pb2.CPU, 0), **kwargs)
+    model.param_init_net.ConstantFill(
+        [],
+        blob_out,
+        shape=[1],
+        value=0,
+        dtype=core.DataType.INT64,
+        device_option=core.DeviceOption(caffe2_pb2.CPU, 0),
+        **kwargs,
+    )
     return model.net.Iter(blob_out, blob_out, **kwargs)
 
 

@@ -115,8 +115,14 @@ def IsGPUDeviceType(device_type: int) -> bool:
     return device_type in (caffe2_pb2.CUDA, caffe2_pb2.HIP)
 
 
-def DeviceOption(device_type: int, device_id: int = 0, random_seed: int | None = None, node_name: str | None = None,
-                 numa_node_id: int | None = None, extra_info: Iterable[str] | None = None) -> Any:
+def DeviceOption(
+    device_type: int,
+    device_id: int = 0,
+    random_seed: int | None = None,
+    node_name: str | None = None,
+    numa_node_id: int | None = None,
+    extra_info: Iterable[str] | None = None,
+) -> Any:
     """A ``caffe2_pb2.DeviceOption`` with ``device_type`` and ``device_id`` set (as Caffe2 writes it)."""
     option = caffe2_pb2.DeviceOption(device_type=device_type, device_id=device_id)
     if node_name is not None:
@@ -199,7 +205,7 @@ class BlobReference:
         return self._name[: self._name.rfind(scope._NAMESCOPE_SEPARATOR) + 1]
 
     def GetUnscopedName(self) -> str:
-        return self._name[self._name.rfind(scope._NAMESCOPE_SEPARATOR) + 1:]
+        return self._name[self._name.rfind(scope._NAMESCOPE_SEPARATOR) + 1 :]
 
     def _CreateAndAddToNet(self, op_type: str, inputs: Any = None, *args: Any, **kwargs: Any) -> Any:
         inputs = [] if inputs is None else inputs
@@ -212,11 +218,15 @@ class BlobReference:
         if op_type.startswith("__") or op_type in ("_name", "_from_net", "meta"):
             raise AttributeError(op_type)
         if self._from_net is None:
-            raise AttributeError("You cannot use a blob reference that does not have a net source to create "
-                                 "operators. Create the operator from an explicit net object.")
+            raise AttributeError(
+                "You cannot use a blob reference that does not have a net source to create "
+                "operators. Create the operator from an explicit net object."
+            )
         if not IsOperator(op_type):
-            raise AttributeError(f"Method {op_type} is not a registered operator. Did you mean: "
-                                 f"[{','.join(near_names(op_type, _registered()))}]")
+            raise AttributeError(
+                f"Method {op_type} is not a registered operator. Did you mean: "
+                f"[{','.join(near_names(op_type, _registered()))}]"
+            )
         return lambda *args, **kwargs: self._CreateAndAddToNet(op_type, *args, **kwargs)
 
 
@@ -250,9 +260,18 @@ def _RectifyInputOutput(blobs: Any, net: Net | None = None) -> list[BlobReferenc
     raise TypeError(f"Unknown input/output type: {blobs!s} of type {type(blobs)}.")
 
 
-def CreateOperator(operator_type: str, inputs: Any, outputs: Any, name: str = "", control_input: Any = None,
-                   device_option: Any = None, arg: Any = None, engine: str | None = None, debug_info: str | None = None,
-                   **kwargs: Any) -> Any:
+def CreateOperator(
+    operator_type: str,
+    inputs: Any,
+    outputs: Any,
+    name: str = "",
+    control_input: Any = None,
+    device_option: Any = None,
+    arg: Any = None,
+    engine: str | None = None,
+    debug_info: str | None = None,
+    **kwargs: Any,
+) -> Any:
     """A ``caffe2_pb2.OperatorDef`` (string blob names take the current name scope; the device
     option is the given one, else the current DeviceScope's; ``None`` arguments are left out)."""
     op = caffe2_pb2.OperatorDef(type=operator_type, name=name)
@@ -328,8 +347,12 @@ class Net:
             if not inplace:
                 self._net.CopyFrom(name_or_proto)
             prefix = self._net.name + "_blob_"
-            indices = [int(s[len(prefix):]) for op in self._net.op for s in (*op.input, *op.output)
-                       if s.startswith(prefix) and s[len(prefix):].isdigit()]
+            indices = [
+                int(s[len(prefix) :])
+                for op in self._net.op
+                for s in (*op.input, *op.output)
+                if s.startswith(prefix) and s[len(prefix) :].isdigit()
+            ]
             self._next_name_index = max(indices) + 1 if indices else 0
             name = self._net.name
         elif isinstance(name_or_proto, str):
@@ -481,8 +504,10 @@ class Net:
         if op_type.startswith("_"):
             raise AttributeError(op_type)
         if not IsOperator(op_type):
-            raise AttributeError(f"Method {op_type} is not a registered operator. Did you mean: "
-                                 f"[{','.join(near_names(op_type, _registered()))}]")
+            raise AttributeError(
+                f"Method {op_type} is not a registered operator. Did you mean: "
+                f"[{','.join(near_names(op_type, _registered()))}]"
+            )
         return lambda *args, **kwargs: self._CreateAndAddToSelf(op_type, *args, **kwargs)
 
     def __dir__(self) -> list[str]:
@@ -493,8 +518,11 @@ class Net:
         if isinstance(array, bool):
             return self.ConstantFill([], blob_out or 1, dtype=DataType.BOOL, value=array)
         array = np.array(array) if dtype is None else np.array(array, dtype=dtype)
-        fill = {np.dtype(np.int32): "GivenTensorIntFill", np.dtype(np.int64): "GivenTensorInt64Fill",
-                np.dtype(np.bool_): "GivenTensorBoolFill"}.get(array.dtype, "GivenTensorFill")
+        fill = {
+            np.dtype(np.int32): "GivenTensorIntFill",
+            np.dtype(np.int64): "GivenTensorInt64Fill",
+            np.dtype(np.bool_): "GivenTensorBoolFill",
+        }.get(array.dtype, "GivenTensorFill")
         if array.dtype.kind in "SUO":
             fill = "GivenTensorStringFill"
         return getattr(self, fill)([], blob_out or 1, shape=list(array.shape), values=array.ravel().tolist())
@@ -517,8 +545,15 @@ class Net:
         self._ExtendOps(ops)
         return self
 
-    def Clone(self, name: str, blob_remap: dict[str, str] | None = None, op_id_mask: list[int] | None = None,
-              remap_funcs: Any = None, keep_schema: bool = True, update_external_list: bool = False) -> Net:
+    def Clone(
+        self,
+        name: str,
+        blob_remap: dict[str, str] | None = None,
+        op_id_mask: list[int] | None = None,
+        remap_funcs: Any = None,
+        keep_schema: bool = True,
+        update_external_list: bool = False,
+    ) -> Net:
         """A copy named ``name`` with blob names remapped by ``blob_remap`` and only the ops in ``op_id_mask``."""
         remap = {str(k): str(v) for k, v in (blob_remap or {}).items()}
         proto = caffe2_pb2.NetDef()
@@ -577,8 +612,15 @@ class Net:
         builder = an.Net(self.Name())
         for i, pb_op in enumerate(self._net.op[skip:]):
             op = drop_unknown_args(op_to_asyncnet(pb_op, f"ops[{i + skip}]"), f"ops[{i + skip}]")
-            builder.add_op(op.type, op.inputs, op.outputs, name=op.name, device_option=op.device_option,
-                           control_inputs=op.control_inputs, **op.args)
+            builder.add_op(
+                op.type,
+                op.inputs,
+                op.outputs,
+                name=op.name,
+                device_option=op.device_option,
+                control_inputs=op.control_inputs,
+                **op.args,
+            )
         start = len(builder.ops)
         loss = losses[0]
         if len(losses) > 1:
@@ -586,7 +628,7 @@ class Net:
             builder.add_op("Sum", losses, [loss])
         grads = add_gradient_ops(builder, loss)
         new_ops = [op_from_asyncnet(op) for op in builder.ops[start:]]
-        for op in new_ops[1 if len(losses) > 1 else 0:]:
+        for op in new_ops[1 if len(losses) > 1 else 0 :]:
             op.is_gradient_op = True
         self._ExtendOps(new_ops)
         return {k: _grad_ref(v, self) for k, v in grads.items()}
@@ -613,8 +655,10 @@ def _loss_names(ys: Any, net: Net | None = None) -> list[str]:
         given = {str(k): str(v) for k, v in ys.items() if v is not None}
         other = sorted(k for k, g in given.items() if net is None or not _is_ones_seed(net, k, g))
         if other:
-            raise NetDefinitionError(f"AddGradientOperators: given output gradients for {other} are not supported; "
-                                     "pass the losses (each is seeded with ones), or a ConstantFill(loss, value=1)")
+            raise NetDefinitionError(
+                f"AddGradientOperators: given output gradients for {other} are not supported; "
+                "pass the losses (each is seeded with ones), or a ConstantFill(loss, value=1)"
+            )
         return [str(k) for k in ys]
     names = [str(y) for y in ys]
     if not names:
@@ -804,11 +848,19 @@ def _find_net(step: ExecutionStep, name: str) -> Net:
     return net
 
 
-def execution_step(default_name: str, steps_or_nets: Any, num_iter: int | None = None, report_net: Net | None = None,
-                   report_interval: int | None = None, concurrent_substeps: bool | None = None,
-                   should_stop_blob: Any = None, only_once: bool | None = None,
-                   num_concurrent_instances: int | None = None, create_workspace: bool = False,
-                   run_every_ms: int | None = None) -> ExecutionStep:
+def execution_step(
+    default_name: str,
+    steps_or_nets: Any,
+    num_iter: int | None = None,
+    report_net: Net | None = None,
+    report_interval: int | None = None,
+    concurrent_substeps: bool | None = None,
+    should_stop_blob: Any = None,
+    only_once: bool | None = None,
+    num_concurrent_instances: int | None = None,
+    create_workspace: bool = False,
+    run_every_ms: int | None = None,
+) -> ExecutionStep:
     """An ExecutionStep of nets or substeps with Caffe2's options."""
     if should_stop_blob is not None and num_iter is not None:
         raise ValueError("Cannot set both should_stop_blob and num_iter.")
@@ -852,4 +904,3 @@ def to_execution_step(step_or_nets: Any, default_name: str | None = None) -> Exe
     if not default_name and hasattr(step_or_nets, "name"):
         default_name = step_or_nets.name
     return execution_step(default_name or "", step_or_nets)
-

@@ -52,7 +52,7 @@ log = logging.getLogger("data_parallel_model")
 def stripBlobName(param: Any) -> str:
     """The blob name without its device scope (``cpu_0/fc_w`` -> ``fc_w``)."""
     name = str(param.values if isinstance(param, core.GradientSlice) else param)
-    return name[name.index(scope._NAMESCOPE_SEPARATOR) + 1:] if scope._NAMESCOPE_SEPARATOR in name else name
+    return name[name.index(scope._NAMESCOPE_SEPARATOR) + 1 :] if scope._NAMESCOPE_SEPARATOR in name else name
 
 
 def _device_of(model: Any, blob: Any) -> int:
@@ -60,7 +60,7 @@ def _device_of(model: Any, blob: Any) -> int:
     name = str(blob)
     if not name.startswith(prefix) or scope._NAMESCOPE_SEPARATOR not in name:
         raise ValueError(f"blob {name!r} is not in a device scope {prefix}<d>/")
-    return int(name[len(prefix):name.index(scope._NAMESCOPE_SEPARATOR)])
+    return int(name[len(prefix) : name.index(scope._NAMESCOPE_SEPARATOR)])
 
 
 def _group_by_device(model: Any, blobs: list[Any]) -> OrderedDict[str, dict[int, Any]]:
@@ -71,27 +71,48 @@ def _group_by_device(model: Any, blobs: list[Any]) -> OrderedDict[str, dict[int,
     return grouped
 
 
-def _check_supported(devices: list[int], cpu_device: bool, rendezvous: Any, shared_model: bool,
-                     combine_spatial_bn: bool) -> None:
+def _check_supported(
+    devices: list[int], cpu_device: bool, rendezvous: Any, shared_model: bool, combine_spatial_bn: bool
+) -> None:
     if not cpu_device:
-        raise NotImplementedError("data_parallel_model: GPU devices are not supported here; use cpu_device=True "
-                                  "(asyncnet runs CUDA nets through its own DeviceOption('cuda', i))")
+        raise NotImplementedError(
+            "data_parallel_model: GPU devices are not supported here; use cpu_device=True "
+            "(asyncnet runs CUDA nets through its own DeviceOption('cuda', i))"
+        )
     if rendezvous is not None:
-        raise NotImplementedError("data_parallel_model: multi-host rendezvous (Gloo) is not supported; asyncnet "
-                                  "trains across processes and hosts with its GradientSync backends (torchrun)")
+        raise NotImplementedError(
+            "data_parallel_model: multi-host rendezvous (Gloo) is not supported; asyncnet "
+            "trains across processes and hosts with its GradientSync backends (torchrun)"
+        )
     if len(devices) > 1 and (shared_model or combine_spatial_bn):
         raise NotImplementedError("data_parallel_model: shared_model and combine_spatial_bn work with one device here")
 
 
-def Parallelize(model_helper_obj: Any, input_builder_fun: Callable[[Any], Any],
-                forward_pass_builder_fun: Callable[[Any, float], Any], param_update_builder_fun: Any = None,
-                optimizer_builder_fun: Any = None, post_sync_builder_fun: Any = None,
-                pre_grad_net_transformer_fun: Any = None, net_transformer_fun: Any = None, devices: Any = None,
-                rendezvous: Any = None, net_type: str = "dag", broadcast_computed_params: bool = True,
-                optimize_gradient_memory: bool = False, dynamic_memory_management: bool = False,
-                blobs_to_keep: Any = None, use_nccl: bool = False, max_concurrent_distributed_ops: int = 16,
-                cpu_device: bool = False, ideep: bool = False, num_threads_per_device: int = 4,
-                shared_model: bool = False, combine_spatial_bn: bool = False, **kwargs: Any) -> None:
+def Parallelize(
+    model_helper_obj: Any,
+    input_builder_fun: Callable[[Any], Any],
+    forward_pass_builder_fun: Callable[[Any, float], Any],
+    param_update_builder_fun: Any = None,
+    optimizer_builder_fun: Any = None,
+    post_sync_builder_fun: Any = None,
+    pre_grad_net_transformer_fun: Any = None,
+    net_transformer_fun: Any = None,
+    devices: Any = None,
+    rendezvous: Any = None,
+    net_type: str = "dag",
+    broadcast_computed_params: bool = True,
+    optimize_gradient_memory: bool = False,
+    dynamic_memory_management: bool = False,
+    blobs_to_keep: Any = None,
+    use_nccl: bool = False,
+    max_concurrent_distributed_ops: int = 16,
+    cpu_device: bool = False,
+    ideep: bool = False,
+    num_threads_per_device: int = 4,
+    shared_model: bool = False,
+    combine_spatial_bn: bool = False,
+    **kwargs: Any,
+) -> None:
     """Replicate the model on CPU ``devices`` and synchronize their gradients (see the module doc)."""
     model = model_helper_obj
     devices = list(devices if devices is not None else [0])
@@ -117,7 +138,7 @@ def Parallelize(model_helper_obj: Any, input_builder_fun: Callable[[Any], Any],
             if updates and (not isinstance(losses, list) or not all(isinstance(x, core.BlobReference) for x in losses)):
                 raise TypeError("Model builder function must return list of loss blobs")
             losses_by_device[d] = losses
-    model._device_grouped_blobs = _group_by_device(model, model.params[len(non_datapar):])
+    model._device_grouped_blobs = _group_by_device(model, model.params[len(non_datapar) :])
     model._device_grouped_blobs.update(_group_by_device(model, model.GetComputedParams("")))
     model._param_names = list(model._device_grouped_blobs)
     if pre_grad_net_transformer_fun:
@@ -125,7 +146,7 @@ def Parallelize(model_helper_obj: Any, input_builder_fun: Callable[[Any], Any],
     if not updates:
         return
     _add_gradient_operators(model, devices, losses_by_device)
-    grads = [model.param_to_grad[p] for p in model.params[len(non_datapar):] if p in model.param_to_grad]
+    grads = [model.param_to_grad[p] for p in model.params[len(non_datapar) :] if p in model.param_to_grad]
     grouped_grads = _group_by_device(model, grads)
     model._device_grouped_blobs.update(grouped_grads)
     model._grad_names = list(grouped_grads)
@@ -178,7 +199,9 @@ def _all_reduce(model: Any, net: Any, by_device: dict[int, Any], devices: list[i
     if len(devices) < 2:
         return
     if any(isinstance(g, core.GradientSlice) for g in by_device.values()):
-        raise NotImplementedError("data_parallel_model: sparse (GradientSlice) gradients across devices are not supported")
+        raise NotImplementedError(
+            "data_parallel_model: sparse (GradientSlice) gradients across devices are not supported"
+        )
     first = by_device[devices[0]]
     with core.DeviceScope(core.DeviceOption(model._device_type, devices[0])):
         net.Sum([by_device[d] for d in devices], first, name="dpm")
@@ -217,8 +240,11 @@ def GetCheckpointParams(model: Any) -> set[Any]:
     """The blobs of a complete checkpoint: the first device's data-parallel blobs and the iteration counters."""
     blobs, _ = _sync_blobs(model)
     first = {b for b in blobs if str(b).startswith(f"{model._device_prefix}_{model._devices[0]}/")}
-    iters = {op.output[0] for op in model.net.Proto().op
-             if op.type in ("Iter", "AtomicIter") and not op.output[0].startswith(f"{model._device_prefix}_")}
+    iters = {
+        op.output[0]
+        for op in model.net.Proto().op
+        if op.type in ("Iter", "AtomicIter") and not op.output[0].startswith(f"{model._device_prefix}_")
+    }
     return first | {core.BlobReference(b) for b in iters}
 
 

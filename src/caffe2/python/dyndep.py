@@ -26,8 +26,10 @@ def InitOpsLibrary(name: str, trigger_lazy: bool = True) -> None:
     if not os.path.exists(name):
         print(f"Ignoring {name} as it is not a valid file.")
         return
-    raise OpsLibraryError(f"cannot load the Caffe2 C++ operator library {name}: asyncnet runs Python operators; "
-                          "register the operators you need with asyncnet.register_op (see docs/caffe2.md)")
+    raise OpsLibraryError(
+        f"cannot load the Caffe2 C++ operator library {name}: asyncnet runs Python operators; "
+        "register the operators you need with asyncnet.register_op (see docs/caffe2.md)"
+    )
 
 
 def GetImportedOpsLibraries() -> set[str]:

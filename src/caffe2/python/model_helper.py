@@ -23,9 +23,15 @@ class ModelHelper:
     :meth:`AddGradientOperators`, ``param_to_grad``. Op types not defined here are methods of
     ``net`` (``model.Relu(...)`` is ``model.net.Relu(...)``)."""
 
-    def __init__(self, name: str | None = None, init_params: bool = True, allow_not_known_ops: bool = True,
-                 skip_sparse_optim: bool = False, param_model: ModelHelper | None = None,
-                 arg_scope: dict[str, Any] | None = None):
+    def __init__(
+        self,
+        name: str | None = None,
+        init_params: bool = True,
+        allow_not_known_ops: bool = True,
+        skip_sparse_optim: bool = False,
+        param_model: ModelHelper | None = None,
+        arg_scope: dict[str, Any] | None = None,
+    ):
         self.name = name or "model"
         self.net = core.Net(self.name)
         if param_model is not None:
@@ -63,11 +69,16 @@ class ModelHelper:
     def create_param(self, param_name: Any, shape: Any, initializer: Any, tags: Any = None) -> Any:
         """The blob of parameter ``param_name`` (scoped), filled by ``initializer`` in the init net
         (made once: a second call with the same name and shape returns the same blob)."""
-        name = str(param_name) if isinstance(param_name, core.BlobReference) else scope.CurrentNameScope() + str(param_name)
+        name = (
+            str(param_name)
+            if isinstance(param_name, core.BlobReference)
+            else scope.CurrentNameScope() + str(param_name)
+        )
         if name in self._parameters_info:
             if self._parameters_info[name].shape != shape:
-                raise ValueError(f"parameter {name!r} exists with shape {self._parameters_info[name].shape}, "
-                                 f"asked for {shape}")
+                raise ValueError(
+                    f"parameter {name!r} exists with shape {self._parameters_info[name].shape}, asked for {shape}"
+                )
             return self._parameters_info[name].blob
         info = initializer.create_param(param_name=core.BlobReference(name), init_net=self.param_init_net, shape=shape)
         self._parameters_info[name] = info
@@ -119,8 +130,11 @@ class ModelHelper:
         if not self.gradient_ops_added:
             raise RuntimeError("Need to call AddGradientOperators first")
         param_to_grad = self.get_param_to_grad(params) if params else self.param_to_grad
-        return [self.get_param_info(p) for p, g in param_to_grad.items()
-                if not self.skip_sparse_optim or not isinstance(g, core.GradientSlice)]
+        return [
+            self.get_param_info(p)
+            for p, g in param_to_grad.items()
+            if not self.skip_sparse_optim or not isinstance(g, core.GradientSlice)
+        ]
 
     # -- nets ------------------------------------------------------------------------------------
     def Validate(self) -> list[str]:
@@ -157,8 +171,9 @@ class ModelHelper:
     def CreateDB(self, blob_out: Any, db: str, db_type: str, **kwargs: Any) -> Any:
         return self.param_init_net.CreateDB([], blob_out, db=db, db_type=db_type, **kwargs)
 
-    def TensorProtosDBInput(self, unused_blob_in: Any, blob_out: Any, batch_size: int, db: str, db_type: str,
-                            **kwargs: Any) -> Any:
+    def TensorProtosDBInput(
+        self, unused_blob_in: Any, blob_out: Any, batch_size: int, db: str, db_type: str, **kwargs: Any
+    ) -> Any:
         dbreader_name = "dbreader_" + db
         dbreader = self.param_init_net.CreateDB([], dbreader_name, db=db, db_type=db_type)
         return self.net.TensorProtosDBInput(dbreader, blob_out, batch_size=batch_size)
@@ -177,8 +192,14 @@ class ModelHelper:
         return sorted(set(super().__dir__()) | set(dir(self.net)))
 
 
-def ExtractPredictorNet(net_proto: Any, input_blobs: Any, output_blobs: Any, device: Any = None,
-                        renames: dict[str, str] | None = None, disabled_inputs: Any = None) -> tuple[Any, list[Any]]:
+def ExtractPredictorNet(
+    net_proto: Any,
+    input_blobs: Any,
+    output_blobs: Any,
+    device: Any = None,
+    renames: dict[str, str] | None = None,
+    disabled_inputs: Any = None,
+) -> tuple[Any, list[Any]]:
     """The ops of ``net_proto`` needed to compute ``output_blobs`` from ``input_blobs`` (gradient
     and training-only ops left out), as a new net; returns (net, the parameters it reads)."""
     renames = renames or {}
@@ -206,5 +227,3 @@ def ExtractPredictorNet(net_proto: Any, input_blobs: Any, output_blobs: Any, dev
     net.Proto().external_input.extend([renames.get(b, b) for b in sorted(inputs)] + params)
     net.Proto().external_output.extend(renames.get(b, b) for b in outputs)
     return net, [core.BlobReference(p) for p in params]
-
-

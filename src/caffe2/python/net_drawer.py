@@ -19,8 +19,10 @@ def _pydot() -> Any:
     try:
         import pydot
     except ImportError:
-        raise ImportError("caffe2.python.net_drawer needs pydot (pip install pydot) and graphviz to render; "
-                          "`asyncnet graph NET.pb -o net.svg` draws a net without them") from None
+        raise ImportError(
+            "caffe2.python.net_drawer needs pydot (pip install pydot) and graphviz to render; "
+            "`asyncnet graph NET.pb -o net.svg` draws a net without them"
+        ) from None
     return pydot
 
 
@@ -32,8 +34,13 @@ def _ops(operators_or_net: Any) -> list[Any]:
     return list(operators_or_net)
 
 
-def GetPydotGraph(operators_or_net: Any, name: str | None = None, rankdir: str = "LR",
-                  op_node_producer: Any = None, blob_node_producer: Any = None) -> Any:
+def GetPydotGraph(
+    operators_or_net: Any,
+    name: str | None = None,
+    rankdir: str = "LR",
+    op_node_producer: Any = None,
+    blob_node_producer: Any = None,
+) -> Any:
     """Every op (a box) and blob (an octagon), edges from blobs to the ops reading them and on to their outputs."""
     pydot = _pydot()
     graph = pydot.Dot(name or "net", rankdir=rankdir)
@@ -56,8 +63,9 @@ def GetPydotGraph(operators_or_net: Any, name: str | None = None, rankdir: str =
     return graph
 
 
-def GetPydotGraphMinimal(operators_or_net: Any, name: str | None = None, rankdir: str = "LR",
-                         minimal_dependency: bool = False) -> Any:
+def GetPydotGraphMinimal(
+    operators_or_net: Any, name: str | None = None, rankdir: str = "LR", minimal_dependency: bool = False
+) -> Any:
     """Ops only, an edge where one op reads what another wrote."""
     pydot = _pydot()
     graph = pydot.Dot(name or "net", rankdir=rankdir)

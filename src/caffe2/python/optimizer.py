@@ -89,8 +89,16 @@ class Optimizer:
             return self.get_gpu_blob_name(base_str, dev.device_id, dev.node_name)
         return self.get_cpu_blob_name(base_str, dev.node_name)
 
-    def build_lr(self, net: Any, param_init_net: Any, base_learning_rate: float, learning_rate_blob: Any = None,
-                 policy: str = "fixed", iter_val: int = 0, **kwargs: Any) -> tuple[Any, Any]:
+    def build_lr(
+        self,
+        net: Any,
+        param_init_net: Any,
+        base_learning_rate: float,
+        learning_rate_blob: Any = None,
+        policy: str = "fixed",
+        iter_val: int = 0,
+        **kwargs: Any,
+    ) -> tuple[Any, Any]:
         """The learning-rate blob (``LearningRate`` with ``base_lr = -base_learning_rate``) and the iteration counter."""
         if learning_rate_blob is None:
             learning_rate_blob = self.make_unique_blob_name("lr")
@@ -140,8 +148,16 @@ def _one(param_init_net: Any, with_node_name: bool = True) -> Any:
 class SgdOptimizer(Optimizer):
     """SGD, with optional (Nesterov) momentum."""
 
-    def __init__(self, base_learning_rate: float = 0.01, policy: str = "fixed", momentum: float = 0.0,
-                 nesterov: bool = True, sparse_dedup_aggregator: str | None = None, lars: Any = None, **kwargs: Any):
+    def __init__(
+        self,
+        base_learning_rate: float = 0.01,
+        policy: str = "fixed",
+        momentum: float = 0.0,
+        nesterov: bool = True,
+        sparse_dedup_aggregator: str | None = None,
+        lars: Any = None,
+        **kwargs: Any,
+    ):
         super().__init__()
         self.base_learning_rate = base_learning_rate
         self.policy = policy
@@ -158,8 +174,13 @@ class SgdOptimizer(Optimizer):
         if self.base_learning_rate < 0:
             raise ValueError(f"Expect positive base learning rate, got {self.base_learning_rate}")
         lr_sign = -1 if self.momentum else 1
-        lr, _ = self.build_lr(net, param_init_net, base_learning_rate=self.base_learning_rate * lr_sign,
-                              policy=self.policy, **self.init_kwargs)
+        lr, _ = self.build_lr(
+            net,
+            param_init_net,
+            base_learning_rate=self.base_learning_rate * lr_sign,
+            policy=self.policy,
+            **self.init_kwargs,
+        )
         one = _one(param_init_net)
         self._aux_params.shared.append(one)
         if self.momentum > 0:
@@ -168,14 +189,21 @@ class SgdOptimizer(Optimizer):
         if isinstance(grad, core.GradientSlice):
             grad = self.dedup(net, self.sparse_dedup_aggregator, grad)
             if self.momentum > 0:
-                net.SparseMomentumSGDUpdate([grad.values, momentum_data, lr, param, grad.indices],
-                                            [grad.values, momentum_data, param], momentum=self.momentum,
-                                            nesterov=self.nesterov)
+                net.SparseMomentumSGDUpdate(
+                    [grad.values, momentum_data, lr, param, grad.indices],
+                    [grad.values, momentum_data, param],
+                    momentum=self.momentum,
+                    nesterov=self.nesterov,
+                )
             else:
                 net.ScatterWeightedSum([param, one, grad.indices, grad.values, lr], param)
         elif self.momentum > 0:
-            net.MomentumSGDUpdate([grad, momentum_data, lr, param], [grad, momentum_data, param],
-                                  momentum=self.momentum, nesterov=self.nesterov)
+            net.MomentumSGDUpdate(
+                [grad, momentum_data, lr, param],
+                [grad, momentum_data, param],
+                momentum=self.momentum,
+                nesterov=self.nesterov,
+            )
         else:
             net.WeightedSum([param, one, grad, lr], param)
 
@@ -186,10 +214,23 @@ class SgdOptimizer(Optimizer):
 class MultiPrecisionSgdOptimizer(SgdOptimizer):
     """SGD on an fp32 master copy of fp16 parameters (plain SGD for fp32 parameters)."""
 
-    def __init__(self, base_learning_rate: float = 0.1, momentum: float = 0.0, policy: str = "fixed",
-                 nesterov: bool = True, sparse_dedup_aggregator: str | None = None, **kwargs: Any):
-        super().__init__(base_learning_rate=base_learning_rate, policy=policy, momentum=momentum, nesterov=nesterov,
-                         sparse_dedup_aggregator=sparse_dedup_aggregator, **kwargs)
+    def __init__(
+        self,
+        base_learning_rate: float = 0.1,
+        momentum: float = 0.0,
+        policy: str = "fixed",
+        nesterov: bool = True,
+        sparse_dedup_aggregator: str | None = None,
+        **kwargs: Any,
+    ):
+        super().__init__(
+            base_learning_rate=base_learning_rate,
+            policy=policy,
+            momentum=momentum,
+            nesterov=nesterov,
+            sparse_dedup_aggregator=sparse_dedup_aggregator,
+            **kwargs,
+        )
 
     def _run(self, net: Any, param_init_net: Any, param_info: ParameterInfo) -> None:
         param = param_info.blob
@@ -199,15 +240,20 @@ class MultiPrecisionSgdOptimizer(SgdOptimizer):
         grad = param_info.grad
         if self.base_learning_rate == 0:
             return None
-        lr, _ = self.build_lr(net, param_init_net, base_learning_rate=-self.base_learning_rate, policy=self.policy,
-                              **self.init_kwargs)
+        lr, _ = self.build_lr(
+            net, param_init_net, base_learning_rate=-self.base_learning_rate, policy=self.policy, **self.init_kwargs
+        )
         momentum_data = param_init_net.ConstantFill(master, str(param) + "_momentum", value=0.0)
         self._aux_params.local.append(momentum_data)
         if isinstance(grad, core.GradientSlice):
             raise ValueError("MultiPrecisionSgd does not support sparse gradients")
         grad_fp32 = net.HalfToFloat(grad, grad + "_fp32")
-        net.MomentumSGDUpdate([grad_fp32, momentum_data, lr, master], [grad_fp32, momentum_data, master],
-                              momentum=self.momentum, nesterov=self.nesterov)
+        net.MomentumSGDUpdate(
+            [grad_fp32, momentum_data, lr, master],
+            [grad_fp32, momentum_data, master],
+            momentum=self.momentum,
+            nesterov=self.nesterov,
+        )
         net.FloatToHalf(master, param)
         return None
 
@@ -221,7 +267,9 @@ class WeightDecayBuilder(Optimizer):
     def _run(self, net: Any, param_init_net: Any, param_info: ParameterInfo) -> None:
         dev = scope.CurrentDeviceScope() or core.DeviceOption(caffe2_pb2.CPU)
         one = param_init_net.ConstantFill([], f"ONE_{dev.device_type}_{dev.device_id}", shape=[1], value=1.0)
-        wd = param_init_net.ConstantFill([], f"wd_{dev.device_type}_{dev.device_id}", shape=[1], value=self.weight_decay)
+        wd = param_init_net.ConstantFill(
+            [], f"wd_{dev.device_type}_{dev.device_id}", shape=[1], value=self.weight_decay
+        )
         if isinstance(param_info.grad, core.GradientSlice):
             raise ValueError("Weight decay does not yet support sparse gradients")
         net.WeightedSum([param_info.grad, one, param_info.blob, wd], param_info.grad)
@@ -230,10 +278,21 @@ class WeightDecayBuilder(Optimizer):
 class AdagradOptimizer(Optimizer):
     """Adagrad (dense ``Adagrad``; ``SparseAdagrad`` or, with ``rowWise``, ``RowWiseSparseAdagrad``)."""
 
-    def __init__(self, alpha: float = 0.01, epsilon: float = 1e-4, decay: float = 1, weight_decay: float = 0.0,
-                 policy: str = "fixed", sparse_dedup_aggregator: str | None = None, rowWise: bool = False,
-                 engine: str = "", lars: Any = None, output_effective_lr: bool = False,
-                 output_effective_lr_and_update: bool = False, **kwargs: Any):
+    def __init__(
+        self,
+        alpha: float = 0.01,
+        epsilon: float = 1e-4,
+        decay: float = 1,
+        weight_decay: float = 0.0,
+        policy: str = "fixed",
+        sparse_dedup_aggregator: str | None = None,
+        rowWise: bool = False,
+        engine: str = "",
+        lars: Any = None,
+        output_effective_lr: bool = False,
+        output_effective_lr_and_update: bool = False,
+        **kwargs: Any,
+    ):
         super().__init__()
         self.alpha = alpha
         self.epsilon = epsilon
@@ -252,12 +311,15 @@ class AdagradOptimizer(Optimizer):
         param, grad = param_info.blob, param_info.grad
         if self.alpha <= 0:
             return
-        lr, _ = self.build_lr(net, param_init_net, base_learning_rate=self.alpha, policy=self.policy, **self.init_kwargs)
+        lr, _ = self.build_lr(
+            net, param_init_net, base_learning_rate=self.alpha, policy=self.policy, **self.init_kwargs
+        )
         if self.rowWise:
             if param_info.shape is None:
                 raise ValueError(f"row-wise Adagrad needs the shape of {param}; create it with model.create_param")
-            squared = param_init_net.ConstantFill([], str(param) + "_avg_squared_sum", shape=[param_info.shape[0]],
-                                                  value=0.0)
+            squared = param_init_net.ConstantFill(
+                [], str(param) + "_avg_squared_sum", shape=[param_info.shape[0]], value=0.0
+            )
         else:
             squared = param_init_net.ConstantFill([param], str(param) + "_squared_sum", value=0.0)
         self._aux_params.local.append(squared)
@@ -267,8 +329,13 @@ class AdagradOptimizer(Optimizer):
                 raise ValueError("Decay is not implemented for SparseAdagrad and must be set to 1")
             grad = self.dedup(net, self.sparse_dedup_aggregator, grad)
             op = "RowWiseSparseAdagrad" if self.rowWise else "SparseAdagrad"
-            getattr(net, op)([param, squared, grad.indices, grad.values, lr], [param, squared], epsilon=self.epsilon,
-                             engine=self.engine, **extra)
+            getattr(net, op)(
+                [param, squared, grad.indices, grad.values, lr],
+                [param, squared],
+                epsilon=self.epsilon,
+                engine=self.engine,
+                **extra,
+            )
         else:
             if self.rowWise:
                 raise ValueError("row-wise Adagrad takes sparse gradients only")
@@ -277,8 +344,14 @@ class AdagradOptimizer(Optimizer):
                 outputs += [str(param) + "_effective_lr", str(param) + "_update"]
             elif self.output_effective_lr:
                 outputs.append(str(param) + "_effective_lr")
-            net.Adagrad([param, squared, grad, lr], outputs, epsilon=self.epsilon, decay=float(self.decay),
-                        engine=self.engine, **extra)
+            net.Adagrad(
+                [param, squared, grad, lr],
+                outputs,
+                epsilon=self.epsilon,
+                decay=float(self.decay),
+                engine=self.engine,
+                **extra,
+            )
 
     def scale_learning_rate(self, scale: float) -> None:
         self.alpha *= scale
@@ -287,10 +360,22 @@ class AdagradOptimizer(Optimizer):
 class AdamOptimizer(Optimizer):
     """Adam (dense ``Adam``; ``SparseAdam`` for sparse gradients)."""
 
-    def __init__(self, alpha: float = 0.001, beta1: float = 0.9, beta2: float = 0.999, epsilon: float = 1e-8,
-                 policy: str = "fixed", use_lr_adaption: bool = False, lr_alpha: float = 0.01,
-                 normalized_lr_adaption: bool = True, sparse_dedup_aggregator: str | None = None,
-                 rowWise: bool = False, engine: str = "", enableRAdam: bool = False, **kwargs: Any):
+    def __init__(
+        self,
+        alpha: float = 0.001,
+        beta1: float = 0.9,
+        beta2: float = 0.999,
+        epsilon: float = 1e-8,
+        policy: str = "fixed",
+        use_lr_adaption: bool = False,
+        lr_alpha: float = 0.01,
+        normalized_lr_adaption: bool = True,
+        sparse_dedup_aggregator: str | None = None,
+        rowWise: bool = False,
+        engine: str = "",
+        enableRAdam: bool = False,
+        **kwargs: Any,
+    ):
         super().__init__()
         self.alpha = alpha
         self.beta1 = beta1
@@ -310,19 +395,30 @@ class AdamOptimizer(Optimizer):
             return
         if self.use_lr_adaption or self.rowWise:
             raise ValueError("Adam with use_lr_adaption or rowWise is not supported")
-        lr, iteration = self.build_lr(net, param_init_net, base_learning_rate=self.alpha, policy=self.policy,
-                                      **self.init_kwargs)
+        lr, iteration = self.build_lr(
+            net, param_init_net, base_learning_rate=self.alpha, policy=self.policy, **self.init_kwargs
+        )
         m1 = param_init_net.ConstantFill([param], param + "_first_moment", value=0.0)
         m2 = param_init_net.ConstantFill([param], param + "_second_moment", value=0.0)
         self._aux_params.shared.append(iteration)
         self._aux_params.local.extend([m1, m2])
         if isinstance(grad, core.GradientSlice):
             grad = self.dedup(net, self.sparse_dedup_aggregator, grad)
-            net.SparseAdam([param, m1, m2, grad.indices, grad.values, lr, iteration], [param, m1, m2],
-                           beta1=self.beta1, beta2=self.beta2, epsilon=self.epsilon)
+            net.SparseAdam(
+                [param, m1, m2, grad.indices, grad.values, lr, iteration],
+                [param, m1, m2],
+                beta1=self.beta1,
+                beta2=self.beta2,
+                epsilon=self.epsilon,
+            )
         else:
-            net.Adam([param, m1, m2, grad, lr, iteration], [param, m1, m2], beta1=self.beta1, beta2=self.beta2,
-                     epsilon=self.epsilon)
+            net.Adam(
+                [param, m1, m2, grad, lr, iteration],
+                [param, m1, m2],
+                beta1=self.beta1,
+                beta2=self.beta2,
+                epsilon=self.epsilon,
+            )
 
     def scale_learning_rate(self, scale: float) -> None:
         self.alpha *= scale
@@ -332,24 +428,33 @@ def _get_param_to_device(model: Any) -> dict[str, Any]:
     return core.InferBlobDevices(model.param_init_net)
 
 
-def get_param_device(param_name: str, grad: Any, param_to_device: dict[str, Any] | None = None,
-                     default_device: Any = None) -> Any:
+def get_param_device(
+    param_name: str, grad: Any, param_to_device: dict[str, Any] | None = None, default_device: Any = None
+) -> Any:
     """The device option of the op that creates ``param_name`` (else ``default_device``)."""
     return (param_to_device or {}).get(param_name, default_device)
 
 
-def _build(model: Any, optimizer: Optimizer, weights_only: bool = False, use_param_info_optim: bool = True,
-           max_gradient_norm: float | None = None, allow_lr_injection: bool = False) -> Optimizer:
+def _build(
+    model: Any,
+    optimizer: Optimizer,
+    weights_only: bool = False,
+    use_param_info_optim: bool = True,
+    max_gradient_norm: float | None = None,
+    allow_lr_injection: bool = False,
+) -> Optimizer:
     param_to_device = _get_param_to_device(model)
     model.Validate()
-    params = [info for info in model.GetOptimizationParamInfo()
-              if not weights_only or info.blob in model.weights]
+    params = [info for info in model.GetOptimizationParamInfo() if not weights_only or info.blob in model.weights]
     if max_gradient_norm is not None:
         raise ValueError("max_gradient_norm (gradient clipping by norm) is not supported")
     lr_multiplier = None
     if allow_lr_injection:
-        lr_multiplier = (model.param_init_net.ConstantFill([], _LEARNING_RATE_INJECTION, shape=[1], value=1.0)
-                         if not model.net.BlobIsDefined(_LEARNING_RATE_INJECTION) else _LEARNING_RATE_INJECTION)
+        lr_multiplier = (
+            model.param_init_net.ConstantFill([], _LEARNING_RATE_INJECTION, shape=[1], value=1.0)
+            if not model.net.BlobIsDefined(_LEARNING_RATE_INJECTION)
+            else _LEARNING_RATE_INJECTION
+        )
     optimizer.add_lr_multiplier(lr_multiplier)
     for info in params:
         device = get_param_device(str(info.blob), info.grad, param_to_device)
@@ -375,29 +480,66 @@ def add_weight_decay(model: Any, weight_decay: float) -> None:
     _build(model, WeightDecayBuilder(weight_decay=weight_decay), weights_only=True, use_param_info_optim=False)
 
 
-def build_sgd(model: Any, base_learning_rate: float, max_gradient_norm: float | None = None,
-              allow_lr_injection: bool = False, **kwargs: Any) -> Optimizer:
+def build_sgd(
+    model: Any,
+    base_learning_rate: float,
+    max_gradient_norm: float | None = None,
+    allow_lr_injection: bool = False,
+    **kwargs: Any,
+) -> Optimizer:
     """SGD updates for every parameter with a gradient (``policy``, ``stepsize``, ``gamma``, ``momentum``...)."""
-    return _build(model, SgdOptimizer(base_learning_rate, **kwargs), max_gradient_norm=max_gradient_norm,
-                  allow_lr_injection=allow_lr_injection)
+    return _build(
+        model,
+        SgdOptimizer(base_learning_rate, **kwargs),
+        max_gradient_norm=max_gradient_norm,
+        allow_lr_injection=allow_lr_injection,
+    )
 
 
-def build_multi_precision_sgd(model: Any, base_learning_rate: float, max_gradient_norm: float | None = None,
-                              allow_lr_injection: bool = False, **kwargs: Any) -> Optimizer:
+def build_multi_precision_sgd(
+    model: Any,
+    base_learning_rate: float,
+    max_gradient_norm: float | None = None,
+    allow_lr_injection: bool = False,
+    **kwargs: Any,
+) -> Optimizer:
     """SGD on fp32 master copies of fp16 parameters (see :class:`MultiPrecisionSgdOptimizer`)."""
-    return _build(model, MultiPrecisionSgdOptimizer(base_learning_rate, **kwargs), max_gradient_norm=max_gradient_norm,
-                  allow_lr_injection=allow_lr_injection)
+    return _build(
+        model,
+        MultiPrecisionSgdOptimizer(base_learning_rate, **kwargs),
+        max_gradient_norm=max_gradient_norm,
+        allow_lr_injection=allow_lr_injection,
+    )
 
 
-def build_adagrad(model: Any, base_learning_rate: float, parameters: Any = None, max_gradient_norm: float | None = None,
-                  allow_lr_injection: bool = False, **kwargs: Any) -> Optimizer:
+def build_adagrad(
+    model: Any,
+    base_learning_rate: float,
+    parameters: Any = None,
+    max_gradient_norm: float | None = None,
+    allow_lr_injection: bool = False,
+    **kwargs: Any,
+) -> Optimizer:
     """Adagrad updates (``epsilon``, ``decay``, ``weight_decay``, ``rowWise``...)."""
-    return _build(model, AdagradOptimizer(alpha=base_learning_rate, **kwargs), max_gradient_norm=max_gradient_norm,
-                  allow_lr_injection=allow_lr_injection)
+    return _build(
+        model,
+        AdagradOptimizer(alpha=base_learning_rate, **kwargs),
+        max_gradient_norm=max_gradient_norm,
+        allow_lr_injection=allow_lr_injection,
+    )
 
 
-def build_adam(model: Any, base_learning_rate: float, max_gradient_norm: float | None = None,
-               allow_lr_injection: bool = False, **kwargs: Any) -> Optimizer:
+def build_adam(
+    model: Any,
+    base_learning_rate: float,
+    max_gradient_norm: float | None = None,
+    allow_lr_injection: bool = False,
+    **kwargs: Any,
+) -> Optimizer:
     """Adam updates (``beta1``, ``beta2``, ``epsilon``)."""
-    return _build(model, AdamOptimizer(alpha=base_learning_rate, **kwargs), max_gradient_norm=max_gradient_norm,
-                  allow_lr_injection=allow_lr_injection)
+    return _build(
+        model,
+        AdamOptimizer(alpha=base_learning_rate, **kwargs),
+        max_gradient_norm=max_gradient_norm,
+        allow_lr_injection=allow_lr_injection,
+    )

@@ -1,8 +1,8 @@
 """Caffe2's predictor constants (the defaults of ``predictor_consts.proto``).
 
-    >>> from caffe2.python.predictor_constants import predictor_constants
-    >>> predictor_constants.META_NET_DEF, predictor_constants.PREDICT_NET_TYPE
-    ('!!META_NET_DEF', 'predict')
+>>> from caffe2.python.predictor_constants import predictor_constants
+>>> predictor_constants.META_NET_DEF, predictor_constants.PREDICT_NET_TYPE
+('!!META_NET_DEF', 'predict')
 """
 
 from __future__ import annotations

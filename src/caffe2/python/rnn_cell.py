@@ -40,10 +40,24 @@ def _param(model: Any, name: str, shape: list[int], op: str, tag: str) -> Any:
     return model.create_param(core.BlobReference(name), shape, Initializer(op), tag)
 
 
-def LSTM(model: Any, input_blob: Any, seq_lengths: Any, initial_states: Any, dim_in: int, dim_out: Any, scope: str,
-         outputs_with_grads: Any = (0,), return_params: bool = False, memory_optimization: bool = False,
-         forget_bias: float = 0.0, forward_only: bool = False, drop_states: bool = False,
-         return_last_layer_only: bool = True, static_rnn_unroll_size: Any = None, **cell_kwargs: Any) -> Any:
+def LSTM(
+    model: Any,
+    input_blob: Any,
+    seq_lengths: Any,
+    initial_states: Any,
+    dim_in: int,
+    dim_out: Any,
+    scope: str,
+    outputs_with_grads: Any = (0,),
+    return_params: bool = False,
+    memory_optimization: bool = False,
+    forget_bias: float = 0.0,
+    forward_only: bool = False,
+    drop_states: bool = False,
+    return_last_layer_only: bool = True,
+    static_rnn_unroll_size: Any = None,
+    **cell_kwargs: Any,
+) -> Any:
     """One LSTM layer over ``input_blob`` [T, N, dim_in] from ``initial_states`` (h, c each [1, N, H]).
 
     Returns (hidden_all, hidden_last, cell_all, cell_last) (plus the parameters with ``return_params``)."""
@@ -62,16 +76,19 @@ def LSTM(model: Any, input_blob: Any, seq_lengths: Any, initial_states: Any, dim
     net = model.net
     h0_2d = net.Squeeze(h0, pre + "hidden_t_init_2d", dims=[0])
     c0_2d = net.Squeeze(c0, pre + "cell_t_init_2d", dims=[0])
-    hidden_all, h_last, c_last, cache = net.LSTM([input_blob, h0_2d, c0_2d, i2h_w, gates_w, i2h_b, gates_b],
-                                                 [pre + "hidden_t_all", pre + "hidden_t_last_2d",
-                                                  pre + "cell_t_last_2d", pre + "lstm_cache"])
+    hidden_all, h_last, c_last, cache = net.LSTM(
+        [input_blob, h0_2d, c0_2d, i2h_w, gates_w, i2h_b, gates_b],
+        [pre + "hidden_t_all", pre + "hidden_t_last_2d", pre + "cell_t_last_2d", pre + "lstm_cache"],
+    )
     cell_all = net.Slice(cache, pre + "cell_t_all", starts=[0, 0, 4 * dim_out], ends=[-1, -1, 5 * dim_out])
     hidden_last = net.ExpandDims(h_last, pre + "hidden_t_last", dims=[0])
     cell_last = net.ExpandDims(c_last, pre + "cell_t_last", dims=[0])
     outs = (hidden_all, hidden_last, cell_all, cell_last)
     if return_params:
-        return (*outs, {"input": {"weights": i2h_w, "biases": i2h_b}, "recurrent": {"weights": gates_w,
-                                                                                   "biases": gates_b}})
+        return (
+            *outs,
+            {"input": {"weights": i2h_w, "biases": i2h_b}, "recurrent": {"weights": gates_w, "biases": gates_b}},
+        )
     return outs
 
 

@@ -1,10 +1,10 @@
 """Caffe2's name and device scopes (``caffe2.python.scope``), one pair per thread.
 
-    >>> from caffe2.python import scope
-    >>> with scope.NameScope("conv1"):
-    ...     with scope.NameScope("w"):
-    ...         scope.CurrentNameScope()
-    'conv1/w/'
+>>> from caffe2.python import scope
+>>> with scope.NameScope("conv1"):
+...     with scope.NameScope("w"):
+...         scope.CurrentNameScope()
+'conv1/w/'
 """
 
 from __future__ import annotations

@@ -1,13 +1,13 @@
 """Caffe2's ``caffe2.python.utils``: arguments and tensors to and from protobuf.
 
-    >>> from caffe2.python import utils
-    >>> utils.MakeArgument("kernel", 3)
-    name: "kernel"
-    i: 3
-    <BLANKLINE>
-    >>> utils.Caffe2TensorToNumpyArray(utils.NumpyArrayToCaffe2Tensor(np.arange(4, dtype=np.int64).reshape(2, 2)))
-    array([[0, 1],
-           [2, 3]])
+>>> from caffe2.python import utils
+>>> utils.MakeArgument("kernel", 3)
+name: "kernel"
+i: 3
+<BLANKLINE>
+>>> utils.Caffe2TensorToNumpyArray(utils.NumpyArrayToCaffe2Tensor(np.arange(4, dtype=np.int64).reshape(2, 2)))
+array([[0, 1],
+       [2, 3]])
 """
 
 from __future__ import annotations
@@ -39,11 +39,16 @@ __all__ = [
 _DT = caffe2_pb2.TensorProto
 # numpy dtype -> (TensorProto data type, the TensorProto field holding it)
 _NP_TO_C2 = {
-    np.dtype(np.float32): (_DT.FLOAT, "float_data"), np.dtype(np.float64): (_DT.DOUBLE, "double_data"),
-    np.dtype(np.int32): (_DT.INT32, "int32_data"), np.dtype(np.int64): (_DT.INT64, "int64_data"),
-    np.dtype(np.bool_): (_DT.BOOL, "int32_data"), np.dtype(np.uint8): (_DT.UINT8, "int32_data"),
-    np.dtype(np.int8): (_DT.INT8, "int32_data"), np.dtype(np.uint16): (_DT.UINT16, "int32_data"),
-    np.dtype(np.int16): (_DT.INT16, "int32_data"), np.dtype(np.float16): (_DT.FLOAT16, "int32_data"),
+    np.dtype(np.float32): (_DT.FLOAT, "float_data"),
+    np.dtype(np.float64): (_DT.DOUBLE, "double_data"),
+    np.dtype(np.int32): (_DT.INT32, "int32_data"),
+    np.dtype(np.int64): (_DT.INT64, "int64_data"),
+    np.dtype(np.bool_): (_DT.BOOL, "int32_data"),
+    np.dtype(np.uint8): (_DT.UINT8, "int32_data"),
+    np.dtype(np.int8): (_DT.INT8, "int32_data"),
+    np.dtype(np.uint16): (_DT.UINT16, "int32_data"),
+    np.dtype(np.int16): (_DT.INT16, "int32_data"),
+    np.dtype(np.float16): (_DT.FLOAT16, "int32_data"),
 }
 _C2_TO_NP = {code: dt for dt, (code, _) in _NP_TO_C2.items()}
 _C2_TO_NP[_DT.BYTE] = np.dtype(np.uint8)
@@ -93,8 +98,10 @@ def _fill_iterable(arg: Any, key: str, items: list[Any]) -> None:
     elif all(isinstance(v, Message) for v in items):
         arg.strings.extend(v.SerializeToString() for v in items)
     else:
-        raise ValueError(f"Unknown iterable argument type: key={key} value={items!r}, "
-                         f"value types={sorted({type(v).__name__ for v in items})}")
+        raise ValueError(
+            f"Unknown iterable argument type: key={key} value={items!r}, "
+            f"value types={sorted({type(v).__name__ for v in items})}"
+        )
 
 
 def ArgsToDict(args: Any) -> dict[str, Any]:
@@ -129,8 +136,10 @@ def NumpyArrayToCaffe2Tensor(arr: np.ndarray, name: str | None = None) -> Any:
     try:
         code, fname = _NP_TO_C2[arr.dtype]
     except KeyError:
-        raise TypeError(f"Don't know how to convert a numpy array of dtype {arr.dtype} to a Caffe2 TensorProto; "
-                        f"expected one of {sorted(str(d) for d in _NP_TO_C2)} or strings") from None
+        raise TypeError(
+            f"Don't know how to convert a numpy array of dtype {arr.dtype} to a Caffe2 TensorProto; "
+            f"expected one of {sorted(str(d) for d in _NP_TO_C2)} or strings"
+        ) from None
     tensor.data_type = code
     flat = arr.ravel()
     if arr.dtype == np.float16:

@@ -28,12 +28,14 @@ class PatchVisualizer:
         pyplot.axis("off")
         return pyplot.imshow(p, cmap=cmap or ("gray" if p.ndim == 2 else None), interpolation="nearest")
 
-    def ShowMultiple(self, patches: np.ndarray, ncols: int | None = None, cmap: Any = None,
-                     bg_func: Callable[..., Any] = np.mean) -> Any:
+    def ShowMultiple(
+        self, patches: np.ndarray, ncols: int | None = None, cmap: Any = None, bg_func: Callable[..., Any] = np.mean
+    ) -> Any:
         return PatchVisualizer.ShowSingle(self, self.get_tiled(patches, ncols, bg_func), cmap)
 
-    def get_tiled(self, patches: np.ndarray, ncols: int | None = None,
-                  bg_func: Callable[..., Any] = np.mean) -> np.ndarray:
+    def get_tiled(
+        self, patches: np.ndarray, ncols: int | None = None, bg_func: Callable[..., Any] = np.mean
+    ) -> np.ndarray:
         p = np.asarray(patches, dtype=np.float64)
         n, h, w, c = p.shape
         ncols = ncols or int(np.ceil(np.sqrt(n)))
@@ -42,7 +44,7 @@ class PatchVisualizer:
         out = np.full((nrows * (h + g) - g, ncols * (w + g) - g, c), bg_func(p) if p.size else 0.0)
         for i in range(n):
             r, col = divmod(i, ncols)
-            out[r * (h + g):r * (h + g) + h, col * (w + g):col * (w + g) + w] = p[i]
+            out[r * (h + g) : r * (h + g) + h, col * (w + g) : col * (w + g) + w] = p[i]
         return out
 
 
@@ -56,8 +58,9 @@ class ChannelFirst(PatchVisualizer):
     def ShowSingle(self, patch: np.ndarray, cmap: Any = None) -> Any:
         return super().ShowSingle(np.asarray(patch).transpose(1, 2, 0), cmap)
 
-    def ShowMultiple(self, patches: np.ndarray, ncols: int | None = None, cmap: Any = None,
-                     bg_func: Callable[..., Any] = np.mean) -> Any:
+    def ShowMultiple(
+        self, patches: np.ndarray, ncols: int | None = None, cmap: Any = None, bg_func: Callable[..., Any] = np.mean
+    ) -> Any:
         return super().ShowMultiple(np.asarray(patches).transpose(0, 2, 3, 1), ncols, cmap, bg_func)
 
 

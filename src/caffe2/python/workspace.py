@@ -98,13 +98,16 @@ def asyncnet_workspace() -> an.Workspace:
 
 # -- workspaces ------------------------------------------------------------------------------
 
+
 def SwitchWorkspace(name: str, create_if_missing: bool = False) -> None:
     """Make workspace ``name`` current (created when ``create_if_missing``)."""
     global _current
     if name not in _workspaces:
         if not create_if_missing:
-            raise RuntimeError(f"Workspace {name!r} does not exist; pass create_if_missing=True to create it "
-                               f"(existing: {sorted(_workspaces)})")
+            raise RuntimeError(
+                f"Workspace {name!r} does not exist; pass create_if_missing=True to create it "
+                f"(existing: {sorted(_workspaces)})"
+            )
         _workspaces[name] = an.Workspace()
         _roots[name] = ""
     _current = name
@@ -228,15 +231,19 @@ def _copy_for_feed(name: str, arr: Any) -> Any:
     if isinstance(arr, np.generic):
         arr = np.asarray(arr)
     if not isinstance(arr, np.ndarray):
-        raise TypeError(f"FeedBlob({name!r}): expected a numpy array, a TensorProto or a string, got "
-                        f"{type(arr).__name__} (Caffe2 feeds only those)")
+        raise TypeError(
+            f"FeedBlob({name!r}): expected a numpy array, a TensorProto or a string, got "
+            f"{type(arr).__name__} (Caffe2 feeds only those)"
+        )
     if arr.dtype.kind in "SU":
         return arr.astype(object)
     if arr.dtype.kind == "O":
         return arr.copy()
     if arr.dtype.kind not in _FEEDABLE_KINDS or arr.dtype.fields is not None:
-        raise TypeError(f"FeedBlob({name!r}): unsupported dtype {arr.dtype}; expected bool, int8-64, uint8/16, "
-                        "float16/32/64 or strings")
+        raise TypeError(
+            f"FeedBlob({name!r}): unsupported dtype {arr.dtype}; expected bool, int8-64, uint8/16, "
+            "float16/32/64 or strings"
+        )
     return np.array(arr, copy=True, order="C")
 
 
@@ -308,6 +315,7 @@ blobs = _BlobDict()
 
 # -- nets ------------------------------------------------------------------------------------
 
+
 def StringifyProto(obj: Any) -> bytes:
     """The serialized protobuf of a message, or of an object with ``Proto()``."""
     if isinstance(obj, (str, bytes)):
@@ -360,7 +368,9 @@ def _with_root(nd: NetDef) -> NetDef:
         if op.type in _ROOTED_REPORTS and op.args.get("to_file") and "root_folder" not in op.args:
             nd.ops[i] = _replace_args(op, root_folder=root)
         elif op.type in _ROOTED_FILES and not op.args.get("absolute_path"):
-            fixed = {k: os.path.join(root, op.args[k]) for k in ("db",) if op.args.get(k) and not os.path.isabs(op.args[k])}
+            fixed = {
+                k: os.path.join(root, op.args[k]) for k in ("db",) if op.args.get(k) and not os.path.isabs(op.args[k])
+            }
             if op.args.get("dbs"):
                 fixed["dbs"] = [p if os.path.isabs(p) else os.path.join(root, p) for p in op.args["dbs"]]
             if fixed:
@@ -371,8 +381,9 @@ def _with_root(nd: NetDef) -> NetDef:
 def _replace_args(op: Any, **changes: Any) -> Any:
     from asyncnet.core.defs import OperatorDef
 
-    return OperatorDef(op.type, op.inputs, op.outputs, {**op.args, **changes}, op.name, op.device_option,
-                       op.control_inputs)
+    return OperatorDef(
+        op.type, op.inputs, op.outputs, {**op.args, **changes}, op.name, op.device_option, op.control_inputs
+    )
 
 
 # Optimizer ops whose state input Caffe2 wrote as float whatever it held (mutable_data<float>()
@@ -445,8 +456,10 @@ def _plan(plan_or_step: Any) -> Any:
     if hasattr(plan_or_step, "Proto"):
         plan_or_step = plan_or_step.Proto()
     if isinstance(plan_or_step, caffe2_pb2.ExecutionStep):
-        raise TypeError("RunPlan takes a core.Plan, a core.ExecutionStep or a caffe2_pb2.PlanDef; a bare "
-                        "ExecutionStep proto has no nets")
+        raise TypeError(
+            "RunPlan takes a core.Plan, a core.ExecutionStep or a caffe2_pb2.PlanDef; a bare "
+            "ExecutionStep proto has no nets"
+        )
     if not isinstance(plan_or_step, caffe2_pb2.PlanDef):
         raise TypeError(f"expected a plan, got {type(plan_or_step).__name__}")
     return plan_to_asyncnet(plan_or_step)

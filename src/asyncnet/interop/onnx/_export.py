@@ -10,7 +10,8 @@ Only the ops the outputs need are exported; loss and metric ops are dropped, and
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -38,7 +39,9 @@ class _Graph:
     def node(self, op_type: str, inputs: Sequence[str], outputs: Sequence[str], **attrs: Any) -> None:
         import onnx.helper
 
-        self.nodes.append(onnx.helper.make_node(op_type, list(inputs), list(outputs), name=f"{op_type}_{len(self.nodes)}", **attrs))
+        self.nodes.append(
+            onnx.helper.make_node(op_type, list(inputs), list(outputs), name=f"{op_type}_{len(self.nodes)}", **attrs)
+        )
 
     def const(self, value: Any, dtype: Any = np.int64) -> str:
         self.n += 1
@@ -83,6 +86,8 @@ def _fc(g: _Graph, op: OperatorDef, needed: set) -> None:
 def _window(op: OperatorDef, kernel: tuple[int, int] | None) -> dict[str, Any]:
     from asyncnet.ops.conv import geometry
 
+    if op.args.get("legacy_pad", 0) not in (0, 1):
+        raise ValueError("legacy_pad SAME or CAFFE_LEGACY_POOLING (pads that depend on the input size)")
     geo = geometry(dict(op.args), (1 << 20, 1 << 20), kernel)
     return {"kernel_shape": list(geo.kernel), "strides": list(geo.stride), "pads": list(geo.pads)}, geo
 
@@ -163,7 +168,9 @@ def _slice(g: _Graph, op: OperatorDef, needed: set) -> None:
         raise ValueError("Slice with starts/ends inputs (only the argument form exports)")
     starts, ends = list(op.args["starts"]), list(op.args["ends"])
     onnx_ends = [INT64_MAX if e == -1 else (e + 1 if e < 0 else e) for e in ends]  # Caffe2's -1 is 'to the end'
-    g.node("Slice", [op.inputs[0], g.const(starts), g.const(onnx_ends), g.const(list(range(len(starts))))], op.outputs[:1])
+    g.node(
+        "Slice", [op.inputs[0], g.const(starts), g.const(onnx_ends), g.const(list(range(len(starts))))], op.outputs[:1]
+    )
 
 
 @exporter("Softmax")
@@ -263,7 +270,9 @@ def _zero_states(ops: list[OperatorDef]) -> set:
 def _used(op: OperatorDef, zero: set) -> list[str]:
     if op.type == "LSTM":
         return [n for i, n in enumerate(op.inputs) if not (i in (1, 2) and n in zero)]
-    return list(op.inputs[:_USED_INPUTS.get(op.type)])
+    return list(op.inputs[: _USED_INPUTS.get(op.type)])
+
+
 _DROPPED = {"Accuracy", "AveragedLoss", "SigmoidCrossEntropyWithLogits", "LabelCrossEntropy", "SquaredL2Distance"}
 
 
@@ -277,14 +286,29 @@ def _needed_ops(ops: list[OperatorDef], outputs: list[str]) -> tuple[list[Operat
     return kept[::-1], needed
 
 
+def _traced_ops(all_ops: list[OperatorDef], kept: list[OperatorDef]) -> list[OperatorDef]:
+    """The exported ops and every op they read from (the zero initial states' fills and what
+    their shapes come from included): what runs to trace the blobs' ranks."""
+    needed = {i for op in kept for i in op.inputs}
+    out = [op for op in kept]
+    ids = {id(op) for op in kept}
+    for op in reversed(all_ops):
+        if id(op) not in ids and any(o in needed for o in op.outputs):
+            ids.add(id(op))
+            needed.update(op.inputs)
+    return [op for op in all_ops if id(op) in ids] if out else []
+
+
 def _nets(model: Any) -> tuple[NetDef, NetDef]:
     if isinstance(model, tuple) and len(model) == 2:
         init, pred = model
     elif hasattr(model, "eval_net") and hasattr(model, "init_net"):
         init, pred = model.init_net, model.eval_net()
     else:
-        raise OnnxExportError(f"expected a ModelHelper or an (init_net, predict_net) pair, got {type(model).__name__}", "model")
-    as_def = lambda n: n if isinstance(n, NetDef) else n.to_def()  # noqa: E731
+        raise OnnxExportError(
+            f"expected a ModelHelper or an (init_net, predict_net) pair, got {type(model).__name__}", "model"
+        )
+    as_def = lambda n: n if isinstance(n, NetDef) else n.to_def()
     return as_def(init), as_def(pred)
 
 
@@ -303,8 +327,10 @@ def _values(init: NetDef, pred: NetDef, workspace: Any, feeds: Mapping[str, np.n
         params = {n: np.asarray(to_numpy(ws.fetch(n))) for n in ws.blobs() if hasattr(ws.fetch(n), "shape")}
         for k, v in feeds.items():
             ws.feed(k, v)
-        ops = [OperatorDef("Softmax", op.inputs[:1], op.outputs[:1], {"axis": 1}) if op.type == "SoftmaxWithLoss" else op
-               for op in pred.ops]  # the softmax without the labels the loss needs
+        ops = [
+            OperatorDef("Softmax", op.inputs[:1], op.outputs[:1], {"axis": 1}) if op.type == "SoftmaxWithLoss" else op
+            for op in pred.ops
+        ]  # the softmax without the labels the loss needs
         try:
             ws.run_net_once(NetDef(pred.name + "_trace", ops=ops))
         except Exception as e:  # noqa: BLE001 - the ops need inputs the export does not have (labels)
@@ -313,13 +339,30 @@ def _values(init: NetDef, pred: NetDef, workspace: Any, feeds: Mapping[str, np.n
     return {**params, **ranks}
 
 
-def export(model: Any, path: str | os.PathLike[str] | None, inputs: Mapping[str, np.ndarray], outputs: Sequence[str] | None = None,
-           workspace: Any = None, opset: int = OPSET, dynamic_batch: bool = True) -> Any:
+def _input_dims(name: str, v: np.ndarray, dynamic_batch: bool | Collection[str]) -> list[Any]:
+    """An input's dims: dim 0 symbolic (``batch``, or ``<name>_len`` for an input not named in a
+    collection ``dynamic_batch``, such as a flat id list), unless ``dynamic_batch`` is False."""
+    if not v.ndim or dynamic_batch is False:
+        return list(v.shape)
+    first = "batch" if dynamic_batch is True or name in dynamic_batch else f"{name}_len"
+    return [first, *v.shape[1:]]
+
+
+def export(
+    model: Any,
+    path: str | os.PathLike[str] | None,
+    inputs: Mapping[str, np.ndarray],
+    outputs: Sequence[str] | None = None,
+    workspace: Any = None,
+    opset: int = OPSET,
+    dynamic_batch: bool | Collection[str] = True,
+) -> Any:
     """Export ``model`` (a ModelHelper or ``(init_net, predict_net)``) as an ONNX model; returns the
     ``ModelProto`` and writes it to ``path`` (when not None).
 
     ``inputs`` maps each graph input to an example array (its dtype and shape; the first dim is the
-    symbolic ``batch`` when ``dynamic_batch``); ``outputs`` are the blobs to export (default: the
+    symbolic ``batch`` when ``dynamic_batch`` is True; a collection of names: those inputs' first dim
+    is ``batch``, the others' ``<name>_len``); ``outputs`` are the blobs to export (default: the
     predict net's external outputs, else the outputs of its last op); ``workspace`` holds the
     trained parameters (default: run the init net).
 
@@ -335,35 +378,51 @@ def export(model: Any, path: str | os.PathLike[str] | None, inputs: Mapping[str,
     init, pred = _nets(model)
     outs = list(outputs or pred.external_outputs or (pred.ops[-1].outputs[:1] if pred.ops else []))
     feeds = {k: np.asarray(v) for k, v in inputs.items()}
-    ops, needed = _needed_ops([op for op in pred.ops if op.type not in _DROPPED or any(o in outs for o in op.outputs)], outs)
-    values = _values(init, NetDef(pred.name, ops=ops), workspace, feeds)
+    ops, needed = _needed_ops(
+        [op for op in pred.ops if op.type not in _DROPPED or any(o in outs for o in op.outputs)], outs
+    )
+    values = _values(init, NetDef(pred.name, ops=_traced_ops(pred.ops, ops)), workspace, feeds)
     g = _Graph(values)
     g.zero_states = _zero_states(pred.ops)
     produced = set(feeds)
     for i, op in enumerate(ops):
         fn = EXPORTERS.get(op.type)
         if fn is None:
-            raise OnnxExportError(f"op {op.type!r} has no ONNX export; exportable ops: {sorted(EXPORTERS)}",
-                                  f"ops[{i}] ({op.type}{' ' + repr(op.name) if op.name else ''})")
+            raise OnnxExportError(
+                f"op {op.type!r} has no ONNX export; exportable ops: {sorted(EXPORTERS)}",
+                f"ops[{i}] ({op.type}{' ' + repr(op.name) if op.name else ''})",
+            )
         for name in _used(op, g.zero_states):
             if name not in produced and name not in g.inits:
                 if name not in values:
-                    raise OnnxExportError(f"input {name!r} is neither a graph input, an op output nor a parameter",
-                                          f"ops[{i}] ({op.type})")
+                    raise OnnxExportError(
+                        f"input {name!r} is neither a graph input, an op output nor a parameter",
+                        f"ops[{i}] ({op.type})",
+                    )
                 g.inits[name] = values[name]
         try:
             fn(g, op, needed)
         except (ValueError, KeyError) as e:
-            raise OnnxExportError(str(e).strip("'\""), f"ops[{i}] ({op.type}{' ' + repr(op.name) if op.name else ''})") from None
+            raise OnnxExportError(
+                str(e).strip("'\""), f"ops[{i}] ({op.type}{' ' + repr(op.name) if op.name else ''})"
+            ) from None
         produced.update(op.outputs)
-    g_inputs = [onnx.helper.make_tensor_value_info(k, onnx.helper.np_dtype_to_tensor_dtype(v.dtype),
-                                                   (["batch", *v.shape[1:]] if dynamic_batch and v.ndim else list(v.shape)))
-                for k, v in feeds.items()]
+    g_inputs = [
+        onnx.helper.make_tensor_value_info(
+            k, onnx.helper.np_dtype_to_tensor_dtype(v.dtype), _input_dims(k, v, dynamic_batch)
+        )
+        for k, v in feeds.items()
+    ]
     g_outputs = [onnx.helper.make_empty_tensor_value_info(o) for o in outs]
     from onnx import numpy_helper
 
-    graph = onnx.helper.make_graph(g.nodes, pred.name or "asyncnet", g_inputs, g_outputs,
-                                   initializer=[numpy_helper.from_array(v, k) for k, v in g.inits.items()])
+    graph = onnx.helper.make_graph(
+        g.nodes,
+        pred.name or "asyncnet",
+        g_inputs,
+        g_outputs,
+        initializer=[numpy_helper.from_array(v, k) for k, v in g.inits.items()],
+    )
     proto = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", opset)], producer_name="asyncnet")
     proto = onnx.shape_inference.infer_shapes(proto)
     try:
@@ -373,3 +432,36 @@ def export(model: Any, path: str | os.PathLike[str] | None, inputs: Mapping[str,
     if path is not None:
         onnx.save(proto, os.fspath(path))
     return proto
+
+
+def export_trained(result: Any, dataset: Any, path: str | os.PathLike[str], rows: int = 8) -> Any:
+    """Export a training run's model (a :class:`~asyncnet.train.api.TrainResult`) as ONNX: its
+    inference net (inputs -> ``softmax`` or ``prob``) with the trained parameters, the first
+    ``rows`` test examples of ``dataset`` giving the inputs' dtypes and shapes (an input whose
+    length follows the number of examples gets the symbolic ``batch`` dim, another one, such as
+    DLRM's flat id lists, a dim of its own). What
+    ``asyncnet train --export-onnx FILE`` does after training; for example
+    ``export_trained(an.train("mlp", ds, epochs=1), ds, "mlp.onnx")`` writes ``mlp.onnx``, whose
+    output ``softmax`` onnxruntime computes as ``result.predict(x)`` does.
+    """
+    program = result.program
+    names = program.inputs
+    feeds = dataset.feeds(dataset.x_test[:rows], dataset.y_test[:rows])
+    more = dataset.feeds(dataset.x_test[: rows + 1], dataset.y_test[: rows + 1])
+    missing = [n for n in names if n not in feeds]
+    if missing:
+        raise OnnxExportError(f"the dataset gives no example for the model's inputs {missing}", "inputs")
+    batched = [n for n in names if np.ndim(feeds[n]) and len(feeds[n]) == rows and len(more[n]) == rows + 1]
+    ws = result.workspace()
+    try:
+        inputs = {n: np.ascontiguousarray(feeds[n]) for n in names}
+        return export(
+            (program.model.init_net, program.inference_net()),
+            path,
+            inputs,
+            [program.scores],
+            workspace=ws,
+            dynamic_batch=batched,
+        )
+    finally:
+        ws.close()

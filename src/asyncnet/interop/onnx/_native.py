@@ -57,8 +57,18 @@ def _gemm(tr: Translator, node: Any) -> list[OperatorDef] | None:
     ta, tb = bool(a.get("transA", 0)), bool(a.get("transB", 0))
     c = node.input[2] if len(node.input) > 2 and node.input[2] else None
     n_out = tr.shape(node.input[1])
-    if (c and tb and not ta and alpha == 1.0 and beta == 1.0 and tr.rank(c) == 1 and n_out is not None
-            and tr.shape(c) == (n_out[0],) and isinstance(n_out[0], int) and tr.rank(node.input[0]) == 2):
+    if (
+        c
+        and tb
+        and not ta
+        and alpha == 1.0
+        and beta == 1.0
+        and tr.rank(c) == 1
+        and n_out is not None
+        and tr.shape(c) == (n_out[0],)
+        and isinstance(n_out[0], int)
+        and tr.rank(node.input[0]) == 2
+    ):
         return _op("FC", node)  # Y = X W^T + b: Caffe2's FC exactly
     if tr.opset < 7 and c:
         return None  # Gemm before opset 7 broadcast C only when told to
@@ -77,26 +87,55 @@ def _conv(tr: Translator, node: Any) -> list[OperatorDef] | None:
     """2-D convolutions with explicit pads: asyncnet's Conv (NCHW, pads [t, l, b, r] as ONNX's)."""
     a = attrs(node)
     w_shape = tr.shape(node.input[1])
-    if (not tr.all_float(node.input) or tr.rank(node.input[0]) != 4 or w_shape is None or len(w_shape) != 4
-            or not all(isinstance(d, int) for d in w_shape[2:])
-            or not _no_unknown(node, {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"})):
+    if (
+        not tr.all_float(node.input)
+        or tr.rank(node.input[0]) != 4
+        or w_shape is None
+        or len(w_shape) != 4
+        or not all(isinstance(d, int) for d in w_shape[2:])
+        or not _no_unknown(node, {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"})
+    ):
         return None
     pads = _pads(a, 2)
     if pads is None or len(pads) != 4:
         return None
     if "kernel_shape" in a and list(a["kernel_shape"]) != list(w_shape[2:]):
         return None
-    return _op("Conv", node, kernels=list(w_shape[2:]), strides=list(a.get("strides", [1, 1])), pads=pads,
-               dilations=list(a.get("dilations", [1, 1])), group=int(a.get("group", 1)))
+    return _op(
+        "Conv",
+        node,
+        kernels=list(w_shape[2:]),
+        strides=list(a.get("strides", [1, 1])),
+        pads=pads,
+        dilations=list(a.get("dilations", [1, 1])),
+        group=int(a.get("group", 1)),
+    )
 
 
 @native("MaxPool", "AveragePool")
 def _pool(tr: Translator, node: Any) -> list[OperatorDef] | None:
     a = attrs(node)
-    if (not tr.all_float(node.input) or tr.rank(node.input[0]) != 4 or len([o for o in node.output if o]) != 1
-            or a.get("ceil_mode", 0) or a.get("storage_order", 0) or any(d != 1 for d in a.get("dilations", [1, 1]))
-            or not _no_unknown(node, {"auto_pad", "kernel_shape", "pads", "strides", "count_include_pad", "ceil_mode",
-                                      "storage_order", "dilations"})):
+    if (
+        not tr.all_float(node.input)
+        or tr.rank(node.input[0]) != 4
+        or len([o for o in node.output if o]) != 1
+        or a.get("ceil_mode", 0)
+        or a.get("storage_order", 0)
+        or any(d != 1 for d in a.get("dilations", [1, 1]))
+        or not _no_unknown(
+            node,
+            {
+                "auto_pad",
+                "kernel_shape",
+                "pads",
+                "strides",
+                "count_include_pad",
+                "ceil_mode",
+                "storage_order",
+                "dilations",
+            },
+        )
+    ):
         return None
     pads = _pads(a, 2)
     if pads is None or len(pads) != 4 or len(a["kernel_shape"]) != 2:
@@ -117,8 +156,14 @@ def _global_pool(tr: Translator, node: Any) -> list[OperatorDef] | None:
 @native("BatchNormalization")
 def _batch_norm(tr: Translator, node: Any) -> list[OperatorDef] | None:
     a = attrs(node)
-    if (tr.opset < 9 or len([o for o in node.output if o]) != 1 or a.get("training_mode", 0) or not tr.all_float(node.input)
-            or len({tr.dtype(n) for n in node.input}) != 1 or not _no_unknown(node, {"epsilon", "momentum", "training_mode"})):
+    if (
+        tr.opset < 9
+        or len([o for o in node.output if o]) != 1
+        or a.get("training_mode", 0)
+        or not tr.all_float(node.input)
+        or len({tr.dtype(n) for n in node.input}) != 1
+        or not _no_unknown(node, {"epsilon", "momentum", "training_mode"})
+    ):
         return None
     return _op("ONNXBatchNorm", node, epsilon=float(a.get("epsilon", 1e-5)))
 
@@ -170,7 +215,11 @@ def _dropout(tr: Translator, node: Any) -> list[OperatorDef] | None:
     """Inference Dropout (no training_mode input, one output) is the identity."""
     if not _torchable(tr, node.input[0]):
         return None
-    if len([o for o in node.output if o]) != 1 or len([n for n in node.input if n]) > 2 or tr.dtype(node.input[0]) is None:
+    if (
+        len([o for o in node.output if o]) != 1
+        or len([n for n in node.input if n]) > 2
+        or tr.dtype(node.input[0]) is None
+    ):
         return None
     if len(node.input) > 2 and node.input[2]:
         return None
@@ -206,6 +255,21 @@ def _expand(tr: Translator, node: Any) -> list[OperatorDef] | None:
     return _op("ONNXExpand", node)
 
 
+@native("ConstantOfShape")
+def _constant_of_shape(tr: Translator, node: Any) -> list[OperatorDef] | None:
+    from onnx import numpy_helper
+
+    from asyncnet.ops.onnx_nn import _ONNX_TO_NP
+
+    value = next((a.t for a in node.attribute if a.name == "value"), None)
+    if value is None:
+        return _op("ONNXConstantOfShape", node, value=0.0, to=1)
+    v = numpy_helper.to_array(value).reshape(-1)
+    if value.data_type not in _ONNX_TO_NP or v.size != 1 or float(v[0]) != v[0]:
+        return None
+    return _op("ONNXConstantOfShape", node, value=float(v[0]), to=int(value.data_type))
+
+
 @native("Where")
 def _where(tr: Translator, node: Any) -> list[OperatorDef] | None:
     if tr.dtype(node.input[1]) is None or tr.dtype(node.input[1]).kind not in "biuf":
@@ -231,9 +295,13 @@ def _gelu(tr: Translator, node: Any) -> list[OperatorDef] | None:
 @native("LayerNormalization")
 def _layer_norm(tr: Translator, node: Any) -> list[OperatorDef] | None:
     a = attrs(node)
-    if (len([o for o in node.output if o]) != 1 or not tr.all_float([n for n in node.input if n])
-            or len({tr.dtype(n) for n in node.input if n}) != 1 or a.get("stash_type", 1) != 1
-            and tr.dtype(node.input[0]) != FLOATS[1]):
+    if (
+        len([o for o in node.output if o]) != 1
+        or not tr.all_float([n for n in node.input if n])
+        or len({tr.dtype(n) for n in node.input if n}) != 1
+        or a.get("stash_type", 1) != 1
+        and tr.dtype(node.input[0]) != FLOATS[1]
+    ):
         return None
     return _op("ONNXLayerNorm", node, axis=int(a.get("axis", -1)), epsilon=float(a.get("epsilon", 1e-5)))
 
@@ -272,10 +340,17 @@ def _rnn(tr: Translator, node: Any) -> list[OperatorDef] | None:
     n_state = 2 if node.op_type == "LSTM" else 1
     acts = [s.decode() if isinstance(s, bytes) else s for s in a.get("activations", [])]
     default_acts = ["Sigmoid", "Tanh", "Tanh"] if n_state == 2 else ["Sigmoid", "Tanh"]
-    if (not _no_unknown(node, allowed) or not tr.all_float(ins[:3]) or "hidden_size" not in a or a.get("input_forget", 0)
-            or (acts and acts != default_acts * (len(acts) // len(default_acts))) or ins[4] or (n_state == 2 and ins[7])):
+    if (
+        not _no_unknown(node, allowed)
+        or not tr.all_float(ins[:3])
+        or "hidden_size" not in a
+        or a.get("input_forget", 0)
+        or (acts and acts != default_acts * (len(acts) // len(default_acts)))
+        or ins[4]
+        or (n_state == 2 and ins[7])
+    ):
         return None
-    states = ins[5:5 + n_state]
+    states = ins[5 : 5 + n_state]
     optional = [ins[3], *states]
     while optional and not optional[-1]:
         optional.pop()
@@ -284,8 +359,12 @@ def _rnn(tr: Translator, node: Any) -> list[OperatorDef] | None:
     outs = list(node.output) + [""] * (n_state + 1 - len(node.output))
     produce = [1 if o else 0 for o in outs[: n_state + 1]]
     direction = a.get("direction", b"forward")
-    args: dict[str, Any] = {"hidden_size": int(a["hidden_size"]), "layout": int(a.get("layout", 0)), "produce": produce,
-                            "direction": direction.decode() if isinstance(direction, bytes) else str(direction)}
+    args: dict[str, Any] = {
+        "hidden_size": int(a["hidden_size"]),
+        "layout": int(a.get("layout", 0)),
+        "produce": produce,
+        "direction": direction.decode() if isinstance(direction, bytes) else str(direction),
+    }
     if node.op_type == "GRU":
         args["linear_before_reset"] = bool(a.get("linear_before_reset", 0))
     return [OperatorDef("ONNX" + node.op_type, [*ins[:3], *optional], [o for o in outs if o], args)]
@@ -306,9 +385,20 @@ def _if(tr: Translator, node: Any) -> list[OperatorDef] | None:
     then_net, then_outer = tr.subnet(_graph(node, "then_branch"), base + "_then")
     else_net, else_outer = tr.subnet(_graph(node, "else_branch"), base + "_else")
     outer = sorted(set(then_outer) | set(else_outer))
-    return [OperatorDef("ONNXIf", [node.input[0], *outer], list(node.output), {
-        "then_net": then_net.to_json(None), "else_net": else_net.to_json(None), "outer": outer,
-        "then_outputs": _outs(_graph(node, "then_branch")), "else_outputs": _outs(_graph(node, "else_branch"))})]
+    return [
+        OperatorDef(
+            "ONNXIf",
+            [node.input[0], *outer],
+            list(node.output),
+            {
+                "then_net": then_net.to_json(None),
+                "else_net": else_net.to_json(None),
+                "outer": outer,
+                "then_outputs": _outs(_graph(node, "then_branch")),
+                "else_outputs": _outs(_graph(node, "else_branch")),
+            },
+        )
+    ]
 
 
 @native("Loop")
@@ -322,9 +412,22 @@ def _loop(tr: Translator, node: Any) -> list[OperatorDef] | None:
     if any(not n for n in carried):
         return None
     head = [n for n in ins[:2] if n]
-    return [OperatorDef("ONNXLoop", [*head, *carried, *outer], list(node.output), {
-        "body": body.to_json(None), "body_inputs": [v.name for v in g.input], "body_outputs": _outs(g), "outer": outer,
-        "has_trip_count": bool(ins[0]), "has_cond": bool(ins[1]), "num_carried": len(carried)})]
+    return [
+        OperatorDef(
+            "ONNXLoop",
+            [*head, *carried, *outer],
+            list(node.output),
+            {
+                "body": body.to_json(None),
+                "body_inputs": [v.name for v in g.input],
+                "body_outputs": _outs(g),
+                "outer": outer,
+                "has_trip_count": bool(ins[0]),
+                "has_cond": bool(ins[1]),
+                "num_carried": len(carried),
+            },
+        )
+    ]
 
 
 @native("Scan")
@@ -339,9 +442,16 @@ def _scan(tr: Translator, node: Any) -> list[OperatorDef] | None:
         return None
     g = _graph(node, "body")
     body, outer = tr.subnet(g, (node.name or f"scan{tr.index}") + "_body")
-    args: dict[str, Any] = {"body": body.to_json(None), "body_inputs": [v.name for v in g.input], "body_outputs": _outs(g),
-                            "outer": outer, "num_scan_inputs": int(a["num_scan_inputs"]), "num_inputs": len(inputs),
-                            "batched": batched, "has_sequence_lens": has_lens}
+    args: dict[str, Any] = {
+        "body": body.to_json(None),
+        "body_inputs": [v.name for v in g.input],
+        "body_outputs": _outs(g),
+        "outer": outer,
+        "num_scan_inputs": int(a["num_scan_inputs"]),
+        "num_inputs": len(inputs),
+        "batched": batched,
+        "has_sequence_lens": has_lens,
+    }
     names = {"directions": "scan_input_directions"} if batched else {}
     for k in ("scan_input_axes", "scan_input_directions", "scan_output_axes", "scan_output_directions", "directions"):
         if k in a:
@@ -361,11 +471,27 @@ NUMERIC = "biuf"
 
 
 def _numeric(tr: Translator, names: Any) -> bool:
-    return all(n and tr.dtype(n) is not None and tr.dtype(n).kind in NUMERIC and tr.dtype(n).itemsize <= 8
-               and tr.dtype(n).name in _NUMPY_NAMES for n in names)
+    return all(
+        n
+        and tr.dtype(n) is not None
+        and tr.dtype(n).kind in NUMERIC
+        and tr.dtype(n).itemsize <= 8
+        and tr.dtype(n).name in _NUMPY_NAMES
+        for n in names
+    )
 
 
-_NUMPY_NAMES = {"bool", "int8", "int16", "int32", "int64", "uint8", "float16", "float32", "float64"}  # torch has these too
+_NUMPY_NAMES = {
+    "bool",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "float16",
+    "float32",
+    "float64",
+}  # torch has these too
 
 
 @native("Shape")
@@ -419,13 +545,30 @@ def _cast(tr: Translator, node: Any) -> list[OperatorDef] | None:
 def _reduce(tr: Translator, node: Any) -> list[OperatorDef] | None:
     a = attrs(node)
     shape = tr.shape(node.input[0])
-    if (not tr.all_float(node.input[:1]) or a.get("noop_with_empty_axes", 0) or shape is None
-            or any(not isinstance(d, int) or d == 0 for d in shape) or set(a) - {"axes", "keepdims"}):
+    if (
+        not tr.all_float(node.input[:1])
+        or a.get("noop_with_empty_axes", 0)
+        or shape is None
+        or set(a) - {"axes", "keepdims"}
+    ):
         return None
     if len(node.input) > 1 and node.input[1] and tr.const(node.input[1]) is None:
         return None
-    return _op("ONNXReduce", node, fn=node.op_type[len("Reduce"):].lower(), axes=[int(v) for v in a.get("axes", [])],
-               keepdims=bool(a.get("keepdims", 1)))
+    axes = (
+        [int(v) for v in tr.const(node.input[1]).reshape(-1)]
+        if len(node.input) > 1 and node.input[1]
+        else [int(v) for v in a.get("axes", [])]
+    )
+    reduced = [shape[x] for x in axes if -len(shape) <= x < len(shape)] if axes else list(shape)
+    if len(reduced) != (len(axes) or len(shape)) or any(not isinstance(d, int) or d == 0 for d in reduced):
+        return None  # a reduced dim symbolic or empty (the other dims may be symbolic: the batch)
+    return _op(
+        "ONNXReduce",
+        node,
+        fn=node.op_type[len("Reduce") :].lower(),
+        axes=[int(v) for v in a.get("axes", [])],
+        keepdims=bool(a.get("keepdims", 1)),
+    )
 
 
 @native("Pow")

@@ -27,14 +27,25 @@ def fold_batch_norm(model: Any) -> Any:
     producer = {o: node for node in g.node for o in node.output}
     folds: dict[int, tuple[Any, Any]] = {}  # id(bn node) -> (conv node, bn node)
     for bn in g.node:
-        if bn.op_type != "BatchNormalization" or bn.domain not in ("", "ai.onnx") or len([o for o in bn.output if o]) != 1:
+        if (
+            bn.op_type != "BatchNormalization"
+            or bn.domain not in ("", "ai.onnx")
+            or len([o for o in bn.output if o]) != 1
+        ):
             continue
         if any(a.name == "training_mode" and a.i for a in bn.attribute):
             continue
         conv = producer.get(bn.input[0])
-        if (conv is None or conv.op_type != "Conv" or conv.domain not in ("", "ai.onnx") or uses[conv.output[0]] != 1
-                or conv.output[0] in graph_outputs or not all(n in inits for n in bn.input[1:5])
-                or conv.input[1] not in inits or (len(conv.input) > 2 and conv.input[2] and conv.input[2] not in inits)):
+        if (
+            conv is None
+            or conv.op_type != "Conv"
+            or conv.domain not in ("", "ai.onnx")
+            or uses[conv.output[0]] != 1
+            or conv.output[0] in graph_outputs
+            or not all(n in inits for n in bn.input[1:5])
+            or conv.input[1] not in inits
+            or (len(conv.input) > 2 and conv.input[2] and conv.input[2] not in inits)
+        ):
             continue
         folds[id(bn)] = (conv, bn)
     if not folds:
@@ -47,8 +58,11 @@ def fold_batch_norm(model: Any) -> Any:
     for conv, bn in folds.values():
         eps = next((a.f for a in bn.attribute if a.name == "epsilon"), 1e-5)
         w = numpy_helper.to_array(inits[conv.input[1]])
-        b = (numpy_helper.to_array(inits[conv.input[2]]) if len(conv.input) > 2 and conv.input[2]
-             else np.zeros(w.shape[0], w.dtype))
+        b = (
+            numpy_helper.to_array(inits[conv.input[2]])
+            if len(conv.input) > 2 and conv.input[2]
+            else np.zeros(w.shape[0], w.dtype)
+        )
         scale, beta, mean, var = (numpy_helper.to_array(inits[n]).astype(np.float64) for n in bn.input[1:5])
         k = scale / np.sqrt(var + eps)
         w2 = (w.astype(np.float64) * k.reshape(-1, *([1] * (w.ndim - 1)))).astype(w.dtype)
@@ -73,7 +87,9 @@ def fold_batch_norm(model: Any) -> Any:
     ng.node.extend(nodes)
     ng.initializer.extend(v for k, v in replaced.items() if not k.startswith("__node__"))
     still = _uses(ng)
-    keep = [t for t in ng.initializer if still[t.name] or t.name in {v.name for v in ng.input} or t.name in graph_outputs]
+    keep = [
+        t for t in ng.initializer if still[t.name] or t.name in {v.name for v in ng.input} or t.name in graph_outputs
+    ]
     del ng.initializer[:]
     ng.initializer.extend(keep)
     return new
@@ -87,3 +103,377 @@ def _uses(g: Any) -> Counter:
     for node in g.node:
         uses.update(outer_names(node))
     return uses
+
+
+# -- shape folding ---------------------------------------------------------------------------------
+# A value is known (a numpy array), partly known (a _Partial: a 0-d or 1-D int64 shape vector with
+# None for what depends on a symbolic dim) or unknown (absent).
+
+
+class _Partial:
+    def __init__(self, values: list[int | None], scalar: bool = False):
+        self.values, self.scalar = values, scalar
+
+    def full(self) -> np.ndarray | None:
+        if any(v is None for v in self.values):
+            return None
+        a = np.array(self.values, np.int64)
+        return a.reshape(()) if self.scalar else a
+
+
+_SHAPE_DTYPES = (np.int64, np.int32)
+_MAX_FOLDED = 4096  # elements: a folded value is a shape or a small constant, never an activation
+
+
+def _attrs(node: Any) -> dict[str, Any]:
+    import onnx.helper
+
+    return {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+
+
+def _as_partial(v: Any) -> _Partial | None:
+    if isinstance(v, _Partial):
+        return v
+    if isinstance(v, np.ndarray) and v.dtype in _SHAPE_DTYPES and v.ndim <= 1:
+        return _Partial([int(x) for x in v.reshape(-1)], v.ndim == 0)
+    return None
+
+
+def _shape_of(node: Any, a: dict[str, Any], types: dict[str, Any]) -> Any:
+    info = types.get(node.input[0])
+    if info is None or not info.type.HasField("tensor_type") or not info.type.tensor_type.HasField("shape"):
+        return None
+    dims = [d.dim_value if d.HasField("dim_value") else None for d in info.type.tensor_type.shape.dim]
+    start, end = a.get("start", 0), a.get("end", len(dims))
+    return _Partial(dims[slice(start, end)])
+
+
+def _gather(v: Any, idx: Any, a: dict[str, Any]) -> Any:
+    p = _as_partial(v)
+    if p is None or p.scalar or a.get("axis", 0) != 0 or not isinstance(idx, np.ndarray) or idx.ndim > 1:
+        return None
+    n = len(p.values)
+    if not all(-n <= int(i) < n for i in idx.reshape(-1)):
+        return None
+    picked = [p.values[int(i)] for i in idx.reshape(-1)]
+    return _Partial(picked, idx.ndim == 0)
+
+
+def _slice(v: Any, ins: list[Any], a: dict[str, Any]) -> Any:
+    p = _as_partial(v)
+    if p is None or p.scalar or not all(isinstance(x, np.ndarray) for x in ins):
+        return None
+    starts, ends = ins[0].reshape(-1), ins[1].reshape(-1)
+    axes = ins[2].reshape(-1) if len(ins) > 2 and ins[2] is not None else np.zeros(1, np.int64)
+    steps = ins[3].reshape(-1) if len(ins) > 3 and ins[3] is not None else np.ones(1, np.int64)
+    if len(starts) != 1 or len(ends) != 1 or list(axes) not in ([0], [-1]) or len(steps) != 1 or steps[0] == 0:
+        return None
+    n = len(p.values)
+    s, e = (max(min(int(x), 2**62), -(2**62)) for x in (starts[0], ends[0]))
+    return _Partial(p.values[slice(*slice(s, e, int(steps[0])).indices(n))])
+
+
+def _concat(vals: list[Any], a: dict[str, Any]) -> Any:
+    parts = [_as_partial(v) for v in vals]
+    if any(p is None or p.scalar for p in parts) or a.get("axis", 0) not in (0, -1):
+        return None
+    return _Partial([x for p in parts for x in p.values])  # type: ignore[union-attr]
+
+
+def _unsqueeze(v: Any, axes: Any) -> Any:
+    p = _as_partial(v)
+    if p is None or not p.scalar or axes is None or [int(x) for x in np.reshape(axes, -1)] not in ([0], [-1]):
+        return None
+    return _Partial(p.values)
+
+
+def _squeeze(v: Any, axes: Any) -> Any:
+    p = _as_partial(v)
+    if (
+        p is None
+        or p.scalar
+        or len(p.values) != 1
+        or (axes is not None and [int(x) for x in np.reshape(axes, -1)] not in ([0], [-1]))
+    ):
+        return None
+    return _Partial(p.values, True)
+
+
+def _numeric(op: str, ins: list[Any], a: dict[str, Any]) -> Any:
+    """Fully known inputs: the result with ONNX's dtype rules, for the ops shape code uses."""
+    import onnx.helper
+
+    if not ins or not all(isinstance(x, np.ndarray) for x in ins):
+        return None
+    x = ins[0]
+    if op == "Cast":
+        return x.astype(onnx.helper.tensor_dtype_to_np_dtype(a["to"])) if x.dtype.kind in "iuf" else None
+    if op in ("Add", "Sub", "Mul", "Div") and len(ins) == 2 and x.dtype == ins[1].dtype and x.dtype.kind in "iuf":
+        y = ins[1]
+        if op == "Div" and x.dtype.kind in "iu":
+            if (y == 0).any() or (x < 0).any() or (y < 0).any():
+                return None
+            return (x // y).astype(x.dtype)
+        if op == "Div" and (y == 0).any():
+            return None
+        return {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide}[op](x, y).astype(x.dtype)
+    if op == "Mod" and len(ins) == 2 and x.dtype == ins[1].dtype and x.dtype.kind in "iu" and not (ins[1] == 0).any():
+        return (np.fmod if a.get("fmod", 0) else np.mod)(x, ins[1]).astype(x.dtype)
+    if op == "Reshape" and len(ins) == 2 and ins[1].dtype in _SHAPE_DTYPES and x.size <= _MAX_FOLDED:
+        dims = [int(d) for d in ins[1].reshape(-1)]
+        if not a.get("allowzero", 0):
+            dims = [x.shape[i] if d == 0 and i < x.ndim else d for i, d in enumerate(dims)]
+        return x.reshape(dims)
+    if op == "Sqrt" and x.dtype.kind == "f" and (x >= 0).all():
+        return np.sqrt(x).astype(x.dtype)
+    if op == "Identity":
+        return x
+    return None
+
+
+def _evaluate(node: Any, vals: list[Any], types: dict[str, Any]) -> Any:
+    op, a = node.op_type, _attrs(node)
+    full = [v.full() if isinstance(v, _Partial) else v for v in vals]
+    if op == "Shape":
+        return _shape_of(node, a, types)
+    if op == "Gather" and len(vals) == 2:
+        return _gather(vals[0], full[1], a)
+    if op == "Slice" and len(vals) >= 3:
+        return _slice(vals[0], full[1:], a)
+    if op == "Concat":
+        return _concat(vals, a)
+    if op == "Unsqueeze":
+        return _unsqueeze(vals[0], full[1] if len(vals) > 1 else a.get("axes"))
+    if op == "Squeeze":
+        return _squeeze(vals[0], full[1] if len(vals) > 1 else a.get("axes"))
+    if op == "Cast" and isinstance(vals[0], _Partial) and a.get("to") == 7:
+        return vals[0]
+    if op in _ARITHMETIC and any(isinstance(v, _Partial) and f is None for v, f in zip(vals, full)):
+        return _unknown_like(vals)
+    out = _numeric(op, full, a)
+    return None if out is None else np.asarray(out)
+
+
+_ARITHMETIC = ("Add", "Sub", "Mul", "Div", "Mod")
+
+
+def _unknown_like(vals: list[Any]) -> _Partial | None:
+    """An elementwise int result of a partly known shape value: unknown everywhere (its length kept)."""
+    parts = [_as_partial(v) for v in vals]
+    if any(p is None for p in parts):
+        return None
+    lengths = {len(p.values) for p in parts if not p.scalar}  # type: ignore[union-attr]
+    if len(lengths) > 1:
+        return None
+    if not lengths:
+        return _Partial([None], True)
+    return _Partial([None] * lengths.pop())
+
+
+def _reshape_target(v: Any, allowzero: bool) -> np.ndarray | None:
+    """A Reshape's shape made constant: known as is, or with its one unknown entry as -1."""
+    p = _as_partial(v)
+    if p is None or p.scalar:
+        return None
+    unknown = [i for i, x in enumerate(p.values) if x is None]
+    if not unknown:
+        return np.array(p.values, np.int64)
+    known = [x for x in p.values if x is not None]
+    if len(unknown) != 1 or -1 in known or 0 in known:
+        return None
+    return np.array([-1 if x is None else x for x in p.values], np.int64)
+
+
+def fold_shapes(model: Any, types: dict[str, Any]) -> Any:
+    """A copy of ``model`` with its shape arithmetic computed at import: nodes whose outputs only
+    depend on initializers, constants and the static dims of ``types`` (onnx's shape inference)
+    become initializers, a ``Reshape`` whose target has one dim from a symbolic one (the batch)
+    gets a constant target with ``-1`` there, and nodes nothing reads any more are dropped
+    (``model`` itself when nothing folds, or when the graph has subgraphs)."""
+    import onnx
+    from onnx import numpy_helper
+
+    g = model.graph
+    if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for n in g.node for a in n.attribute):
+        return model
+    inputs = {v.name for v in g.input}
+    params = {t.name: t for t in g.initializer}
+    known: dict[str, Any] = {
+        t.name: numpy_helper.to_array(t)
+        for t in g.initializer
+        if t.name not in inputs and int(np.prod(t.dims)) <= _MAX_FOLDED
+    }
+    new_inits: dict[str, np.ndarray] = {}
+    folded: set[int] = set()  # node indices
+    reshape_targets: dict[int, str] = {}
+    for k, node in enumerate(g.node):
+        if node.domain not in ("", "ai.onnx"):
+            continue
+        if node.op_type == "Constant":
+            a = _attrs(node)
+            if "value" in a:
+                known[node.output[0]] = numpy_helper.to_array(a["value"])
+            continue
+        if node.op_type == "Identity" and node.input[0] in params and node.input[0] not in inputs:
+            new_inits[node.output[0]] = numpy_helper.to_array(params[node.input[0]])  # a parameter under a 2nd name
+            folded.add(k)
+            continue
+        vals = [known.get(n) if n else None for n in node.input]
+        if (
+            node.op_type == "Reshape"
+            and len(vals) == 2
+            and vals[1] is not None
+            and not isinstance(vals[1], np.ndarray)
+            and vals[1].full() is None
+        ):
+            target = _reshape_target(vals[1], bool(_attrs(node).get("allowzero", 0)))
+            if target is not None:
+                name = f"{node.output[0]}__shape"
+                new_inits[name] = target
+                reshape_targets[k] = name
+            continue
+        if len(node.output) != 1 or (node.op_type != "Shape" and all(v is None for v in vals)):
+            continue
+        try:
+            out = _evaluate(node, vals, types)
+        except (ValueError, TypeError, IndexError, KeyError):
+            out = None
+        if out is None:
+            continue
+        known[node.output[0]] = out
+        full = out.full() if isinstance(out, _Partial) else out
+        if full is not None and full.size <= _MAX_FOLDED:
+            new_inits[node.output[0]] = full
+            folded.add(k)
+    if not folded and not reshape_targets:
+        return model
+    return _rebuild(model, folded, reshape_targets, new_inits)
+
+
+def _rebuild(model: Any, folded: set[int], reshape_targets: dict[int, str], new_inits: dict[str, np.ndarray]) -> Any:
+    import onnx
+    from onnx import numpy_helper
+
+    new = onnx.ModelProto()
+    new.CopyFrom(model)
+    ng = new.graph
+    nodes = []
+    for k, node in enumerate(ng.node):
+        if k in folded:
+            continue
+        if k in reshape_targets:
+            node.input[1] = reshape_targets[k]
+        nodes.append(node)
+    outputs = {v.name for v in ng.output}
+    nodes = _drop_unread(nodes, outputs)
+    read = Counter(n for node in nodes for n in node.input) + Counter(outputs)
+    del ng.node[:]
+    ng.node.extend(nodes)
+    existing = {t.name for t in ng.initializer}
+    ng.initializer.extend(numpy_helper.from_array(v, k) for k, v in new_inits.items() if read[k] and k not in existing)
+    graph_inputs = {v.name for v in ng.input}
+    keep_inits = [t for t in ng.initializer if read[t.name] or t.name in graph_inputs]
+    del ng.initializer[:]
+    ng.initializer.extend(keep_inits)
+    return new
+
+
+# -- fusions of translated ops ------------------------------------------------------------------
+
+
+def fuse_matmul_add(ops: list[Any], params: dict[str, tuple[tuple[int, ...], Any]], keep: set[str]) -> list[Any]:
+    """``BatchMatMul(x, W)`` read only by an ``Add`` of a bias ``b``, ``W`` [K, N] and ``b`` [N]
+    initializers of one float dtype (``params``: name -> (shape, dtype)), becomes one
+    ``ONNXMatMulAdd(x, W, b)`` (a Linear layer: numpy's matmul and broadcasting give the same
+    result). ``keep``: values the graph outputs, never fused away."""
+    from asyncnet.core.defs import OperatorDef
+
+    readers: dict[str, list[int]] = {}
+    for i, op in enumerate(ops):
+        for n in set(op.inputs):
+            readers.setdefault(n, []).append(i)
+    fused: dict[int, Any] = {}
+    dropped: set[int] = set()
+    for i, op in enumerate(ops):
+        if op.type != "BatchMatMul" or len(op.inputs) != 2 or op.outputs[0] in keep:
+            continue
+        w = params.get(op.inputs[1])
+        users = readers.get(op.outputs[0], [])
+        if w is None or len(w[0]) != 2 or len(users) != 1 or users[0] <= i:
+            continue
+        add = ops[users[0]]
+        if add.type != "Add" or len(add.inputs) != 2 or add.args.get("broadcast", True) is False:
+            continue
+        other = add.inputs[1] if add.inputs[0] == op.outputs[0] else add.inputs[0]
+        b = params.get(other)
+        if other == op.outputs[0] or b is None or b[0] != (w[0][1],) or b[1] != w[1]:
+            continue
+        fused[i] = OperatorDef(
+            "ONNXMatMulAdd", [op.inputs[0], op.inputs[1], other], list(add.outputs), {}, name=op.name
+        )
+        dropped.add(users[0])
+    if not fused:
+        return ops
+    return [fused.get(i, op) for i, op in enumerate(ops) if i not in dropped]
+
+
+def _drop_unread(nodes: list[Any], outputs: set[str]) -> list[Any]:
+    """``nodes`` without those whose outputs nothing reads (repeated until none is left)."""
+    while True:
+        read = Counter(n for node in nodes for n in node.input) + Counter(outputs)
+        keep = [n for n in nodes if any(read[o] for o in n.output if o) or not any(n.output)]
+        if len(keep) == len(nodes):
+            return nodes
+        nodes = keep
+
+
+def drop_zero_states(model: Any) -> Any:
+    """A copy of ``model`` where an LSTM's or GRU's initial states that a ``ConstantOfShape`` of 0
+    makes are left out (ONNX's default initial state is zeros), and the shape arithmetic only they
+    read dropped: what ``torch.onnx.export`` writes for ``nn.LSTM`` called without states. A state
+    is left out only with every later state input (positions would shift otherwise)."""
+    import onnx
+    from onnx import numpy_helper
+
+    g = model.graph
+    producer = {o: node for node in g.node for o in node.output}
+    graph_inputs = {v.name for v in g.input}
+
+    def zero(name: str) -> bool:
+        p = producer.get(name)
+        if p is None or name in graph_inputs or p.op_type != "ConstantOfShape" or p.domain not in ("", "ai.onnx"):
+            return False
+        value = next((a.t for a in p.attribute if a.name == "value"), None)
+        return value is None or not numpy_helper.to_array(value).any()
+
+    edits: dict[int, list[str]] = {}
+    for k, node in enumerate(g.node):
+        if node.op_type not in ("LSTM", "GRU") or node.domain not in ("", "ai.onnx"):
+            continue
+        ins = list(node.input)
+        last = 7 if node.op_type == "LSTM" else 6  # initial_h [, initial_c]
+        changed = False
+        for i in range(min(len(ins), last) - 1, 4, -1):
+            if not ins[i]:
+                continue
+            if not zero(ins[i]):
+                break
+            ins[i], changed = "", True
+        if changed:
+            while ins and not ins[-1]:
+                ins.pop()
+            edits[k] = ins
+    if not edits:
+        return model
+    new = onnx.ModelProto()
+    new.CopyFrom(model)
+    for k, ins in edits.items():
+        del new.graph.node[k].input[:]
+        new.graph.node[k].input.extend(ins)
+    nodes = _drop_unread(list(new.graph.node), {v.name for v in new.graph.output})
+    kept = [onnx.NodeProto() for _ in nodes]
+    for a, b in zip(kept, nodes):
+        a.CopyFrom(b)
+    del new.graph.node[:]
+    new.graph.node.extend(kept)
+    return new

@@ -9,12 +9,13 @@ native op does exactly (then the reference op runs it, so no node changes meanin
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
 from asyncnet.core.defs import OperatorDef
-from asyncnet.interop.onnx._import import OnnxImportError, node_where, reference_op
+from asyncnet.interop.onnx._model import OnnxImportError, node_where, reference_op
 
 Translate = Callable[["Translator", Any], "list[OperatorDef] | None"]
 NATIVE: dict[str, Translate] = {}
@@ -55,20 +56,20 @@ class Translator:
     # -- facts about values ------------------------------------------------------------------
     def dtype(self, name: str) -> np.dtype | None:
         """The inferred numpy dtype of value ``name`` (None if unknown or not a tensor)."""
-        from asyncnet.interop.onnx._import import value_spec
+        from asyncnet.interop.onnx._model import value_spec
 
         v = self.types.get(name)
         return None if v is None else value_spec(v).dtype
 
     def rank(self, name: str) -> int | None:
-        from asyncnet.interop.onnx._import import value_spec
+        from asyncnet.interop.onnx._model import value_spec
 
         v = self.types.get(name)
         s = None if v is None else value_spec(v).shape
         return None if s is None else len(s)
 
     def shape(self, name: str) -> tuple[Any, ...] | None:
-        from asyncnet.interop.onnx._import import value_spec
+        from asyncnet.interop.onnx._model import value_spec
 
         v = self.types.get(name)
         return None if v is None else value_spec(v).shape
@@ -110,15 +111,18 @@ class Translator:
             evaluator(op.args["model"])
         except Exception as e:  # noqa: BLE001 - the reference evaluator cannot run this node
             first = (str(e).strip().splitlines() or [""])[0][:200]
-            raise OnnxImportError(f"unsupported op {node.op_type!r} (domain {node.domain or 'ai.onnx'!r}, opset "
-                                  f"{self.opsets.get(node.domain, self.opset)}): no asyncnet kernel, and onnx's reference "
-                                  f"evaluator refuses it: {type(e).__name__}: {first}", node_where(self.index, node, "op_type")) from None
+            raise OnnxImportError(
+                f"unsupported op {node.op_type!r} (domain {node.domain or 'ai.onnx'!r}, opset "
+                f"{self.opsets.get(node.domain, self.opset)}): no asyncnet kernel, and onnx's reference "
+                f"evaluator refuses it: {type(e).__name__}: {first}",
+                node_where(self.index, node, "op_type"),
+            ) from None
         return op
 
     def subnet(self, graph: Any, name: str) -> tuple[Any, list[str]]:
         """A subgraph (If branch, Loop or Scan body) as a NetDef and its outer-scope names."""
         from asyncnet.core.defs import NetDef
-        from asyncnet.interop.onnx._import import constant_op, initializer_op
+        from asyncnet.interop.onnx._model import constant_op, initializer_op
 
         child = Translator.__new__(Translator)
         child.__dict__.update(self.__dict__)
@@ -149,15 +153,20 @@ class Translator:
             return
         version = self.opsets.get(domain, self.opsets.get("ai.onnx") if domain == "" else None)
         if version is None:
-            raise OnnxImportError(f"the op's domain {domain!r} is not imported by the model", node_where(i, node, "domain"))
+            raise OnnxImportError(
+                f"the op's domain {domain!r} is not imported by the model", node_where(i, node, "domain")
+            )
         if not onnx.defs.has(node.op_type, domain):
-            raise OnnxImportError(f"unsupported op: ONNX defines no op {node.op_type!r} in domain {domain or 'ai.onnx'!r}",
-                                  node_where(i, node, "op_type"))
+            raise OnnxImportError(
+                f"unsupported op: ONNX defines no op {node.op_type!r} in domain {domain or 'ai.onnx'!r}",
+                node_where(i, node, "op_type"),
+            )
         try:
             schema = onnx.defs.get_schema(node.op_type, version, domain)
         except onnx.defs.SchemaError:
-            raise OnnxImportError(f"unsupported op: {node.op_type!r} does not exist in opset {version}",
-                                  node_where(i, node, "op_type")) from None
+            raise OnnxImportError(
+                f"unsupported op: {node.op_type!r} does not exist in opset {version}", node_where(i, node, "op_type")
+            ) from None
         if schema.has_function or schema.has_context_dependent_function:
             return  # the reference evaluator runs the op's function body
         # whether the reference evaluator implements it: checked when the op is built (reference())
@@ -192,7 +201,9 @@ def outer_names(node: Any) -> set[str]:
 
 
 def _free(graph: Any) -> set[str]:
-    defined = {v.name for v in graph.input} | {t.name for t in graph.initializer} | {t.name for t in graph.sparse_initializer}
+    defined = (
+        {v.name for v in graph.input} | {t.name for t in graph.initializer} | {t.name for t in graph.sparse_initializer}
+    )
     free: set[str] = set()
     for node in graph.node:
         for n in node.input:
@@ -211,6 +222,3 @@ def attrs(node: Any) -> dict[str, Any]:
     import onnx.helper
 
     return {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
-
-
-from asyncnet.interop.onnx import _native  # noqa: E402,F401  (registers the native translators)

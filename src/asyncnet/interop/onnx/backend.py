@@ -17,7 +17,8 @@ from __future__ import annotations
 import itertools
 import threading
 from collections import namedtuple
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 from onnx.backend.base import Backend, BackendRep, Device, DeviceType
@@ -76,16 +77,19 @@ class AsyncnetRep(BackendRep):
             return dict(zip(self.input_names, inputs))
         if len(self.input_names) == 1:
             return {self.input_names[0]: inputs}
-        raise OnnxInputError(f"expected a list or dict of {len(self.input_names)} inputs {self.input_names}, "
-                             f"got {type(inputs).__name__}")
+        raise OnnxInputError(
+            f"expected a list or dict of {len(self.input_names)} inputs {self.input_names}, got {type(inputs).__name__}"
+        )
 
 
 def _torch_outputs(net: Any) -> Any:
     """The net with its reference ops returning torch tensors (their inputs may be numpy-only dtypes)."""
     import dataclasses
 
-    ops = [dataclasses.replace(op, args={**op.args, "torch_outputs": True}) if op.type == "ONNXReference" else op
-           for op in net.ops]
+    ops = [
+        dataclasses.replace(op, args={**op.args, "torch_outputs": True}) if op.type == "ONNXReference" else op
+        for op in net.ops
+    ]
     return dataclasses.replace(net, ops=ops)
 
 
@@ -128,13 +132,23 @@ class AsyncnetBackend(Backend):
     """The ONNX backend API on asyncnet's executors (CPU)."""
 
     @classmethod
-    def prepare(cls, model: Any, device: str = "CPU", net_type: str = "simple", num_workers: int | None = None,
-                tensors: str = "numpy", check: bool = True, optimize: bool = True, **kwargs: Any) -> AsyncnetRep:
+    def prepare(
+        cls,
+        model: Any,
+        device: str = "CPU",
+        net_type: str = "simple",
+        num_workers: int | None = None,
+        tensors: str = "numpy",
+        check: bool = True,
+        optimize: bool = True,
+        **kwargs: Any,
+    ) -> AsyncnetRep:
         """Import ``model`` (ModelProto, path or bytes) and create its nets once (``check``: run onnx.checker first)."""
         if not cls.supports_device(device):
             raise ValueError(f"expected device 'CPU', got {device!r}")
-        imported = load(model, net_type=net_type, num_workers=num_workers, name=f"onnx_{next(_ids)}", check=check,
-                        optimize=optimize)
+        imported = load(
+            model, net_type=net_type, num_workers=num_workers, name=f"onnx_{next(_ids)}", check=check, optimize=optimize
+        )
         return AsyncnetRep(imported, tensors)
 
     @classmethod
@@ -142,18 +156,26 @@ class AsyncnetBackend(Backend):
         return cls.prepare(model, device, **kwargs).run(inputs)
 
     @classmethod
-    def run_node(cls, node: Any, inputs: Any, device: str = "CPU", outputs_info: Any = None, **kwargs: Any) -> tuple[Any, ...]:
+    def run_node(
+        cls, node: Any, inputs: Any, device: str = "CPU", outputs_info: Any = None, **kwargs: Any
+    ) -> tuple[Any, ...]:
         """Run one ``NodeProto`` on ``inputs`` (a list in the node's input order, or a dict)."""
         import onnx.helper
 
         names = [n for n in node.input if n]
         values = [inputs[n] for n in names] if isinstance(inputs, Mapping) else list(inputs)
-        g_in = [onnx.helper.make_tensor_value_info(n, onnx.helper.np_dtype_to_tensor_dtype(np.asarray(v).dtype), np.shape(v))
-                for n, v in zip(names, values)]
+        g_in = [
+            onnx.helper.make_tensor_value_info(
+                n, onnx.helper.np_dtype_to_tensor_dtype(np.asarray(v).dtype), np.shape(v)
+            )
+            for n, v in zip(names, values)
+        ]
         g_out = [onnx.helper.make_empty_tensor_value_info(n) for n in node.output if n]
         opset = kwargs.pop("opset_version", onnx.defs.onnx_opset_version())
-        model = onnx.helper.make_model(onnx.helper.make_graph([node], "run_node", g_in, g_out),
-                                       opset_imports=[onnx.helper.make_opsetid(node.domain or "", opset)])
+        model = onnx.helper.make_model(
+            onnx.helper.make_graph([node], "run_node", g_in, g_out),
+            opset_imports=[onnx.helper.make_opsetid(node.domain or "", opset)],
+        )
         rep = cls.prepare(model, device, check=False, **kwargs)  # outputs have no declared types
         return rep.run(dict(zip(names, values)))
 

@@ -41,8 +41,9 @@ def node_suite(backend: Any, pattern: str | None = None) -> unittest.TestSuite:
     cases = bt.test_cases["OnnxBackendNodeModelTest"]
     tests = unittest.TestLoader().loadTestsFromTestCase(cases)
     rx = re.compile(pattern) if pattern else None
-    return unittest.TestSuite([t for t in tests if t._testMethodName.endswith("_cpu")
-                               and (rx is None or rx.search(t._testMethodName))])
+    return unittest.TestSuite(
+        [t for t in tests if t._testMethodName.endswith("_cpu") and (rx is None or rx.search(t._testMethodName))]
+    )
 
 
 def run(backend: Any, pattern: str | None = None) -> tuple[int, int, dict[str, str]]:
@@ -51,8 +52,10 @@ def run(backend: Any, pattern: str | None = None) -> tuple[int, int, dict[str, s
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         result = unittest.TextTestRunner(verbosity=0, stream=_Null()).run(suite)
-    failed = {t._testMethodName[: -len("_cpu")]: (tb.strip().splitlines() or [""])[-1][:200]
-              for t, tb in result.failures + result.errors}
+    failed = {
+        t._testMethodName[: -len("_cpu")]: (tb.strip().splitlines() or [""])[-1][:200]
+        for t, tb in result.failures + result.errors
+    }
     return result.testsRun - len(failed) - len(result.skipped), result.testsRun, failed
 
 
@@ -77,7 +80,7 @@ def op_of_tests() -> dict[str, str]:
         warnings.simplefilter("ignore")
         cases = load_model_tests(kind="node")
     for case in cases:
-        name = case.name[len("test_"):].replace("_", "").lower()
+        name = case.name[len("test_") :].replace("_", "").lower()
         nodes = case.model.graph.node
         out[case.name] = next((op for key, op in keys if name.startswith(key)), nodes[-1].op_type if nodes else "?")
     return out
@@ -88,18 +91,64 @@ def how_imported() -> dict[str, str]:
     from asyncnet.interop.onnx._translate import NATIVE
 
     targets = {
-        "Add": "Add", "Sub": "Sub", "Mul": "Mul", "Div": "Div", "Relu": "Relu", "Sigmoid": "Sigmoid", "Tanh": "Tanh",
-        "MatMul": "BatchMatMul", "Gemm": "FC / ONNXGemm", "Conv": "Conv", "MaxPool": "MaxPool", "AveragePool": "AveragePool",
-        "GlobalAveragePool": "ONNXGlobalPool", "GlobalMaxPool": "ONNXGlobalPool", "BatchNormalization": "ONNXBatchNorm",
-        "Flatten": "ONNXFlatten", "Reshape": "ONNXReshape", "Transpose": "ONNXTranspose", "Concat": "ONNXConcat",
-        "Identity": "ONNXIdentity", "Dropout": "ONNXIdentity", "Softmax": "ONNXSoftmax", "LogSoftmax": "ONNXSoftmax",
-        "Gather": "ONNXGather", "Expand": "ONNXExpand", "Where": "ONNXWhere", "Erf": "ONNXErf", "Gelu": "ONNXGelu", "Clip": "ONNXClip",
-        "LayerNormalization": "ONNXLayerNorm", "LSTM": "ONNXLSTM", "GRU": "ONNXGRU", "If": "ONNXIf", "Shape": "ONNXShape", "Unsqueeze": "ONNXUnsqueeze", "Squeeze": "ONNXSqueeze",
-        "Slice": "ONNXSlice", "Sqrt": "ONNXUnary", "Exp": "ONNXUnary", "Log": "ONNXUnary", "Neg": "ONNXUnary",
-        "Abs": "ONNXUnary", "Reciprocal": "ONNXUnary", "Cast": "ONNXCast", "ReduceMean": "ONNXReduce",
-        "ReduceSum": "ONNXReduce", "ReduceMax": "ONNXReduce", "ReduceMin": "ONNXReduce", "Pow": "ONNXPow",
-        "Equal": "ONNXCompare", "Less": "ONNXCompare", "Greater": "ONNXCompare", "LessOrEqual": "ONNXCompare",
-        "GreaterOrEqual": "ONNXCompare", "Optional": "ONNXIdentity / ONNXEmptyOptional", "Loop": "ONNXLoop", "Scan": "ONNXScan",
+        "Add": "Add",
+        "Sub": "Sub",
+        "Mul": "Mul",
+        "Div": "Div",
+        "Relu": "Relu",
+        "Sigmoid": "Sigmoid",
+        "Tanh": "Tanh",
+        "MatMul": "BatchMatMul",
+        "Gemm": "FC / ONNXGemm",
+        "Conv": "Conv",
+        "MaxPool": "MaxPool",
+        "AveragePool": "AveragePool",
+        "GlobalAveragePool": "ONNXGlobalPool",
+        "GlobalMaxPool": "ONNXGlobalPool",
+        "BatchNormalization": "ONNXBatchNorm",
+        "Flatten": "ONNXFlatten",
+        "Reshape": "ONNXReshape",
+        "Transpose": "ONNXTranspose",
+        "Concat": "ONNXConcat",
+        "Identity": "ONNXIdentity",
+        "Dropout": "ONNXIdentity",
+        "Softmax": "ONNXSoftmax",
+        "LogSoftmax": "ONNXSoftmax",
+        "Gather": "ONNXGather",
+        "ConstantOfShape": "ONNXConstantOfShape",
+        "Expand": "ONNXExpand",
+        "Where": "ONNXWhere",
+        "Erf": "ONNXErf",
+        "Gelu": "ONNXGelu",
+        "Clip": "ONNXClip",
+        "LayerNormalization": "ONNXLayerNorm",
+        "LSTM": "ONNXLSTM",
+        "GRU": "ONNXGRU",
+        "If": "ONNXIf",
+        "Shape": "ONNXShape",
+        "Unsqueeze": "ONNXUnsqueeze",
+        "Squeeze": "ONNXSqueeze",
+        "Slice": "ONNXSlice",
+        "Sqrt": "ONNXUnary",
+        "Exp": "ONNXUnary",
+        "Log": "ONNXUnary",
+        "Neg": "ONNXUnary",
+        "Abs": "ONNXUnary",
+        "Reciprocal": "ONNXUnary",
+        "Cast": "ONNXCast",
+        "ReduceMean": "ONNXReduce",
+        "ReduceSum": "ONNXReduce",
+        "ReduceMax": "ONNXReduce",
+        "ReduceMin": "ONNXReduce",
+        "Pow": "ONNXPow",
+        "Equal": "ONNXCompare",
+        "Less": "ONNXCompare",
+        "Greater": "ONNXCompare",
+        "LessOrEqual": "ONNXCompare",
+        "GreaterOrEqual": "ONNXCompare",
+        "Optional": "ONNXIdentity / ONNXEmptyOptional",
+        "Loop": "ONNXLoop",
+        "Scan": "ONNXScan",
     }
     return {op: targets.get(op, "native") for op in NATIVE}
 

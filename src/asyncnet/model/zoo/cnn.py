@@ -1,8 +1,8 @@
 """A LeNet-style CNN for the 8x8 digits: two Conv + Relu + MaxPool stages, then FC.
 
-    >>> from asyncnet.model.zoo import cnn
-    >>> [p for p in cnn().params if p.endswith("_w")]
-    ['conv1_w', 'conv2_w', 'logits_w']
+>>> from asyncnet.model.zoo import cnn
+>>> [p for p in cnn().params if p.endswith("_w")]
+['conv1_w', 'conv2_w', 'logits_w']
 """
 
 from __future__ import annotations
@@ -12,7 +12,9 @@ from typing import Any
 from asyncnet.model.builder import ModelHelper
 
 
-def cnn(channels: tuple[int, int] = (16, 32), num_classes: int = 10, side: int = 8, seed: int = 0, **kw: Any) -> ModelHelper:
+def cnn(
+    channels: tuple[int, int] = (16, 32), num_classes: int = 10, side: int = 8, seed: int = 0, **kw: Any
+) -> ModelHelper:
     """Input ``data`` [B, side*side] (reshaped to [B, 1, side, side] in the net), ``label`` [B] int32.
     conv 3x3 pad 1 -> relu -> maxpool 2, twice, then FC to ``num_classes``; SoftmaxWithLoss."""
     m = ModelHelper("cnn", seed=seed, **kw)

@@ -17,22 +17,42 @@ bottom output -> top MLP (ReLU, then one logit) -> sigmoid cross entropy.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
 from asyncnet.errors import NetDefinitionError
 from asyncnet.model.builder import ModelHelper
 
-__all__ = ["dlrm", "md_dims", "lr_schedule", "split_model_args", "click_log", "ClickLog", "auc", "log_loss", "ASYNC_NET_TYPES", "SPLIT_MIN_WIDTH"]
+__all__ = [
+    "dlrm",
+    "md_dims",
+    "lr_schedule",
+    "split_model_args",
+    "click_log",
+    "ClickLog",
+    "auc",
+    "log_loss",
+    "ASYNC_NET_TYPES",
+    "SPLIT_MIN_WIDTH",
+]
 
 
 def _mlp(m: ModelHelper, x: str, name: str, dims: Sequence[int], relu_last: bool) -> str:
     """dlrm's create_mlp: W ~ N(0, 2/(in+out)), b ~ N(0, 1/out)."""
     for i, (d_in, d_out) in enumerate(zip(dims, dims[1:]), 1):
-        x = m.fc(x, f"{name}{i}", d_in, d_out, weight_init="gaussian", mean=0.0, std=float(np.sqrt(2.0 / (d_in + d_out))),
-                 bias_std=float(np.sqrt(1.0 / d_out)))
+        x = m.fc(
+            x,
+            f"{name}{i}",
+            d_in,
+            d_out,
+            weight_init="gaussian",
+            mean=0.0,
+            std=float(np.sqrt(2.0 / (d_in + d_out))),
+            bias_std=float(np.sqrt(1.0 / d_out)),
+        )
         if i < len(dims) - 1 or relu_last:
             x = m.relu(x, f"{name}{i}_relu")
     return x
@@ -50,13 +70,28 @@ LOSSES = ("bce", "mse", "wbce")
 QR_OPERATIONS = ("mult", "add", "concat")
 
 
-def dlrm(num_dense: int = 8, table_sizes: Sequence[int] = (100, 100, 100), dim: int = 8,
-         bottom: Sequence[int] = (16,), top: Sequence[int] = (16,), seed: int = 0,
-         split_fc_gradients: bool | None = None, *, interaction: str = "dot", interaction_itself: bool = False,
-         loss: str = "bce", loss_weights: tuple[float, float] = (1.0, 1.0), loss_threshold: float = 0.0,
-         weighted_pooling: str | None = None, qr_collisions: int = 0, qr_operation: str = "mult",
-         qr_threshold: int = 200, md_dims: Sequence[int] | None = None, md_threshold: int = 200,
-         **kw: Any) -> ModelHelper:
+def dlrm(
+    num_dense: int = 8,
+    table_sizes: Sequence[int] = (100, 100, 100),
+    dim: int = 8,
+    bottom: Sequence[int] = (16,),
+    top: Sequence[int] = (16,),
+    seed: int = 0,
+    split_fc_gradients: bool | None = None,
+    *,
+    interaction: str = "dot",
+    interaction_itself: bool = False,
+    loss: str = "bce",
+    loss_weights: tuple[float, float] = (1.0, 1.0),
+    loss_threshold: float = 0.0,
+    weighted_pooling: str | None = None,
+    qr_collisions: int = 0,
+    qr_operation: str = "mult",
+    qr_threshold: int = 200,
+    md_dims: Sequence[int] | None = None,
+    md_threshold: int = 200,
+    **kw: Any,
+) -> ModelHelper:
     """Inputs ``dense`` [B, num_dense] float, ``ids{k}`` (int64) and ``lengths{k}`` [B] (int32)
     per table, ``click`` [B, 1] float; outputs ``prob`` [B, 1] and ``loss`` (0-d).
 
@@ -83,8 +118,17 @@ def dlrm(num_dense: int = 8, table_sizes: Sequence[int] = (100, 100, 100), dim: 
     first and its dW beside the layers below and the tables' updates (the same bits either way).
     Default: on the async net types (:data:`ASYNC_NET_TYPES`) when a bottom or top layer is at
     least :data:`SPLIT_MIN_WIDTH` wide."""
-    _check_options(interaction, loss, loss_weights, loss_threshold, weighted_pooling, qr_collisions, qr_operation,
-                   md_dims, table_sizes)
+    _check_options(
+        interaction,
+        loss,
+        loss_weights,
+        loss_threshold,
+        weighted_pooling,
+        qr_collisions,
+        qr_operation,
+        md_dims,
+        table_sizes,
+    )
     m = ModelHelper("dlrm", seed=seed, **kw)
     if split_fc_gradients is None:
         split_fc_gradients = m.net_type in ASYNC_NET_TYPES and max(*bottom, *top) >= SPLIT_MIN_WIDTH
@@ -96,8 +140,16 @@ def dlrm(num_dense: int = 8, table_sizes: Sequence[int] = (100, 100, 100), dim: 
     x = _mlp(m, "dense", "bot", [num_dense, *bottom, dim], relu_last=True)
     pooled, widths = [], []
     for k, n in enumerate(table_sizes):
-        bag, width = _embedding(m, k, n, dim, weighted_pooling, qr_collisions if n > qr_threshold else 0, qr_operation,
-                                md_dims[k] if md_dims is not None and n > md_threshold else dim)
+        bag, width = _embedding(
+            m,
+            k,
+            n,
+            dim,
+            weighted_pooling,
+            qr_collisions if n > qr_threshold else 0,
+            qr_operation,
+            md_dims[k] if md_dims is not None and n > md_threshold else dim,
+        )
         pooled.append(bag)
         widths.append(width)
     if interaction == "dot":
@@ -109,9 +161,17 @@ def dlrm(num_dense: int = 8, table_sizes: Sequence[int] = (100, 100, 100), dim: 
     return m
 
 
-def _check_options(interaction: str, loss: str, loss_weights: Sequence[float], loss_threshold: float,
-                   weighted_pooling: str | None, qr_collisions: int, qr_operation: str, md_dims: Sequence[int] | None,
-                   table_sizes: Sequence[int]) -> None:
+def _check_options(
+    interaction: str,
+    loss: str,
+    loss_weights: Sequence[float],
+    loss_threshold: float,
+    weighted_pooling: str | None,
+    qr_collisions: int,
+    qr_operation: str,
+    md_dims: Sequence[int] | None,
+    table_sizes: Sequence[int],
+) -> None:
     def bad(what: str, got: Any) -> NetDefinitionError:
         return NetDefinitionError(f"expected {what}, got {got!r}", "dlrm")
 
@@ -133,23 +193,28 @@ def _check_options(interaction: str, loss: str, loss_weights: Sequence[float], l
         raise bad(f"md_dims of {len(table_sizes)} positive widths (one per table)", list(md_dims))
 
 
-def _embedding(m: ModelHelper, k: int, n: int, dim: int, weighted: str | None, collisions: int, operation: str,
-               width: int) -> tuple[str, int]:
+def _embedding(
+    m: ModelHelper, k: int, n: int, dim: int, weighted: str | None, collisions: int, operation: str, width: int
+) -> tuple[str, int]:
     """Table k's pooled bag [B, width'] and width': plain, weighted, quotient-remainder or
     mixed-dimension (projected up to ``dim``)."""
     ids, lengths = f"ids{k}", f"lengths{k}"
     weights, learned = None, False
     if weighted is not None:
-        v = (m.param(f"emb{k}_row_w", (n,), "constant", value=1.0) if weighted == "learned"
-             else m.buffer(f"emb{k}_row_w", (n,), 1.0))
+        v = (
+            m.param(f"emb{k}_row_w", (n,), "constant", value=1.0)
+            if weighted == "learned"
+            else m.buffer(f"emb{k}_row_w", (n,), 1.0)
+        )
         if weighted == "learned":
             m.sparse.add(v)
         weights = m.op("Gather", [v, ids], f"emb{k}_bag_w")
         learned = weighted == "learned"
     if collisions:
         q_ids = m.op("Div", [ids, _int_const(m, f"emb{k}_qr_c", collisions)], f"emb{k}_q_ids", broadcast=1)
-        r_ids = m.op("Sub", [ids, m.op("Mul", [q_ids, f"emb{k}_qr_c"], f"emb{k}_qc", broadcast=1)], f"emb{k}_r_ids",
-                     broadcast=1)
+        r_ids = m.op(
+            "Sub", [ids, m.op("Mul", [q_ids, f"emb{k}_qr_c"], f"emb{k}_qc", broadcast=1)], f"emb{k}_r_ids", broadcast=1
+        )
         # the reference fills both tables U[sqrt(1/n), 1] (its reset_parameters)
         lo = float(np.sqrt(1.0 / n))
         q = _bag(m, f"emb{k}_q", q_ids, lengths, -(-n // collisions), dim, weights, learned, lo, 1.0)
@@ -166,14 +231,26 @@ def _embedding(m: ModelHelper, k: int, n: int, dim: int, weighted: str | None, c
     return m.op("MatMul", [bag, proj], f"emb{k}", trans_b=1), dim
 
 
-def _bag(m: ModelHelper, table: str, ids: str, lengths: str, rows: int, width: int, weights: str | None,
-         learned: bool, lo: float, hi: float, name: str | None = None) -> str:
+def _bag(
+    m: ModelHelper,
+    table: str,
+    ids: str,
+    lengths: str,
+    rows: int,
+    width: int,
+    weights: str | None,
+    learned: bool,
+    lo: float,
+    hi: float,
+    name: str | None = None,
+) -> str:
     if weights is None:
         return m.embedding_bag(ids, lengths, table if name is None else name, rows, width, min=lo, max=hi)
     t = m.param(f"{table}_table", (rows, width), "uniform", min=lo, max=hi)
     m.sparse.add(t)
-    return m.op("SparseLengthsWeightedSum", [t, weights, ids, lengths], name or f"{table}_pooled",
-                grad_on_weights=learned)
+    return m.op(
+        "SparseLengthsWeightedSum", [t, weights, ids, lengths], name or f"{table}_pooled", grad_on_weights=learned
+    )
 
 
 def _int_const(m: ModelHelper, name: str, value: int) -> str:
@@ -185,14 +262,15 @@ def _const(m: ModelHelper, name: str, value: float) -> str:
 
 
 def _dot_interaction(m: ModelHelper, x: str, pooled: list[str], dim: int, itself: bool) -> tuple[str, int]:
-    feats = m.op("Concat", [x, *pooled], ["feats", "feats_split"], axis=1, add_axis=True)[0]   # [B, F, d]
-    z = m.op("BatchMatMul", [feats, feats], "z", trans_b=True)                                  # [B, F, F]
+    feats = m.op("Concat", [x, *pooled], ["feats", "feats_split"], axis=1, add_axis=True)[0]  # [B, F, d]
+    z = m.op("BatchMatMul", [feats, feats], "z", trans_b=True)  # [B, F, F]
     f = len(pooled) + 1
     # row i of the lower triangle is one slice Z[:, i, :i] (:i + 1 with the diagonal): F slices at most
     extra = 1 if itself else 0
-    rows = [m.op("Slice", z, f"z_row{i}", starts=[0, i, 0], ends=[-1, i + 1, i + extra])
-            for i in range(1 - extra, f)]                                                      # [B, 1, i (+1)]
-    zflat = m.flatten(m.concat(rows, "z_pairs", axis=2), "z_flat")                               # [B, pairs]
+    rows = [
+        m.op("Slice", z, f"z_row{i}", starts=[0, i, 0], ends=[-1, i + 1, i + extra]) for i in range(1 - extra, f)
+    ]  # [B, 1, i (+1)]
+    zflat = m.flatten(m.concat(rows, "z_pairs", axis=2), "z_flat")  # [B, pairs]
     return m.concat([x, zflat], "interaction", axis=1), dim + f * (f - 1 + 2 * extra) // 2
 
 
@@ -202,8 +280,12 @@ def _loss(m: ModelHelper, logit: str, loss: str, weights: Sequence[float], thres
     if threshold > 0:
         lo, hi = float(np.log(threshold / (1 - threshold))), float(np.log((1 - threshold) / threshold))
         # clamp(z, lo, hi) = lo + relu(z - lo) - relu(z - hi): its gradient is 0 past either end
-        above_lo = m.relu(m.op("Sub", [logit, _const(m, "logit_lo", lo)], "logit_minus_lo", broadcast=1), "logit_above_lo")
-        above_hi = m.relu(m.op("Sub", [logit, _const(m, "logit_hi", hi)], "logit_minus_hi", broadcast=1), "logit_above_hi")
+        above_lo = m.relu(
+            m.op("Sub", [logit, _const(m, "logit_lo", lo)], "logit_minus_lo", broadcast=1), "logit_above_lo"
+        )
+        above_hi = m.relu(
+            m.op("Sub", [logit, _const(m, "logit_hi", hi)], "logit_minus_hi", broadcast=1), "logit_above_hi"
+        )
         inside = m.op("Sub", [above_lo, above_hi], "logit_shift")
         logit = m.op("Add", [inside, "logit_lo"], "logit_clamped", broadcast=1)
     if loss == "bce":
@@ -211,11 +293,11 @@ def _loss(m: ModelHelper, logit: str, loss: str, weights: Sequence[float], thres
         return
     prob = m.sigmoid(logit, "prob")
     if loss == "mse":
-        half = m.op("SquaredL2Distance", [prob, "click"], "loss_half_sq")   # [B]: (p - y)^2 / 2
+        half = m.op("SquaredL2Distance", [prob, "click"], "loss_half_sq")  # [B]: (p - y)^2 / 2
         mean = m.op("AveragedLoss", half, "loss_half")
         m.loss = str(m.op("Scale", mean, "loss", scale=2.0))
         return
-    xent = m.op("SigmoidCrossEntropyWithLogits", [logit, "click"], "loss_xent")             # [B]
+    xent = m.op("SigmoidCrossEntropyWithLogits", [logit, "click"], "loss_xent")  # [B]
     w0, w1 = (float(w) for w in weights)
     scaled = m.op("Scale", m.op("Squeeze", "click", "click_flat", dims=[1]), "click_w", scale=w1 - w0)
     per = m.op("Add", [scaled, _const(m, "loss_w0", w0)], "example_w", broadcast=1)
@@ -251,8 +333,12 @@ def lr_schedule(num_warmup_steps: int = 0, decay_start_step: int = 0, num_decay_
         >>> lr_schedule(100, 200, 50)["lr_policy"]
         'warmupPolyDecay'
     """
-    return {"lr_policy": "warmupPolyDecay", "num_iter": int(num_warmup_steps), "decay_start_iter": int(decay_start_step),
-            "num_decay_iter": int(num_decay_steps)}
+    return {
+        "lr_policy": "warmupPolyDecay",
+        "num_iter": int(num_warmup_steps),
+        "decay_start_iter": int(decay_start_step),
+        "num_decay_iter": int(num_decay_steps),
+    }
 
 
 #: keys of a run's ``model_args`` that are not dlrm()'s: the Criteo readers' options and the schedule's
@@ -273,12 +359,21 @@ def split_model_args(args: dict[str, Any]) -> tuple[dict[str, Any], dict[str, An
     known = set(inspect.signature(dlrm).parameters) - {"kw", "seed"}
     unknown = sorted(k for k in args if k not in known and k not in DATA_KEYS and k not in SCHEDULE_KEYS)
     if unknown:
-        raise NetDefinitionError(f"expected dlrm options among {sorted(known | set(DATA_KEYS) | set(SCHEDULE_KEYS))}, "
-                                 f"got {unknown}", "dlrm model_args")
+        raise NetDefinitionError(
+            f"expected dlrm options among {sorted(known | set(DATA_KEYS) | set(SCHEDULE_KEYS))}, got {unknown}",
+            "dlrm model_args",
+        )
     kw = {k: (tuple(v) if isinstance(v, list) else v) for k, v in args.items() if k in known}
     schedule = {k: int(args[k]) for k in SCHEDULE_KEYS if k in args}
-    lr_args = lr_schedule(schedule.get("lr_num_warmup_steps", 0), schedule.get("lr_decay_start_step", 0),
-                          schedule.get("lr_num_decay_steps", 0)) if schedule else None
+    lr_args = (
+        lr_schedule(
+            schedule.get("lr_num_warmup_steps", 0),
+            schedule.get("lr_decay_start_step", 0),
+            schedule.get("lr_num_decay_steps", 0),
+        )
+        if schedule
+        else None
+    )
     return kw, lr_args
 
 
@@ -308,8 +403,14 @@ class ClickLog:
         return out
 
 
-def click_log(n: int, num_dense: int = 8, table_sizes: Sequence[int] = (100, 100, 100), max_ids: int = 3,
-              seed: int = 0, truth_seed: int = 1234) -> ClickLog:
+def click_log(
+    n: int,
+    num_dense: int = 8,
+    table_sizes: Sequence[int] = (100, 100, 100),
+    max_ids: int = 3,
+    seed: int = 0,
+    truth_seed: int = 1234,
+) -> ClickLog:
     """``n`` examples from a fixed logistic ground truth (drawn from ``truth_seed``):
     logit = dense . w + sum over tables and ids of u_k[id] + b, click ~ Bernoulli(sigmoid(logit)).
     ``seed`` draws the examples, so two seeds give a train and a test log of the same truth."""
@@ -330,8 +431,8 @@ def click_log(n: int, num_dense: int = 8, table_sizes: Sequence[int] = (100, 100
 def auc(labels: np.ndarray, scores: np.ndarray) -> float:
     """Area under the ROC curve: P(score of a positive > score of a negative), ties counted half.
 
-        >>> auc(np.array([0, 1, 1]), np.array([0.1, 0.9, 0.1]))
-        0.75
+    >>> auc(np.array([0, 1, 1]), np.array([0.1, 0.9, 0.1]))
+    0.75
     """
     labels, scores = np.asarray(labels).ravel().astype(bool), np.asarray(scores, np.float64).ravel()
     pos, neg = int(labels.sum()), int((~labels).sum())

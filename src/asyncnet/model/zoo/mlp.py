@@ -1,13 +1,14 @@
 """An MLP classifier: FC + Relu layers, then SoftmaxWithLoss on ``label``.
 
-    >>> from asyncnet.model.zoo import mlp
-    >>> mlp(64, (32,), 10).params
-    ['fc1_w', 'fc1_b', 'fc2_w', 'fc2_b']
+>>> from asyncnet.model.zoo import mlp
+>>> mlp(64, (32,), 10).params
+['fc1_w', 'fc1_b', 'fc2_w', 'fc2_b']
 """
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from asyncnet.model.builder import ModelHelper
 

@@ -10,5 +10,15 @@ from asyncnet.train.api import TrainResult, train, under_torchrun
 from asyncnet.train.config import BACKENDS, DEFAULT_LR, LR_POLICIES, MODES, OPTIMIZERS, TrainConfig
 from asyncnet.train.loop import Resume
 
-__all__ = ["TrainConfig", "TrainResult", "Resume", "train", "MODES", "BACKENDS", "OPTIMIZERS", "LR_POLICIES",
-           "DEFAULT_LR", "under_torchrun"]
+__all__ = [
+    "TrainConfig",
+    "TrainResult",
+    "Resume",
+    "train",
+    "MODES",
+    "BACKENDS",
+    "OPTIMIZERS",
+    "LR_POLICIES",
+    "DEFAULT_LR",
+    "under_torchrun",
+]

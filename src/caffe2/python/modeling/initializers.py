@@ -81,8 +81,9 @@ class ReversePseudoFP16Initializer(Initializer):
         return ParameterInfo(param_id=None, param=param, shape=shape, blob_copy={core.DataType.FLOAT16: half})
 
 
-def update_initializer(initializer_class: Any, operator_name_and_kwargs: Any,
-                       default_operator_name_and_kwargs: Any) -> Any:
+def update_initializer(
+    initializer_class: Any, operator_name_and_kwargs: Any, default_operator_name_and_kwargs: Any
+) -> Any:
     """An initializer of ``initializer_class`` (default :class:`Initializer`) for the given
     ``(op name, kwargs)``, or for the default pair when none is given."""
     name, kwargs = operator_name_and_kwargs or default_operator_name_and_kwargs

@@ -18,8 +18,16 @@ class ParameterTags:
 class ParameterInfo:
     """One parameter: its blob, shape, gradient and optimizer (set by the model as it learns them)."""
 
-    def __init__(self, param_id: Any, param: Any, key: Any = None, shape: Any = None, length: Any = None,
-                 grad: Any = None, blob_copy: Any = None):
+    def __init__(
+        self,
+        param_id: Any,
+        param: Any,
+        key: Any = None,
+        shape: Any = None,
+        length: Any = None,
+        grad: Any = None,
+        blob_copy: Any = None,
+    ):
         self.param_id = param_id
         self.name = str(param)
         self.blob = param

@@ -14,8 +14,10 @@ from typing import Any
 
 __all__ = ["Caffe2Frontend", "caffe2_net_to_onnx_graph", "caffe2_net_to_onnx_model"]
 
-_MESSAGE = ("Caffe2's ONNX frontend is not provided: convert the net with caffe2.convert.to_asyncnet and export it "
-            "with asyncnet's ONNX interop (asyncnet.interop.onnx)")
+_MESSAGE = (
+    "Caffe2's ONNX frontend is not provided: convert the net with caffe2.convert.to_asyncnet and export it "
+    "with asyncnet's ONNX interop (asyncnet.interop.onnx)"
+)
 
 
 class Caffe2Frontend:

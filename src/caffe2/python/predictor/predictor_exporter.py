@@ -39,16 +39,29 @@ __all__ = [
     "set_model_info",
 ]
 
-_FIELDS = "predict_net, parameters, inputs, outputs, shapes, name, extra_init_net, global_init_net, net_type, " \
-          "num_workers, trainer_prefix"
+_FIELDS = (
+    "predict_net, parameters, inputs, outputs, shapes, name, extra_init_net, global_init_net, net_type, "
+    "num_workers, trainer_prefix"
+)
 
 
 class PredictorExportMeta(collections.namedtuple("PredictorExportMeta", _FIELDS)):
     """What to export: the predict net, its parameters, inputs and outputs (and optional shapes, name...)."""
 
-    def __new__(cls, predict_net: Any, parameters: Any, inputs: Any, outputs: Any, shapes: Any = None, name: str = "",
-                extra_init_net: Any = None, global_init_net: Any = None, net_type: Any = None, num_workers: Any = None,
-                trainer_prefix: Any = None) -> PredictorExportMeta:
+    def __new__(
+        cls,
+        predict_net: Any,
+        parameters: Any,
+        inputs: Any,
+        outputs: Any,
+        shapes: Any = None,
+        name: str = "",
+        extra_init_net: Any = None,
+        global_init_net: Any = None,
+        net_type: Any = None,
+        num_workers: Any = None,
+        trainer_prefix: Any = None,
+    ) -> PredictorExportMeta:
         inputs = [str(i) for i in inputs]
         outputs = [str(o) for o in outputs]
         if len(set(inputs)) != len(inputs):
@@ -65,8 +78,20 @@ class PredictorExportMeta(collections.namedtuple("PredictorExportMeta", _FIELDS)
                 predict_net = predict_net.Proto()
             if not isinstance(predict_net, (caffe2_pb2.NetDef, caffe2_pb2.PlanDef)):
                 raise TypeError(f"predict_net must be a NetDef or a PlanDef, got {type(predict_net).__name__}")
-        return super().__new__(cls, predict_net, parameters, inputs, outputs, shapes or {}, name, extra_init_net,
-                               global_init_net, net_type, num_workers, trainer_prefix)
+        return super().__new__(
+            cls,
+            predict_net,
+            parameters,
+            inputs,
+            outputs,
+            shapes or {},
+            name,
+            extra_init_net,
+            global_init_net,
+            net_type,
+            num_workers,
+            trainer_prefix,
+        )
 
     def inputs_name(self) -> str:
         return utils.get_comp_name(predictor_constants.INPUTS_BLOB_TYPE, self.name)
@@ -128,29 +153,48 @@ def set_model_info(meta_net_def: Any, project_str: str, model_class_str: str, ve
     meta_net_def.modelInfo.version = str(version)
 
 
-def save_to_db(db_type: str, db_destination: str, predictor_export_meta: PredictorExportMeta, use_ideep: bool = False,
-               *args: Any, **kwargs: Any) -> None:
+def save_to_db(
+    db_type: str,
+    db_destination: str,
+    predictor_export_meta: PredictorExportMeta,
+    use_ideep: bool = False,
+    *args: Any,
+    **kwargs: Any,
+) -> None:
     """Write the MetaNetDef and the parameters (from the current workspace) to one database."""
     meta = get_meta_net_def(predictor_export_meta, db_type=db_type)
     with core.DeviceScope(core.DeviceOption(caffe2_pb2.CPU)):
         workspace.FeedBlob(predictor_constants.META_NET_DEF, serde.serialize_protobuf_struct(meta))
     blobs = [predictor_constants.META_NET_DEF] + predictor_export_meta.parameters
-    op = core.CreateOperator("Save", blobs, [], device_option=core.DeviceOption(caffe2_pb2.CPU), absolute_path=True,
-                             db=db_destination, db_type=db_type, **kwargs)
+    op = core.CreateOperator(
+        "Save",
+        blobs,
+        [],
+        device_option=core.DeviceOption(caffe2_pb2.CPU),
+        absolute_path=True,
+        db=db_destination,
+        db_type=db_type,
+        **kwargs,
+    )
     workspace.RunOperatorOnce(op)
 
 
 def load_from_db(filename: str, db_type: str, device_option: Any = None, *args: Any, **kwargs: Any) -> Any:
     """Open the database (as the ``!!PREDICTOR_DBREADER`` blob) and return its MetaNetDef."""
-    create_db = core.CreateOperator("CreateDB", [], [core.BlobReference(predictor_constants.PREDICTOR_DBREADER)],
-                                    db=filename, db_type=db_type)
+    create_db = core.CreateOperator(
+        "CreateDB", [], [core.BlobReference(predictor_constants.PREDICTOR_DBREADER)], db=filename, db_type=db_type
+    )
     workspace.RunOperatorOnce(create_db)
-    load_meta = core.CreateOperator("Load", [core.BlobReference(predictor_constants.PREDICTOR_DBREADER)],
-                                    [core.BlobReference(predictor_constants.META_NET_DEF)])
+    load_meta = core.CreateOperator(
+        "Load",
+        [core.BlobReference(predictor_constants.PREDICTOR_DBREADER)],
+        [core.BlobReference(predictor_constants.META_NET_DEF)],
+    )
     workspace.RunOperatorOnce(load_meta)
     blob = workspace.FetchBlob(predictor_constants.META_NET_DEF)
-    meta = serde.deserialize_protobuf_struct(blob if isinstance(blob, bytes) else str(blob).encode("utf-8"),
-                                             metanet_pb2.MetaNetDef)
+    meta = serde.deserialize_protobuf_struct(
+        blob if isinstance(blob, bytes) else str(blob).encode("utf-8"), metanet_pb2.MetaNetDef
+    )
     if device_option is None:
         from caffe2.python import scope
 

@@ -1,0 +1,177 @@
+"""Caffe2's LSTMUnit and LSTMUnitGradient: one step of an LSTM on precomputed gates, aware of
+each sequence's length (caffe2/operators/lstm_unit_op.h).
+
+Inputs: H_prev [1, N, D], C_prev [1, N, D], gates [1, N, 4D] (Caffe2's order: i, f, o, g),
+seq_lengths [N] int32 (absent when ``sequence_lengths=0``) and the timestep t (int32, 1 element).
+For a sequence with ``t < seq_lengths[n]``::
+
+    i, f, o = sigmoid(gates_i), sigmoid(gates_f + forget_bias), sigmoid(gates_o); g = tanh(gates_g)
+    C = f * C_prev + i * g;   H = o * tanh(C)
+
+and past its end the state is carried over (``drop_states=1``: zeroed). The gradient follows
+Caffe2's: dgates and dC_prev through the cell; dH_prev is dH carried over past a sequence's end
+and 0 inside it (H_prev reaches the gates through the step net's FC, whose gradient adds it).
+
+    >>> import numpy as np, asyncnet as an
+    >>> ws = an.Workspace()
+    >>> for k, v in {"h": np.zeros((1, 2, 1)), "c": np.ones((1, 2, 1)), "x": np.zeros((1, 2, 4)),
+    ...              "len": np.array([1, 0], np.int32), "t": np.array([0], np.int32)}.items():
+    ...     ws.feed(k, v.astype(np.float32) if v.dtype == np.float64 else v)
+    >>> net = an.Net("step"); _ = net.LSTMUnit(["h", "c", "x", "len", "t"], ["h1", "c1"])
+    >>> ws.run_net_once(net)
+    >>> ws.fetch("c1").ravel()   # sequence 0: 0.5 * 1 + 0.5 * 0; sequence 1 has ended: carried over
+    array([0.5, 1. ], dtype=float32)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from asyncnet.core.defs import OperatorDef
+from asyncnet.core.registry import Arg, register_gradient, register_op
+from asyncnet.ops._check import array, float_array
+
+__all__ = ["lstm_unit", "lstm_unit_gradient"]
+
+_ARGS = [
+    Arg("forget_bias", float, 0.0, "added to the forget gate's input"),
+    Arg("sequence_lengths", bool, True, "0: no seq_lengths input (every sequence is valid at every step)"),
+    Arg("drop_states", bool, False, "past a sequence's end, zero the state instead of carrying it over"),
+]
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def _state(ctx: Any, arrays: tuple[Any, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
+    """(H_prev, C_prev, gates, valid [N, 1] bool, number of inputs read) with Caffe2's shape checks."""
+    want = (5 if ctx.args["sequence_lengths"] else 4) + (4 if ctx.op.type.endswith("Gradient") else 0)
+    if len(arrays) != want:
+        raise ValueError(
+            f"expected {want} inputs with sequence_lengths={int(ctx.args['sequence_lengths'])}, got {len(arrays)}"
+        )
+    h, c, x = (np.asarray(float_array(ctx, a, i)) for i, a in enumerate(arrays[:3]))
+    if c.ndim != 3 or c.shape[0] != 1 or h.shape != c.shape:
+        raise ValueError(
+            f"expected H_prev and C_prev of one shape [1, N, D], got {tuple(h.shape)} and {tuple(c.shape)}"
+        )
+    n, d = c.shape[1], c.shape[2]
+    if x.shape != (1, n, 4 * d):
+        raise ValueError(f"expected gates of shape [1, N, 4D] = {(1, n, 4 * d)}, got {tuple(x.shape)}")
+    k = 3
+    lengths = None
+    if ctx.args["sequence_lengths"]:
+        lengths = np.asarray(array(ctx, arrays[3], 3))
+        if lengths.size != n or lengths.dtype.kind not in "iu":
+            raise ValueError(
+                f"expected {n} integer sequence lengths in input 3, got {lengths.size} of dtype {lengths.dtype}"
+            )
+        k = 4
+    step = np.asarray(array(ctx, arrays[k], k))
+    if step.size != 1 or step.dtype.kind not in "iu":
+        raise ValueError(
+            f"expected an integer timestep (1 element) in input {k} {ctx.op.inputs[k]!r}, got {step.dtype} {step.shape}"
+        )
+    t = int(step.reshape(-1)[0])
+    valid = np.ones((n, 1), bool) if lengths is None else (t < lengths.reshape(n, 1))
+    return h[0], c[0], x[0], valid, k + 1
+
+
+def _gates(x: np.ndarray, d: int, forget_bias: float) -> tuple[np.ndarray, ...]:
+    i = _sigmoid(x[:, :d])
+    f = _sigmoid(x[:, d : 2 * d] + x.dtype.type(forget_bias))
+    o = _sigmoid(x[:, 2 * d : 3 * d])
+    g = np.tanh(x[:, 3 * d :])
+    return i, f, o, g
+
+
+@register_op(
+    "LSTMUnit",
+    inputs=(4, 5),
+    outputs=2,
+    args=_ARGS,
+    differentiable=True,
+    inputs_doc=(
+        "hidden_t_prev [1, N, D]",
+        "cell_t_prev [1, N, D]",
+        "gates [1, N, 4D] (i, f, o, g)",
+        "seq_lengths [N] int32 (absent with sequence_lengths=0)",
+        "timestep (int32, 1 element)",
+    ),
+    outputs_doc=("hidden_t [1, N, D]", "cell_t [1, N, D]"),
+    doc="Caffe2's LSTMUnit: one LSTM step on precomputed gates (order i, f, o, g); sequences past their "
+    "length carry their state over (drop_states=1: zero it).",
+)
+def lstm_unit(ctx: Any, *arrays: Any) -> tuple[np.ndarray, np.ndarray]:
+    h_prev, c_prev, x, valid, _ = _state(ctx, arrays)
+    i, f, o, g = _gates(x, c_prev.shape[1], ctx.args["forget_bias"])
+    c = f * c_prev + i * g
+    h = o * np.tanh(c)
+    keep_h, keep_c = (0, 0) if ctx.args["drop_states"] else (h_prev, c_prev)
+    h = np.where(valid, h, keep_h).astype(x.dtype, copy=False)
+    c = np.where(valid, c, keep_c).astype(x.dtype, copy=False)
+    return h[None], c[None]
+
+
+@register_op(
+    "LSTMUnitGradient",
+    inputs=(8, 9),
+    outputs=3,
+    args=_ARGS,
+    inputs_doc=(
+        "hidden_t_prev",
+        "cell_t_prev",
+        "gates",
+        "seq_lengths (absent with sequence_lengths=0)",
+        "timestep",
+        "hidden_t",
+        "cell_t",
+        "hidden_t_grad",
+        "cell_t_grad",
+    ),
+    outputs_doc=("hidden_t_prev_grad", "cell_t_prev_grad", "gates_grad"),
+    doc="Gradient of LSTMUnit (Caffe2's): dgates and dC_prev through the cell; dH_prev carries dH past a "
+    "sequence's end and is 0 inside it.",
+)
+def lstm_unit_gradient(ctx: Any, *arrays: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    _, c_prev, x, valid, k = _state(ctx, arrays)
+    c, dh, dc = (np.asarray(float_array(ctx, arrays[j], j))[0] for j in (k + 1, k + 2, k + 3))
+    if not (c.shape == dh.shape == dc.shape == c_prev.shape):
+        raise ValueError(
+            f"expected cell_t, hidden_t_grad and cell_t_grad of shape {(1, *c_prev.shape)}, got "
+            f"{[tuple(np.shape(arrays[j])) for j in (k + 1, k + 2, k + 3)]}"
+        )
+    i, f, o, g = _gates(x, c_prev.shape[1], ctx.args["forget_bias"])
+    tanh_c = np.tanh(c)
+    dcell = dc + dh * o * (1 - tanh_c * tanh_c)
+    dx = np.concatenate(
+        [dcell * g * i * (1 - i), dcell * c_prev * f * (1 - f), dh * tanh_c * o * (1 - o), dcell * i * (1 - g * g)],
+        axis=1,
+    )
+    carry_h, carry_c = (np.zeros_like(dh), np.zeros_like(dc)) if ctx.args["drop_states"] else (dh, dc)
+    dh_prev = np.where(valid, 0, carry_h).astype(x.dtype, copy=False)
+    dc_prev = np.where(valid, dcell * f, carry_c).astype(x.dtype, copy=False)
+    dx = np.where(valid, dx, 0).astype(x.dtype, copy=False)
+    return dh_prev[None], dc_prev[None], dx[None]
+
+
+@register_gradient("LSTMUnit")
+def _lstm_unit_grad(op: OperatorDef, gout: list[str | None]) -> tuple[list[OperatorDef], list[str | None]]:
+    """Caffe2's GetLSTMUnitGradient; an output without a gradient gets zeros (a ConstantFill like it)."""
+    ops: list[OperatorDef] = []
+    grads = []
+    for j, go in enumerate(gout[:2]):
+        if go is None:
+            go = f"#zero_{j}"
+            ops.append(OperatorDef("ConstantFill", [op.outputs[j]], [go], {"value": 0.0}))
+        grads.append(go)
+    args = {k: op.args[k] for k in ("forget_bias", "sequence_lengths", "drop_states") if k in op.args}
+    ops.append(
+        OperatorDef(
+            "LSTMUnitGradient", [*op.inputs, *op.outputs[:2], *grads], ["#dh_prev", "#dc_prev", "#dgates"], args
+        )
+    )
+    return ops, ["#dh_prev", "#dc_prev", "#dgates", *([None] * (len(op.inputs) - 3))]

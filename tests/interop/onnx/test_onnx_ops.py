@@ -1,0 +1,136 @@
+"""asyncnet's native ONNX ops against onnx's reference evaluator on cases the node tests miss
+(bidirectional and batch-first recurrences with initial states, torch tensors, async executor)."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto
+from onnx import helper as oh
+from onnx.reference import ReferenceEvaluator
+
+from asyncnet.interop.onnx import backend
+
+
+def _rnn_model(
+    op: str, direction: str, layout: int, lbr: int, with_state: bool, outputs: list[str]
+) -> tuple[onnx.ModelProto, dict]:
+    g = np.random.default_rng(7)
+    seq, batch, inp, hid = 4, 3, 5, 6
+    gates = 4 if op == "LSTM" else 3
+    dirs = 2 if direction == "bidirectional" else 1
+    x_shape = (batch, seq, inp) if layout else (seq, batch, inp)
+    s_shape = (batch, dirs, hid) if layout else (dirs, batch, hid)
+    feeds = {
+        "X": g.standard_normal(x_shape).astype(np.float32),
+        "W": g.standard_normal((dirs, gates * hid, inp)).astype(np.float32) * 0.5,
+        "R": g.standard_normal((dirs, gates * hid, hid)).astype(np.float32) * 0.5,
+        "B": g.standard_normal((dirs, 2 * gates * hid)).astype(np.float32) * 0.5,
+    }
+    ins = ["X", "W", "R", "B"]
+    if with_state:
+        feeds["h0"] = g.standard_normal(s_shape).astype(np.float32)
+        ins += ["", "h0"]
+        if op == "LSTM":
+            feeds["c0"] = g.standard_normal(s_shape).astype(np.float32)
+            ins.append("c0")
+    kw = {"linear_before_reset": lbr} if op == "GRU" else {}
+    node = oh.make_node(op, ins, outputs, hidden_size=hid, direction=direction, layout=layout, **kw)
+    g_in = [oh.make_tensor_value_info(k, TensorProto.FLOAT, v.shape) for k, v in feeds.items()]
+    g_out = [oh.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs if o]
+    return oh.make_model(oh.make_graph([node], "rnn", g_in, g_out), opset_imports=[oh.make_opsetid("", 14)]), feeds
+
+
+CASES = list(itertools.product(["LSTM", "GRU"], ["forward", "reverse", "bidirectional"], [0, 1], [0, 1], [False, True]))
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("op,direction,layout,lbr,with_state", [c for c in CASES if c[0] == "GRU" or c[3] == 0])
+def test_native_rnn_matches_reference(op: str, direction: str, layout: int, lbr: int, with_state: bool) -> None:
+    outputs = ["Y", "Y_h", "Y_c"] if op == "LSTM" else ["Y", "Y_h"]
+    model, feeds = _rnn_model(op, direction, layout, lbr, with_state, outputs)
+    want = ReferenceEvaluator(model).run(None, feeds)
+    for net_type, tensors in (("simple", "numpy"), ("async_scheduling", "torch")):
+        rep = backend.prepare(model, net_type=net_type, tensors=tensors, check=False)
+        assert rep.model.op_counts == {(op, "native"): 1}
+        for got, exp in zip(rep.run(feeds), want):
+            np.testing.assert_allclose(got, exp, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.timeout(60)
+def test_rnn_with_only_the_last_state_output() -> None:
+    model, feeds = _rnn_model("LSTM", "forward", 0, 0, False, ["", "Y_h"])
+    want = ReferenceEvaluator(model).run(None, feeds)
+    rep = backend.prepare(model, check=False)
+    np.testing.assert_allclose(rep.run(feeds)[0], want[0], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.timeout(60)
+def test_loop_carrying_an_optional_sequence_gives_the_expected_sequence() -> None:
+    """ONNX's test_loop16_seq_none, compared element by element (its runner cannot compare it)."""
+    from onnx.backend.test.loader import load_model_tests
+
+    case = next(t for t in load_model_tests(kind="node") if t.name == "test_loop16_seq_none")
+    inputs, expected = case.data_sets[0]
+    got = backend.prepare(case.model).run(inputs)[0]
+    assert len(got) == len(expected[0])
+    for g, e in zip(got, expected[0]):
+        assert g.dtype == e.dtype and g.shape == e.shape
+        np.testing.assert_array_equal(g, e)
+
+
+@pytest.mark.timeout(60)
+def test_control_flow_runs_on_asyncnet_nets() -> None:
+    """If, Loop and Scan become ONNXIf / ONNXLoop / ONNXScan whose bodies are asyncnet nets."""
+    from onnx.backend.test.loader import load_model_tests
+
+    cases = {t.name: t for t in load_model_tests(kind="node")}
+    for name, op in (
+        ("test_if", "ONNXIf"),
+        ("test_loop11", "ONNXLoop"),
+        ("test_scan9_sum", "ONNXScan"),
+        ("test_scan_sum", "ONNXScan"),
+    ):
+        rep = backend.prepare(cases[name].model)
+        assert [o.type for o in rep.model.predict_net.ops] == [op]
+        inputs, expected = cases[name].data_sets[0]
+        for g, e in zip(rep.run(inputs), expected):
+            np.testing.assert_allclose(g, e, rtol=1e-6)
+
+
+@pytest.mark.timeout(60)
+def test_conv_batch_norm_folded_at_import() -> None:
+    g = np.random.default_rng(3)
+    t = lambda name, a: oh.make_tensor(name, TensorProto.FLOAT, a.shape, a.astype(np.float32).ravel())
+    inits = [
+        t("w", g.standard_normal((4, 3, 3, 3))),
+        t("b", g.standard_normal(4)),
+        t("s", g.standard_normal(4)),
+        t("beta", g.standard_normal(4)),
+        t("mean", g.standard_normal(4)),
+        t("var", g.uniform(0.5, 2, 4)),
+    ]
+    nodes = [
+        oh.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+        oh.make_node("BatchNormalization", ["c", "s", "beta", "mean", "var"], ["y"], epsilon=1e-3),
+    ]
+    graph = oh.make_graph(
+        nodes,
+        "g",
+        [oh.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 5, 5])],
+        [oh.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4, 5, 5])],
+        initializer=inits,
+    )
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 15)])
+    x = g.standard_normal((2, 3, 5, 5)).astype(np.float32)
+    want = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    rep = backend.prepare(model)
+    assert [op.type for op in rep.model.predict_net.ops] == ["Conv"]
+    np.testing.assert_allclose(rep.run([x])[0], want, rtol=1e-5, atol=1e-5)
+    unfolded = backend.prepare(model, optimize=False)
+    assert [op.type for op in unfolded.model.predict_net.ops] == ["Conv", "ONNXBatchNorm"]
+    np.testing.assert_allclose(unfolded.run([x])[0], want, rtol=1e-5, atol=1e-5)
