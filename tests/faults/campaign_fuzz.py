@@ -1,6 +1,6 @@
 """The campaign's fuzzers, run inside one child process each (``main(kind, n, seed, work)``): every
 case calls ``asyncnet.cli.main.main(argv)`` in-process on generated flags, ``--data`` files,
-NetDef JSON or damaged checkpoints, and appends one JSON line ``{"ok", "detail", "expected"}`` to
+NetDef JSON or damaged checkpoints, and appends one JSON line ``{"ok", "detail"}`` to
 ``<work>/<kind>.jsonl``. A case is good when the command returns an allowed status with at most one
 line on stderr, no traceback and no internal error, within its time bound, and leaves no thread
 running. Memory is capped (``RLIMIT_AS``) so a fuzzed shape cannot take the machine's memory.
@@ -23,9 +23,11 @@ from typing import Any
 
 import numpy as np
 
+# Valid data of a huge magnitude (finite float32 values near 1e30) makes the loss explode:
+# the divergence check stops that run with exit 1, as it should, after the data check passed.
+DIVERGED = "asyncnet: error: training diverged: "
 CASE_BOUND = 60  # seconds per case before it counts as a hang
 MEMORY_CAP = 8 << 30
-H_TRAIN_META = "h-train: a checkpoint without its metadata is refused"
 
 
 class Hang(BaseException):
@@ -60,7 +62,7 @@ def judge(status: Any, err: str, allowed: set[int], what: str, baseline_threads:
     problems = []
     if status == "hang":
         problems.append("hang")
-    elif status not in allowed:
+    elif status not in allowed and not (status == 1 and DIVERGED in err):
         problems.append(f"exit {status} (allowed {sorted(allowed)})")
     if "Traceback" in err or "internal error" in err:
         problems.append("traceback or internal error")
@@ -437,16 +439,14 @@ def main(kind: str, n: int, seed: int, work: str) -> None:
         if _CASE_NOTE:
             what += f" [{_CASE_NOTE['what']}]"
         ok, detail = judge(status, err, allowed, what, baseline)
-        expected = None
         if kind == "fuzz_checkpoint" and status == 0 and "__asyncnet_checkpoint__ removed" in what:
-            ok, detail, expected = False, f"resumed without its metadata entry -- {what}", H_TRAIN_META
+            ok, detail = False, f"resumed without its metadata entry -- {what}"
         with open(out, "a") as f:
             f.write(
                 json.dumps(
                     {
                         "ok": ok,
                         "detail": detail,
-                        "expected": expected,
                         "seconds": round(took, 2),
                         "status": status,
                         "what": what[:150],

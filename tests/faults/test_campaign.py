@@ -4,8 +4,7 @@
     pytest tests/faults -m slow                      # full campaign, ASYNCNET_FAULT_TRIES tries per kind (default 2)
     python tests/faults/campaign.py --tries 3        # the same, printing the table
 
-Failures that belong to open items of other work are counted as "expected" and do not fail the
-test; any other bad try does, with its details.
+Any bad try fails the test, with its details.
 """
 
 from __future__ import annotations
@@ -29,8 +28,9 @@ def test_short_campaign():
 
 @pytest.mark.slow
 @pytest.mark.timeout(7200)
-def test_full_campaign():
+def test_full_campaign(request):
+    if "slow" not in (request.config.getoption("markexpr", "") or ""):
+        pytest.skip("the full campaign (minutes) runs when asked for: pytest tests/faults -m slow")
     tries = int(os.environ.get("ASYNCNET_FAULT_TRIES", "2"))
-    kinds = [k for k in campaign.ALL_KINDS if k not in campaign.TORCH_KINDS]  # torchrun's: see docs/robustness.md
-    plan = {k: tries * (campaign.FUZZ_PER_TRY if k.startswith("fuzz_") else 1) for k in kinds}
+    plan = {k: tries * (campaign.FUZZ_PER_TRY if k.startswith("fuzz_") else 1) for k in campaign.ALL_KINDS}
     _assert_no_bad(campaign.run_campaign(plan, seed=int(os.environ.get("ASYNCNET_FAULT_SEED", "0"))))

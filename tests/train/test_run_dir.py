@@ -312,3 +312,16 @@ def test_the_torch_launcher_saves_every_epoch_from_rank_0(tmp_path: Path, monkey
     cfg = TrainConfig(backend="torch", hidden=(8,), epochs=2, trace=False)
     launch_torch(cfg, load_digits(), writer=Counting(tmp_path, cfg.to_dict()))
     assert saves == [1, 2] and _epochs(tmp_path / "metrics.json") == 2
+
+
+def test_a_refused_resume_still_drops_the_stray_temp_files(tmp_path: Path) -> None:
+    """Killed while writing metrics.json after the epoch's checkpoint: whatever resume then
+    says, it leaves no temporary file of the killed writes."""
+    run = tmp_path / "run"
+    assert main(["train", *SMALL, "--epochs", "1", "--out", str(run)]) == 0
+    strays = [run / f".metrics.json.{os.getpid()}.ab12.tmp", run / f".checkpoint.npz.{os.getpid()}.cd34.tmp"]
+    for stray in strays:
+        stray.write_bytes(b"half")
+    p = _cli("--resume", "run", "--epochs", "1", "--quiet", cwd=tmp_path)
+    assert p.returncode == 2 and "already" in p.stderr and p.stderr.count("\n") == 1, p.stderr
+    assert not [f.name for f in run.iterdir() if f.name.endswith(".tmp")]

@@ -125,6 +125,8 @@ def run_hierarchical(threads: int, across: Any, fn: Any, timeout: float | None =
     errors: dict[int, tuple[int, BaseException]] = {}
     seq, lock = itertools.count(), threading.Lock()
 
+    ended = [threading.Event() for _ in range(threads)]
+
     def body(i: int) -> None:
         try:
             results[i] = fn(syncs[i])
@@ -132,6 +134,16 @@ def run_hierarchical(threads: int, across: Any, fn: Any, timeout: float | None =
             with lock:
                 errors[syncs[i].worker_id] = (next(seq), exc)
             syncs[i].abort(f"worker {syncs[i].worker_id} raised {type(exc).__name__}: {exc}")
+        finally:
+            ended[i].set()
+
+    def wait_started() -> None:  # events, not Thread.join: see asyncnet.sync.launch._wait_all
+        for t, e in zip(ts, ended):
+            while t.ident is not None and not e.wait(0.5):
+                pass
+        for t in ts:
+            if t.ident is not None:
+                t.join()
 
     ts = [
         threading.Thread(target=body, args=(i,), name=f"asyncnet-rank-thread-{i}", daemon=True) for i in range(threads)
@@ -139,14 +151,10 @@ def run_hierarchical(threads: int, across: Any, fn: Any, timeout: float | None =
     try:
         for t in ts:
             t.start()
-        for t in ts:
-            while t.is_alive():
-                t.join(0.5)
+        wait_started()
     except BaseException:
         syncs[0].abort("interrupted")
-        for t in ts:
-            if t.ident is not None:
-                t.join()
+        wait_started()
         raise
     if errors:
         raise attach_errors(errors)

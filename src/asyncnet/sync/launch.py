@@ -96,6 +96,8 @@ def _run_threads(n: int, fn: Callable[[Any], T], timeout: float | None) -> list[
     seq = itertools.count()
     lock = threading.Lock()
 
+    ended = [threading.Event() for _ in range(n)]
+
     def body(i: int) -> None:
         try:
             results[i] = fn(syncs[i])
@@ -105,6 +107,8 @@ def _run_threads(n: int, fn: Callable[[Any], T], timeout: float | None) -> list[
             with lock:
                 errors[i] = (next(seq), exc)
             syncs[i].abort(f"worker {i} raised {type(exc).__name__}: {exc}")
+        finally:
+            ended[i].set()
 
     threads = [
         threading.Thread(target=body, args=(i,), name=f"asyncnet-sync-worker-{i}", daemon=True) for i in range(n)
@@ -114,22 +118,29 @@ def _run_threads(n: int, fn: Callable[[Any], T], timeout: float | None) -> list[
         for t in threads:
             t.start()
             started.append(t)
-        _join_all(started)
+        _wait_all(ended[: len(started)])
     except BaseException:
-        # KeyboardInterrupt while joining (or a failed start): stop the peers, then join.
+        # KeyboardInterrupt while waiting (or a failed start): stop the peers, then wait for them.
         syncs[0].abort("interrupted in the parent")
+        _wait_all(ended[: len(started)])
         for t in started:
             t.join()
         raise
+    for t in started:
+        t.join()
     if errors:
         raise attach_errors(errors)
     return results
 
 
-def _join_all(threads: list[threading.Thread]) -> None:
-    for t in threads:
-        while t.is_alive():
-            t.join(0.5)  # short joins keep Ctrl-C responsive
+def _wait_all(ended: list[threading.Event]) -> None:
+    """Wait until every worker has ended, in short waits that keep Ctrl-C responsive. Events,
+    not ``Thread.join``: Python 3.11's join, interrupted by a signal handler that raises, marks
+    the thread it waited for as stopped while it still runs, so a later join returns at once
+    and the caller could leave a worker running into interpreter exit."""
+    for e in ended:
+        while not e.wait(0.5):
+            pass
 
 
 # -- running workers in processes ---------------------------------------------------------------

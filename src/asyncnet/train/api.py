@@ -392,11 +392,13 @@ def _saved_epochs(out: Path, writer: RunWriter | None) -> tuple[list[EpochMetric
 def load_resume(run_dir: Path, cfg: TrainConfig, ds: Dataset, model: Any = None) -> Resume | None:
     """The checkpoint, finished epochs and (inside an epoch) position of the run in ``run_dir``;
     None when the run saved no checkpoint (stopped in its first epoch): it starts again from
-    epoch 1, and a stray temporary file of an interrupted write is removed."""
+    epoch 1. Temporary files of interrupted writes (checkpoint or metrics) are removed: nothing
+    else writes a run directory while it is being resumed."""
     ckpt = run_dir / CHECKPOINT
-    if not ckpt.exists():
-        for stray in run_dir.glob(f".{CHECKPOINT}.*.tmp"):
+    for name in (CHECKPOINT, METRICS):
+        for stray in run_dir.glob(f".{name}.*.tmp"):
             stray.unlink(missing_ok=True)
+    if not ckpt.exists():
         return None
     from asyncnet.model import checkpoint
 

@@ -644,36 +644,46 @@ def launch_torch(
         raise ValueError("--backend torch needs PyTorch: pip install 'asyncnet[torch]'") from None
     from datetime import timedelta
 
+    if dist.is_initialized():
+        return _run_ranks(cfg, ds, model, reporter, resume, writer)
+    if not under_torchrun():
+        raise ValueError(
+            "--backend torch runs under torchrun, e.g. torchrun --nproc-per-node 2 -m asyncnet train --backend torch"
+        )
+    from asyncnet._parent_watch import watch_parent
+
+    with watch_parent() as watch:  # torchrun's agent killed: this rank stops instead of training on as an orphan
+        with watch.hard():  # the store's connect holds the GIL: the watching thread cannot run
+            dist.init_process_group("gloo", timeout=timedelta(seconds=cfg.timeout))
+        try:
+            return _run_ranks(cfg, ds, model, reporter, resume, writer)
+        finally:
+            dist.destroy_process_group()
+
+
+def _run_ranks(
+    cfg: TrainConfig, ds: Dataset, model: Any, reporter: Any, resume: Resume | None, writer: Any
+) -> tuple[TrainConfig, WorkerResult, int]:
+    """This rank's worker(s) in the initialized ``torch.distributed`` process group."""
+    import torch.distributed as dist
+
     from asyncnet.sync import LocalGradientSync, TorchDistributedGradientSync
 
-    created = False
-    if not dist.is_initialized():
-        if not under_torchrun():
-            raise ValueError(
-                "--backend torch runs under torchrun, e.g. "
-                "torchrun --nproc-per-node 2 -m asyncnet train --backend torch"
-            )
-        dist.init_process_group("gloo", timeout=timedelta(seconds=cfg.timeout))
-        created = True
-    try:
-        world, rank = dist.get_world_size(), dist.get_rank()
-        threads = cfg.threads_per_rank
-        cfg = cfg.with_(workers=world * threads)
-        sync = TorchDistributedGradientSync() if world > 1 else LocalGradientSync()
-        main = rank == 0
-        if threads == 1:
-            result = _sync_worker(cfg, ds, model, reporter if main else None, resume, writer if main else None, sync)
-        else:  # threads x ranks: threads average in shared memory, one all-reduce per rank
-            from asyncnet.sync.hierarchical import run_hierarchical
+    world, rank = dist.get_world_size(), dist.get_rank()
+    threads = cfg.threads_per_rank
+    cfg = cfg.with_(workers=world * threads)
+    sync = TorchDistributedGradientSync() if world > 1 else LocalGradientSync()
+    main = rank == 0
+    if threads == 1:
+        result = _sync_worker(cfg, ds, model, reporter if main else None, resume, writer if main else None, sync)
+    else:  # threads x ranks: threads average in shared memory, one all-reduce per rank
+        from asyncnet.sync.hierarchical import run_hierarchical
 
-            def fn(s: Any) -> WorkerResult:
-                lead = s.worker_id == 0
-                return _sync_worker(cfg, ds, model, reporter if lead else None, resume, writer if lead else None, s)
+        def fn(s: Any) -> WorkerResult:
+            lead = s.worker_id == 0
+            return _sync_worker(cfg, ds, model, reporter if lead else None, resume, writer if lead else None, s)
 
-            result = run_hierarchical(threads, sync, fn, cfg.timeout)[0]
-    finally:
-        if created:
-            dist.destroy_process_group()
+        result = run_hierarchical(threads, sync, fn, cfg.timeout)[0]
     return cfg, result, rank
 
 
