@@ -53,7 +53,7 @@ def test_enforced_inplace_and_required_args():
 
 
 def test_device_support_checked():
-    # CreateMutex is a host-only op (FC runs on cuda since issue 9)
+    # CreateMutex is a host-only op (FC also runs on cuda)
     op = OperatorDef("CreateMutex", [], ["m"], device_option=an.DeviceOption("cuda", 0))
     with pytest.raises(NetDefinitionError, match="not supported"):
         validate_op(op, 0)

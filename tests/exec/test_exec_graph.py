@@ -121,8 +121,8 @@ def test_independent_ops_are_separate_roots():
 
 
 def _bitset_reduction(parents):
-    """The reduction the executor used before issue 15 (one ancestor bitset per op, quadratic
-    memory), kept as the reference the bounded search must match."""
+    """A plain transitive reduction (one ancestor bitset per op, quadratic memory): the reference
+    the executor's bounded search must match."""
     ancestors, reduced = [], []
     for ps in parents:
         covered, kept = 0, []

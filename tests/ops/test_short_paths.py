@@ -1,4 +1,4 @@
-"""The numpy short paths of the MLP's hot kernels (issue 9) give the general path's bits.
+"""The numpy short paths of the MLP's hot kernels give the general path's bits.
 
 A kernel takes its short path only for plain ``np.ndarray`` inputs; the same values as an
 ndarray subclass (a view, no copy of the data) take the general path. So every property below
