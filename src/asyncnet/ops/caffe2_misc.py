@@ -27,7 +27,7 @@ from asyncnet.core.registry import (
     register_no_gradient,
     register_op,
 )
-from asyncnet.ops._check import array, float_array
+from asyncnet.ops._check import array, as_array, float_array
 
 __all__ = ["summary"]
 
@@ -144,9 +144,7 @@ def clip(ctx: Any, x: Any) -> Any:
     lo, hi = ctx.args["min"], ctx.args["max"]
     if lo > hi:
         raise ValueError(f"expected min <= max, got min={lo}, max={hi}")
-    return (
-        np.asarray(np.clip(x, lo, hi), x.dtype) if isinstance(x, np.ndarray) else x.clamp(lo, hi)
-    )  # 0-d stays an array
+    return as_array(np.clip(x, lo, hi).astype(x.dtype, copy=False)) if isinstance(x, np.ndarray) else x.clamp(lo, hi)
 
 
 @register_op(
@@ -164,7 +162,7 @@ def clip_gradient(ctx: Any, y: Any, dy: Any) -> Any:
     if y.shape != dy.shape:
         raise ValueError(f"Y {tuple(y.shape)} and dY {tuple(dy.shape)} must have one shape")
     inside = (y > ctx.args["min"]) & (y < ctx.args["max"])
-    return np.asarray(dy * inside, dy.dtype) if isinstance(dy, np.ndarray) else dy * inside
+    return as_array(dy * inside)
 
 
 @register_gradient("Clip")
@@ -203,7 +201,7 @@ def make_two_class_gradient(ctx: Any, dy: Any) -> Any:
     if dy.ndim == 0 or dy.shape[-1] != 2:
         raise ValueError(f"expected dY with a last dimension of 2, got shape {tuple(dy.shape)}")
     dx = dy[..., 1] - dy[..., 0]
-    return np.asarray(dx, dy.dtype) if isinstance(dy, np.ndarray) else dx  # a 0-d result stays an array
+    return as_array(dx)
 
 
 @register_gradient("MakeTwoClass")
