@@ -50,3 +50,23 @@ def run_torchrun(
 def _rank_output(stderr: str) -> str:
     """The ranks' own stderr: what precedes the launcher's report of the failure."""
     return stderr.split("Traceback (most recent call last)", 1)[0] if "ChildFailedError" in stderr else stderr
+
+
+def torchrun_cmd(*args: str, nproc: int = 2) -> list[str]:
+    """``python -m torch.distributed.run`` with ``nproc`` ranks on 127.0.0.1 and a free port, then ``args``."""
+    import sys
+
+    from asyncnet.simulate.measure import free_port
+
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        str(nproc),
+        "--master-addr",
+        "127.0.0.1",
+        "--master-port",
+        str(free_port()),
+        *args,
+    ]

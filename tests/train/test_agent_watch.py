@@ -12,9 +12,9 @@ import time
 from pathlib import Path
 
 import pytest
+from _torchrun import torchrun_cmd
 
 from asyncnet.cleanup import pid_gone
-from asyncnet.simulate.measure import free_port
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -53,16 +53,7 @@ def _segments_of(pids: list[int]) -> list[str]:
 @pytest.mark.parametrize("when", ["training", "starting"])
 def test_sigkill_of_torchrun_agent_stops_both_ranks(tmp_path: Path, when: str) -> None:
     run = tmp_path / "run"
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc-per-node",
-        "2",
-        "--master-addr",
-        "127.0.0.1",
-        "--master-port",
-        str(free_port()),
+    cmd = torchrun_cmd(
         "-m",
         "asyncnet",
         "train",
@@ -75,7 +66,7 @@ def test_sigkill_of_torchrun_agent_stops_both_ranks(tmp_path: Path, when: str) -
         "--quiet",
         "--out",
         str(run),
-    ]
+    )
     agent = subprocess.Popen(
         cmd,
         cwd=tmp_path,

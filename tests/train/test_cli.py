@@ -8,10 +8,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _torchrun import run_torchrun
+from _torchrun import run_torchrun, torchrun_cmd
 
 from asyncnet.cli.main import main
-from asyncnet.simulate.measure import free_port
 
 RUN_FILES = {"metrics.json", "loss_accuracy.png", "trace.json", "checkpoint.npz"}
 
@@ -123,16 +122,7 @@ def test_torch_backend_outside_torchrun_is_a_usage_error(capsys, monkeypatch) ->
 def test_torchrun_with_two_processes(tmp_path: Path) -> None:
     pytest.importorskip("torch.distributed")
     out = tmp_path / "run"
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc-per-node",
-        "2",
-        "--master-addr",
-        "127.0.0.1",
-        "--master-port",
-        str(free_port()),
+    cmd = torchrun_cmd(
         "-m",
         "asyncnet",
         "train",
@@ -143,7 +133,7 @@ def test_torchrun_with_two_processes(tmp_path: Path) -> None:
         "--out",
         str(out),
         "--quiet",
-    ]
+    )
     run_torchrun(cmd, "", ranks=0, cwd=tmp_path)
     metrics = _check_run_dir(out, 1)
     assert metrics["config"]["backend"] == "torch" and metrics["config"]["workers"] == 2

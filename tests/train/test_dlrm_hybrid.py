@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-from _torchrun import run_torchrun
+from _torchrun import run_torchrun, torchrun_cmd
 
 import asyncnet as an
 from asyncnet.model.zoo.dlrm import dlrm
@@ -65,24 +64,9 @@ def test_one_rank_is_plain_training():
     np.testing.assert_allclose(got, single_process_losses(3, 32, 0.1), rtol=1e-6)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_two_ranks_under_torchrun_give_one_process_losses(tmp_path):
     pytest.importorskip("torch.distributed")
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc-per-node",
-        "2",
-        "--master-addr",
-        "127.0.0.1",
-        "--master-port",
-        str(free_port()),
+    cmd = torchrun_cmd(
         "-m",
         "asyncnet.train.dlrm_hybrid",
         "--data",
@@ -93,7 +77,7 @@ def test_two_ranks_under_torchrun_give_one_process_losses(tmp_path):
         "32",
         "--lr",
         "0.1",
-    ]
+    )
     proc = run_torchrun(cmd, "done", cwd=tmp_path, env={**os.environ, "PYTHONPATH": SRC}, timeout=200)
     losses = [float(x) for x in re.findall(r"step \d+ loss ([0-9.]+)", proc.stdout)]
     assert len(losses) == 5, proc.stdout + proc.stderr[-2000:]
@@ -102,16 +86,7 @@ def test_two_ranks_under_torchrun_give_one_process_losses(tmp_path):
 
 
 def _hybrid_cli(tmp_path, *args, timeout=200):
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc-per-node",
-        "2",
-        "--master-addr",
-        "127.0.0.1",
-        "--master-port",
-        str(free_port()),
+    cmd = torchrun_cmd(
         "-m",
         "asyncnet",
         "train",
@@ -127,7 +102,7 @@ def _hybrid_cli(tmp_path, *args, timeout=200):
         "--optimizer",
         "sgd",
         *args,
-    ]
+    )
     return run_torchrun(
         cmd, "run directory", ranks=1, cwd=tmp_path, env={**os.environ, "PYTHONPATH": SRC}, timeout=timeout
     )

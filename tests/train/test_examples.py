@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from _torchrun import run_torchrun
+from _torchrun import run_torchrun, torchrun_cmd
 
 pytest.importorskip("torch")
 
@@ -30,20 +29,8 @@ def test_torch_threads_example() -> None:
 
 @pytest.mark.timeout(90)
 def test_torchrun_example() -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc-per-node",
-        "2",
-        "--master-addr",
-        "127.0.0.1",
-        "--master-port",
-        str(port),
+    cmd = torchrun_cmd(
         str(EXAMPLES / "torch_torchrun.py"),
-    ]
+    )
     proc = run_torchrun(cmd, "test accuracy")
     assert proc.stdout.count("test accuracy") == 2, proc.stdout + proc.stderr[-2000:]

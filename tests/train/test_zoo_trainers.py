@@ -116,26 +116,11 @@ def test_docstring_examples(name: str) -> None:
 @pytest.mark.timeout(90)
 def test_dlrm_under_torchrun_matches_sync_threads(tmp_path) -> None:
     """backend torch (gloo all-reduce of the densified table gradients) = the threaded sync run."""
-    import socket
-    import sys
-
     pytest.importorskip("torch.distributed")
-    from _torchrun import run_torchrun
+    from _torchrun import run_torchrun, torchrun_cmd
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     out = tmp_path / "run"
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc-per-node",
-        "2",
-        "--master-addr",
-        "127.0.0.1",
-        "--master-port",
-        str(port),
+    cmd = torchrun_cmd(
         "-m",
         "asyncnet",
         "train",
@@ -148,7 +133,7 @@ def test_dlrm_under_torchrun_matches_sync_threads(tmp_path) -> None:
         "--out",
         str(out),
         "--quiet",
-    ]
+    )
     run_torchrun(cmd, "", ranks=0, cwd=tmp_path)
     ref = train(TrainConfig(model="dlrm", mode="sync", workers=2, epochs=1))
     with np.load(out / "checkpoint.npz") as ckpt:

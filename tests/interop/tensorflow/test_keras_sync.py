@@ -221,30 +221,17 @@ def test_torch_distributed_backend() -> None:
     """2 torchrun ranks (gloo on 127.0.0.1): the same means as the threaded sync, eager and in a graph."""
     import json
     import re
-    import socket
     import sys
     from pathlib import Path
 
     pytest.importorskip("torch")
     here = Path(__file__).resolve().parent
     sys.path.insert(0, str(here.parents[1] / "train"))
-    from _torchrun import run_torchrun
+    from _torchrun import run_torchrun, torchrun_cmd
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc-per-node",
-        "2",
-        "--master-addr",
-        "127.0.0.1",
-        "--master-port",
-        str(port),
+    cmd = torchrun_cmd(
         str(here / "_torchrun_worker.py"),
-    ]
+    )
     proc = run_torchrun(cmd, "RESULT", timeout=140)
     results = [json.loads(m) for m in re.findall(r"RESULT (\{.*?\})", proc.stdout)]
     assert sorted(r["rank"] for r in results) == [0, 1], proc.stdout + proc.stderr[-2000:]
