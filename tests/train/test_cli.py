@@ -52,7 +52,7 @@ def test_train_options_reach_the_trainer(tmp_path: Path) -> None:
         "--batch-size",
         "16",
         "--lr",
-        "0.1",
+        "0.01",
         "--optimizer",
         "momentum",
         "--hidden",
@@ -73,7 +73,7 @@ def test_train_options_reach_the_trainer(tmp_path: Path) -> None:
         cfg["optimizer"],
         cfg["hidden"],
         cfg["seed"],
-    ) == ("hogwild", 3, 16, 0.1, "momentum", [32, 16], 5)
+    ) == ("hogwild", 3, 16, 0.01, "momentum", [32, 16], 5)
     with np.load(out / "checkpoint.npz") as ckpt:
         assert ckpt["fc2_w"].shape == (16, 32) and "fc1_w_momentum" in ckpt.files
 

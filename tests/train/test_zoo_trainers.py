@@ -69,8 +69,10 @@ def test_every_mode_trains_dlrm_near_the_optimal_auc(mode: str, backend: str, cr
     cfg = TrainConfig(model="dlrm", mode=mode, backend=backend, workers=2, epochs=1, seed=0, lr=0.2)
     result = train(cfg)
     f = result.history.final
-    # one epoch of 16,000 clicks at a high rate; the README's 10-epoch default run reaches the 0.02 target
-    assert f.optimal_auc - 0.05 <= f.test_auc <= f.optimal_auc, f
+    # one epoch of 16,000 clicks at a high rate; the README's 10-epoch default run reaches the 0.02 target.
+    # On a finite test set a model can rank a few pairs better than the true probabilities do, so the
+    # ceiling has a little room above the optimal AUC.
+    assert f.optimal_auc - 0.05 <= f.test_auc <= f.optimal_auc + 0.005, f
     assert f.test_log_loss == f.test_loss < np.log(2)
     d = result.history.to_dict()["final"]
     assert {"test_auc", "test_log_loss", "optimal_auc"} <= set(d)
