@@ -162,5 +162,5 @@ def test_run_net_timeout_bounds_all_iterations():
     t = _time.monotonic()
     with pytest.raises(TimeoutError, match="iterations done"):
         ws.run_net("slow", num_iter=1000, timeout=0.2)
-    assert _time.monotonic() - t < 5
+    assert _time.monotonic() - t < 20
     ws.run_net("slow", num_iter=2, timeout=10)

@@ -111,7 +111,7 @@ def test_missing_worker_times_out_naming_it_and_late_arrival_errors():
 
     start = time.monotonic()
     _, errors = run_threads(syncs, fn)
-    assert time.monotonic() - start < 5
+    assert time.monotonic() - start < 20
     for i in (0, 1):
         assert isinstance(errors[i], SyncTimeoutError) and errors[i].missing == [2]
         assert "[2]" in str(errors[i])

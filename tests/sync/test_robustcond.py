@@ -46,7 +46,7 @@ def test_wait_times_out_holding_the_lock_again():
     assert cond.acquire(True, 1.0)
     start = time.monotonic()
     cond.wait(0.2)
-    assert 0.15 < time.monotonic() - start < 2.0
+    assert 0.15 < time.monotonic() - start < 10.0
     assert not RobustCondition(buf, 0).acquire(False)  # still ours
     cond.release()
     cond.detach()
