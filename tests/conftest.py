@@ -1,8 +1,13 @@
-"""Shared test settings: a hypothesis profile sized for a 2-core CI machine."""
+"""Shared test settings: hypothesis profiles sized for a 2-core CI machine.
+
+``ci`` (the default) draws the same examples on every run, so a CI result depends on the code
+alone; ``explore`` draws new ones each run, to hunt for bugs the fixed examples miss."""
 
 import os
 
 from hypothesis import HealthCheck, settings
 
-settings.register_profile("ci", deadline=None, max_examples=60, suppress_health_check=[HealthCheck.too_slow])
+_COMMON = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow]}
+settings.register_profile("ci", max_examples=60, derandomize=True, **_COMMON)
+settings.register_profile("explore", max_examples=300, **_COMMON)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
