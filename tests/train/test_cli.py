@@ -145,3 +145,21 @@ def test_torchrun_with_two_processes(tmp_path: Path) -> None:
         for name, value in ref.params.items():
             np.testing.assert_allclose(ckpt[name], value, rtol=1e-5, atol=1e-6)
     assert metrics["final"]["test_accuracy"] == pytest.approx(ref.history.final.test_accuracy, abs=0.01)
+
+
+@pytest.mark.timeout(90)
+def test_torchrun_checkpoints_inside_an_epoch(tmp_path: Path) -> None:
+    """Only rank 0 holds the run's writer, yet every rank must take part in a mid-epoch save's
+    rounds: a save decided by the writer alone left the ranks in different collectives."""
+    pytest.importorskip("torch.distributed")
+    out = tmp_path / "run"
+    args = ("--backend", "torch", "--epochs", "1", "--checkpoint-every", "20", "--out", str(out), "--quiet")
+    run_torchrun(torchrun_cmd("-m", "asyncnet", "train", *args), "", ranks=0, cwd=tmp_path)
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert len(metrics["epochs"]) == 1 and metrics["config"]["checkpoint_every"] == 20
+    from asyncnet.train.trainers import TrainConfig, train
+
+    ref = train(TrainConfig(mode="sync", workers=2, epochs=1))  # the same run with no saves in it
+    with np.load(out / "checkpoint.npz") as ckpt:
+        for name, value in ref.params.items():
+            np.testing.assert_allclose(ckpt[name], value, rtol=1e-5, atol=1e-6)

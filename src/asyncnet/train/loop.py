@@ -416,8 +416,10 @@ def _epoch(
     nets, rank = strategy.nets, strategy.rank
     skip = int(resumed["batches"]) if resumed and resumed.get("epoch") == epoch else 0
     clock = EpochClock.restored(resumed["workers"][rank]) if skip else EpochClock()
-    every = cfg.checkpoint_every if writer is not None and strategy.mid_epoch_checkpoints else None
-    writer = writer if rank == 0 else None  # every worker takes part in a save's rounds; rank 0 writes
+    # every worker takes part in a save's rounds, whether or not it holds the writer (under torchrun
+    # only rank 0 does): the rounds must not depend on anything that differs between ranks
+    every = cfg.checkpoint_every if strategy.mid_epoch_checkpoints else None
+    writer = writer if rank == 0 else None
     whole = not strategy.mid_epoch_checkpoints  # Hogwild times the epoch through its first round
     if reporter is not None:
         reporter.epoch_start(epoch, strategy.num_batches())
