@@ -393,9 +393,14 @@ def _bag_slots(lengths: np.ndarray, k: int, row: int) -> np.ndarray | None:
 def _sum_slots(out: np.ndarray, padded: np.ndarray) -> np.ndarray:
     """``out + padded[0] + padded[1] + ...`` slot by slot, in one numpy reduction over the
     outermost axis (numpy adds along it one slot after another, from ``initial``; the GIL is
-    released). Empty slots hold -0.0, which adds exactly nothing (x + -0.0 == x, -0.0
+    released). A single-element bag would make that axis the contiguous one, which numpy sums
+    pairwise: it is accumulated in order instead. Empty slots hold -0.0, which adds exactly nothing (x + -0.0 == x, -0.0
     included), so each bag's sum is its rows added in order from ``out`` (zeros)."""
     if padded.shape[0] == 0:
+        return out
+    if out.size == 1:  # one bag of one element: numpy would sum the contiguous slots pairwise
+        flat = np.concatenate([np.zeros(1, padded.dtype), padded.reshape(-1)])
+        out.reshape(-1)[0] = np.add.accumulate(flat)[-1]
         return out
     return np.add.reduce(padded, axis=0, dtype=padded.dtype, out=out, initial=0)
 
