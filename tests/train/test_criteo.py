@@ -293,7 +293,6 @@ def test_asyncnet_train_dlrm_sync_mode_with_an_mse_loss(tmp_path, cache):
     [
         (["--model", "mlp", "--model-arg", "interaction=cat"], "model_args are dlrm's options"),
         (["--model", "dlrm", "--model-arg", "interaction"], "expected KEY=VALUE"),
-        (["--model", "dlrm", "--optimizer", "rwsadagrad"], "mode local or hogwild"),
         (
             [
                 "--model",
