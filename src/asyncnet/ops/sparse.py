@@ -53,6 +53,7 @@ __all__ = [
     "gather",
     "sparse_lengths_sum",
     "sparse_lengths_weighted_sum",
+    "sparse_lengths_mean",
     "sparse_to_dense",
     "scatter_weighted_sum",
     "sparse_adagrad",
@@ -517,6 +518,65 @@ def sparse_lengths_sum_gradient(ctx: Any, dy: Any, lengths: Any) -> np.ndarray:
 def _sls_grad(op: OperatorDef, gout: GradOut) -> MakerResult:
     _, indices, lengths = op.inputs
     gop = OperatorDef("SparseLengthsSumGradient", [output_grad(op, gout), lengths], ["#rows"])
+    return [gop], [GradientSlice(indices, "#rows"), None, None]  # type: ignore[list-item]
+
+
+# -- SparseLengthsMean: OUTPUT[b] = (sum of DATA[INDICES[k]] over segment b) * (1 / LENGTHS[b]) ----
+def _inverse_lengths(lengths: Any, dtype: Any) -> Any:
+    """1 / LENGTHS[b] in the data's dtype (0 for an empty bag), one per bag, shaped to scale rows:
+    Caffe2 multiplies by the rounded reciprocal (``1.0f / length``), it does not divide."""
+    if is_torch(lengths):
+        return _torch_inverse(lengths.to(dtype))
+    n = lengths.astype(dtype)
+    return np.divide(np.ones_like(n), n, out=np.zeros_like(n), where=n > 0)
+
+
+def _torch_inverse(n: Any) -> Any:
+    """1 / n where n > 0, else 0, on a torch tensor."""
+    import torch
+
+    return torch.where(n > 0, 1 / torch.where(n > 0, n, torch.ones_like(n)), torch.zeros_like(n))
+
+
+@register_op(
+    "SparseLengthsMean",
+    inputs=3,
+    outputs=1,
+    inputs_doc=("DATA [R, ...] float", "INDICES [K] int", "LENGTHS [B] int"),
+    outputs_doc=("OUTPUT [B, ...]",),
+    doc="Caffe2's SparseLengthsMean: OUTPUT[b] is the mean of the DATA rows of the b-th run of LENGTHS[b] "
+    "consecutive INDICES (their sum, rows added in order, times the rounded 1 / LENGTHS[b], as Caffe2's "
+    "kernel); an empty bag gives zeros. torch's embedding_bag(mode='mean') computes the same within "
+    "rounding.",
+)
+def sparse_lengths_mean(ctx: Any, data: Any, indices: Any, lengths: Any) -> Any:
+    data = float_array(ctx, _table(ctx, data, 0), 0)
+    summed = sparse_lengths_sum(ctx, data, indices, lengths)
+    inv = _inverse_lengths(array(ctx, lengths, 2), data.dtype)
+    return summed * inv.reshape(-1, *([1] * (summed.ndim - 1)))
+
+
+@register_op(
+    "SparseLengthsMeanGradient",
+    inputs=2,
+    outputs=1,
+    inputs_doc=("dOUTPUT [B, ...]", "LENGTHS [B]"),
+    outputs_doc=("values [K, ...]",),
+    doc="Gradient of SparseLengthsMean: the values of its GradientSlice, dOUTPUT[b] * (1 / LENGTHS[b]) "
+    "for each index of segment b (Caffe2's MeanReducerGradient).",
+)
+def sparse_lengths_mean_gradient(ctx: Any, dy: Any, lengths: Any) -> Any:
+    dy = float_array(ctx, dy, 0)
+    namespace(ctx, dy, lengths)
+    lengths = _grad_lengths(ctx, lengths, 1, dy)
+    scaled = dy * _inverse_lengths(lengths, dy.dtype).reshape(-1, *([1] * (dy.ndim - 1)))
+    return _rows(scaled, _segments(lengths))
+
+
+@register_gradient("SparseLengthsMean")
+def _slm_grad(op: OperatorDef, gout: GradOut) -> MakerResult:
+    _, indices, lengths = op.inputs
+    gop = OperatorDef("SparseLengthsMeanGradient", [output_grad(op, gout), lengths], ["#rows"])
     return [gop], [GradientSlice(indices, "#rows"), None, None]  # type: ignore[list-item]
 
 
