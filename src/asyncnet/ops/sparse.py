@@ -736,15 +736,15 @@ def _add_rows(
     out: np.ndarray, idx: np.ndarray, values: np.ndarray, rounds: int = SCATTER_ROUNDS, scale: Any = None
 ) -> None:
     """``out[idx[k]] += values[k]`` (``values[k] * scale`` with a scale) for every k in order on
-    numpy arrays: the bits of adding the rows one by one (Caffe2's loop), reading and writing
-    each touched row of ``out`` once, with the GIL released for most of the time. A scale
-    multiplies each row once, after it is gathered.
+    numpy arrays: the bits of adding the rows one by one (Caffe2's loop), with the GIL released
+    for most of the time. A scale multiplies each row once.
 
-    The touched rows are gathered once into a compact buffer (one row per distinct index, in
-    order of first occurrence), each first occurrence is added there with one contiguous add,
-    the later occurrences follow the same way on the buffer for ``rounds`` rounds, then
-    np.add.at (which holds the GIL) takes what is left; the buffer is written back once. Each
-    index's additions keep their k order, so the result is the sequential one.
+    The first occurrence of each index is added in chunks of :data:`SCATTER_CHUNK` rows: a
+    chunk's table rows are gathered, their values added, and the rows written back while they
+    are still in cache (one random access per row, as an in-place axpy; gathering every row
+    first and scattering them all at the end misses the cache twice). The later occurrences
+    follow the same way, in k order, for ``rounds`` rounds; np.add.at (which holds the GIL) takes
+    what is left. Each index's additions keep their k order, so the result is the sequential one.
 
     >>> out = np.zeros((3, 1)); _add_rows(out, np.array([2, 0, 2]), np.array([[1.0], [2.0], [4.0]])); out[:, 0]
     array([2., 0., 5.])
@@ -758,19 +758,42 @@ def _add_rows(
     if idx.shape[0] * out.shape[1] < SMALL_SCATTER or rounds == 0:
         _flat_add_at(out, idx, values if scale is None else values * scale)
         return
-    first, slot = first_occurrences(idx, out.shape[0])
+    first, _ = first_occurrences(idx, out.shape[0])
     if first.all():
-        out[idx] += values if scale is None else values * scale
+        _add_distinct(out, idx, values, None, scale)
         return
-    uniq = idx[first]
-    buf = out.take(uniq, axis=0)  # each touched row read once
-    head = values.compress(first, axis=0)
-    if scale is not None:
-        head *= scale
-    buf += head
+    at = np.flatnonzero(first)
+    _add_distinct(out, idx[at], values, at, scale)
     later = np.flatnonzero(~first)  # each index's later positions, still in k order
-    _add_rows(buf, slot[later], values[later], rounds - 1, scale)
-    out[uniq] = buf  # and written once
+    _add_rows(out, idx[later], values[later], rounds - 1, scale)
+
+
+#: rows per chunk of :func:`_add_distinct`: the chunk's table rows stay in cache between their
+#: gather and their write (256 rows of 64 float32 are 64 KiB)
+SCATTER_CHUNK = 256
+
+
+def _add_distinct(out: np.ndarray, rows: np.ndarray, values: np.ndarray, at: np.ndarray | None, scale: Any) -> None:
+    """``out[rows[j]] += values[at[j]]`` (``values[j]`` without ``at``; times ``scale`` first)
+    for distinct ``rows`` of a 2-D C-contiguous ``out``, chunk by chunk."""
+    n = rows.shape[0]
+    if n == 0:
+        return
+    step = min(SCATTER_CHUNK, n)
+    buf = np.empty((step, out.shape[1]), out.dtype)
+    add = np.empty_like(buf)
+    for start in range(0, n, step):
+        r = rows[start : start + step]
+        k = r.shape[0]
+        got = np.take(out, r, axis=0, out=buf[:k], mode="clip")  # rows checked by the kernels' callers
+        if at is None:
+            term = values[start : start + k]
+        else:
+            term = np.take(values, at[start : start + k], axis=0, out=add[:k], mode="clip")
+        if scale is not None:
+            term = np.multiply(term, scale, out=add[:k])
+        got += term
+        out[r] = got
 
 
 #: a scratch array of one int64 per table row finds repeats in O(K) up to this many rows per
