@@ -1096,8 +1096,10 @@ def rowwise_sparse_adagrad(ctx: Any, param: Any, moment: Any, indices: Any, grad
 def _compact_steps(p: Any, m: Any, idx: Any, g: Any, step: Any) -> None:
     """Apply ``step(param_rows, moment_rows, grad_rows, table_rows) -> (param_rows, moment_rows)``
     to the rows ``idx`` of ``p`` and ``m`` with gradient rows ``g``, repeats one after another
-    in k order (Caffe2's loop): each touched row of ``p`` and ``m`` is read into a compact
-    buffer once and written back once; the rounds of repeats run on the buffers."""
+    in k order (Caffe2's loop). On numpy with few repeats, the first occurrences go chunk by
+    chunk (:func:`_chunked_steps`), then the later ones; otherwise each touched row of ``p``
+    and ``m`` is read into a compact buffer once and written back once, and the rounds of
+    repeats run on the buffers."""
     host = idx.cpu().numpy() if is_torch(idx) else idx
     if host.size == 0:
         return
@@ -1112,6 +1114,12 @@ def _compact_steps(p: Any, m: Any, idx: Any, g: Any, step: Any) -> None:
         def dev(a: np.ndarray) -> Any:
             return a
 
+    if not is_torch(idx) and (later := np.flatnonzero(~first)).size * 4 <= host.size:
+        at = None if later.size == 0 else np.flatnonzero(first)
+        _chunked_steps(p, m, idx if at is None else idx[at], g, at, step)
+        if later.size:  # the later occurrences, in order, after every first one
+            _compact_steps(p, m, idx[later], g[later], step)
+        return
     if first.all():
         p[idx], m[idx] = step(p[idx], m[idx], g, idx)
         return
@@ -1122,6 +1130,17 @@ def _compact_steps(p: Any, m: Any, idx: Any, g: Any, step: Any) -> None:
         at = slots[rr]
         pb[at], mb[at] = step(pb[at], mb[at], g[rr], uniq[at])
     p[uniq], m[uniq] = pb, mb
+
+
+def _chunked_steps(p: np.ndarray, m: np.ndarray, rows: np.ndarray, g: np.ndarray, at: Any, step: Any) -> None:
+    """:func:`_compact_steps` on distinct numpy ``rows`` (gradient rows ``g[at]``, or ``g``
+    without ``at``), :data:`SCATTER_CHUNK` rows at a time: a chunk's rows of ``p`` and ``m``
+    are read, stepped and written back while they are in cache."""
+    for start in range(0, rows.shape[0], SCATTER_CHUNK):
+        r = rows[start : start + SCATTER_CHUNK]
+        gr = g[start : start + SCATTER_CHUNK] if at is None else g.take(at[start : start + SCATTER_CHUNK], axis=0)
+        pr, mr = step(p.take(r, axis=0), m.take(r, axis=0), gr, r)
+        p[r], m[r] = pr, mr
 
 
 def _row_decay(ctx: Any, count: Any, p: Any, wd: Any) -> Any:
@@ -1166,5 +1185,5 @@ def coalesce(idx: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarra
     if uniq.size == idx.size:
         return idx, values
     summed = np.zeros((uniq.size, *values.shape[1:]), dtype=values.dtype)
-    np.add.at(summed, inverse.reshape(-1), values)
+    _add_rows(summed, inverse.reshape(-1), values)  # repeats added in k order: np.add.at's bits
     return uniq, summed
