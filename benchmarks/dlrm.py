@@ -211,7 +211,9 @@ def train_steps(size_name: str, threads: int, steps: int, warmup: int = 3) -> di
 
 
 def sparse_ops(reps: int, size_name: str = "large") -> dict[str, Any]:
-    """Per-op ms of one size's lookup and update, asyncnet numpy / torch against the peer."""
+    """Per-op ms of one size's lookup and update, asyncnet numpy / torch against the peer: wall
+    time, and the process's CPU time (one thread each; the CPU time moves less with the load of
+    a shared machine)."""
     import torch
 
     import asyncnet as an
@@ -261,17 +263,22 @@ def sparse_ops(reps: int, size_name: str = "large") -> dict[str, Any]:
         return look, upd
 
     peers = {"pytorch EmbeddingBag": reference(), "asyncnet numpy": ours("numpy"), "asyncnet torch": ours("torch")}
-    times = {(p, w): [] for p in peers for w in ("lookup", "update")}
+    times = {(p, w): [] for p in peers for w in ("lookup", "update", "lookup cpu", "update cpu")}
     for i in range(reps + 1):
         for p, (look, upd) in peers.items():
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             look()
-            t1 = time.perf_counter()
+            t1, c1 = time.perf_counter(), time.process_time()
             upd()
-            t2 = time.perf_counter()
+            t2, c2 = time.perf_counter(), time.process_time()
             if i:
-                times[p, "lookup"].append(t1 - t0)
-                times[p, "update"].append(t2 - t1)
+                for w, dt in (
+                    ("lookup", t1 - t0),
+                    ("update", t2 - t1),
+                    ("lookup cpu", c1 - c0),
+                    ("update cpu", c2 - c1),
+                ):
+                    times[p, w].append(dt)
     return {f"{p} {w}": 1e3 * statistics.median(v) for (p, w), v in times.items()}
 
 

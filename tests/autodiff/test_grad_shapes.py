@@ -323,6 +323,13 @@ def _sls(draw, dt):
     return [arr(draw, data_shape, dt), indices, lengths], {}, 1, [0], [0]
 
 
+@builder("SparseLengthsMean")
+def _slm(draw, dt):
+    data_shape = dims(draw, 1, 3)
+    indices, lengths = _bags(draw, data_shape[0])
+    return [arr(draw, data_shape, dt), indices, lengths], {}, 1, [0], [0]
+
+
 @builder("SparseLengthsWeightedSum")
 def _slws(draw, dt):
     data_shape = dims(draw, 1, 3)

@@ -94,7 +94,13 @@ def score(cfg: Any, checkpoint: Path, data: str, batch_size: int) -> tuple[np.nd
     from asyncnet.train.criteo import load_click_data
     from asyncnet.train.program import build_program as build_model
 
-    log = load_click_data(data, {k: v for k, v in cfg.model_args.items() if k in DATA_KEYS and k != "test_fraction"})
+    if int(cfg.model_args.get("max_ind_range", 1)) <= 0 and not data.endswith(".npz"):
+        raise CLIError(
+            f"--data {data}: the run numbered its categories by first appearance in its own file "
+            "(max_ind_range <= 0), which does not carry over to another file: train with max_ind_range >= 1"
+        )
+    scoring = ("max_ind_range", "bad_rows")  # every line is scored: no test split, no sub-sampling
+    log = load_click_data(data, {k: v for k, v in cfg.model_args.items() if k in DATA_KEYS and k in scoring})
     want = {k: cfg.model_args.get(k) for k in ("num_dense", "table_sizes")}
     if log.model_args != want:
         raise CLIError(

@@ -105,11 +105,12 @@ def build_optimizer(
             net.MomentumSGDUpdate(
                 [g, state[0], "lr", p], [g, state[0], p], momentum=momentum, weight_decay=weight_decay, formula="torch"
             )
-        elif optimizer == "rwsadagrad" and p in model.sparse:
-            raise NetDefinitionError(
-                f"expected the sparse gradient of table {p!r} for rwsadagrad (one moment per row), "
-                "got a dense one: train it in local or hogwild mode",
-                f"model {model.name!r}",
+        elif optimizer == "rwsadagrad" and p in model.sparse:  # a dense (all-reduced) table gradient
+            net.RowWiseSparseAdagrad(
+                [p, state[0], f"{p}_all_rows", g, "lr"],
+                [p, state[0]],
+                formula="torch",
+                **({} if eps is None else {"epsilon": eps}),
             )
         elif optimizer in ("adagrad", "rwsadagrad"):  # rwsadagrad: dense parameters get Adagrad (dlrm's RWSAdagrad)
             net.Adagrad(
@@ -207,6 +208,9 @@ def _add_state(model: Any, optimizer: str) -> None:
             shape = model.shapes[p][:1] if optimizer == "rwsadagrad" and p in model.sparse else model.shapes[p]
             init.ConstantFill([], f"{p}_{s}", shape=list(shape), value=0.0, dtype=dt)
             model.optimizer_state.append(f"{p}_{s}")
+        if optimizer == "rwsadagrad" and p in model.sparse:  # every row, for a dense gradient's update
+            init.GivenTensorInt64Fill([], f"{p}_num_rows", shape=[1], values=[int(model.shapes[p][0])])
+            init.LengthsRangeFill([f"{p}_num_rows"], f"{p}_all_rows")
     init.ConstantFill([], "iter", shape=[1], value=0, dtype="int64")
     init.ConstantFill([], "one", shape=[1], value=1.0, dtype=dt)
     if "CreateMutex" in registered_ops():

@@ -53,6 +53,7 @@ __all__ = [
     "gather",
     "sparse_lengths_sum",
     "sparse_lengths_weighted_sum",
+    "sparse_lengths_mean",
     "sparse_to_dense",
     "scatter_weighted_sum",
     "sparse_adagrad",
@@ -393,9 +394,14 @@ def _bag_slots(lengths: np.ndarray, k: int, row: int) -> np.ndarray | None:
 def _sum_slots(out: np.ndarray, padded: np.ndarray) -> np.ndarray:
     """``out + padded[0] + padded[1] + ...`` slot by slot, in one numpy reduction over the
     outermost axis (numpy adds along it one slot after another, from ``initial``; the GIL is
-    released). Empty slots hold -0.0, which adds exactly nothing (x + -0.0 == x, -0.0
+    released). A single-element bag would make that axis the contiguous one, which numpy sums
+    pairwise: it is accumulated in order instead. Empty slots hold -0.0, which adds exactly nothing (x + -0.0 == x, -0.0
     included), so each bag's sum is its rows added in order from ``out`` (zeros)."""
     if padded.shape[0] == 0:
+        return out
+    if out.size == 1:  # one bag of one element: numpy would sum the contiguous slots pairwise
+        flat = np.concatenate([np.zeros(1, padded.dtype), padded.reshape(-1)])
+        out.reshape(-1)[0] = np.add.accumulate(flat)[-1]
         return out
     return np.add.reduce(padded, axis=0, dtype=padded.dtype, out=out, initial=0)
 
@@ -512,6 +518,65 @@ def sparse_lengths_sum_gradient(ctx: Any, dy: Any, lengths: Any) -> np.ndarray:
 def _sls_grad(op: OperatorDef, gout: GradOut) -> MakerResult:
     _, indices, lengths = op.inputs
     gop = OperatorDef("SparseLengthsSumGradient", [output_grad(op, gout), lengths], ["#rows"])
+    return [gop], [GradientSlice(indices, "#rows"), None, None]  # type: ignore[list-item]
+
+
+# -- SparseLengthsMean: OUTPUT[b] = (sum of DATA[INDICES[k]] over segment b) * (1 / LENGTHS[b]) ----
+def _inverse_lengths(lengths: Any, dtype: Any) -> Any:
+    """1 / LENGTHS[b] in the data's dtype (0 for an empty bag), one per bag, shaped to scale rows:
+    Caffe2 multiplies by the rounded reciprocal (``1.0f / length``), it does not divide."""
+    if is_torch(lengths):
+        return _torch_inverse(lengths.to(dtype))
+    n = lengths.astype(dtype)
+    return np.divide(np.ones_like(n), n, out=np.zeros_like(n), where=n > 0)
+
+
+def _torch_inverse(n: Any) -> Any:
+    """1 / n where n > 0, else 0, on a torch tensor."""
+    import torch
+
+    return torch.where(n > 0, 1 / torch.where(n > 0, n, torch.ones_like(n)), torch.zeros_like(n))
+
+
+@register_op(
+    "SparseLengthsMean",
+    inputs=3,
+    outputs=1,
+    inputs_doc=("DATA [R, ...] float", "INDICES [K] int", "LENGTHS [B] int"),
+    outputs_doc=("OUTPUT [B, ...]",),
+    doc="Caffe2's SparseLengthsMean: OUTPUT[b] is the mean of the DATA rows of the b-th run of LENGTHS[b] "
+    "consecutive INDICES (their sum, rows added in order, times the rounded 1 / LENGTHS[b], as Caffe2's "
+    "kernel); an empty bag gives zeros. torch's embedding_bag(mode='mean') computes the same within "
+    "rounding.",
+)
+def sparse_lengths_mean(ctx: Any, data: Any, indices: Any, lengths: Any) -> Any:
+    data = float_array(ctx, _table(ctx, data, 0), 0)
+    summed = sparse_lengths_sum(ctx, data, indices, lengths)
+    inv = _inverse_lengths(array(ctx, lengths, 2), data.dtype)
+    return summed * inv.reshape(-1, *([1] * (summed.ndim - 1)))
+
+
+@register_op(
+    "SparseLengthsMeanGradient",
+    inputs=2,
+    outputs=1,
+    inputs_doc=("dOUTPUT [B, ...]", "LENGTHS [B]"),
+    outputs_doc=("values [K, ...]",),
+    doc="Gradient of SparseLengthsMean: the values of its GradientSlice, dOUTPUT[b] * (1 / LENGTHS[b]) "
+    "for each index of segment b (Caffe2's MeanReducerGradient).",
+)
+def sparse_lengths_mean_gradient(ctx: Any, dy: Any, lengths: Any) -> Any:
+    dy = float_array(ctx, dy, 0)
+    namespace(ctx, dy, lengths)
+    lengths = _grad_lengths(ctx, lengths, 1, dy)
+    scaled = dy * _inverse_lengths(lengths, dy.dtype).reshape(-1, *([1] * (dy.ndim - 1)))
+    return _rows(scaled, _segments(lengths))
+
+
+@register_gradient("SparseLengthsMean")
+def _slm_grad(op: OperatorDef, gout: GradOut) -> MakerResult:
+    _, indices, lengths = op.inputs
+    gop = OperatorDef("SparseLengthsMeanGradient", [output_grad(op, gout), lengths], ["#rows"])
     return [gop], [GradientSlice(indices, "#rows"), None, None]  # type: ignore[list-item]
 
 
@@ -671,15 +736,15 @@ def _add_rows(
     out: np.ndarray, idx: np.ndarray, values: np.ndarray, rounds: int = SCATTER_ROUNDS, scale: Any = None
 ) -> None:
     """``out[idx[k]] += values[k]`` (``values[k] * scale`` with a scale) for every k in order on
-    numpy arrays: the bits of adding the rows one by one (Caffe2's loop), reading and writing
-    each touched row of ``out`` once, with the GIL released for most of the time. A scale
-    multiplies each row once, after it is gathered.
+    numpy arrays: the bits of adding the rows one by one (Caffe2's loop), with the GIL released
+    for most of the time. A scale multiplies each row once.
 
-    The touched rows are gathered once into a compact buffer (one row per distinct index, in
-    order of first occurrence), each first occurrence is added there with one contiguous add,
-    the later occurrences follow the same way on the buffer for ``rounds`` rounds, then
-    np.add.at (which holds the GIL) takes what is left; the buffer is written back once. Each
-    index's additions keep their k order, so the result is the sequential one.
+    The first occurrence of each index is added in chunks of :data:`SCATTER_CHUNK` rows: a
+    chunk's table rows are gathered, their values added, and the rows written back while they
+    are still in cache (one random access per row, as an in-place axpy; gathering every row
+    first and scattering them all at the end misses the cache twice). The later occurrences
+    follow the same way, in k order, for ``rounds`` rounds; np.add.at (which holds the GIL) takes
+    what is left. Each index's additions keep their k order, so the result is the sequential one.
 
     >>> out = np.zeros((3, 1)); _add_rows(out, np.array([2, 0, 2]), np.array([[1.0], [2.0], [4.0]])); out[:, 0]
     array([2., 0., 5.])
@@ -693,19 +758,42 @@ def _add_rows(
     if idx.shape[0] * out.shape[1] < SMALL_SCATTER or rounds == 0:
         _flat_add_at(out, idx, values if scale is None else values * scale)
         return
-    first, slot = first_occurrences(idx, out.shape[0])
+    first, _ = first_occurrences(idx, out.shape[0])
     if first.all():
-        out[idx] += values if scale is None else values * scale
+        _add_distinct(out, idx, values, None, scale)
         return
-    uniq = idx[first]
-    buf = out.take(uniq, axis=0)  # each touched row read once
-    head = values.compress(first, axis=0)
-    if scale is not None:
-        head *= scale
-    buf += head
+    at = np.flatnonzero(first)
+    _add_distinct(out, idx[at], values, at, scale)
     later = np.flatnonzero(~first)  # each index's later positions, still in k order
-    _add_rows(buf, slot[later], values[later], rounds - 1, scale)
-    out[uniq] = buf  # and written once
+    _add_rows(out, idx[later], values[later], rounds - 1, scale)
+
+
+#: rows per chunk of :func:`_add_distinct`: the chunk's table rows stay in cache between their
+#: gather and their write (256 rows of 64 float32 are 64 KiB)
+SCATTER_CHUNK = 256
+
+
+def _add_distinct(out: np.ndarray, rows: np.ndarray, values: np.ndarray, at: np.ndarray | None, scale: Any) -> None:
+    """``out[rows[j]] += values[at[j]]`` (``values[j]`` without ``at``; times ``scale`` first)
+    for distinct ``rows`` of a 2-D C-contiguous ``out``, chunk by chunk."""
+    n = rows.shape[0]
+    if n == 0:
+        return
+    step = min(SCATTER_CHUNK, n)
+    buf = np.empty((step, out.shape[1]), out.dtype)
+    add = np.empty_like(buf)
+    for start in range(0, n, step):
+        r = rows[start : start + step]
+        k = r.shape[0]
+        got = np.take(out, r, axis=0, out=buf[:k], mode="clip")  # rows checked by the kernels' callers
+        if at is None:
+            term = values[start : start + k]
+        else:
+            term = np.take(values, at[start : start + k], axis=0, out=add[:k], mode="clip")
+        if scale is not None:
+            term = np.multiply(term, scale, out=add[:k])
+        got += term
+        out[r] = got
 
 
 #: a scratch array of one int64 per table row finds repeats in O(K) up to this many rows per
@@ -1008,8 +1096,10 @@ def rowwise_sparse_adagrad(ctx: Any, param: Any, moment: Any, indices: Any, grad
 def _compact_steps(p: Any, m: Any, idx: Any, g: Any, step: Any) -> None:
     """Apply ``step(param_rows, moment_rows, grad_rows, table_rows) -> (param_rows, moment_rows)``
     to the rows ``idx`` of ``p`` and ``m`` with gradient rows ``g``, repeats one after another
-    in k order (Caffe2's loop): each touched row of ``p`` and ``m`` is read into a compact
-    buffer once and written back once; the rounds of repeats run on the buffers."""
+    in k order (Caffe2's loop). On numpy with few repeats, the first occurrences go chunk by
+    chunk (:func:`_chunked_steps`), then the later ones; otherwise each touched row of ``p``
+    and ``m`` is read into a compact buffer once and written back once, and the rounds of
+    repeats run on the buffers."""
     host = idx.cpu().numpy() if is_torch(idx) else idx
     if host.size == 0:
         return
@@ -1024,6 +1114,12 @@ def _compact_steps(p: Any, m: Any, idx: Any, g: Any, step: Any) -> None:
         def dev(a: np.ndarray) -> Any:
             return a
 
+    if not is_torch(idx) and (later := np.flatnonzero(~first)).size * 4 <= host.size:
+        at = None if later.size == 0 else np.flatnonzero(first)
+        _chunked_steps(p, m, idx if at is None else idx[at], g, at, step)
+        if later.size:  # the later occurrences, in order, after every first one
+            _compact_steps(p, m, idx[later], g[later], step)
+        return
     if first.all():
         p[idx], m[idx] = step(p[idx], m[idx], g, idx)
         return
@@ -1034,6 +1130,17 @@ def _compact_steps(p: Any, m: Any, idx: Any, g: Any, step: Any) -> None:
         at = slots[rr]
         pb[at], mb[at] = step(pb[at], mb[at], g[rr], uniq[at])
     p[uniq], m[uniq] = pb, mb
+
+
+def _chunked_steps(p: np.ndarray, m: np.ndarray, rows: np.ndarray, g: np.ndarray, at: Any, step: Any) -> None:
+    """:func:`_compact_steps` on distinct numpy ``rows`` (gradient rows ``g[at]``, or ``g``
+    without ``at``), :data:`SCATTER_CHUNK` rows at a time: a chunk's rows of ``p`` and ``m``
+    are read, stepped and written back while they are in cache."""
+    for start in range(0, rows.shape[0], SCATTER_CHUNK):
+        r = rows[start : start + SCATTER_CHUNK]
+        gr = g[start : start + SCATTER_CHUNK] if at is None else g.take(at[start : start + SCATTER_CHUNK], axis=0)
+        pr, mr = step(p.take(r, axis=0), m.take(r, axis=0), gr, r)
+        p[r], m[r] = pr, mr
 
 
 def _row_decay(ctx: Any, count: Any, p: Any, wd: Any) -> Any:
@@ -1078,5 +1185,5 @@ def coalesce(idx: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarra
     if uniq.size == idx.size:
         return idx, values
     summed = np.zeros((uniq.size, *values.shape[1:]), dtype=values.dtype)
-    np.add.at(summed, inverse.reshape(-1), values)
+    _add_rows(summed, inverse.reshape(-1), values)  # repeats added in k order: np.add.at's bits
     return uniq, summed

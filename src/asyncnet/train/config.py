@@ -133,11 +133,6 @@ class TrainConfig:
             f"optimizer rwsadagrad trains dlrm's tables row by row, not {self.model}",
         )
         _check(
-            self.optimizer != "rwsadagrad" or self.mode != "sync",
-            "optimizer rwsadagrad updates the tables from their sparse gradients: use mode local or hogwild "
-            "(sync mode all-reduces dense table gradients)",
-        )
-        _check(
             self.lr_policy in LR_POLICIES, f"lr_policy must be one of {', '.join(LR_POLICIES)}, got {self.lr_policy!r}"
         )
         for name in ("workers", "epochs", "batch_size", "net_threads", "lr_step", "threads_per_rank"):

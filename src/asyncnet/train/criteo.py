@@ -68,8 +68,10 @@ __all__ = [
 NUM_DENSE, NUM_SPARSE = 13, 26
 NUM_FIELDS = 1 + NUM_DENSE + NUM_SPARSE
 #: the options of the Criteo readers (``asyncnet train --model-arg KEY=VALUE``)
-DATA_OPTIONS = ("max_ind_range", "bad_rows", "test_fraction")
+DATA_OPTIONS = ("max_ind_range", "bad_rows", "test_fraction", "data_sub_sample_rate", "numpy_rand_seed")
 DEFAULT_MAX_IND_RANGE = 100_000
+#: the reference's --numpy-rand-seed, which its negative sub-sampling draws from
+DEFAULT_SEED = 123
 _INT64_MAX = 2**63 - 1
 
 
@@ -148,7 +150,8 @@ def parse_kaggle_line(line: str, max_ind_range: int, labeled: bool = True) -> tu
         counts.append(_count(text, j))
     cats = []
     for j, text in enumerate(parts[1 + NUM_DENSE :], 2 + NUM_DENSE):
-        cats.append(_category(text, j) % max_ind_range)
+        c = _category(text, j)
+        cats.append(c % max_ind_range if max_ind_range > 0 else c)
     return int(parts[0]), counts, cats
 
 
@@ -190,10 +193,11 @@ def _first_line_fields(path: Path) -> int:
     return head.count(b"\t") + 1 if head else 0
 
 
-def _cache_dir(path: Path, max_ind_range: int, bad_rows: str, labeled: bool) -> Path:
+def _cache_dir(path: Path, max_ind_range: int, bad_rows: str, labeled: bool, sub_sample: tuple[float, int]) -> Path:
     st = path.stat()
+    sampled = "" if not sub_sample[0] else f"|{sub_sample[0]!r}|{sub_sample[1]}"
     key = hashlib.sha256(
-        f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{max_ind_range}|{bad_rows}|{labeled}|v1".encode()
+        f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{max_ind_range}|{bad_rows}|{labeled}{sampled}|v1".encode()
     ).hexdigest()[:20]
     root = Path(os.environ.get("ASYNCNET_CACHE") or Path.home() / ".cache" / "asyncnet")
     return root / "criteo" / f"{path.name}-{key}"
@@ -209,24 +213,31 @@ def _count_lines(path: Path) -> int:
 
 
 def load_kaggle(
-    path: str, max_ind_range: int = DEFAULT_MAX_IND_RANGE, bad_rows: str = "error", chunk_rows: int = 65536
+    path: str,
+    max_ind_range: int = DEFAULT_MAX_IND_RANGE,
+    bad_rows: str = "error",
+    chunk_rows: int = 65536,
+    sub_sample: tuple[float, int] = (0.0, DEFAULT_SEED),
 ) -> ExampleLog:
     """The Kaggle text file ``path`` as an :class:`ExampleLog` over memory-mapped arrays,
-    converted once (then reused from the cache): see the module's docstring."""
-    if max_ind_range < 1:
-        raise TrainConfigError(
-            f"--data {path}: the text format hashes categories: expected max_ind_range >= 1, got {max_ind_range}"
-        )
+    converted once (then reused from the cache): see the module's docstring. ``max_ind_range``
+    <= 0 numbers each column's categories 0, 1, ... in order of first appearance;
+    ``sub_sample`` = (rate, seed) leaves out each unclicked example with probability rate."""
+    rate = float(sub_sample[0])
+    if not 0.0 <= rate < 1.0:
+        raise TrainConfigError(f"--data {path}: expected data_sub_sample_rate in [0, 1), got {sub_sample[0]}")
     if bad_rows not in ("error", "skip"):
         raise TrainConfigError(f"--data {path}: expected bad_rows 'error' or 'skip', got {bad_rows!r}")
     src = Path(path)
     if not src.is_file():
         raise TrainConfigError(f"--data {path}: no such file")
     labeled = _first_line_fields(src) != NUM_FIELDS - 1  # 39 fields: the challenge's unlabeled test.txt
-    cache = _cache_dir(src, max_ind_range, bad_rows, labeled)
+    max_ind_range = max(int(max_ind_range), 0)  # the reference: -1 (any value <= 0) maps to dense ids
+    sub_sample = (rate, int(sub_sample[1])) if rate and labeled else (0.0, 0)  # never drop unlabelled lines
+    cache = _cache_dir(src, max_ind_range, bad_rows, labeled, sub_sample)
     meta_file = cache / "meta.json"
     if not meta_file.is_file():
-        _convert(src, cache, max_ind_range, bad_rows, chunk_rows, labeled)
+        _convert(src, cache, _Convert(max_ind_range, bad_rows, chunk_rows, labeled, sub_sample))
     meta = json.loads(meta_file.read_text())
     n = int(meta["rows"])
     if n == 0:
@@ -238,7 +249,7 @@ def load_kaggle(
         [cats[:, k] for k in range(NUM_SPARSE)],
         [None] * NUM_SPARSE,
         arrays["y"],
-        [int(max_ind_range)] * NUM_SPARSE,
+        [int(c) for c in meta["counts"]] if max_ind_range == 0 else [int(max_ind_range)] * NUM_SPARSE,
         skipped=int(meta["skipped"]),
         source=str(path),
         labeled=labeled,
@@ -266,63 +277,104 @@ def _parse_fast(lines: list[str], labeled: bool, max_ind_range: int) -> tuple[np
     counts = np.empty((n, NUM_DENSE), np.int64)
     for j in range(NUM_DENSE):
         counts[:, j] = [int(x) if x else 0 for x in flat[first + j :: width]]
-    hashed = np.empty((n, NUM_SPARSE), np.int64)
+    hashed = np.empty((n, NUM_SPARSE), np.int64 if max_ind_range > 0 else np.uint64)
     for j in range(NUM_SPARSE):
-        hashed[:, j] = [int(x, 16) % max_ind_range if x else 0 for x in flat[first + NUM_DENSE + j :: width]]
+        column = flat[first + NUM_DENSE + j :: width]
+        if max_ind_range > 0:
+            hashed[:, j] = [int(x, 16) % max_ind_range if x else 0 for x in column]
+        else:
+            hashed[:, j] = [int(x, 16) if x else 0 for x in column]
     return labels, np.maximum(counts, 0), hashed
 
 
-def _convert(src: Path, cache: Path, max_ind_range: int, bad_rows: str, chunk_rows: int, labeled: bool) -> None:
+@dataclass(frozen=True)
+class _Convert:
+    """How :func:`_convert` reads a text file: ``max_ind_range`` 0 keeps raw categories (then
+    numbered by first appearance); ``sub_sample`` = (rate, seed)."""
+
+    max_ind_range: int
+    bad_rows: str
+    chunk_rows: int
+    labeled: bool
+    sub_sample: tuple[float, int]
+
+
+class _SubSampler:
+    """The reference's negative sub-sampling: one uniform draw per line of the file, in order
+    (numpy's legacy generator from ``seed``, as the reference's ``np.random.uniform`` after
+    ``np.random.seed``); an unclicked example whose draw is below ``rate`` is left out."""
+
+    def __init__(self, rate: float, seed: int) -> None:
+        self.rate, self.rng, self.drawn = rate, np.random.RandomState(seed), 0
+        self.draws = np.zeros(0)
+
+    def keep(self, labels: np.ndarray, linenos: np.ndarray, read: int) -> np.ndarray:
+        """Which rows (labels, 1-based line numbers) stay, the first ``read`` lines now read."""
+        if not self.rate:
+            return np.ones(labels.shape[0], dtype=bool)
+        fresh = self.rng.uniform(0.0, 1.0, read - self.drawn)  # lines (drawn, read], in order
+        self.draws, first = fresh, self.drawn
+        self.drawn = read
+        return (labels != 0) | (self.draws[linenos - 1 - first] >= self.rate)
+
+
+def _convert(src: Path, cache: Path, how: _Convert) -> None:
     """Parse ``src`` chunk by chunk into ``cache``'s .npy files (written under a temporary name,
     renamed when complete, so an interrupted conversion is never read). Well-formed lines are
     parsed by numpy a chunk at a time; any other line by :func:`parse_kaggle_line`, which
-    raises (or, with ``bad_rows="skip"``, counts) a bad one."""
+    raises (or, with ``bad_rows="skip"``, counts) a bad one. Without a range, the raw categories
+    are numbered by first appearance afterwards (:func:`_dense_ids`)."""
     from numpy.lib.format import open_memmap
 
     total = _count_lines(src)
     tmp = cache.with_name(cache.name + f".tmp{os.getpid()}")
     tmp.mkdir(parents=True, exist_ok=True)
+    m = how.max_ind_range
+    cat_type = np.uint64 if m == 0 else (np.int32 if m <= 2**31 else np.int64)
     out = {
         "dense": open_memmap(tmp / "dense.npy", mode="w+", dtype=np.float32, shape=(total, NUM_DENSE)),
         "cats": open_memmap(
-            tmp / "cats.npy",
-            mode="w+",
-            dtype=np.int32 if max_ind_range <= 2**31 else np.int64,
-            shape=(total, NUM_SPARSE),
+            tmp / ("raw.npy" if m == 0 else "cats.npy"), mode="w+", dtype=cat_type, shape=(total, NUM_SPARSE)
         ),
         "y": open_memmap(tmp / "y.npy", mode="w+", dtype=np.float32, shape=(total,)),
     }
-    n, skipped = 0, 0
+    n, skipped, dropped, read = 0, 0, 0, 0
     fast: list[str] = []
     fast_at: list[int] = []
+    linenos: list[int] = []
     slow: list[tuple[int, int, list[int], list[int]]] = []
-    pattern = _FAST_LINE[labeled]
+    pattern = _FAST_LINE[how.labeled]
+    sampler = _SubSampler(*how.sub_sample)
 
     def flush() -> None:
-        nonlocal n
+        nonlocal n, dropped
         k = len(fast) + len(slow)
         if not k:
             return
         labels, counts, hashed = (
             np.zeros(k, np.int64),
             np.zeros((k, NUM_DENSE), np.int64),
-            np.zeros((k, NUM_SPARSE), np.int64),
+            np.zeros((k, NUM_SPARSE), np.int64 if m else np.uint64),
         )
         if fast:
-            labels[fast_at], counts[fast_at], hashed[fast_at] = _parse_fast(fast, labeled, max_ind_range)
+            labels[fast_at], counts[fast_at], hashed[fast_at] = _parse_fast(fast, how.labeled, m)
         for at, label, c, h in slow:
             labels[at], counts[at], hashed[at] = label, c, h
-        out["y"][n : n + k] = labels
+        keep = sampler.keep(labels, np.asarray(linenos, np.int64), read)
+        dropped += int(k - keep.sum())
+        k = int(keep.sum())
+        out["y"][n : n + k] = labels[keep]
         out["dense"][n : n + k] = np.log(
-            counts.astype(np.float64) + 1.0
+            counts[keep].astype(np.float64) + 1.0
         )  # log(x + 1), in float64 then stored as float32
-        out["cats"][n : n + k] = hashed
+        out["cats"][n : n + k] = hashed[keep]
         n += k
-        fast.clear(), fast_at.clear(), slow.clear()
+        fast.clear(), fast_at.clear(), slow.clear(), linenos.clear()
 
-    fields = NUM_FIELDS - (not labeled)
+    fields = NUM_FIELDS - (not how.labeled)
     with open(src, encoding="ascii", errors="replace", newline="\n") as f:
         for lineno, line in enumerate(f, 1):
+            read = lineno
             if pattern.match(line):
                 fast_at.append(len(fast) + len(slow))
                 fast.append(line)
@@ -332,9 +384,9 @@ def _convert(src: Path, cache: Path, max_ind_range: int, bad_rows: str, chunk_ro
                         raise ValueError(
                             f"the last line is truncated (no newline and {line.count(chr(9)) + 1} of {fields} fields)"
                         )
-                    slow.append((len(fast) + len(slow), *parse_kaggle_line(line, max_ind_range, labeled)))
+                    slow.append((len(fast) + len(slow), *parse_kaggle_line(line, m, how.labeled)))
                 except ValueError as e:
-                    if bad_rows == "skip":
+                    if how.bad_rows == "skip":
                         skipped += 1
                         continue
                     _discard(tmp)
@@ -342,17 +394,41 @@ def _convert(src: Path, cache: Path, max_ind_range: int, bad_rows: str, chunk_ro
                         f"--data {src}: line {lineno}: {e} (--model-arg bad_rows=skip leaves such "
                         "rows out and counts them)"
                     ) from None
-            if len(fast) + len(slow) >= chunk_rows:
+            linenos.append(lineno)
+            if len(fast) + len(slow) >= how.chunk_rows:
                 flush()
     flush()
+    meta: dict[str, Any] = {"rows": n, "skipped": skipped, "sub_sampled": dropped, "lines": total, "source": str(src)}
+    if m == 0:
+        meta["counts"] = _dense_ids(out.pop("cats"), n, tmp)
     for a in out.values():
         a.flush()
     out.clear()  # the memory maps close before the folder is renamed
-    (tmp / "meta.json").write_text(json.dumps({"rows": n, "skipped": skipped, "lines": total, "source": str(src)}))
+    (tmp / "meta.json").write_text(json.dumps(meta))
     try:
         tmp.rename(cache)
     except OSError:  # another process converted it first: use theirs
         _discard(tmp)
+
+
+def _dense_ids(raw: np.ndarray, n: int, folder: Path) -> list[int]:
+    """Number each column's raw categories 0, 1, ... in order of first appearance (the
+    reference's dictionaries when ``max_ind_range`` is not given) into ``folder/cats.npy``, one
+    column at a time; the number of distinct values of each column (its table's rows)."""
+    from numpy.lib.format import open_memmap
+
+    counts = []
+    cats = open_memmap(folder / "cats.npy", mode="w+", dtype=np.int64, shape=(raw.shape[0], NUM_SPARSE))
+    for j in range(NUM_SPARSE):
+        uniq, first, inverse = np.unique(raw[:n, j], return_index=True, return_inverse=True)
+        rank = np.empty(uniq.size, np.int64)
+        rank[np.argsort(first, kind="stable")] = np.arange(uniq.size)
+        cats[:n, j] = rank[inverse.reshape(-1)]
+        counts.append(int(uniq.size))
+    cats.flush()
+    del cats, raw
+    (folder / "raw.npy").unlink()
+    return counts
 
 
 def _discard(folder: Path) -> None:
@@ -536,11 +612,23 @@ def terabyte_days(data: str) -> list[Path] | None:
 
 
 def load_terabyte(
-    days: Sequence[Path], max_ind_range: int = DEFAULT_MAX_IND_RANGE, bad_rows: str = "error"
+    days: Sequence[Path],
+    max_ind_range: int = DEFAULT_MAX_IND_RANGE,
+    bad_rows: str = "error",
+    sub_sample: tuple[float, int] = (0.0, DEFAULT_SEED),
 ) -> tuple[ExampleLog, list[int]]:
     """The days' text files (each as :func:`load_kaggle`: converted once, memory-mapped) as one
-    :class:`ExampleLog`, days in order, and the examples of each day."""
-    logs = [load_kaggle(str(d), max_ind_range, bad_rows) for d in days]
+    :class:`ExampleLog`, days in order, and the examples of each day. Day i sub-samples with
+    seed + i."""
+    if max_ind_range <= 0:
+        raise TrainConfigError(
+            f"--data {days[0].parent}: Terabyte days need max_ind_range >= 1 (numbering the categories "
+            "by first appearance would take one more pass over every day)"
+        )
+    logs = [
+        load_kaggle(str(d), max_ind_range, bad_rows, sub_sample=(sub_sample[0], sub_sample[1] + i))
+        for i, d in enumerate(days)
+    ]
     if any(not log.labeled for log in logs):
         raise TrainConfigError(f"--data {days[0].parent}: a Terabyte day file without labels (39 fields)")
     log = ExampleLog(
@@ -583,15 +671,20 @@ def load_click_data(data: str, options: dict[str, Any] | None = None) -> Example
     unknown = sorted(set(o) - set(DATA_OPTIONS))
     if unknown:
         raise TrainConfigError(f"--data {data}: unknown data option(s) {unknown}; known: {list(DATA_OPTIONS)}")
+    sub_sample = (float(o.get("data_sub_sample_rate", 0.0)), int(o.get("numpy_rand_seed", DEFAULT_SEED)))
+    if sub_sample[0] and (data.startswith("random:") or data.endswith(".npz")):
+        raise TrainConfigError(
+            f"--data {data}: data_sub_sample_rate drops unclicked lines of Criteo text files (the "
+            "reference does it while it preprocesses them), not of random: data or an .npz"
+        )
     if data.startswith("random:"):
         return random_log(data[len("random:") :])
     if data.endswith(".npz"):
         return load_processed_npz(data, int(o.get("max_ind_range", -1)))
+    rows, bad = int(o.get("max_ind_range", DEFAULT_MAX_IND_RANGE)), str(o.get("bad_rows", "error"))
     if (days := terabyte_days(data)) is not None:
-        return load_terabyte(days, int(o.get("max_ind_range", DEFAULT_MAX_IND_RANGE)), str(o.get("bad_rows", "error")))[
-            0
-        ]
-    return load_kaggle(data, int(o.get("max_ind_range", DEFAULT_MAX_IND_RANGE)), str(o.get("bad_rows", "error")))
+        return load_terabyte(days, rows, bad, sub_sample)[0]
+    return load_kaggle(data, rows, bad, sub_sample=sub_sample)
 
 
 def split_rows(n: int, test_fraction: float) -> tuple[np.ndarray, np.ndarray]:

@@ -55,11 +55,24 @@ def place_tables(table_sizes: Sequence[int], dim: int, ranks: int) -> list[int]:
 
 
 class HybridDLRM:
-    """One rank of a hybrid-parallel dlrm trained with SGD (``lr``); ``comm`` does the
-    collectives (:class:`TorchComm` under torchrun). ``dlrm_kw`` as
-    :func:`~asyncnet.model.zoo.dlrm.dlrm` (sum bags, the dot or cat interaction, bce)."""
+    """One rank of a hybrid-parallel dlrm; ``comm`` does the collectives (:class:`TorchComm`
+    under torchrun). ``dlrm_kw`` as :func:`~asyncnet.model.zoo.dlrm.dlrm` (sum bags, the dot or
+    cat interaction, any loss). ``optimizer``, ``lr`` and ``update`` (the other keyword
+    arguments of :func:`~asyncnet.model.optimizer.build_optimizer`: momentum, betas, eps,
+    weight_decay, the learning-rate schedule) as the other trainers: the MLPs take the update of
+    their averaged gradients; each table's owner updates it from the gradient rows of the whole
+    global batch (sgd, adagrad, rwsadagrad: sparse, as one process; momentum and adam: on the
+    dense gradient, as sync mode)."""
 
-    def __init__(self, comm: Any, lr: float = 0.01, seed: int = 0, **dlrm_kw: Any):
+    def __init__(
+        self,
+        comm: Any,
+        lr: float = 0.01,
+        seed: int = 0,
+        optimizer: str = "sgd",
+        update: dict[str, Any] | None = None,
+        **dlrm_kw: Any,
+    ):
         import asyncnet as an
         from asyncnet.autodiff import add_gradient_ops
         from asyncnet.model.zoo.dlrm import dlrm
@@ -71,35 +84,36 @@ class HybridDLRM:
         tables = [f"emb{k}_table" for k in range(self.num_tables)]
         self.owner = place_tables([m.shapes[t][0] for t in tables], self.dim, self.world)
         self.local = [k for k in range(self.num_tables) if self.owner[k] == self.rank]
-        fwd = m.forward_net("dense_part")
-        lookups = {op.outputs[0]: op for op in fwd.ops if op.type == "SparseLengthsSum"}
-        if sorted(lookups) != sorted(f"emb{k}" for k in range(self.num_tables)):
-            raise TrainConfigError(
-                "hybrid parallel trains plain sum tables (no weighted pooling, QR or mixed dimensions)"
-            )
-        fwd.ops[:] = [op for op in fwd.ops if op.type != "SparseLengthsSum"]
+        lookups, fwd = _dense_part(m, "dense_part", self.num_tables)
         self.dense_params = [p for p in m.params if p not in tables]
         pooled = [f"emb{k}" for k in range(self.num_tables)]
         grads = add_gradient_ops(fwd, m.loss, wrt=[*self.dense_params, *pooled], dtype=m.dtype.name)
         self.dense_grads = [str(grads[p]) for p in self.dense_params]
         self.pooled_grads = [str(grads[p]) for p in pooled]
-        for p, g in zip(self.dense_params, self.dense_grads):
-            fwd.SGD([p, g, "hybrid_lr"], [p])
+        sched, dense_ops, table_ops = _optimizer_ops(m, grads, tables, optimizer, lr, update or {})
+        self.state = [
+            n
+            for n in m.optimizer_state
+            if not _owned_by(n, [tables[k] for k in range(self.num_tables) if k not in self.local])
+        ]
+        fwd.ops.extend([*sched, *dense_ops])
         self.ws = an.Workspace()
-        keep = {*self.dense_params, *(tables[k] for k in self.local)}
+        others = [tables[k] for k in range(self.num_tables) if k not in self.local]
         init = an.Net("hybrid_init")
-        init.ops.extend(op for op in m.init_net.ops if op.outputs[0] in keep)  # fill only this rank's tables
-        self.ws.run_net_once(init)
-        self.ws.feed("hybrid_lr", np.array(lr, m.dtype))
-        self.ws.feed("one", np.ones(1, m.dtype))
-        self.ws.feed("neg_lr", np.full(1, -lr, m.dtype))
+        init.ops.extend(op for op in m.init_net.ops if not any(_owned_by(o, others) for o in op.outputs))
+        self.ws.run_net_once(init)  # fills only this rank's tables (and their optimizer state)
         emb, upd = an.Net("emb"), an.Net("update")
         for k in self.local:
             emb.ops.append(lookups[f"emb{k}"])
             upd.SparseLengthsSumGradient([f"demb{k}", f"lengths{k}"], f"demb{k}_rows")
-            upd.ScatterWeightedSum([tables[k], "one", f"ids{k}", f"demb{k}_rows", "neg_lr"], tables[k])
-        self.nets = {"emb": emb, "dense": fwd, "update": upd}
+            if optimizer in ("momentum", "adam"):  # a dense table gradient, as sync mode's
+                upd.SparseToDense([f"ids{k}", f"demb{k}_rows", tables[k]], f"{tables[k]}_grad_dense")
+            upd.ops.extend(table_ops[tables[k]])
+        _, self.eval_net = _dense_part(m, "dense_eval", self.num_tables)
+        self.nets = {"emb": emb, "dense": fwd, "update": upd, "dense_eval": self.eval_net}
+        self.n_update = len(sched) + len(dense_ops)  # the ops after the all-reduce
         self.created: set[str] = set()
+        self.accuracy = 0.0
         self.times: dict[str, float] = {}  # the last step's seconds per phase (wall; ``<phase>_cpu``: process CPU)
         self._clock = (0.0, 0.0)
 
@@ -118,7 +132,8 @@ class HybridDLRM:
         self.ws.run_net(self.nets[name].name)
 
     def step(self, feeds: dict[str, np.ndarray]) -> float:
-        """One SGD step on the global batch ``feeds`` (every rank gets the same); the mean loss."""
+        """One step on the global batch ``feeds`` (every rank gets the same); the mean loss (and
+        :attr:`accuracy`, the share of the batch's clicks predicted)."""
         b = feeds["dense"].shape[0]
         if b % self.world:
             raise TrainConfigError(f"the global batch ({b}) must divide into the {self.world} ranks")
@@ -133,7 +148,7 @@ class HybridDLRM:
         pooled = {k: np.asarray(self.ws.fetch(f"emb{k}")) for k in self.local}
         self._tick("lookup")
         received = self._exchange(
-            {k: [pooled[k][r * per : (r + 1) * per] for r in range(self.world)] for k in self.local}, per
+            {k: [pooled[k][r * per : (r + 1) * per] for r in range(self.world)] for k in self.local}, [per] * self.world
         )
         self._tick("alltoall")
         for k in range(self.num_tables):
@@ -156,8 +171,8 @@ class HybridDLRM:
         ranks in one all-reduce, SGD; the global batch's mean loss."""
         net = self.nets["dense"]
         if "dense" not in self.created:
-            # split at the first SGD op: the all-reduce runs between the gradients and the updates
-            first = next(i for i, op in enumerate(net.ops) if op.type == "SGD")
+            # split before the step counter and the updates: the all-reduce runs in between
+            first = len(net.ops) - self.n_update
             import asyncnet as an
 
             grad_net, sgd_net = an.Net("dense_grad"), an.Net("dense_sgd")
@@ -173,6 +188,7 @@ class HybridDLRM:
             [
                 *(g.astype(np.float32, copy=False).ravel() for g in grads),
                 np.asarray(self.ws.fetch("loss"), np.float32).reshape(1),
+                np.array([self._accuracy()], np.float32),
             ]
         )
         self._tick("dense")
@@ -183,24 +199,62 @@ class HybridDLRM:
             self.ws.feed(name, flat[start : start + g.size].reshape(g.shape).astype(g.dtype, copy=False))
             start += g.size
         self.ws.run_net("dense_sgd")
-        return float(flat[-1])
+        self.accuracy = float(flat[-1])
+        return float(flat[-2])
 
-    def _exchange(self, outgoing: dict[int, list[np.ndarray]], per: int) -> dict[int, np.ndarray]:
-        """All-to-all of pooled rows: ``outgoing[k][r]`` (rank r's examples of local table k)
-        goes to rank r; returns this rank's examples of every table."""
+    def _accuracy(self) -> float:
+        """The share of this rank's examples whose click the model predicts (probability above one half)."""
+        prob = np.asarray(self.ws.fetch("prob"))[:, 0]
+        return float(np.mean((prob > 0.5) == (np.asarray(self.ws.fetch("click"))[:, 0] > 0.5))) if prob.size else 0.0
+
+    def _exchange(self, outgoing: dict[int, list[np.ndarray]], sizes: list[int]) -> dict[int, np.ndarray]:
+        """All-to-all of pooled rows: ``outgoing[k][r]`` (rank r's ``sizes[r]`` examples of
+        local table k) goes to rank r; returns this rank's examples of every table."""
         send = [
             np.concatenate([outgoing[k][r] for k in self.local]) if self.local else np.zeros((0, self.dim), np.float32)
             for r in range(self.world)
         ]
+        n = sizes[self.rank]
         got = self.comm.all_to_all(
-            send, [per * sum(1 for o in self.owner if o == r) for r in range(self.world)], self.dim
+            send, [n * sum(1 for o in self.owner if o == r) for r in range(self.world)], self.dim
         )
         out = {}
         for r in range(self.world):
             tables = [k for k in range(self.num_tables) if self.owner[k] == r]
             for j, k in enumerate(tables):
-                out[k] = got[r][j * per : (j + 1) * per]
+                out[k] = got[r][j * n : (j + 1) * n]
         return out
+
+    def evaluate(self, log: Any, rows: np.ndarray, batch: int) -> tuple[float, np.ndarray]:
+        """The model's mean loss over the examples ``rows`` of ``log`` and their click
+        probabilities (every rank gets both), ``batch`` examples at a time, each batch's
+        examples split over the ranks as evenly as they go."""
+        probs = np.zeros(len(rows), np.float64)
+        loss_sum = 0.0
+        for start in range(0, len(rows), batch):
+            feeds = log.batch(rows[start : start + batch])
+            b = feeds["dense"].shape[0]
+            sizes = [len(part) for part in np.array_split(np.arange(b), self.world)]
+            bounds = np.concatenate([[0], np.cumsum(sizes)])
+            for k in self.local:
+                self.ws.feed(f"ids{k}", feeds[f"ids{k}"])
+                self.ws.feed(f"lengths{k}", feeds[f"lengths{k}"])
+            self._run("emb")
+            pooled = {k: np.asarray(self.ws.fetch(f"emb{k}")) for k in self.local}
+            parts = {k: [pooled[k][bounds[r] : bounds[r + 1]] for r in range(self.world)] for k in self.local}
+            received = self._exchange(parts, sizes)
+            mine = slice(int(bounds[self.rank]), int(bounds[self.rank + 1]))
+            if sizes[self.rank] == 0:
+                continue
+            for k in range(self.num_tables):
+                self.ws.feed(f"emb{k}", received[k])
+            self.ws.feed("dense", feeds["dense"][mine])
+            self.ws.feed("click", feeds["click"][mine])
+            self._run("dense_eval")
+            probs[start + mine.start : start + mine.stop] = np.asarray(self.ws.fetch("prob"), np.float64)[:, 0]
+            loss_sum += float(np.asarray(self.ws.fetch("loss")).reshape(-1)[0]) * sizes[self.rank]
+        total = self.comm.sum(np.concatenate([probs, [loss_sum]]))  # each example's prob from its rank, zeros elsewhere
+        return float(total[-1]) / max(len(rows), 1), total[:-1]
 
     def _return(self, grads: dict[int, np.ndarray], per: int) -> dict[int, np.ndarray]:
         """All-to-all back: each table's gradient rows of this rank's examples to its owner;
@@ -217,9 +271,13 @@ class HybridDLRM:
             for j, k in enumerate(self.local)
         }
 
+    def _names(self) -> list[str]:
+        """This rank's checkpointed blobs: the MLPs, its own tables, their optimizer state, ``iter``."""
+        return [*self.dense_params, *(f"emb{k}_table" for k in self.local), *self.state, "iter"]
+
     def load(self, arrays: dict[str, np.ndarray]) -> None:
-        """Take this rank's parameters (the MLPs and its own tables) from a full set, e.g. a checkpoint's."""
-        for n in [*self.dense_params, *(f"emb{k}_table" for k in self.local)]:
+        """Take this rank's parameters and optimizer state from a full set, e.g. a checkpoint's."""
+        for n in self._names():
             self.ws.feed(n, np.array(arrays[n], copy=True))
 
     def gather(self) -> dict[str, np.ndarray] | None:
@@ -228,9 +286,56 @@ class HybridDLRM:
         return self.comm.gather(mine)
 
     def params(self) -> dict[str, np.ndarray]:
-        """This rank's parameters: the MLPs and its own tables."""
-        names = [*self.dense_params, *(f"emb{k}_table" for k in self.local)]
-        return {n: np.asarray(self.ws.fetch(n)) for n in names}
+        """This rank's parameters and optimizer state: the MLPs, its own tables, ``iter``."""
+        return {n: np.asarray(self.ws.fetch(n)) for n in self._names()}
+
+    def lr(self) -> float:
+        """The learning rate of the last step."""
+        return float(np.asarray(self.ws.fetch("lr")).reshape(-1)[0])
+
+
+def _owned_by(name: str, tables: Sequence[str]) -> bool:
+    """``name`` is one of ``tables`` or a blob of one (its optimizer state, ``emb1_table_moment``)."""
+    return any(name == t or name.startswith(t + "_") for t in tables)
+
+
+def _dense_part(m: Any, name: str, num_tables: int) -> tuple[dict[str, Any], Any]:
+    """The model's forward net without its lookups (the pooled ``emb{k}`` become inputs), and
+    the lookup ops by output."""
+    fwd = m.forward_net(name)
+    lookups = {op.outputs[0]: op for op in fwd.ops if op.type == "SparseLengthsSum"}
+    if sorted(lookups) != sorted(f"emb{k}" for k in range(num_tables)):
+        raise TrainConfigError("hybrid parallel trains plain sum tables (no weighted pooling, QR or mixed dimensions)")
+    fwd.ops[:] = [op for op in fwd.ops if op.type != "SparseLengthsSum"]
+    return lookups, fwd
+
+
+def _optimizer_ops(
+    m: Any, grads: dict[str, Any], tables: list[str], optimizer: str, lr: float, update: dict[str, Any]
+) -> tuple[list[Any], list[Any], dict[str, list[Any]]]:
+    """build_optimizer's ops for the model, split: the step counter and learning-rate ops, the
+    MLP updates, and each table's update (from the gradient rows ``demb{k}_rows`` of the
+    lookups' ids, or their dense scatter for momentum and adam)."""
+    import asyncnet as an
+    from asyncnet.model.optimizer import build_optimizer
+    from asyncnet.ops.sparse import GradientSlice
+
+    dense_grads = optimizer in ("momentum", "adam")
+    all_grads = {p: g for p, g in grads.items() if p in m.params}
+    for k, t in enumerate(tables):
+        all_grads[t] = f"{t}_grad_dense" if dense_grads else GradientSlice(f"ids{k}", f"demb{k}_rows")
+    net = an.Net("hybrid_opt")
+    build_optimizer(m, net, all_grads, optimizer, lr, **{**update, "iter_op": "Iter", "mutex_blob": None})
+    sched, dense_ops, table_ops = [], [], {t: [] for t in tables}
+    for op in net.ops:
+        owner = next((t for t in tables if t in op.outputs), None)
+        if owner is not None:
+            table_ops[owner].append(op)
+        elif any(o in m.params for o in op.outputs):
+            dense_ops.append(op)
+        else:
+            sched.append(op)
+    return sched, dense_ops, table_ops
 
 
 class LocalComm:
@@ -243,6 +348,9 @@ class LocalComm:
     rank, world = 0, 1
 
     def average(self, a: np.ndarray) -> np.ndarray:
+        return a
+
+    def sum(self, a: np.ndarray) -> np.ndarray:
         return a
 
     def all_to_all(self, send: list[np.ndarray], recv_rows: list[int], dim: int) -> list[np.ndarray]:
@@ -269,6 +377,14 @@ class TorchComm:
         self.dist.all_reduce(t, group=self.group)
         t /= self.world
         return a
+
+    def sum(self, a: np.ndarray) -> np.ndarray:
+        """The element-wise sum of every rank's ``a`` (float64 kept), on every rank."""
+        import torch
+
+        t = torch.from_numpy(np.ascontiguousarray(a))
+        self.dist.all_reduce(t, group=self.group)
+        return t.numpy()
 
     def gather(self, part: dict[str, np.ndarray]) -> dict[str, np.ndarray] | None:
         """Every rank's ``part`` merged on rank 0 (None on the others)."""
@@ -299,27 +415,24 @@ class TorchComm:
 
 def train_run(cfg: Any, ds: Any, out: Any, resume: Any = None, quiet: bool = False) -> list[Any]:
     """``asyncnet train --model dlrm --backend torch --hybrid`` under torchrun: ``cfg.epochs``
-    epochs of SGD over ``ds``'s training rows in order, global batches of ``cfg.batch_size``
-    (the last partial batch left out), each epoch ending with the tables gathered on rank 0,
-    which writes ``checkpoint.npz`` and ``metrics.json`` in ``out`` (no test set is evaluated:
-    an epoch's test loss is its train loss, its accuracies 0); ``resume`` (a
-    :class:`~asyncnet.train.loop.Resume`) continues from its arrays and epochs. Returns the
-    epochs' metrics."""
+    epochs over ``ds``'s training rows in order, global batches of ``cfg.batch_size`` (the last
+    partial batch left out), with ``cfg``'s optimizer and learning-rate schedule; each epoch ends
+    with the test set evaluated by every rank's share (loss, accuracy, AUC) and the tables and
+    optimizer state gathered on rank 0, which writes ``checkpoint.npz`` and ``metrics.json`` in
+    ``out``; ``resume`` (a :class:`~asyncnet.train.loop.Resume`) continues from its arrays and
+    epochs. Returns the epochs' metrics."""
     import torch.distributed as dist
 
     from asyncnet.model.zoo.dlrm import split_model_args
     from asyncnet.train.program import build_program
-    from asyncnet.train.report import EpochMetrics
 
-    if cfg.optimizer != "sgd":
-        raise TrainConfigError(f"--hybrid trains with sgd, got --optimizer {cfg.optimizer}")
-    kw, lr_args = split_model_args(cfg.model_args)
-    if lr_args:
-        raise TrainConfigError("--hybrid trains at a constant learning rate: drop the lr_* model args")
+    kw, _ = split_model_args(cfg.model_args)
+    program = build_program(cfg, ds.input_dim, ds.num_classes)  # the schedule, the optimizer's settings
     dist.init_process_group("gloo")
     try:
-        model = HybridDLRM(TorchComm(), lr=cfg.lr, seed=cfg.seed, **kw)
-        program = build_program(cfg, ds.input_dim, ds.num_classes)
+        model = HybridDLRM(
+            TorchComm(), lr=program.lr, seed=cfg.seed, optimizer=cfg.optimizer, update=program.update_settings(), **kw
+        )
         data = _recorded_data(out) if model.rank == 0 else None
         epochs = list(resume.epochs) if resume is not None else []
         step = 0
@@ -328,21 +441,48 @@ def train_run(cfg: Any, ds: Any, out: Any, resume: Any = None, quiet: bool = Fal
             step = int(np.asarray(resume.arrays["iter"]).reshape(-1)[0])
         rows, b = ds.x_train[:, 0], cfg.batch_size
         for epoch in range(len(epochs) + 1, cfg.epochs + 1):
-            t0, losses = time.perf_counter(), []
+            t0, losses, hits = time.perf_counter(), [], []
             for start in range(0, len(rows) - b + 1, b):
                 losses.append(model.step(ds.log.batch(rows[start : start + b])))
+                hits.append(model.accuracy)
                 step += 1
             seconds = time.perf_counter() - t0
             mean = float(np.mean(losses)) if losses else float("nan")
-            epochs.append(EpochMetrics(epoch, mean, 0.0, mean, 0.0, len(losses) * b, seconds, lr=cfg.lr, step=step))
+            train = (mean, float(np.mean(hits)) if hits else float("nan"))
+            epochs.append(_epoch_metrics(model, ds, b, epoch, train, (len(losses) * b, seconds, step)))
             if model.rank == 0 and not quiet:
-                print(f"epoch {epoch}: train loss {mean:.6f}, {len(losses) * b / seconds:,.0f} samples/s", flush=True)
+                m = epochs[-1]
+                print(
+                    f"epoch {epoch}: train loss {mean:.6f}, test loss {m.test_loss:.6f}, test AUC {m.test_auc:.4f}, "
+                    f"{len(losses) * b / seconds:,.0f} samples/s",
+                    flush=True,
+                )
             full = model.gather()
             if full is not None:
                 _save_run(program, full, step, cfg, epochs, out, data)
         return epochs
     finally:
         dist.destroy_process_group()
+
+
+def _epoch_metrics(
+    model: HybridDLRM, ds: Any, batch: int, epoch: int, train: tuple[float, float], done: tuple[int, float, int]
+) -> Any:
+    """An epoch's figures: the train loss and accuracy (means over its steps), the test set's
+    loss, accuracy (a click when its probability is above one half), AUC and the log's
+    ground-truth AUC, as the other trainers; ``done``: (samples, seconds, step)."""
+    from asyncnet.model.zoo.dlrm import auc
+    from asyncnet.train.loop import click_figures
+    from asyncnet.train.report import EpochMetrics
+
+    test_loss, probs = model.evaluate(ds.log, ds.x_test[:, 0], batch)
+    y = ds.y_test.reshape(-1)
+    accuracy = float(np.mean((probs > 0.5) == (y > 0))) if len(y) else float("nan")
+    figures = click_figures(ds, test_loss, auc(y, probs) if len(y) else float("nan"))
+    samples, seconds, step = done
+    return EpochMetrics(
+        epoch, train[0], train[1], test_loss, accuracy, samples, seconds, lr=model.lr(), step=step, **figures
+    )
 
 
 def _recorded_data(out: Any) -> str | None:

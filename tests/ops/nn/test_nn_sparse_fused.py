@@ -171,3 +171,21 @@ def test_rowwise_sparse_adagrad_errors():
             formula="torch",
             weight_decay=0.1,
         )
+
+
+@pytest.mark.parametrize("repeats", [0, 60, 1200])
+@pytest.mark.parametrize("wd", [0.0, 0.1])
+def test_rowwise_sparse_adagrad_on_a_large_table_is_the_loop(repeats, wd):
+    """Many distinct rows over several chunks (few repeats: the chunked first occurrences, then
+    the later ones in order; many: the compact rounds): Caffe2's loop, float32 bit for bit."""
+    rng = np.random.default_rng(repeats)
+    rows, k = 3000, 1500
+    param, moment = rng.normal(size=(rows, 8)).astype(np.float32), rng.random(rows).astype(np.float32)
+    idx = rng.permutation(rows)[:k]
+    idx[rng.integers(0, k, repeats)] = rng.choice(idx[:40], repeats)  # some rows three times or more
+    grad = rng.normal(size=(k, 8)).astype(np.float32)
+    lr, eps, decay = np.float32(-0.1), np.float32(1e-5), np.float32(wd)
+    want = rowwise_caffe2_loop(param, moment, idx, grad, lr, eps, decay)
+    got = rowwise([param.copy(), moment.copy(), idx, grad, np.array([lr])], weight_decay=wd)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(np.asarray(g).view(np.uint32), w.view(np.uint32))

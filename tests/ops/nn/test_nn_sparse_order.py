@@ -185,3 +185,34 @@ def test_zipf_ids_take_few_rounds():
     got = table.copy()
     sparse._add_rows(got, idx, vals)
     same_bits(got, want)
+
+
+@pytest.mark.parametrize("repeats", [0, 40, 400, 3000])
+@pytest.mark.parametrize("scale", [None, -0.01])
+def test_mostly_distinct_ids_scatter_in_order(repeats, scale):
+    """A large table and few repeats (the one-gather path, its repeats redone on a compact copy,
+    chains of three and more included) or many (the compact rounds): the loop's bits."""
+    rng = np.random.default_rng(repeats)
+    table = values(rng, (5000, 8), "float32", True)
+    idx = rng.permutation(5000)[:3000]
+    idx[rng.integers(0, 3000, repeats)] = rng.choice(idx[:50], repeats)  # some ids four times or more
+    vals = values(rng, (3000, 8), "float32", True)
+    w = np.float32(1 if scale is None else scale)
+    want = loop_scatter(table, idx, [(vals, w)])
+    got = table.copy()
+    sparse._add_rows(got, idx, vals, scale=None if scale is None else w)
+    same_bits(got, want)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_one_bag_of_one_element_rows_adds_in_order(dtype):
+    """One bag of scalar rows: the padded slots are then contiguous, which numpy's reduce would
+    sum pairwise; the kernel still gives the loop's bits."""
+    rng = np.random.default_rng(0)
+    data, idx, lengths = values(rng, (40,), dtype, False), rng.integers(0, 40, 64), np.array([64], np.int32)
+    w = values(rng, (64,), dtype, False)
+    pairwise = np.add.reduce((data[idx] * w)[:, None], axis=0)
+    assert not np.array_equal(pairwise, loop_bags(data, idx, lengths, w))  # the case tells the orders apart
+    with pytest.MonkeyPatch.context() as mp:
+        for got in every_layout(mp, lambda: run("SparseLengthsWeightedSum", [data, w, idx, lengths])):
+            same_bits(got, loop_bags(data, idx, lengths, w))

@@ -342,7 +342,7 @@ def lr_schedule(num_warmup_steps: int = 0, decay_start_step: int = 0, num_decay_
 
 
 #: keys of a run's ``model_args`` that are not dlrm()'s: the Criteo readers' options and the schedule's
-DATA_KEYS = ("max_ind_range", "bad_rows", "test_fraction")
+DATA_KEYS = ("max_ind_range", "bad_rows", "test_fraction", "data_sub_sample_rate", "numpy_rand_seed")
 SCHEDULE_KEYS = ("lr_num_warmup_steps", "lr_decay_start_step", "lr_num_decay_steps")
 
 
