@@ -113,6 +113,11 @@ def _transpose(draw, dt):
     return [arr(draw, shape, dt)], {"axes": list(axes)}, 1, [0], [0]
 
 
+@builder("NHWC2NCHW", "NCHW2NHWC")
+def _layout_switch(draw, dt):
+    return [arr(draw, dims(draw, 3, 5), dt)], {}, 1, [0], [0]
+
+
 @builder("ExpandDims")
 def _expand_dims(draw, dt):
     shape = dims(draw, 0, 3)

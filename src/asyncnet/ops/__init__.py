@@ -3,6 +3,7 @@
 from asyncnet.ops import (
     atomic,
     barrier,
+    caffe2_image,
     caffe2_misc,
     caffe2_rnn,
     caffe2_stats,
@@ -52,6 +53,7 @@ __all__ = [
     "onnx_control",
     "dbio",
     "caffe2_misc",
+    "caffe2_image",
     "caffe2_rnn",
     "caffe2_stats",
 ]
