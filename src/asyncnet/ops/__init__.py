@@ -3,6 +3,7 @@
 from asyncnet.ops import (
     atomic,
     barrier,
+    caffe2_fp16,
     caffe2_image,
     caffe2_misc,
     caffe2_rnn,
@@ -54,6 +55,7 @@ __all__ = [
     "dbio",
     "caffe2_misc",
     "caffe2_image",
+    "caffe2_fp16",
     "caffe2_rnn",
     "caffe2_stats",
 ]
