@@ -3,6 +3,7 @@
 from asyncnet.ops import (
     atomic,
     barrier,
+    caffe2_dist,
     caffe2_fp16,
     caffe2_image,
     caffe2_misc,
@@ -56,6 +57,7 @@ __all__ = [
     "caffe2_misc",
     "caffe2_image",
     "caffe2_fp16",
+    "caffe2_dist",
     "caffe2_rnn",
     "caffe2_stats",
 ]

@@ -1,15 +1,27 @@
-"""Caffe2's ``data_parallel_model`` for CPU devices in one process.
+"""Caffe2's ``data_parallel_model``: one model replicated on CPU or GPU devices, and on several hosts.
 
 :func:`Parallelize` builds the model once per device, each copy under the name scope
-``cpu_<d>/`` and the device option CPU ``d``, scales each loss by ``1 / devices``, adds the
-gradients (asyncnet's autodiff), all-reduces every parameter's gradient across the devices (a
-``Sum`` into the first device's gradient and a ``Copy`` back to the others, Caffe2's single-host
-CPU reduction, inside the same net so asyncnet's executor runs the copies in parallel), calls
-the optimizer builder once, and makes the init net give every device the first device's
-initial parameters. The net runs with ``num_threads_per_device`` workers per device.
+``cpu_<d>/`` (or ``gpu_<d>/``) and the device option CPU (or CUDA) ``d``, scales each loss by
+``1 / (devices * shards)``, adds the gradients (asyncnet's autodiff), sums every parameter's
+gradient across the devices and copies the sum back, inside the same net so asyncnet's
+executor runs the copies in parallel, calls the optimizer builder once, and makes the init net
+give every device the first device's initial parameters. The net runs with
+``num_threads_per_device`` workers per device.
 
-Not here: GPUs (``cpu_device=False``), multi-host rendezvous (Gloo), ``shared_model`` and
-``combine_spatial_bn`` with more than one device; each raises a clear error.
+* CPU (``cpu_device=True``): a ``Sum`` into the first device's gradient, a ``Copy`` back to the
+  others (Caffe2's single-host CPU reduction).
+* GPU (the default, as in Caffe2): each peer's gradient is first copied to the first GPU
+  (``gpu_<d0>/<grad>_gpu<d>_copy``, what Caffe2 did without peer access), summed there, and
+  copied back by a ``Copy`` on each peer's device. ``use_nccl`` takes the same path (asyncnet
+  has no NCCL ops; the sum is the same).
+* Several hosts (``rendezvous`` with ``num_shards`` > 1, its ``kv_handler`` a store blob from
+  ``FileStoreHandlerCreate``, or None under ``torchrun``): the init net creates the common world
+  (``CreateCommonWorld``: torch.distributed with gloo) and broadcasts every parameter from shard
+  0; after the local sum, ``Allreduce`` averages each gradient over the shards and a ``Scale``
+  by ``num_shards`` makes it their sum, as Caffe2's Gloo all-reduce gave.
+
+Not here: ``shared_model`` and ``combine_spatial_bn`` with more than one device, ``ideep``, MPI
+rendezvous; each raises a clear error.
 
     >>> from caffe2.python import brew, data_parallel_model, model_helper, optimizer
     >>> m = model_helper.ModelHelper(name="dpm_doc")
@@ -71,21 +83,34 @@ def _group_by_device(model: Any, blobs: list[Any]) -> OrderedDict[str, dict[int,
     return grouped
 
 
+_RENDEZVOUS_KEYS = ("kv_handler", "shard_id", "num_shards")
+
+
 def _check_supported(
-    devices: list[int], cpu_device: bool, rendezvous: Any, shared_model: bool, combine_spatial_bn: bool
+    devices: list[int], ideep: bool, rendezvous: Any, shared_model: bool, combine_spatial_bn: bool
 ) -> None:
-    if not cpu_device:
-        raise NotImplementedError(
-            "data_parallel_model: GPU devices are not supported here; use cpu_device=True "
-            "(asyncnet runs CUDA nets through its own DeviceOption('cuda', i))"
-        )
+    if ideep:
+        raise NotImplementedError("data_parallel_model: ideep devices are not supported; use cpu_device=True")
     if rendezvous is not None:
-        raise NotImplementedError(
-            "data_parallel_model: multi-host rendezvous (Gloo) is not supported; asyncnet "
-            "trains across processes and hosts with its GradientSync backends (torchrun)"
-        )
+        missing = [k for k in _RENDEZVOUS_KEYS if k not in rendezvous]
+        if missing:
+            raise ValueError(f"data_parallel_model: rendezvous needs {list(_RENDEZVOUS_KEYS)}; missing {missing}")
+        if rendezvous.get("mpi_rendezvous"):
+            raise NotImplementedError(
+                "data_parallel_model: MPI rendezvous is not supported; give a kv_handler store "
+                "(FileStoreHandlerCreate) or run under torchrun with kv_handler=None"
+            )
+        if rendezvous.get("engine", "GLOO") not in ("GLOO", "gloo"):
+            raise NotImplementedError(
+                f"data_parallel_model: engine {rendezvous['engine']!r} is not supported; the shards "
+                "all-reduce through torch.distributed with gloo (engine GLOO)"
+            )
     if len(devices) > 1 and (shared_model or combine_spatial_bn):
         raise NotImplementedError("data_parallel_model: shared_model and combine_spatial_bn work with one device here")
+
+
+def _num_shards(rendezvous: Any) -> int:
+    return 1 if rendezvous is None else int(rendezvous["num_shards"])
 
 
 def Parallelize(
@@ -116,20 +141,24 @@ def Parallelize(
     """Replicate the model on CPU ``devices`` and synchronize their gradients (see the module doc)."""
     model = model_helper_obj
     devices = list(devices if devices is not None else [0])
-    _check_supported(devices, cpu_device, rendezvous, shared_model, combine_spatial_bn)
+    _check_supported(devices, ideep, rendezvous, shared_model, combine_spatial_bn)
     if param_update_builder_fun is not None and optimizer_builder_fun is not None:
         raise ValueError("Can only specify one of param_update_builder_fun, optimizer_builder_fun")
-    model._device_type = caffe2_pb2.CPU
-    model._device_prefix = "cpu"
+    model._device_type = caffe2_pb2.CPU if cpu_device else caffe2_pb2.CUDA
+    model._device_prefix = "cpu" if cpu_device else "gpu"
     model._shared_model = shared_model
     model._devices = devices
     model._rendezvous = rendezvous
+    model._common_world = None
+    model._last_collective = None
     model._optimizer = None
     model.net.Proto().num_workers = len(devices) * num_threads_per_device
     model.net.Proto().type = net_type
     non_datapar = list(model.params)
     updates = param_update_builder_fun is not None or optimizer_builder_fun is not None
-    loss_scale = 1.0 / len(devices)
+    loss_scale = 1.0 / (len(devices) * _num_shards(rendezvous))
+    if use_nccl:
+        log.info("data_parallel_model: use_nccl: gradients are summed by Copy and Sum ops (no NCCL ops here)")
     losses_by_device: dict[int, list[Any]] = {}
     for d in devices:
         with _device_scope(model, d):
@@ -151,7 +180,7 @@ def Parallelize(
     model._device_grouped_blobs.update(grouped_grads)
     model._grad_names = list(grouped_grads)
     for name in reversed(model._grad_names):
-        _all_reduce(model, model.net, grouped_grads[name], devices)
+        _all_reduce(model, model.net, name, grouped_grads[name], devices)
     if param_update_builder_fun is not None:
         for d in devices:
             with _device_scope(model, d):
@@ -192,22 +221,112 @@ def _add_gradient_operators(model: Any, devices: list[int], losses_by_device: di
         with core.DeviceScope(core.DeviceOption(model._device_type, d)):
             for loss in losses_by_device[d]:
                 seeds[str(loss)] = str(model.ConstantFill(loss, str(loss) + "_grad", value=1.0))
+    start = len(model.net.Proto().op)
     model.AddGradientOperators(seeds)
+    if model._device_type != caffe2_pb2.CPU:
+        _place_gradient_ops(model, start, devices)
 
 
-def _all_reduce(model: Any, net: Any, by_device: dict[int, Any], devices: list[int]) -> None:
-    if len(devices) < 2:
+def _place_gradient_ops(model: Any, start: int, devices: list[int]) -> None:
+    """Give each backward op without a device option the GPU of its blobs (asyncnet's autodiff
+    leaves them unset). The sum of the devices' losses that seeds the backward pass reads a
+    scalar from every GPU: its inputs are first copied to the first GPU, where it runs."""
+    proto = model.net.Proto()
+    ops = list(proto.op)
+    placed = ops[:start]
+    for op in ops[start:]:
+        if op.HasField("device_option"):
+            placed.append(op)
+            continue
+        on = sorted({_device_of(model, b) for b in [*op.input, *op.output] if _scoped(model, b)})
+        if len(on) > 1 and op.type == "Sum":
+            placed.extend(_copies_to(model, op, devices[0]))
+        op.device_option.CopyFrom(core.DeviceOption(model._device_type, on[0] if len(on) == 1 else devices[0]))
+        placed.append(op)
+    del proto.op[:]
+    proto.op.extend(placed)
+
+
+def _scoped(model: Any, blob: str) -> bool:
+    prefix = f"{model._device_prefix}_"
+    return blob.startswith(prefix) and scope._NAMESCOPE_SEPARATOR in blob and blob[len(prefix)].isdigit()
+
+
+def _copies_to(model: Any, op: Any, d0: int) -> list[Any]:
+    """Copy ops bringing ``op``'s inputs from other devices to ``d0`` (and ``op`` reads the copies)."""
+    copies = []
+    for i, b in enumerate(op.input):
+        d = _device_of(model, b) if _scoped(model, b) else d0
+        if d != d0:
+            new = f"{model._device_prefix}_{d0}/{stripBlobName(b)}_gpu{d}_copy"
+            copies.append(
+                core.CreateOperator("Copy", [b], [new], device_option=core.DeviceOption(model._device_type, d0))
+            )
+            op.input[i] = new
+    return copies
+
+
+def _all_reduce(model: Any, net: Any, name: str, by_device: dict[int, Any], devices: list[int]) -> None:
+    """Sum one gradient over the devices (and the shards) and give every device the sum."""
+    shards = _num_shards(model._rendezvous)
+    if len(devices) < 2 and shards < 2:
         return
     if any(isinstance(g, core.GradientSlice) for g in by_device.values()):
-        raise NotImplementedError(
-            "data_parallel_model: sparse (GradientSlice) gradients across devices are not supported"
-        )
+        raise NotImplementedError("data_parallel_model: sparse (GradientSlice) gradients are not synchronized here")
     first = by_device[devices[0]]
-    with core.DeviceScope(core.DeviceOption(model._device_type, devices[0])):
-        net.Sum([by_device[d] for d in devices], first, name="dpm")
+    master = core.DeviceOption(model._device_type, devices[0])
+    with core.DeviceScope(master):
+        if len(devices) > 1:
+            net.Sum(_on_master(model, net, name, by_device, devices), first, name="dpm")
+        if shards > 1:
+            world = _common_world(model)
+            # one torch.distributed group: every shard must issue its collectives in the same
+            # order, so each Allreduce waits for the one before (Caffe2's control inputs)
+            last = model._last_collective
+            net.Allreduce([world, first], [first], name=name, engine="GLOO", control_input=[last] if last else None)
+            model._last_collective = first
+            net.Scale(first, first, scale=float(shards))
+    _broadcast_local(model, net, by_device, devices)
+
+
+def _on_master(model: Any, net: Any, name: str, by_device: dict[int, Any], devices: list[int]) -> list[Any]:
+    """The devices' copies of a blob, each on the first device (GPU peers are copied there first)."""
+    if model._device_type == caffe2_pb2.CPU:
+        return [by_device[d] for d in devices]
+    d0 = devices[0]
+    blobs = [by_device[d0]]
+    for d in devices[1:]:
+        blobs.append(net.Copy(by_device[d], f"{model._device_prefix}_{d0}/{name}_gpu{d}_copy"))
+    return blobs
+
+
+def _broadcast_local(model: Any, net: Any, by_device: dict[int, Any], devices: list[int]) -> None:
+    """A ``Copy`` of the first device's blob on each other device (Caffe2's _Broadcast)."""
     for d in devices[1:]:
         with core.DeviceScope(core.DeviceOption(model._device_type, d)):
-            net.Copy(first, by_device[d])
+            net.Copy(by_device[devices[0]], by_device[d])
+
+
+def _common_world(model: Any) -> Any:
+    """The common world blob of the shards, created once in the init net (``CreateCommonWorld``)."""
+    existing = getattr(model, "_common_world", None)
+    if existing is not None:
+        return existing
+    rdv = model._rendezvous
+    store = [rdv["kv_handler"]] if rdv.get("kv_handler") else []
+    with core.DeviceScope(core.DeviceOption(caffe2_pb2.CPU)):
+        model._common_world = model.param_init_net.CreateCommonWorld(
+            store,
+            "allreduce_0_cw",
+            name="allreduce_0_cw",
+            size=int(rdv["num_shards"]),
+            rank=int(rdv["shard_id"]),
+            engine="GLOO",
+            transport=rdv.get("transport") or "tcp",
+            interface=rdv.get("interface") or "",
+            timeout_ms=30000,
+        )
+    return model._common_world
 
 
 def _sync_blobs(model: Any) -> tuple[list[Any], set[str]]:
@@ -222,18 +341,22 @@ def _sync_blobs(model: Any) -> tuple[list[Any], set[str]]:
 
 
 def _sync_init(model: Any, devices: list[int]) -> None:
-    """In the init net: every device's copy of a blob becomes the first device's."""
-    if len(devices) < 2:
+    """In the init net: every device's copy of a blob becomes the first device's, and with
+    several shards every parameter first becomes shard 0's (``Broadcast``)."""
+    shards = _num_shards(model._rendezvous)
+    if len(devices) < 2 and shards < 2:
         return
     blobs, _ = _sync_blobs(model)
     grouped = _group_by_device(model, blobs)
-    for by_device in grouped.values():
+    init = model.param_init_net
+    for name in sorted(grouped):
+        by_device = grouped[name]
         if devices[0] not in by_device:
             continue
-        for d in devices[1:]:
-            if d in by_device:
-                with core.DeviceScope(core.DeviceOption(model._device_type, d)):
-                    model.param_init_net.Copy(by_device[devices[0]], by_device[d])
+        if shards > 1 and name in model._param_names:
+            with core.DeviceScope(core.DeviceOption(model._device_type, devices[0])):
+                init.Broadcast([_common_world(model), by_device[devices[0]]], [by_device[devices[0]]], root=0)
+        _broadcast_local(model, init, by_device, [d for d in devices if d == devices[0] or d in by_device])
 
 
 def GetCheckpointParams(model: Any) -> set[Any]:

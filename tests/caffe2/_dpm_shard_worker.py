@@ -1,0 +1,62 @@
+"""One shard of a 2-host data_parallel_model run (started by torchrun from test_dpm_multihost.py):
+a linear model, each shard reading its half of a fixed batch, parameters initialized at random
+(so only the init net's Broadcast can make the shards agree), three SGD steps."""
+
+import json
+import os
+import sys
+
+import numpy as np
+
+from caffe2.python import brew, core, data_parallel_model, model_helper, optimizer, workspace
+
+rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+mode, store_dir = sys.argv[1], sys.argv[2]
+rng = np.random.default_rng(0)
+data = rng.standard_normal((8, 3)).astype(np.float32)
+labels = rng.standard_normal((8, 1)).astype(np.float32)
+per = len(data) // world
+
+kv_handler = None
+if mode == "store":  # as resnet50_trainer does with --file_store_path
+    workspace.RunOperatorOnce(
+        core.CreateOperator("FileStoreHandlerCreate", [], ["store_handler"], path=store_dir, prefix="run")
+    )
+    kv_handler = "store_handler"
+rendezvous = dict(kv_handler=kv_handler, shard_id=rank, num_shards=world, engine="GLOO", transport="tcp",
+                  interface="", mpi_rendezvous=False, exit_nets=None)  # fmt: skip
+
+
+def inputs(model):
+    workspace.FeedBlob(core.ScopedName("data"), data[rank * per : (rank + 1) * per])
+    workspace.FeedBlob(core.ScopedName("label"), labels[rank * per : (rank + 1) * per])
+
+
+def forward(model, loss_scale):
+    fc = brew.fc(model, "data", "fc", 3, 1, weight_init=("GaussianFill", {"std": 1.0}),
+                 bias_init=("GaussianFill", {"std": 1.0}))  # fmt: skip
+    dist = model.SquaredL2Distance([fc, "label"], "dist")
+    return [model.Scale(model.AveragedLoss(dist, "avg"), "loss", scale=loss_scale)]
+
+
+m = model_helper.ModelHelper(name="dpm_shards")
+data_parallel_model.Parallelize(m, inputs, forward, optimizer_builder_fun=lambda model: optimizer.build_sgd(model, 0.1),
+                                devices=[0], cpu_device=True, rendezvous=rendezvous)  # fmt: skip
+workspace.RunNetOnce(m.param_init_net)
+w0, b0 = workspace.FetchBlob("cpu_0/fc_w").tolist(), workspace.FetchBlob("cpu_0/fc_b").tolist()
+workspace.CreateNet(m.net)
+for _ in range(3):
+    workspace.RunNet(m.net)
+result = {
+    "rank": rank,
+    "w0": w0,
+    "b0": b0,
+    "w": workspace.FetchBlob("cpu_0/fc_w").tolist(),
+    "b": workspace.FetchBlob("cpu_0/fc_b").tolist(),
+    "ops": [op.type for op in m.net.Proto().op],
+    "init_ops": [op.type for op in m.param_init_net.Proto().op],
+}
+print("RESULT " + json.dumps(result), flush=True)
+import torch.distributed as dist  # noqa: E402
+
+dist.destroy_process_group()
