@@ -206,6 +206,50 @@ def test_frontend_matches_caffe2_run():
     assert [op.type for op in init2.op].count("GivenTensorFill") >= 4 and list(pred2.external_output) == ["prob"]
 
 
+@pytest.mark.parametrize("optimize_case", ["cnn", "ops"])
+def test_onnx_to_caffe2_and_back(onnx_model, optimize_case):
+    """ONNX -> Caffe2 pair -> ONNX: onnxruntime gives the same outputs on both models."""
+    if optimize_case == "cnn":
+        model, feeds = onnx_model, {"data": _x(8)}
+    else:  # ops the importer keeps as ONNX* ops or ONNXReference
+        oh = onnx.helper
+        nodes = [
+            oh.make_node("Transpose", ["x"], ["t"], perm=[1, 0]),
+            oh.make_node("Gemm", ["t", "w"], ["g"], alpha=0.5, transB=1),
+            oh.make_node("Clip", ["g", "lo", "hi"], ["c"]),
+            oh.make_node("ReduceMean", ["c"], ["r"], axes=[1], keepdims=1),
+            oh.make_node("Sub", ["c", "r"], ["s"]),
+            oh.make_node("Unsqueeze", ["s", "ax"], ["u"]),
+            oh.make_node("Squeeze", ["u", "ax"], ["q"]),
+            oh.make_node("LogSoftmax", ["q"], ["ls"], axis=1),
+            oh.make_node("HardSigmoid", ["ls"], ["y"], alpha=0.3),
+        ]
+        rng = np.random.default_rng(9)
+        inits = [
+            onnx.numpy_helper.from_array(rng.standard_normal((5, 3)).astype(np.float32), "w"),
+            onnx.numpy_helper.from_array(np.array(-0.5, np.float32), "lo"),
+            onnx.numpy_helper.from_array(np.array(0.7, np.float32), "hi"),
+            onnx.numpy_helper.from_array(np.array([0], np.int64), "ax"),
+        ]
+        graph = oh.make_graph(nodes, "ops", [oh.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [3, 4])],
+                              [oh.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [4, 5])], initializer=inits)  # fmt: skip
+        model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)])
+        feeds = {"x": rng.standard_normal((3, 4)).astype(np.float32)}
+    init, pred = backend.Caffe2Backend.onnx_graph_to_caffe2_net(model)
+    if optimize_case == "ops":
+        types = {op.type for op in pred.op}
+        assert "ONNXReference" in types and any(t.startswith("ONNX") and t != "ONNXReference" for t in types)
+    value_info = {k: (onnx.helper.np_dtype_to_tensor_dtype(v.dtype), list(v.shape)) for k, v in feeds.items()}
+    back = frontend.caffe2_net_to_onnx_model(pred, init, value_info)
+    onnx.checker.check_model(back, full_check=True)
+
+    def run(m):
+        sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+        return sess.run(None, feeds)[0]
+
+    np.testing.assert_allclose(run(back), run(model), rtol=0, atol=1e-5)
+
+
 def test_frontend_from_core_net_and_missing_value_info():
     init = core.Net("fe_init")
     init.GivenTensorFill([], "w", shape=[3, 2], values=[1.0, 2.0, 3.0, 4.0, 5.0, 6.0])

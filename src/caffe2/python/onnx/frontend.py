@@ -16,8 +16,9 @@ initializers; the outputs are the predict net's ``external_output``::
     >>> [n.op_type for n in m.graph.node], [i.name for i in m.graph.initializer]
     (['Add', 'Relu'], ['b'])
 
-The ops it converts are those asyncnet's exporter knows (:data:`asyncnet.interop.onnx._export.EXPORTERS`);
-any other op is an :class:`~asyncnet.interop.onnx.OnnxExportError` naming it.
+The ops it converts are those asyncnet's exporter knows (:data:`asyncnet.interop.onnx._export.EXPORTERS`),
+plus the ops of a net the backend made from an ONNX model (:mod:`._reexport`), so a model goes
+to Caffe2 and back; any other op is an :class:`~asyncnet.interop.onnx.OnnxExportError` naming it.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ class Caffe2Frontend:
         """The checked ``onnx.ModelProto`` of the pair (see the module doc)."""
         from asyncnet.core.defs import NetDef
         from asyncnet.interop.onnx._export import export
+        from caffe2.python.onnx import _reexport  # noqa: F401 - the exporters of imported ONNX ops
 
         if value_info is None:
             value_info = {}
