@@ -198,3 +198,43 @@ def test_fp16_model_trains_on_cpu(build):
         workspace.ResetWorkspace()
         workspace.SwitchWorkspace("default")
     assert np.isfinite(losses).all() and losses[-1] < 0.1 * losses[0]
+
+
+def test_resnet50_fp16_training_net_builds_on_cpu():
+    """ResNet-50 with fp16 parameters and build_fp16_sgd, as resnet50_trainer's --dtype float16
+    --float16_compute sets it up with data_parallel_model on a CPU device: the nets create."""
+    from caffe2.python import brew, core, data_parallel_model, model_helper, optimizer, workspace
+    from caffe2.python.modeling.initializers import PseudoFP16Initializer
+    from caffe2.python.models import resnet
+
+    model = model_helper.ModelHelper(name="resnet50_fp16", arg_scope={"order": "NCHW", "use_cudnn": True})
+
+    def add_input(m):
+        m.param_init_net.GaussianFill([], ["data_fp16"], shape=[2, 3, 32, 32])
+        m.param_init_net.FloatToHalf("data_fp16", "data")
+        m.param_init_net.ConstantFill([], ["label"], shape=[2], value=1, dtype=core.DataType.INT32)
+
+    def add_forward(m, loss_scale):
+        with brew.arg_scope([brew.conv, brew.fc], WeightInitializer=PseudoFP16Initializer,
+                            BiasInitializer=PseudoFP16Initializer, float16_compute=True):  # fmt: skip
+            pred = resnet.create_resnet50(m, "data", num_input_channels=3, num_labels=10, no_bias=True, no_loss=True)
+        pred = m.net.HalfToFloat(pred, pred + "_fp32")
+        softmax, loss = m.SoftmaxWithLoss([pred, "label"], ["softmax", "loss"])
+        brew.accuracy(m, [softmax, "label"], "accuracy")
+        return [m.Scale(loss, scale=loss_scale)]
+
+    def add_optimizer(m):
+        return optimizer.build_fp16_sgd(m, 0.1, momentum=0.9, nesterov=1, weight_decay=1e-4, policy="step",
+                                        stepsize=10, gamma=0.1)  # fmt: skip
+
+    data_parallel_model.Parallelize(model, input_builder_fun=add_input, forward_pass_builder_fun=add_forward,
+                                    optimizer_builder_fun=add_optimizer, devices=[0], cpu_device=True)  # fmt: skip
+    updates = [op for op in model.net.Proto().op if op.type.endswith("MomentumSGDUpdate")]
+    fp16 = [op.input[3] for op in updates if op.type == "FP16MomentumSGDUpdate"]
+    fp32 = [op.input[3] for op in updates if op.type == "FP32MomentumSGDUpdate"]
+    assert "cpu_0/conv1_w" in fp16 and "cpu_0/last_out_L10_w" in fp16
+    assert fp32 and all("spatbn" in p for p in fp32)
+    workspace.RunNetOnce(model.param_init_net)
+    assert workspace.FetchBlob("cpu_0/conv1_w").dtype == np.float16
+    assert workspace.FetchBlob("cpu_0/conv1_w_momentum").dtype == np.float16
+    assert workspace.CreateNet(model.net)
