@@ -18,7 +18,7 @@ labels = rng.standard_normal((8, 1)).astype(np.float32)
 per = len(data) // world
 
 kv_handler = None
-if mode == "store":  # as resnet50_trainer does with --file_store_path
+if mode in ("store", "bmuf"):  # as resnet50_trainer does with --file_store_path
     workspace.RunOperatorOnce(
         core.CreateOperator("FileStoreHandlerCreate", [], ["store_handler"], path=store_dir, prefix="run")
     )
@@ -38,6 +38,38 @@ def forward(model, loss_scale):
     dist = model.SquaredL2Distance([fc, "label"], "dist")
     return [model.Scale(model.AveragedLoss(dist, "avg"), "loss", scale=loss_scale)]
 
+
+def run_bmuf():
+    """Two BMUF blocks of 2 local SGD steps, each shard on its half of test_dpm_bmuf's batch."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from test_dpm_bmuf import _forward, _update
+
+    bmuf_rng = np.random.default_rng(26)
+    full = bmuf_rng.random((64, 16))
+    half = slice(rank * 32, (rank + 1) * 32)
+    workspace.FeedBlob("cpu_0/data", full[half].astype(np.float32))
+    workspace.FeedBlob("cpu_0/label", np.round(full[half, 0]).astype(np.float32).reshape(-1, 1))
+    model = model_helper.ModelHelper(name="bmuf_shards")
+    data_parallel_model.Parallelize_BMUF(model, lambda m: None, _forward, _update, devices=[0], cpu_device=True,
+                                         rendezvous=rendezvous, nesterov=True)  # fmt: skip
+    data_parallel_model.RunInitNet(model)
+    for _ in range(2):
+        data_parallel_model.RunNet(model, 2)
+    data_parallel_model.Synchronize(model)
+    out = {
+        "rank": rank,
+        "w": workspace.FetchBlob("cpu_0/fc_w").tolist(),
+        "b": workspace.FetchBlob("cpu_0/fc_b").tolist(),
+    }
+    print("RESULT " + json.dumps(out), flush=True)
+
+
+if mode == "bmuf":
+    run_bmuf()
+    import torch.distributed as dist
+
+    dist.destroy_process_group()
+    sys.exit(0)
 
 m = model_helper.ModelHelper(name="dpm_shards")
 data_parallel_model.Parallelize(m, inputs, forward, optimizer_builder_fun=lambda model: optimizer.build_sgd(model, 0.1),

@@ -54,7 +54,12 @@ __all__ = [
     "GetLearningRateBlobNames",
     "OptimizeGradientMemory",
     "Parallelize",
+    "Parallelize_BMUF",
     "Parallelize_CPU",
+    "RunInitNet",
+    "RunNet",
+    "RunWarmup",
+    "Synchronize",
     "stripBlobName",
 ]
 
@@ -144,13 +149,8 @@ def Parallelize(
     _check_supported(devices, ideep, rendezvous, shared_model, combine_spatial_bn)
     if param_update_builder_fun is not None and optimizer_builder_fun is not None:
         raise ValueError("Can only specify one of param_update_builder_fun, optimizer_builder_fun")
-    model._device_type = caffe2_pb2.CPU if cpu_device else caffe2_pb2.CUDA
-    model._device_prefix = "cpu" if cpu_device else "gpu"
+    _setup_devices(model, devices, cpu_device, rendezvous)
     model._shared_model = shared_model
-    model._devices = devices
-    model._rendezvous = rendezvous
-    model._common_world = None
-    model._last_collective = None
     model._optimizer = None
     model.net.Proto().num_workers = len(devices) * num_threads_per_device
     model.net.Proto().type = net_type
@@ -197,6 +197,208 @@ def Parallelize(
 
 
 Parallelize_CPU = Parallelize
+
+
+def _setup_devices(model: Any, devices: list[int], cpu_device: bool, rendezvous: Any) -> None:
+    model._device_type = caffe2_pb2.CPU if cpu_device else caffe2_pb2.CUDA
+    model._device_prefix = "cpu" if cpu_device else "gpu"
+    model._devices = devices
+    model._rendezvous = rendezvous
+    model._shared_model = False
+    model._common_world = None
+    model._last_collective = None
+
+
+def Parallelize_BMUF(
+    model_helper_obj: Any,
+    input_builder_fun: Callable[[Any], Any],
+    forward_pass_builder_fun: Callable[[Any, float], Any],
+    param_update_builder_fun: Callable[[Any], Any],
+    block_learning_rate: float = 1.0,
+    block_momentum: float | None = None,
+    devices: Any = None,
+    rendezvous: Any = None,
+    net_type: str = "dag",
+    master_device: int | None = None,
+    use_nccl: bool = False,
+    nesterov: bool = False,
+    optimize_gradient_memory: bool = False,
+    reset_momentum_sgd: bool = False,
+    warmup_iterations: int | None = None,
+    max_concurrent_distributed_ops: int = 4,
+    add_blobs_to_sync: Any = None,
+    num_threads_per_device: int = 4,
+    cpu_device: bool = False,
+) -> None:
+    """Block-wise model-update filtering (Chen and Huo, ICASSP 2016), as Caffe2 built it.
+
+    ``model.net`` runs each device's local updates (``param_update_builder_fun`` per device, no
+    gradient exchange); ``model._global_model_param_updates_net``, run once per block, averages
+    the parameters over all devices (and shards), takes a momentum step on the global model
+    (``v = block_momentum * v + block_learning_rate * (avg - g)``; ``g += v``, with Nesterov
+    ``g -= block_momentum * (v - v_prev)``) and gives every device ``g``.
+    ``model._global_model_init_net`` makes ``v`` (zeros) and ``g`` (the first device's
+    parameters). Run them with :func:`RunInitNet`, :func:`RunNet` (and :func:`RunWarmup` when
+    ``warmup_iterations`` is set)::
+
+        >>> from caffe2.python import brew, model_helper, workspace
+        >>> m = model_helper.ModelHelper(name="bmuf_doc")
+        >>> def inputs(model):
+        ...     model.param_init_net.ConstantFill([], "data", shape=[4, 3], value=1.0)
+        ...     model.param_init_net.ConstantFill([], "label", shape=[4, 1], value=0.5)
+        >>> def forward(model, loss_scale):
+        ...     fc = brew.fc(model, "data", "fc", 3, 1, weight_init=("ConstantFill", {"value": 0.1}))
+        ...     loss = model.AveragedLoss(model.SquaredL2Distance([fc, "label"], "d"), "l")
+        ...     return [model.Scale(loss, "loss", scale=loss_scale)]
+        >>> def update(model):
+        ...     one = model.param_init_net.ConstantFill([], "one", shape=[1], value=1.0)
+        ...     lr = model.param_init_net.ConstantFill([], "lr", shape=[1], value=-0.1)
+        ...     for p in model.GetParams():
+        ...         model.WeightedSum([p, one, model.param_to_grad[p], lr], p)
+        >>> Parallelize_BMUF(m, inputs, forward, update, devices=[0, 1], cpu_device=True)
+        >>> RunInitNet(m); RunNet(m, 3)
+        >>> bool((workspace.FetchBlob("cpu_0/fc_w") == workspace.FetchBlob("cpu_1/fc_w")).all())
+        True
+    """
+    model = model_helper_obj
+    devices = list(devices if devices is not None else [0])
+    master = devices[0] if master_device is None else master_device
+    if master != devices[0]:
+        raise NotImplementedError("Parallelize_BMUF: the master device must be the first of `devices` here")
+    _check_supported(devices, False, rendezvous, False, False)
+    _setup_devices(model, devices, cpu_device, rendezvous)
+    num_devices = len(devices) * _num_shards(rendezvous)
+    num_workers = num_threads_per_device * len(devices) + (8 if rendezvous else 0)
+    if block_momentum is None:
+        block_momentum = 1.0 - 1.0 / num_devices
+    model.net.Proto().num_workers = num_workers
+    model.net.Proto().type = net_type
+    global_init = model._global_model_init_net = core.Net("global_model_init")
+    updates = model._global_model_param_updates_net = core.Net("global_model")
+    for net in (global_init, updates):
+        net.Proto().type = net_type
+        net.Proto().num_workers = num_workers
+    non_datapar = list(model.params)
+    losses_by_device: dict[int, list[Any]] = {}
+    for d in devices:
+        with _device_scope(model, d):
+            input_builder_fun(model)
+            losses_by_device[d] = forward_pass_builder_fun(model, 1.0 / num_devices)
+    model._device_grouped_blobs = _group_by_device(model, model.params[len(non_datapar) :])
+    model._param_names = list(model._device_grouped_blobs)
+    model._losses_by_gpu = losses_by_device
+    _add_gradient_operators(model, devices, losses_by_device)
+    for d in devices:
+        with _device_scope(model, d):
+            param_update_builder_fun(model)
+    names = list(model._device_grouped_blobs)
+    master_opt = core.DeviceOption(model._device_type, master)
+    if warmup_iterations is not None:
+        model._warmup_iterations = warmup_iterations
+        model._warmup_broadcast = core.Net("warmup-broadcast")
+        model._warmup_broadcast.Proto().type = net_type
+        model._warmup_broadcast.Proto().num_workers = num_workers
+        _sync_params(model, model._warmup_broadcast, names, devices)
+        for name in names:
+            param = model._device_grouped_blobs[name][master]
+            with core.DeviceScope(master_opt):
+                model._warmup_broadcast.Copy(param, _g(param))
+    for name in names:
+        param = model._device_grouped_blobs[name][master]
+        with core.DeviceScope(master_opt):
+            global_init.ConstantFill(param, _v(param), value=0.0)
+            global_init.Copy(param, _g(param))
+            if nesterov:
+                global_init.ConstantFill(param, _v_prev(param), value=0.0)
+    model._last_collective = None
+    for name in names:
+        _all_reduce(model, updates, name, model._device_grouped_blobs[name], devices)
+    for name in names:
+        with core.DeviceScope(master_opt):
+            _bmuf_step(updates, model._device_grouped_blobs[name][master], num_devices, block_learning_rate,
+                       block_momentum, nesterov)  # fmt: skip
+    _sync_params(model, updates, names, devices)
+    if add_blobs_to_sync is not None:
+        raise NotImplementedError("Parallelize_BMUF: add_blobs_to_sync is not supported here")
+    if reset_momentum_sgd:
+        for op in [op for op in model.net.Proto().op if op.type == "MomentumSGDUpdate"]:
+            with core.DeviceScope(op.device_option):
+                updates.ConstantFill([op.input[1]], op.input[1], value=0.0)
+    model._data_parallel_model_init_nets = [model.param_init_net, global_init]
+    model._data_parallel_model_nets = [model.net, (updates, 1)]
+
+
+def _v(param: Any) -> str:
+    return f"{param}_v"
+
+
+def _g(param: Any) -> str:
+    return f"{param}_g"
+
+
+def _v_prev(param: Any) -> str:
+    return f"{param}_prev"
+
+
+def _bmuf_step(net: Any, param: Any, num_devices: int, lr: float, momentum: float, nesterov: bool) -> None:
+    """On the master device: ``param`` holds the sum over all devices; the global model moves."""
+    net.Scale(param, param, scale=1.0 / num_devices)
+    net.Sub([param, _g(param)], param)
+    net.Scale(param, param, scale=lr)
+    net.Scale(_v(param), _v(param), scale=momentum)
+    net.Add([_v(param), param], _v(param))
+    net.Add([_g(param), _v(param)], _g(param))
+    if nesterov:
+        net.Sub([_v(param), _v_prev(param)], _v_prev(param))
+        net.Scale(_v_prev(param), _v_prev(param), scale=momentum)
+        net.Sub([_g(param), _v_prev(param)], _g(param))
+        net.Copy(_v(param), _v_prev(param))
+    net.Copy(_g(param), param)
+
+
+def _sync_params(model: Any, net: Any, names: list[str], devices: list[int]) -> None:
+    """Every device (and shard) gets the master device's parameters (of shard 0), in ``net``."""
+    shards = _num_shards(model._rendezvous)
+    for name in sorted(names):
+        by_device = model._device_grouped_blobs[name]
+        master = by_device[devices[0]]
+        if shards > 1:
+            with core.DeviceScope(core.DeviceOption(model._device_type, devices[0])):
+                last = model._last_collective
+                net.Broadcast([_common_world(model), master], [master], root=0, control_input=[last] if last else None)
+                model._last_collective = master
+        _broadcast_local(model, net, by_device, devices)
+
+
+def RunInitNet(model: Any) -> None:
+    """Run the init nets of a ``Parallelize_BMUF`` model once and create its nets."""
+    for init_net in model._data_parallel_model_init_nets:
+        workspace.RunNetOnce(init_net)
+    for net_iters in model._data_parallel_model_nets:
+        workspace.CreateNet(net_iters[0] if isinstance(net_iters, tuple) else net_iters)
+
+
+def RunWarmup(model: Any) -> None:
+    """``warmup_iterations`` local iterations, then every device gets the master's parameters."""
+    workspace.RunNet(model.net, model._warmup_iterations)
+    workspace.RunNetOnce(model._warmup_broadcast)
+
+
+def RunNet(model: Any, num_iterations: int) -> None:
+    """One BMUF block: ``num_iterations`` local iterations, then the global update once."""
+    for net_iter in model._data_parallel_model_nets:
+        if isinstance(net_iter, tuple):
+            workspace.RunNet(net_iter[0].Proto().name, net_iter[1])
+        else:
+            workspace.RunNet(net_iter, num_iterations)
+
+
+def Synchronize(model: Any, timeout_sec: float = 30.0) -> None:
+    """A barrier of the shards (nothing to do on one host)."""
+    if model._rendezvous is None or _num_shards(model._rendezvous) <= 1:
+        return
+    world = workspace.FetchBlob(str(_common_world(model)))
+    world.barrier()
 
 
 class _device_scope:
