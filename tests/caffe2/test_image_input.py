@@ -211,21 +211,106 @@ def test_minsize_upscales_only_small_images_and_old_style_db_argument(tmp_path):
         ({"batch_size": 2, "crop": 6}, "one and only one of scaling or minsize"),
         ({"batch_size": 2, "scale": 4, "crop": 6}, "no smaller than the crop"),
         ({"batch_size": 2, "scale": 8, "crop": 6, "mean_per_channel": [1.0, 2.0]}, "1 or 3"),
-        ({"batch_size": 2, "scale": 8, "crop": 6, "color_jitter": 1}, "color_jitter"),
+        ({"batch_size": 2, "scale": 8, "crop": 6, "label_type": 1}, "Number of labels"),
+        ({"batch_size": 2, "crop": 6, "random_scale": [9, 7]}, "range"),
+        ({"batch_size": 2, "scale": 8, "crop": 6, "label_type": 1, "num_labels": 3, "use_caffe_datum": 1}, "datum"),
     ],
 )
 def test_bad_arguments_refused_at_creation(tmp_path, kwargs, match):
-    ws = an.Workspace()
     with pytest.raises(NetDefinitionError, match=match):
-        ws.create_net(_net(tmp_path / "none.minidb", "minidb", **kwargs))
+        an.Workspace().create_net(_net(tmp_path / "none.minidb", "minidb", **kwargs))
 
 
-def test_bad_record_names_the_record(tmp_path):
-    recs = [tp.encode_tensor_protos([_string_tensor(b"not an image"), np.array(0, np.int32)])]
+def test_undecodable_image_is_black_unless_the_ratio_is_exceeded(tmp_path, caplog):
+    good = _encode(_images(7)[2], "PNG")
+    recs = [tp.encode_tensor_protos([_string_tensor(e), np.array(i, np.int32)])
+            for i, e in enumerate([good, b"not an image"])]  # fmt: skip
     _write(tmp_path / "bad.minidb", "minidb", recs)
+    ws = _run(_net(tmp_path / "bad.minidb", "minidb", batch_size=2, scale=16, crop=16, is_test=1, mean=10.0))
+    np.testing.assert_array_equal(ws.fetch("data")[1], np.full((16, 16, 3), -10.0, np.float32))
+    assert ws.fetch("label").tolist() == [0, 1] and "cannot decode" in caplog.text
     with pytest.raises(OperatorError) as err:
-        _run(_net(tmp_path / "bad.minidb", "minidb", batch_size=1, scale=8, crop=6, is_test=1))
-    assert "b'0000'" in str(err.value) and "cannot decode" in str(err.value)
+        _run(_net(tmp_path / "bad.minidb", "minidb", batch_size=2, scale=16, crop=16, max_decode_error_ratio=0.25))
+    assert "max_decode_error_ratio exceeded" in str(err.value) and "1 of 2" in str(err.value)
+    _write(tmp_path / "junk.minidb", "minidb", [b"\xff\xff not a TensorProtos"])
+    with pytest.raises(OperatorError) as err:
+        _run(_net(tmp_path / "junk.minidb", "minidb", batch_size=1, scale=16, crop=16))
+    assert "b'0000'" in str(err.value)
+
+
+def test_test_mode_never_mirrors(tmp_path):
+    im = _images(8)[0]  # 10 x 14: not symmetric
+    _write(tmp_path / "m.minidb", "minidb", [tp.encode_tensor_protos([im, np.array(0, np.int32)])])
+    ws = an.Workspace()
+    net = _net(tmp_path / "m.minidb", "minidb", seed=5, batch_size=16, scale=10, crop=8, mirror=1, is_test=1)
+    ws.run_net_once(net)
+    want = im[1:9, 3:11].astype(np.float32)
+    for got in ws.fetch("data"):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_label_types_and_extra_outputs(tmp_path):
+    im = _images(9)[2]
+    recs = [
+        tp.encode_tensor_protos([im, np.array([0, 3], np.int32), np.array([0.5, 2.0], np.float32),
+                                 np.array([1.5, 2.5], np.float32), np.array([7], np.int64)]),
+        tp.encode_tensor_protos([im, np.array([2], np.int32), np.array([4.0], np.float32),
+                                 np.array([3.5, 4.5], np.float32), np.array([8], np.int64)]),
+    ]  # fmt: skip
+    _write(tmp_path / "l.minidb", "minidb", recs)
+    common = {"batch_size": 2, "scale": 16, "crop": 16, "is_test": 1, "num_labels": 4}
+    net = an.Net("weighted")
+    net.CreateDB([], "reader", db=str(tmp_path / "l.minidb"), db_type="minidb")
+    net.ImageInput("reader", ["data", "label", "pair", "id"], label_type=3, output_sizes=[2, 1], **common)
+    ws = _run(net)
+    np.testing.assert_array_equal(ws.fetch("label"), np.array([[0.5, 0, 0, 2.0], [0, 0, 4.0, 0]], np.float32))
+    np.testing.assert_array_equal(ws.fetch("pair"), np.array([[1.5, 2.5], [3.5, 4.5]], np.float32))
+    assert ws.fetch("id").dtype == np.int64 and ws.fetch("id").tolist() == [[7], [8]]
+    sparse = an.Net("sparse")
+    sparse.CreateDB([], "reader", db=str(tmp_path / "l.minidb"), db_type="minidb")
+    sparse.ImageInput("reader", ["data", "label"], label_type=1, **common)  # the other tensors are not read
+    ws = _run(sparse)
+    assert ws.fetch("label").dtype == np.int32
+    np.testing.assert_array_equal(ws.fetch("label"), [[1, 0, 0, 1], [0, 0, 1, 0]])
+    dense = tp.encode_tensor_protos([im, np.array([0.25, 0.5, 0.0, 1.0], np.float32)])
+    _write(tmp_path / "d.minidb", "minidb", [dense])
+    ws = _run(_net(tmp_path / "d.minidb", "minidb", label_type=2, **common))
+    np.testing.assert_array_equal(ws.fetch("label"), [[0.25, 0.5, 0.0, 1.0]] * 2)
+
+
+def test_random_scale_draws_the_short_side_per_image(tmp_path):
+    im = _images(10)[0]  # 10 x 14
+    _write(tmp_path / "r.minidb", "minidb", [tp.encode_tensor_protos([im, np.array(0, np.int32)])])
+    ws = _run(_net(tmp_path / "r.minidb", "minidb", seed=3, batch_size=24, random_scale=[8, 12], crop=8, is_test=1))
+    candidates = {s: _ref_test_crop(im, s, 8, 0, 1) for s in (11, 12)}  # minsize only enlarges:
+    candidates[10] = im[1:9, 3:11].astype(np.float32)  # a short side of 8, 9 or 10 leaves the image as it is
+    seen = set()
+    for got in ws.fetch("data"):
+        match = [s for s, c in candidates.items() if np.array_equal(got, c)]
+        assert match, "no short side drawn in [8, 12] gives this crop"
+        seen.update(match)
+    assert seen == {10, 11, 12}
+
+
+def test_colour_noise_and_inception_crop_in_training_only(tmp_path):
+    flat = np.full((20, 24, 3), 100, np.uint8)  # gray: saturation and contrast keep it, brightness scales it
+    _write(tmp_path / "c.minidb", "minidb", [tp.encode_tensor_protos([flat, np.array(0, np.int32)])])
+    db = tmp_path / "c.minidb"
+    ws = _run(_net(db, "minidb", seed=1, batch_size=8, scale=20, crop=16, color_jitter=1, img_brightness=0.2))
+    for got in ws.fetch("data"):
+        assert np.ptp(got) < 1e-3 and 80 - 1e-3 <= got[0, 0, 0] <= 120 + 1e-3
+    assert len({round(float(g[0, 0, 0]), 4) for g in ws.fetch("data")}) > 1
+    ws = _run(_net(db, "minidb", seed=2, batch_size=4, scale=20, crop=16, color_lighting=1, color_lighting_std=0.1))
+    eigvecs = np.array([[-144.7125, 183.396, 102.2295], [-148.104, -1.1475, -207.57], [-148.818, -177.174, 107.1765]])
+    for got in ws.fetch("data"):
+        offsets = got[0, 0, ::-1] - 100.0  # R, G, B
+        assert np.ptp(got - got[0, 0], axis=(0, 1)).max() < 1e-3  # one offset per channel
+        alphas = np.linalg.solve(eigvecs, offsets) / np.array([0.2175, 0.0188, 0.0045])
+        assert np.abs(alphas).max() < 0.1 * 6  # normal draws of std 0.1
+    ws = _run(_net(db, "minidb", seed=4, batch_size=4, scale=20, crop=16, scale_jitter_type=1))
+    np.testing.assert_array_equal(ws.fetch("data"), np.full((4, 16, 16, 3), 100.0, np.float32))
+    ws = _run(_net(db, "minidb", batch_size=2, scale=20, crop=16, is_test=1, color_jitter=1, color_lighting=1))
+    np.testing.assert_array_equal(ws.fetch("data"), np.full((2, 16, 16, 3), 100.0, np.float32))
 
 
 def test_layout_switches_round_trip_and_gradient():
