@@ -39,6 +39,12 @@ def forward(model, loss_scale):
     return [model.Scale(model.AveragedLoss(dist, "avg"), "loss", scale=loss_scale)]
 
 
+def _report(result):
+    """One write of the whole line: the two ranks share the launcher's pipe."""
+    sys.stdout.write("RESULT " + json.dumps(result) + "\n")
+    sys.stdout.flush()
+
+
 def run_bmuf():
     """Two BMUF blocks of 2 local SGD steps, each shard on its half of test_dpm_bmuf's batch."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -61,7 +67,7 @@ def run_bmuf():
         "w": workspace.FetchBlob("cpu_0/fc_w").tolist(),
         "b": workspace.FetchBlob("cpu_0/fc_b").tolist(),
     }
-    print("RESULT " + json.dumps(out), flush=True)
+    _report(out)
 
 
 if mode == "bmuf":
@@ -88,7 +94,7 @@ result = {
     "ops": [op.type for op in m.net.Proto().op],
     "init_ops": [op.type for op in m.param_init_net.Proto().op],
 }
-print("RESULT " + json.dumps(result), flush=True)
+_report(result)
 import torch.distributed as dist  # noqa: E402
 
 dist.destroy_process_group()

@@ -84,7 +84,7 @@ def test_unsupported_setups_are_refused_clearly():
     m = model_helper.ModelHelper(name="dpm_bad")
     with pytest.raises(NotImplementedError, match="one device"):
         data_parallel_model.Parallelize(
-            m, lambda model: None, lambda model, s: [], devices=[0, 1], cpu_device=True, shared_model=True
+            m, lambda model: None, lambda model, s: [], devices=[0, 1], cpu_device=True, combine_spatial_bn=True
         )
 
 

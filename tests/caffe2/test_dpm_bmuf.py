@@ -94,8 +94,6 @@ def test_bmuf_warmup_broadcasts_the_master():
 def test_bmuf_on_two_shards_under_torchrun_matches_two_local_devices(tmp_path):
     """Two shards of one device each (torchrun, a file store) end where one host with two devices
     ends: same data halves, same (constant) initial parameters, two blocks of two local steps."""
-    import json
-    import re
     import sys
     from pathlib import Path
 
@@ -104,9 +102,12 @@ def test_bmuf_on_two_shards_under_torchrun_matches_two_local_devices(tmp_path):
     sys.path.insert(0, str(here.parent / "train"))
     from _torchrun import run_torchrun, torchrun_cmd
 
+    sys.path.insert(0, str(here))
+    from _dpm_results import results as _results
+
     proc = run_torchrun(torchrun_cmd(str(here / "_dpm_shard_worker.py"), "bmuf", str(tmp_path / "store")), "RESULT",
                         timeout=200, cwd=str(tmp_path))  # fmt: skip
-    results = sorted((json.loads(r) for r in re.findall(r"RESULT (\{.*\})", proc.stdout)), key=lambda r: r["rank"])
+    results = sorted(_results(proc.stdout), key=lambda r: r["rank"])
     assert [r["rank"] for r in results] == [0, 1], proc.stdout[-2000:] + proc.stderr[-3000:]
     _feed([0, 1])
     model = model_helper.ModelHelper(name="bmuf_local")

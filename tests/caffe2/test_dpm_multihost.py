@@ -5,8 +5,6 @@ with CUDA device options (run when two GPUs are present, else only built)."""
 
 from __future__ import annotations
 
-import json
-import re
 import sys
 from pathlib import Path
 
@@ -27,6 +25,13 @@ def _torchrun():
     return run_torchrun, torchrun_cmd
 
 
+def _results(text):
+    sys.path.insert(0, str(HERE))
+    from _dpm_results import results
+
+    return results(text)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["store", "env"])
 def test_two_shards_under_torchrun_match_one_host_with_the_whole_batch(mode, tmp_path):
@@ -34,7 +39,7 @@ def test_two_shards_under_torchrun_match_one_host_with_the_whole_batch(mode, tmp
     run_torchrun, torchrun_cmd = _torchrun()
     cmd = torchrun_cmd(str(HERE / "_dpm_shard_worker.py"), mode, str(tmp_path / "store"))
     proc = run_torchrun(cmd, "RESULT", timeout=200, cwd=str(tmp_path))
-    results = sorted((json.loads(r) for r in re.findall(r"RESULT (\{.*\})", proc.stdout)), key=lambda r: r["rank"])
+    results = sorted(_results(proc.stdout), key=lambda r: r["rank"])
     assert [r["rank"] for r in results] == [0, 1], proc.stdout[-2000:] + proc.stderr[-3000:]
     r0, r1 = results
     assert r0["w0"] == r1["w0"] and r0["b0"] == r1["b0"]  # the init net's Broadcast gave rank 0's random init

@@ -20,8 +20,13 @@ give every device the first device's initial parameters. The net runs with
   0; after the local sum, ``Allreduce`` averages each gradient over the shards and a ``Scale``
   by ``num_shards`` makes it their sum, as Caffe2's Gloo all-reduce gave.
 
-Not here: ``shared_model`` and ``combine_spatial_bn`` with more than one device, ``ideep``, MPI
-rendezvous; each raises a clear error.
+On CPU devices, ``shared_model`` keeps one parameter set (the first device's, read by every
+device, updated with the devices' summed gradients) and ``combine_spatial_bn`` makes each
+SpatialBN use the statistics of all the devices' batches (ChannelStats, ChannelBackpropStats).
+:func:`Parallelize_BMUF` trains with block-wise model-update filtering.
+
+Not here: ``ideep`` devices, MPI rendezvous, ``shared_model`` across hosts; each raises a clear
+error.
 
     >>> from caffe2.python import brew, data_parallel_model, model_helper, optimizer
     >>> m = model_helper.ModelHelper(name="dpm_doc")
@@ -45,7 +50,7 @@ from collections.abc import Callable
 from typing import Any
 
 from caffe2.proto import caffe2_pb2
-from caffe2.python import core, scope, workspace
+from caffe2.python import core, scope, utils, workspace
 
 __all__ = [
     "FinalizeAfterCheckpoint",
@@ -56,6 +61,9 @@ __all__ = [
     "Parallelize",
     "Parallelize_BMUF",
     "Parallelize_CPU",
+    "Parallelize_CPU_BMUF",
+    "Parallelize_GPU",
+    "Parallelize_GPU_BMUF",
     "RunInitNet",
     "RunNet",
     "RunWarmup",
@@ -110,8 +118,8 @@ def _check_supported(
                 f"data_parallel_model: engine {rendezvous['engine']!r} is not supported; the shards "
                 "all-reduce through torch.distributed with gloo (engine GLOO)"
             )
-    if len(devices) > 1 and (shared_model or combine_spatial_bn):
-        raise NotImplementedError("data_parallel_model: shared_model and combine_spatial_bn work with one device here")
+    if shared_model and rendezvous is not None and _num_shards(rendezvous) > 1:
+        raise NotImplementedError("data_parallel_model: shared_model works on a single host")
 
 
 def _num_shards(rendezvous: Any) -> int:
@@ -147,6 +155,10 @@ def Parallelize(
     model = model_helper_obj
     devices = list(devices if devices is not None else [0])
     _check_supported(devices, ideep, rendezvous, shared_model, combine_spatial_bn)
+    if shared_model and not cpu_device:
+        raise ValueError("Shared model only supported on CPU")
+    if combine_spatial_bn and not cpu_device:
+        raise ValueError("combine_spatial_bn is currently only supported on the CPU")
     if param_update_builder_fun is not None and optimizer_builder_fun is not None:
         raise ValueError("Can only specify one of param_update_builder_fun, optimizer_builder_fun")
     _setup_devices(model, devices, cpu_device, rendezvous)
@@ -175,12 +187,18 @@ def Parallelize(
     if not updates:
         return
     _add_gradient_operators(model, devices, losses_by_device)
+    if combine_spatial_bn and len(devices) > 1:
+        _interleave_ops(model)
+        _inter_device_batch_normalization(model)
     grads = [model.param_to_grad[p] for p in model.params[len(non_datapar) :] if p in model.param_to_grad]
     grouped_grads = _group_by_device(model, grads)
     model._device_grouped_blobs.update(grouped_grads)
     model._grad_names = list(grouped_grads)
     for name in reversed(model._grad_names):
         _all_reduce(model, model.net, name, grouped_grads[name], devices)
+    all_params = set(model.GetParams(""))
+    if shared_model:
+        _prune_parameters_for_sharing(model)
     if param_update_builder_fun is not None:
         for d in devices:
             with _device_scope(model, d):
@@ -194,9 +212,131 @@ def Parallelize(
                 post_sync_builder_fun(model)
     model._data_parallel_model_init_nets = [model.param_init_net]
     model._data_parallel_model_nets = [model.net]
+    if shared_model:
+        _remap_parameters_for_shared_model(model, all_params)
 
 
-Parallelize_CPU = Parallelize
+def Parallelize_CPU(*args: Any, **kwargs: Any) -> None:
+    """:func:`Parallelize` on CPU devices."""
+    kwargs["cpu_device"] = True
+    Parallelize(*args, **kwargs)
+
+
+def Parallelize_GPU(*args: Any, **kwargs: Any) -> None:
+    """:func:`Parallelize` on GPU devices."""
+    kwargs["cpu_device"] = False
+    Parallelize(*args, **kwargs)
+
+
+def _interleave_ops(model: Any) -> None:
+    """Put the devices' copies of each op next to each other (op j of every device, in device
+    order), so the devices progress together, as the combined batch norm needs; an op reading
+    several devices' blobs (or none) stays where it is, between the interleaved runs."""
+    devices = model._devices
+    ordered: list[Any] = []
+    run: dict[int, list[Any]] = {d: [] for d in devices}
+
+    def flush() -> None:
+        counts = {len(ops) for ops in run.values()}
+        if len(counts) != 1:
+            raise ValueError(f"Number of ops per device in original net is not uniform: {sorted(counts)}")
+        for j in range(counts.pop()):
+            if len({run[d][j].type for d in devices}) != 1:
+                raise ValueError(f"Type mismatch: {[run[d][j].type for d in devices]}")
+            ordered.extend(run[d][j] for d in devices)
+        for d in devices:
+            run[d] = []
+
+    for op in model.net.Proto().op:
+        on = {_device_of(model, b) for b in [*op.input, *op.output] if _scoped(model, b)}
+        if len(on) == 1:
+            run[on.pop()].append(op)
+        else:
+            flush()
+            ordered.append(op)
+    flush()
+    del model.net.Proto().op[:]
+    model.net.Proto().op.extend(ordered)
+
+
+def _inter_device_batch_normalization(model: Any) -> None:
+    """Each run of SpatialBN ops (one per device) computes its statistics over every device's
+    batch (ChannelStats, summed, as inputs 5 and 6 with ``num_batches``), and each run of
+    SpatialBNGradient ops uses the scale and bias gradients summed over the devices
+    (ChannelBackpropStats), as Caffe2's combine_spatial_bn rewrote the net."""
+    n = len(model._devices)
+    first = f"{model._device_prefix}_{model._devices[0]}/"
+    out: list[Any] = []
+    i, ops = 0, list(model.net.Proto().op)
+    while i < len(ops):
+        j = i
+        while j < len(ops) and ops[j].type == ops[i].type and ops[i].type in ("SpatialBN", "SpatialBNGradient"):
+            j += 1
+        if j == i:
+            out.append(ops[i])
+            i += 1
+            continue
+        run = ops[i:j]
+        out.extend(_combined_bn(run, n) if ops[i].type == "SpatialBN" else _combined_bn_grad(run, n, first))
+        i = j
+    del model.net.Proto().op[:]
+    model.net.Proto().op.extend(out)
+
+
+def _combined_bn(run: list[Any], n: int) -> list[Any]:
+    base = run[0].input[0]
+    stats = [core.CreateOperator("ChannelStats", op.input[0], [op.input[0] + "_sums", op.input[0] + "_sumsq"])
+             for op in run]  # fmt: skip
+    sums = [core.CreateOperator("Sum", [op.input[0] + "_sums" for op in run], base + "_sums_combined"),
+            core.CreateOperator("Sum", [op.input[0] + "_sumsq" for op in run], base + "_sumsq_combined")]  # fmt: skip
+    for op in run:
+        op.input.extend([base + "_sums_combined", base + "_sumsq_combined"])
+        op.arg.extend([utils.MakeArgument("num_batches", n)])
+    return [*stats, *sums, *run]
+
+
+def _combined_bn_grad(run: list[Any], n: int, first: str) -> list[Any]:
+    stats = [core.CreateOperator("ChannelBackpropStats", [op.input[0], op.input[3], op.input[4], op.input[2]],
+                                 [op.output[1], op.output[2]]) for op in run]  # fmt: skip
+    scale_blob = first + stripBlobName(run[0].output[1]) + "_combined"
+    bias_blob = first + stripBlobName(run[0].output[2]) + "_combined"
+    combine = [core.CreateOperator("Sum", [op.output[1] for op in run], scale_blob),
+               core.CreateOperator("Sum", [op.output[2] for op in run], bias_blob)]  # fmt: skip
+    combine += [core.CreateOperator("Copy", scale_blob, op.output[1]) for op in run]
+    combine += [core.CreateOperator("Copy", bias_blob, op.output[2]) for op in run]
+    for op in run:
+        op.arg.extend([utils.MakeArgument("num_batches", n)])
+        op.input.extend([op.output[1], op.output[2]])
+    return [*stats, *combine, *run]
+
+
+def _prune_parameters_for_sharing(model: Any) -> None:
+    """Only the first device's parameters get updates (the others' ops will read them)."""
+    master_prefix = f"{model._device_prefix}_{model._devices[0]}/"
+    model.params = model.GetParams(master_prefix)
+    kept = set(model.params)
+    model.param_to_grad = {p: g for p, g in model.param_to_grad.items() if p in kept}
+    model.weights = [w for w in model.weights if w in kept]
+    model.biases = [b for b in model.biases if b in kept]
+
+
+def _remap_parameters_for_shared_model(model: Any, all_params: set[Any]) -> None:
+    """Drop the ops making the other devices' parameters; their readers read the first device's."""
+    master_prefix = f"{model._device_prefix}_{model._devices[0]}/"
+    params = {str(p) for p in all_params}
+    masters = {str(p) for p in model.GetParams()}
+    for net in (model.param_init_net, model.net):
+        proto = net.Proto()
+        kept = []
+        for op in proto.op:
+            if any(o in params and o not in masters for o in op.output):
+                continue
+            for j, name in enumerate(op.input):
+                if name in params and name not in masters:
+                    op.input[j] = master_prefix + stripBlobName(name)
+            kept.append(op)
+        del proto.op[:]
+        proto.op.extend(kept)
 
 
 def _setup_devices(model: Any, devices: list[int], cpu_device: bool, rendezvous: Any) -> None:
@@ -326,6 +466,18 @@ def Parallelize_BMUF(
                 updates.ConstantFill([op.input[1]], op.input[1], value=0.0)
     model._data_parallel_model_init_nets = [model.param_init_net, global_init]
     model._data_parallel_model_nets = [model.net, (updates, 1)]
+
+
+def Parallelize_CPU_BMUF(*args: Any, **kwargs: Any) -> None:
+    """:func:`Parallelize_BMUF` on CPU devices."""
+    kwargs["cpu_device"] = True
+    Parallelize_BMUF(*args, **kwargs)
+
+
+def Parallelize_GPU_BMUF(*args: Any, **kwargs: Any) -> None:
+    """:func:`Parallelize_BMUF` on GPU devices."""
+    kwargs["cpu_device"] = False
+    Parallelize_BMUF(*args, **kwargs)
 
 
 def _v(param: Any) -> str:
@@ -480,6 +632,9 @@ def _all_reduce(model: Any, net: Any, name: str, by_device: dict[int, Any], devi
     with core.DeviceScope(master):
         if len(devices) > 1:
             net.Sum(_on_master(model, net, name, by_device, devices), first, name="dpm")
+    if model._shared_model:  # the others' gradients are not read: only the first device's parameters update
+        return
+    with core.DeviceScope(master):
         if shards > 1:
             world = _common_world(model)
             # one torch.distributed group: every shard must issue its collectives in the same
