@@ -113,6 +113,21 @@ def _transpose(draw, dt):
     return [arr(draw, shape, dt)], {"axes": list(axes)}, 1, [0], [0]
 
 
+@builder("NHWC2NCHW", "NCHW2NHWC")
+def _layout_switch(draw, dt):
+    return [arr(draw, dims(draw, 3, 5), dt)], {}, 1, [0], [0]
+
+
+@builder("FloatToHalf")
+def _float_to_half(draw, dt):
+    return [arr(draw, dims(draw, 0), np.float32)], {}, 1, [0], [0]
+
+
+@builder("HalfToFloat")
+def _half_to_float(draw, dt):
+    return [arr(draw, dims(draw, 0), np.float16)], {}, 1, [0], [0]
+
+
 @builder("ExpandDims")
 def _expand_dims(draw, dt):
     shape = dims(draw, 0, 3)

@@ -82,15 +82,11 @@ def test_finalize_after_checkpoint_copies_the_first_device():
 
 def test_unsupported_setups_are_refused_clearly():
     m = model_helper.ModelHelper(name="dpm_bad")
-    with pytest.raises(NotImplementedError, match="GPU"):
-        data_parallel_model.Parallelize(m, lambda model: None, lambda model, s: [], devices=[0])
-    with pytest.raises(NotImplementedError, match="rendezvous"):
+    with pytest.raises(NotImplementedError, match="ideep"):
+        data_parallel_model.Parallelize(m, lambda model: None, lambda model, s: [], devices=[0, 1], ideep=True)
+    with pytest.raises(ValueError, match="only supported on the CPU"):
         data_parallel_model.Parallelize(
-            m, lambda model: None, lambda model, s: [], devices=[0], cpu_device=True, rendezvous={"num_shards": 2}
-        )
-    with pytest.raises(NotImplementedError, match="one device"):
-        data_parallel_model.Parallelize(
-            m, lambda model: None, lambda model, s: [], devices=[0, 1], cpu_device=True, shared_model=True
+            m, lambda model: None, lambda model, s: [], devices=[0, 1], combine_spatial_bn=True
         )
 
 

@@ -3,6 +3,9 @@
 from asyncnet.ops import (
     atomic,
     barrier,
+    caffe2_dist,
+    caffe2_fp16,
+    caffe2_image,
     caffe2_misc,
     caffe2_rnn,
     caffe2_stats,
@@ -52,6 +55,9 @@ __all__ = [
     "onnx_control",
     "dbio",
     "caffe2_misc",
+    "caffe2_image",
+    "caffe2_fp16",
+    "caffe2_dist",
     "caffe2_rnn",
     "caffe2_stats",
 ]

@@ -47,6 +47,7 @@ __all__ = [
     "dropout",
     "elementwise_linear",
     "fc",
+    "image_input",
     "get_current_scope",
     "has_helper",
     "iter",
@@ -521,6 +522,32 @@ def db_input(model: Any, blobs_out: Any, batch_size: int, db: str, db_type: str)
     """Read batches of TensorProtos records from a DB (``CreateDB`` in the init net, ``TensorProtosDBInput`` in the net)."""
     dbreader = model.param_init_net.CreateDB([], "dbreader_" + db, db=db, db_type=db_type)
     return model.net.TensorProtosDBInput(dbreader, blobs_out, batch_size=batch_size)
+
+
+@Register
+def image_input(
+    model: Any, blob_in: Any, blob_out: Any, order: str = "NCHW", use_gpu_transform: bool = False, **kwargs: Any
+) -> Any:
+    """Caffe2's ``ImageInput`` on ``model.net`` (``is_test`` required); with ``order="NCHW"`` the
+    op writes ``<data>_nhwc`` and an ``NHWC2NCHW`` gives ``blob_out[0]``; returns (data, label).
+
+        >>> from caffe2.python import model_helper
+        >>> m = model_helper.ModelHelper(name="images")
+        >>> reader = m.CreateDB("reader", db="/tmp/images.lmdb", db_type="lmdb")
+        >>> data, label = image_input(m, reader, ["data", "label"], batch_size=2, scale=8, crop=8, is_test=True)
+        >>> [op.type for op in m.net.Proto().op], str(data)
+        (['ImageInput', 'NHWC2NCHW'], 'data')
+    """
+    if "is_test" not in kwargs:
+        raise ValueError("Argument 'is_test' is required")
+    if order == "NCHW":
+        if use_gpu_transform:
+            kwargs["use_gpu_transform"] = 1
+            return model.net.ImageInput(blob_in, blob_out, **kwargs)
+        outputs = list(model.net.ImageInput(blob_in, [str(blob_out[0]) + "_nhwc", *blob_out[1:]], **kwargs))
+        outputs[0] = model.net.NHWC2NCHW(outputs[0], blob_out[0])
+        return tuple(outputs)
+    return model.net.ImageInput(blob_in, blob_out, **kwargs)
 
 
 def add_weight_decay(model: Any, weight_decay: float) -> None:

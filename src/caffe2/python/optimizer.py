@@ -34,6 +34,7 @@ __all__ = [
     "AdagradOptimizer",
     "AdamOptimizer",
     "AuxOptimizerParams",
+    "FP16SgdOptimizer",
     "MultiPrecisionSgdOptimizer",
     "Optimizer",
     "SgdOptimizer",
@@ -41,6 +42,7 @@ __all__ = [
     "add_weight_decay",
     "build_adagrad",
     "build_adam",
+    "build_fp16_sgd",
     "build_multi_precision_sgd",
     "build_sgd",
     "get_param_device",
@@ -256,6 +258,79 @@ class MultiPrecisionSgdOptimizer(SgdOptimizer):
         )
         net.FloatToHalf(master, param)
         return None
+
+
+class FP16SgdOptimizer(SgdOptimizer):
+    """Momentum SGD with the weight decay fused into the update: ``FP16MomentumSGDUpdate`` on an
+    fp16 parameter (``PseudoFP16Initializer``'s or ``ReversePseudoFP16Initializer``'s half copy),
+    ``FP32MomentumSGDUpdate`` on an fp32 one (no copy, or a name holding "spatbn"). The moment is
+    a ``ConstantFill`` in fp32 plus its ``FloatToHalf`` copy, as Caffe2 emits them.
+
+        >>> from caffe2.python import brew, model_helper
+        >>> from caffe2.python.modeling import initializers
+        >>> m = model_helper.ModelHelper(name="fp16_doc")
+        >>> fc = brew.fc(m, "x", "fc", 3, 1, WeightInitializer=initializers.PseudoFP16Initializer,
+        ...              BiasInitializer=initializers.PseudoFP16Initializer)
+        >>> _ = m.AddGradientOperators([m.AveragedLoss(m.HalfToFloat(fc, "fc32"), "loss")])
+        >>> _ = build_fp16_sgd(m, 0.1, momentum=0.9, nesterov=1, weight_decay=1e-4)
+        >>> [op.type for op in m.net.Proto().op][-2:]
+        ['FP16MomentumSGDUpdate', 'FP16MomentumSGDUpdate']
+    """
+
+    def __init__(
+        self,
+        base_learning_rate: float = 0.1,
+        momentum: float = 0.0,
+        policy: str = "fixed",
+        nesterov: bool = True,
+        weight_decay: float = 0.0001,
+        sparse_dedup_aggregator: str | None = None,
+        **kwargs: Any,
+    ):
+        super().__init__(
+            base_learning_rate=base_learning_rate,
+            policy=policy,
+            momentum=momentum,
+            nesterov=nesterov,
+            sparse_dedup_aggregator=sparse_dedup_aggregator,
+            **kwargs,
+        )
+        self.weight_decay = weight_decay
+
+    @staticmethod
+    def _fp16_and_fp32(param_info: ParameterInfo, fp32_update: bool) -> tuple[Any, Any, bool]:
+        """(parameter to update, its fp32 version, whether the update is in fp32)."""
+        if fp32_update or "spatbn" in str(param_info.blob) or param_info.blob_copy is None:
+            return param_info.blob, param_info.blob, True
+        if core.DataType.FLOAT in param_info.blob_copy:
+            return param_info.blob, param_info.blob_copy[core.DataType.FLOAT], False
+        if core.DataType.FLOAT16 in param_info.blob_copy:
+            return param_info.blob_copy[core.DataType.FLOAT16], param_info.blob, False
+        raise ValueError(f"Unrecognized parameter format to be updated by FP16 Optimizer. Parameter: {param_info.name}")
+
+    def _run(self, net: Any, param_init_net: Any, param_info: ParameterInfo, fp32_update: bool = False) -> None:
+        param, param_fp32, fp32 = self._fp16_and_fp32(param_info, fp32_update)
+        grad = param_info.grad
+        if self.base_learning_rate == 0:
+            return
+        if self.base_learning_rate < 0:
+            raise ValueError(f"Expect positive base learning rate, got {self.base_learning_rate}")
+        lr, _ = self.build_lr(
+            net, param_init_net, base_learning_rate=-self.base_learning_rate, policy=self.policy, **self.init_kwargs
+        )
+        momentum_fp32 = param_init_net.ConstantFill(param_fp32, str(param) + "_momentum_fp32", value=0.0)
+        momentum_data = param_init_net.FloatToHalf(momentum_fp32, str(param) + "_momentum")
+        self._aux_params.local.append(momentum_data)
+        if isinstance(grad, core.GradientSlice):
+            raise ValueError("FP16Sgd does not support sparse gradients")
+        update, moment = ("FP32MomentumSGDUpdate", momentum_fp32) if fp32 else ("FP16MomentumSGDUpdate", momentum_data)
+        getattr(net, update)(
+            [grad, moment, lr, param],
+            [grad, moment, param],
+            momentum=self.momentum,
+            nesterov=self.nesterov,
+            weight_decay=self.weight_decay,
+        )
 
 
 class WeightDecayBuilder(Optimizer):
@@ -510,6 +585,11 @@ def build_multi_precision_sgd(
         max_gradient_norm=max_gradient_norm,
         allow_lr_injection=allow_lr_injection,
     )
+
+
+def build_fp16_sgd(model: Any, base_learning_rate: float, **kwargs: Any) -> Optimizer:
+    """Momentum SGD with fused weight decay on fp16 parameters (see :class:`FP16SgdOptimizer`)."""
+    return _build(model, FP16SgdOptimizer(base_learning_rate, **kwargs))
 
 
 def build_adagrad(
