@@ -4,6 +4,7 @@ from asyncnet.ops import (
     atomic,
     barrier,
     caffe2_misc,
+    caffe2_recurrent,
     caffe2_rnn,
     caffe2_stats,
     collective,
@@ -52,6 +53,7 @@ __all__ = [
     "onnx_control",
     "dbio",
     "caffe2_misc",
+    "caffe2_recurrent",
     "caffe2_rnn",
     "caffe2_stats",
 ]
