@@ -411,6 +411,39 @@ def _lstm(draw, dt):
     return [arr(draw, s, dt, -0.5, 0.5) for s in shapes], {}, 4, list(range(7)), [0, 1, 2]
 
 
+@builder("RecurrentNetwork")
+def _recurrent_network(draw, dt):
+    from asyncnet.autodiff import backward_ops
+
+    t, n, h = (draw(st.integers(1, 3)) for _ in range(3))
+    step = an.Net("rnn_step")
+    step.FC(["h_prev", "in2", "in3"], "z", axis=2)  # the op feeds its inputs to the step net by name
+    step.Add(["z", "x_t"], "s")
+    step.Tanh("s", "h")
+    ops, g = backward_ops(step.to_def().ops, {"h": "h_grad"})
+    h0_shape = draw(st.sampled_from([(1, n, h), (n, h), (h,)]))
+    args = {
+        "step_net": step.to_def().to_json(),
+        "backward_step_net": an.NetDef("rnn_step_bwd", ops).to_json(),
+        "recurrent_states": ["h_states"],
+        "initial_recurrent_state_ids": [1],
+        "link_internal": ["h_prev", "h", "x_t"],
+        "link_external": ["h_states", "h_states", "in0"],
+        "link_offset": [0, 1, 0],
+        "alias_src": ["h_states", "h_states"],
+        "alias_dst": ["out0", "out1"],
+        "alias_offset": [1, -1],
+        "param": [2, 3],
+        "param_grads": [g["in2"], g["in3"]],
+        "backward_link_internal": ["h_grad", g["h_prev"], g["x_t"]],
+        "backward_link_external": ["h_states_grad", "h_states_grad", "in0_grad"],
+        "backward_link_offset": [1, 0, 0],
+        "outputs_with_grads": [0, 1],
+    }
+    inputs = [arr(draw, s, dt, -0.5, 0.5) for s in ((t, n, h), h0_shape, (h, h), (h,))]
+    return inputs, args, 3, [0, 1, 2, 3], [0, 1]
+
+
 # -- the check --------------------------------------------------------------------------------
 GRADIENT_OPS = sorted(
     n

@@ -317,14 +317,15 @@ def recurrent_network(ctx: Any, *xs: Any) -> tuple[Any, ...]:
     links = _links(a, "link")
     blobs = step.blobs
     blobs.update(zip(op.inputs, xs))
-    keep = _kept_blobs(a, step, links) if a["backward_step_net"] else set()
+    backward = bool(a["backward_step_net"])
+    keep = _kept_blobs(a, step, links) if backward else set()
     saved = []
     for t in range(seq_len):
         blobs[a["timestep"]] = _timestep(t)
         views = _apply_links(blobs, links, arrays, t)
         step.run()
         _write_back(blobs, links, views, arrays, t)
-        if keep:
+        if backward:
             saved.append({k: blobs[k] for k in keep if k in blobs})
     scratch.states, scratch.saved = states, saved
     outs = [_alias(states[s], off) for s, off in zip(a["alias_src"], a["alias_offset"])]

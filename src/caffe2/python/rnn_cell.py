@@ -234,19 +234,21 @@ class BasicRNNCell(RNNCell):
         gates_t = brew.fc(model, hidden_t_prev, "gates_t", dim_in=self.hidden_size, dim_out=self.hidden_size, axis=2)
         brew.sum(model, [gates_t, input_t], gates_t)
         act = model.net.Tanh if self.activation == "tanh" else model.net.Relu
-        hidden_t = act(gates_t, "hidden_t")
+        # with seq_lengths the masked state is hidden_t, so the activation (whose gradient reads
+        # it) gets a blob of its own rather than being overwritten in place
+        hidden_t = act(gates_t, "hidden_t" if seq_lengths is None else "hidden_t_unmasked")
         if seq_lengths is not None:
             timestep = model.net.CopyFromCPUInput(timestep, "timestep_gpu")
             valid_b = model.net.GT([seq_lengths, timestep], "valid_b", broadcast=1)
             invalid_b = model.net.LE([seq_lengths, timestep], "invalid_b", broadcast=1)
-            valid = model.net.Cast(valid_b, "valid", to="float")
-            invalid = model.net.Cast(invalid_b, "invalid", to="float")
+            valid = model.net.Cast(valid_b, "valid", to="float", from_type="bool")
+            invalid = model.net.Cast(invalid_b, "invalid", to="float", from_type="bool")
             hidden_valid = model.net.Mul([hidden_t, valid], "hidden_valid", broadcast=1, axis=1)
             if self.drop_states:
                 hidden_t = hidden_valid
             else:
                 hidden_invalid = model.net.Mul([hidden_t_prev, invalid], "hidden_invalid", broadcast=1, axis=1)
-                hidden_t = model.net.Add([hidden_valid, hidden_invalid], hidden_t)
+                hidden_t = model.net.Add([hidden_valid, hidden_invalid], "hidden_t")
         return (hidden_t,)
 
     def prepare_input(self, model: Any, input_blob: Any) -> Any:
