@@ -404,6 +404,17 @@ def _lstm_unit(draw, dt):
     return [h, c, gates, step], {"sequence_lengths": False}, 2, [0, 1, 2], [0, 1]
 
 
+@builder("GRUUnit")
+def _gru_unit(draw, dt):
+    n, d = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    h, gates = arr(draw, (1, n, d), dt, -0.5, 0.5), arr(draw, (1, n, 3 * d), dt, -0.5, 0.5)
+    step = np.array([draw(st.integers(0, 3))], np.int32)
+    if draw(st.booleans()):  # with seq_lengths: some sequences may have ended
+        lengths = np.asarray(draw(st.lists(st.integers(0, 4), min_size=n, max_size=n)), np.int32)
+        return [h, gates, lengths, step], {"drop_states": draw(st.booleans())}, 1, [0, 1], [0]
+    return [h, gates, step], {"sequence_lengths": False}, 1, [0, 1], [0]
+
+
 @builder("LSTM")
 def _lstm(draw, dt):
     t, n, i, h = (draw(st.integers(1, 3)) for _ in range(4))

@@ -390,3 +390,89 @@ def test_a_step_net_in_protobuf_text_is_accepted():
     _feed({"xs": np.full((3, 1, 1), 2.0, np.float32), "acc0": np.zeros((1, 1, 1), np.float32)})
     workspace.RunNetOnce(net)
     np.testing.assert_array_equal(workspace.FetchBlob("acc_all").ravel(), [2, 4, 6])
+
+
+def test_layer_norm_lstm_matches_torch():
+    rng = np.random.default_rng(5)
+    T, N, D, H = 3, 2, 3, 4
+    m = model_helper.ModelHelper(name="ln_lstm")
+    h_all, *_ = rnn_cell.LayerNormLSTM(m, "x", "lengths", ("h0", "c0"), D, H, scope="ln", forget_bias=1.0)
+    grads = _grad_map(m, [_loss_on(m, h_all, "r_all")])
+    workspace.RunNetOnce(m.param_init_net)
+    feeds = {
+        "x": rng.standard_normal((T, N, D)).astype(np.float32),
+        "h0": rng.standard_normal((1, N, H)).astype(np.float32),
+        "c0": rng.standard_normal((1, N, H)).astype(np.float32),
+        "r_all": rng.uniform(0.5, 1.5, (T, N, H)).astype(np.float32),
+        "lengths": np.array([3, 2], np.int32),
+        "ln/gates_t_norm_scale": rng.uniform(0.5, 1.5, 4 * H).astype(np.float32),
+        "ln/gates_t_norm_bias": rng.standard_normal(4 * H).astype(np.float32),
+    }
+    _feed(feeds)
+    workspace.RunNetOnce(m.net)
+    names = ["i2h_w", "i2h_b", "gates_t_w", "gates_t_b", "gates_t_norm_scale", "gates_t_norm_bias"]
+    p = {n: _t(workspace.FetchBlob(f"ln/{n}")) for n in names}
+    x, h0, c0 = _t(feeds["x"]), _t(feeds["h0"]), _t(feeds["c0"])
+    pre = x @ p["i2h_w"].T + p["i2h_b"]
+    h, c, hs = h0[0], c0[0], []
+    for t in range(T):
+        g = torch.nn.functional.layer_norm(pre[t] + h @ p["gates_t_w"].T + p["gates_t_b"], (4 * H,), eps=1e-4)
+        g = g * p["gates_t_norm_scale"] + p["gates_t_norm_bias"]
+        i, f = torch.sigmoid(g[:, :H]), torch.sigmoid(g[:, H : 2 * H] + 1.0)
+        o, gg = torch.sigmoid(g[:, 2 * H : 3 * H]), torch.tanh(g[:, 3 * H :])
+        c_new = f * c + i * gg
+        valid = torch.tensor(feeds["lengths"] > t)[:, None]
+        h, c = torch.where(valid, o * torch.tanh(c_new), h), torch.where(valid, c_new, c)
+        hs.append(h)
+    hs = torch.stack(hs)
+    (hs * _t(feeds["r_all"], False)).mean().backward()
+    _check(workspace.FetchBlob(h_all), hs, "hidden_all", 1e-4)
+    for name, ref in [*((f"ln/{n}", t) for n, t in p.items()), ("x", x), ("h0", h0), ("c0", c0)]:
+        _check(workspace.FetchBlob(grads[name]), ref.grad, f"gradient of {name}", 1e-4)
+
+
+@pytest.mark.parametrize("linear_before_reset", [False, True])
+@pytest.mark.parametrize("drop_states", [False, True])
+def test_gru_matches_torch(linear_before_reset, drop_states):
+    from caffe2.python import gru_cell
+
+    rng = np.random.default_rng(9)
+    T, N, D, H = 4, 3, 2, 3
+    m = model_helper.ModelHelper(name="gru")
+    h_all, h_last = gru_cell.GRU(
+        m, "x", "lengths", ["h0"], D, H, scope="gru", drop_states=drop_states, linear_before_reset=linear_before_reset
+    )
+    grads = _grad_map(m, [_loss_on(m, h_all, "r_all")])
+    workspace.RunNetOnce(m.param_init_net)
+    feeds = {
+        "x": rng.standard_normal((T, N, D)).astype(np.float32),
+        "h0": rng.standard_normal((1, N, H)).astype(np.float32),
+        "r_all": rng.uniform(0.5, 1.5, (T, N, H)).astype(np.float32),
+        "lengths": np.array([4, 1, 3], np.int32),
+    }
+    for g in ("reset", "update", "output"):
+        feeds[f"gru/{g}_gate_t_b"] = rng.standard_normal(H).astype(np.float32)
+    _feed(feeds)
+    workspace.RunNetOnce(m.net)
+    names = ["i2h_w", "i2h_b", *(f"{g}_gate_t_{k}" for g in ("reset", "update", "output") for k in "wb")]
+    p = {n: _t(workspace.FetchBlob(f"gru/{n}")) for n in names}
+    x, h0 = _t(feeds["x"]), _t(feeds["h0"])
+    pre = x @ p["i2h_w"].T + p["i2h_b"]
+    h, hs = h0[0], []
+
+    def fc(v, g):
+        return v @ p[f"{g}_gate_t_w"].T + p[f"{g}_gate_t_b"]
+
+    for t in range(T):
+        xr, xu, xo = pre[t, :, :H], pre[t, :, H : 2 * H], pre[t, :, 2 * H :]
+        r, u = torch.sigmoid(xr + fc(h, "reset")), torch.sigmoid(xu + fc(h, "update"))
+        o = torch.tanh(xo + (r * fc(h, "output") if linear_before_reset else fc(r * h, "output")))
+        valid = torch.tensor(feeds["lengths"] > t)[:, None]
+        h = torch.where(valid, u * h + (1 - u) * o, torch.zeros_like(h) if drop_states else h)
+        hs.append(h)
+    hs = torch.stack(hs)
+    (hs * _t(feeds["r_all"], False)).mean().backward()
+    _check(workspace.FetchBlob(h_all), hs, "hidden_all")
+    _check(workspace.FetchBlob(h_last), hs[-1:], "hidden_last")
+    for name, ref in [*((f"gru/{n}", t) for n, t in p.items()), ("x", x), ("h0", h0)]:
+        _check(workspace.FetchBlob(grads[name]), ref.grad, f"gradient of {name}")

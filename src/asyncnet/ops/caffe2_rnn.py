@@ -1,5 +1,7 @@
 """Caffe2's LSTMUnit and LSTMUnitGradient: one step of an LSTM on precomputed gates, aware of
-each sequence's length (caffe2/operators/lstm_unit_op.h).
+each sequence's length (caffe2/operators/lstm_unit_op.h); GRUUnit and GRUUnitGradient, the
+same for a GRU (gru_unit_op.h: ``H = u * H_prev + (1 - u) * tanh(o)``, gates reset, update,
+output, the reset gate applied by the step net before).
 
 Inputs: H_prev [1, N, D], C_prev [1, N, D], gates [1, N, 4D] (Caffe2's order: i, f, o, g),
 seq_lengths [N] int32 (absent when ``sequence_lengths=0``) and the timestep t (int32, 1 element).
@@ -33,7 +35,7 @@ from asyncnet.core.defs import OperatorDef
 from asyncnet.core.registry import Arg, register_gradient, register_op
 from asyncnet.ops._check import array, float_array
 
-__all__ = ["lstm_unit", "lstm_unit_gradient"]
+__all__ = ["gru_unit", "gru_unit_gradient", "lstm_unit", "lstm_unit_gradient"]
 
 _ARGS = [
     Arg("forget_bias", float, 0.0, "added to the forget gate's input"),
@@ -175,3 +177,102 @@ def _lstm_unit_grad(op: OperatorDef, gout: list[str | None]) -> tuple[list[Opera
         )
     )
     return ops, ["#dh_prev", "#dc_prev", "#dgates", *([None] * (len(op.inputs) - 3))]
+
+
+_GRU_ARGS = [
+    Arg("drop_states", bool, False, "past a sequence's end, zero the state instead of carrying it over"),
+    Arg("sequence_lengths", bool, True, "0: no seq_lengths input (every sequence is valid at every step)"),
+    Arg("forget_bias", float, 0.0, "accepted and unused, as in Caffe2"),
+]
+
+
+def _gru_state(ctx: Any, arrays: tuple[Any, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """(H_prev [N, D], gates [N, 3D], valid [N, 1] bool, number of inputs read) with Caffe2's checks."""
+    h, x = (np.asarray(float_array(ctx, a, i)) for i, a in enumerate(arrays[:2]))
+    if h.ndim != 3 or h.shape[0] != 1:
+        raise ValueError(f"expected hidden_t_prev of shape [1, N, D], got {tuple(h.shape)}")
+    n, d = h.shape[1], h.shape[2]
+    if x.shape != (1, n, 3 * d):
+        raise ValueError(f"expected gates of shape [1, N, 3D] = {(1, n, 3 * d)}, got {tuple(x.shape)}")
+    k, lengths = 2, None
+    if ctx.args["sequence_lengths"]:
+        lengths = np.asarray(array(ctx, arrays[2], 2))
+        if lengths.size != n or lengths.dtype.kind not in "iu":
+            raise ValueError(
+                f"expected {n} integer sequence lengths in input 2, got {lengths.size} of dtype {lengths.dtype}"
+            )
+        k = 3
+    step = np.asarray(array(ctx, arrays[k], k))
+    if step.size != 1 or step.dtype.kind not in "iu":
+        raise ValueError(f"expected an integer timestep (1 element) in input {k}, got {step.dtype} {step.shape}")
+    t = int(step.reshape(-1)[0])
+    valid = np.ones((n, 1), bool) if lengths is None else (t < lengths.reshape(n, 1))
+    return h[0], x[0], valid, k + 1
+
+
+def _gru_gates(x: np.ndarray, d: int) -> tuple[np.ndarray, np.ndarray]:
+    return _sigmoid(x[:, d : 2 * d]), np.tanh(x[:, 2 * d :])
+
+
+@register_op(
+    "GRUUnit",
+    inputs=(3, 4),
+    outputs=1,
+    args=_GRU_ARGS,
+    differentiable=True,
+    inputs_doc=(
+        "hidden_t_prev [1, N, D]",
+        "gates [1, N, 3D] (reset, update, output; the reset part is not read)",
+        "seq_lengths [N] int32 (absent with sequence_lengths=0)",
+        "timestep (int32, 1 element)",
+    ),
+    outputs_doc=("hidden_t [1, N, D]",),
+    doc="Caffe2's GRUUnit: H = u * H_prev + (1 - u) * tanh(o), u = sigmoid(update gate); sequences past their "
+    "length carry their state over (drop_states=1: zero it).",
+)
+def gru_unit(ctx: Any, *arrays: Any) -> np.ndarray:
+    h_prev, x, valid, k = _gru_state(ctx, arrays)
+    if len(arrays) != k:
+        raise ValueError(f"expected {k} inputs with sequence_lengths={int(ctx.args['sequence_lengths'])}")
+    u, o = _gru_gates(x, h_prev.shape[1])
+    h = u * h_prev + (1 - u) * o
+    keep = 0 if ctx.args["drop_states"] else h_prev
+    return np.where(valid, h, keep).astype(x.dtype, copy=False)[None]
+
+
+@register_op(
+    "GRUUnitGradient",
+    inputs=(5, 6),
+    outputs=2,
+    args=_GRU_ARGS,
+    inputs_doc=(
+        "hidden_t_prev",
+        "gates",
+        "seq_lengths (absent with sequence_lengths=0)",
+        "timestep",
+        "hidden_t",
+        "hidden_t_grad",
+    ),  # fmt: skip
+    outputs_doc=("hidden_t_prev_grad", "gates_grad (0 for the reset gate)"),
+    doc="Gradient of GRUUnit (Caffe2's): the reset gate's part is 0 (its effect reaches the output gate "
+    "through the step net's ops).",
+)
+def gru_unit_gradient(ctx: Any, *arrays: Any) -> tuple[np.ndarray, np.ndarray]:
+    h_prev, x, valid, k = _gru_state(ctx, arrays)
+    dh = np.asarray(float_array(ctx, arrays[k + 1], k + 1))[0]
+    if dh.shape != h_prev.shape:
+        raise ValueError(f"expected hidden_t_grad of shape {(1, *h_prev.shape)}, got {(1, *dh.shape)}")
+    u, o = _gru_gates(x, h_prev.shape[1])
+    dx = np.concatenate([np.zeros_like(dh), dh * (h_prev - o) * u * (1 - u), dh * (1 - u) * (1 - o * o)], axis=1)
+    carry = np.zeros_like(dh) if ctx.args["drop_states"] else dh
+    dh_prev = np.where(valid, dh * u, carry).astype(x.dtype, copy=False)
+    dx = np.where(valid, dx, 0).astype(x.dtype, copy=False)
+    return dh_prev[None], dx[None]
+
+
+@register_gradient("GRUUnit")
+def _gru_unit_grad(op: OperatorDef, gout: list[str | None]) -> tuple[list[OperatorDef], list[str | None]]:
+    """Caffe2's GetGRUUnitGradient: all inputs, the output and its gradient."""
+    args = {k: op.args[k] for k in ("drop_states", "sequence_lengths", "forget_bias") if k in op.args}
+    gop = OperatorDef("GRUUnitGradient", [*op.inputs, op.outputs[0], gout[0]], ["#dh_prev", "#dgates"], args)
+    return [gop], ["#dh_prev", "#dgates", *([None] * (len(op.inputs) - 2))]
