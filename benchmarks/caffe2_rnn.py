@@ -1,5 +1,5 @@
 """Caffe2's ``rnn_cell.LSTM`` (a ``RecurrentNetwork`` stepping a step net) against asyncnet's
-whole-sequence ``LSTM`` operator and ``torch.nn.LSTM``: one forward + backward pass of one
+whole-sequence ``LSTM`` operator and ``torch.nn.LSTM`` (one thread): one forward + backward pass of one
 LSTM layer over a sequence, char_rnn's sizes by default (T=25, batch 1, 30 inputs, 64 units).
 
 Each peer computes the outputs and the gradients of its weights, input and initial states
@@ -77,7 +77,7 @@ def asyncnet_lstm_op(data: dict[str, np.ndarray], d: int, h: int) -> Callable[[]
 
 
 def torch_lstm(data: dict[str, np.ndarray], d: int, h: int) -> Callable[[], None]:
-    """torch.nn.LSTM forward and autograd backward."""
+    """torch.nn.LSTM forward and autograd backward, on one intra-op thread."""
     import torch
 
     lstm = torch.nn.LSTM(d, h)
@@ -90,9 +90,14 @@ def torch_lstm(data: dict[str, np.ndarray], d: int, h: int) -> Callable[[], None
     r = torch.from_numpy(data["r"])
 
     def step() -> None:
-        lstm.zero_grad()
-        out, _ = lstm(x, (h0, c0))
-        (out * r).mean().backward()
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)  # as the others (2 threads spin against a loaded machine: 100x slower)
+        try:
+            lstm.zero_grad()
+            out, _ = lstm(x, (h0, c0))
+            (out * r).mean().backward()
+        finally:
+            torch.set_num_threads(threads)
 
     return step
 
@@ -100,7 +105,7 @@ def torch_lstm(data: dict[str, np.ndarray], d: int, h: int) -> Callable[[], None
 PEERS = {
     "caffe2 RecurrentNetwork": caffe2_recurrent_network,
     "asyncnet LSTM op": asyncnet_lstm_op,
-    "torch.nn.LSTM": torch_lstm,
+    "torch.nn.LSTM 1t": torch_lstm,
 }
 
 

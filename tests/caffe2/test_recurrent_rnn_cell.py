@@ -476,3 +476,51 @@ def test_gru_matches_torch(linear_before_reset, drop_states):
     _check(workspace.FetchBlob(h_last), hs[-1:], "hidden_last")
     for name, ref in [*((f"gru/{n}", t) for n, t in p.items()), ("x", x), ("h0", h0)]:
         _check(workspace.FetchBlob(grads[name]), ref.grad, f"gradient of {name}")
+
+
+def test_forward_only_lstm_has_no_backward_and_keeps_no_steps():
+    """Caffe2's forward_only (as in its predictor-net test): no backward_step_net, nothing kept."""
+    m = model_helper.ModelHelper(name="fwd_only")
+    h_all, *_ = rnn_cell.LSTM(m, "x", "lengths", ("h0", "c0"), 3, 4, scope="lstm", forward_only=True)
+    op = m.net.Proto().op[-1]
+    assert op.type == "RecurrentNetwork" and "backward_step_net" not in {a.name for a in op.arg}
+    workspace.RunNetOnce(m.param_init_net)
+    _feed(
+        {
+            "x": np.ones((3, 2, 3), np.float32),
+            "h0": np.zeros((1, 2, 4), np.float32),
+            "c0": np.zeros((1, 2, 4), np.float32),
+            "lengths": np.array([3, 3], np.int32),
+        }
+    )
+    workspace.RunNetOnce(m.net)
+    assert workspace.FetchBlob(h_all).shape == (3, 2, 4)
+    assert workspace.FetchBlob("lstm/step_workspaces").saved == []
+
+
+def test_dropout_cell_in_test_mode_passes_the_output_through():
+    base = dict(input_size=3, hidden_size=4, forget_bias=0.0, memory_optimization=False)
+    outputs = []
+    for wrap in (False, True):
+        workspace.ResetWorkspace()
+        m = model_helper.ModelHelper(name=f"dropout_{wrap}")
+        cell = rnn_cell.LSTMCell(name="lstm", **base)
+        if wrap:
+            cell = rnn_cell.DropoutCell(cell, dropout_ratio=0.5, is_test=1, name="drop")
+        out, _ = cell.apply_over_sequence(m, "x", "lengths", ["h0", "c0"])
+        assert ("with_dropout_mask" in str(out)) is wrap
+        workspace.RunNetOnce(m.param_init_net)
+        r = np.random.default_rng(0)
+        _feed(
+            {
+                "x": r.standard_normal((3, 2, 3)).astype(np.float32),
+                "h0": np.zeros((1, 2, 4), np.float32),
+                "c0": np.zeros((1, 2, 4), np.float32),
+                "lengths": np.array([3, 2], np.int32),
+                "lstm/i2h_w": r.standard_normal((16, 3)).astype(np.float32),
+                "lstm/gates_t_w": r.standard_normal((16, 4)).astype(np.float32),
+            }
+        )
+        workspace.RunNetOnce(m.net)
+        outputs.append(workspace.FetchBlob(out))
+    np.testing.assert_array_equal(outputs[0], outputs[1])
