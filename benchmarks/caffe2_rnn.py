@@ -3,7 +3,8 @@ whole-sequence ``LSTM`` operator and ``torch.nn.LSTM`` (one thread): one forward
 LSTM layer over a sequence, char_rnn's sizes by default (T=25, batch 1, 30 inputs, 64 units).
 
 Each peer computes the outputs and the gradients of its weights, input and initial states
-for the loss mean(h_all * r). Rounds alternate between the three (so that load on the machine
+for the loss mean(h_all * r), on one thread (numpy's BLAS limited with threadpoolctl, torch's
+intra-op threads set to 1). Rounds alternate between the three (so that load on the machine
 hits all alike); the median time per pass, the ratios and the load average are printed, or a
 JSON object with ``--json``::
 
@@ -110,6 +111,13 @@ PEERS = {
 
 
 def measure(t: int, n: int, d: int, h: int, iters: int, rounds: int) -> dict[str, Any]:
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(1):  # numpy's BLAS on one thread too: more spin against a loaded machine
+        return _measure(t, n, d, h, iters, rounds)
+
+
+def _measure(t: int, n: int, d: int, h: int, iters: int, rounds: int) -> dict[str, Any]:
     data = _data(t, n, d, h)
     runs = {}
     for name, make in PEERS.items():

@@ -83,11 +83,12 @@ def _state(ctx: Any, arrays: tuple[Any, ...]) -> tuple[np.ndarray, np.ndarray, n
 
 
 def _gates(x: np.ndarray, d: int, forget_bias: float) -> tuple[np.ndarray, ...]:
-    i = _sigmoid(x[:, :d])
-    f = _sigmoid(x[:, d : 2 * d] + x.dtype.type(forget_bias))
-    o = _sigmoid(x[:, 2 * d : 3 * d])
-    g = np.tanh(x[:, 3 * d :])
-    return i, f, o, g
+    z = x[:, : 3 * d]
+    if forget_bias:
+        z = z.copy()
+        z[:, d : 2 * d] += x.dtype.type(forget_bias)
+    s = _sigmoid(z)  # i, f, o in one pass
+    return s[:, :d], s[:, d : 2 * d], s[:, 2 * d :], np.tanh(x[:, 3 * d :])
 
 
 @register_op(
@@ -112,10 +113,11 @@ def lstm_unit(ctx: Any, *arrays: Any) -> tuple[np.ndarray, np.ndarray]:
     i, f, o, g = _gates(x, c_prev.shape[1], ctx.args["forget_bias"])
     c = f * c_prev + i * g
     h = o * np.tanh(c)
-    keep_h, keep_c = (0, 0) if ctx.args["drop_states"] else (h_prev, c_prev)
-    h = np.where(valid, h, keep_h).astype(x.dtype, copy=False)
-    c = np.where(valid, c, keep_c).astype(x.dtype, copy=False)
-    return h[None], c[None]
+    if not valid.all():
+        keep_h, keep_c = (0, 0) if ctx.args["drop_states"] else (h_prev, c_prev)
+        h = np.where(valid, h, keep_h)
+        c = np.where(valid, c, keep_c)
+    return h.astype(x.dtype, copy=False)[None], c.astype(x.dtype, copy=False)[None]
 
 
 @register_op(
@@ -153,11 +155,14 @@ def lstm_unit_gradient(ctx: Any, *arrays: Any) -> tuple[np.ndarray, np.ndarray, 
         [dcell * g * i * (1 - i), dcell * c_prev * f * (1 - f), dh * tanh_c * o * (1 - o), dcell * i * (1 - g * g)],
         axis=1,
     )
-    carry_h, carry_c = (np.zeros_like(dh), np.zeros_like(dc)) if ctx.args["drop_states"] else (dh, dc)
-    dh_prev = np.where(valid, 0, carry_h).astype(x.dtype, copy=False)
-    dc_prev = np.where(valid, dcell * f, carry_c).astype(x.dtype, copy=False)
-    dx = np.where(valid, dx, 0).astype(x.dtype, copy=False)
-    return dh_prev[None], dc_prev[None], dx[None]
+    if valid.all():
+        dh_prev, dc_prev = np.zeros_like(dh), dcell * f
+    else:
+        carry_h, carry_c = (np.zeros_like(dh), np.zeros_like(dc)) if ctx.args["drop_states"] else (dh, dc)
+        dh_prev = np.where(valid, 0, carry_h)
+        dc_prev = np.where(valid, dcell * f, carry_c)
+        dx = np.where(valid, dx, 0)
+    return tuple(a.astype(x.dtype, copy=False)[None] for a in (dh_prev, dc_prev, dx))  # type: ignore[return-value]
 
 
 @register_gradient("LSTMUnit")
