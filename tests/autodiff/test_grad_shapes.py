@@ -404,6 +404,15 @@ def _lstm_unit(draw, dt):
     return [h, c, gates, step], {"sequence_lengths": False}, 2, [0, 1, 2], [0, 1]
 
 
+@builder("ElementwiseLinear")
+def _elementwise_linear(draw, dt):
+    shape = dims(draw, 1, 3)
+    axis = draw(st.integers(0, len(shape)))
+    cols = int(np.prod(shape[axis:]))
+    x, a, b = arr(draw, shape, dt), arr(draw, (cols,), dt), arr(draw, (cols,), dt)
+    return [x, a, b], {"axis": axis}, 1, [0, 1, 2], [0]
+
+
 @builder("GRUUnit")
 def _gru_unit(draw, dt):
     n, d = draw(st.integers(1, 3)), draw(st.integers(1, 3))

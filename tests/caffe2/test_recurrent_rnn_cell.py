@@ -524,3 +524,49 @@ def test_dropout_cell_in_test_mode_passes_the_output_through():
         workspace.RunNetOnce(m.net)
         outputs.append(workspace.FetchBlob(out))
     np.testing.assert_array_equal(outputs[0], outputs[1])
+
+
+@pytest.mark.parametrize("layer_norm", [False, True])
+def test_milstm_matches_torch(layer_norm):
+    rng = np.random.default_rng(13)
+    T, N, D, H = 3, 2, 3, 2
+    m = model_helper.ModelHelper(name="milstm")
+    make = rnn_cell.LayerNormMILSTM if layer_norm else rnn_cell.MILSTM
+    h_all, h_last, c_all, c_last = make(m, "x", "lengths", ("h0", "c0"), D, H, scope="mi", forget_bias=0.5)
+    assert str(h_all) == "mi/hidden_t_intermediate_all"
+    grads = _grad_map(m, [_loss_on(m, h_all, "r_all")])
+    workspace.RunNetOnce(m.param_init_net)
+    feeds = {
+        "x": rng.standard_normal((T, N, D)).astype(np.float32),
+        "h0": rng.standard_normal((1, N, H)).astype(np.float32),
+        "c0": rng.standard_normal((1, N, H)).astype(np.float32),
+        "r_all": rng.uniform(0.5, 1.5, (T, N, H)).astype(np.float32),
+        "lengths": np.array([3, 1], np.int32),
+    }
+    for name in ("alpha", "beta1", "beta2", "b", "prev_t_b"):
+        feeds[f"mi/{name}"] = rng.uniform(0.5, 1.5, 4 * H).astype(np.float32)
+    _feed(feeds)
+    workspace.RunNetOnce(m.net)
+    names = ["i2h_w", "i2h_b", "prev_t_w", "prev_t_b", "alpha", "beta1", "beta2", "b"]
+    names += ["gates_t_norm_scale", "gates_t_norm_bias"] if layer_norm else []
+    p = {n: _t(workspace.FetchBlob(f"mi/{n}")) for n in names}
+    x, h0, c0 = _t(feeds["x"]), _t(feeds["h0"]), _t(feeds["c0"])
+    pre = x @ p["i2h_w"].T + p["i2h_b"]
+    h, c, hs = h0[0], c0[0], []
+    for t in range(T):
+        prev = h @ p["prev_t_w"].T + p["prev_t_b"]
+        g = (p["alpha"] * pre[t] + p["beta1"]) * prev + p["beta2"] * pre[t] + p["b"]
+        if layer_norm:
+            g = torch.nn.functional.layer_norm(g, (4 * H,), eps=1e-4) * p["gates_t_norm_scale"] + p["gates_t_norm_bias"]
+        i, f = torch.sigmoid(g[:, :H]), torch.sigmoid(g[:, H : 2 * H] + 0.5)
+        o, gg = torch.sigmoid(g[:, 2 * H : 3 * H]), torch.tanh(g[:, 3 * H :])
+        c_new = f * c + i * gg
+        valid = torch.tensor(feeds["lengths"] > t)[:, None]
+        h, c = torch.where(valid, o * torch.tanh(c_new), h), torch.where(valid, c_new, c)
+        hs.append(h)
+    hs = torch.stack(hs)
+    (hs * _t(feeds["r_all"], False)).mean().backward()
+    _check(workspace.FetchBlob(h_all), hs, "hidden_all", 1e-4)
+    _check(workspace.FetchBlob(c_last), c[None], "cell_last", 1e-4)
+    for name, ref in [*((f"mi/{n}", t) for n, t in p.items()), ("x", x), ("h0", h0), ("c0", c0)]:
+        _check(workspace.FetchBlob(grads[name]), ref.grad, f"gradient of {name}", 1e-4)

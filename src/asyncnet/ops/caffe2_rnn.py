@@ -1,7 +1,8 @@
 """Caffe2's LSTMUnit and LSTMUnitGradient: one step of an LSTM on precomputed gates, aware of
 each sequence's length (caffe2/operators/lstm_unit_op.h); GRUUnit and GRUUnitGradient, the
 same for a GRU (gru_unit_op.h: ``H = u * H_prev + (1 - u) * tanh(o)``, gates reset, update,
-output, the reset gate applied by the step net before).
+output, the reset gate applied by the step net before); ElementwiseLinear and its gradient
+(``Y = X * a + b`` column-wise), the multiplicative-integration LSTM's op.
 
 Inputs: H_prev [1, N, D], C_prev [1, N, D], gates [1, N, 4D] (Caffe2's order: i, f, o, g),
 seq_lengths [N] int32 (absent when ``sequence_lengths=0``) and the timestep t (int32, 1 element).
@@ -35,7 +36,14 @@ from asyncnet.core.defs import OperatorDef
 from asyncnet.core.registry import Arg, register_gradient, register_op
 from asyncnet.ops._check import array, float_array
 
-__all__ = ["gru_unit", "gru_unit_gradient", "lstm_unit", "lstm_unit_gradient"]
+__all__ = [
+    "elementwise_linear",
+    "elementwise_linear_gradient",
+    "gru_unit",
+    "gru_unit_gradient",
+    "lstm_unit",
+    "lstm_unit_gradient",
+]
 
 _ARGS = [
     Arg("forget_bias", float, 0.0, "added to the forget gate's input"),
@@ -281,3 +289,57 @@ def _gru_unit_grad(op: OperatorDef, gout: list[str | None]) -> tuple[list[Operat
     args = {k: op.args[k] for k in ("drop_states", "sequence_lengths", "forget_bias") if k in op.args}
     gop = OperatorDef("GRUUnitGradient", [*op.inputs, op.outputs[0], gout[0]], ["#dh_prev", "#dgates"], args)
     return [gop], ["#dh_prev", "#dgates", *([None] * (len(op.inputs) - 2))]
+
+
+def _elementwise_linear_shapes(ctx: Any, x: np.ndarray, a: np.ndarray, b: np.ndarray) -> tuple[int, int]:
+    axis = ctx.args["axis"]
+    axis = axis + x.ndim if axis < 0 else axis
+    if not 0 <= axis <= x.ndim:
+        raise ValueError(f"axis {ctx.args['axis']} is out of range for X of shape {x.shape}")
+    rows, cols = int(np.prod(x.shape[:axis])), int(np.prod(x.shape[axis:]))
+    if a.shape != (cols,) or b.shape != (cols,):
+        raise ValueError(
+            f"expected a and b of shape ({cols},) for X {x.shape} at axis {axis}, got {a.shape}, {b.shape}"
+        )
+    return rows, cols
+
+
+@register_op(
+    "ElementwiseLinear",
+    inputs=3,
+    outputs=1,
+    args=[Arg("axis", int, 1, "X is seen as [prod(dims before axis), prod(the rest)]")],
+    differentiable=True,
+    inputs_doc=("X", "a [D]", "b [D]"),
+    outputs_doc=("Y = X * a + b, column-wise",),
+    doc="Caffe2's ElementwiseLinear: Y[n, d] = X[n, d] * a[d] + b[d] on X flattened at axis.",
+)
+def elementwise_linear(ctx: Any, x: Any, a: Any, b: Any) -> np.ndarray:
+    x, a, b = (np.asarray(float_array(ctx, v, i)) for i, v in enumerate((x, a, b)))
+    rows, cols = _elementwise_linear_shapes(ctx, x, a, b)
+    return (x.reshape(rows, cols) * a + b).reshape(x.shape).astype(x.dtype, copy=False)
+
+
+@register_op(
+    "ElementwiseLinearGradient",
+    inputs=3,
+    outputs=3,
+    args=[Arg("axis", int, 1, "as the forward op's")],
+    inputs_doc=("dY", "X", "a"),
+    outputs_doc=("dX", "da", "db"),
+    doc="Gradient of ElementwiseLinear: dX = dY * a, da = sum over rows of dY * X, db = sum over rows of dY.",
+)
+def elementwise_linear_gradient(ctx: Any, dy: Any, x: Any, a: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    dy, x, a = (np.asarray(float_array(ctx, v, i)) for i, v in enumerate((dy, x, a)))
+    rows, cols = _elementwise_linear_shapes(ctx, x, a, a)
+    if dy.shape != x.shape:
+        raise ValueError(f"expected dY of X's shape {x.shape}, got {dy.shape}")
+    d2, x2 = dy.reshape(rows, cols), x.reshape(rows, cols)
+    return (d2 * a).reshape(x.shape), (d2 * x2).sum(axis=0).astype(a.dtype), d2.sum(axis=0).astype(a.dtype)
+
+
+@register_gradient("ElementwiseLinear")
+def _elementwise_linear_grad(op: OperatorDef, gout: list[str | None]) -> tuple[list[OperatorDef], list[str | None]]:
+    args = {"axis": op.args["axis"]} if "axis" in op.args else {}
+    gop = OperatorDef("ElementwiseLinearGradient", [gout[0], op.inputs[0], op.inputs[1]], ["#dx", "#da", "#db"], args)
+    return [gop], ["#dx", "#da", "#db"]

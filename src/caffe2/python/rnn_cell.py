@@ -47,6 +47,10 @@ __all__ = [
     "LSTMInitializer",
     "LayerNormLSTM",
     "LayerNormLSTMCell",
+    "LayerNormMILSTM",
+    "LayerNormMILSTMCell",
+    "MILSTM",
+    "MILSTMCell",
     "MultiRNNCell",
     "MultiRNNCellInitializer",
     "RNNCell",
@@ -348,6 +352,53 @@ class LayerNormLSTMCell(LSTMCell):
         return (self.scope("hidden_t"), self.scope("cell_t"))
 
 
+class MILSTMCell(LSTMCell):
+    """The multiplicative-integration LSTM (https://arxiv.org/abs/1606.06630):
+    ``gates = (alpha * x_t + beta_h) * W h + beta_i * x_t + b`` (``ElementwiseLinear``)."""
+
+    def _mi_gates(self, model: Any, input_t: Any, hidden_t_prev: Any, extra_inputs: Any) -> Any:
+        fc_input, fc_input_dim = hidden_t_prev, self.hidden_size
+        if extra_inputs:
+            blobs, sizes = zip(*extra_inputs)
+            fc_input = brew.concat(model, [hidden_t_prev, *blobs], self.scope("gates_concatenated_input_t"), axis=2)
+            fc_input_dim += sum(sizes)
+        prev_t = brew.fc(model, fc_input, self.scope("prev_t"), dim_in=fc_input_dim, dim_out=self.gates_size, axis=2)
+
+        def param(name: str, value: float) -> Any:
+            return model.create_param(
+                self.scope(name), shape=[self.gates_size], initializer=Initializer("ConstantFill", value=value)
+            )
+
+        alpha, beta_h, beta_i, b = param("alpha", 1.0), param("beta1", 1.0), param("beta2", 1.0), param("b", 0.0)
+        alpha_x = model.net.ElementwiseLinear(
+            [input_t, alpha, beta_h], self.scope("alpha_by_input_t_plus_beta_h"), axis=2
+        )
+        alpha_x_prev = model.net.Mul([alpha_x, prev_t], self.scope("alpha_by_input_t_plus_beta_h_by_prev_t"))
+        beta_x = model.net.ElementwiseLinear([input_t, beta_i, b], self.scope("beta_i_by_input_t_plus_b"), axis=2)
+        return brew.sum(model, [alpha_x_prev, beta_x], self.scope("gates_t"))
+
+    def _apply(
+        self, model: Any, input_t: Any, seq_lengths: Any, states: Any, timestep: Any, extra_inputs: Any = None
+    ) -> Any:
+        gates_t = self._mi_gates(model, input_t, states[0], extra_inputs)
+        names = [self.scope("hidden_t_intermediate"), self.scope("cell_t")]
+        return self._unit(model, gates_t, states, seq_lengths, timestep, names)
+
+
+class LayerNormMILSTMCell(MILSTMCell):
+    """:class:`MILSTMCell` with a LayerNorm of the gates before ``LSTMUnit``."""
+
+    def _apply(
+        self, model: Any, input_t: Any, seq_lengths: Any, states: Any, timestep: Any, extra_inputs: Any = None
+    ) -> Any:
+        self._mi_gates(model, input_t, states[0], extra_inputs)
+        gates_t, _, _ = brew.layer_norm(
+            model, self.scope("gates_t"), self.scope("gates_t_norm"), dim_in=self.gates_size, axis=-1
+        )
+        names = [self.scope("hidden_t_intermediate"), self.scope("cell_t")]
+        return self._unit(model, gates_t, states, seq_lengths, timestep, names)
+
+
 class DropoutCell(RNNCell):
     """Wraps a cell, applying dropout to its output (not to its recurrent state)."""
 
@@ -557,7 +608,9 @@ def _LSTM(
 
 LSTM = functools.partial(_LSTM, LSTMCell)
 BasicRNN = functools.partial(_LSTM, BasicRNNCell)
+MILSTM = functools.partial(_LSTM, MILSTMCell)
 LayerNormLSTM = functools.partial(_LSTM, LayerNormLSTMCell)
+LayerNormMILSTM = functools.partial(_LSTM, LayerNormMILSTMCell)
 
 
 def GetLSTMParamNames() -> dict[str, list[str]]:
