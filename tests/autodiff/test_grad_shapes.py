@@ -413,6 +413,15 @@ def _elementwise_linear(draw, dt):
     return [x, a, b], {"axis": axis}, 1, [0, 1, 2], [0]
 
 
+@builder("SequenceMask")
+def _sequence_mask(draw, dt):
+    shape = dims(draw, 2, 3)
+    axis = draw(st.integers(1, len(shape) - 1))
+    rows = int(np.prod(shape[:axis]))
+    lengths = np.asarray(draw(st.lists(st.integers(0, 4), min_size=rows, max_size=rows)), np.int32)
+    return [arr(draw, shape, dt), lengths], {"mode": "sequence", "axis": axis, "fill_val": -5.0}, 1, [0], [0]
+
+
 @builder("GRUUnit")
 def _gru_unit(draw, dt):
     n, d = draw(st.integers(1, 3)), draw(st.integers(1, 3))

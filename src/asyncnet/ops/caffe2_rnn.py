@@ -2,7 +2,8 @@
 each sequence's length (caffe2/operators/lstm_unit_op.h); GRUUnit and GRUUnitGradient, the
 same for a GRU (gru_unit_op.h: ``H = u * H_prev + (1 - u) * tanh(o)``, gates reset, update,
 output, the reset gate applied by the step net before); ElementwiseLinear and its gradient
-(``Y = X * a + b`` column-wise), the multiplicative-integration LSTM's op.
+(``Y = X * a + b`` column-wise), the multiplicative-integration LSTM's op; SequenceMask
+('sequence' mode, attention's mask of the encoder positions past each sequence's end).
 
 Inputs: H_prev [1, N, D], C_prev [1, N, D], gates [1, N, 4D] (Caffe2's order: i, f, o, g),
 seq_lengths [N] int32 (absent when ``sequence_lengths=0``) and the timestep t (int32, 1 element).
@@ -43,6 +44,7 @@ __all__ = [
     "gru_unit_gradient",
     "lstm_unit",
     "lstm_unit_gradient",
+    "sequence_mask",
 ]
 
 _ARGS = [
@@ -343,3 +345,40 @@ def _elementwise_linear_grad(op: OperatorDef, gout: list[str | None]) -> tuple[l
     args = {"axis": op.args["axis"]} if "axis" in op.args else {}
     gop = OperatorDef("ElementwiseLinearGradient", [gout[0], op.inputs[0], op.inputs[1]], ["#dx", "#da", "#db"], args)
     return [gop], ["#dx", "#da", "#db"]
+
+
+@register_op(
+    "SequenceMask",
+    inputs=2,
+    outputs=1,
+    args=[
+        Arg("mode", str, Arg.REQUIRED, "'sequence' (the one mode asyncnet has)", choices=["sequence"]),
+        Arg("axis", int, 1, "X is seen as [prod(dims before axis), prod(the rest)]"),
+        Arg("fill_val", float, float("-inf"), "the value of masked entries"),
+        Arg("grad", bool, False, "gradient mode: masked entries are 0"),
+    ],
+    differentiable=True,
+    inputs_doc=("X", "sequence_lengths [prod(dims before axis)] ints"),
+    outputs_doc=("X with entries at or past each row's length set to fill_val",),
+    doc="Caffe2's SequenceMask in 'sequence' mode: row i of X (flattened at axis) keeps its first "
+    "sequence_lengths[i] entries; the rest become fill_val (0 with grad=1).",
+)
+def sequence_mask(ctx: Any, x: Any, lengths: Any) -> np.ndarray:
+    x = np.asarray(float_array(ctx, x, 0))
+    lengths = np.asarray(array(ctx, lengths, 1))
+    axis = ctx.args["axis"] + x.ndim if ctx.args["axis"] < 0 else ctx.args["axis"]
+    rows, cols = int(np.prod(x.shape[:axis])), int(np.prod(x.shape[axis:]))
+    if lengths.size != rows or lengths.dtype.kind not in "iu":
+        raise ValueError(
+            f"expected {rows} integer sequence lengths for X {x.shape} at axis {axis}, got {lengths.shape}"
+        )
+    keep = np.arange(cols)[None, :] < lengths.reshape(rows, 1)
+    fill = x.dtype.type(0 if ctx.args["grad"] else ctx.args["fill_val"])
+    return np.where(keep, x.reshape(rows, cols), fill).reshape(x.shape).astype(x.dtype, copy=False)
+
+
+@register_gradient("SequenceMask")
+def _sequence_mask_grad(op: OperatorDef, gout: list[str | None]) -> tuple[list[OperatorDef], list[str | None]]:
+    """Caffe2's: the output gradient masked the same way, with zeros."""
+    args = {**op.args, "grad": True}
+    return [OperatorDef("SequenceMask", [gout[0], op.inputs[1]], ["#dx"], args)], ["#dx", None]

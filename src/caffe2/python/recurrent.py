@@ -69,7 +69,8 @@ def recurrent_net(
     references = [core.BlobReference(b) for b in cell.external_input if b not in known]
     backward = mapping = None
     if not forward_only:
-        backward, mapping = _backward_step_net(cell, recompute_blobs_on_backward)
+        state_outputs = {str(links[k]) for k in links}
+        backward, mapping = _backward_step_net(cell, state_outputs, recompute_blobs_on_backward)
     all_inputs = [input_blob, *(str(x[1]) for x in initial_cell_inputs), *map(str, references)]
     forward_links: list[tuple[str, str, int]] = []
     backward_links: list[tuple[str, str, int]] = []
@@ -135,10 +136,18 @@ def _triple(prefix: str, links: list[tuple[str, str, int]]) -> dict[str, list[An
     }
 
 
-def _backward_step_net(cell: Any, recompute: Iterable[Any] | None) -> tuple[Any, dict[str, str]]:
-    """The backward step net (Caffe2's ``RecurrentBackwardStep``) and {cell blob: its gradient}."""
+def _backward_step_net(
+    cell: Any, state_outputs: set[str], recompute: Iterable[Any] | None
+) -> tuple[Any, dict[str, str]]:
+    """The backward step net (Caffe2's ``RecurrentBackwardStep``) and {cell blob: its gradient}.
+
+    The gradients that come from outside a step are those of the outputs linked to the next
+    step's states (``<output>_grad``, rows of the state gradients); another external output of
+    the cell (an LSTM's hidden state that an attention cell copies) gets its gradient from the
+    step's own ops only."""
     fwd = [convert.drop_unknown_args(convert.op_to_asyncnet(op, f"step_net.op[{i}]")) for i, op in enumerate(cell.op)]
-    ops, grads = backward_ops(fwd, {o: o + "_grad" for o in cell.external_output})
+    seeds = {o: o + "_grad" for o in cell.external_output if o in state_outputs}
+    ops, grads = backward_ops(fwd, seeds)
     sparse = [b for b, g in grads.items() if isinstance(g, GradientSlice)]
     if sparse:
         raise NotImplementedError(f"recurrent_net: sparse gradients of {sparse} inside a step net are not supported")

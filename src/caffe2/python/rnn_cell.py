@@ -33,10 +33,17 @@ from typing import Any
 import numpy as np
 
 from caffe2.python import brew, core, recurrent, scope, workspace
+from caffe2.python.attention import (
+    AttentionType,
+    apply_dot_attention,
+    apply_recurrent_attention,
+    apply_regular_attention,
+)
 from caffe2.python.model_helper import ModelHelper
 from caffe2.python.modeling.initializers import Initializer
 
 __all__ = [
+    "AttentionCell",
     "BasicRNN",
     "BasicRNNCell",
     "DropoutCell",
@@ -45,6 +52,8 @@ __all__ = [
     "LSTM",
     "LSTMCell",
     "LSTMInitializer",
+    "LSTMWithAttention",
+    "LSTMWithAttentionCell",
     "LayerNormLSTM",
     "LayerNormLSTMCell",
     "LayerNormMILSTM",
@@ -549,6 +558,216 @@ class MultiRNNCell(RNNCell):
 
     def _prepare_output_sequence(self, model: Any, states: Any) -> Any:
         return self._connected(model, states, 2, "residual_output_sequence", "_prepare_output_sequence")
+
+
+class AttentionCell(RNNCell):
+    """A decoder cell with attention over ``encoder_outputs`` [T_enc, N, E]: each step feeds the
+    previous context to ``decoder_cell`` (beside its hidden state), then attends with the new
+    hidden state; its states are the decoder's plus the context (``attention_type``: Regular,
+    Recurrent or Dot from :mod:`caffe2.python.attention`)."""
+
+    def __init__(
+        self,
+        encoder_output_dim: int,
+        encoder_outputs: Any,
+        encoder_lengths: Any,
+        decoder_cell: RNNCell,
+        decoder_state_dim: int,
+        attention_type: int,
+        weighted_encoder_outputs: Any,
+        attention_memory_optimization: bool,
+        **kwargs: Any,
+    ):
+        super().__init__(**kwargs)
+        if attention_type not in (AttentionType.Regular, AttentionType.Recurrent, AttentionType.Dot):
+            raise NotImplementedError(f"attention_type {attention_type}: Regular, Recurrent and Dot are supported")
+        self.encoder_output_dim = encoder_output_dim
+        self.encoder_outputs = encoder_outputs
+        self.encoder_lengths = encoder_lengths
+        self.decoder_cell = decoder_cell
+        self.decoder_state_dim = decoder_state_dim
+        self.weighted_encoder_outputs = weighted_encoder_outputs
+        self.encoder_outputs_transposed: Any = None
+        self.attention_type = attention_type
+        self.attention_memory_optimization = attention_memory_optimization
+
+    def _apply(
+        self, model: Any, input_t: Any, seq_lengths: Any, states: Any, timestep: Any, extra_inputs: Any = None
+    ) -> Any:
+        if extra_inputs is not None:
+            raise ValueError("AttentionCell takes no extra_inputs")
+        decoder_prev_states, context_prev = states[:-1], states[-1]
+        decoder_states = self.decoder_cell._apply(
+            model, input_t, seq_lengths, decoder_prev_states, timestep,
+            extra_inputs=[(context_prev, self.encoder_output_dim)],
+        )  # fmt: skip
+        self.hidden_t_intermediate = self.decoder_cell._prepare_output(model, decoder_states)
+        common = dict(
+            model=model,
+            encoder_output_dim=self.encoder_output_dim,
+            encoder_outputs_transposed=self.encoder_outputs_transposed,
+            decoder_hidden_state_t=self.hidden_t_intermediate,
+            decoder_hidden_state_dim=self.decoder_state_dim,
+            scope=self.name,
+            encoder_lengths=self.encoder_lengths,
+        )
+        if self.attention_type == AttentionType.Recurrent:
+            context, self.attention_weights_3d, blobs = apply_recurrent_attention(
+                weighted_encoder_outputs=self.weighted_encoder_outputs,
+                attention_weighted_encoder_context_t_prev=context_prev,
+                **common,
+            )
+        elif self.attention_type == AttentionType.Regular:
+            context, self.attention_weights_3d, blobs = apply_regular_attention(
+                weighted_encoder_outputs=self.weighted_encoder_outputs, **common
+            )
+        else:
+            context, self.attention_weights_3d, blobs = apply_dot_attention(**common)
+        if self.attention_memory_optimization:
+            self.recompute_blobs.extend(blobs)
+        output = [*decoder_states, context]
+        k = self.decoder_cell.get_output_state_index()
+        output[k] = model.net.Copy(output[k], self.scope("hidden_t_external"))
+        model.net.AddExternalOutputs(*output)
+        return output
+
+    def get_attention_weights(self) -> Any:
+        """[N, T_enc, 1] attention weights of the step."""
+        return self.attention_weights_3d
+
+    def prepare_input(self, model: Any, input_blob: Any) -> Any:
+        if self.encoder_outputs_transposed is None:
+            self.encoder_outputs_transposed = brew.transpose(
+                model, self.encoder_outputs, self.scope("encoder_outputs_transposed"), axes=[1, 2, 0]
+            )
+        if self.weighted_encoder_outputs is None and self.attention_type != AttentionType.Dot:
+            self.weighted_encoder_outputs = brew.fc(
+                model,
+                self.encoder_outputs,
+                self.scope("weighted_encoder_outputs"),
+                dim_in=self.encoder_output_dim,
+                dim_out=self.encoder_output_dim,
+                axis=2,
+            )
+        return self.decoder_cell.prepare_input(model, input_blob)
+
+    def get_state_names(self) -> Any:
+        names = list(self.decoder_cell.get_state_names())
+        names[self.get_output_state_index()] = self.scope("hidden_t_external")
+        names.append(self.scope("attention_weighted_encoder_context_t"))
+        return names
+
+    def get_output_dim(self) -> int:
+        return self.decoder_state_dim + self.encoder_output_dim
+
+    def get_output_state_index(self) -> int:
+        return self.decoder_cell.get_output_state_index()
+
+    def _prepare_output(self, model: Any, states: Any) -> Any:
+        with core.NameScope(self.name or ""):
+            return brew.concat(
+                model, [self.hidden_t_intermediate, states[-1]], "states_and_context_combination", axis=2
+            )
+
+    def _prepare_output_sequence(self, model: Any, state_outputs: Any) -> Any:
+        decoder_output = self.decoder_cell._prepare_output_sequence(model, state_outputs[:-2])
+        context = state_outputs[2 * (len(self.get_state_names()) - 1)]
+        with core.NameScope(self.name or ""):
+            return brew.concat(model, [decoder_output, context], "states_and_context_combination", axis=2)
+
+
+class LSTMWithAttentionCell(AttentionCell):
+    """:class:`AttentionCell` over an :class:`LSTMCell` named ``<name>/decoder``."""
+
+    def __init__(
+        self,
+        encoder_output_dim: int,
+        encoder_outputs: Any,
+        encoder_lengths: Any,
+        decoder_input_dim: int,
+        decoder_state_dim: int,
+        name: str,
+        attention_type: int,
+        weighted_encoder_outputs: Any,
+        forget_bias: float,
+        lstm_memory_optimization: bool,
+        attention_memory_optimization: bool,
+        forward_only: bool = False,
+    ):
+        decoder_cell = LSTMCell(
+            input_size=decoder_input_dim,
+            hidden_size=decoder_state_dim,
+            forget_bias=forget_bias,
+            memory_optimization=lstm_memory_optimization,
+            name=f"{name}/decoder",
+            forward_only=False,
+            drop_states=False,
+        )
+        super().__init__(
+            encoder_output_dim=encoder_output_dim,
+            encoder_outputs=encoder_outputs,
+            encoder_lengths=encoder_lengths,
+            decoder_cell=decoder_cell,
+            decoder_state_dim=decoder_state_dim,
+            name=name,
+            attention_type=attention_type,
+            weighted_encoder_outputs=weighted_encoder_outputs,
+            attention_memory_optimization=attention_memory_optimization,
+            forward_only=forward_only,
+        )
+
+
+def LSTMWithAttention(
+    model: Any,
+    decoder_inputs: Any,
+    decoder_input_lengths: Any,
+    initial_decoder_hidden_state: Any,
+    initial_decoder_cell_state: Any,
+    initial_attention_weighted_encoder_context: Any,
+    encoder_output_dim: int,
+    encoder_outputs: Any,
+    encoder_lengths: Any,
+    decoder_input_dim: int,
+    decoder_state_dim: int,
+    scope: str,
+    attention_type: int = AttentionType.Regular,
+    outputs_with_grads: Any = (0, 4),
+    weighted_encoder_outputs: Any = None,
+    lstm_memory_optimization: bool = False,
+    attention_memory_optimization: bool = False,
+    forget_bias: float = 0.0,
+    forward_only: bool = False,
+) -> Any:
+    """An LSTM decoder with attention over ``encoder_outputs`` (arXiv:1409.0473, context computed
+    after the hidden state as in arXiv:1508.04025). Returns (hidden_all, hidden_last, cell_all,
+    cell_last, context_all, context_last)."""
+    cell = LSTMWithAttentionCell(
+        encoder_output_dim=encoder_output_dim,
+        encoder_outputs=encoder_outputs,
+        encoder_lengths=encoder_lengths,
+        decoder_input_dim=decoder_input_dim,
+        decoder_state_dim=decoder_state_dim,
+        name=scope,
+        attention_type=attention_type,
+        weighted_encoder_outputs=weighted_encoder_outputs,
+        forget_bias=forget_bias,
+        lstm_memory_optimization=lstm_memory_optimization,
+        attention_memory_optimization=attention_memory_optimization,
+        forward_only=forward_only,
+    )
+    initial_states = [
+        initial_decoder_hidden_state,
+        initial_decoder_cell_state,
+        initial_attention_weighted_encoder_context,
+    ]
+    _, result = cell.apply_over_sequence(
+        model=model,
+        inputs=decoder_inputs,
+        seq_lengths=decoder_input_lengths,
+        initial_states=initial_states,
+        outputs_with_grads=outputs_with_grads,
+    )
+    return result
 
 
 def _LSTM(
