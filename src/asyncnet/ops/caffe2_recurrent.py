@@ -141,21 +141,25 @@ def _validate(op: OperatorDef) -> None:
     unknown = [s for s in a["alias_src"] if s not in a["recurrent_states"]]
     if unknown:
         raise ValueError(f"alias_src {unknown} are not recurrent_states {a['recurrent_states']}")
-    want = (
-        len(a["alias_dst"])
-        + 1
-        + (len(a["param"]) + len(a["recurrent_states"]) + 1) * (op.type == "RecurrentNetworkGradient")
-    )
-    if op.type == "RecurrentNetwork" and len(op.outputs) != want:
-        raise ValueError(f"expected {want} outputs (one per alias_dst, then step_workspaces), got {len(op.outputs)}")
-    if op.type == "RecurrentNetworkGradient" and len(op.outputs) > 1 + len(a["param"]) + len(a["recurrent_states"]):
-        raise ValueError(
-            f"expected at most {1 + len(a['param']) + len(a['recurrent_states'])} outputs (input 0, each param, each "
-            f"recurrent state), got {len(op.outputs)}"
-        )
+    _check_outputs(op, a)
     _net(a["step_net"])
     if a["backward_step_net"]:
         _net(a["backward_step_net"])
+
+
+def _check_outputs(op: OperatorDef, a: dict[str, Any]) -> None:
+    if op.type == "RecurrentNetwork":
+        want = len(a["alias_dst"]) + 1
+        if len(op.outputs) != want:
+            raise ValueError(
+                f"expected {want} outputs (one per alias_dst, then step_workspaces), got {len(op.outputs)}"
+            )
+        return
+    most = 1 + len(a["param"]) + len(a["recurrent_states"])
+    if len(op.outputs) > most:
+        raise ValueError(
+            f"expected at most {most} outputs (input 0, each param, each recurrent state), got {len(op.outputs)}"
+        )
 
 
 def _forward_input_count(op: OperatorDef) -> int:
