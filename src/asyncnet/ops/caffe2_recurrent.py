@@ -369,32 +369,47 @@ def recurrent_network_gradient(ctx: Any, *xs: Any) -> Any:
         raise ValueError("the RecurrentNetwork was built forward-only: it has no backward_step_net")
     owg = a["outputs_with_grads"]
     n_in = _forward_input_count(op)
-    grads_out = xs[: len(owg)]
     fwd = xs[len(owg) : len(owg) + n_in]
     names = op.inputs[len(owg) : len(owg) + n_in]
     scratch = xs[-1]
     if not isinstance(scratch, StepWorkspaces) or not scratch.states and a["recurrent_states"]:
         raise ValueError(f"expected the forward op's step_workspaces in the last input, got {type(scratch).__name__}")
     seq = _host(fwd[0], 0, names[0])
-    seq_len = seq.shape[0]
-    if len(scratch.saved) != seq_len:
-        raise ValueError(f"the forward pass kept {len(scratch.saved)} steps for a sequence of {seq_len}")
-    states = scratch.states
-    state_grads = {s: np.zeros_like(v) for s, v in states.items()}
+    if len(scratch.saved) != seq.shape[0]:
+        raise ValueError(f"the forward pass kept {len(scratch.saved)} steps for a sequence of {seq.shape[0]}")
+    state_grads = {s: np.zeros_like(v) for s, v in scratch.states.items()}
     input_grad = np.zeros_like(seq)
-    step_grads, last_grads = _output_grads(a, grads_out)
+    step_grads, last_grads = _output_grads(a, xs[: len(owg)])
     for s, g in last_grads:
         state_grads[s][-1] += np.asarray(g).reshape(state_grads[s][-1].shape)
-    arrays: dict[str, Any] = {**dict(zip(names, fwd)), **states, names[0] + "_grad": input_grad}
+    arrays: dict[str, Any] = {**dict(zip(names, fwd)), **scratch.states, names[0] + "_grad": input_grad}
     arrays.update({s + "_grad": g for s, g in state_grads.items()})
+    params = [names[i] for i in a["param"]]
+    totals = _run_backward(a, scratch, dict(zip(names, fwd)), arrays, state_grads, step_grads, params)
+    inits = [
+        _initial_grad(state_grads[s], fwd[i]) for s, i in zip(a["recurrent_states"], a["initial_recurrent_state_ids"])
+    ]
+    results = (input_grad, *totals, *inits)[: len(op.outputs)]
+    return results[0] if len(results) == 1 else results
+
+
+def _run_backward(
+    a: dict[str, Any],
+    scratch: StepWorkspaces,
+    inputs: dict[str, Any],
+    arrays: dict[str, Any],
+    state_grads: dict[str, np.ndarray],
+    step_grads: list[Any],
+    params: list[str],
+) -> list[np.ndarray]:
+    """Run the backward step net from the last step to the first; the params' summed gradients."""
     links = _links(a, "link") + _links(a, "backward_link", windows=False)
     bstep = scratch.step_net("backward", a["backward_step_net"])
-    params = [names[i] for i in a["param"]]
     param_grads = a["param_grads"] or [p + "_grad" for p in params]
-    totals = [np.zeros_like(fwd[i]) for i in a["param"]]
+    totals = [np.zeros_like(inputs[p]) for p in params]
     blobs = bstep.blobs
-    blobs.update(zip(names, fwd))
-    for t in reversed(range(seq_len)):
+    blobs.update(inputs)
+    for t in reversed(range(len(scratch.saved))):
         blobs.update(scratch.saved[t])
         blobs[a["timestep"]] = _timestep(t)
         for s, g in step_grads:
@@ -406,11 +421,7 @@ def recurrent_network_gradient(ctx: Any, *xs: Any) -> Any:
             if g not in blobs:
                 raise ValueError(f"the backward step net wrote no {g!r} (the step gradient of param {params[k]!r})")
             totals[k] += np.asarray(blobs[g]).reshape(totals[k].shape)
-    inits = [
-        _initial_grad(state_grads[s], fwd[i]) for s, i in zip(a["recurrent_states"], a["initial_recurrent_state_ids"])
-    ]
-    results = (input_grad, *totals, *inits)[: len(op.outputs)]
-    return results[0] if len(results) == 1 else results
+    return totals
 
 
 def _output_grads(a: dict[str, Any], grads_out: tuple[Any, ...]) -> tuple[list[Any], list[Any]]:
