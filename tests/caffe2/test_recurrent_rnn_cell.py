@@ -570,3 +570,38 @@ def test_milstm_matches_torch(layer_norm):
     _check(workspace.FetchBlob(c_last), c[None], "cell_last", 1e-4)
     for name, ref in [*((f"mi/{n}", t) for n, t in p.items()), ("x", x), ("h0", h0), ("c0", c0)]:
         _check(workspace.FetchBlob(grads[name]), ref.grad, f"gradient of {name}", 1e-4)
+
+
+@pytest.mark.parametrize("suffix", [".pb", ".pbtxt"])
+def test_cli_runs_a_recurrent_network_file(tmp_path, capsys, suffix):
+    """``asyncnet run`` on a Caffe2 file holding RecurrentNetwork and its gradient (step nets in ``n``)."""
+    from asyncnet.cli.main import main
+
+    m = model_helper.ModelHelper(name="lstm_file")
+    h_all, *_ = rnn_cell.LSTM(m, "x", "lengths", ("h0", "c0"), 3, 4, scope="lstm")
+    m.AddGradientOperators([m.net.AveragedLoss(h_all, "loss")])
+    path = tmp_path / f"lstm{suffix}"
+    convert.write_netdef(m.net.Proto(), path)
+    rng = np.random.default_rng(0)
+    values = {
+        "x": rng.standard_normal((4, 2, 3)).astype(np.float32),
+        "h0": np.zeros((1, 2, 4), np.float32),
+        "c0": np.zeros((1, 2, 4), np.float32),
+        "lengths": np.array([4, 2], np.int32),
+        "lstm/i2h_w": rng.standard_normal((16, 3)).astype(np.float32),
+        "lstm/i2h_b": np.zeros(16, np.float32),
+        "lstm/gates_t_w": rng.standard_normal((16, 4)).astype(np.float32),
+        "lstm/gates_t_b": np.zeros(16, np.float32),
+    }
+    feeds = []
+    for k, v in values.items():
+        np.save(tmp_path / f"{k.replace('/', '_')}.npy", v)
+        feeds += ["--feed", f"{k}={tmp_path / (k.replace('/', '_') + '.npy')}"]
+    out = tmp_path / "out.npz"
+    args = ["run", str(path), *feeds, "--fetch", "loss", "--fetch", "lstm/gates_t_w_grad", "--save", str(out)]
+    assert main(args) == 0
+    _feed(values)
+    workspace.RunNetOnce(m.net)
+    saved = np.load(out)
+    np.testing.assert_allclose(saved["lstm/gates_t_w_grad"], workspace.FetchBlob("lstm/gates_t_w_grad"), rtol=1e-6)
+    np.testing.assert_allclose(saved["loss"], workspace.FetchBlob("loss"), rtol=1e-6)
