@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from caffe2.python import attention, model_helper, rnn_cell, workspace
+from caffe2.python import attention, core, model_helper, rnn_cell, workspace
 
 torch = pytest.importorskip("torch")
 
@@ -111,3 +111,76 @@ def test_lstm_with_attention_matches_torch(kind):
         np.testing.assert_allclose(workspace.FetchBlob(grads[name]), ref.grad.numpy(), **tol, err_msg=name)
         checked += 1
     assert checked >= len(p) + 3 - (kind != "dot")
+
+
+def _seq2seq_decoder(memory_optimization):
+    """seq2seq's decoder: AttentionCell over a MultiRNNCell of two LSTMCells, attention
+    blobs recomputed on the backward pass (seq2seq_util builds it this way)."""
+    E, H, D = 3, 3, 2
+    m = model_helper.ModelHelper(name=f"seq2seq_{memory_optimization}")
+    cells = [
+        rnn_cell.LSTMCell(input_size=D if i == 0 else H, hidden_size=H, forget_bias=0.0,
+                          memory_optimization=False, name=f"decoder/layer{i}", forward_only=False)
+        for i in range(2)
+    ]  # fmt: skip
+    decoder = rnn_cell.MultiRNNCell(cells, name="decoder")
+    cell = rnn_cell.AttentionCell(
+        encoder_output_dim=E, encoder_outputs="enc", encoder_lengths="enc_lengths", decoder_cell=decoder,
+        decoder_state_dim=H, name="attention_decoder", attention_type=attention.AttentionType.Recurrent,
+        weighted_encoder_outputs=None, attention_memory_optimization=memory_optimization,
+    )  # fmt: skip
+    states = ["h0_0", "c0_0", "h0_1", "c0_1", "ctx0"]
+    outputs_with_grads = [2 * i for i in (*decoder.output_indices, 4)]
+    out, _ = cell.apply_over_sequence(m, "x", "dec_lengths", states, outputs_with_grads=outputs_with_grads)
+    loss = m.net.AveragedLoss(m.net.Mul([out, "r"], "out_r"), "loss")
+    grads = {str(k): str(v) for k, v in m.AddGradientOperators([loss]).items()}
+    return m, out, grads
+
+
+def test_seq2seq_style_decoder_gradients_match_finite_differences():
+    T, T_enc, N, D, H, E = 3, 4, 2, 2, 3, 3
+    rng = np.random.default_rng(21)
+    feeds = {
+        "x": rng.standard_normal((T, N, D)),
+        "enc": rng.standard_normal((T_enc, N, E)),
+        "enc_lengths": np.array([4, 3], np.int32),
+        "dec_lengths": np.array([3, 2], np.int32),
+        "ctx0": rng.standard_normal((1, N, E)),
+        "r": rng.uniform(0.5, 1.5, (T, N, H + E)),
+        **{f"{k}0_{i}": rng.standard_normal((1, N, H)) for k in "hc" for i in range(2)},
+    }
+    results = []
+    for mem in (False, True):
+        workspace.ResetWorkspace()
+        m, out, grads = _seq2seq_decoder(mem)
+        workspace.RunNetOnce(m.param_init_net)
+        if not results:  # every parameter (the frozen attention bias too) random, in float64
+            made = [b for b in workspace.Blobs() if getattr(workspace.FetchBlob(b), "dtype", None) == np.float32]
+            params = {str(b): rng.standard_normal(workspace.FetchBlob(b).shape) * 0.5 for b in made}
+            fixed = {**feeds, **params}
+        for k, v in fixed.items():
+            workspace.FeedBlob(k, v if v.dtype.kind in "iu" else v.astype(np.float64))
+        workspace.RunNetOnce(m.net)
+        results.append((m, {k: workspace.FetchBlob(g) for k, g in grads.items()}, float(workspace.FetchBlob("loss"))))
+    (m, g_plain, loss0), (_, g_mem, loss1) = results
+    assert loss0 == pytest.approx(loss1, rel=1e-12)
+    assert set(g_plain) == set(g_mem)
+    for k in g_plain:
+        np.testing.assert_allclose(g_mem[k], g_plain[k], rtol=1e-9, atol=1e-12, err_msg=k)
+    fwd = core.Net(m.net.Proto())
+    del fwd.Proto().op[[op.type for op in fwd.Proto().op].index("AveragedLoss") + 1 :]
+    probe = [("enc", (1, 0, 2)), ("x", (2, 1, 1)), ("ctx0", (0, 1, 2)), ("h0_1", (0, 0, 1))]
+    probe += [(str(p), tuple(0 for _ in fixed[str(p)].shape)) for p in m.GetParams()]
+    eps = 1e-6
+    for name, idx in probe:
+        base = fixed[name].astype(np.float64)
+        vals = []
+        for sign in (1, -1):
+            v = base.copy()
+            v[idx] += sign * eps
+            workspace.FeedBlob(name, v)
+            workspace.RunNetOnce(fwd)
+            vals.append(float(workspace.FetchBlob("loss")))
+        workspace.FeedBlob(name, base)
+        num = (vals[0] - vals[1]) / (2 * eps)
+        assert g_plain[name][idx] == pytest.approx(num, rel=1e-4, abs=1e-9), name
