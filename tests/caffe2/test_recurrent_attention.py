@@ -184,3 +184,25 @@ def test_seq2seq_style_decoder_gradients_match_finite_differences():
         workspace.FeedBlob(name, base)
         num = (vals[0] - vals[1]) / (2 * eps)
         assert g_plain[name][idx] == pytest.approx(num, rel=1e-4, abs=1e-9), name
+
+
+def test_milstm_with_attention_cell_runs_and_has_gradients():
+    m = model_helper.ModelHelper(name="milstm_att")
+    cell = rnn_cell.MILSTMWithAttentionCell(
+        encoder_output_dim=3, encoder_outputs="enc", decoder_input_dim=2, decoder_state_dim=4, name="mi_att",
+        attention_type=attention.AttentionType.Regular, weighted_encoder_outputs=None, forget_bias=0.0,
+        lstm_memory_optimization=False, attention_memory_optimization=False,
+    )  # fmt: skip
+    out, states = cell.apply_over_sequence(m, "x", "lengths", ["h0", "c0", "ctx0"], outputs_with_grads=[0, 4])
+    grads = m.AddGradientOperators([m.net.AveragedLoss(out, "loss")])
+    workspace.RunNetOnce(m.param_init_net)
+    rng = np.random.default_rng(4)
+    shapes = {"x": (3, 2, 2), "enc": (5, 2, 3), "h0": (1, 2, 4), "c0": (1, 2, 4), "ctx0": (1, 2, 3)}
+    for k, s in shapes.items():
+        workspace.FeedBlob(k, rng.standard_normal(s).astype(np.float32))
+    workspace.FeedBlob("lengths", np.array([3, 1], np.int32))
+    workspace.RunNetOnce(m.net)
+    assert workspace.FetchBlob(out).shape == (3, 2, 7)
+    for name in ("mi_att/decoder/alpha", "mi_att/decoder/prev_t_w", "enc", "x"):
+        g = workspace.FetchBlob(grads[name])
+        assert g.shape == shapes.get(name, g.shape) and np.isfinite(g).all() and np.abs(g).sum() > 0, name

@@ -60,6 +60,7 @@ __all__ = [
     "LayerNormMILSTMCell",
     "MILSTM",
     "MILSTMCell",
+    "MILSTMWithAttentionCell",
     "MultiRNNCell",
     "MultiRNNCellInitializer",
     "RNNCell",
@@ -695,6 +696,47 @@ class LSTMWithAttentionCell(AttentionCell):
         forward_only: bool = False,
     ):
         decoder_cell = LSTMCell(
+            input_size=decoder_input_dim,
+            hidden_size=decoder_state_dim,
+            forget_bias=forget_bias,
+            memory_optimization=lstm_memory_optimization,
+            name=f"{name}/decoder",
+            forward_only=False,
+            drop_states=False,
+        )
+        super().__init__(
+            encoder_output_dim=encoder_output_dim,
+            encoder_outputs=encoder_outputs,
+            encoder_lengths=encoder_lengths,
+            decoder_cell=decoder_cell,
+            decoder_state_dim=decoder_state_dim,
+            name=name,
+            attention_type=attention_type,
+            weighted_encoder_outputs=weighted_encoder_outputs,
+            attention_memory_optimization=attention_memory_optimization,
+            forward_only=forward_only,
+        )
+
+
+class MILSTMWithAttentionCell(AttentionCell):
+    """:class:`AttentionCell` over an :class:`MILSTMCell` named ``<name>/decoder``."""
+
+    def __init__(
+        self,
+        encoder_output_dim: int,
+        encoder_outputs: Any,
+        decoder_input_dim: int,
+        decoder_state_dim: int,
+        name: str,
+        attention_type: int,
+        weighted_encoder_outputs: Any,
+        forget_bias: float,
+        lstm_memory_optimization: bool,
+        attention_memory_optimization: bool,
+        forward_only: bool = False,
+        encoder_lengths: Any = None,
+    ):
+        decoder_cell = MILSTMCell(
             input_size=decoder_input_dim,
             hidden_size=decoder_state_dim,
             forget_bias=forget_bias,
