@@ -7,6 +7,7 @@ from asyncnet.ops import (
     caffe2_fp16,
     caffe2_image,
     caffe2_misc,
+    caffe2_recurrent,
     caffe2_rnn,
     caffe2_stats,
     collective,
@@ -58,6 +59,7 @@ __all__ = [
     "caffe2_image",
     "caffe2_fp16",
     "caffe2_dist",
+    "caffe2_recurrent",
     "caffe2_rnn",
     "caffe2_stats",
 ]
