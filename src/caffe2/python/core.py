@@ -34,6 +34,7 @@ from asyncnet.ops.sparse import GradientSlice as _AnGradientSlice
 from caffe2.convert import drop_unknown_args, op_from_asyncnet, op_to_asyncnet
 from caffe2.proto import caffe2_pb2
 from caffe2.python import scope, utils, workspace
+from caffe2.python._gradients import GradientRegistry
 
 __all__ = [
     "AddNets",
@@ -44,8 +45,12 @@ __all__ = [
     "DeviceScope",
     "ExecutionStep",
     "GlobalInit",
+    "GradientRegistry",
     "GradientSlice",
     "InferBlobDevices",
+    "InferOpBlobDevices",
+    "InferOpBlobDevicesAsDict",
+    "SetEnginePref",
     "IsGPUDeviceType",
     "IsOperator",
     "IsOperatorWithEngine",
@@ -154,6 +159,28 @@ def device_option_equal(opt1: Any, opt2: Any, ignore_node_name: bool = True, ign
 def InferBlobDevices(net: Net) -> dict[str, Any]:
     """{blob: the device option of the op that writes it}."""
     return {b: op.device_option for op in net.Proto().op for b in op.output}
+
+
+def InferOpBlobDevices(op: Any) -> tuple[list[Any], list[Any]]:
+    """The device option of each input and each output of ``op``: the op's own (asyncnet keeps no
+    per-blob device map, so every blob of an op lives on the op's device)."""
+    return [op.device_option] * len(op.input), [op.device_option] * len(op.output)
+
+
+def InferOpBlobDevicesAsDict(op: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """:func:`InferOpBlobDevices` as ``({input: device}, {output: device})``."""
+    ins, outs = InferOpBlobDevices(op)
+    return dict(zip(op.input, ins)), dict(zip(op.output, outs))
+
+
+_engine_prefs: dict[str, Any] = {"per_device": {}, "per_op": {}}
+
+
+def SetEnginePref(per_device_type_engine_pref: Any, global_engine_pref: Any) -> None:
+    """Record Caffe2's engine preferences; asyncnet has one implementation per op, so they only
+    are kept (``op.engine`` is ignored at run time)."""
+    _engine_prefs["per_device"] = dict(per_device_type_engine_pref or {})
+    _engine_prefs["per_op"] = dict(global_engine_pref or {})
 
 
 GradientSlice = namedtuple("GradientSlice", ["indices", "values"])

@@ -119,8 +119,8 @@ def CurrentWorkspace() -> str:
 
 
 def Workspaces() -> list[str]:
-    """The names of every workspace."""
-    return sorted(_workspaces)
+    """The names of every workspace (``workspace.C.Workspace`` objects are not listed)."""
+    return sorted(n for n in _workspaces if not n.startswith("__C_workspace_"))
 
 
 def ResetWorkspace(root_folder: str | None = None) -> bool:
@@ -489,8 +489,38 @@ def Nets() -> list[str]:
     return _workspaces[_current].nets()
 
 
+def _register_anonymous(key: str) -> None:
+    _workspaces[key] = an.Workspace()
+    _roots[key] = ""
+
+
+def _drop_anonymous(key: str) -> None:
+    _workspaces.pop(key, None)
+    _roots.pop(key, None)
+
+
+@contextlib.contextmanager
+def _switched(key: str) -> Iterator[None]:
+    """Make workspace ``key`` current for the body (``workspace.C.Workspace`` objects)."""
+    global _current
+    old, _current = _current, key
+    try:
+        yield
+    finally:
+        _current = old
+
+
 class _C:
-    """The few ``workspace.C`` (Caffe2's pybind module) entries scripts reach for."""
+    """The ``workspace.C`` (Caffe2's pybind module) entries scripts and tests reach for."""
+
+    from caffe2.python._cworkspace import Blob, Tensor, Workspace
+
+    has_mkldnn = False
+    use_mkldnn = False
+    use_ideep = False
+    has_fbgemm = False
+    is_asan = False
+    define_cuda = False
 
     @staticmethod
     def nearby_opnames(op_type: str) -> list[str]:
