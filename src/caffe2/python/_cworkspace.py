@@ -43,14 +43,18 @@ class Tensor:
         return tuple(np.shape(self.data))
 
     def init(self, dims: Any, caffe_type: int) -> None:
-        """Replace the blob with zeros of shape ``dims`` and Caffe2 type ``caffe_type``."""
+        """Replace the blob with zeros of shape ``dims`` and Caffe2 type ``caffe_type``
+        (a RuntimeError for strings, as in Caffe2)."""
         from caffe2.python.utils import caffe2_dtype_to_numpy
 
-        self._ws._an().feed(self._name, np.zeros(list(dims), caffe2_dtype_to_numpy(caffe_type)))
+        try:
+            dtype = caffe2_dtype_to_numpy(caffe_type)
+        except TypeError as err:
+            raise RuntimeError(f"Tensor.init: {err}") from None
+        self._ws._an().feed(self._name, np.zeros(list(dims), dtype))
 
     def feed(self, value: Any) -> bool:
-        self._ws._an().feed(self._name, np.array(value, copy=True))
-        return True
+        return self._ws.feed_blob(self._name, value)
 
     def fetch(self) -> Any:
         return self._ws.fetch_blob(self._name)
@@ -102,16 +106,28 @@ class NetHandle:
         return self._name
 
 
-class Workspace:
-    """A workspace of its own, with Caffe2's pybind ``Workspace`` methods."""
+class _WorkspaceType(type):
+    @property
+    def current(cls) -> Workspace:
+        """The module's current workspace (follows ``SwitchWorkspace``)."""
+        return cls(_follow_current=True)
 
-    def __init__(self) -> None:
+
+class Workspace(metaclass=_WorkspaceType):
+    """A workspace of its own, with Caffe2's pybind ``Workspace`` methods
+    (``Workspace.current`` is the module's current workspace)."""
+
+    def __init__(self, _follow_current: bool = False) -> None:
         from caffe2.python import workspace
 
-        self._key = f"__C_workspace_{next(_ids)}__"
-        workspace._register_anonymous(self._key)
+        self._key: str | None = None
+        if not _follow_current:
+            self._key = f"__C_workspace_{next(_ids)}__"
+            workspace._register_anonymous(self._key)
 
     def __del__(self) -> None:
+        if self._key is None:
+            return
         try:
             from caffe2.python import workspace
 
@@ -119,21 +135,30 @@ class Workspace:
         except Exception:  # noqa: BLE001 - interpreter shutdown
             pass
 
+    def _name(self) -> str:
+        from caffe2.python import workspace
+
+        return workspace._current if self._key is None else self._key
+
     def _an(self) -> Any:
         from caffe2.python import workspace
 
-        return workspace._workspaces[self._key]
+        return workspace._workspaces[self._name()]
 
     @contextlib.contextmanager
     def _current(self) -> Iterator[Any]:
         from caffe2.python import workspace
 
-        with workspace._switched(self._key):
+        with workspace._switched(self._name()):
             yield workspace
 
     @property
     def blobs(self) -> dict[str, Blob]:
-        return {n: Blob(self, n) for n in self._an().blobs()}
+        """{name: Blob}, the outputs of created nets included (Caffe2 created them with the net)."""
+        from caffe2.python import workspace
+
+        names = set(self._an().blobs()) | workspace._declared.get(self._name(), set())
+        return {n: Blob(self, n) for n in sorted(names)}
 
     @property
     def nets(self) -> dict[str, NetHandle]:
