@@ -69,6 +69,7 @@ __all__ = [
 DeviceScope = scope.DeviceScope
 NameScope = scope.NameScope
 GlobalInit = workspace.GlobalInit
+C = workspace.C
 
 
 class DataType:
