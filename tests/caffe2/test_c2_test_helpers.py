@@ -114,3 +114,20 @@ def test_test_util_case_resets_and_serialized_case_is_a_hypothesis_case():
     assert not workspace.HasBlob("left_over")
     assert test_util.rand_array(2, 3).dtype == np.float32
     assert issubclass(serial.SerializedTestCase, hu.HypothesisTestCase)
+
+
+def test_gradient_of_a_multi_output_op_ignores_non_differentiable_outputs():
+    # Caffe2's makers read only the output gradients they need; Concat's split sizes have none
+    op = core.CreateOperator("Concat", ["a", "b"], ["y", "split_info"], axis=1)
+    grad_ops, g_input = core.GradientRegistry.GetGradientForOp(op, ["y_grad", "split_info_grad"])
+    assert [str(g) for g in g_input] == ["a_grad", "b_grad"]
+    a = np.array([[1.0, 2.0]], np.float32)
+    b = np.array([[3.0]], np.float32)
+    _Case().assertGradientChecks(hu.cpu_do, op, [a, b], 1, [0])
+    workspace.FeedBlob("a", a)
+    workspace.FeedBlob("b", b)
+    workspace.RunOperatorOnce(op)
+    workspace.FeedBlob("y_grad", np.array([[10.0, 20.0, 30.0]], np.float32))
+    workspace.RunOperatorsOnce(grad_ops)
+    np.testing.assert_array_equal(workspace.FetchBlob("a_grad"), [[10.0, 20.0]])
+    np.testing.assert_array_equal(workspace.FetchBlob("b_grad"), [[30.0]])

@@ -34,6 +34,24 @@ def _copy_device(ops: list[Any], device_option: Any) -> list[Any]:
     return ops
 
 
+def _call_maker(maker: Any, probe: Any, grads: list[str | None]) -> tuple[list[Any], list[Any]]:
+    """The maker's answer for ``grads``. Caffe2's makers ignored the gradients of outputs they
+    do not differentiate (a split's sizes, a batch norm's saved statistics); asyncnet's refuse
+    them, so when that happens each given output gradient is tried alone, in order."""
+    try:
+        return maker(probe, grads)
+    except (NetDefinitionError, ValueError) as first:
+        given = [k for k, g in enumerate(grads) if g is not None]
+        if len(given) < 2:
+            raise
+        for k in given:
+            try:
+                return maker(probe, [g if i == k else None for i, g in enumerate(grads)])
+            except (NetDefinitionError, ValueError):
+                continue
+        raise first
+
+
 def gradient_for_op(op: Any, g_output: list[Any]) -> tuple[list[Any], list[Any]]:
     """The backward ops of one ``caffe2_pb2.OperatorDef`` given its output gradient names
     (``None`` for an output without gradient), and each input's gradient reference (or None)."""
@@ -48,7 +66,7 @@ def gradient_for_op(op: Any, g_output: list[Any]) -> tuple[list[Any], list[Any]]
         outputs=[f"@out{k}" for k in range(len(an_op.outputs))],
         args=dict(an_op.args),
     )
-    gops, gin = maker(probe, grads)
+    gops, gin = _call_maker(maker, probe, grads)
     rename = {f"@in{k}": n for k, n in enumerate(an_op.inputs)}
     rename.update({f"@out{k}": n for k, n in enumerate(an_op.outputs)})
     created = [n for g in gops for n in g.outputs]

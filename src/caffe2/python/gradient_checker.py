@@ -111,7 +111,8 @@ class GradientChecker:
         """``(ok, analytic gradient, estimated gradient)`` of input ``input_to_check``."""
         inputs = [np.array(x, copy=True) if isinstance(x, np.ndarray) else x for x in inputs]
         if grad_ops is None:
-            g_output = [o + "_grad" for o in op.output]
+            checked = set(outputs_with_grads)
+            g_output = [o + "_grad" if i in checked else None for i, o in enumerate(op.output)]
             grad_ops, g_input = core.GradientRegistry.GetGradientForOp(op, g_output)
         else:
             g_input = [core.BlobReference(op.input[i] + "_grad") for i in range(len(op.input))]

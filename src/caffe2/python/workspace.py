@@ -40,6 +40,7 @@ __all__ = [
     "CreateBlob",
     "CreateNet",
     "CurrentWorkspace",
+    "DeserializeBlob",
     "FeedBlob",
     "FetchBlob",
     "FetchBlobNotFound",
@@ -65,6 +66,7 @@ __all__ = [
     "RunOperatorsOnce",
     "RunPlan",
     "RunPlanInBackground",
+    "SerializeBlob",
     "StringifyProto",
     "SwitchWorkspace",
     "WorkspaceGuard",
@@ -332,6 +334,16 @@ def RemoveBlob(name: Any) -> None:
     _workspaces[_current].remove(_name(name))
 
 
+def SerializeBlob(name: Any) -> bytes:
+    """Blob ``name`` as a serialized ``caffe2_pb2.BlobProto`` (what Save writes for it)."""
+    return C.Workspace.current.blobs[_name(name)].serialize(_name(name))
+
+
+def DeserializeBlob(name: Any, serialized: bytes) -> None:
+    """Set blob ``name`` from a serialized ``caffe2_pb2.BlobProto``."""
+    C.Workspace.current.create_blob(_name(name)).deserialize(serialized)
+
+
 class _BlobDict:
     """``workspace.blobs["x"]`` fetches, ``workspace.blobs["x"] = v`` feeds (Caffe2's dict view)."""
 
@@ -392,7 +404,7 @@ def _net_proto(net: Any) -> Any:
 
 
 def _as_asyncnet(net: Any) -> NetDef:
-    return _with_root(lenient(to_asyncnet(_net_proto(net))))
+    return _expand_load_all(_with_root(lenient(to_asyncnet(_net_proto(net)))))
 
 
 _ROOTED_REPORTS = ("Print", "Summarize")
@@ -416,6 +428,32 @@ def _with_root(nd: NetDef) -> NetDef:
                 fixed["dbs"] = [p if os.path.isabs(p) else os.path.join(root, p) for p in op.args["dbs"]]
             if fixed:
                 nd.ops[i] = _replace_args(op, **fixed)
+    return nd
+
+
+def _expand_load_all(nd: NetDef) -> NetDef:
+    """Caffe2's ``Load(load_all=1)`` loads every blob of its databases; asyncnet's ops have fixed
+    outputs, so the blobs the databases hold when the net is converted become the outputs."""
+    from asyncnet.core.defs import OperatorDef
+    from asyncnet.ops.dbio import _blob_name, open_db
+
+    for i, op in enumerate(nd.ops):
+        if op.type != "Load" or not op.args.get("load_all") or op.outputs or op.inputs:
+            continue
+        paths = list(op.args.get("dbs") or []) or ([op.args["db"]] if op.args.get("db") else [])
+        if not paths or not all(os.path.exists(p) for p in paths):
+            continue
+        names: list[str] = []
+        try:
+            keys = [key for p in paths for key, _ in open_db(p, op.args.get("db_type", ""))]
+        except (OSError, ValueError):
+            continue  # the op itself reports the unreadable database when it runs
+        for key in keys:
+            name = _blob_name(key, op.args.get("strip_prefix", ""), op.args.get("add_prefix", ""))
+            if name not in names:
+                names.append(name)
+        args = {**op.args, "load_all": 0}
+        nd.ops[i] = OperatorDef(op.type, op.inputs, names, args, op.name, op.device_option, op.control_inputs)
     return nd
 
 
@@ -505,7 +543,7 @@ def RunOperatorOnce(operator: Any) -> bool:
     if not isinstance(operator, caffe2_pb2.OperatorDef):
         raise TypeError(f"expected a caffe2_pb2.OperatorDef, got {type(operator).__name__}")
     op = op_to_asyncnet(operator)
-    nd = _with_root(lenient(NetDef(op.name or op.type, ops=[op])))
+    nd = _expand_load_all(_with_root(lenient(NetDef(op.name or op.type, ops=[op]))))
     _workspaces[_current].run_net_once(nd)
     return True
 
