@@ -7,6 +7,7 @@ import pytest
 
 MODULES = [
     "caffe2.python.context",
+    "caffe2.python.control",
     "caffe2.python.net_builder",
     "caffe2.python.task",
     "caffe2.python.session",
