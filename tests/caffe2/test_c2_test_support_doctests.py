@@ -6,6 +6,7 @@ import importlib
 import pytest
 
 MODULES = [
+    "caffe2.python.cnn",
     "caffe2.python.context",
     "caffe2.python.control",
     "caffe2.python.net_builder",
