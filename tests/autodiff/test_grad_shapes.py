@@ -55,6 +55,22 @@ def _unary(draw, dt):
     return [x], {}, 1, [0], [0]
 
 
+def _python_double(inputs, outputs):
+    outputs[0].feed(inputs[0].data * 2)
+
+
+def _python_double_grad(inputs, outputs):  # inputs: x, y, dy
+    outputs[0].feed(inputs[2].data * 2)
+
+
+@builder("Python")
+def _python(draw, dt):
+    from caffe2.python import _python_op
+
+    token = _python_op.register(_python_double, _python_double_grad)
+    return [arr(draw, dims(draw, 0), dt)], {"token": token}, 1, [0], [0]
+
+
 @builder("Clip")
 def _clip(draw, dt):
     x = arr(draw, dims(draw, 0), dt)

@@ -121,12 +121,20 @@ class Workspace(metaclass=_WorkspaceType):
         from caffe2.python import workspace
 
         self._key: str | None = None
-        if not _follow_current:
+        self._owned = not _follow_current
+        if self._owned:
             self._key = f"__C_workspace_{next(_ids)}__"
             workspace._register_anonymous(self._key)
 
+    @classmethod
+    def _bound(cls, key: str) -> Workspace:
+        """A view of the existing workspace ``key`` (not dropped with the view)."""
+        view = cls(_follow_current=True)
+        view._key = key
+        return view
+
     def __del__(self) -> None:
-        if self._key is None:
+        if not getattr(self, "_owned", False):
             return
         try:
             from caffe2.python import workspace

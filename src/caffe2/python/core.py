@@ -33,13 +33,14 @@ from asyncnet.errors import NetDefinitionError, near_names
 from asyncnet.ops.sparse import GradientSlice as _AnGradientSlice
 from caffe2.convert import drop_unknown_args, op_from_asyncnet, op_to_asyncnet
 from caffe2.proto import caffe2_pb2
-from caffe2.python import scope, utils, workspace
+from caffe2.python import _python_op, scope, utils, workspace
 from caffe2.python._gradients import GradientRegistry
 
 __all__ = [
     "AddNets",
     "BlobReference",
     "CreateOperator",
+    "CreatePythonOperator",
     "DataType",
     "DeviceOption",
     "DeviceScope",
@@ -326,6 +327,21 @@ def CreateOperator(
     return op
 
 
+def CreatePythonOperator(
+    f: Any,
+    inputs: Any,
+    outputs: Any,
+    grad_f: Any = None,
+    pass_workspace: bool = False,
+    python_func_type: Any = None,
+    *args: Any,
+    **kwargs: Any,
+) -> Any:
+    """A ``Python`` op running ``f(inputs, outputs)`` (see :mod:`caffe2.python._python_op`)."""
+    kwargs["token"] = _python_op.register(f, grad_f, pass_workspace)
+    return CreateOperator("Python", inputs, outputs, *args, **kwargs)
+
+
 def get_net_name(netlike: Any) -> str:
     """The name of a ``Net``, a ``NetDef`` or a name."""
     if isinstance(netlike, Net):
@@ -549,6 +565,24 @@ class Net:
 
     def __dir__(self) -> list[str]:
         return sorted(set(super().__dir__()) | set(_registered()))
+
+    def Python(
+        self,
+        f: Any,
+        grad_f: Any = None,
+        python_func_type: Any = None,
+        pass_workspace: bool = False,
+        grad_output_indices: Any = None,
+        grad_input_indices: Any = None,
+    ) -> Any:
+        """A function ``(inputs, outputs, **kwargs)`` adding a ``Python`` op running ``f``."""
+        token = _python_op.register(f, grad_f, pass_workspace)
+        extra: dict[str, Any] = {"token": token}
+        if grad_output_indices:
+            extra["grad_output_indices"] = list(grad_output_indices)
+        if grad_input_indices:
+            extra["grad_input_indices"] = list(grad_input_indices)
+        return lambda *args, **kwargs: self._CreateAndAddToSelf("Python", *args, **extra, **kwargs)
 
     def Const(self, array: Any, blob_out: Any = None, dtype: Any = None) -> BlobReference:
         """A ``GivenTensor*Fill`` op holding ``array`` (a bool becomes a ConstantFill)."""
