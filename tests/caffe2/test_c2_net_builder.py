@@ -192,3 +192,48 @@ def test_instances_build_a_plan_that_round_trips_through_its_proto():
     parallel = [s for s in plan.Proto().execution_step[0].substep if s.num_concurrent_instances]
     assert [s.num_concurrent_instances for s in parallel] == [2]
     assert parallel[0].substep[0].create_workspace
+
+
+def test_task_instances_share_global_blobs_and_keep_local_ones():
+    instances, iters = 4, 6
+    with TaskGroup() as tg:
+        with Task(num_instances=instances):
+            with ops.task_init():
+                shared = ops.CreateCounter([], ["shared_counter"])
+            with ops.task_instance_init():
+                mine = ops.CreateCounter([], ["instance_counter"])
+            with ops.loop(iters):
+                ops.CountUp(shared)
+                ops.CountUp(mine)
+            with ops.task_instance_exit():
+                per_instance = ops.RetrieveCount(mine)
+                with ops.loop(ops.Mul([per_instance, per_instance])):
+                    ops.CountUp(shared)
+            with ops.task_exit():
+                total = final_output(ops.RetrieveCount(shared))
+    with LocalSession() as session:
+        session.run(tg)
+    assert int(total.fetch()) == instances * iters + instances * iters**2
+    assert not workspace.HasBlob("instance_counter")  # it lived in the instances' workspaces
+
+
+def test_plan_step_with_its_own_workspace():
+    workspace.FeedBlob("outer", np.array(1.0, np.float32))
+    net = core.Net("child_ws_net")
+    net.Scale("outer", "outer", scale=3.0)
+    net.ConstantFill([], "inner_only", shape=[1], value=7.0)
+    step = core.execution_step("child_ws_step", net)
+    step.SetCreateWorkspace(True)
+    workspace.RunPlan(core.Plan(core.execution_step("root", [step])))
+    assert float(workspace.FetchBlob("outer")) == 3.0
+    assert not workspace.HasBlob("inner_only")
+
+
+def test_looping_over_instances_is_refused():
+    net = core.Net("looped_instances")
+    net.ConstantFill([], "x_looped", shape=[1], value=1.0)
+    inner = core.execution_step("inner", net)
+    inner.SetCreateWorkspace(True)
+    outer = core.execution_step("outer", [inner], num_iter=2)
+    with pytest.raises(RuntimeError, match="not supported"):
+        workspace.RunPlan(core.Plan(outer))

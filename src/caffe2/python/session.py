@@ -111,12 +111,9 @@ class Session:
 
 
 def _local_steps(step: Any) -> None:
-    """Drop ``create_workspace`` from every step (the session provides the child workspace)."""
+    """Drop ``create_workspace`` from a task group's step: the session provides that child
+    workspace (a task's instances keep theirs)."""
     step.ClearField("create_workspace")
-    if step.num_concurrent_instances == 1:
-        step.ClearField("num_concurrent_instances")
-    for sub in step.substep:
-        _local_steps(sub)
 
 
 class LocalSession(Session):

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import logging
 import os
 from collections.abc import Iterator
@@ -32,7 +33,7 @@ from asyncnet.core.defs import NetDef
 from asyncnet.errors import AsyncNetError, BlobNotFoundError, NetDefinitionError
 from caffe2.convert import lenient, op_to_asyncnet, plan_to_asyncnet, to_asyncnet
 from caffe2.proto import caffe2_pb2
-from caffe2.python import scope
+from caffe2.python import _plan_instances, scope
 
 __all__ = [
     "Blobs",
@@ -84,6 +85,7 @@ _current = "default"
 _roots: dict[str, str] = {"default": "."}
 # blobs the created nets write: Caffe2 created them (uninitialized) with the net
 _declared: dict[str, set[str]] = {}
+_child_ids = itertools.count()
 
 has_cuda_support = False
 has_hip_support = False
@@ -160,7 +162,7 @@ def CurrentWorkspace() -> str:
 
 def Workspaces() -> list[str]:
     """The names of every workspace (``workspace.C.Workspace`` objects are not listed)."""
-    return sorted(n for n in _workspaces if not n.startswith("__C_workspace_"))
+    return sorted(n for n in _workspaces if not n.startswith(("__C_workspace_", "__child_workspace_")))
 
 
 def ResetWorkspace(root_folder: str | None = None) -> bool:
@@ -577,8 +579,30 @@ def RunPlan(plan_or_step: Any) -> bool:
         from caffe2.python import core
 
         plan_or_step = core.Plan(plan_or_step)
+    proto = _plan_proto(plan_or_step)
+    if proto is not None and any(_plan_instances.needs_walk(s) for s in proto.execution_step):
+        _plan_instances.run(proto, _current)
+        return True
     _workspaces[_current].run_plan(_plan(plan_or_step))
     return True
+
+
+def _plan_proto(plan_or_step: Any) -> Any:
+    """The ``caffe2_pb2.PlanDef`` of a plan given as a ``core.Plan``, proto or bytes (else None)."""
+    if hasattr(plan_or_step, "Proto"):
+        plan_or_step = plan_or_step.Proto()
+    if isinstance(plan_or_step, bytes):
+        plan_or_step = caffe2_pb2.PlanDef.FromString(plan_or_step)
+    return plan_or_step if isinstance(plan_or_step, caffe2_pb2.PlanDef) else None
+
+
+def _new_child(parent: str) -> str:
+    """A new anonymous workspace holding the blobs of workspace ``parent`` (the same objects)."""
+    key = f"__child_workspace_{next(_child_ids)}__"
+    _register_anonymous(key)
+    for name in _workspaces[parent].blobs():
+        _workspaces[key].feed(name, _workspaces[parent].fetch(name))
+    return key
 
 
 def RunPlanInBackground(plan_or_step: Any) -> Any:
