@@ -55,6 +55,16 @@ def _unary(draw, dt):
     return [x], {}, 1, [0], [0]
 
 
+@builder("Abs", "Exp", "Sqr", "Cube", "Negative", "Cos", "Sin", "Tan", "Softsign")
+def _caffe2_unary(draw, dt):
+    return [arr(draw, dims(draw, 0), dt, -1.0, 1.0)], {}, 1, [0], [0]
+
+
+@builder("Log", "Sqrt", "Rsqrt", "Reciprocal")
+def _caffe2_unary_positive(draw, dt):
+    return [arr(draw, dims(draw, 0), dt, 0.5, 2.0)], {}, 1, [0], [0]
+
+
 def _python_double(inputs, outputs):
     outputs[0].feed(inputs[0].data * 2)
 

@@ -6,6 +6,7 @@ from asyncnet.ops import (
     caffe2_misc,
     caffe2_rnn,
     caffe2_stats,
+    caffe2_unary,
     collective,
     conv,
     dbio,
@@ -54,4 +55,5 @@ __all__ = [
     "caffe2_misc",
     "caffe2_rnn",
     "caffe2_stats",
+    "caffe2_unary",
 ]
