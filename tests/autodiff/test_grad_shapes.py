@@ -65,6 +65,18 @@ def _caffe2_unary_positive(draw, dt):
     return [arr(draw, dims(draw, 0), dt, 0.5, 2.0)], {}, 1, [0], [0]
 
 
+@builder("LeakyRelu", "Elu")
+def _caffe2_parametric(draw, dt):
+    return [arr(draw, dims(draw, 0), dt)], {"alpha": draw(st.floats(0.01, 2.0))}, 1, [0], [0]
+
+
+@builder("PRelu")
+def _prelu(draw, dt):
+    shape = dims(draw, 2, 4)
+    n = draw(st.sampled_from([1, shape[1]]))
+    return [arr(draw, shape, dt), arr(draw, (n,), dt, 0.05, 0.5)], {}, 1, [0, 1], [0]
+
+
 def _python_double(inputs, outputs):
     outputs[0].feed(inputs[0].data * 2)
 

@@ -3,6 +3,7 @@
 from asyncnet.ops import (
     atomic,
     barrier,
+    caffe2_activation,
     caffe2_misc,
     caffe2_rnn,
     caffe2_stats,
@@ -52,6 +53,7 @@ __all__ = [
     "onnx_rnn",
     "onnx_control",
     "dbio",
+    "caffe2_activation",
     "caffe2_misc",
     "caffe2_rnn",
     "caffe2_stats",
