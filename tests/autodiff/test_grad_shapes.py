@@ -77,6 +77,12 @@ def _prelu(draw, dt):
     return [arr(draw, shape, dt), arr(draw, (n,), dt, 0.05, 0.5)], {}, 1, [0, 1], [0]
 
 
+@builder(*(f"Reduce{side}{kind}" for side in ("Front", "Back") for kind in ("Sum", "Mean", "Max")))
+def _caffe2_reduce(draw, dt):
+    shape = dims(draw, 1, 4)
+    return [arr(draw, shape, dt)], {"num_reduce_dim": draw(st.integers(0, len(shape)))}, 1, [0], [0]
+
+
 def _python_double(inputs, outputs):
     outputs[0].feed(inputs[0].data * 2)
 
