@@ -83,6 +83,13 @@ def _caffe2_reduce(draw, dt):
     return [arr(draw, shape, dt)], {"num_reduce_dim": draw(st.integers(0, len(shape)))}, 1, [0], [0]
 
 
+@builder("Max", "Min")
+def _caffe2_minmax(draw, dt):
+    shape = dims(draw, 0)
+    n = draw(st.integers(1, 3))
+    return [arr(draw, shape, dt) for _ in range(n)], {}, 1, list(range(n)), [0]
+
+
 def _python_double(inputs, outputs):
     outputs[0].feed(inputs[0].data * 2)
 
