@@ -10,6 +10,7 @@ from asyncnet.ops import (
     caffe2_rnn,
     caffe2_stats,
     caffe2_unary,
+    caffe2_utility,
     collective,
     conv,
     dbio,
@@ -62,4 +63,5 @@ __all__ = [
     "caffe2_rnn",
     "caffe2_stats",
     "caffe2_unary",
+    "caffe2_utility",
 ]
