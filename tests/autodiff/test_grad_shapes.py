@@ -55,6 +55,57 @@ def _unary(draw, dt):
     return [x], {}, 1, [0], [0]
 
 
+@builder("Abs", "Exp", "Sqr", "Cube", "Negative", "Cos", "Sin", "Tan", "Softsign")
+def _caffe2_unary(draw, dt):
+    return [arr(draw, dims(draw, 0), dt, -1.0, 1.0)], {}, 1, [0], [0]
+
+
+@builder("Log", "Sqrt", "Rsqrt", "Reciprocal")
+def _caffe2_unary_positive(draw, dt):
+    return [arr(draw, dims(draw, 0), dt, 0.5, 2.0)], {}, 1, [0], [0]
+
+
+@builder("LeakyRelu", "Elu")
+def _caffe2_parametric(draw, dt):
+    return [arr(draw, dims(draw, 0), dt)], {"alpha": draw(st.floats(0.01, 2.0))}, 1, [0], [0]
+
+
+@builder("PRelu")
+def _prelu(draw, dt):
+    shape = dims(draw, 2, 4)
+    n = draw(st.sampled_from([1, shape[1]]))
+    return [arr(draw, shape, dt), arr(draw, (n,), dt, 0.05, 0.5)], {}, 1, [0, 1], [0]
+
+
+@builder(*(f"Reduce{side}{kind}" for side in ("Front", "Back") for kind in ("Sum", "Mean", "Max")))
+def _caffe2_reduce(draw, dt):
+    shape = dims(draw, 1, 4)
+    return [arr(draw, shape, dt)], {"num_reduce_dim": draw(st.integers(0, len(shape)))}, 1, [0], [0]
+
+
+@builder("Max", "Min")
+def _caffe2_minmax(draw, dt):
+    shape = dims(draw, 0)
+    n = draw(st.integers(1, 3))
+    return [arr(draw, shape, dt) for _ in range(n)], {}, 1, list(range(n)), [0]
+
+
+def _python_double(inputs, outputs):
+    outputs[0].feed(inputs[0].data * 2)
+
+
+def _python_double_grad(inputs, outputs):  # inputs: x, y, dy
+    outputs[0].feed(inputs[2].data * 2)
+
+
+@builder("Python")
+def _python(draw, dt):
+    from caffe2.python import _python_op
+
+    token = _python_op.register(_python_double, _python_double_grad)
+    return [arr(draw, dims(draw, 0), dt)], {"token": token}, 1, [0], [0]
+
+
 @builder("Clip")
 def _clip(draw, dt):
     x = arr(draw, dims(draw, 0), dt)
