@@ -303,8 +303,8 @@ def CreateOperator(
     **kwargs: Any,
 ) -> Any:
     """A ``caffe2_pb2.OperatorDef`` (string blob names take the current name scope; the device
-    option is the given one, else the current DeviceScope's; a ``None`` argument is a ValueError, as
-    in Caffe2)."""
+    option is the given one, else the current DeviceScope's; a ``None`` argument is left out, as in
+    Caffe2's last release, where scripts pass optional arguments as None)."""
     op = caffe2_pb2.OperatorDef(type=operator_type, name=name)
     op.input.extend(map(str, _RectifyInputOutput(inputs)))
     op.output.extend(map(str, _RectifyInputOutput(outputs)))
@@ -323,7 +323,8 @@ def CreateOperator(
     if arg is not None:
         op.arg.extend(arg)
     for key, value in kwargs.items():
-        op.arg.add().CopyFrom(utils.MakeArgument(key, value))
+        if value is not None:
+            op.arg.add().CopyFrom(utils.MakeArgument(key, value))
     return op
 
 
