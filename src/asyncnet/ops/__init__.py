@@ -7,6 +7,7 @@ from asyncnet.ops import (
     caffe2_fp16,
     caffe2_image,
     caffe2_misc,
+    caffe2_queue,
     caffe2_recurrent,
     caffe2_rnn,
     caffe2_stats,
@@ -62,4 +63,5 @@ __all__ = [
     "caffe2_recurrent",
     "caffe2_rnn",
     "caffe2_stats",
+    "caffe2_queue",
 ]
