@@ -93,12 +93,23 @@ def _state(ctx: Any, arrays: tuple[Any, ...]) -> tuple[np.ndarray, np.ndarray, n
 
 
 def _gates(x: np.ndarray, d: int, forget_bias: float) -> tuple[np.ndarray, ...]:
-    z = x[:, : 3 * d]
+    act = _activate(x, d, forget_bias)
+    return act[:, :d], act[:, d : 2 * d], act[:, 2 * d : 3 * d], act[:, 3 * d :]
+
+
+def _activate(x: np.ndarray, d: int, forget_bias: float) -> np.ndarray:
+    """[N, 4D] gates activated in one array: sigmoid(i, f + forget_bias, o), tanh(g) (the ufuncs
+    of :func:`_sigmoid` and ``np.tanh``, written in place: no temporaries)."""
+    act = np.empty_like(x)
+    s = act[:, : 3 * d]
+    np.negative(x[:, : 3 * d], out=s)
     if forget_bias:
-        z = z.copy()
-        z[:, d : 2 * d] += x.dtype.type(forget_bias)
-    s = _sigmoid(z)  # i, f, o in one pass
-    return s[:, :d], s[:, d : 2 * d], s[:, 2 * d :], np.tanh(x[:, 3 * d :])
+        s[:, d : 2 * d] -= x.dtype.type(forget_bias)
+    np.exp(s, out=s)
+    s += x.dtype.type(1)  # a scalar of x's dtype: ~3x cheaper than a Python float per ufunc call
+    np.reciprocal(s, out=s)  # 1 / (1 + e^-z), IEEE division as np.divide
+    np.tanh(x[:, 3 * d :], out=act[:, 3 * d :])
+    return act
 
 
 def _lstm_step(
@@ -237,13 +248,25 @@ def _lstm_step_grad(
     forget_bias: float,
     drop: bool,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    i, f, o, g = _gates(x, c_prev.shape[1], forget_bias)
+    d = c_prev.shape[1]
+    act = _activate(x, d, forget_bias)
+    i, f, o, g = act[:, :d], act[:, d : 2 * d], act[:, 2 * d : 3 * d], act[:, 3 * d :]
+    one = x.dtype.type(1)
     tanh_c = np.tanh(c)
-    dcell = dc + dh * o * (1 - tanh_c * tanh_c)
-    dx = np.concatenate(
-        [dcell * g * i * (1 - i), dcell * c_prev * f * (1 - f), dh * tanh_c * o * (1 - o), dcell * i * (1 - g * g)],
-        axis=1,
-    )
+    dcell = dh * o
+    dcell *= one - tanh_c * tanh_c
+    dcell += dc
+    # dgates: what each gate multiplies times its activation's derivative, all gates at once
+    dx = np.empty_like(x)
+    np.multiply(dcell, g, out=dx[:, :d])
+    np.multiply(dcell, c_prev, out=dx[:, d : 2 * d])
+    np.multiply(dh, tanh_c, out=dx[:, 2 * d : 3 * d])
+    np.multiply(dcell, i, out=dx[:, 3 * d :])
+    deriv = np.subtract(one, act)
+    deriv[:, : 3 * d] *= act[:, : 3 * d]  # sigmoid: s (1 - s)
+    np.multiply(g, g, out=deriv[:, 3 * d :])
+    np.subtract(one, deriv[:, 3 * d :], out=deriv[:, 3 * d :])  # tanh: 1 - g^2
+    dx *= deriv
     if valid.all():
         dh_prev, dc_prev = np.zeros_like(dh), dcell * f
     else:
