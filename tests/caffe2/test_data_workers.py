@@ -226,3 +226,13 @@ def test_queue_ops_from_core_net_like_caffe2_scripts():
         workspace.RunNet(get.Proto().name)
         seen.append(workspace.FetchBlob("x").tolist())
     assert seen == [[0, 0], [1, 1], [2, 2]]
+
+
+@pytest.mark.parametrize("name", ["caffe2.python.data_workers", "caffe2.python.parallel_workers"])
+def test_docstring_examples(name, coordinators):
+    import doctest
+    import importlib
+
+    module = importlib.import_module(name)
+    result = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    assert result.attempted > 0 and result.failed == 0

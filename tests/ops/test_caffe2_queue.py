@@ -306,3 +306,12 @@ def test_blobs_queue_object_read_and_write_wait_and_wake():
     q.write([2])
     _join_all(t)
     assert got == [[2]]
+
+
+def test_docstring_examples():
+    import doctest
+
+    import asyncnet.ops.caffe2_queue as module
+
+    result = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    assert result.attempted > 0 and result.failed == 0
