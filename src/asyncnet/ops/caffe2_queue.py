@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -292,11 +293,15 @@ _RNG_LOCK = threading.Lock()
 
 
 def _rng(ctx: Any) -> np.random.Generator:
-    key = id(ctx)
+    """The op's own generator (seeded by its device_option's random_seed), dropped with its def."""
+    key = id(ctx.op)
     rng = _RNGS.get(key)
     if rng is None:
         with _RNG_LOCK:
-            rng = _RNGS.setdefault(key, np.random.default_rng(ctx.device.random_seed))
+            rng = _RNGS.get(key)
+            if rng is None:
+                rng = _RNGS[key] = np.random.default_rng(ctx.device.random_seed)
+                weakref.finalize(ctx.op, _RNGS.pop, key, None)
     return rng
 
 
