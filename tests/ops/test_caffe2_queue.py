@@ -315,3 +315,18 @@ def test_docstring_examples():
 
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_a_failing_op_cancels_a_blocked_enqueue_in_the_same_async_run():
+    ws = _ws_with_queue(capacity=1)
+    _enqueue(ws, np.array([0.0]))  # full
+    ws.feed("v", np.array([1.0]))
+    ws.feed("bad", np.array([1.0]))
+    net = an.Net("n", type="async_scheduling")
+    net.EnqueueBlobs(["q", "v"], ["v"])
+    net.Reshape("bad", ["r", "old"], shape=[7])
+    t0 = time.monotonic()
+    with pytest.raises(AsyncNetError):
+        ws.run_net_once(net)
+    assert time.monotonic() - t0 < JOIN
+    assert len(ws.fetch("q")) == 1 and not ws.fetch("q").closed

@@ -199,6 +199,8 @@ def enqueue_blobs(ctx: Any, q: Any, *values: Any) -> Any:
     queue = _queue(q, 0, ctx)
     _check_outputs(queue, ctx, 0)
     if not queue.write(values, ctx.cancelled):
+        if not queue.closed:
+            raise RuntimeError(f"the run was cancelled while enqueuing into {queue.name!r}")
         raise RuntimeError(f"queue {queue.name!r} is closed and full: the record was not enqueued")
     return _one(values)
 
