@@ -9,6 +9,7 @@ from asyncnet.ops import (
     caffe2_image,
     caffe2_minmax,
     caffe2_misc,
+    caffe2_queue,
     caffe2_recurrent,
     caffe2_reduce,
     caffe2_rnn,
@@ -72,4 +73,5 @@ __all__ = [
     "caffe2_stats",
     "caffe2_unary",
     "caffe2_utility",
+    "caffe2_queue",
 ]

@@ -201,6 +201,7 @@ class _StepNet:
         self.instance: Any = None
         self.written = {o for op in self.net_def.ops for o in op.outputs}
         self.reads = {i for op in self.net_def.ops for i in op.inputs}
+        self.kept: dict[tuple[Any, ...], tuple[str, ...]] = {}  # see _kept_blobs
 
     def run(self) -> None:
         if self.instance is None:
@@ -247,43 +248,76 @@ def _initial_state(init: np.ndarray, name: str, seq_len: int, batch: int, dtype:
     return state
 
 
+_TIMESTEPS: list[np.ndarray] = []
+
+
 def _timestep(t: int) -> np.ndarray:
-    return np.array([t], np.int32)
+    """The timestep blob of step t: one read-only int32 [1] array per t, shared by every run."""
+    while len(_TIMESTEPS) <= t:
+        a = np.array([len(_TIMESTEPS)], np.int32)
+        a.flags.writeable = False
+        _TIMESTEPS.append(a)
+    return _TIMESTEPS[t]
 
 
-def _apply_links(blobs: dict[str, Any], links: list[_Link], arrays: dict[str, Any], t: int) -> list[Any]:
-    """Set each link's internal blob to its rows of the external array; the views set, by link."""
-    views = []
-    for link in links:
-        ext = arrays.get(link.external)
-        if ext is None:
-            raise ValueError(f"link {link.internal!r} -> {link.external!r}: no state or input named {link.external!r}")
-        start = t + link.offset
-        if start < 0 or start + link.window > ext.shape[0]:
-            raise ValueError(
-                f"link {link.internal!r} reads rows {start}..{start + link.window} of {link.external!r} "
-                f"(shape {ext.shape}) at step {t}"
-            )
-        view = ext[start : start + link.window]
-        blobs[link.internal] = view
-        views.append(view)
-    return views
+class _BoundLinks:
+    """The links of one run over ``steps`` timesteps: each link's external array found and its
+    rows checked for every step once, so a step only slices and copies."""
+
+    def __init__(self, links: list[_Link], arrays: dict[str, Any], steps: int):
+        self.items: list[tuple[str, str, np.ndarray, int, int]] = []
+        for link in links:
+            ext = arrays.get(link.external)
+            if ext is None:
+                raise ValueError(
+                    f"link {link.internal!r} -> {link.external!r}: no state or input named {link.external!r}"
+                )
+            bad = _first_bad_step(link, ext.shape[0], steps)
+            if bad is not None:
+                start = bad + link.offset
+                raise ValueError(
+                    f"link {link.internal!r} reads rows {start}..{start + link.window} of {link.external!r} "
+                    f"(shape {ext.shape}) at step {bad}"
+                )
+            self.items.append((link.internal, link.external, ext, link.offset, link.window))
+
+    def apply(self, blobs: dict[str, Any], t: int) -> list[np.ndarray]:
+        """Set each link's internal blob to its rows of the external array; the views set, by link."""
+        views = []
+        for internal, _, ext, offset, window in self.items:
+            view = ext[t + offset : t + offset + window]
+            blobs[internal] = view
+            views.append(view)
+        return views
+
+    def write_back(self, blobs: dict[str, Any], views: list[np.ndarray], t: int) -> None:
+        """Copy each linked blob the step rewrote into its rows (the view set by :meth:`apply`)."""
+        for (internal, external, _, _, _), view in zip(self.items, views):
+            value = blobs.get(internal)
+            if value is view:
+                continue
+            if type(value) is np.ndarray and value.shape == view.shape:
+                view[...] = value
+                continue
+            value = np.asarray(value)
+            if value.size != view.size:
+                raise ValueError(
+                    f"step {t}: linked blob {internal!r} has shape {value.shape}, its rows of "
+                    f"{external!r} have shape {view.shape}"
+                )
+            view[...] = value.reshape(view.shape)
 
 
-def _write_back(blobs: dict[str, Any], links: list[_Link], views: list[Any], arrays: dict[str, Any], t: int) -> None:
-    """Copy each linked blob the step rewrote into its rows of the external array."""
-    for link, view in zip(links, views):
-        value = blobs.get(link.internal)
-        if value is view:
-            continue
-        dst = arrays[link.external][t + link.offset : t + link.offset + link.window]
-        value = np.asarray(value)
-        if value.size != dst.size:
-            raise ValueError(
-                f"step {t}: linked blob {link.internal!r} has shape {value.shape}, its rows of "
-                f"{link.external!r} have shape {dst.shape}"
-            )
-        dst[...] = value.reshape(dst.shape)
+def _first_bad_step(link: _Link, rows: int, steps: int) -> int | None:
+    """The first step in 0..steps-1 at which the link's rows fall outside ``rows``, or None."""
+    if steps <= 0:
+        return None
+    if link.offset < 0 or link.offset + link.window > rows:
+        return 0
+    last = steps - 1
+    if last + link.offset + link.window > rows:
+        return rows - link.offset - link.window + 1
+    return None
 
 
 def _alias(src: np.ndarray, offset: int) -> np.ndarray:
@@ -322,16 +356,18 @@ def recurrent_network(ctx: Any, *xs: Any) -> tuple[Any, ...]:
     }
     arrays: dict[str, Any] = {**dict(zip(op.inputs, xs)), **states}
     links = _links(a, "link")
+    bound = _BoundLinks(links, arrays, seq_len)
     blobs = step.blobs
     blobs.update(zip(op.inputs, xs))
     backward = bool(a["backward_step_net"])
-    keep = _kept_blobs(a, step, links) if backward else set()
+    keep = _kept_blobs(a, step, links) if backward else ()
     saved = []
+    timestep = a["timestep"]
     for t in range(seq_len):
-        blobs[a["timestep"]] = _timestep(t)
-        views = _apply_links(blobs, links, arrays, t)
+        blobs[timestep] = _timestep(t)
+        views = bound.apply(blobs, t)
         step.run()
-        _write_back(blobs, links, views, arrays, t)
+        bound.write_back(blobs, views, t)
         if backward:
             saved.append({k: blobs[k] for k in keep if k in blobs})
     scratch.states, scratch.saved = states, saved
@@ -339,13 +375,17 @@ def recurrent_network(ctx: Any, *xs: Any) -> tuple[Any, ...]:
     return (*outs, scratch)
 
 
-def _kept_blobs(a: dict[str, Any], step: _StepNet, links: list[_Link]) -> set[str]:
+def _kept_blobs(a: dict[str, Any], step: _StepNet, links: list[_Link]) -> tuple[str, ...]:
     """The forward blobs of a step the backward step net reads: written by the step net, not
-    linked (links are rebuilt) and not recomputed on the backward pass."""
-    bwd = _net(a["backward_step_net"])
-    reads = {i for op in bwd.ops for i in op.inputs}
-    linked = {link.internal for link in links}
-    return (reads & step.written) - linked - set(a["recompute_blobs_on_backward"])
+    linked (links are rebuilt) and not recomputed on the backward pass (found once per step net)."""
+    key = (a["backward_step_net"], tuple(link.internal for link in links), tuple(a["recompute_blobs_on_backward"]))
+    kept = step.kept.get(key)
+    if kept is None:
+        bwd = _net(a["backward_step_net"])
+        reads = {i for op in bwd.ops for i in op.inputs}
+        linked = {link.internal for link in links}
+        kept = step.kept[key] = tuple(sorted((reads & step.written) - linked - set(a["recompute_blobs_on_backward"])))
+    return kept
 
 
 @register_op(
@@ -409,14 +449,16 @@ def _run_backward(
     totals = [np.zeros_like(inputs[p]) for p in params]
     blobs = bstep.blobs
     blobs.update(inputs)
+    bound = _BoundLinks(links, arrays, len(scratch.saved))
+    timestep = a["timestep"]
     for t in reversed(range(len(scratch.saved))):
         blobs.update(scratch.saved[t])
-        blobs[a["timestep"]] = _timestep(t)
+        blobs[timestep] = _timestep(t)
         for s, g in step_grads:
             state_grads[s][t + 1] += g[t]
-        views = _apply_links(blobs, links, arrays, t)
+        views = bound.apply(blobs, t)
         bstep.run()
-        _write_back(blobs, links, views, arrays, t)
+        bound.write_back(blobs, views, t)
         for k, g in enumerate(param_grads):
             if g not in blobs:
                 raise ValueError(f"the backward step net wrote no {g!r} (the step gradient of param {params[k]!r})")
