@@ -3,7 +3,12 @@
 Dense parameters use the optimizer ops with ``formula="torch"`` (torch.optim's updates);
 embedding tables, whose gradient is a :class:`~asyncnet.autodiff.GradientSlice`, are updated by
 row: SGD as Caffe2's ``ScatterWeightedSum([param, one, indices, values, -lr])``, Adagrad as
-``SparseAdagrad`` (torch's sparse Adagrad). The state blobs go into the model's init net once.
+``SparseAdagrad`` (torch's sparse Adagrad), rwsadagrad as ``RowWiseSparseAdagrad``; when a
+lookup's ``SparseLengthsSumGradient`` feeds nothing but the update, the two become one fused op
+(``SparseAdagradFusedWithSparseLengthsSumGradient``...: the same values). Momentum and Adam have
+no sparse form: a table's gradient is scattered into a dense one (``SparseToDense``) and every
+row takes the dense step, as torch.optim's on a dense embedding gradient. The state blobs go
+into the model's init net once.
 
     >>> from asyncnet.model import ModelHelper
     >>> m = ModelHelper(); _ = m.softmax_with_loss(m.fc("x", "fc", 4, 3), "y")
@@ -99,6 +104,8 @@ def build_optimizer(
     for p in model.params:
         g = grads[p]
         state = state_names(p, optimizer)
+        if isinstance(g, GradientSlice) and optimizer in ("momentum", "adam"):  # no sparse form: densified
+            g = str(net.SparseToDense([g.indices, g.values, p], f"{p}_grad_dense"))
         if p in fused:
             _fused_update(net, p, g, fused[p], optimizer, state, eps)
         elif isinstance(g, GradientSlice):
