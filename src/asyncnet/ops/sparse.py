@@ -487,16 +487,22 @@ def _segments(lengths: np.ndarray) -> np.ndarray:
 def sparse_lengths_sum(ctx: Any, data: Any, indices: Any, lengths: Any) -> np.ndarray:
     data = _table(ctx, data, 0)
     namespace(ctx, data, indices, lengths)
+    torch = None if is_torch(data) else _torch_for_bags(data, indices)
+    if torch is not None:  # torch's embedding_bag on views of the arrays: the same bits
+        idx = _int_indices(ctx, indices, 1)
+        lengths = _lengths(ctx, lengths, 2, idx.shape[0])
+        t = torch.from_numpy
+        try:  # embedding_bag checks the range of every index in its loop
+            return _torch_bags(t(data), t(_writable(idx)), t(_writable(lengths))).numpy()
+        except RuntimeError:
+            _indices(ctx, indices, 1, data.shape[0])  # our message for an index out of range
+            raise
     idx = _indices(ctx, indices, 1, data.shape[0])
     if idx.ndim != 1:
         raise ValueError(f"expected 1-D INDICES, got shape {tuple(idx.shape)}")
     lengths = _lengths(ctx, lengths, 2, idx.shape[0])
     if is_torch(data):
         return _torch_bags(data, idx, lengths)
-    torch = _torch_for_bags(data, idx)
-    if torch is not None:  # torch's embedding_bag on views of the arrays: the same bits
-        t = torch.from_numpy
-        return _torch_bags(t(data), t(_writable(idx)), t(_writable(lengths))).numpy()
     used = _bag_slots(lengths, idx.shape[0], math.prod(data.shape[1:]))
     if used is None:
         return segment_sum(data.take(idx, axis=0), lengths)
@@ -515,12 +521,24 @@ def _writable(a: np.ndarray) -> np.ndarray:
     return a if a.flags.writeable else np.array(a)
 
 
-def _torch_for_bags(data: np.ndarray, idx: np.ndarray) -> Any:
+def _int_indices(ctx: Any, x: Any, i: int) -> np.ndarray:
+    """1-D int32 or int64 numpy INDICES (input ``i``), their range not checked."""
+    x = array(ctx, x, i)
+    if x.dtype not in (np.int32, np.int64):
+        raise TypeError(f"expected int32 or int64 indices in input {i} {ctx.op.inputs[i]!r}, got dtype {x.dtype}")
+    if x.ndim != 1:
+        raise ValueError(f"expected 1-D INDICES, got shape {tuple(x.shape)}")
+    return x
+
+
+def _torch_for_bags(data: np.ndarray, idx: Any) -> Any:
     """torch, when a numpy float32 lookup is better pooled by its ``embedding_bag`` (and torch is
     installed). Its float32 sum adds each bag's rows one after another from zero, the bits of
     Caffe2's loop (tested against :func:`_bag_sums_by_slot`), in one pass with no padded copy.
     The choice depends on the shapes and the installation only."""
-    if data.dtype != np.float32 or idx.shape[0] * math.prod(data.shape[1:]) < TORCH_BAG_MIN:
+    if data.dtype != np.float32 or not isinstance(idx, np.ndarray) or idx.ndim != 1:
+        return None
+    if idx.shape[0] * math.prod(data.shape[1:]) < TORCH_BAG_MIN:
         return None
     if not (data.flags.c_contiguous and data.flags.writeable):  # torch views writable arrays only
         return None
@@ -1177,6 +1195,17 @@ def _fused_grad(ctx: Any, p: Any, dy: Any, lengths: Any, k: int, i: int) -> tupl
     return dy, seg
 
 
+def _host_views(*xs: Any) -> list[np.ndarray] | None:
+    """numpy views of CPU torch tensors (the same memory: an update through them lands in the
+    tensors), so a fused update runs the numpy kernel, which reads each touched row once; None
+    for anything else."""
+    if not is_torch(xs[0]) or not all(
+        isinstance(x, np.ndarray) or (is_torch(x) and x.device.type == "cpu" and not x.requires_grad) for x in xs
+    ):
+        return None
+    return [x if isinstance(x, np.ndarray) else x.numpy() for x in xs]
+
+
 _FUSED_DOC = (
     " fused with SparseLengthsSumGradient: the gradient of index k is the row grad[b] of the bag b "
     "holding it (LENGTHS gives the bags), never written out as [K, ...] rows; the same result as "
@@ -1206,6 +1235,10 @@ _FUSED_DOC = (
     doc="Caffe2's SparseAdagradFusedWithSparseLengthsSumGradient: SparseAdagrad" + _FUSED_DOC,
 )
 def sparse_adagrad_fused(ctx: Any, param: Any, moment: Any, indices: Any, grad: Any, lr: Any, lengths: Any) -> Any:
+    host = _host_views(param, moment, indices, grad, lr, lengths)
+    if host is not None:
+        sparse_adagrad_fused(ctx, *host)
+        return param, moment
     p, m = _param(ctx, param, 0), _param(ctx, moment, 1)
     xp = namespace(ctx, param, moment, indices, grad, lengths)
     if m.shape != p.shape or m.dtype != p.dtype:
@@ -1236,6 +1269,10 @@ def sparse_adagrad_fused(ctx: Any, param: Any, moment: Any, indices: Any, grad: 
 def rowwise_sparse_adagrad_fused(
     ctx: Any, param: Any, moment: Any, indices: Any, grad: Any, lr: Any, lengths: Any
 ) -> Any:
+    host = _host_views(param, moment, indices, grad, lr, lengths)
+    if host is not None:
+        rowwise_sparse_adagrad_fused(ctx, *host)
+        return param, moment
     p, m = _param(ctx, param, 0), _param(ctx, moment, 1)
     xp = namespace(ctx, param, moment, indices, grad, lengths)
     if tuple(m.shape) != (p.shape[0],) or m.dtype != p.dtype:
@@ -1266,6 +1303,10 @@ def rowwise_sparse_adagrad_fused(
     + " (Caffe2 has no such op; its fused ops are the Adagrad ones.)",
 )
 def sparse_sgd_fused(ctx: Any, param: Any, indices: Any, grad: Any, lr: Any, lengths: Any) -> Any:
+    host = _host_views(param, indices, grad, lr, lengths)
+    if host is not None:
+        sparse_sgd_fused(ctx, *host)
+        return param
     p = _param(ctx, param, 0)
     xp = namespace(ctx, param, indices, grad, lengths)
     idx = _indices(ctx, indices, 1, p.shape[0]).reshape(-1)
