@@ -10,7 +10,10 @@ dense table-sized array. An index may appear several times; its rows add up.
 Sparse updates write the touched rows INTO the parameter's array and return that same array,
 like the dense optimizers of ``optim.py``: Hogwild! workers that share one table see each
 other's rows (a float32 row store does not tear per element). A sparse SGD step is Caffe2's
-``ScatterWeightedSum([param, one, indices, values, neg_lr], param)`` with ``neg_lr = -lr``.
+``ScatterWeightedSum([param, one, indices, values, neg_lr], param)`` with ``neg_lr = -lr``;
+the updates fused with SparseLengthsSumGradient (Caffe2's SparseAdagrad... and
+RowWiseSparseAdagradFusedWithSparseLengthsSumGradient, asyncnet's SparseSGDFused...) read the
+pooled gradient and the bag lengths instead of one gradient row per index, with the same result.
 Repeated indices are applied one after another in order, exactly as Caffe2's loops do, and a
 bag's rows are summed one after another from zero, as Caffe2's SparseLengthsSum loop does: on
 numpy these are the bits of those loops, computed by numpy calls that release the GIL for most
