@@ -153,8 +153,9 @@ _FUSED = {
 
 def _fusable_lookup_gradients(net: Net, grads: dict[str, Grad], end: int) -> dict[str, tuple[str, str]]:
     """{table: (dY, LENGTHS)} of the tables whose gradient rows come from a
-    ``SparseLengthsSumGradient`` that nothing else reads; those ops leave ``net`` (their update
-    reads dY and LENGTHS itself: the same values, no [K, row] gradient rows written out)."""
+    ``SparseLengthsSumGradient`` that nothing else reads, and whose dY and LENGTHS no later op
+    writes; those ops leave ``net`` (their update reads dY and LENGTHS itself: the same values,
+    no [K, row] gradient rows written out)."""
     readers: dict[str, int] = {}
     for op in net.ops:
         for b in {*op.inputs, *op.control_inputs}:
@@ -167,8 +168,9 @@ def _fusable_lookup_gradients(net: Net, grads: dict[str, Grad], end: int) -> dic
         if len(writers) != 1 or readers.get(g.values, 0):
             continue
         op = net.ops[writers[0]]
-        if op.type == "SparseLengthsSumGradient" and list(op.outputs) == [g.values]:
-            fused[p] = (op.inputs[0], op.inputs[1])
+        later = {o for o2 in net.ops[writers[0] + 1 :] for o in o2.outputs}
+        if op.type == "SparseLengthsSumGradient" and list(op.outputs) == [g.values] and not later & {*op.inputs}:
+            fused[p] = (op.inputs[0], op.inputs[1])  # dY and LENGTHS as the update will read them
             drop.add(writers[0])
     net.ops[:] = [op for i, op in enumerate(net.ops) if i not in drop]
     return fused

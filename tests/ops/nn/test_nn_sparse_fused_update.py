@@ -180,3 +180,17 @@ def test_the_optimizer_fuses_each_table_update_with_its_lookup_gradient(optimize
         results.append([np.asarray(ws.fetch(p)).copy() for p in model.params])
     for a, b in zip(*results):
         np.testing.assert_array_equal(a, b)
+
+
+def test_no_fusion_when_a_later_op_rewrites_the_pooled_gradient():
+    from asyncnet.autodiff import GradientSlice
+    from asyncnet.model import optimizer as opt
+
+    net = an.Net("n")
+    net.SparseLengthsSumGradient(["dy", "l"], "rows")
+    net.Scale("dy", "dy", scale=2.0)  # in place after the gradient op: the update must not read it
+    grads = {"t": GradientSlice("i", "rows")}
+    assert opt._fusable_lookup_gradients(net, grads, len(net.ops)) == {}
+    net.ops.pop()
+    assert opt._fusable_lookup_gradients(net, grads, len(net.ops)) == {"t": ("dy", "l")}
+    assert net.ops == []
