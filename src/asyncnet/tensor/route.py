@@ -204,15 +204,36 @@ def _one(r: Any, views: Sequence[Any], xs: Sequence[Any]) -> Any:
     for i, v in enumerate(views):
         if r is v:
             return xs[i]  # an in-place result: the input tensor itself
+    out, r = _wrap(r)
+    _remember(out, r)
+    return out
+
+
+def numpy_view(x: Any) -> Any:
+    """A numpy array over the memory of plain CPU tensor ``x``, or None when it has none (GPU, bfloat16)."""
+    return _view(x)
+
+
+def as_tensor(r: Any) -> Any:
+    """A kernel's numpy result as the routed op gives it: a torch tensor over its memory (a copy
+    when torch cannot share it: read-only or negatively strided); anything but an array or a
+    numpy scalar as it is. Needs torch imported and :func:`route_operators` called once."""
+    if type(r) is not _ndarray:
+        if not isinstance(r, (np.ndarray, np.generic)):
+            return r
+        r = np.asarray(r)
+    return _wrap(r)[0]
+
+
+def _wrap(r: np.ndarray) -> tuple[Any, np.ndarray]:
+    """(a tensor over ``r``'s memory, or over a copy torch can share; the array it is over)."""
     if not r.flags.writeable:
         r = np.array(r, copy=True)
     try:
-        out = _from_numpy(r)
+        return _from_numpy(r), r
     except ValueError:  # negative strides (a reversed view): torch needs a copy
         r = np.array(r, copy=True)
-        out = _from_numpy(r)
-    _remember(out, r)
-    return out
+        return _from_numpy(r), r
 
 
 def _remember(t: Any, a: Any) -> None:
