@@ -41,7 +41,17 @@ import numpy as np
 
 from asyncnet.tensor.namespace import loaded_torch
 
-__all__ = ["NUMPY_WINS", "HOST_INPUTS", "ENABLED", "routed", "route_operators", "is_routed"]
+__all__ = [
+    "NUMPY_WINS",
+    "HOST_INPUTS",
+    "ENABLED",
+    "routed",
+    "route_operators",
+    "is_routed",
+    "as_tensor",
+    "numpy_view",
+    "fed_tensor",
+]
 
 ENABLED = os.environ.get("ASYNCNET_ROUTE", "1") != "0"
 
@@ -146,7 +156,7 @@ def routed(fn: Callable[..., Any], host_inputs: frozenset[int] = frozenset()) ->
                     continue
                 e = seen.get(i)
                 if e is None or e[0] is not x or x.data_ptr() != e[2]:
-                    v = _view(x)
+                    v = numpy_view(x)
                     if v is None:
                         return fn(ctx, *xs)
                     e = seen[i] = (x, v, x.data_ptr())
@@ -210,8 +220,40 @@ def _one(r: Any, views: Sequence[Any], xs: Sequence[Any]) -> Any:
 
 
 def numpy_view(x: Any) -> Any:
-    """A numpy array over the memory of plain CPU tensor ``x``, or None when it has none (GPU, bfloat16)."""
+    """A numpy array over the memory of plain CPU tensor ``x``, or None when it has none (GPU,
+    bfloat16); the array it was made from when :func:`fed_tensor` made it."""
+    e = _FED.get(id(x))
+    if e is not None and e[0] is x:
+        return e[1]
     return _view(x)
+
+
+#: id(tensor) -> (tensor, its array) for the last :data:`FED_KEPT` tensors :func:`fed_tensor` made
+_FED: dict[int, tuple[Any, np.ndarray]] = {}
+FED_KEPT = 16
+
+
+def fed_tensor(a: np.ndarray) -> Any:
+    """``torch.from_numpy(a)`` for a batch about to be fed: the tensor shares ``a``'s memory,
+    and the next routed run reading it takes ``a`` itself instead of making a view (a view costs
+    as much as the tensor). The last :data:`FED_KEPT` such tensors are kept alive for that.
+
+        >>> import torch
+        >>> a = np.ones(3, np.float32); t = fed_tensor(a)
+        >>> numpy_view(t) is a, t.tolist()
+        (True, [1.0, 1.0, 1.0])
+    """
+    from_numpy = _from_numpy
+    if from_numpy is None:
+        torch = loaded_torch()
+        if torch is None:
+            import torch
+        from_numpy = torch.from_numpy
+    t = from_numpy(a)
+    if len(_FED) >= FED_KEPT:
+        del _FED[next(iter(_FED))]
+    _FED[id(t)] = (t, a)
+    return t
 
 
 def as_tensor(r: Any) -> Any:

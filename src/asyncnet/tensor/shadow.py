@@ -78,7 +78,7 @@ class Shadow:
                 e = seen.get(name)
                 if e is None or e[0] is not x or x.data_ptr() != e[2]:
                     made = route._MADE.get(id(x))  # a tensor routing made from an array keeps the array
-                    v = made[1] if made is not None and made[0]() is x else route.numpy_view(x)
+                    v = made[1] if made is not None and made[0]() is x else route.numpy_view(x)  # so does a fed one
                     if v is None:
                         return None
                     e = seen[name] = (x, v, x.data_ptr())
