@@ -1,13 +1,16 @@
-"""Straight nets of routed ops on torch CPU tensors run whole on numpy views (asyncnet.tensor.shadow):
-the routed simple net's blobs, bit for bit, in the same libraries, with the same object identities
-for in-place updates, and the same errors and partial writes when an op fails."""
+"""Nets of routed ops on torch CPU tensors run whole on numpy views (asyncnet.tensor.shadow) on the
+simple and straight executors and in async_scheduling's in-line runs: the op-by-op routed run's
+blobs, bit for bit, in the same libraries, with the same object identities for in-place updates,
+and the same errors and partial writes when an op fails."""
+
+import contextlib
 
 import numpy as np
 import pytest
 
 import asyncnet as an
 from asyncnet.errors import OperatorError
-from asyncnet.tensor import route
+from asyncnet.tensor import route, shadow
 from asyncnet.tensor.shadow import Shadow
 
 torch = pytest.importorskip("torch")
@@ -59,22 +62,39 @@ def _mlp_feeds(lib: str, seed: int = 0) -> dict:
     return out
 
 
-def _pair(build, feeds, steps: int = 3):
-    """(simple workspace, straight workspace) after ``steps`` runs of the same net on the same feeds."""
-    out = []
-    for net_type in ("simple", "straight"):
-        ws = an.Workspace()
-        for k, v in feeds().items():
-            ws.feed(k, v)
-        net = ws.create_net(build(net_type))
+NET_TYPES = ["simple", "straight", "async_scheduling"]
+
+
+@contextlib.contextmanager
+def _shadow(on: bool):
+    """Runs inside take the shadow (``on``) or go op by op through the routed kernels."""
+    old, shadow.ENABLED = shadow.ENABLED, on
+    try:
+        yield
+    finally:
+        shadow.ENABLED = old
+
+
+def _run(build, feeds, net_type: str, steps: int = 3, shadowed: bool = True):
+    """(workspace, net) after ``steps`` runs of ``build(net_type)`` on ``feeds()``."""
+    ws = an.Workspace()
+    for k, v in feeds().items():
+        ws.feed(k, v)
+    net = ws.create_net(build(net_type))
+    with _shadow(shadowed):
         for _ in range(steps):
             net.run()
-        out.append((ws, net))
-    return out
+    return ws, net
 
 
-def test_a_straight_run_on_tensors_gives_the_routed_simple_runs_blobs_bit_for_bit():
-    (ws, _), (wt, net) = _pair(_mlp_net, lambda: _mlp_feeds("torch"))
+def _pair(build, feeds, net_type: str = "straight", steps: int = 3):
+    """(the op-by-op routed (workspace, net), the shadowed one) after ``steps`` runs."""
+    return _run(build, feeds, "simple", steps, shadowed=False), _run(build, feeds, net_type, steps)
+
+
+@pytest.mark.parametrize("net_type", NET_TYPES)
+def test_a_run_on_tensors_gives_the_routed_op_by_op_runs_blobs_bit_for_bit(net_type):
+    (ws, _), (wt, net) = _pair(_mlp_net, lambda: _mlp_feeds("torch"), net_type)
     assert net._shadow is not None
     _same_blobs(ws, wt)
     assert isinstance(wt.fetch("prob"), torch.Tensor) and type(wt.fetch("lr")) is np.ndarray
@@ -97,19 +117,16 @@ def _alias_net(net_type: str) -> an.Net:
     return net
 
 
-def test_in_place_updates_keep_the_fed_tensor_and_a_returned_input_keeps_its_tensor():
+@pytest.mark.parametrize("net_type", NET_TYPES)
+def test_in_place_updates_keep_the_fed_tensor_and_a_returned_input_keeps_its_tensor(net_type):
     identities = []
-    for net_type in ("simple", "straight"):
+    for kind, shadowed in (("simple", False), (net_type, True)):
         feeds = _mlp_feeds("torch")
-        with an.Workspace() as ws:
-            for k, v in feeds.items():
-                ws.feed(k, v)
-            ws.feed("lr", torch.tensor([-0.5]))
-            inst = ws.create_net(_alias_net(net_type))
-            for _ in range(2):
-                inst.run()
-            assert ws.fetch("w") is feeds["w"]
-            identities.append(ws.fetch("fx") is ws.fetch("x"))
+        feeds["lr"] = torch.tensor([-0.5])
+        ws, _ = _run(_alias_net, lambda f=feeds: f, kind, steps=2, shadowed=shadowed)
+        assert ws.fetch("w") is feeds["w"]
+        identities.append(ws.fetch("fx") is ws.fetch("x"))
+        ws.close()
     assert identities[0] == identities[1]
 
 
@@ -152,20 +169,16 @@ def _failing_net(net_type: str) -> an.Net:
     return net
 
 
-def test_a_failing_op_raises_the_simple_nets_error_and_keeps_the_blobs_written_before_it():
-    def feeds() -> dict:
-        f = _mlp_feeds("torch")
-        f["bad_w"] = torch.ones(4, 7)
-        return f
-
-    errors = []
-    wss = []
-    for net_type in ("simple", "straight"):
+@pytest.mark.parametrize("net_type", NET_TYPES)
+def test_a_failing_op_raises_the_routed_runs_error_and_keeps_the_blobs_written_before_it(net_type):
+    errors, wss = [], []
+    for kind, shadowed in (("simple", False), (net_type, True)):
         ws = an.Workspace()
-        for k, v in feeds().items():
+        for k, v in _mlp_feeds("torch").items():
             ws.feed(k, v)
-        net = ws.create_net(_failing_net(net_type))
-        with pytest.raises(OperatorError) as info:
+        ws.feed("bad_w", torch.ones(4, 7))
+        net = ws.create_net(_failing_net(kind))
+        with _shadow(shadowed), pytest.raises(OperatorError) as info:
             net.run()
         errors.append((str(info.value), info.value.op_index))
         wss.append(ws)
@@ -181,9 +194,9 @@ def test_a_fast_kernel_failing_after_specialization_resumes_on_the_general_kerne
     assert net._specializer is not None and net._specializer._current is not None  # a variant ran
     bad = torch.tensor([0, 1, 2, 9, 0, 1], dtype=torch.int32)  # a label out of range
     errors = []
-    for w, inst in ((ws, simple), (wt, net)):
+    for w, inst, shadowed in ((ws, simple, False), (wt, net, True)):
         w.feed("label", bad.clone())
-        with pytest.raises(OperatorError) as info:
+        with _shadow(shadowed), pytest.raises(OperatorError) as info:
             inst.run()
         errors.append((str(info.value), info.value.op_index))
     assert errors[0] == errors[1] and errors[0][1] == 3
@@ -220,3 +233,28 @@ def test_a_net_of_numpy_arrays_plans_no_shadow():
     s = Shadow([Op("Relu", ("x",), ("y",)), Op("SGD", ("w", "y", "lr"), ("w",))], ["x", "w", "lr"])
     got = s.views({"x": np.ones(2), "w": np.ones(2), "lr": np.ones(1)})
     assert got is not None and s.plan(got[1]) is None
+
+
+def test_async_schedulings_in_line_runs_take_the_shadow(monkeypatch):
+    taken = []
+    run_ops = Shadow.run_ops
+
+    def counting(self, blobs, stop=None):
+        ok = run_ops(self, blobs, stop)
+        taken.append(ok)
+        return ok
+
+    monkeypatch.setattr(Shadow, "run_ops", counting)
+    ref, _ = _run(_mlp_net, lambda: _mlp_feeds("torch"), "simple", shadowed=False)
+    wt = an.Workspace()
+    for k, v in _mlp_feeds("torch").items():
+        wt.feed(k, v)
+    net = wt.create_net(_mlp_net("async_scheduling"))
+    net.policy.mode = "inline"  # as the policy decides for a net this small once measured
+    taken.clear()
+    for _ in range(3):
+        net.run()
+    assert taken == [True, True, True]
+    _same_blobs(ref, wt)
+    ref.close()
+    wt.close()

@@ -53,9 +53,7 @@ from asyncnet.core.netbase import register_net_type
 from asyncnet.core.operator import Operator
 from asyncnet.errors import BlobNotFoundError, OperatorError
 from asyncnet.exec.simple import SimpleNet
-from asyncnet.exec.specialize import Specializer, Variant, external_inputs, specializable
-from asyncnet.tensor.route import is_routed
-from asyncnet.tensor.shadow import Shadow
+from asyncnet.exec.specialize import Specializer, Variant, specializable
 
 __all__ = ["StraightNet", "compile_ops"]
 
@@ -137,8 +135,6 @@ class StraightNet(SimpleNet):
         super().__init__(net_def, operators, blobs)
         self._code = compile_ops(self.operators)
         self._specializer = Specializer(self.operators, compile_ops) if specializable(self.operators) else None
-        ops = self.operators
-        self._shadow = Shadow(ops, external_inputs(ops)) if ops and all(is_routed(op.fn) for op in ops) else None
 
     def run(self, timeout: float | None = None) -> None:
         if self.recorder is not None:

@@ -41,7 +41,10 @@ import numpy as np
 
 from asyncnet.tensor import route
 
-__all__ = ["Shadow"]
+__all__ = ["Shadow", "ENABLED"]
+
+#: False: every run goes op by op through the routed kernels (for measuring and testing against them)
+ENABLED = True
 
 _ndarray = np.ndarray
 TORCH, NUMPY, OTHER = 1, 2, 3  # a blob's library in a routed run
@@ -63,7 +66,7 @@ class Shadow:
         inputs), or None when this run cannot take the shadow (a tensor with no plain numpy view,
         a missing input, routing off)."""
         t = route._TENSOR
-        if t is None or not route.ENABLED:
+        if t is None or not route.ENABLED or not ENABLED:
             return None
         seen = self._seen
         arrays: dict[str, Any] = {}
@@ -94,6 +97,28 @@ class Shadow:
                 arrays[name] = x
                 kinds.append(OTHER)
         return arrays, tuple(kinds), back
+
+    def run_ops(self, blobs: MutableMapping[str, Any], stop: Callable[[], None] | None = None) -> bool:
+        """Run every op (``op.run``) on the shadow of ``blobs`` and store the results back; False
+        (nothing run) when this run cannot take the shadow. ``stop()`` is called before each op
+        (it raises to end the run there). An op's error is raised after the blobs written
+        before it are stored."""
+        got = self.views(blobs)
+        if got is None or self.plan(got[1]) is None:
+            return False
+        arrays, kinds, back = got
+        done = 0
+        try:
+            for op in self.operators:
+                if stop is not None:
+                    stop()
+                op.run(arrays)
+                done += 1
+        except BaseException:
+            self.write_back(blobs, arrays, kinds, back, done)
+            raise
+        self.write_back(blobs, arrays, kinds, back)
+        return True
 
     def plan(self, kinds: tuple[int, ...]) -> Callable[..., None] | None:
         """``store(blobs, arrays, back)``: straight-line code storing every blob a whole run
