@@ -202,7 +202,7 @@ def lstm_backward(
     else:
         acts, cs, ys = _cache_blocks(cache, hid)
     tc = xp.tanh(cs)
-    p = _gate_derivatives(acts, cs, c0, tc)
+    p = _gate_derivatives(acts, cs, c0, tc)  # [4, T, N, H]
     gates = acts.reshape(t_len, n, 4, hid)
     f, o = gates[:, :, 1], gates[:, :, 3]
     dc_dh = xp.multiply(tc, tc, out=tc)
@@ -214,8 +214,12 @@ def lstm_backward(
     for t in reversed(range(t_len)):
         dh += dy[t]
         dc += xp.multiply(dh, dc_dh[t], out=tmp)
-        xp.multiply(dc[:, None], p[t, :, :3], out=da[t, :, :3])
-        xp.multiply(dh, p[t, :, 3], out=da[t, :, 3])
+        xp.multiply(
+            dc[:, None],
+            p[:3, t].transpose(1, 0, 2) if xp.name == "numpy" else p[:3, t].permute(1, 0, 2),
+            out=da[t, :, :3],
+        )
+        xp.multiply(dh, p[3, t], out=da[t, :, 3])
         dc *= f[t]
         xp.matmul(da[t].reshape(n, h4), w_hh, out=dh)
     da2 = da.reshape(tn, h4)
@@ -226,22 +230,27 @@ def lstm_backward(
 
 
 def _gate_derivatives(acts: Any, cs: Any, c0: Any, tc: Any) -> Any:
-    """[T, N, 4, H]: what multiplies dc (dh for o) in each gate's pre-activation gradient: the
-    gate's derivative (a (1 - a) for the sigmoids i, f, o, 1 - a^2 for g), times g for i, the
-    previous cell for f, i for g and ``tc`` = tanh(c) for o."""
+    """[4, T, N, H] (gate first, each gate's block contiguous): what multiplies dc (dh for o) in
+    each gate's pre-activation gradient: the gate's derivative (a (1 - a) for the sigmoids i, f,
+    o, 1 - a^2 for g), times g for i, the previous cell for f, i for g and ``tc`` = tanh(c) for o."""
     xp = namespace(None, acts)
     t_len, n, hid = cs.shape
-    m = namespace(None, acts).full((4, hid), 1, like=acts)
-    m[2] = 0
-    d = xp.subtract(m, acts.reshape(t_len, n, 4, hid))  # 1 - a (sigmoids), -a (g)
-    d *= acts.reshape(t_len, n, 4, hid)  # a (1 - a), -a^2
-    d[:, :, 2] += 1  # 1 - a^2
     gates = acts.reshape(t_len, n, 4, hid)
-    d[:, :, 0] *= gates[:, :, 2]
-    d[0, :, 1] *= c0
-    d[1:, :, 1] *= cs[:-1]
-    d[:, :, 2] *= gates[:, :, 0]
-    d[:, :, 3] *= tc
+    if xp.name == "numpy":  # one strided copy, then every pass below runs on contiguous memory
+        gt = np.ascontiguousarray(gates.transpose(2, 0, 1, 3))
+    else:
+        gt = gates.permute(2, 0, 1, 3).contiguous()
+    i, g = gt[0], gt[2]
+    d = xp.subtract(1, gt) if xp.name == "numpy" else 1 - gt
+    d *= gt  # a (1 - a)
+    xp.multiply(g, g, out=d[2])
+    d[2] *= -1
+    d[2] += 1  # 1 - g^2
+    d[0] *= g
+    d[1, 0] *= c0
+    d[1, 1:] *= cs[:-1]
+    d[2] *= i
+    d[3] *= tc
     return d
 
 

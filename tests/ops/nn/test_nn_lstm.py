@@ -121,3 +121,23 @@ def test_lstm_float32_gradients_at_a_training_size_match_torch_autograd(cached):
     np.testing.assert_allclose(ws.fetch("y"), y.detach().numpy(), rtol=1e-5, atol=1e-6)
     for k in NAMES:
         np.testing.assert_allclose(ws.fetch(grads[k]), tt[k].grad.numpy(), rtol=1e-4, atol=1e-6, err_msg=k)
+
+
+@pytest.mark.parametrize("cached", [False, True])
+def test_lstm_gradients_on_torchs_own_kernels_equal_numpys(cached, monkeypatch):
+    from asyncnet.tensor import route
+
+    feeds = feeds_for(5, 3, 4, 6, 11)
+    got = {}
+    for lib in ("numpy", "torch"):
+        monkeypatch.setattr(route, "ENABLED", lib == "numpy")  # torch tensors on torch's kernels
+        net = an.Net("g")
+        net.AveragedLoss(net.LSTM(NAMES, ["y", "hT", "cT", "cache"] if cached else ["y", "hT", "cT"])[0], "loss")
+        grads = add_gradient_ops(net, "loss", wrt=NAMES, dtype="float64")
+        ws = an.Workspace()
+        for k, v in feeds.items():
+            ws.feed(k, v if lib == "numpy" else torch.from_numpy(v.copy()))
+        ws.run_net_once(net)
+        got[lib] = {k: np.asarray(ws.fetch(grads[k], host=True)) for k in NAMES}
+    for k in NAMES:
+        np.testing.assert_allclose(got["torch"][k], got["numpy"][k], rtol=1e-10, atol=1e-12, err_msg=k)
