@@ -231,12 +231,15 @@ def numpy_view(x: Any) -> Any:
 #: id(tensor) -> (tensor, its array) for the last :data:`FED_KEPT` tensors :func:`fed_tensor` made
 _FED: dict[int, tuple[Any, np.ndarray]] = {}
 FED_KEPT = 16
+#: arrays larger than this are not kept (their kernels dwarf a view's microsecond; memory is not held)
+FED_MAX_BYTES = 1 << 22
 
 
 def fed_tensor(a: np.ndarray) -> Any:
     """``torch.from_numpy(a)`` for a batch about to be fed: the tensor shares ``a``'s memory,
     and the next routed run reading it takes ``a`` itself instead of making a view (a view costs
-    as much as the tensor). The last :data:`FED_KEPT` such tensors are kept alive for that.
+    as much as the tensor). The last :data:`FED_KEPT` such tensors of at most
+    :data:`FED_MAX_BYTES` are kept alive for that.
 
         >>> import torch
         >>> a = np.ones(3, np.float32); t = fed_tensor(a)
@@ -250,9 +253,10 @@ def fed_tensor(a: np.ndarray) -> Any:
             import torch
         from_numpy = torch.from_numpy
     t = from_numpy(a)
-    if len(_FED) >= FED_KEPT:
-        del _FED[next(iter(_FED))]
-    _FED[id(t)] = (t, a)
+    if a.nbytes <= FED_MAX_BYTES:
+        if len(_FED) >= FED_KEPT:
+            del _FED[next(iter(_FED))]
+        _FED[id(t)] = (t, a)
     return t
 
 
