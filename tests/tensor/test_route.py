@@ -137,3 +137,23 @@ def test_fed_tensors_keep_their_arrays_a_bounded_number_and_size():
     big = np.ones(route.FED_MAX_BYTES // 4 + 1, np.float32)
     t = route.fed_tensor(big)
     assert id(t) not in route._FED and np.shares_memory(t.numpy(), big)
+
+
+def test_fed_tensors_from_many_threads_at_once():
+    import threading
+
+    errors = []
+
+    def feed():
+        try:
+            for _ in range(2000):
+                route.fed_tensor(np.ones(2, np.float32))
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=feed) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and len(route._FED) <= route.FED_KEPT

@@ -33,6 +33,7 @@ measuring each library's own kernels.
 from __future__ import annotations
 
 import os
+import threading
 import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -233,6 +234,7 @@ _FED: dict[int, tuple[Any, np.ndarray]] = {}
 FED_KEPT = 16
 #: arrays larger than this are not kept (their kernels dwarf a view's microsecond; memory is not held)
 FED_MAX_BYTES = 1 << 22
+_FED_LOCK = threading.Lock()
 
 
 def fed_tensor(a: np.ndarray) -> Any:
@@ -254,9 +256,10 @@ def fed_tensor(a: np.ndarray) -> Any:
         from_numpy = torch.from_numpy
     t = from_numpy(a)
     if a.nbytes <= FED_MAX_BYTES:
-        if len(_FED) >= FED_KEPT:
-            del _FED[next(iter(_FED))]
-        _FED[id(t)] = (t, a)
+        with _FED_LOCK:  # worker threads feed at once: the oldest is dropped by one of them
+            if len(_FED) >= FED_KEPT:
+                del _FED[next(iter(_FED))]
+            _FED[id(t)] = (t, a)
     return t
 
 
