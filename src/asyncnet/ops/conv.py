@@ -21,7 +21,8 @@ Which library: im2col and one sgemm win on small filters (few input channels: th
 runs 2-3x faster on numpy than on torch), torch's native convolution on wide ones (a reduction
 of ``C/group * kh * kw`` >= :data:`TORCH_MIN_REDUCTION`: Conv 16->32 3x3 on 4x4 images runs
 1.3x faster forward and backward, measured with ``benchmarks/op_libraries.py`` and ``asyncnet
-bench layers``). So numpy arrays with a wide filter run torch's kernel on zero-copy views
+bench layers``), and on depthwise ones (one input channel per group: MobileNet's 3x3 convolutions
+of 32-128 channels run 5-15x faster). So numpy arrays with a wide or depthwise filter run torch's kernel on zero-copy views
 (``torch.from_numpy``) when torch is installed (imported at the first such call, its threads
 kept within the budget of :mod:`asyncnet.tensor.threads`), and give numpy arrays back; the
 choice depends on the shapes and the installation only, so every run, every executor and every
@@ -448,8 +449,13 @@ TORCH_MIN_REDUCTION = 128
 
 
 def _torch_wins(x: Any, w: Any) -> Any:
-    """torch, when numpy arrays ``x``, ``w`` are better convolved by torch's kernel (and it is installed)."""
-    if w.shape[1] * w.shape[2] * w.shape[3] < TORCH_MIN_REDUCTION or x.dtype not in _TORCH_DTYPES:
+    """torch, when numpy arrays ``x``, ``w`` are better convolved by torch's kernel (and it is
+    installed): a wide filter, or a depthwise one (one input channel per group, several groups),
+    where im2col's one matmul per group of one row loses 5-15x to torch's depthwise kernel."""
+    if x.dtype not in _TORCH_DTYPES:
+        return None
+    depthwise = w.shape[1] == 1 and x.shape[1] > 1
+    if not depthwise and w.shape[1] * w.shape[2] * w.shape[3] < TORCH_MIN_REDUCTION:
         return None
     return _torch()
 

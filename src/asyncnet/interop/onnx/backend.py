@@ -3,7 +3,9 @@ creates its nets once in a workspace; ``rep.run(inputs)`` feeds, runs the predic
 
 Options of :func:`prepare` (and :func:`run_model`, :func:`run_node`): ``net_type`` ("simple" or
 "async_scheduling", any asyncnet net type), ``num_workers``, ``tensors`` ("numpy" or "torch":
-the library the blobs live in while the net runs; results come back as numpy arrays).
+the library the blobs live in while the net runs; results come back as numpy arrays). A
+"simple" predict net is created as a "straight" one (:mod:`asyncnet.exec.straight`): the simple
+net's order, bits and errors, without its per-op dispatch.
 
     >>> import onnx, onnx.helper as oh, numpy as np
     >>> from asyncnet.interop.onnx import backend
@@ -50,7 +52,7 @@ class AsyncnetRep(BackendRep):
                 self.workspace.feed(name, _to_torch(self.workspace.fetch(name)))
         if tensors == "torch":
             model.predict_net = _torch_outputs(model.predict_net)
-        self.net = self.workspace.create_net(model.predict_net)
+        self.net = self.workspace.create_net(_straight(model.predict_net))
         self.input_names = [v.name for v in model.inputs]
         self.output_names = [v.name for v in model.outputs]
         self._pack = _outputs_type(self.output_names)
@@ -80,6 +82,14 @@ class AsyncnetRep(BackendRep):
         raise OnnxInputError(
             f"expected a list or dict of {len(self.input_names)} inputs {self.input_names}, got {type(inputs).__name__}"
         )
+
+
+def _straight(net: Any) -> Any:
+    """A "simple" net as a "straight" one: the same ops in the same order on the calling thread,
+    with the same bits and errors, compiled once into straight-line code (no per-op dispatch)."""
+    import dataclasses
+
+    return dataclasses.replace(net, type="straight") if net.type == "simple" else net
 
 
 def _torch_outputs(net: Any) -> Any:
