@@ -25,6 +25,7 @@ import numpy as np
 from asyncnet.core.defs import OperatorDef
 from asyncnet.core.registry import Arg, register_op
 from asyncnet.ops._check import float_array
+from asyncnet.ops.conv import _torch as torch_if_installed
 from asyncnet.tensor.namespace import is_torch
 
 _ARGS = [
@@ -106,19 +107,11 @@ def _fused_torch(ctx: Any, x: Any, w: Any, r: Any, b: Any, h0: Any, c0: Any, n_g
         blocks = torch.chunk(a, n_gates, dim=0)
         return torch.cat([blocks[i] for i in _TORCH_ORDER[n_gates]], dim=0)
 
-    key = (w._version, r._version, None if b is None else (id(b), b._version), n_gates, dirs)
-    cached = _REORDERED.get(id(w))
-    if cached is not None and cached[0]() is w and cached[1] == key and cached[2] is r:
-        flat = cached[3]
+    if isinstance(w, np.ndarray):  # numpy weights: reordered by numpy on every call (in-place writes stay seen)
+        flat = [torch.from_numpy(a) for a in _reordered_numpy(w, r, b, n_gates, hidden)]
+        x, h0, c0 = (None if a is None else _tensor(torch, a) for a in (x, h0, c0))
     else:
-        flat = []
-        for d in range(dirs):
-            flat += [reorder(w[d]), reorder(r[d])]
-            if b is not None:
-                flat += [reorder(b[d][: n_gates * hidden]), reorder(b[d][n_gates * hidden :])]
-        if len(_REORDERED) > 256:
-            _REORDERED.clear()
-        _REORDERED[id(w)] = (weakref.ref(w), key, r, flat)
+        flat = _reordered_torch(w, r, b, n_gates, hidden, dirs, reorder)
     seq_first = x if layout == 0 else x.transpose(0, 1)
     if direction == "reverse":
         seq_first = seq_first.flip(0)
@@ -145,16 +138,68 @@ def _fused_torch(ctx: Any, x: Any, w: Any, r: Any, b: Any, h0: Any, c0: Any, n_g
     return picked[0] if len(picked) == 1 else picked
 
 
+def _tensor(torch: Any, a: np.ndarray) -> Any:
+    """A torch view of numpy array ``a`` (of a C-ordered copy when ``a`` is strided or read-only)."""
+    return torch.from_numpy(a if a.flags.c_contiguous and a.flags.writeable else np.array(a, order="C"))
+
+
+def _reordered_torch(w: Any, r: Any, b: Any, n_gates: int, hidden: int, dirs: int, reorder: Any) -> list[Any]:
+    """torch weights in torch's gate order, cached per W while W, R and B keep their versions."""
+    key = (w._version, r._version, None if b is None else (id(b), b._version), n_gates, dirs)
+    cached = _REORDERED.get(id(w))
+    if cached is not None and cached[0]() is w and cached[1] == key and cached[2] is r:
+        return cached[3]
+    flat = []
+    for d in range(dirs):
+        flat += [reorder(w[d]), reorder(r[d])]
+        if b is not None:
+            flat += [reorder(b[d][: n_gates * hidden]), reorder(b[d][n_gates * hidden :])]
+    if len(_REORDERED) > 256:
+        _REORDERED.clear()
+    _REORDERED[id(w)] = (weakref.ref(w), key, r, flat)
+    return flat
+
+
+def _reordered_numpy(w: np.ndarray, r: np.ndarray, b: Any, n_gates: int, hidden: int) -> list[np.ndarray]:
+    """numpy W, R (and B's two halves) per direction in torch's gate order (new contiguous arrays)."""
+    order = np.concatenate([np.arange(i * hidden, (i + 1) * hidden) for i in _TORCH_ORDER[n_gates]])
+    flat = []
+    for d in range(w.shape[0]):
+        flat += [w[d][order], r[d][order]]
+        if b is not None:
+            flat += [b[d][order], b[d][n_gates * hidden + order]]
+    return flat
+
+
+def _fusable(ctx: Any, x: Any, w: Any, r: Any, b: Any, h0: Any, c0: Any, n_gates: int) -> Any:
+    """The torch module when torch's fused recurrence can run these inputs: torch tensors of float32/64,
+    or numpy arrays of one of those dtypes (zero-copy views in, numpy out) when torch is installed."""
+    if x.shape[0 if ctx.args["layout"] == 0 else 1] == 0 or not (n_gates == 4 or ctx.args.get("linear_before_reset")):
+        return None
+    if is_torch(x):
+        return _torch_module() if x.dtype in _fused_dtypes() else None
+    arrays = [a for a in (x, w, r, b, h0, c0) if a is not None]
+    if x.dtype not in _NUMPY_FUSED or any(type(a) is not np.ndarray or a.dtype != x.dtype for a in arrays):
+        return None
+    return torch_if_installed()
+
+
+_NUMPY_FUSED = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _torch_module() -> Any:
+    import torch
+
+    return torch
+
+
 def _run(ctx: Any, x: Any, w: Any, r: Any, b: Any, h0: Any, c0: Any, cell: Any, n_gates: int) -> Any:
     x, w, r = float_array(ctx, x, 0), float_array(ctx, w, 1), float_array(ctx, r, 2)
-    if (
-        is_torch(x)
-        and x.shape[0 if ctx.args["layout"] == 0 else 1] > 0
-        and (n_gates == 4 or ctx.args.get("linear_before_reset"))
-        and x.dtype in _fused_dtypes()
-    ):
+    if _fusable(ctx, x, w, r, b, h0, c0, n_gates) is not None:
         out = _fused_torch(ctx, x, w, r, b, h0, c0, n_gates)
         if out is not None:
+            if not is_torch(x):
+                return out.numpy() if is_torch(out) else [v.numpy() for v in out]
             return out
     ops = _Ops(x)
     hidden, layout = ctx.args["hidden_size"], ctx.args["layout"]

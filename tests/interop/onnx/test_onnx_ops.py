@@ -50,14 +50,41 @@ CASES = list(itertools.product(["LSTM", "GRU"], ["forward", "reverse", "bidirect
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("op,direction,layout,lbr,with_state", [c for c in CASES if c[0] == "GRU" or c[3] == 0])
-def test_native_rnn_matches_reference(op: str, direction: str, layout: int, lbr: int, with_state: bool) -> None:
+def test_native_rnn_matches_reference(
+    op: str, direction: str, layout: int, lbr: int, with_state: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """numpy arrays (torch's fused recurrence on views when it can run it, and numpy's steps without
+    torch), torch tensors on the async executor."""
+    from asyncnet.ops import onnx_rnn
+
     outputs = ["Y", "Y_h", "Y_c"] if op == "LSTM" else ["Y", "Y_h"]
     model, feeds = _rnn_model(op, direction, layout, lbr, with_state, outputs)
     want = ReferenceEvaluator(model).run(None, feeds)
-    for net_type, tensors in (("simple", "numpy"), ("async_scheduling", "torch")):
+    for net_type, tensors, numpy_steps in (
+        ("simple", "numpy", False),
+        ("simple", "numpy", True),
+        ("async_scheduling", "torch", False),
+    ):
+        if numpy_steps:
+            monkeypatch.setattr(onnx_rnn, "torch_if_installed", lambda: None)
         rep = backend.prepare(model, net_type=net_type, tensors=tensors, check=False)
         assert rep.model.op_counts == {(op, "native"): 1}
         for got, exp in zip(rep.run(feeds), want):
+            assert type(got) is np.ndarray and got.dtype == np.float32
+            np.testing.assert_allclose(got, exp, rtol=1e-5, atol=1e-5)
+        monkeypatch.undo()
+
+
+@pytest.mark.timeout(60)
+def test_lstm_on_numpy_sees_weights_changed_in_place() -> None:
+    model, feeds = _rnn_model("LSTM", "bidirectional", 0, 0, True, ["Y", "Y_h", "Y_c"])
+    rep = backend.prepare(model, check=False)
+    ref = ReferenceEvaluator(model)
+    w = feeds["W"].copy()
+    for scale in (1.0, 0.5):
+        feeds["W"] = w
+        w *= scale  # the same array, new values
+        for got, exp in zip(rep.run(feeds), ref.run(None, feeds)):
             np.testing.assert_allclose(got, exp, rtol=1e-5, atol=1e-5)
 
 
