@@ -39,6 +39,14 @@ _ARGS = [
     ),
     Arg("layout", int, 0, "0: X [seq, batch, in]; 1: X [batch, seq, in]", choices=(0, 1)),
     Arg("produce", list, [1, 1], "which outputs the op writes: Y, Y_h (and Y_c for LSTM), 1 or 0 each", item_type=int),
+    Arg(
+        "gate_order",
+        str,
+        "onnx",
+        "the order of the gate blocks in W, R and B: ONNX's (LSTM i, o, f, c; GRU z, r, h) or torch's "
+        "(i, f, g, o; r, z, n), which the importer writes for weights that are initializers",
+        choices=("onnx", "torch"),
+    ),
 ]
 
 
@@ -107,7 +115,11 @@ def _fused_torch(ctx: Any, x: Any, w: Any, r: Any, b: Any, h0: Any, c0: Any, n_g
         blocks = torch.chunk(a, n_gates, dim=0)
         return torch.cat([blocks[i] for i in _TORCH_ORDER[n_gates]], dim=0)
 
-    if isinstance(w, np.ndarray):  # numpy weights: reordered by numpy on every call (in-place writes stay seen)
+    if ctx.args["gate_order"] == "torch":  # in torch's order already (reordered at import)
+        flat = [a if is_torch(a) else _tensor(torch, a) for a in _halves(w, r, b, n_gates, hidden, dirs)]
+        if not is_torch(x):
+            x, h0, c0 = (None if a is None else _tensor(torch, a) for a in (x, h0, c0))
+    elif isinstance(w, np.ndarray):  # numpy weights: reordered by numpy on every call (in-place writes stay seen)
         flat = [torch.from_numpy(a) for a in _reordered_numpy(w, r, b, n_gates, hidden)]
         x, h0, c0 = (None if a is None else _tensor(torch, a) for a in (x, h0, c0))
     else:
@@ -160,6 +172,40 @@ def _reordered_torch(w: Any, r: Any, b: Any, n_gates: int, hidden: int, dirs: in
     return flat
 
 
+def _halves(w: Any, r: Any, b: Any, n_gates: int, hidden: int, dirs: int) -> list[Any]:
+    """W, R (and B's input and recurrent halves) per direction, as they are."""
+    flat = []
+    for d in range(dirs):
+        flat += [w[d], r[d]]
+        if b is not None:
+            flat += [b[d][: n_gates * hidden], b[d][n_gates * hidden :]]
+    return flat
+
+
+def gate_permutation(n_gates: int, hidden: int, to: str = "torch") -> np.ndarray:
+    """Row indices taking W's or R's gate blocks (``n_gates`` of ``hidden`` rows) from ONNX's order
+    to torch's (``to="torch"``), or back (``to="onnx"``); B's halves take the same indices.
+
+    >>> gate_permutation(4, 1).tolist(), gate_permutation(4, 1, "onnx").tolist()
+    ([0, 2, 3, 1], [0, 3, 1, 2])
+    """
+    order = np.array(_TORCH_ORDER[n_gates])
+    if to == "onnx":
+        order = np.argsort(order)
+    return np.concatenate([np.arange(i * hidden, (i + 1) * hidden) for i in order])
+
+
+def _onnx_order(w: Any, r: Any, b: Any, n_gates: int, hidden: int) -> tuple[Any, Any, Any]:
+    """W, R, B given in torch's gate order, back in ONNX's (for the step-by-step path)."""
+    if w.shape[1] != n_gates * hidden or r.shape[1] != n_gates * hidden:
+        return w, r, b  # the shape error is raised below
+    idx = gate_permutation(n_gates, hidden, "onnx")
+    take = (lambda a, i: a[:, i]) if not is_torch(w) else (lambda a, i: a[:, _torch_module().from_numpy(i)])
+    if b is not None:
+        b = take(b, np.concatenate([idx, n_gates * hidden + idx]))
+    return take(w, idx), take(r, idx), b
+
+
 def _reordered_numpy(w: np.ndarray, r: np.ndarray, b: Any, n_gates: int, hidden: int) -> list[np.ndarray]:
     """numpy W, R (and B's two halves) per direction in torch's gate order (new contiguous arrays)."""
     order = np.concatenate([np.arange(i * hidden, (i + 1) * hidden) for i in _TORCH_ORDER[n_gates]])
@@ -203,6 +249,8 @@ def _run(ctx: Any, x: Any, w: Any, r: Any, b: Any, h0: Any, c0: Any, cell: Any, 
             return out
     ops = _Ops(x)
     hidden, layout = ctx.args["hidden_size"], ctx.args["layout"]
+    if ctx.args["gate_order"] == "torch":
+        w, r, b = _onnx_order(w, r, b, n_gates, hidden)
     if layout == 1:
         x = ops.swap01(x)
         h0 = None if h0 is None else ops.swap01(h0)

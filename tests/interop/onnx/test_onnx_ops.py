@@ -161,3 +161,45 @@ def test_conv_batch_norm_folded_at_import() -> None:
     unfolded = backend.prepare(model, optimize=False)
     assert [op.type for op in unfolded.model.predict_net.ops] == ["Conv", "ONNXBatchNorm"]
     np.testing.assert_allclose(unfolded.run([x])[0], want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    "op,direction,lbr,bias",
+    [
+        ("LSTM", "forward", 0, True),
+        ("LSTM", "bidirectional", 0, False),
+        ("GRU", "reverse", 1, True),
+        ("GRU", "forward", 0, True),
+    ],
+)
+def test_rnn_weights_from_initializers_are_stored_in_torch_gate_order(
+    op: str, direction: str, lbr: int, bias: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """W, R and B initializers are reordered once at import (not for GRU without
+    linear_before_reset, which torch does not compute); every path gives the reference's outputs."""
+    from asyncnet.ops import onnx_rnn
+
+    outputs = ["Y", "Y_h", "Y_c"] if op == "LSTM" else ["Y", "Y_h"]
+    model, feeds = _rnn_model(op, direction, 1, lbr, bias, outputs)  # no B: no states (no gap in the inputs)
+    want = ReferenceEvaluator(model).run(None, feeds)
+    names = ["W", "R", "B"] if bias else ["W", "R"]
+    g = model.graph
+    g.initializer.extend(onnx.numpy_helper.from_array(feeds.pop(n), n) for n in names)
+    keep = [v for v in g.input if v.name not in names]
+    del g.input[:]
+    g.input.extend(keep)
+    node = g.node[0]
+    if not bias:
+        node.input[3] = ""
+        want = ReferenceEvaluator(model).run(None, feeds)
+    for tensors, numpy_steps in (("numpy", False), ("numpy", True), ("torch", False)):
+        if numpy_steps:
+            monkeypatch.setattr(onnx_rnn, "torch_if_installed", lambda: None)
+        rep = backend.prepare(model, tensors=tensors, check=False)
+        (rnn,) = rep.model.predict_net.ops
+        assert rnn.type == "ONNX" + op
+        assert rnn.args.get("gate_order", "onnx") == ("onnx" if op == "GRU" and not lbr else "torch")
+        for got, exp in zip(rep.run(feeds), want):
+            np.testing.assert_allclose(got, exp, rtol=1e-5, atol=1e-5)
+        monkeypatch.undo()

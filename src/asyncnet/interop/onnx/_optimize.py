@@ -477,3 +477,50 @@ def drop_zero_states(model: Any) -> Any:
     del new.graph.node[:]
     new.graph.node.extend(kept)
     return new
+
+
+def torch_gate_order(ops: list[Any], init_ops: list[Any], keep: set[str]) -> tuple[list[Any], list[Any]]:
+    """``ONNXLSTM`` (and ``ONNXGRU`` with ``linear_before_reset``, the form torch computes) whose W,
+    R and B are initializers that only it reads get those initializers with their gate blocks in
+    torch's order and ``gate_order="torch"``: torch's fused recurrence then takes them as they are,
+    instead of reordering them on every run. Returns the new (ops, init_ops); nets with control
+    flow (whose bodies may read the weights) are left as they are. ``keep``: the graph outputs."""
+    import dataclasses
+
+    from asyncnet.interop.onnx._model import tensor_fill
+    from asyncnet.ops.onnx_ref import onnx_tensor_fill
+    from asyncnet.ops.onnx_rnn import gate_permutation
+
+    if any(op.type in ("ONNXIf", "ONNXLoop", "ONNXScan") for op in ops):
+        return ops, init_ops
+    reads = Counter(n for op in ops for n in op.inputs)
+    fills = {op.outputs[0]: i for i, op in enumerate(init_ops) if op.type == "ONNXTensorFill"}
+    init_ops, ops = list(init_ops), list(ops)
+    for k, op in enumerate(ops):
+        n_gates = {"ONNXLSTM": 4, "ONNXGRU": 3}.get(op.type)
+        if n_gates is None or op.args.get("gate_order", "onnx") != "onnx":
+            continue
+        if n_gates == 3 and not op.args.get("linear_before_reset"):
+            continue
+        weights = op.inputs[1 : min(len(op.inputs), 4)]
+        if any(n not in fills or reads[n] != 1 or n in keep for n in weights):
+            continue
+        hidden = op.args["hidden_size"]
+        values = [onnx_tensor_fill(_FillContext(init_ops[fills[n]].args)) for n in weights]
+        if any(
+            v.ndim != 2 + (i < 2) or v.shape[1] != n_gates * hidden * (1 if i < 2 else 2) for i, v in enumerate(values)
+        ):
+            continue  # not the shapes ONNX gives W [dirs, G*H, in], R [dirs, G*H, H], B [dirs, 2*G*H]: run as is
+        idx = gate_permutation(n_gates, hidden)
+        perms = [idx, idx, np.concatenate([idx, n_gates * hidden + idx])]
+        for n, v, p in zip(weights, values, perms):
+            init_ops[fills[n]] = tensor_fill(n, v[:, p])
+        ops[k] = dataclasses.replace(op, args={**op.args, "gate_order": "torch"})
+    return ops, init_ops
+
+
+class _FillContext:
+    """The context ``onnx_tensor_fill`` reads (its args), to decode an initializer op's value."""
+
+    def __init__(self, args: dict[str, Any]):
+        self.args = args
