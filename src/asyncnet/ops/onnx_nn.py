@@ -595,3 +595,73 @@ def onnx_compare(ctx: Any, x: Any, z: Any) -> Any:
     if is_torch(x):
         return getattr(_torch(), torch_name)(x, z)
     return as_array(getattr(np, np_name)(x, z))
+
+
+# -- chains of layout ops, fused at import ------------------------------------------------------
+
+#: the ops a chain may hold: one array in, a view or copy of it out, every other input an argument
+LAYOUT_OPS = ("ONNXReshape", "ONNXTranspose", "ONNXUnsqueeze", "ONNXSqueeze", "ONNXGather", "ONNXFlatten")
+
+
+def _layout_steps(steps: list[str]) -> list[tuple[Any, Any]]:
+    """Each step (a JSON object: the op type under "op", its arguments) as (kernel, its context),
+    the arguments typed and defaulted by the op's schema, as if the op stood alone."""
+    import json
+
+    from asyncnet.core.defs import DeviceOption, OperatorDef
+    from asyncnet.core.registry import OpContext, validate_op
+
+    out = []
+    for i, text in enumerate(steps):
+        try:
+            step = json.loads(text)
+        except ValueError as e:
+            raise ValueError(f"steps[{i}]: expected a JSON object, got {text!r} ({e})") from None
+        if not isinstance(step, dict) or step.get("op") not in LAYOUT_OPS:
+            raise ValueError(f"steps[{i}]: expected an object whose 'op' is one of {list(LAYOUT_OPS)}, got {text!r}")
+        args = {k: v for k, v in step.items() if k != "op"}
+        op = OperatorDef(step["op"], ["x"], ["y"], args)
+        try:
+            schema, typed = validate_op(op, i)
+        except Exception as e:  # noqa: BLE001 - a NetDefinitionError of the step, told as the chain's
+            raise ValueError(f"steps[{i}]: {e}") from None
+        out.append((schema.fn, OpContext(op, i, typed, DeviceOption(), {})))
+    return out
+
+
+_PARSED: dict[int, tuple[list[str], list[tuple[Any, Any]]]] = {}  # id(steps) -> (steps, kernels)
+
+
+def _parsed(steps: list[str]) -> list[tuple[Any, Any]]:
+    hit = _PARSED.get(id(steps))
+    if hit is not None and hit[0] is steps:
+        return hit[1]
+    kernels = _layout_steps(steps)
+    if len(_PARSED) > 4096:
+        _PARSED.clear()
+    _PARSED[id(steps)] = (steps, kernels)
+    return kernels
+
+
+@register_op(
+    "ONNXLayout",
+    args=[
+        Arg(
+            "steps",
+            list,
+            Arg.REQUIRED,
+            'the ops in order, each a JSON object: {"op": "ONNXTranspose", "perm": [1, 0, 2]}',
+            item_type=str,
+        )
+    ],
+    validate=lambda op: _layout_steps(op.args.get("steps", [])) and None,
+    devices=CPU_CUDA,
+    doc="Y = X through a chain of one-input layout ops (ONNXReshape, ONNXTranspose, ONNXUnsqueeze, ONNXSqueeze, "
+    "ONNXGather, ONNXFlatten with their constant arguments), as one op: what the importer makes of attention's "
+    "reshape and transpose chains.",
+)
+def onnx_layout(ctx: Any, x: Any) -> Any:
+    x = array(ctx, x, 0)
+    for fn, step_ctx in _parsed(ctx.args["steps"]):
+        x = fn(step_ctx, x)
+    return x

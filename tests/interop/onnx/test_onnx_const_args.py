@@ -1,8 +1,11 @@
 """Constant shapes, axes and indices resolved at import (Reshape's target, Unsqueeze's and Squeeze's
-axes, Gather's one index become op arguments), and Softmax / LayerNormalization on numpy arrays
+axes, Gather's one index become op arguments), chains of such layout ops fused into one
+ONNXLayout op, and Softmax / LayerNormalization on numpy arrays
 (torch's fused kernels on zero-copy views): outputs equal onnx's reference evaluator."""
 
 from __future__ import annotations
+
+import json
 
 import numpy as np
 import pytest
@@ -53,15 +56,15 @@ def _views_model() -> onnx.ModelProto:
 def test_constant_shape_axes_and_index_become_arguments(tensors):
     model = _views_model()
     rep = backend.prepare(model, tensors=tensors)
-    ops = rep.model.predict_net.ops
-    assert [(op.type, len(op.inputs)) for op in ops] == [
-        ("ONNXReshape", 1),
-        ("ONNXUnsqueeze", 1),
-        ("ONNXTranspose", 1),
-        ("ONNXSqueeze", 1),
-        ("ONNXGather", 1),
+    (op,) = rep.model.predict_net.ops  # the chain, fused
+    assert op.type == "ONNXLayout" and op.inputs == ["x"]
+    assert [json.loads(s) for s in op.args["steps"]] == [
+        {"op": "ONNXReshape", "allowzero": False, "shape": [0, 4, 2, 3]},
+        {"op": "ONNXUnsqueeze", "axes": [0]},
+        {"op": "ONNXTranspose", "perm": [2, 0, 1, 3, 4]},
+        {"op": "ONNXSqueeze", "axes": [1]},
+        {"op": "ONNXGather", "axis": 2, "index": -1},
     ]
-    assert ops[0].args["shape"] == [0, 4, 2, 3] and ops[4].args["index"] == -1
     ref = ReferenceEvaluator(model)
     for batch in (1, 3):
         x = np.random.default_rng(batch).standard_normal((batch, 4, 6)).astype(np.float32)
@@ -133,3 +136,74 @@ def test_layer_norm_on_numpy_arrays_matches_the_reference(dtype, onnx_dtype, tol
     y = rep.run([x])[0]
     assert y.dtype == dtype
     np.testing.assert_allclose(y, ReferenceEvaluator(model).run(None, {"x": x})[0], rtol=10 * tol, atol=10 * tol)
+
+
+def _branchy_views_model() -> onnx.ModelProto:
+    """x [batch, 6] -> Reshape [-1, 2, 3] -> t (a graph output, read three times): Transpose ->
+    Flatten -> y1; Gather index 0 on axis 1 -> Relu -> y2; Unsqueeze 0 -> y3."""
+    inits = [_t("target", np.array([-1, 2, 3], np.int64)), _t("zero", np.array(0, np.int64))]
+    nodes = [
+        oh.make_node("Reshape", ["x", "target"], ["t"]),
+        oh.make_node("Transpose", ["t"], ["tt"], perm=[0, 2, 1]),
+        oh.make_node("Flatten", ["tt"], ["y1"], axis=1),
+        oh.make_node("Gather", ["t", "zero"], ["g"], axis=1),
+        oh.make_node("Relu", ["g"], ["y2"]),
+        oh.make_node("Unsqueeze", ["t", "zero_axes"], ["y3"]),
+    ]
+    inits.append(_t("zero_axes", np.array([0], np.int64)))
+    graph = oh.make_graph(
+        nodes,
+        "branchy",
+        [oh.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 6])],
+        [
+            oh.make_tensor_value_info("t", TensorProto.FLOAT, ["batch", 2, 3]),
+            oh.make_tensor_value_info("y1", TensorProto.FLOAT, ["batch", 6]),
+            oh.make_tensor_value_info("y2", TensorProto.FLOAT, ["batch", 3]),
+            oh.make_tensor_value_info("y3", TensorProto.FLOAT, [1, "batch", 2, 3]),
+        ],
+        initializer=inits,
+    )
+    return oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("tensors", ["numpy", "torch"])
+def test_layout_chains_stop_at_values_read_twice_and_graph_outputs(tensors):
+    model = _branchy_views_model()
+    rep = backend.prepare(model, tensors=tensors)
+    ops = rep.model.predict_net.ops
+    assert [(op.type, op.outputs) for op in ops] == [
+        ("ONNXReshape", ["t"]),
+        ("ONNXLayout", ["y1"]),  # Transpose + Flatten
+        ("ONNXGather", ["g"]),  # read by Relu, not a layout op
+        ("Relu", ["y2"]),
+        ("ONNXUnsqueeze", ["y3"]),
+    ]
+    ref = ReferenceEvaluator(model)
+    for batch in (1, 4):
+        x = np.random.default_rng(batch).standard_normal((batch, 6)).astype(np.float32)
+        for got, want in zip(rep.run([x]), ref.run(None, {"x": x})):
+            np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize(
+    ("steps", "match"),
+    [
+        (["not json"], "expected a JSON object"),
+        (['{"op": "Relu"}'], "one of"),
+        (['{"op": "ONNXTranspose", "perm": "a"}'], "perm"),
+        (['{"op": "ONNXReshape"}'], "one of them"),
+    ],
+)
+def test_layout_op_refuses_bad_steps_when_created(steps, match):
+    net = an.Net("n")
+    with pytest.raises(NetDefinitionError, match=match):
+        net.ONNXLayout(["x"], "y", steps=steps)
+
+
+def test_layout_op_step_errors_name_the_op():
+    ws = an.Workspace()
+    ws.feed("x", np.zeros((2, 3), np.float32))
+    net = an.Net("n")
+    net.ONNXLayout(["x"], "y", steps=['{"op": "ONNXTranspose", "perm": [1, 0]}', '{"op": "ONNXSqueeze", "axes": [0]}'])
+    with pytest.raises(an.OperatorError, match="cannot squeeze axis 0 of size 3"):
+        ws.run_net_once(net)

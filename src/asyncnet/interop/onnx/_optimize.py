@@ -479,6 +479,9 @@ def drop_zero_states(model: Any) -> Any:
     return new
 
 
+_CONTROL = ("ONNXIf", "ONNXLoop", "ONNXScan")  # ops whose bodies read values of the graph around them
+
+
 def torch_gate_order(ops: list[Any], init_ops: list[Any], keep: set[str]) -> tuple[list[Any], list[Any]]:
     """``ONNXLSTM`` (and ``ONNXGRU`` with ``linear_before_reset``, the form torch computes) whose W,
     R and B are initializers that only it reads get those initializers with their gate blocks in
@@ -491,7 +494,7 @@ def torch_gate_order(ops: list[Any], init_ops: list[Any], keep: set[str]) -> tup
     from asyncnet.ops.onnx_ref import onnx_tensor_fill
     from asyncnet.ops.onnx_rnn import gate_permutation
 
-    if any(op.type in ("ONNXIf", "ONNXLoop", "ONNXScan") for op in ops):
+    if any(op.type in _CONTROL for op in ops):
         return ops, init_ops
     reads = Counter(n for op in ops for n in op.inputs)
     fills = {op.outputs[0]: i for i, op in enumerate(init_ops) if op.type == "ONNXTensorFill"}
@@ -524,3 +527,49 @@ class _FillContext:
 
     def __init__(self, args: dict[str, Any]):
         self.args = args
+
+
+def fuse_layout_chains(ops: list[Any], keep: set[str]) -> list[Any]:
+    """Each chain of one-input layout ops (``LAYOUT_OPS`` whose constants are arguments), every
+    link read only by the next, becomes one ``ONNXLayout`` op in the place of the chain's last op
+    (the ops between never read the links). ``keep``: values the graph outputs, never fused away."""
+    import json
+
+    from asyncnet.core.defs import OperatorDef
+    from asyncnet.ops.onnx_nn import LAYOUT_OPS
+
+    if any(op.type in _CONTROL for op in ops):
+        return ops  # their bodies may read a link
+    reads = Counter(n for op in ops for n in op.inputs)
+
+    def link(op: Any) -> bool:
+        return op.type in LAYOUT_OPS and len(op.inputs) == 1 and len(op.outputs) == 1 and op.device_option is None
+
+    producer = {op.outputs[0]: i for i, op in enumerate(ops) if link(op)}
+    chains: dict[int, list[int]] = {}  # index of a chain's last op -> the indices of its ops, in order
+    absorbed: set[int] = set()
+    for i, op in enumerate(ops):
+        if not link(op):
+            continue
+        chain = [i]
+        j = producer.get(op.inputs[0])
+        while j is not None and reads[ops[j].outputs[0]] == 1 and ops[j].outputs[0] not in keep:
+            chain.insert(0, j)
+            j = producer.get(ops[j].inputs[0])
+        if len(chain) > 1:
+            for k in chain[:-1]:
+                absorbed.add(k)
+                chains.pop(k, None)
+            chains[i] = chain
+    if not chains:
+        return ops
+    out = []
+    for i, op in enumerate(ops):
+        if i in absorbed:
+            continue
+        if i in chains:
+            steps = [json.dumps({"op": ops[k].type, **ops[k].args}) for k in chains[i]]
+            first = ops[chains[i][0]]
+            op = OperatorDef("ONNXLayout", list(first.inputs), list(op.outputs), {"steps": steps}, name=op.name)
+        out.append(op)
+    return out
