@@ -16,6 +16,7 @@ are ones the kernel implements, so the op is exact for every input it receives::
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Sequence
 from typing import Any
 
@@ -24,7 +25,7 @@ import numpy as np
 from asyncnet.core.registry import Arg, register_op
 from asyncnet.ops._check import array, as_array
 from asyncnet.ops.conv import _torch as torch_if_installed
-from asyncnet.tensor.namespace import is_torch
+from asyncnet.tensor.namespace import is_torch, namespace
 
 CPU_CUDA = ("cpu", "cuda")
 
@@ -89,6 +90,22 @@ def onnx_matmul_add(ctx: Any, a: Any, b: Any, c: Any) -> Any:
     y = as_array(y)
     y += c
     return y
+
+
+_BINARY = {"Add": operator.add, "Sub": operator.sub, "Mul": operator.mul, "Div": operator.truediv}
+
+
+@_op(
+    "ONNXBinary",
+    inputs=2,
+    args=[Arg("fn", str, Arg.REQUIRED, "the ONNX op", choices=tuple(_BINARY))],
+    doc="C = A fn B elementwise with numpy's broadcasting, for fn in Add, Sub, Mul, Div (ONNX's ops of those "
+    "names on floats of one dtype, which the importer checks; numpy's or torch's own broadcast errors).",
+)
+def onnx_binary(ctx: Any, a: Any, b: Any) -> Any:
+    if type(a) is not type(b):
+        namespace(ctx, array(ctx, a, 0), array(ctx, b, 1))  # two libraries: the error naming both
+    return as_array(_BINARY[ctx.args["fn"]](a, b))
 
 
 def _scalar(v: float, like: Any) -> Any:

@@ -203,3 +203,40 @@ def test_rnn_weights_from_initializers_are_stored_in_torch_gate_order(
         for got, exp in zip(rep.run(feeds), want):
             np.testing.assert_allclose(got, exp, rtol=1e-5, atol=1e-5)
         monkeypatch.undo()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(("dtype", "want"), [(TensorProto.FLOAT, "ONNXBinary"), (TensorProto.INT32, "Add")])
+def test_float_arithmetic_runs_as_onnx_binary_and_integers_as_add(dtype: int, want: str) -> None:
+    node = oh.make_node("Add", ["a", "b"], ["c"])
+    model = oh.make_model(
+        oh.make_graph(
+            [node],
+            "g",
+            [oh.make_tensor_value_info("a", dtype, [2, 3]), oh.make_tensor_value_info("b", dtype, [3])],
+            [oh.make_tensor_value_info("c", dtype, [2, 3])],
+        ),
+        opset_imports=[oh.make_opsetid("", 17)],
+    )
+    rep = backend.prepare(model)
+    assert [op.type for op in rep.model.predict_net.ops] == [want]
+    np_dtype = onnx.helper.tensor_dtype_to_np_dtype(dtype)
+    a, b = np.arange(6, dtype=np_dtype).reshape(2, 3), np.array([1, 2, 3], np_dtype)
+    np.testing.assert_array_equal(rep.run([a, b])[0], a + b)
+
+
+@pytest.mark.timeout(60)
+def test_onnx_binary_refuses_two_libraries_and_unbroadcastable_shapes() -> None:
+    torch = pytest.importorskip("torch")
+    import asyncnet as an
+
+    net = an.Net("n")
+    net.ONNXBinary(["a", "b"], "c", fn="Mul")
+    with an.Workspace() as ws:
+        ws.feed("a", np.ones(3, np.float32))
+        ws.feed("b", torch.ones(3))
+        with pytest.raises(an.OperatorError, match="numpy.*torch|torch.*numpy"):
+            ws.run_net_once(net)
+        ws.feed("b", np.ones(4, np.float32))
+        with pytest.raises(an.OperatorError, match="broadcast"):
+            ws.run_net_once(net)

@@ -25,12 +25,14 @@ def _no_unknown(node: Any, allowed: set[str]) -> bool:
 
 @native("Add", "Sub", "Mul", "Div")
 def _binary(tr: Translator, node: Any) -> list[OperatorDef] | None:
-    """Elementwise arithmetic with numpy broadcasting (opset 7 on): asyncnet's Add/Sub/Mul/Div (floats; Add,
-    Sub and Mul also on the integer types torch has, which wrap as ONNX's do)."""
+    """Elementwise arithmetic with numpy broadcasting (opset 7 on): ONNXBinary on floats; asyncnet's Add,
+    Sub and Mul on the integer types torch has, which wrap as ONNX's do."""
     if tr.opset < 7 or node.attribute or tr.dtype(node.input[0]) != tr.dtype(node.input[1]):
         return None
+    if tr.all_float(node.input):
+        return _op("ONNXBinary", node, fn=node.op_type)  # numpy's broadcasting, no Caffe2 legacy checks
     ints = node.op_type != "Div" and _numeric(tr, node.input) and tr.dtype(node.input[0]).kind in "iu"
-    if not (tr.all_float(node.input) or ints):
+    if not ints:
         return None
     return _op(node.op_type, node)
 

@@ -382,7 +382,7 @@ def _rebuild(model: Any, folded: set[int], reshape_targets: dict[int, str], new_
 
 
 def fuse_matmul_add(ops: list[Any], params: dict[str, tuple[tuple[int, ...], Any]], keep: set[str]) -> list[Any]:
-    """``BatchMatMul(x, W)`` read only by an ``Add`` of a bias ``b``, ``W`` [K, N] and ``b`` [N]
+    """``BatchMatMul(x, W)`` read only by an Add (``ONNXBinary`` or ``Add``) of a bias ``b``, ``W`` [K, N] and ``b`` [N]
     initializers of one float dtype (``params``: name -> (shape, dtype)), becomes one
     ``ONNXMatMulAdd(x, W, b)`` (a Linear layer: numpy's matmul and broadcasting give the same
     result). ``keep``: values the graph outputs, never fused away."""
@@ -402,7 +402,7 @@ def fuse_matmul_add(ops: list[Any], params: dict[str, tuple[tuple[int, ...], Any
         if w is None or len(w[0]) != 2 or len(users) != 1 or users[0] <= i:
             continue
         add = ops[users[0]]
-        if add.type != "Add" or len(add.inputs) != 2 or add.args.get("broadcast", True) is False:
+        if not _is_add(add):
             continue
         other = add.inputs[1] if add.inputs[0] == op.outputs[0] else add.inputs[0]
         b = params.get(other)
@@ -415,6 +415,15 @@ def fuse_matmul_add(ops: list[Any], params: dict[str, tuple[tuple[int, ...], Any
     if not fused:
         return ops
     return [fused.get(i, op) for i, op in enumerate(ops) if i not in dropped]
+
+
+def _is_add(op: Any) -> bool:
+    """An elementwise Add with numpy's broadcasting (ONNXBinary's, or asyncnet's Add without legacy broadcast)."""
+    if len(op.inputs) != 2:
+        return False
+    if op.type == "ONNXBinary":
+        return op.args.get("fn") == "Add"
+    return op.type == "Add" and not op.args.get("broadcast", False)
 
 
 def _drop_unread(nodes: list[Any], outputs: set[str]) -> list[Any]:
