@@ -581,7 +581,20 @@ def onnx_reduce(ctx: Any, x: Any, axes: Any = None) -> Any:
     if is_torch(x):
         t = {"mean": x.mean, "sum": x.sum, "max": x.amax, "min": x.amin}[fn]
         return t(dim=ax, keepdim=keep)
+    if fn == "mean" and x.dtype in _TORCH_FLOATS:  # float16: numpy sums in float32
+        return _mean_np(x, ax, keep)
     return as_array(getattr(x, fn)(axis=ax, keepdims=keep))
+
+
+def _mean_np(x: np.ndarray, axes: tuple[int, ...], keep: bool) -> np.ndarray:
+    """``x.mean(axis=axes, keepdims=keep)``'s arithmetic (a sum in x's dtype, then one division)
+    without its Python layers."""
+    y = np.add.reduce(x, axis=axes, keepdims=keep)
+    n = math.prod(x.shape[a] for a in axes)
+    if isinstance(y, np.ndarray):
+        np.true_divide(y, n, out=y, casting="unsafe")
+        return y
+    return np.asarray(y.dtype.type(y / n))
 
 
 @_op("ONNXPow", inputs=2, doc="Y = X ** E (ONNX Pow, float X and E of one dtype, broadcasting).")
@@ -632,8 +645,8 @@ def _layout_steps(steps: list[str]) -> list[tuple[Any, Any]]:
     for i, text in enumerate(steps):
         try:
             step = json.loads(text)
-        except ValueError as e:
-            raise ValueError(f"steps[{i}]: expected a JSON object, got {text!r} ({e})") from None
+        except (ValueError, RecursionError) as e:
+            raise ValueError(f"steps[{i}]: expected a JSON object, got {text[:80]!r} ({type(e).__name__})") from None
         if not isinstance(step, dict) or step.get("op") not in LAYOUT_OPS:
             raise ValueError(f"steps[{i}]: expected an object whose 'op' is one of {list(LAYOUT_OPS)}, got {text!r}")
         args = {k: v for k, v in step.items() if k != "op"}

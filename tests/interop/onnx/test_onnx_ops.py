@@ -240,3 +240,28 @@ def test_onnx_binary_refuses_two_libraries_and_unbroadcastable_shapes() -> None:
         ws.feed("b", np.ones(4, np.float32))
         with pytest.raises(an.OperatorError, match="broadcast"):
             ws.run_net_once(net)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+@pytest.mark.parametrize(("axes", "keep"), [([1], 0), ([0, 2], 1), ([-1], 0)])
+def test_reduce_mean_gives_numpy_mean_bit_for_bit(dtype: type, axes: list, keep: int) -> None:
+    t = onnx.helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    node = oh.make_node("ReduceMean", ["x", "axes"], ["y"], keepdims=keep)
+    model = oh.make_model(
+        oh.make_graph(
+            [node],
+            "g",
+            [oh.make_tensor_value_info("x", t, [3, 16, 5])],
+            [oh.make_tensor_value_info("y", t, None)],
+            initializer=[onnx.numpy_helper.from_array(np.array(axes, np.int64), "axes")],
+        ),
+        opset_imports=[oh.make_opsetid("", 18)],
+    )
+    x = np.random.default_rng(3).standard_normal((3, 16, 5)).astype(dtype)
+    rep = backend.prepare(model, check=False)
+    assert [op.type for op in rep.model.predict_net.ops] == ["ONNXReduce"]
+    got = rep.run([x])[0]
+    want = x.mean(axis=tuple(axes), keepdims=bool(keep))
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
