@@ -84,12 +84,20 @@ def onnx_gemm(ctx: Any, a: Any, b: Any, c: Any = None) -> Any:
 )
 def onnx_matmul_add(ctx: Any, a: Any, b: Any, c: Any) -> Any:
     a = array(ctx, a, 0)
-    y = a @ b
+    if type(a) is np.ndarray and a.ndim > 2 and a.shape[-2] < _FEW_ROWS and b.ndim == 2:
+        y = (a.reshape(-1, a.shape[-1]) @ b).reshape(*a.shape[:-1], b.shape[-1])  # one gemm, not one gemv per row
+    else:
+        y = a @ b
     if is_torch(y):
         return y.add_(c)
     y = as_array(y)
     y += c
     return y
+
+
+#: rows per matrix below which numpy's batched matmul (one BLAS call per matrix) loses to one
+#: matrix product of all rows: [16, 1, 64] @ [64, 192] runs 2x faster as [16, 64] @ [64, 192]
+_FEW_ROWS = 8
 
 
 _BINARY = {"Add": operator.add, "Sub": operator.sub, "Mul": operator.mul, "Div": operator.truediv}
