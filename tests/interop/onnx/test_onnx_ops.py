@@ -265,3 +265,29 @@ def test_reduce_mean_gives_numpy_mean_bit_for_bit(dtype: type, axes: list, keep:
     want = x.mean(axis=tuple(axes), keepdims=bool(keep))
     assert got.dtype == want.dtype
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.timeout(60)
+def test_simple_predict_net_runs_straight_with_the_simple_nets_errors() -> None:
+    """A "simple" predict net is created as a straight net: same outputs, and a kernel failure is
+    the simple net's OperatorError naming the op."""
+    import asyncnet as an
+    from asyncnet.exec.straight import StraightNet
+
+    node = oh.make_node("Reshape", ["x", "s"], ["y"], name="reshape_it")
+    model = oh.make_model(
+        oh.make_graph(
+            [node],
+            "g",
+            [oh.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 6])],
+            [oh.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+            initializer=[onnx.numpy_helper.from_array(np.array([-1, 4], np.int64), "s")],
+        ),
+        opset_imports=[oh.make_opsetid("", 17)],
+    )
+    rep = backend.prepare(model, check=False)
+    assert type(rep.net) is StraightNet and rep.model.predict_net.type == "simple"
+    np.testing.assert_array_equal(rep.run([np.arange(12, dtype=np.float32).reshape(2, 6)])[0].shape, (3, 4))
+    with pytest.raises(an.OperatorError, match="ONNXReshape") as err:
+        rep.run([np.zeros((1, 6), np.float32)])  # 6 values do not make rows of 4
+    assert err.value.op_name == "reshape_it"
