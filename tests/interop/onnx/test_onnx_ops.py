@@ -291,3 +291,30 @@ def test_simple_predict_net_runs_straight_with_the_simple_nets_errors() -> None:
     with pytest.raises(an.OperatorError, match="ONNXReshape") as err:
         rep.run([np.zeros((1, 6), np.float32)])  # 6 values do not make rows of 4
     assert err.value.op_name == "reshape_it"
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("tensors", ["numpy", "torch"])
+def test_inputs_are_checked_on_every_run_after_a_good_one(tensors: str) -> None:
+    model = oh.make_model(
+        oh.make_graph(
+            [oh.make_node("Relu", ["x"], ["y"])],
+            "g",
+            [oh.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3])],
+            [oh.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 3])],
+        ),
+        opset_imports=[oh.make_opsetid("", 17)],
+    )
+    rep = backend.prepare(model, tensors=tensors)
+    good = np.array([[-1.0, 0.5, 2.0]], np.float32)
+    for _ in range(2):
+        np.testing.assert_array_equal(rep.run([good])[0], np.maximum(good, 0))
+    for bad, match in (
+        (good.astype(np.float64), "dtype"),
+        (np.zeros((1, 4), np.float32), "dim 1"),
+        (np.zeros(3, np.float32), "rank"),
+        ({"z": good}, "not a graph input"),
+    ):
+        with pytest.raises(backend.OnnxInputError, match=match):
+            rep.run(bad if isinstance(bad, dict) else [bad])
+    np.testing.assert_array_equal(rep.run({"x": good * 2})[0], np.maximum(good * 2, 0))
