@@ -25,6 +25,7 @@ import numpy as np
 from asyncnet.core.defs import OperatorDef
 from asyncnet.core.registry import Arg, register_op
 from asyncnet.ops._check import float_array
+from asyncnet.ops.conv import _torch as torch_if_installed
 from asyncnet.tensor.namespace import is_torch
 
 _ARGS = [
@@ -38,6 +39,14 @@ _ARGS = [
     ),
     Arg("layout", int, 0, "0: X [seq, batch, in]; 1: X [batch, seq, in]", choices=(0, 1)),
     Arg("produce", list, [1, 1], "which outputs the op writes: Y, Y_h (and Y_c for LSTM), 1 or 0 each", item_type=int),
+    Arg(
+        "gate_order",
+        str,
+        "onnx",
+        "the order of the gate blocks in W, R and B: ONNX's (LSTM i, o, f, c; GRU z, r, h) or torch's "
+        "(i, f, g, o; r, z, n), which the importer writes for weights that are initializers",
+        choices=("onnx", "torch"),
+    ),
 ]
 
 
@@ -106,19 +115,15 @@ def _fused_torch(ctx: Any, x: Any, w: Any, r: Any, b: Any, h0: Any, c0: Any, n_g
         blocks = torch.chunk(a, n_gates, dim=0)
         return torch.cat([blocks[i] for i in _TORCH_ORDER[n_gates]], dim=0)
 
-    key = (w._version, r._version, None if b is None else (id(b), b._version), n_gates, dirs)
-    cached = _REORDERED.get(id(w))
-    if cached is not None and cached[0]() is w and cached[1] == key and cached[2] is r:
-        flat = cached[3]
+    if ctx.args["gate_order"] == "torch":  # in torch's order already (reordered at import)
+        flat = [a if is_torch(a) else _tensor(torch, a) for a in _halves(w, r, b, n_gates, hidden, dirs)]
+        if not is_torch(x):
+            x, h0, c0 = (None if a is None else _tensor(torch, a) for a in (x, h0, c0))
+    elif isinstance(w, np.ndarray):  # numpy weights: reordered by numpy on every call (in-place writes stay seen)
+        flat = [torch.from_numpy(a) for a in _reordered_numpy(w, r, b, n_gates, hidden)]
+        x, h0, c0 = (None if a is None else _tensor(torch, a) for a in (x, h0, c0))
     else:
-        flat = []
-        for d in range(dirs):
-            flat += [reorder(w[d]), reorder(r[d])]
-            if b is not None:
-                flat += [reorder(b[d][: n_gates * hidden]), reorder(b[d][n_gates * hidden :])]
-        if len(_REORDERED) > 256:
-            _REORDERED.clear()
-        _REORDERED[id(w)] = (weakref.ref(w), key, r, flat)
+        flat = _reordered_torch(w, r, b, n_gates, hidden, dirs, reorder)
     seq_first = x if layout == 0 else x.transpose(0, 1)
     if direction == "reverse":
         seq_first = seq_first.flip(0)
@@ -145,19 +150,107 @@ def _fused_torch(ctx: Any, x: Any, w: Any, r: Any, b: Any, h0: Any, c0: Any, n_g
     return picked[0] if len(picked) == 1 else picked
 
 
+def _tensor(torch: Any, a: np.ndarray) -> Any:
+    """A torch view of numpy array ``a`` (of a C-ordered copy when ``a`` is strided or read-only)."""
+    return torch.from_numpy(a if a.flags.c_contiguous and a.flags.writeable else np.array(a, order="C"))
+
+
+def _reordered_torch(w: Any, r: Any, b: Any, n_gates: int, hidden: int, dirs: int, reorder: Any) -> list[Any]:
+    """torch weights in torch's gate order, cached per W while W, R and B keep their versions."""
+    key = (w._version, r._version, None if b is None else (id(b), b._version), n_gates, dirs)
+    cached = _REORDERED.get(id(w))
+    if cached is not None and cached[0]() is w and cached[1] == key and cached[2] is r:
+        return cached[3]
+    flat = []
+    for d in range(dirs):
+        flat += [reorder(w[d]), reorder(r[d])]
+        if b is not None:
+            flat += [reorder(b[d][: n_gates * hidden]), reorder(b[d][n_gates * hidden :])]
+    if len(_REORDERED) > 256:
+        _REORDERED.clear()
+    _REORDERED[id(w)] = (weakref.ref(w), key, r, flat)
+    return flat
+
+
+def _halves(w: Any, r: Any, b: Any, n_gates: int, hidden: int, dirs: int) -> list[Any]:
+    """W, R (and B's input and recurrent halves) per direction, as they are."""
+    flat = []
+    for d in range(dirs):
+        flat += [w[d], r[d]]
+        if b is not None:
+            flat += [b[d][: n_gates * hidden], b[d][n_gates * hidden :]]
+    return flat
+
+
+def gate_permutation(n_gates: int, hidden: int, to: str = "torch") -> np.ndarray:
+    """Row indices taking W's or R's gate blocks (``n_gates`` of ``hidden`` rows) from ONNX's order
+    to torch's (``to="torch"``), or back (``to="onnx"``); B's halves take the same indices.
+
+    >>> gate_permutation(4, 1).tolist(), gate_permutation(4, 1, "onnx").tolist()
+    ([0, 2, 3, 1], [0, 3, 1, 2])
+    """
+    order = np.array(_TORCH_ORDER[n_gates])
+    if to == "onnx":
+        order = np.argsort(order)
+    return np.concatenate([np.arange(i * hidden, (i + 1) * hidden) for i in order])
+
+
+def _onnx_order(w: Any, r: Any, b: Any, n_gates: int, hidden: int) -> tuple[Any, Any, Any]:
+    """W, R, B given in torch's gate order, back in ONNX's (for the step-by-step path)."""
+    if w.shape[1] != n_gates * hidden or r.shape[1] != n_gates * hidden:
+        return w, r, b  # the shape error is raised below
+    idx = gate_permutation(n_gates, hidden, "onnx")
+    take = (lambda a, i: a[:, i]) if not is_torch(w) else (lambda a, i: a[:, _torch_module().from_numpy(i)])
+    if b is not None:
+        b = take(b, np.concatenate([idx, n_gates * hidden + idx]))
+    return take(w, idx), take(r, idx), b
+
+
+def _reordered_numpy(w: np.ndarray, r: np.ndarray, b: Any, n_gates: int, hidden: int) -> list[np.ndarray]:
+    """numpy W, R (and B's two halves) per direction in torch's gate order (new contiguous arrays)."""
+    order = np.concatenate([np.arange(i * hidden, (i + 1) * hidden) for i in _TORCH_ORDER[n_gates]])
+    flat = []
+    for d in range(w.shape[0]):
+        flat += [w[d][order], r[d][order]]
+        if b is not None:
+            flat += [b[d][order], b[d][n_gates * hidden + order]]
+    return flat
+
+
+def _fusable(ctx: Any, x: Any, w: Any, r: Any, b: Any, h0: Any, c0: Any, n_gates: int) -> Any:
+    """The torch module when torch's fused recurrence can run these inputs: torch tensors of float32/64,
+    or numpy arrays of one of those dtypes (zero-copy views in, numpy out) when torch is installed."""
+    if x.shape[0 if ctx.args["layout"] == 0 else 1] == 0 or not (n_gates == 4 or ctx.args.get("linear_before_reset")):
+        return None
+    if is_torch(x):
+        return _torch_module() if x.dtype in _fused_dtypes() else None
+    arrays = [a for a in (x, w, r, b, h0, c0) if a is not None]
+    if x.dtype not in _NUMPY_FUSED or any(type(a) is not np.ndarray or a.dtype != x.dtype for a in arrays):
+        return None
+    return torch_if_installed()
+
+
+_NUMPY_FUSED = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _torch_module() -> Any:
+    import torch
+
+    return torch
+
+
 def _run(ctx: Any, x: Any, w: Any, r: Any, b: Any, h0: Any, c0: Any, cell: Any, n_gates: int) -> Any:
     x, w, r = float_array(ctx, x, 0), float_array(ctx, w, 1), float_array(ctx, r, 2)
-    if (
-        is_torch(x)
-        and x.shape[0 if ctx.args["layout"] == 0 else 1] > 0
-        and (n_gates == 4 or ctx.args.get("linear_before_reset"))
-        and x.dtype in _fused_dtypes()
-    ):
+    if _fusable(ctx, x, w, r, b, h0, c0, n_gates) is not None:
         out = _fused_torch(ctx, x, w, r, b, h0, c0, n_gates)
         if out is not None:
+            if not is_torch(x):
+                return out.numpy() if is_torch(out) else [v.numpy() for v in out]
             return out
     ops = _Ops(x)
     hidden, layout = ctx.args["hidden_size"], ctx.args["layout"]
+    if ctx.args["gate_order"] == "torch":
+        w, r, b = _onnx_order(w, r, b, n_gates, hidden)
     if layout == 1:
         x = ops.swap01(x)
         h0 = None if h0 is None else ops.swap01(h0)

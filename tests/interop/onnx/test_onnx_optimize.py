@@ -4,6 +4,8 @@ outputs equal onnx's reference evaluator, for more than one batch size."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -66,7 +68,9 @@ def test_shape_arithmetic_is_folded_and_outputs_stay_exact(tensors):
     model = _attention_like()
     rep = backend.prepare(model, tensors=tensors)
     types = [op.type for op in rep.model.predict_net.ops]
-    assert types == ["ONNXMatMulAdd", "ONNXReshape", "ONNXTranspose", "ONNXTranspose", "ONNXReshape"], types
+    assert types == ["ONNXMatMulAdd", "ONNXLayout"], types  # Reshape, Transpose, Transpose, Reshape: one op
+    steps = [json.loads(s)["op"] for s in rep.model.predict_net.ops[1].args["steps"]]
+    assert steps == ["ONNXReshape", "ONNXTranspose", "ONNXTranspose", "ONNXReshape"]
     plain = backend.prepare(model, tensors=tensors, optimize=False)
     assert "ONNXShape" in [op.type for op in plain.model.predict_net.ops]
     ref = ReferenceEvaluator(model)
@@ -95,7 +99,7 @@ def test_matmul_kept_when_its_output_is_a_graph_output():
     )
     model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)])
     rep = backend.prepare(model)
-    assert [op.type for op in rep.model.predict_net.ops] == ["BatchMatMul", "Add"]
+    assert [op.type for op in rep.model.predict_net.ops] == ["BatchMatMul", "ONNXBinary"]
     x = g.standard_normal((5, 3)).astype(np.float32)
     for got, want in zip(rep.run([x]), ReferenceEvaluator(model).run(None, {"x": x})):
         np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
@@ -231,3 +235,35 @@ def test_zero_initial_states_from_constant_of_shape_are_left_out(op, fill):
     for batch in (1, 4):
         x = g.standard_normal((5, batch, inp)).astype(np.float32)
         np.testing.assert_allclose(rep.run([x])[0], ref.run(None, {"X": x})[0], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("shape", [(2, 6), (5, 1, 6), (5, 3, 6), (5, 9, 6), (2, 3, 1, 6)])
+@pytest.mark.parametrize("tensors", ["numpy", "torch"])
+def test_matmul_add_on_any_leading_dims_and_strided_inputs(shape, tensors):
+    """ONNXMatMulAdd (one matrix product of all rows when each matrix has few) on contiguous and
+    transposed inputs."""
+    g = np.random.default_rng(5)
+    perm = list(range(len(shape)))
+    perm[0], perm[-2] = perm[-2], perm[0]
+    nodes = [
+        oh.make_node("Transpose", ["x"], ["xt"], perm=perm),
+        oh.make_node("MatMul", ["xt", "w"], ["mm"]),
+        oh.make_node("Add", ["mm", "b"], ["y"]),
+    ]
+    in_shape = [shape[p] for p in perm]
+    graph = oh.make_graph(
+        nodes,
+        "mm",
+        [oh.make_tensor_value_info("x", TensorProto.FLOAT, in_shape)],
+        [oh.make_tensor_value_info("y", TensorProto.FLOAT, [*shape[:-1], 4])],
+        initializer=[
+            _t("w", g.standard_normal((6, 4)).astype(np.float32)),
+            _t("b", g.standard_normal(4).astype(np.float32)),
+        ],
+    )
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)])
+    rep = backend.prepare(model, tensors=tensors)
+    assert [op.type for op in rep.model.predict_net.ops] == ["ONNXTranspose", "ONNXMatMulAdd"]
+    x = g.standard_normal(in_shape).astype(np.float32)
+    want = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    np.testing.assert_allclose(rep.run([x])[0], want, rtol=1e-5, atol=1e-5)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from asyncnet.core.defs import OperatorDef
 from asyncnet.interop.onnx._translate import FLOATS, Translator, attrs, native
 
@@ -23,12 +25,14 @@ def _no_unknown(node: Any, allowed: set[str]) -> bool:
 
 @native("Add", "Sub", "Mul", "Div")
 def _binary(tr: Translator, node: Any) -> list[OperatorDef] | None:
-    """Elementwise arithmetic with numpy broadcasting (opset 7 on): asyncnet's Add/Sub/Mul/Div (floats; Add,
-    Sub and Mul also on the integer types torch has, which wrap as ONNX's do)."""
+    """Elementwise arithmetic with numpy broadcasting (opset 7 on): ONNXBinary on floats; asyncnet's Add,
+    Sub and Mul on the integer types torch has, which wrap as ONNX's do."""
     if tr.opset < 7 or node.attribute or tr.dtype(node.input[0]) != tr.dtype(node.input[1]):
         return None
+    if tr.all_float(node.input):
+        return _op("ONNXBinary", node, fn=node.op_type)  # numpy's broadcasting, no Caffe2 legacy checks
     ints = node.op_type != "Div" and _numeric(tr, node.input) and tr.dtype(node.input[0]).kind in "iu"
-    if not (tr.all_float(node.input) or ints):
+    if not ints:
         return None
     return _op(node.op_type, node)
 
@@ -181,7 +185,15 @@ def _reshape(tr: Translator, node: Any) -> list[OperatorDef] | None:
         return None
     if tr.opset < 5:
         return None
-    return _op("ONNXReshape", node, allowzero=bool(attrs(node).get("allowzero", 0)))
+    allowzero = bool(attrs(node).get("allowzero", 0))
+    target = tr.const(node.input[1])
+    if target is not None and target.ndim == 1 and target.dtype.kind in "iu":  # resolved once, at import
+        return _op("ONNXReshape", node, inputs=[node.input[0]], allowzero=allowzero, shape=_int_list(target))
+    return _op("ONNXReshape", node, allowzero=allowzero)
+
+
+def _int_list(v: np.ndarray) -> list[int]:
+    return [int(x) for x in v.reshape(-1)]
 
 
 @native("Transpose")
@@ -243,7 +255,11 @@ def _gather(tr: Translator, node: Any) -> list[OperatorDef] | None:
         return None
     if tr.dtype(node.input[0]) is None or tr.dtype(node.input[1]) is None:
         return None
-    return _op("ONNXGather", node, axis=int(attrs(node).get("axis", 0)))
+    axis = int(attrs(node).get("axis", 0))
+    idx = tr.const(node.input[1])
+    if idx is not None and idx.ndim == 0 and idx.dtype.kind in "iu":  # one constant index: an argument
+        return _op("ONNXGather", node, inputs=[node.input[0]], axis=axis, index=int(idx))
+    return _op("ONNXGather", node, axis=axis)
 
 
 @native("Expand")
@@ -511,6 +527,9 @@ def _squeeze(tr: Translator, node: Any) -> list[OperatorDef] | None:
     if tr.dtype(node.input[0]) is None:
         return None
     a = attrs(node)
+    axes = tr.const(node.input[1]) if len(node.input) > 1 and node.input[1] else None
+    if axes is not None and axes.ndim <= 1 and axes.size and axes.dtype.kind in "iu":  # constant axes: the argument
+        return _op("ONNX" + node.op_type, node, inputs=[node.input[0]], axes=_int_list(axes))
     return _op("ONNX" + node.op_type, node, axes=[int(v) for v in a.get("axes", [])])
 
 

@@ -382,7 +382,7 @@ def _rebuild(model: Any, folded: set[int], reshape_targets: dict[int, str], new_
 
 
 def fuse_matmul_add(ops: list[Any], params: dict[str, tuple[tuple[int, ...], Any]], keep: set[str]) -> list[Any]:
-    """``BatchMatMul(x, W)`` read only by an ``Add`` of a bias ``b``, ``W`` [K, N] and ``b`` [N]
+    """``BatchMatMul(x, W)`` read only by an Add (``ONNXBinary`` or ``Add``) of a bias ``b``, ``W`` [K, N] and ``b`` [N]
     initializers of one float dtype (``params``: name -> (shape, dtype)), becomes one
     ``ONNXMatMulAdd(x, W, b)`` (a Linear layer: numpy's matmul and broadcasting give the same
     result). ``keep``: values the graph outputs, never fused away."""
@@ -402,7 +402,7 @@ def fuse_matmul_add(ops: list[Any], params: dict[str, tuple[tuple[int, ...], Any
         if w is None or len(w[0]) != 2 or len(users) != 1 or users[0] <= i:
             continue
         add = ops[users[0]]
-        if add.type != "Add" or len(add.inputs) != 2 or add.args.get("broadcast", True) is False:
+        if not _is_add(add):
             continue
         other = add.inputs[1] if add.inputs[0] == op.outputs[0] else add.inputs[0]
         b = params.get(other)
@@ -415,6 +415,15 @@ def fuse_matmul_add(ops: list[Any], params: dict[str, tuple[tuple[int, ...], Any
     if not fused:
         return ops
     return [fused.get(i, op) for i, op in enumerate(ops) if i not in dropped]
+
+
+def _is_add(op: Any) -> bool:
+    """An elementwise Add with numpy's broadcasting (ONNXBinary's, or asyncnet's Add without legacy broadcast)."""
+    if len(op.inputs) != 2:
+        return False
+    if op.type == "ONNXBinary":
+        return op.args.get("fn") == "Add"
+    return op.type == "Add" and not op.args.get("broadcast", False)
 
 
 def _drop_unread(nodes: list[Any], outputs: set[str]) -> list[Any]:
@@ -477,3 +486,99 @@ def drop_zero_states(model: Any) -> Any:
     del new.graph.node[:]
     new.graph.node.extend(kept)
     return new
+
+
+_CONTROL = ("ONNXIf", "ONNXLoop", "ONNXScan")  # ops whose bodies read values of the graph around them
+
+
+def torch_gate_order(ops: list[Any], init_ops: list[Any], keep: set[str]) -> tuple[list[Any], list[Any]]:
+    """``ONNXLSTM`` (and ``ONNXGRU`` with ``linear_before_reset``, the form torch computes) whose W,
+    R and B are initializers that only it reads get those initializers with their gate blocks in
+    torch's order and ``gate_order="torch"``: torch's fused recurrence then takes them as they are,
+    instead of reordering them on every run. Returns the new (ops, init_ops); nets with control
+    flow (whose bodies may read the weights) are left as they are. ``keep``: the graph outputs."""
+    import dataclasses
+
+    from asyncnet.interop.onnx._model import tensor_fill
+    from asyncnet.ops.onnx_ref import onnx_tensor_fill
+    from asyncnet.ops.onnx_rnn import gate_permutation
+
+    if any(op.type in _CONTROL for op in ops):
+        return ops, init_ops
+    reads = Counter(n for op in ops for n in op.inputs)
+    fills = {op.outputs[0]: i for i, op in enumerate(init_ops) if op.type == "ONNXTensorFill"}
+    init_ops, ops = list(init_ops), list(ops)
+    for k, op in enumerate(ops):
+        n_gates = {"ONNXLSTM": 4, "ONNXGRU": 3}.get(op.type)
+        if n_gates is None or op.args.get("gate_order", "onnx") != "onnx":
+            continue
+        if n_gates == 3 and not op.args.get("linear_before_reset"):
+            continue
+        weights = op.inputs[1 : min(len(op.inputs), 4)]
+        if any(n not in fills or reads[n] != 1 or n in keep for n in weights):
+            continue
+        hidden = op.args["hidden_size"]
+        values = [onnx_tensor_fill(_FillContext(init_ops[fills[n]].args)) for n in weights]
+        if any(
+            v.ndim != 2 + (i < 2) or v.shape[1] != n_gates * hidden * (1 if i < 2 else 2) for i, v in enumerate(values)
+        ):
+            continue  # not the shapes ONNX gives W [dirs, G*H, in], R [dirs, G*H, H], B [dirs, 2*G*H]: run as is
+        idx = gate_permutation(n_gates, hidden)
+        perms = [idx, idx, np.concatenate([idx, n_gates * hidden + idx])]
+        for n, v, p in zip(weights, values, perms):
+            init_ops[fills[n]] = tensor_fill(n, v[:, p])
+        ops[k] = dataclasses.replace(op, args={**op.args, "gate_order": "torch"})
+    return ops, init_ops
+
+
+class _FillContext:
+    """The context ``onnx_tensor_fill`` reads (its args), to decode an initializer op's value."""
+
+    def __init__(self, args: dict[str, Any]):
+        self.args = args
+
+
+def fuse_layout_chains(ops: list[Any], keep: set[str]) -> list[Any]:
+    """Each chain of one-input layout ops (``LAYOUT_OPS`` whose constants are arguments), every
+    link read only by the next, becomes one ``ONNXLayout`` op in the place of the chain's last op
+    (the ops between never read the links). ``keep``: values the graph outputs, never fused away."""
+    import json
+
+    from asyncnet.core.defs import OperatorDef
+    from asyncnet.ops.onnx_nn import LAYOUT_OPS
+
+    if any(op.type in _CONTROL for op in ops):
+        return ops  # their bodies may read a link
+    reads = Counter(n for op in ops for n in op.inputs)
+
+    def link(op: Any) -> bool:
+        return op.type in LAYOUT_OPS and len(op.inputs) == 1 and len(op.outputs) == 1 and op.device_option is None
+
+    producer = {op.outputs[0]: i for i, op in enumerate(ops) if link(op)}
+    chains: dict[int, list[int]] = {}  # index of a chain's last op -> the indices of its ops, in order
+    absorbed: set[int] = set()
+    for i, op in enumerate(ops):
+        if not link(op):
+            continue
+        chain = [i]
+        j = producer.get(op.inputs[0])
+        while j is not None and reads[ops[j].outputs[0]] == 1 and ops[j].outputs[0] not in keep:
+            chain.insert(0, j)
+            j = producer.get(ops[j].inputs[0])
+        if len(chain) > 1:
+            for k in chain[:-1]:
+                absorbed.add(k)
+                chains.pop(k, None)
+            chains[i] = chain
+    if not chains:
+        return ops
+    out = []
+    for i, op in enumerate(ops):
+        if i in absorbed:
+            continue
+        if i in chains:
+            steps = [json.dumps({"op": ops[k].type, **ops[k].args}) for k in chains[i]]
+            first = ops[chains[i][0]]
+            op = OperatorDef("ONNXLayout", list(first.inputs), list(op.outputs), {"steps": steps}, name=op.name)
+        out.append(op)
+    return out

@@ -3,7 +3,9 @@ creates its nets once in a workspace; ``rep.run(inputs)`` feeds, runs the predic
 
 Options of :func:`prepare` (and :func:`run_model`, :func:`run_node`): ``net_type`` ("simple" or
 "async_scheduling", any asyncnet net type), ``num_workers``, ``tensors`` ("numpy" or "torch":
-the library the blobs live in while the net runs; results come back as numpy arrays).
+the library the blobs live in while the net runs; results come back as numpy arrays). A
+"simple" predict net is created as a "straight" one (:mod:`asyncnet.exec.straight`): the simple
+net's order, bits and errors, without its per-op dispatch.
 
     >>> import onnx, onnx.helper as oh, numpy as np
     >>> from asyncnet.interop.onnx import backend
@@ -50,23 +52,44 @@ class AsyncnetRep(BackendRep):
                 self.workspace.feed(name, _to_torch(self.workspace.fetch(name)))
         if tensors == "torch":
             model.predict_net = _torch_outputs(model.predict_net)
-        self.net = self.workspace.create_net(model.predict_net)
+        self.net = self.workspace.create_net(_straight(model.predict_net))
         self.input_names = [v.name for v in model.inputs]
         self.output_names = [v.name for v in model.outputs]
         self._pack = _outputs_type(self.output_names)
+        self._checked: dict[str, tuple[Any, Any, Any]] = {}  # input -> (type, dtype, shape) last accepted
 
     def run(self, inputs: Any, **kwargs: Any) -> tuple[Any, ...]:
         """Outputs (numpy arrays, in graph order) for ``inputs``: a list in graph-input order, a
         dict by name, or one array for a one-input model."""
         feeds = self._feeds(inputs)
-        self.model.check_feeds(feeds)
+        self._check(feeds)
+        torch_blobs = self.tensors == "torch"
         with self._lock:
+            blobs = self.net.blobs
             for name, value in feeds.items():
                 value = _as_blob(value)
-                self.workspace.feed(name, _to_torch(value) if self.tensors == "torch" else value)
-            self.workspace.run_net(self.model.predict_net.name)
+                blobs[name] = _to_torch(value) if torch_blobs else value
+            self.net.run()
             outs = [_host(self.workspace.fetch(n)) for n in self.output_names]
         return self._pack(outs)
+
+    def _check(self, feeds: dict[str, Any]) -> None:
+        """The model's input checks, skipped for inputs of the type, dtype and shape last accepted."""
+        checked = self._checked
+        if len(feeds) == len(self.input_names):
+            for name, x in feeds.items():
+                seen = checked.get(name)
+                if seen is None or type(x) is not seen[0] or getattr(x, "shape", None) != seen[2]:
+                    break
+                if x.dtype is not seen[1] and x.dtype != seen[1]:
+                    break
+            else:
+                return
+        self.model.check_feeds(feeds)
+        checked.clear()
+        for name, x in feeds.items():
+            if hasattr(x, "dtype") and hasattr(x, "shape"):
+                checked[name] = (type(x), x.dtype, x.shape)
 
     def _feeds(self, inputs: Any) -> dict[str, Any]:
         if isinstance(inputs, Mapping):
@@ -82,6 +105,14 @@ class AsyncnetRep(BackendRep):
         )
 
 
+def _straight(net: Any) -> Any:
+    """A "simple" net as a "straight" one: the same ops in the same order on the calling thread,
+    with the same bits and errors, compiled once into straight-line code (no per-op dispatch)."""
+    import dataclasses
+
+    return dataclasses.replace(net, type="straight") if net.type == "simple" else net
+
+
 def _torch_outputs(net: Any) -> Any:
     """The net with its reference ops returning torch tensors (their inputs may be numpy-only dtypes)."""
     import dataclasses
@@ -93,9 +124,12 @@ def _torch_outputs(net: Any) -> Any:
     return dataclasses.replace(net, ops=ops)
 
 
+_TORCH_NP_DTYPES = frozenset(np.dtype(n) for n in _TORCH_DTYPES)
+
+
 def _to_torch(x: Any) -> Any:
     """A numpy array as a torch CPU tensor sharing its memory, 0-d arrays staying 0-d."""
-    if not isinstance(x, np.ndarray) or x.dtype.name not in _TORCH_DTYPES:
+    if not isinstance(x, np.ndarray) or x.dtype not in _TORCH_NP_DTYPES:
         return x
     import torch
 
@@ -111,6 +145,8 @@ def _as_blob(x: Any) -> Any:
 
 
 def _host(x: Any) -> Any:
+    if type(x) is np.ndarray:
+        return x
     if isinstance(x, OnnxValue):
         x = x.value
     if isinstance(x, list):

@@ -91,10 +91,10 @@ def how_imported() -> dict[str, str]:
     from asyncnet.interop.onnx._translate import NATIVE
 
     targets = {
-        "Add": "Add",
-        "Sub": "Sub",
-        "Mul": "Mul",
-        "Div": "Div",
+        "Add": "ONNXBinary / Add (integers)",
+        "Sub": "ONNXBinary / Sub (integers)",
+        "Mul": "ONNXBinary / Mul (integers)",
+        "Div": "ONNXBinary",
         "Relu": "Relu",
         "Sigmoid": "Sigmoid",
         "Tanh": "Tanh",
