@@ -481,6 +481,9 @@ _TORCH_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 def conv_forward(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, g: Geometry, grp: int) -> np.ndarray:
     if is_torch(x):
         return _conv_torch(x, w, b, g, grp)
+    if x.dtype == np.float16:  # float16 data, float32 accumulation (Caffe2's cuDNN compute type)
+        wide = None if b is None else b.astype(np.float32)
+        return conv_forward(x.astype(np.float32), w.astype(np.float32), wide, g, grp).astype(np.float16)
     torch = _torch_wins(x, w)
     if torch is not None:
         t = torch.from_numpy
@@ -565,6 +568,9 @@ def conv_backward(
     """(dW, dX or None) of ``conv_forward`` for the output gradient ``dy`` [N, M, OH, OW]."""
     if is_torch(x):
         return _conv_backward_torch(x, w, dy, g, grp, want_dx)
+    if x.dtype == np.float16:  # float16 data, float32 accumulation (Caffe2's cuDNN compute type)
+        dw, dx = conv_backward(x.astype(np.float32), w.astype(np.float32), dy.astype(np.float32), g, grp, want_dx)
+        return dw.astype(np.float16), (None if dx is None else dx.astype(np.float16))
     torch = _torch_wins(x, w)
     if torch is not None:
         t = torch.from_numpy
@@ -611,10 +617,19 @@ def conv_gradient(ctx: Any, x: Any, w: Any, dy: Any) -> Any:
     if no_bias and n_out == 3:
         raise ValueError("expected at most 2 outputs (dfilter, dX) with no_bias=1, got 3")
     dw, dx = conv_backward(x, w, dy, g, grp, want_dx=n_out == (2 if no_bias else 3))
-    outs = [dw] if no_bias else [dw, dy.sum(axis=(0, 2, 3)) if xp.name == "numpy" else dy.sum(dim=(0, 2, 3))]
+    outs = [dw] if no_bias else [dw, _bias_grad(xp, dy)]
     if dx is not None:
         outs.append(dx)
     return outs[0] if n_out == 1 else tuple(outs[:n_out])
+
+
+def _bias_grad(xp: Any, dy: Any) -> Any:
+    """The sum of dY over all but the channels (float16 summed in float32, Caffe2's GPU math type)."""
+    if xp.name != "numpy":
+        return dy.sum(dim=(0, 2, 3))
+    if dy.dtype == np.float16:
+        return dy.sum(axis=(0, 2, 3), dtype=np.float32).astype(np.float16)
+    return dy.sum(axis=(0, 2, 3))
 
 
 @register_gradient("Conv")

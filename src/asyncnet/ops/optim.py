@@ -97,9 +97,13 @@ def _decayed(grad: np.ndarray, param: np.ndarray, wd: float) -> np.ndarray:
 )
 def weighted_sum(ctx: Any, *inputs: Any) -> np.ndarray:
     xs, ws = _weighted_terms(ctx, inputs, 0)
-    total = xs[0] * ws[0]
-    for x, w in zip(xs[1:], ws[1:]):
-        total += x * w
+    if type(xs[0]) is np.ndarray and xs[0].dtype == np.float16:  # summed in float32, rounded once
+        total = sum((x.astype(np.float32) * np.float32(w) for x, w in zip(xs[1:], ws[1:])), xs[0] * np.float32(ws[0]))
+        total = total.astype(np.float16)
+    else:
+        total = xs[0] * ws[0]
+        for x, w in zip(xs[1:], ws[1:]):
+            total += x * w
     if ctx.op.outputs[0] == ctx.op.inputs[0]:
         out = _writable(ctx, inputs[0], 0)
         namespace(ctx, out).copyto(out, total)
