@@ -166,3 +166,20 @@ def test_weighted_sum_float16_is_one_rounding_of_the_float32_sum():
     )[0]
     assert got.dtype == np.float16
     np.testing.assert_array_equal(got, want)
+
+
+def test_to_half_rounds_as_numpy_does_with_or_without_torch():
+    from asyncnet.ops._half import to_half
+
+    rng = np.random.default_rng(7)
+    mags = 10.0 ** rng.uniform(-12, 6, 50_000)
+    x = (mags * rng.choice([-1, 1], mags.size)).astype(np.float32)
+    x[:6] = [0.0, -0.0, np.inf, -np.inf, 65519.0, 65520.0]  # 65520 rounds to inf
+    x = x.reshape(100, 500)[:, ::2]  # a strided view
+    with np.errstate(over="ignore", under="ignore"):
+        want = x.astype(np.float16)
+    got = to_half(x)
+    assert got.dtype == np.float16 and got.shape == x.shape
+    np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))
+    small = to_half(x[:2, :3])  # below the size where torch is used
+    np.testing.assert_array_equal(small.view(np.uint16), want[:2, :3].view(np.uint16))

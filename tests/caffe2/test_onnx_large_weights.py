@@ -58,3 +58,40 @@ def test_numpy_scalars_in_values_are_accepted():
     ws = an.Workspace()
     ws.run_net_once(net)
     np.testing.assert_array_equal(ws.fetch("y"), np.array([0.5, 1.0, 2.0], np.float32))
+
+
+def _varints_one_by_one(values):
+    out = bytearray()
+    for v in values:
+        v = int(v) & (1 << 64) - 1
+        while True:
+            out.append((v & 0x7F) | (0x80 if v >> 7 else 0))
+            v >>= 7
+            if not v:
+                break
+    return bytes(out)
+
+
+def test_packed_varints_in_bulk_match_the_wire_format():
+    from asyncnet.ops._tensorproto import _packed_varints
+
+    rng = np.random.default_rng(8)
+    edges = [0, 1, 127, 128, 16383, 16384, 2**31 - 1, -(2**31), -1, 2**63 - 1, -(2**63)]
+    values = np.concatenate(
+        [np.array(edges, np.int64), rng.integers(-(2**40), 2**40, 500), rng.integers(0, 70000, 500)]
+    )
+    assert _packed_varints(values) == _varints_one_by_one(values.tolist())
+    assert _packed_varints(np.array([], np.int64)) == b""
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.int32, np.int64, np.uint8, np.bool_, np.int16])
+def test_tensor_protos_of_int_field_types_round_trip(dtype):
+    from asyncnet.ops import _tensorproto as tp
+
+    rng = np.random.default_rng(9)
+    a = (rng.standard_normal((7, 9)) * 1000).astype(dtype)
+    if dtype == np.float16:
+        a.ravel()[:4] = [np.inf, -0.0, 6e-8, -65504]
+    back = tp.decode_tensor_protos(tp.encode_tensor_protos([a]))[0]
+    assert back.dtype == a.dtype and back.shape == a.shape
+    np.testing.assert_array_equal(back.view(np.uint8), a.view(np.uint8))

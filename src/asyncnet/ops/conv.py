@@ -55,6 +55,7 @@ from numpy.lib.stride_tricks import as_strided
 from asyncnet.core.defs import OperatorDef
 from asyncnet.core.registry import Arg, register_gradient, register_op
 from asyncnet.ops._check import check_alloc, float_array, ndim, same_dtype
+from asyncnet.ops._half import to_half
 from asyncnet.ops.grad import GradOut, MakerResult, output_grad
 from asyncnet.tensor.namespace import is_torch, loaded_torch, namespace
 
@@ -483,7 +484,7 @@ def conv_forward(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, g: Geometry
         return _conv_torch(x, w, b, g, grp)
     if x.dtype == np.float16:  # float16 data, float32 accumulation (Caffe2's cuDNN compute type)
         wide = None if b is None else b.astype(np.float32)
-        return conv_forward(x.astype(np.float32), w.astype(np.float32), wide, g, grp).astype(np.float16)
+        return to_half(conv_forward(x.astype(np.float32), w.astype(np.float32), wide, g, grp))
     torch = _torch_wins(x, w)
     if torch is not None:
         t = torch.from_numpy
@@ -570,7 +571,7 @@ def conv_backward(
         return _conv_backward_torch(x, w, dy, g, grp, want_dx)
     if x.dtype == np.float16:  # float16 data, float32 accumulation (Caffe2's cuDNN compute type)
         dw, dx = conv_backward(x.astype(np.float32), w.astype(np.float32), dy.astype(np.float32), g, grp, want_dx)
-        return dw.astype(np.float16), (None if dx is None else dx.astype(np.float16))
+        return to_half(dw), (None if dx is None else to_half(dx))
     torch = _torch_wins(x, w)
     if torch is not None:
         t = torch.from_numpy
@@ -628,7 +629,7 @@ def _bias_grad(xp: Any, dy: Any) -> Any:
     if xp.name != "numpy":
         return dy.sum(dim=(0, 2, 3))
     if dy.dtype == np.float16:
-        return dy.sum(axis=(0, 2, 3), dtype=np.float32).astype(np.float16)
+        return to_half(dy.sum(axis=(0, 2, 3), dtype=np.float32))
     return dy.sum(axis=(0, 2, 3))
 
 

@@ -34,6 +34,7 @@ from asyncnet.core.defs import OperatorDef
 from asyncnet.core.registry import Arg, register_gradient, register_op
 from asyncnet.errors import NetDefinitionError
 from asyncnet.ops._check import array, axis_of, float_array, same_dtype
+from asyncnet.ops._half import to_half
 from asyncnet.ops.grad import GradOut, MakerResult, output_grad
 from asyncnet.tensor.namespace import namespace
 
@@ -109,8 +110,8 @@ def spatial_bn(ctx: Any, x: Any, scale: Any, bias: Any, mean: Any, var: Any, *su
         return _spatial_bn(ctx, xp, x, scale, bias, mean, var, *sums)
     out = _spatial_bn(ctx, xp, xp.astype(x, wide), scale, bias, mean, var, *sums)
     if isinstance(out, tuple):  # training: Y back to float16, the statistics stay float32
-        return (xp.astype(out[0], x), *out[1:])
-    return xp.astype(out, x)
+        return (_narrow(xp, out[0], x), *out[1:])
+    return _narrow(xp, out, x)
 
 
 def _mixed(ctx: Any, xp: Any, x: Any, scale: Any) -> Any:
@@ -120,6 +121,11 @@ def _mixed(ctx: Any, xp: Any, x: Any, scale: Any) -> Any:
     if str(x.dtype).endswith("float16") and str(scale.dtype).endswith("float32"):
         return scale
     return None
+
+
+def _narrow(xp: Any, y: Any, like: Any) -> Any:
+    """A float32 result back to ``like``'s float16."""
+    return to_half(y) if xp.name == "numpy" else xp.astype(y, like)
 
 
 def _spatial_bn(ctx: Any, xp: Any, x: Any, scale: Any, bias: Any, mean: Any, var: Any, *sums: Any) -> Any:
@@ -205,7 +211,7 @@ def spatial_bn_gradient(
     if wide is None:
         return _spatial_bn_gradient(ctx, xp, x, scale, dy, mu, rstd, *sums)
     dx, dscale, dbias = _spatial_bn_gradient(ctx, xp, xp.astype(x, wide), scale, xp.astype(dy, wide), mu, rstd, *sums)
-    return xp.astype(dx, x), dscale, dbias
+    return _narrow(xp, dx, x), dscale, dbias
 
 
 def _spatial_bn_gradient(ctx: Any, xp: Any, x: Any, scale: Any, dy: Any, mu: Any, rstd: Any, *sums: Any) -> Any:
