@@ -150,23 +150,17 @@ def _packed_varints(values: Any) -> bytes:
             _put_varint(out, int(v))
         return bytes(out)
     u = a.astype(np.int64).view(np.uint64) if a.dtype.kind == "i" else a.astype(np.uint64)
-    groups = [u]  # 7-bit groups, low first, as long as any value has more
-    while True:
-        rest = groups[-1] >> np.uint64(7)
-        if not rest.any():
-            break
+    length = np.ones(u.size, np.uint8)  # bytes per value
+    rest = u >> np.uint64(7)
+    groups = [u]
+    while rest.any():  # 7-bit groups, low first, while any value has more
+        length += rest != 0
         groups.append(rest)
-    length = np.ones(u.size, np.int64)
-    for g in groups[1:]:
-        length += g != 0
-    out = np.empty(int(length.sum()), np.uint8)
-    start = np.cumsum(length) - length
+        rest = rest >> np.uint64(7)
+    table = np.empty((u.size, len(groups)), np.uint8)  # row i: value i's bytes, then padding
     for k, g in enumerate(groups):
-        live = length > k
-        byte = (g[live] & np.uint64(0x7F)).astype(np.uint8)
-        byte[length[live] > k + 1] |= 0x80
-        out[start[live] + k] = byte
-    return out.tobytes()
+        table[:, k] = (g & np.uint64(0x7F)).astype(np.uint8) | ((length > k + 1).view(np.uint8) << 7)
+    return table[np.arange(len(groups), dtype=np.uint8) < length[:, None]].tobytes()
 
 
 # -- TensorProto -------------------------------------------------------------------------------
