@@ -1,12 +1,15 @@
 """Training steps on torch CPU tensors with and without op routing (asyncnet.tensor.route), beside numpy arrays.
 
-    python -m benchmarks torch_route [--model mlp,cnn,lstm,dlrm] [--rounds 7] [--steps 30]
+    python -m benchmarks torch_route [--model mlp,cnn,lstm,dlrm] [--rounds 7] [--steps 30] [--clock wall|cpu]
 
 One worker per library (the trainers' WorkerNets, local mode, straight executor, one BLAS and
 one torch thread); each round runs ``--steps`` steps on numpy arrays, on torch tensors with
-routing (each op on the library measured faster for it) and on torch tensors with every op on
-torch's own kernel (:data:`asyncnet.tensor.route.ENABLED` off for that row), interleaved; the
-medians of the rounds after the first and their ratio to numpy are printed with the load.
+routing (each op on the library measured faster for it, the whole run on numpy views:
+:mod:`asyncnet.tensor.shadow`), on torch tensors routed op by op (:data:`asyncnet.tensor.shadow.ENABLED`
+off) and on torch tensors with every op on torch's own kernel (:data:`asyncnet.tensor.route.ENABLED`
+off), interleaved; the medians of the rounds after the first and their ratio to numpy are
+printed with the load. ``--clock cpu`` times the process's CPU time, which other jobs on a
+shared machine do not inflate.
 """
 
 from __future__ import annotations
@@ -16,12 +19,15 @@ import statistics
 import sys
 import time
 
+from benchmarks.zoo_executors import CLOCK_HELP
+
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="mlp,cnn,lstm,dlrm")
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--clock", choices=("wall", "cpu"), default="wall", help=CLOCK_HELP)
     p.add_argument("--quick", action="store_true", help="a smoke run: fewer rounds and steps")
     argv = list(sys.argv[1:] if argv is None else argv)
     args = p.parse_args(argv)
@@ -35,27 +41,29 @@ def main(argv: list[str] | None = None) -> int:
         args.steps = min(args.steps, 5)
     import torch
 
-    from asyncnet.tensor import route
+    from asyncnet.tensor import route, shadow
     from benchmarks._zoo_worker import zoo_worker
 
     torch.set_num_threads(1)
+    clock = time.process_time if args.clock == "cpu" else time.perf_counter
     for m in args.model.split(","):
         workers = {}
         for t in ("numpy", "torch"):
             workers[t], batches, bs = zoo_worker(m, t, "straight", args.steps)
-        speed: dict[str, list[float]] = {"numpy": [], "torch routed": [], "torch own kernels": []}
+        speed: dict[str, list[float]] = {"numpy": [], "torch routed": [], "torch op by op": [], "torch own kernels": []}
         try:
             for r in range(args.rounds + 1):
                 for row in speed:
                     w = workers["numpy" if row == "numpy" else "torch"]
                     route.ENABLED = row != "torch own kernels"
-                    start = time.perf_counter()
+                    shadow.ENABLED = row != "torch op by op"
+                    start = clock()
                     for xb, yb in batches:
                         w.step(xb, yb)
                     if r:
-                        speed[row].append(len(batches) * bs / (time.perf_counter() - start))
+                        speed[row].append(len(batches) * bs / (clock() - start))
         finally:
-            route.ENABLED = True
+            route.ENABLED = shadow.ENABLED = True
             for w in workers.values():
                 w.close()
         base = statistics.median(speed["numpy"])
@@ -65,7 +73,10 @@ def main(argv: list[str] | None = None) -> int:
                 f"{k} {statistics.median(v):>9,.0f} ({statistics.median(v) / base:.2f}x)" for k, v in speed.items()
             )
         )
-    print("samples/s, medians of interleaved rounds; load " + " ".join(open("/proc/loadavg").read().split()[:3]))
+    print(
+        f"samples/s, medians of interleaved rounds, {args.clock} clock; load "
+        + " ".join(open("/proc/loadavg").read().split()[:3])
+    )
     return 0
 
 

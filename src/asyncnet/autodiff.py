@@ -54,7 +54,7 @@ from asyncnet.errors import NetDefinitionError
 from asyncnet.ops import grad as _grad  # noqa: F401  (registers the gradient ops)
 from asyncnet.ops.sparse import GradientSlice
 
-__all__ = ["add_gradient_ops", "GradientMaker", "GradientSlice"]
+__all__ = ["add_gradient_ops", "backward_ops", "GradientMaker", "GradientSlice"]
 
 Key = tuple[str, int]  # (blob name, version)
 Grad = str | GradientSlice  # a dense gradient blob, or a sparse (indices, values) pair
@@ -88,11 +88,33 @@ def add_gradient_ops(
     return _Backward(net, str(loss), None if wrt is None else [str(w) for w in wrt], dtype).run()
 
 
+def backward_ops(ops: Iterable[OperatorDef], output_grads: dict[str, str]) -> tuple[list[OperatorDef], dict[str, Grad]]:
+    """The gradient ops of ``ops`` given the gradient blob of some of their outputs (no loss:
+    ``output_grads`` maps an output, as the last op writing it left it, to the blob holding its
+    gradient), and {leaf blob: its gradient blob} for every leaf a gradient reaches (what
+    Caffe2's ``GradientRegistry.GetBackwardPass`` gives for a step net).
+
+        >>> from asyncnet.core.defs import OperatorDef
+        >>> ops, grads = backward_ops([OperatorDef("Relu", ["x"], ["y"])], {"y": "y_grad"})
+        >>> [op.type for op in ops], grads
+        (['ReluGradient'], {'x': 'x_grad'})
+    """
+    net = Net("backward_ops")
+    for op in ops:
+        net.add_op(op.type, op.inputs, op.outputs, name=op.name, **op.args)
+    b = _Backward(net, "", None, "float32")
+    b.taken.update(output_grads.values())
+    n_fwd = len(net.ops)
+    b.run(seeds={str(k): str(v) for k, v in output_grads.items()})
+    return list(net.ops)[n_fwd:], b.leaf_grads
+
+
 class _Backward:
     def __init__(self, net: Net, loss: str, wrt: list[str] | None, dtype: str):
         self.net, self.loss, self.wrt, self.dtype = net, loss, wrt, dtype
         self.fwd: list[OperatorDef] = list(net.ops)
         self.taken: set[str] = {n for op in self.fwd for n in (*op.inputs, *op.outputs, *op.control_inputs)}
+        self.leaf_grads: dict[str, Grad] = {}
         self.contribs: dict[Key, list[Grad]] = defaultdict(list)
         self.final: dict[Key, Grad | None] = {}
         self.owned: set[str] = set()  # input-gradient blobs a maker created (safe to sum into)
@@ -109,19 +131,25 @@ class _Backward:
         return name
 
     # -- the pass -------------------------------------------------------------------------
-    def run(self) -> dict[str, Grad]:
+    def run(self, seeds: dict[str, str] | None = None) -> dict[str, Grad]:
         in_ver, out_ver, version = self._versions()
-        loss_key = (self.loss, version.get(self.loss, 0))
-        if loss_key[1] == 0:
-            raise NetDefinitionError(f"the loss {self.loss!r} is not an output of any op of net {self.net.name!r}")
-        relevant = self._on_path(loss_key, in_ver, out_ver)
-        seed = self.fresh(f"{self.loss}_grad")
-        self.bwd.append(OperatorDef("ConstantFill", [self.loss], [seed], {"value": 1.0, "dtype": self.dtype}))
-        self.contribs[loss_key].append(seed)
+        if seeds is None:
+            loss_key = (self.loss, version.get(self.loss, 0))
+            if loss_key[1] == 0:
+                raise NetDefinitionError(f"the loss {self.loss!r} is not an output of any op of net {self.net.name!r}")
+            relevant = self._on_path([loss_key], in_ver, out_ver)
+            seed = self.fresh(f"{self.loss}_grad")
+            self.bwd.append(OperatorDef("ConstantFill", [self.loss], [seed], {"value": 1.0, "dtype": self.dtype}))
+            self.contribs[loss_key].append(seed)
+        else:
+            keys = [(o, version.get(o, 0)) for o in seeds]
+            relevant = self._on_path(keys, in_ver, out_ver)
+            for key, g in zip(keys, seeds.values()):
+                self.contribs[key].append(g)
         for i in reversed(range(len(self.fwd))):
             if relevant[i]:
                 self._backprop(i, in_ver[i], out_ver[i], version)
-        grads = self._leaf_grads()
+        grads = self.leaf_grads = self._leaf_grads()
         self._prune(
             {n for g in grads.values() for n in ((g.indices, g.values) if isinstance(g, GradientSlice) else (g,))}
         )
@@ -139,8 +167,8 @@ class _Backward:
             out_ver.append([version[n] for n in op.outputs])
         return in_ver, out_ver, version
 
-    def _on_path(self, loss_key: Key, in_ver: list[list[int]], out_ver: list[list[int]]) -> list[bool]:
-        needed = {loss_key}
+    def _on_path(self, loss_keys: list[Key], in_ver: list[list[int]], out_ver: list[list[int]]) -> list[bool]:
+        needed = set(loss_keys)
         relevant = [False] * len(self.fwd)
         for i in reversed(range(len(self.fwd))):
             op = self.fwd[i]

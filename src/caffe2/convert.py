@@ -9,8 +9,10 @@ boundary, and hands asyncnet a plain :class:`~asyncnet.NetDef`. The mapping, fie
 * An op's ``engine`` is asyncnet's ``engine`` argument (accepted and ignored by every op);
   ``control_input`` is ``control_inputs``.
 * An ``Argument`` holding ``f``/``i``/``s``/``floats``/``ints``/``strings`` is a float, int, str
-  or list; one holding only its name is an empty list. Net- and tensor-valued arguments
-  (``n``, ``nets``, ``t``, ``tensors``, ``qtensors``) have no asyncnet equivalent and are refused.
+  or list; one holding only its name is an empty list. RecurrentNetwork's ``step_net`` and
+  ``backward_step_net`` (a NetDef in ``n``, or protobuf text in ``s``) become asyncnet NetDef
+  JSON, written back as ``n``. Other net- and tensor-valued arguments (``n``, ``nets``, ``t``,
+  ``tensors``, ``qtensors``) have no asyncnet equivalent and are refused.
 * ``is_gradient_op``, ``debug_info`` and ``op_version`` are hints Caffe2 itself ignores at run
   time: asyncnet does not model them (they survive a round trip of an unedited op, see below).
   A ``domain`` other than "" or "caffe2" (an ATen op) is refused.
@@ -70,13 +72,18 @@ _DEVICE_CODES = {v: k for k, v in _DEVICE_NAMES.items()}
 _HINT_FIELDS = ("is_gradient_op", "debug_info", "op_version")
 _UNSUPPORTED_ARG_FIELDS = ("n", "nets", "t", "tensors", "qtensors")
 _INT64 = (-(2**63), 2**63 - 1)
+NET_ARGS = ("step_net", "backward_step_net")  # net-valued arguments (RecurrentNetwork's), as NetDef JSON
 
 
 # -- arguments -------------------------------------------------------------------------------
 
 
 def arg_to_value(arg: Any, where: str) -> Any:
-    """The asyncnet value of one ``caffe2_pb2.Argument`` (``where`` names it in errors)."""
+    """The asyncnet value of one ``caffe2_pb2.Argument`` (``where`` names it in errors); a
+    step net of RecurrentNetwork (a ``NetDef`` in ``n``, or one in protobuf text in ``s``, as
+    older Caffe2 wrote it) becomes asyncnet NetDef JSON."""
+    if arg.name in NET_ARGS and (arg.HasField("n") or arg.HasField("s")):
+        return _net_arg(arg, where)
     for fname in _UNSUPPORTED_ARG_FIELDS:
         present = arg.HasField(fname) if fname in ("n", "t") else len(getattr(arg, fname)) > 0
         if present:
@@ -98,6 +105,21 @@ def arg_to_value(arg: Any, where: str) -> Any:
     if len(arg.strings):
         return [_text(s, f"{where}.strings[{i}]") for i, s in enumerate(arg.strings)]
     return []
+
+
+def _net_arg(arg: Any, where: str) -> str:
+    if arg.HasField("n"):
+        pb = arg.n
+    else:
+        pb = caffe2_pb2.NetDef()
+        text = _text(arg.s, f"{where}.s")
+        if not text:
+            return ""
+        try:
+            text_format.Parse(text, pb)
+        except text_format.ParseError as e:
+            raise NetDefinitionError(f"expected a NetDef in protobuf text: {e}", f"{where}.s") from None
+    return lenient(to_asyncnet(pb, where)).to_json(indent=None)
 
 
 def _text(raw: bytes, where: str) -> str:
@@ -250,6 +272,9 @@ def op_from_asyncnet(op: OperatorDef) -> Any:
         out.name = op.name
     for name, value in op.args.items():
         if name == "engine" and isinstance(value, str):
+            continue
+        if name in NET_ARGS and isinstance(value, str) and value.startswith("{"):
+            out.arg.append(caffe2_pb2.Argument(name=name, n=from_asyncnet(NetDef.from_json(value))))
             continue
         out.arg.append(value_to_arg(name, value))
     if op.device_option is not None:

@@ -55,6 +55,57 @@ def _unary(draw, dt):
     return [x], {}, 1, [0], [0]
 
 
+@builder("Abs", "Exp", "Sqr", "Cube", "Negative", "Cos", "Sin", "Tan", "Softsign")
+def _caffe2_unary(draw, dt):
+    return [arr(draw, dims(draw, 0), dt, -1.0, 1.0)], {}, 1, [0], [0]
+
+
+@builder("Log", "Sqrt", "Rsqrt", "Reciprocal")
+def _caffe2_unary_positive(draw, dt):
+    return [arr(draw, dims(draw, 0), dt, 0.5, 2.0)], {}, 1, [0], [0]
+
+
+@builder("LeakyRelu", "Elu")
+def _caffe2_parametric(draw, dt):
+    return [arr(draw, dims(draw, 0), dt)], {"alpha": draw(st.floats(0.01, 2.0))}, 1, [0], [0]
+
+
+@builder("PRelu")
+def _prelu(draw, dt):
+    shape = dims(draw, 2, 4)
+    n = draw(st.sampled_from([1, shape[1]]))
+    return [arr(draw, shape, dt), arr(draw, (n,), dt, 0.05, 0.5)], {}, 1, [0, 1], [0]
+
+
+@builder(*(f"Reduce{side}{kind}" for side in ("Front", "Back") for kind in ("Sum", "Mean", "Max")))
+def _caffe2_reduce(draw, dt):
+    shape = dims(draw, 1, 4)
+    return [arr(draw, shape, dt)], {"num_reduce_dim": draw(st.integers(0, len(shape)))}, 1, [0], [0]
+
+
+@builder("Max", "Min")
+def _caffe2_minmax(draw, dt):
+    shape = dims(draw, 0)
+    n = draw(st.integers(1, 3))
+    return [arr(draw, shape, dt) for _ in range(n)], {}, 1, list(range(n)), [0]
+
+
+def _python_double(inputs, outputs):
+    outputs[0].feed(inputs[0].data * 2)
+
+
+def _python_double_grad(inputs, outputs):  # inputs: x, y, dy
+    outputs[0].feed(inputs[2].data * 2)
+
+
+@builder("Python")
+def _python(draw, dt):
+    from caffe2.python import _python_op
+
+    token = _python_op.register(_python_double, _python_double_grad)
+    return [arr(draw, dims(draw, 0), dt)], {"token": token}, 1, [0], [0]
+
+
 @builder("Clip")
 def _clip(draw, dt):
     x = arr(draw, dims(draw, 0), dt)
@@ -426,11 +477,73 @@ def _lstm_unit(draw, dt):
     return [h, c, gates, step], {"sequence_lengths": False}, 2, [0, 1, 2], [0, 1]
 
 
+@builder("ElementwiseLinear")
+def _elementwise_linear(draw, dt):
+    shape = dims(draw, 1, 3)
+    axis = draw(st.integers(0, len(shape)))
+    cols = int(np.prod(shape[axis:]))
+    x, a, b = arr(draw, shape, dt), arr(draw, (cols,), dt), arr(draw, (cols,), dt)
+    return [x, a, b], {"axis": axis}, 1, [0, 1, 2], [0]
+
+
+@builder("SequenceMask")
+def _sequence_mask(draw, dt):
+    shape = dims(draw, 2, 3)
+    axis = draw(st.integers(1, len(shape) - 1))
+    rows = int(np.prod(shape[:axis]))
+    lengths = np.asarray(draw(st.lists(st.integers(0, 4), min_size=rows, max_size=rows)), np.int32)
+    return [arr(draw, shape, dt), lengths], {"mode": "sequence", "axis": axis, "fill_val": -5.0}, 1, [0], [0]
+
+
+@builder("GRUUnit")
+def _gru_unit(draw, dt):
+    n, d = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    h, gates = arr(draw, (1, n, d), dt, -0.5, 0.5), arr(draw, (1, n, 3 * d), dt, -0.5, 0.5)
+    step = np.array([draw(st.integers(0, 3))], np.int32)
+    if draw(st.booleans()):  # with seq_lengths: some sequences may have ended
+        lengths = np.asarray(draw(st.lists(st.integers(0, 4), min_size=n, max_size=n)), np.int32)
+        return [h, gates, lengths, step], {"drop_states": draw(st.booleans())}, 1, [0, 1], [0]
+    return [h, gates, step], {"sequence_lengths": False}, 1, [0, 1], [0]
+
+
 @builder("LSTM")
 def _lstm(draw, dt):
     t, n, i, h = (draw(st.integers(1, 3)) for _ in range(4))
     shapes = [(t, n, i), (n, h), (n, h), (4 * h, i), (4 * h, h), (4 * h,), (4 * h,)]
     return [arr(draw, s, dt, -0.5, 0.5) for s in shapes], {}, 4, list(range(7)), [0, 1, 2]
+
+
+@builder("RecurrentNetwork")
+def _recurrent_network(draw, dt):
+    from asyncnet.autodiff import backward_ops
+
+    t, n, h = (draw(st.integers(1, 3)) for _ in range(3))
+    step = an.Net("rnn_step")
+    step.FC(["h_prev", "in2", "in3"], "z", axis=2)  # the op feeds its inputs to the step net by name
+    step.Add(["z", "x_t"], "s")
+    step.Tanh("s", "h")
+    ops, g = backward_ops(step.to_def().ops, {"h": "h_grad"})
+    h0_shape = draw(st.sampled_from([(1, n, h), (n, h), (h,)]))
+    args = {
+        "step_net": step.to_def().to_json(),
+        "backward_step_net": an.NetDef("rnn_step_bwd", ops).to_json(),
+        "recurrent_states": ["h_states"],
+        "initial_recurrent_state_ids": [1],
+        "link_internal": ["h_prev", "h", "x_t"],
+        "link_external": ["h_states", "h_states", "in0"],
+        "link_offset": [0, 1, 0],
+        "alias_src": ["h_states", "h_states"],
+        "alias_dst": ["out0", "out1"],
+        "alias_offset": [1, -1],
+        "param": [2, 3],
+        "param_grads": [g["in2"], g["in3"]],
+        "backward_link_internal": ["h_grad", g["h_prev"], g["x_t"]],
+        "backward_link_external": ["h_states_grad", "h_states_grad", "in0_grad"],
+        "backward_link_offset": [1, 0, 0],
+        "outputs_with_grads": [0, 1],
+    }
+    inputs = [arr(draw, s, dt, -0.5, 0.5) for s in ((t, n, h), h0_shape, (h, h), (h,))]
+    return inputs, args, 3, [0, 1, 2, 3], [0, 1]
 
 
 # -- the check --------------------------------------------------------------------------------

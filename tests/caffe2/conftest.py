@@ -13,4 +13,4 @@ def _fresh_workspace():
     workspace.ResetWorkspace()
     yield
     workspace.SwitchWorkspace("default")
-    workspace.ResetWorkspace("")
+    workspace.ResetWorkspace(".")

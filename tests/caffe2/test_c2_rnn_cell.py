@@ -16,10 +16,10 @@ def _sigmoid(z):
 
 
 def _numpy_lstm(x, h, c, w_ih, w_hh, b_ih, b_hh):
-    """torch.nn.LSTM's recurrence (gate order i, f, g, o)."""
+    """Caffe2's LSTM recurrence (LSTMUnit's gate order i, f, o, g)."""
     hs, cs = [], []
     for t in range(x.shape[0]):
-        i, f, g, o = np.split(x[t] @ w_ih.T + b_ih + h @ w_hh.T + b_hh, 4, axis=1)
+        i, f, o, g = np.split(x[t] @ w_ih.T + b_ih + h @ w_hh.T + b_hh, 4, axis=1)
         c = _sigmoid(f) * c + _sigmoid(i) * np.tanh(g)
         h = _sigmoid(o) * np.tanh(c)
         hs.append(h)
@@ -32,7 +32,12 @@ def test_lstm_names_shapes_and_values():
     T, N, D, H = 4, 2, 3, 5
     m = model_helper.ModelHelper(name="rnn_values")
     outs = rnn_cell.LSTM(m, "x", "seq_lengths", ("h0", "c0"), D, H, scope="LSTM")
-    assert [str(o) for o in outs] == ["LSTM/hidden_t_all", "LSTM/hidden_t_last", "LSTM/cell_t_all", "LSTM/cell_t_last"]
+    assert [str(o) for o in outs] == [
+        "LSTM/hidden_state_all",
+        "LSTM/hidden_state_last",
+        "LSTM/cell_state_all",
+        "LSTM/cell_state_last",
+    ]
     assert [str(p) for p in m.params] == ["LSTM/i2h_w", "LSTM/i2h_b", "LSTM/gates_t_w", "LSTM/gates_t_b"]
     workspace.RunNetOnce(m.param_init_net)
     for name in ("LSTM/i2h_b", "LSTM/gates_t_b"):
@@ -45,10 +50,10 @@ def test_lstm_names_shapes_and_values():
     w = {n: workspace.FetchBlob(f"LSTM/{n}") for n in ("i2h_w", "i2h_b", "gates_t_w", "gates_t_b")}
     assert w["i2h_w"].shape == (4 * H, D) and w["gates_t_w"].shape == (4 * H, H)
     hs, cs = _numpy_lstm(x, h0[0], c0[0], w["i2h_w"], w["gates_t_w"], w["i2h_b"], w["gates_t_b"])
-    np.testing.assert_allclose(workspace.FetchBlob("LSTM/hidden_t_all"), hs, rtol=1e-4, atol=1e-5)
-    np.testing.assert_allclose(workspace.FetchBlob("LSTM/cell_t_all"), cs, rtol=1e-4, atol=1e-5)
-    np.testing.assert_allclose(workspace.FetchBlob("LSTM/hidden_t_last"), hs[-1:], rtol=1e-4, atol=1e-5)
-    np.testing.assert_allclose(workspace.FetchBlob("LSTM/cell_t_last"), cs[-1:], rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(workspace.FetchBlob("LSTM/hidden_state_all"), hs, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(workspace.FetchBlob("LSTM/cell_state_all"), cs, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(workspace.FetchBlob("LSTM/hidden_state_last"), hs[-1:], rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(workspace.FetchBlob("LSTM/cell_state_last"), cs[-1:], rtol=1e-4, atol=1e-5)
 
 
 def test_training_through_the_lstm_lowers_the_loss():

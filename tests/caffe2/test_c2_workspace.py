@@ -37,7 +37,8 @@ def test_run_net_once_returns_true_and_create_run_net():
 
 def test_run_net_allow_fail():
     net = core.Net("failing")
-    net.Relu("never_fed", "y")
+    workspace.FeedBlob("three", np.arange(3, dtype=np.float32))
+    net.Split("three", ["half_a", "half_b"], axis=0)
     workspace.CreateNet(net)
     assert workspace.RunNet(net, allow_fail=True) is False
     with pytest.raises(an.AsyncNetError):

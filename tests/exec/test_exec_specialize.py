@@ -193,10 +193,29 @@ def op_cases(draw):
         draw(st.lists(st.integers(-2, d + 1), min_size=rows, max_size=rows)),
         dtype=draw(st.sampled_from([np.int32, np.int64])),
     )
+    lead = draw(st.sampled_from([(), (1,), (2,)]))  # X with dims before the FC's axis (a step net's [1, N, D])
+    axes = {"axis": 1 + len(lead)} if lead else {}
     if t == "FC":
-        return t, [f(m, k), f(n, k), f(n)], 1, {}
+        return t, [f(*lead, m, k), f(n, k), f(n)], 1, axes
     if t == "FCGradient":
-        return t, [f(m, k), f(n, k), f(m, n)], draw(st.sampled_from([2, 3])), {}
+        return t, [f(*lead, m, k), f(n, k), f(*lead, m, n)], draw(st.sampled_from([2, 3])), axes
+    if t in ("Sum", "Copy"):
+        shape = draw(st.lists(st.integers(0, 3), max_size=3))
+        count = draw(st.integers(1, 3)) if t == "Sum" else 1
+        return t, [f(*shape) for _ in range(count)], 1, {}
+    if t in ("LSTMUnit", "LSTMUnitGradient"):
+        with_lengths = draw(st.booleans())
+        lengths = [np.array(draw(st.lists(st.integers(0, 3), min_size=m, max_size=m)), np.int32)]
+        step = [np.array([draw(st.integers(0, 3))], np.int32)]
+        ins = [f(1, m, k), f(1, m, k), f(1, m, 4 * k), *(lengths if with_lengths else []), *step]
+        args = {
+            "sequence_lengths": with_lengths,
+            "drop_states": draw(st.booleans()),
+            "forget_bias": draw(st.sampled_from([0.0, 1.0])),
+        }
+        if t == "LSTMUnit":
+            return t, ins, 2, args
+        return t, [*ins, *(f(1, m, k) for _ in range(4))], 3, args
     if t == "Relu":
         return t, [f(*draw(st.lists(st.integers(0, 3), max_size=3)))], 1, {}
     if t == "ReluGradient":
@@ -315,6 +334,10 @@ def test_the_contract_cases_cover_every_specialized_op():
         "MomentumSGDUpdate",
         "FC",
         "FCGradient",
+        "Sum",
+        "Copy",
+        "LSTMUnit",
+        "LSTMUnitGradient",
         "Relu",
         "ReluGradient",
         "SoftmaxWithLoss",

@@ -100,11 +100,15 @@ def test_embedding_updates_only_touched_rows(optimizer):
     np.testing.assert_array_equal(ws.fetch("emb_table")[untouched], table0[untouched])
 
 
-def test_sparse_table_rejects_dense_only_optimizer():
+@pytest.mark.parametrize("optimizer", ["momentum", "adam"])
+def test_a_sparse_table_takes_a_dense_only_optimizer_on_its_densified_gradient(optimizer):
     m = ModelHelper()
     m.sigmoid_xent_loss(m.fc(m.embedding_bag("ids", "len", "e", 10, 2), "top", 2, 1), "t")
-    with pytest.raises(NetDefinitionError, match="sgd or adagrad"):
-        m.train_net(optimizer="adam")
+    ops = m.train_net(optimizer=optimizer).ops
+    dense = [op for op in ops if op.type == "SparseToDense"]
+    assert [op.outputs for op in dense] == [["e_table_grad_dense"]]
+    update = "Adam" if optimizer == "adam" else "MomentumSGDUpdate"
+    assert any(op.type == update and "e_table" in op.inputs and "e_table_grad_dense" in op.inputs for op in ops)
 
 
 def test_builder_errors():

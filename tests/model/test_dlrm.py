@@ -109,16 +109,18 @@ def test_async_dlrm_splits_its_fc_gradients_with_the_same_bits(optimizer):
     )
 
 
-def test_each_table_update_shares_a_chain_with_its_gradient():
-    """With sparse SGD each ScatterWeightedSum has one parent, its SparseLengthsSumGradient
-    (neg_lr reaches it through a control input), so the pair is one executor chain; the
-    learning-rate ops lead the net."""
+def test_each_table_update_is_one_chain_fused_with_its_gradient():
+    """With sparse SGD each table's update reads the pooled gradient itself
+    (SparseSGDFusedWithSparseLengthsSumGradient: no SparseLengthsSumGradient left), and is an
+    executor chain of its own that another thread can take; the learning-rate ops lead the net."""
     from asyncnet.exec.graph import build_graph
 
     net = dlrm().train_net(optimizer="sgd")
     assert [op.type for op in net.ops[:3]] == ["Iter", "LearningRate", "Scale"]
+    assert "SparseLengthsSumGradient" not in [op.type for op in net.ops]
     g = build_graph([(op.inputs, op.outputs, op.control_inputs) for op in net.ops])
-    pairs = [[net.ops[i].type for i in ch] for ch in g.chains if "ScatterWeightedSum" in [net.ops[i].type for i in ch]]
-    assert pairs == [["SparseLengthsSumGradient", "ScatterWeightedSum"]] * 3
+    fused = "SparseSGDFusedWithSparseLengthsSumGradient"
+    chains = [[net.ops[i].type for i in ch] for ch in g.chains if fused in [net.ops[i].type for i in ch]]
+    assert chains == [[fused]] * 3
     adagrad = dlrm().train_net(optimizer="adagrad")  # no neg_lr: nothing moves
     assert [op.type for op in adagrad.ops[:1]] == ["FC"]

@@ -294,3 +294,34 @@ def test_md_dims_is_the_alpha_power_rule():
     assert md_dims([100, 10, 1000], 16, 0.5) == [5, 16, 2]
     assert md_dims([100, 10, 1000], 16, 0.5, round_dims=True) == [4, 16, 2]
     assert md_dims([4, 4], 8, 0.3) == [8, 8]
+
+
+@pytest.mark.parametrize("optimizer", ["momentum", "adam"])
+def test_momentum_and_adam_train_as_torch_optim_on_dense_table_gradients(optimizer):
+    """Momentum and Adam have no sparse form: each table's gradient is densified, and every
+    parameter (every table row included) takes torch.optim.SGD(momentum=0.9)'s or Adam's step."""
+    opts = {"weighted_pooling": "learned"}
+    m, ws = build(opts)
+    params = {p: ws.fetch(p).copy() for p in m.params}
+    ref = RefDLRM(params, TABLES, opts).double()
+    lr = 0.05
+    net = m.train_net(optimizer=optimizer, lr=lr, momentum=0.9)
+    assert "SparseToDense" in [op.type for op in net.ops]
+    ws.run_net_once(m.init_net)
+    for p, v in params.items():
+        ws.feed(p, v.copy())
+    ws.create_net(net)
+    ps = list(ref.p.values())
+    opt = torch.optim.SGD(ps, lr=lr, momentum=0.9) if optimizer == "momentum" else torch.optim.Adam(ps, lr=lr)
+    for step in range(5):
+        feeds = feeds_of(seed=20 + step)
+        for k, v in feeds.items():
+            ws.feed(k, v)
+        ws.run_net("train")
+        opt.zero_grad()
+        loss = ref.loss(feeds)
+        loss.backward()
+        opt.step()
+        assert float(ws.fetch("loss")) == pytest.approx(loss.item(), rel=1e-9)
+    for p in params:
+        np.testing.assert_allclose(ws.fetch(p), ref.p[p].detach().numpy(), rtol=1e-7, atol=1e-10, err_msg=p)

@@ -124,3 +124,36 @@ def test_an_optimizer_with_a_host_learning_rate_takes_the_numpy_kernel():
     assert seen == [("ndarray", "ndarray")]
     k(None, w, np.ones(3, np.float32), np.array([0.1], np.float32))  # a numpy gradient is not a host input
     assert seen[-1] == ("Tensor", "ndarray")
+
+
+def test_fed_tensors_keep_their_arrays_a_bounded_number_and_size():
+    small = [np.ones(3, np.float32) for _ in range(route.FED_KEPT + 4)]
+    tensors = [route.fed_tensor(a) for a in small]
+    assert all(torch.equal(t, torch.ones(3)) for t in tensors)
+    assert route.numpy_view(tensors[-1]) is small[-1]  # the array itself, not a new view
+    assert route.numpy_view(tensors[0]) is not small[0]  # forgotten: a new view of the same memory
+    assert np.shares_memory(route.numpy_view(tensors[0]), small[0])
+    assert len(route._FED) <= route.FED_KEPT
+    big = np.ones(route.FED_MAX_BYTES // 4 + 1, np.float32)
+    t = route.fed_tensor(big)
+    assert id(t) not in route._FED and np.shares_memory(t.numpy(), big)
+
+
+def test_fed_tensors_from_many_threads_at_once():
+    import threading
+
+    errors = []
+
+    def feed():
+        try:
+            for _ in range(2000):
+                route.fed_tensor(np.ones(2, np.float32))
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=feed) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and len(route._FED) <= route.FED_KEPT

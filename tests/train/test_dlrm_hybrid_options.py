@@ -97,7 +97,7 @@ def test_one_rank_evaluates_like_the_forward_net():
         np.testing.assert_allclose(loss, float(ws.fetch("loss")), rtol=1e-5)
 
 
-@pytest.mark.parametrize("optimizer", ["rwsadagrad", "adagrad"])
+@pytest.mark.parametrize("optimizer", ["rwsadagrad", "adagrad", "adam"])
 def test_two_ranks_train_and_test_as_one_process(tmp_path, optimizer):
     pytest.importorskip("torch.distributed")
     path = tmp_path / "train.txt"

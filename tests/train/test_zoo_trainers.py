@@ -94,7 +94,7 @@ def test_dlrm_sync_densifies_table_gradients_and_hogwild_updates_rows_in_place()
     state = initial_state(cfg, ds)
     table, before = state["emb0_table"], state["emb0_table"].copy()
     hogwild_ops = [op.type for op in model.train_net(iter_op="AtomicIter").ops]
-    assert "ScatterWeightedSum" in hogwild_ops and "SparseToDense" not in hogwild_ops
+    assert "SparseSGDFusedWithSparseLengthsSumGradient" in hogwild_ops and "SparseToDense" not in hogwild_ops
     nets = WorkerNets(cfg, model, shared=state, iter_op="AtomicIter", mutex=Mutex(), feeds=ds.feeds)
     try:
         rows = ds.x_train[:4]

@@ -103,6 +103,7 @@ from asyncnet.errors import ExecutionError, NetDefinitionError
 from asyncnet.exec.graph import build_graph
 from asyncnet.exec.inline import InlinePolicy, critical_path
 from asyncnet.exec.pools import PoolLease, acquire_pool, activity, check_device, claim_net_threads, device_key
+from asyncnet.exec.simple import shadow_of
 from asyncnet.tensor.route import route_operators
 from asyncnet.tensor.streams import RunStreams, StreamBook
 from asyncnet.tensor.threads import ThreadClaim
@@ -454,9 +455,15 @@ def run_inline(net: AsyncSchedulingNet) -> None:
     net._inline_running = True
     try:
         blobs, flag = net.blobs, net.cancel_flag
-        for op in net.operators:
+
+        def stop() -> None:
             if flag.is_set():
                 raise ExecutionError(f"the run of net {net.name!r} was cancelled")
+
+        if net._shadow is not None and net._shadow.run_ops(blobs, stop):
+            return
+        for op in net.operators:
+            stop()
             op.run(blobs)
     finally:
         net._inline_running = False
@@ -576,6 +583,7 @@ class AsyncSchedulingNet(NetBase):
         super().__init__(net_def, operators, blobs)
         ops = self.operators
         route_operators(ops)  # each op on the library that runs it faster (torch CPU tensors)
+        self._shadow = shadow_of(ops)  # in-line runs on torch CPU tensors: numpy views once per run
         _check_placements(ops)
         keys = [device_key(op.device) for op in ops]
         graph = build_graph([(op.inputs, op.outputs, op.definition.control_inputs) for op in ops], keys)

@@ -17,9 +17,10 @@ from asyncnet.core.netbase import NetBase, call_done_callbacks, register_net_typ
 from asyncnet.core.operator import Operator
 from asyncnet.errors import NetBusyError
 from asyncnet.exec.pools import claim_net_threads
-from asyncnet.tensor.route import route_operators
+from asyncnet.tensor.route import is_routed, route_operators
+from asyncnet.tensor.shadow import Shadow
 
-__all__ = ["SimpleNet", "DoneHandle"]
+__all__ = ["SimpleNet", "DoneHandle", "shadow_of"]
 
 
 class DoneHandle:
@@ -68,6 +69,7 @@ class SimpleNet(NetBase):
     def __init__(self, net_def: NetDef, operators: Sequence[Operator], blobs: MutableMapping[str, Any]):
         super().__init__(net_def, operators, blobs)
         route_operators(self.operators)  # each op on the library that runs it faster (torch CPU tensors)
+        self._shadow = shadow_of(self.operators)
         claim = claim_net_threads(net_def)
         self._finalizer = None if claim is None else weakref.finalize(self, claim.release)
 
@@ -80,6 +82,8 @@ class SimpleNet(NetBase):
         try:
             if self.recorder is None:
                 blobs = self.blobs
+                if self._shadow is not None and self._shadow.run_ops(blobs):
+                    return
                 for op in self.operators:
                     op.run(blobs)
             else:
@@ -104,6 +108,16 @@ class SimpleNet(NetBase):
         except Exception as exc:  # noqa: BLE001 - handed to the caller through wait()
             return DoneHandle(exc)
         return DoneHandle()
+
+
+def shadow_of(operators: Sequence[Operator]) -> Shadow | None:
+    """The :class:`~asyncnet.tensor.shadow.Shadow` of a net whose ops are all routed (runs on
+    torch CPU tensors then take numpy views once per run), else None."""
+    if not operators or not all(is_routed(op.fn) for op in operators):
+        return None
+    from asyncnet.exec.specialize import external_inputs
+
+    return Shadow(operators, external_inputs(operators))
 
 
 register_net_type(("simple",), SimpleNet)

@@ -143,6 +143,10 @@ class StraightNet(SimpleNet):
         try:
             blobs = self.blobs
             variant = None if self._specializer is None else self._specializer.variant(blobs)
+            if type(variant) is not Variant and self._shadow is not None:
+                got = self._shadow.views(blobs)
+                if got is not None and self._shadow.plan(got[1]) is not None:
+                    return self._run_shadow(blobs, *got)
             if type(variant) is Variant:
                 self._run_variant(variant, blobs)
             elif variant is not None:  # external inputs not seen before
@@ -156,6 +160,31 @@ class StraightNet(SimpleNet):
         finally:
             self._release()
         return None
+
+    def _run_shadow(
+        self, blobs: MutableMapping[str, Any], arrays: dict[str, Any], kinds: tuple[int, ...], back: dict[int, Any]
+    ) -> None:
+        """The run on numpy arrays of torch CPU tensors (:mod:`asyncnet.tensor.shadow`): the same
+        kernels and order as below on ``arrays``, then every written blob stored back in ``blobs``."""
+        shadow = self._shadow
+        assert shadow is not None
+        try:
+            variant = None if self._specializer is None else self._specializer.variant(arrays)
+            if type(variant) is Variant:
+                self._run_variant(variant, arrays)
+            elif variant is not None:
+                self._specializer.specializing_run(arrays, variant)  # type: ignore[union-attr]
+            else:
+                for chunk in self._code:
+                    chunk(arrays)
+        except Failed as failed:
+            shadow.write_back(blobs, arrays, kinds, back, failed.index)
+            err, cause = self._error(failed.index, failed.exc)
+            raise err from cause
+        except OperatorError as exc:  # from an op's general kernel (a specializing run, or one resumed)
+            shadow.write_back(blobs, arrays, kinds, back, exc.op_index)
+            raise
+        shadow.write_back(blobs, arrays, kinds, back)
 
     def _run_variant(self, variant: Variant, blobs: MutableMapping[str, Any]) -> None:
         try:

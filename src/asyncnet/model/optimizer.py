@@ -3,7 +3,12 @@
 Dense parameters use the optimizer ops with ``formula="torch"`` (torch.optim's updates);
 embedding tables, whose gradient is a :class:`~asyncnet.autodiff.GradientSlice`, are updated by
 row: SGD as Caffe2's ``ScatterWeightedSum([param, one, indices, values, -lr])``, Adagrad as
-``SparseAdagrad`` (torch's sparse Adagrad). The state blobs go into the model's init net once.
+``SparseAdagrad`` (torch's sparse Adagrad), rwsadagrad as ``RowWiseSparseAdagrad``; when a
+lookup's ``SparseLengthsSumGradient`` feeds nothing but the update, the two become one fused op
+(``SparseAdagradFusedWithSparseLengthsSumGradient``...: the same values). Momentum and Adam have
+no sparse form: a table's gradient is scattered into a dense one (``SparseToDense``) and every
+row takes the dense step, as torch.optim's on a dense embedding gradient. The state blobs go
+into the model's init net once.
 
     >>> from asyncnet.model import ModelHelper
     >>> m = ModelHelper(); _ = m.softmax_with_loss(m.fc("x", "fc", 4, 3), "y")
@@ -91,13 +96,19 @@ def build_optimizer(
     if not lr_args:
         schedule = {"stepsize": int(stepsize), "gamma": float(DEFAULT_GAMMA[lr_policy] if gamma is None else gamma)}
     net.LearningRate(["iter"], ["lr"], base_lr=float(lr), policy=lr_policy, dtype=dt, **schedule)
+    fused = _fusable_lookup_gradients(net, grads, start) if optimizer in _FUSED and not weight_decay else {}
+    start -= len(fused)  # their gradient ops left the net, before the step counter
     if any(isinstance(g, GradientSlice) for g in grads.values()) and optimizer == "sgd":
         net.Scale("lr", "neg_lr", scale=-1.0)
         _join_sparse_chains(net, grads, start)
     for p in model.params:
         g = grads[p]
         state = state_names(p, optimizer)
-        if isinstance(g, GradientSlice):
+        if isinstance(g, GradientSlice) and optimizer in ("momentum", "adam"):  # no sparse form: densified
+            g = str(net.SparseToDense([g.indices, g.values, p], f"{p}_grad_dense"))
+        if p in fused:
+            _fused_update(net, p, g, fused[p], optimizer, state, eps)
+        elif isinstance(g, GradientSlice):
             _sparse_update(model, net, p, g, optimizer, state, eps, weight_decay)
         elif optimizer == "sgd":
             net.SGD([p, g, "lr"], [p], weight_decay=weight_decay)
@@ -130,6 +141,54 @@ def build_optimizer(
                 weight_decay=weight_decay,
                 formula="torch",
             )
+
+
+#: the sparse updates fused with the lookup's gradient (Caffe2's ...FusedWithSparseLengthsSumGradient)
+_FUSED = {
+    "sgd": "SparseSGDFusedWithSparseLengthsSumGradient",
+    "adagrad": "SparseAdagradFusedWithSparseLengthsSumGradient",
+    "rwsadagrad": "RowWiseSparseAdagradFusedWithSparseLengthsSumGradient",
+}
+
+
+def _fusable_lookup_gradients(net: Net, grads: dict[str, Grad], end: int) -> dict[str, tuple[str, str]]:
+    """{table: (dY, LENGTHS)} of the tables whose gradient rows come from a
+    ``SparseLengthsSumGradient`` that nothing else reads, and whose dY and LENGTHS no later op
+    writes; those ops leave ``net`` (their update reads dY and LENGTHS itself: the same values,
+    no [K, row] gradient rows written out)."""
+    readers: dict[str, int] = {}
+    for op in net.ops:
+        for b in {*op.inputs, *op.control_inputs}:
+            readers[b] = readers.get(b, 0) + 1
+    fused, drop = {}, set()
+    for p, g in grads.items():
+        if not isinstance(g, GradientSlice):
+            continue
+        writers = [i for i, op in enumerate(net.ops[:end]) if g.values in op.outputs]
+        if len(writers) != 1 or readers.get(g.values, 0):
+            continue
+        op = net.ops[writers[0]]
+        later = {o for o2 in net.ops[writers[0] + 1 :] for o in o2.outputs}
+        if op.type == "SparseLengthsSumGradient" and list(op.outputs) == [g.values] and not later & {*op.inputs}:
+            fused[p] = (op.inputs[0], op.inputs[1])  # dY and LENGTHS as the update will read them
+            drop.add(writers[0])
+    net.ops[:] = [op for i, op in enumerate(net.ops) if i not in drop]
+    return fused
+
+
+def _fused_update(
+    net: Net, p: str, g: GradientSlice, dy_lengths: tuple[str, str], optimizer: str, state: list[str], eps: float | None
+) -> None:
+    dy, lengths = dy_lengths
+    if optimizer == "sgd":
+        net.SparseSGDFusedWithSparseLengthsSumGradient([p, g.indices, dy, "neg_lr", lengths], p)
+        return
+    getattr(net, _FUSED[optimizer])(
+        [p, state[0], g.indices, dy, "lr", lengths],
+        [p, state[0]],
+        formula="torch",
+        **({} if eps is None else {"epsilon": eps}),
+    )
 
 
 def _join_sparse_chains(net: Net, grads: dict[str, Grad], start: int) -> None:

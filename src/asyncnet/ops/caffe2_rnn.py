@@ -1,5 +1,9 @@
 """Caffe2's LSTMUnit and LSTMUnitGradient: one step of an LSTM on precomputed gates, aware of
-each sequence's length (caffe2/operators/lstm_unit_op.h).
+each sequence's length (caffe2/operators/lstm_unit_op.h); GRUUnit and GRUUnitGradient, the
+same for a GRU (gru_unit_op.h: ``H = u * H_prev + (1 - u) * tanh(o)``, gates reset, update,
+output, the reset gate applied by the step net before); ElementwiseLinear and its gradient
+(``Y = X * a + b`` column-wise), the multiplicative-integration LSTM's op; SequenceMask
+('sequence' mode, attention's mask of the encoder positions past each sequence's end).
 
 Inputs: H_prev [1, N, D], C_prev [1, N, D], gates [1, N, 4D] (Caffe2's order: i, f, o, g),
 seq_lengths [N] int32 (absent when ``sequence_lengths=0``) and the timestep t (int32, 1 element).
@@ -33,7 +37,15 @@ from asyncnet.core.defs import OperatorDef
 from asyncnet.core.registry import Arg, register_gradient, register_op
 from asyncnet.ops._check import array, float_array
 
-__all__ = ["lstm_unit", "lstm_unit_gradient"]
+__all__ = [
+    "elementwise_linear",
+    "elementwise_linear_gradient",
+    "gru_unit",
+    "gru_unit_gradient",
+    "lstm_unit",
+    "lstm_unit_gradient",
+    "sequence_mask",
+]
 
 _ARGS = [
     Arg("forget_bias", float, 0.0, "added to the forget gate's input"),
@@ -81,11 +93,73 @@ def _state(ctx: Any, arrays: tuple[Any, ...]) -> tuple[np.ndarray, np.ndarray, n
 
 
 def _gates(x: np.ndarray, d: int, forget_bias: float) -> tuple[np.ndarray, ...]:
-    i = _sigmoid(x[:, :d])
-    f = _sigmoid(x[:, d : 2 * d] + x.dtype.type(forget_bias))
-    o = _sigmoid(x[:, 2 * d : 3 * d])
-    g = np.tanh(x[:, 3 * d :])
-    return i, f, o, g
+    act = _activate(x, d, forget_bias)
+    return act[:, :d], act[:, d : 2 * d], act[:, 2 * d : 3 * d], act[:, 3 * d :]
+
+
+def _activate(x: np.ndarray, d: int, forget_bias: float) -> np.ndarray:
+    """[N, 4D] gates activated in one array: sigmoid(i, f + forget_bias, o), tanh(g) (the ufuncs
+    of :func:`_sigmoid` and ``np.tanh``, written in place: no temporaries)."""
+    act = np.empty_like(x)
+    s = act[:, : 3 * d]
+    np.negative(x[:, : 3 * d], out=s)
+    if forget_bias:
+        s[:, d : 2 * d] -= x.dtype.type(forget_bias)
+    np.exp(s, out=s)
+    s += x.dtype.type(1)  # a scalar of x's dtype: ~3x cheaper than a Python float per ufunc call
+    np.reciprocal(s, out=s)  # 1 / (1 + e^-z), IEEE division as np.divide
+    np.tanh(x[:, 3 * d :], out=act[:, 3 * d :])
+    return act
+
+
+def _lstm_step(
+    h_prev: np.ndarray, c_prev: np.ndarray, x: np.ndarray, valid: np.ndarray, forget_bias: float, drop: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    i, f, o, g = _gates(x, c_prev.shape[1], forget_bias)
+    c = f * c_prev + i * g
+    h = o * np.tanh(c)
+    if not valid.all():
+        keep_h, keep_c = (0, 0) if drop else (h_prev, c_prev)
+        h = np.where(valid, h, keep_h)
+        c = np.where(valid, c, keep_c)
+    return h.astype(x.dtype, copy=False)[None], c.astype(x.dtype, copy=False)[None]
+
+
+def _fast_valid(arrays: tuple[Any, ...], seq_lengths: bool, n: int) -> np.ndarray | None:
+    """valid [N, 1] from the lengths and the timestep (None: every sequence valid), no checks."""
+    if not seq_lengths:
+        return None
+    t = int(arrays[4].reshape(-1)[0])
+    return t < arrays[3].reshape(n, 1)
+
+
+def _plain_inputs(ctx: Any, arrays: tuple[Any, ...]) -> bool:
+    """Numpy float32/float64 H, C and gates of one dtype that pass the general kernel's checks."""
+    if not all(type(a) is np.ndarray for a in arrays):
+        return False
+    dt = arrays[0].dtype
+    if dt not in (np.float32, np.float64) or any(a.dtype != dt for a in arrays[:3]):
+        return False
+    try:
+        _state(ctx, arrays)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def _specialize_lstm_unit(ctx: Any, *arrays: Any) -> Any:
+    """Numpy float inputs of checked shapes: the step with no checks (same math, same bits)."""
+    if ctx.op.type.endswith("Gradient") or not _plain_inputs(ctx, arrays):
+        return None
+    fb, drop, seq = ctx.args["forget_bias"], ctx.args["drop_states"], ctx.args["sequence_lengths"]
+    n = arrays[1].shape[1]
+    ones = np.ones((n, 1), bool)
+
+    def lstm_unit_plain(ctx: Any, *a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        valid = _fast_valid(a, seq, n)
+        return _lstm_step(a[0][0], a[1][0], a[2][0], ones if valid is None else valid, fb, drop)
+
+    return lstm_unit_plain
 
 
 @register_op(
@@ -102,18 +176,34 @@ def _gates(x: np.ndarray, d: int, forget_bias: float) -> tuple[np.ndarray, ...]:
         "timestep (int32, 1 element)",
     ),
     outputs_doc=("hidden_t [1, N, D]", "cell_t [1, N, D]"),
+    specialize=_specialize_lstm_unit,
     doc="Caffe2's LSTMUnit: one LSTM step on precomputed gates (order i, f, o, g); sequences past their "
     "length carry their state over (drop_states=1: zero it).",
 )
 def lstm_unit(ctx: Any, *arrays: Any) -> tuple[np.ndarray, np.ndarray]:
     h_prev, c_prev, x, valid, _ = _state(ctx, arrays)
-    i, f, o, g = _gates(x, c_prev.shape[1], ctx.args["forget_bias"])
-    c = f * c_prev + i * g
-    h = o * np.tanh(c)
-    keep_h, keep_c = (0, 0) if ctx.args["drop_states"] else (h_prev, c_prev)
-    h = np.where(valid, h, keep_h).astype(x.dtype, copy=False)
-    c = np.where(valid, c, keep_c).astype(x.dtype, copy=False)
-    return h[None], c[None]
+    return _lstm_step(h_prev, c_prev, x, valid, ctx.args["forget_bias"], ctx.args["drop_states"])
+
+
+def _specialize_lstm_unit_gradient(ctx: Any, *arrays: Any) -> Any:
+    """Numpy float inputs of checked shapes: the gradient with no checks (same math, same bits)."""
+    if not _plain_inputs(ctx, arrays):
+        return None
+    k = 5 if ctx.args["sequence_lengths"] else 4
+    if len(arrays) != k + 4 or any(
+        arrays[j].dtype != arrays[0].dtype or arrays[j].shape != arrays[1].shape for j in (k + 1, k + 2, k + 3)
+    ):
+        return None
+    fb, drop, seq = ctx.args["forget_bias"], ctx.args["drop_states"], ctx.args["sequence_lengths"]
+    n = arrays[1].shape[1]
+    ones = np.ones((n, 1), bool)
+
+    def lstm_unit_gradient_plain(ctx: Any, *a: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        valid = _fast_valid(a, seq, n)
+        valid = ones if valid is None else valid
+        return _lstm_step_grad(a[1][0], a[2][0], valid, a[k + 1][0], a[k + 2][0], a[k + 3][0], fb, drop)
+
+    return lstm_unit_gradient_plain
 
 
 @register_op(
@@ -133,6 +223,7 @@ def lstm_unit(ctx: Any, *arrays: Any) -> tuple[np.ndarray, np.ndarray]:
         "cell_t_grad",
     ),
     outputs_doc=("hidden_t_prev_grad", "cell_t_prev_grad", "gates_grad"),
+    specialize=_specialize_lstm_unit_gradient,
     doc="Gradient of LSTMUnit (Caffe2's): dgates and dC_prev through the cell; dH_prev carries dH past a "
     "sequence's end and is 0 inside it.",
 )
@@ -144,18 +235,46 @@ def lstm_unit_gradient(ctx: Any, *arrays: Any) -> tuple[np.ndarray, np.ndarray, 
             f"expected cell_t, hidden_t_grad and cell_t_grad of shape {(1, *c_prev.shape)}, got "
             f"{[tuple(np.shape(arrays[j])) for j in (k + 1, k + 2, k + 3)]}"
         )
-    i, f, o, g = _gates(x, c_prev.shape[1], ctx.args["forget_bias"])
+    return _lstm_step_grad(c_prev, x, valid, c, dh, dc, ctx.args["forget_bias"], ctx.args["drop_states"])
+
+
+def _lstm_step_grad(
+    c_prev: np.ndarray,
+    x: np.ndarray,
+    valid: np.ndarray,
+    c: np.ndarray,
+    dh: np.ndarray,
+    dc: np.ndarray,
+    forget_bias: float,
+    drop: bool,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    d = c_prev.shape[1]
+    act = _activate(x, d, forget_bias)
+    i, f, o, g = act[:, :d], act[:, d : 2 * d], act[:, 2 * d : 3 * d], act[:, 3 * d :]
+    one = x.dtype.type(1)
     tanh_c = np.tanh(c)
-    dcell = dc + dh * o * (1 - tanh_c * tanh_c)
-    dx = np.concatenate(
-        [dcell * g * i * (1 - i), dcell * c_prev * f * (1 - f), dh * tanh_c * o * (1 - o), dcell * i * (1 - g * g)],
-        axis=1,
-    )
-    carry_h, carry_c = (np.zeros_like(dh), np.zeros_like(dc)) if ctx.args["drop_states"] else (dh, dc)
-    dh_prev = np.where(valid, 0, carry_h).astype(x.dtype, copy=False)
-    dc_prev = np.where(valid, dcell * f, carry_c).astype(x.dtype, copy=False)
-    dx = np.where(valid, dx, 0).astype(x.dtype, copy=False)
-    return dh_prev[None], dc_prev[None], dx[None]
+    dcell = dh * o
+    dcell *= one - tanh_c * tanh_c
+    dcell += dc
+    # dgates: what each gate multiplies times its activation's derivative, all gates at once
+    dx = np.empty_like(x)
+    np.multiply(dcell, g, out=dx[:, :d])
+    np.multiply(dcell, c_prev, out=dx[:, d : 2 * d])
+    np.multiply(dh, tanh_c, out=dx[:, 2 * d : 3 * d])
+    np.multiply(dcell, i, out=dx[:, 3 * d :])
+    deriv = np.subtract(one, act)
+    deriv[:, : 3 * d] *= act[:, : 3 * d]  # sigmoid: s (1 - s)
+    np.multiply(g, g, out=deriv[:, 3 * d :])
+    np.subtract(one, deriv[:, 3 * d :], out=deriv[:, 3 * d :])  # tanh: 1 - g^2
+    dx *= deriv
+    if valid.all():
+        dh_prev, dc_prev = np.zeros_like(dh), dcell * f
+    else:
+        carry_h, carry_c = (np.zeros_like(dh), np.zeros_like(dc)) if drop else (dh, dc)
+        dh_prev = np.where(valid, 0, carry_h)
+        dc_prev = np.where(valid, dcell * f, carry_c)
+        dx = np.where(valid, dx, 0)
+    return tuple(a.astype(x.dtype, copy=False)[None] for a in (dh_prev, dc_prev, dx))  # type: ignore[return-value]
 
 
 @register_gradient("LSTMUnit")
@@ -175,3 +294,193 @@ def _lstm_unit_grad(op: OperatorDef, gout: list[str | None]) -> tuple[list[Opera
         )
     )
     return ops, ["#dh_prev", "#dc_prev", "#dgates", *([None] * (len(op.inputs) - 3))]
+
+
+_GRU_ARGS = [
+    Arg("drop_states", bool, False, "past a sequence's end, zero the state instead of carrying it over"),
+    Arg("sequence_lengths", bool, True, "0: no seq_lengths input (every sequence is valid at every step)"),
+    Arg("forget_bias", float, 0.0, "accepted and unused, as in Caffe2"),
+]
+
+
+def _gru_state(ctx: Any, arrays: tuple[Any, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """(H_prev [N, D], gates [N, 3D], valid [N, 1] bool, number of inputs read) with Caffe2's checks."""
+    h, x = (np.asarray(float_array(ctx, a, i)) for i, a in enumerate(arrays[:2]))
+    if h.ndim != 3 or h.shape[0] != 1:
+        raise ValueError(f"expected hidden_t_prev of shape [1, N, D], got {tuple(h.shape)}")
+    n, d = h.shape[1], h.shape[2]
+    if x.shape != (1, n, 3 * d):
+        raise ValueError(f"expected gates of shape [1, N, 3D] = {(1, n, 3 * d)}, got {tuple(x.shape)}")
+    k, lengths = 2, None
+    if ctx.args["sequence_lengths"]:
+        lengths = np.asarray(array(ctx, arrays[2], 2))
+        if lengths.size != n or lengths.dtype.kind not in "iu":
+            raise ValueError(
+                f"expected {n} integer sequence lengths in input 2, got {lengths.size} of dtype {lengths.dtype}"
+            )
+        k = 3
+    step = np.asarray(array(ctx, arrays[k], k))
+    if step.size != 1 or step.dtype.kind not in "iu":
+        raise ValueError(f"expected an integer timestep (1 element) in input {k}, got {step.dtype} {step.shape}")
+    t = int(step.reshape(-1)[0])
+    valid = np.ones((n, 1), bool) if lengths is None else (t < lengths.reshape(n, 1))
+    return h[0], x[0], valid, k + 1
+
+
+def _gru_gates(x: np.ndarray, d: int) -> tuple[np.ndarray, np.ndarray]:
+    return _sigmoid(x[:, d : 2 * d]), np.tanh(x[:, 2 * d :])
+
+
+@register_op(
+    "GRUUnit",
+    inputs=(3, 4),
+    outputs=1,
+    args=_GRU_ARGS,
+    differentiable=True,
+    inputs_doc=(
+        "hidden_t_prev [1, N, D]",
+        "gates [1, N, 3D] (reset, update, output; the reset part is not read)",
+        "seq_lengths [N] int32 (absent with sequence_lengths=0)",
+        "timestep (int32, 1 element)",
+    ),
+    outputs_doc=("hidden_t [1, N, D]",),
+    doc="Caffe2's GRUUnit: H = u * H_prev + (1 - u) * tanh(o), u = sigmoid(update gate); sequences past their "
+    "length carry their state over (drop_states=1: zero it).",
+)
+def gru_unit(ctx: Any, *arrays: Any) -> np.ndarray:
+    h_prev, x, valid, k = _gru_state(ctx, arrays)
+    if len(arrays) != k:
+        raise ValueError(f"expected {k} inputs with sequence_lengths={int(ctx.args['sequence_lengths'])}")
+    u, o = _gru_gates(x, h_prev.shape[1])
+    h = u * h_prev + (1 - u) * o
+    keep = 0 if ctx.args["drop_states"] else h_prev
+    return np.where(valid, h, keep).astype(x.dtype, copy=False)[None]
+
+
+@register_op(
+    "GRUUnitGradient",
+    inputs=(5, 6),
+    outputs=2,
+    args=_GRU_ARGS,
+    inputs_doc=(
+        "hidden_t_prev",
+        "gates",
+        "seq_lengths (absent with sequence_lengths=0)",
+        "timestep",
+        "hidden_t",
+        "hidden_t_grad",
+    ),  # fmt: skip
+    outputs_doc=("hidden_t_prev_grad", "gates_grad (0 for the reset gate)"),
+    doc="Gradient of GRUUnit (Caffe2's): the reset gate's part is 0 (its effect reaches the output gate "
+    "through the step net's ops).",
+)
+def gru_unit_gradient(ctx: Any, *arrays: Any) -> tuple[np.ndarray, np.ndarray]:
+    h_prev, x, valid, k = _gru_state(ctx, arrays)
+    dh = np.asarray(float_array(ctx, arrays[k + 1], k + 1))[0]
+    if dh.shape != h_prev.shape:
+        raise ValueError(f"expected hidden_t_grad of shape {(1, *h_prev.shape)}, got {(1, *dh.shape)}")
+    u, o = _gru_gates(x, h_prev.shape[1])
+    dx = np.concatenate([np.zeros_like(dh), dh * (h_prev - o) * u * (1 - u), dh * (1 - u) * (1 - o * o)], axis=1)
+    carry = np.zeros_like(dh) if ctx.args["drop_states"] else dh
+    dh_prev = np.where(valid, dh * u, carry).astype(x.dtype, copy=False)
+    dx = np.where(valid, dx, 0).astype(x.dtype, copy=False)
+    return dh_prev[None], dx[None]
+
+
+@register_gradient("GRUUnit")
+def _gru_unit_grad(op: OperatorDef, gout: list[str | None]) -> tuple[list[OperatorDef], list[str | None]]:
+    """Caffe2's GetGRUUnitGradient: all inputs, the output and its gradient."""
+    args = {k: op.args[k] for k in ("drop_states", "sequence_lengths", "forget_bias") if k in op.args}
+    gop = OperatorDef("GRUUnitGradient", [*op.inputs, op.outputs[0], gout[0]], ["#dh_prev", "#dgates"], args)
+    return [gop], ["#dh_prev", "#dgates", *([None] * (len(op.inputs) - 2))]
+
+
+def _elementwise_linear_shapes(ctx: Any, x: np.ndarray, a: np.ndarray, b: np.ndarray) -> tuple[int, int]:
+    axis = ctx.args["axis"]
+    axis = axis + x.ndim if axis < 0 else axis
+    if not 0 <= axis <= x.ndim:
+        raise ValueError(f"axis {ctx.args['axis']} is out of range for X of shape {x.shape}")
+    rows, cols = int(np.prod(x.shape[:axis])), int(np.prod(x.shape[axis:]))
+    if a.shape != (cols,) or b.shape != (cols,):
+        raise ValueError(
+            f"expected a and b of shape ({cols},) for X {x.shape} at axis {axis}, got {a.shape}, {b.shape}"
+        )
+    return rows, cols
+
+
+@register_op(
+    "ElementwiseLinear",
+    inputs=3,
+    outputs=1,
+    args=[Arg("axis", int, 1, "X is seen as [prod(dims before axis), prod(the rest)]")],
+    differentiable=True,
+    inputs_doc=("X", "a [D]", "b [D]"),
+    outputs_doc=("Y = X * a + b, column-wise",),
+    doc="Caffe2's ElementwiseLinear: Y[n, d] = X[n, d] * a[d] + b[d] on X flattened at axis.",
+)
+def elementwise_linear(ctx: Any, x: Any, a: Any, b: Any) -> np.ndarray:
+    x, a, b = (np.asarray(float_array(ctx, v, i)) for i, v in enumerate((x, a, b)))
+    rows, cols = _elementwise_linear_shapes(ctx, x, a, b)
+    return (x.reshape(rows, cols) * a + b).reshape(x.shape).astype(x.dtype, copy=False)
+
+
+@register_op(
+    "ElementwiseLinearGradient",
+    inputs=3,
+    outputs=3,
+    args=[Arg("axis", int, 1, "as the forward op's")],
+    inputs_doc=("dY", "X", "a"),
+    outputs_doc=("dX", "da", "db"),
+    doc="Gradient of ElementwiseLinear: dX = dY * a, da = sum over rows of dY * X, db = sum over rows of dY.",
+)
+def elementwise_linear_gradient(ctx: Any, dy: Any, x: Any, a: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    dy, x, a = (np.asarray(float_array(ctx, v, i)) for i, v in enumerate((dy, x, a)))
+    rows, cols = _elementwise_linear_shapes(ctx, x, a, a)
+    if dy.shape != x.shape:
+        raise ValueError(f"expected dY of X's shape {x.shape}, got {dy.shape}")
+    d2, x2 = dy.reshape(rows, cols), x.reshape(rows, cols)
+    return (d2 * a).reshape(x.shape), (d2 * x2).sum(axis=0).astype(a.dtype), d2.sum(axis=0).astype(a.dtype)
+
+
+@register_gradient("ElementwiseLinear")
+def _elementwise_linear_grad(op: OperatorDef, gout: list[str | None]) -> tuple[list[OperatorDef], list[str | None]]:
+    args = {"axis": op.args["axis"]} if "axis" in op.args else {}
+    gop = OperatorDef("ElementwiseLinearGradient", [gout[0], op.inputs[0], op.inputs[1]], ["#dx", "#da", "#db"], args)
+    return [gop], ["#dx", "#da", "#db"]
+
+
+@register_op(
+    "SequenceMask",
+    inputs=2,
+    outputs=1,
+    args=[
+        Arg("mode", str, Arg.REQUIRED, "'sequence' (the one mode asyncnet has)", choices=["sequence"]),
+        Arg("axis", int, 1, "X is seen as [prod(dims before axis), prod(the rest)]"),
+        Arg("fill_val", float, float("-inf"), "the value of masked entries"),
+        Arg("grad", bool, False, "gradient mode: masked entries are 0"),
+    ],
+    differentiable=True,
+    inputs_doc=("X", "sequence_lengths [prod(dims before axis)] ints"),
+    outputs_doc=("X with entries at or past each row's length set to fill_val",),
+    doc="Caffe2's SequenceMask in 'sequence' mode: row i of X (flattened at axis) keeps its first "
+    "sequence_lengths[i] entries; the rest become fill_val (0 with grad=1).",
+)
+def sequence_mask(ctx: Any, x: Any, lengths: Any) -> np.ndarray:
+    x = np.asarray(float_array(ctx, x, 0))
+    lengths = np.asarray(array(ctx, lengths, 1))
+    axis = ctx.args["axis"] + x.ndim if ctx.args["axis"] < 0 else ctx.args["axis"]
+    rows, cols = int(np.prod(x.shape[:axis])), int(np.prod(x.shape[axis:]))
+    if lengths.size != rows or lengths.dtype.kind not in "iu":
+        raise ValueError(
+            f"expected {rows} integer sequence lengths for X {x.shape} at axis {axis}, got {lengths.shape}"
+        )
+    keep = np.arange(cols)[None, :] < lengths.reshape(rows, 1)
+    fill = x.dtype.type(0 if ctx.args["grad"] else ctx.args["fill_val"])
+    return np.where(keep, x.reshape(rows, cols), fill).reshape(x.shape).astype(x.dtype, copy=False)
+
+
+@register_gradient("SequenceMask")
+def _sequence_mask_grad(op: OperatorDef, gout: list[str | None]) -> tuple[list[OperatorDef], list[str | None]]:
+    """Caffe2's: the output gradient masked the same way, with zeros."""
+    args = {**op.args, "grad": True}
+    return [OperatorDef("SequenceMask", [gout[0], op.inputs[1]], ["#dx"], args)], ["#dx", None]

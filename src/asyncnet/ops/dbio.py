@@ -264,10 +264,17 @@ def _chunk_blob(name: str, shape: tuple[int, ...], chunk: np.ndarray, segment: t
 def _save_names(ctx: Any) -> list[str]:
     overrides, strip = ctx.args["blob_name_overrides"], ctx.args["strip_prefix"]
     if overrides:
+        if strip:
+            raise ValueError("strip_prefix and blob_name_overrides are mutually exclusive (as in Caffe2)")
         if len(overrides) != len(ctx.op.inputs):
             raise ValueError(f"blob_name_overrides has {len(overrides)} names for {len(ctx.op.inputs)} inputs")
-        return list(overrides)
-    return [n[len(strip) :] if strip and n.startswith(strip) else n for n in ctx.op.inputs]
+        names = list(overrides)
+    else:
+        names = [n[len(strip) :] if strip and n.startswith(strip) else n for n in ctx.op.inputs]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise ValueError(f"blob(s) {dup} would be saved twice (Caffe2: duplicated feature)")
+    return names
 
 
 @register_op(
@@ -397,8 +404,13 @@ def _load_records(a: dict[str, Any], reader: tuple[Any, ...]) -> list[tuple[byte
     if not paths:
         raise ValueError("Load needs db (or dbs), or a DBReader input")
     records: list[tuple[bytes, bytes]] = []
+    seen: dict[bytes, str] = {}
     for p in paths:
-        records += open_db(p, a["db_type"])
+        for key, value in open_db(p, a["db_type"]):
+            if key in seen:
+                raise ValueError(f"record {key!r} is in more than one database ({seen[key]!r} and {p!r})")
+            seen[key] = p
+            records.append((key, value))
     return records
 
 

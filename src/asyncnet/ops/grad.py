@@ -281,7 +281,33 @@ def _fc_gradient_plain(ctx: Any, x: np.ndarray, w: np.ndarray, dy: np.ndarray) -
 
 
 def _specialize_fc_gradient(ctx: Any, x: Any, w: Any, dy: Any) -> Any:
-    return _fc_gradient_plain if plain_fc(ctx, x, w, dy, 2) else None
+    if plain_fc(ctx, x, w, dy, 2):
+        return _fc_gradient_plain
+    return _fc_gradient_with_axes(ctx, x, w, dy)
+
+
+def _fc_gradient_with_axes(ctx: Any, x: Any, w: Any, dy: Any) -> Any:
+    """For numpy float X, W, dY of one dtype whose shapes pass the general kernel's checks (any
+    axis, axis_w): the gradient with those shapes bound, the general path's math. Else None."""
+    if not (type(x) is np.ndarray and type(w) is np.ndarray and type(dy) is np.ndarray):
+        return None
+    if not (x.dtype is w.dtype is dy.dtype) or x.dtype.kind != "f" or ctx.device.device_type != "cpu":
+        return None
+    x2, w2, _ = fc_shapes(ctx, x, w, False)
+    m, n = x2.shape[0], w2.shape[0]
+    if dy.size != m * n:
+        return None
+    x_2d, w_2d, w_shape, x_shape, with_dx = x2.shape, w2.shape, w.shape, x.shape, len(ctx.op.outputs) == 3
+
+    def fc_gradient_axes(ctx: Any, x: np.ndarray, w: np.ndarray, dy: np.ndarray) -> tuple[np.ndarray, ...]:
+        x2, dy2 = x.reshape(x_2d), dy.reshape(m, n)
+        # one row: dY^T X is an outer product (each entry one product, the same bits), ~3x
+        # cheaper as a broadcast than numpy's matmul with an inner dim of 1
+        dw = (dy2.T * x2 if m == 1 else dy2.T @ x2).reshape(w_shape)
+        db = dy2.sum(axis=0)
+        return (dw, db, (dy2 @ w.reshape(w_2d)).reshape(x_shape)) if with_dx else (dw, db)
+
+    return fc_gradient_axes
 
 
 @register_op(

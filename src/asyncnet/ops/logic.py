@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from asyncnet.core.defs import OperatorDef
-from asyncnet.core.registry import Arg, register_gradient, register_op
+from asyncnet.core.registry import Arg, register_gradient, register_no_gradient, register_op
 from asyncnet.errors import NetDefinitionError
 from asyncnet.ops._check import array, as_array
 from asyncnet.ops.math import CPU_CUDA, LEGACY_ARGS, binary_operands, validate_legacy
@@ -154,6 +154,8 @@ _compare("NE", operator.ne, "!=")
 _logical("And", "logical_and", "C = A and B elementwise on bool tensors; numpy or Caffe2's legacy broadcasting.")
 _logical("Or", "logical_or", "C = A or B elementwise on bool tensors; numpy or Caffe2's legacy broadcasting.")
 _logical("Xor", "logical_xor", "C = A xor B elementwise on bool tensors; numpy or Caffe2's legacy broadcasting.")
+# bool results: Caffe2 stops gradients here (SHOULD_NOT_DO_GRADIENT), and so does asyncnet's autodiff
+register_no_gradient("LT", "LE", "GT", "GE", "EQ", "NE", "And", "Or", "Xor")
 
 
 @register_op(

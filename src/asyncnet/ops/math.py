@@ -177,12 +177,38 @@ def _trunc_divide(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return q
 
 
+_FLOATS = frozenset(np.dtype(t) for t in (np.float16, np.float32, np.float64))
+
+
+def _specialize_sum(ctx: Any, *xs: Any) -> Callable[..., Any] | None:
+    """For numpy float arrays of one dtype and one shape (at least 1-d) on a cpu op: the sum
+    with no checks, in the general kernel's order (x0 + x1, then += each further input)."""
+    x0 = xs[0]
+    if ctx.device.device_type != "cpu" or type(x0) is not np.ndarray or x0.dtype not in _FLOATS or not x0.ndim:
+        return None
+    if any(type(x) is not np.ndarray or x.dtype is not x0.dtype or x.shape != x0.shape for x in xs[1:]):
+        return None
+    if len(xs) == 1:
+        return lambda ctx, x: x.copy()
+    if len(xs) == 2:
+        return lambda ctx, a, b: a + b
+
+    def sum_plain(ctx: Any, *xs: np.ndarray) -> np.ndarray:
+        out = xs[0] + xs[1]
+        for x in xs[2:]:
+            out += x
+        return out
+
+    return sum_plain
+
+
 @register_op(
     "Sum",
     inputs=(1, None),
     outputs=1,
     allow_inplace={0: 0},
     devices=CPU_CUDA,
+    specialize=_specialize_sum,
     doc="Elementwise sum of one or more inputs of the same shape and dtype.",
 )
 def sum_(ctx: Any, *xs: Any) -> np.ndarray:
@@ -232,11 +258,21 @@ def scale(ctx: Any, x: Any) -> np.ndarray:
     )  # in float64 as numpy's (x * s).astype: torch's int * float is float32
 
 
+def _copy_array(ctx: Any, x: np.ndarray) -> np.ndarray:
+    return x.copy()
+
+
+def _specialize_copy(ctx: Any, x: Any) -> Callable[..., Any] | None:
+    """A numpy array on a cpu op: its copy, with no checks."""
+    return _copy_array if ctx.device.device_type == "cpu" and type(x) is np.ndarray else None
+
+
 @register_op(
     "Copy",
     inputs=1,
     outputs=1,
     devices=CPU_CUDA,
+    specialize=_specialize_copy,
     doc="Y = a copy of X (arrays are copied; other objects passed through); on a cuda op Y is on the op's "
     "device wherever X is (Caffe2's Copy: 'potentially across devices').",
 )

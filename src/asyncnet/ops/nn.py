@@ -104,7 +104,30 @@ def _fc_plain(ctx: Any, x: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarr
 
 
 def _specialize_fc(ctx: Any, x: Any, w: Any, b: Any) -> Any:
-    return _fc_plain if plain_fc(ctx, x, w, b, 1) else None
+    if plain_fc(ctx, x, w, b, 1):
+        return _fc_plain
+    return fc_with_axes(ctx, x, w, b)
+
+
+def fc_with_axes(ctx: Any, x: Any, w: Any, b: Any) -> Any:
+    """For numpy float X, W, b of one dtype whose shapes pass the general kernel's checks (any
+    axis, axis_w): FC with those shapes bound, the general path's math (same bits). Else None."""
+    if not (type(x) is _nd and type(w) is _nd and type(b) is _nd and x.dtype is w.dtype is b.dtype):
+        return None
+    if x.dtype not in _ZERO or ctx.device.device_type != "cpu":
+        return None
+    x2, w2, axis = fc_shapes(ctx, x, w, transposed=False)
+    n = w2.shape[0]
+    if b.size != n or (b.ndim and b.shape[0] != n):
+        return None
+    x_2d, w_2d, y_shape = x2.shape, w2.shape, x.shape[:axis] + (n,)
+
+    def fc_axes(ctx: Any, x: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
+        y = x.reshape(x_2d) @ w.reshape(w_2d).T
+        y += b.reshape(n)
+        return y.reshape(y_shape)
+
+    return fc_axes
 
 
 @register_op(

@@ -485,6 +485,7 @@ def dropout(ctx: Any, x: Any) -> Any:
     "DropoutGrad",
     inputs=2,
     outputs=1,
+    allow_inplace={0: 0},
     args=_DROP_ARGS,
     inputs_doc=("dY", "mask"),
     outputs_doc=("dX",),

@@ -94,27 +94,59 @@ def lstm_forward(
     b_hh: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(Y [T, N, H], C [T, N, H] every step's cell, A [T, N, 4H] the activated gates i, f, g, o)."""
+    ys, cs, acts, _ = _forward((x, h0, c0, w_ih, w_hh, b_ih, b_hh), cache=False)
+    return ys, cs, acts
+
+
+def _forward(arrays: tuple[Any, ...], cache: bool) -> tuple[Any, Any, Any, Any]:
+    """(Y, C, A, the cache [T, N, 6H] or None). The cache's memory holds A, then C, then Y, each a
+    contiguous block (so the loop writes A and C into it directly); its shape is [T, N, 6H]."""
+    x, h0, c0, w_ih, w_hh, b_ih, b_hh = arrays
     xp = namespace(None, x)
     t_len, n, _ = x.shape
     hid = h0.shape[1]
+    tn, h4 = t_len * n, 4 * hid
     s = _gate_scale(hid, x)
-    pre = ((x.reshape(t_len * n, -1) @ w_ih.T + (b_ih + b_hh)) * s).reshape(t_len, n, 4 * hid)
+    buf = _empty((tn * 6 * hid,), x) if cache else None
+    if buf is not None:
+        acts, cs = buf[: tn * h4].reshape(t_len, n, h4), buf[tn * h4 : tn * 5 * hid].reshape(t_len, n, hid)
+    else:
+        acts, cs = _empty((t_len, n, h4), x), _empty((t_len, n, hid), x)
+    # the input projection of every step in one matmul, written where the step's gates go;
+    # s is a power of two, so scaling W and b instead of the product gives the same bits
+    xp.matmul(x.reshape(tn, -1), w_ih.T * s, out=acts.reshape(tn, h4))
+    acts += (b_ih + b_hh) * s
     w_s = w_hh.T * s  # [H, 4H]
-    ys, cs, acts = _empty((t_len, n, hid), x), _empty((t_len, n, hid), x), xp.empty_like(pre)
+    ys = _empty((t_len, n, hid), x)
+    rec, tmp = _empty((n, h4), x), _empty((n, hid), x)
     h, c, one_minus_s = h0, c0, 1 - s
     for t in range(t_len):
         a = acts[t]
-        xp.matmul(h, w_s, out=a)
-        a += pre[t]
+        xp.matmul(h, w_s, out=rec)
+        a += rec
         xp.tanh(a, out=a)
         a *= s
         a += one_minus_s
         i, f, g, o = a[:, :hid], a[:, hid : 2 * hid], a[:, 2 * hid : 3 * hid], a[:, 3 * hid :]
         c = xp.multiply(f, c, out=cs[t])
-        c += i * g
+        c += xp.multiply(i, g, out=tmp)
         h = xp.tanh(c, out=ys[t])
         h *= o
-    return ys, cs, acts
+    if buf is not None:
+        buf[tn * 5 * hid :] = ys.reshape(-1)
+        buf = buf.reshape(t_len, n, 6 * hid)
+    return ys, cs, acts, buf
+
+
+def _cache_blocks(cache: Any, hid: int) -> tuple[Any, Any, Any]:
+    """(A [T, N, 4H], C [T, N, H], Y [T, N, H]): the blocks of a cache made by :func:`_forward`."""
+    t_len, n = cache.shape[:2]
+    flat, tn = cache.reshape(-1), t_len * n
+    return (
+        flat[: tn * 4 * hid].reshape(t_len, n, 4 * hid),
+        flat[tn * 4 * hid : tn * 5 * hid].reshape(t_len, n, hid),
+        flat[tn * 5 * hid :].reshape(t_len, n, hid),
+    )
 
 
 @register_op(
@@ -143,48 +175,83 @@ def lstm(ctx: Any, *inputs: Any) -> tuple[np.ndarray, ...]:
         )
         out = (ys, xp.copy(h0), xp.copy(c0))
     else:
-        ys, cs, acts = lstm_forward(x, h0, c0, *rest)
+        ys, cs, acts, buf = _forward((x, h0, c0, *rest), cache=len(ctx.op.outputs) == 4)
         out = (ys, xp.copy(ys[-1]), xp.copy(cs[-1]))
+        if buf is not None:
+            return (*out, buf)
     return out if len(ctx.op.outputs) == 3 else (*out, _cat([acts, cs, ys], axis=2))
 
 
 def lstm_backward(
-    arrays: tuple[np.ndarray, ...], dy: np.ndarray, dh: np.ndarray, dc: np.ndarray, cache: np.ndarray | None = None
+    arrays: tuple[np.ndarray, ...],
+    dy: np.ndarray,
+    dh: np.ndarray,
+    dc: np.ndarray,
+    cache: np.ndarray | None = None,
+    dx: bool = True,
 ) -> tuple[np.ndarray, ...]:
     """(dW_ih, dW_hh, db, dh0, dc0, dX) by backpropagation through time (from the forward's cache
-    [T, N, 6H] when given, else recomputing the forward)."""
+    [T, N, 6H] when given, else recomputing the forward); dX is None when ``dx`` is False."""
     x, h0, c0, w_ih, w_hh, _, _ = arrays
     xp = namespace(None, x)
     t_len, n, _ = x.shape
     hid = h0.shape[1]
+    tn, h4 = t_len * n, 4 * hid
     if cache is None:
-        ys, cs, acts = lstm_forward(*arrays)
+        ys, cs, acts, _ = _forward(arrays, cache=False)
     else:
-        acts, cs, ys = cache[..., : 4 * hid], cache[..., 4 * hid : 5 * hid], cache[..., 5 * hid :]
-    gates = acts.reshape(t_len, n, 4, hid)
-    i, f, g, o = gates[:, :, 0], gates[:, :, 1], gates[:, :, 2], gates[:, :, 3]
-    c_prev = _cat([c0[None], cs[:-1]])
+        acts, cs, ys = _cache_blocks(cache, hid)
     tc = xp.tanh(cs)
-    # Everything but dh and dc is known before the loop: d(gate pre-activation) = dc * p (dh * p for o)
-    p = xp.empty_like(gates)
-    p[:, :, 0] = g * i * (1 - i)
-    p[:, :, 1] = c_prev * f * (1 - f)
-    p[:, :, 2] = i * (1 - g * g)
-    p[:, :, 3] = tc * o * (1 - o)
-    dc_dh = o * (1 - tc * tc)
-    da = xp.empty_like(gates)  # gradient of the gates before activation
+    p = _gate_derivatives(acts, cs, c0, tc)  # [4, T, N, H]
+    gates = acts.reshape(t_len, n, 4, hid)
+    f, o = gates[:, :, 1], gates[:, :, 3]
+    dc_dh = xp.multiply(tc, tc, out=tc)
+    dc_dh *= -1
+    dc_dh += 1
+    dc_dh *= o  # d c / d h through h = o * tanh(c): o (1 - tanh(c)^2)
+    da = _empty((t_len, n, 4, hid), x)  # gradient of the gates before activation
+    dh, dc, tmp = xp.copy(dh), xp.copy(dc), _empty((n, hid), x)
     for t in reversed(range(t_len)):
-        dh = dh + dy[t]
-        dc = dc + dh * dc_dh[t]
-        xp.multiply(dc[:, None], p[t, :, :3], out=da[t, :, :3])
-        xp.multiply(dh, p[t, :, 3], out=da[t, :, 3])
-        dc = dc * f[t]
-        dh = da[t].reshape(n, 4 * hid) @ w_hh
-    da2 = da.reshape(t_len * n, 4 * hid)
-    h_prev = _cat([h0[None], ys[:-1]]).reshape(t_len * n, hid)
-    dw_ih = da2.T @ x.reshape(t_len * n, -1)
+        dh += dy[t]
+        dc += xp.multiply(dh, dc_dh[t], out=tmp)
+        xp.multiply(
+            dc[:, None],
+            p[:3, t].transpose(1, 0, 2) if xp.name == "numpy" else p[:3, t].permute(1, 0, 2),
+            out=da[t, :, :3],
+        )
+        xp.multiply(dh, p[3, t], out=da[t, :, 3])
+        dc *= f[t]
+        xp.matmul(da[t].reshape(n, h4), w_hh, out=dh)
+    da2 = da.reshape(tn, h4)
+    h_prev = _cat([h0[None], ys[:-1]]).reshape(tn, hid)
+    dw_ih = da2.T @ x.reshape(tn, -1)
     dw_hh = da2.T @ h_prev
-    return dw_ih, dw_hh, da2.sum(axis=0), dh, dc, (da2 @ w_ih).reshape(x.shape)
+    return dw_ih, dw_hh, da2.sum(axis=0), dh, dc, (da2 @ w_ih).reshape(x.shape) if dx else None
+
+
+def _gate_derivatives(acts: Any, cs: Any, c0: Any, tc: Any) -> Any:
+    """[4, T, N, H] (gate first, each gate's block contiguous): what multiplies dc (dh for o) in
+    each gate's pre-activation gradient: the gate's derivative (a (1 - a) for the sigmoids i, f,
+    o, 1 - a^2 for g), times g for i, the previous cell for f, i for g and ``tc`` = tanh(c) for o."""
+    xp = namespace(None, acts)
+    t_len, n, hid = cs.shape
+    gates = acts.reshape(t_len, n, 4, hid)
+    if xp.name == "numpy":  # one strided copy, then every pass below runs on contiguous memory
+        gt = np.ascontiguousarray(gates.transpose(2, 0, 1, 3))
+    else:
+        gt = gates.permute(2, 0, 1, 3).contiguous()
+    i, g = gt[0], gt[2]
+    d = xp.subtract(1, gt) if xp.name == "numpy" else 1 - gt
+    d *= gt  # a (1 - a)
+    xp.multiply(g, g, out=d[2])
+    d[2] *= -1
+    d[2] += 1  # 1 - g^2
+    d[0] *= g
+    d[1, 0] *= c0
+    d[1, 1:] *= cs[:-1]
+    d[2] *= i
+    d[3] *= tc
+    return d
 
 
 @register_op(
@@ -230,7 +297,7 @@ def lstm_gradient(ctx: Any, *inputs: Any) -> tuple[np.ndarray, ...]:
         z = [xp.zeros_like(a) for a in arrays[3:]]
         res: tuple[np.ndarray, ...] = (z[0], z[1], z[2], z[3], dh, dc, xp.zeros_like(x))
     else:
-        dw_ih, dw_hh, db, dh0, dc0, dx = lstm_backward(arrays, dy, dh, dc, cache)
+        dw_ih, dw_hh, db, dh0, dc0, dx = lstm_backward(arrays, dy, dh, dc, cache, dx=len(ctx.op.outputs) == 7)
         res = (dw_ih, dw_hh, db, xp.copy(db), dh0, dc0, dx)
     return res[: len(ctx.op.outputs)]
 

@@ -10,7 +10,10 @@ dense table-sized array. An index may appear several times; its rows add up.
 Sparse updates write the touched rows INTO the parameter's array and return that same array,
 like the dense optimizers of ``optim.py``: Hogwild! workers that share one table see each
 other's rows (a float32 row store does not tear per element). A sparse SGD step is Caffe2's
-``ScatterWeightedSum([param, one, indices, values, neg_lr], param)`` with ``neg_lr = -lr``.
+``ScatterWeightedSum([param, one, indices, values, neg_lr], param)`` with ``neg_lr = -lr``;
+the updates fused with SparseLengthsSumGradient (Caffe2's SparseAdagrad... and
+RowWiseSparseAdagradFusedWithSparseLengthsSumGradient, asyncnet's SparseSGDFused...) read the
+pooled gradient and the bag lengths instead of one gradient row per index, with the same result.
 Repeated indices are applied one after another in order, exactly as Caffe2's loops do, and a
 bag's rows are summed one after another from zero, as Caffe2's SparseLengthsSum loop does: on
 numpy these are the bits of those loops, computed by numpy calls that release the GIL for most
@@ -35,6 +38,7 @@ numpy's within float rounding, not bit for bit.
 
 from __future__ import annotations
 
+import importlib.util
 import math
 from typing import Any, NamedTuple
 
@@ -45,7 +49,7 @@ from asyncnet.core.registry import Arg, register_gradient, register_op
 from asyncnet.ops._check import array, check_alloc, float_array
 from asyncnet.ops.grad import GradOut, MakerResult, output_grad
 from asyncnet.ops.optim import _FORMULA  # one definition of the caffe2 | torch switch
-from asyncnet.tensor.namespace import is_torch, namespace
+from asyncnet.tensor.namespace import is_torch, loaded_torch, namespace
 
 __all__ = [
     "GradientSlice",
@@ -486,6 +490,16 @@ def _segments(lengths: np.ndarray) -> np.ndarray:
 def sparse_lengths_sum(ctx: Any, data: Any, indices: Any, lengths: Any) -> np.ndarray:
     data = _table(ctx, data, 0)
     namespace(ctx, data, indices, lengths)
+    torch = None if is_torch(data) else _torch_for_bags(data, indices)
+    if torch is not None:  # torch's embedding_bag on views of the arrays: the same bits
+        idx = _int_indices(ctx, indices, 1)
+        lengths = _lengths(ctx, lengths, 2, idx.shape[0])
+        t = torch.from_numpy
+        try:  # embedding_bag checks the range of every index in its loop
+            return _torch_bags(t(data), t(_writable(idx)), t(_writable(lengths))).numpy()
+        except RuntimeError:
+            _indices(ctx, indices, 1, data.shape[0])  # our message for an index out of range
+            raise
     idx = _indices(ctx, indices, 1, data.shape[0])
     if idx.ndim != 1:
         raise ValueError(f"expected 1-D INDICES, got shape {tuple(idx.shape)}")
@@ -497,6 +511,53 @@ def sparse_lengths_sum(ctx: Any, data: Any, indices: Any, lengths: Any) -> np.nd
         return segment_sum(data.take(idx, axis=0), lengths)
     # gather straight into the padded layout (no [K, row] copy in between)
     return _bag_sums_by_slot(data, idx, lengths, used)
+
+
+#: numpy lookups of at least this many elements (indices x row) run torch's embedding_bag when
+#: torch is installed; below it numpy's calls cost less than torch's dispatch
+TORCH_BAG_MIN = 16384
+_HAS_TORCH: list[bool] = []  # [installed?] once looked up
+
+
+def _writable(a: np.ndarray) -> np.ndarray:
+    """``a``, or a copy of it when it is read-only (torch.from_numpy warns on those)."""
+    return a if a.flags.writeable else np.array(a)
+
+
+def _int_indices(ctx: Any, x: Any, i: int) -> np.ndarray:
+    """1-D int32 or int64 numpy INDICES (input ``i``), their range not checked."""
+    x = array(ctx, x, i)
+    if x.dtype not in (np.int32, np.int64):
+        raise TypeError(f"expected int32 or int64 indices in input {i} {ctx.op.inputs[i]!r}, got dtype {x.dtype}")
+    if x.ndim != 1:
+        raise ValueError(f"expected 1-D INDICES, got shape {tuple(x.shape)}")
+    return x
+
+
+def _torch_for_bags(data: np.ndarray, idx: Any) -> Any:
+    """torch, when a numpy float32 lookup is better pooled by its ``embedding_bag`` (and torch is
+    installed). Its float32 sum adds each bag's rows one after another from zero, the bits of
+    Caffe2's loop (tested against :func:`_bag_sums_by_slot`), in one pass with no padded copy.
+    The choice depends on the shapes and the installation only."""
+    if data.dtype != np.float32 or not isinstance(idx, np.ndarray) or idx.ndim != 1:
+        return None
+    if idx.shape[0] * math.prod(data.shape[1:]) < TORCH_BAG_MIN:
+        return None
+    if not (data.flags.c_contiguous and data.flags.writeable):  # torch views writable arrays only
+        return None
+    torch = loaded_torch()
+    if torch is not None:
+        return torch
+    if not _HAS_TORCH:
+        _HAS_TORCH.append(importlib.util.find_spec("torch") is not None)
+    if not _HAS_TORCH[0]:
+        return None
+    import torch  # a large lookup on numpy arrays: torch's fused kernel wins
+
+    from asyncnet.tensor.threads import torch_loaded
+
+    torch_loaded()
+    return torch
 
 
 @register_op(
@@ -733,11 +794,18 @@ SCATTER_ROUNDS = 3
 
 
 def _add_rows(
-    out: np.ndarray, idx: np.ndarray, values: np.ndarray, rounds: int = SCATTER_ROUNDS, scale: Any = None
+    out: np.ndarray,
+    idx: np.ndarray,
+    values: np.ndarray,
+    rounds: int = SCATTER_ROUNDS,
+    scale: Any = None,
+    vmap: np.ndarray | None = None,
 ) -> None:
     """``out[idx[k]] += values[k]`` (``values[k] * scale`` with a scale) for every k in order on
     numpy arrays: the bits of adding the rows one by one (Caffe2's loop), with the GIL released
-    for most of the time. A scale multiplies each row once.
+    for most of the time. A scale multiplies each row once. With ``vmap``, position k adds row
+    ``values[vmap[k]]`` (a fused SparseLengthsSumGradient: the pooled gradient's row of k's bag,
+    never copied out into [K, row]).
 
     The first occurrence of each index is added in chunks of :data:`SCATTER_CHUNK` rows: a
     chunk's table rows are gathered, their values added, and the rows written back while they
@@ -749,23 +817,26 @@ def _add_rows(
     >>> out = np.zeros((3, 1)); _add_rows(out, np.array([2, 0, 2]), np.array([[1.0], [2.0], [4.0]])); out[:, 0]
     array([2., 0., 5.])
     """
+    if vmap is not None and (out.ndim == 0 or not out.flags.c_contiguous):
+        values, vmap = values.take(vmap, axis=0), None
     if out.ndim == 0 or not out.flags.c_contiguous:
         np.add.at(out, idx, values if scale is None else values * scale)
         return
     if out.ndim != 2:
         out = out.reshape(out.shape[0], -1)  # a view: the rows of the table, flattened
-    values = values.reshape(idx.shape[0], out.shape[1])
+    values = values.reshape(-1, out.shape[1])
     if idx.shape[0] * out.shape[1] < SMALL_SCATTER or rounds == 0:
-        _flat_add_at(out, idx, values if scale is None else values * scale)
+        rows = values if vmap is None else values.take(vmap, axis=0)
+        _flat_add_at(out, idx, rows if scale is None else rows * scale)
         return
     first, _ = first_occurrences(idx, out.shape[0])
     if first.all():
-        _add_distinct(out, idx, values, None, scale)
+        _add_distinct(out, idx, values, vmap, scale)
         return
     at = np.flatnonzero(first)
-    _add_distinct(out, idx[at], values, at, scale)
+    _add_distinct(out, idx[at], values, at if vmap is None else vmap[at], scale)
     later = np.flatnonzero(~first)  # each index's later positions, still in k order
-    _add_rows(out, idx[later], values[later], rounds - 1, scale)
+    _add_rows(out, idx[later], values, rounds - 1, scale, later if vmap is None else vmap[later])
 
 
 #: rows per chunk of :func:`_add_distinct`: the chunk's table rows stay in cache between their
@@ -1001,13 +1072,21 @@ def sparse_adagrad(
         )
     idx = _indices(ctx, indices, 2, p.shape[0]).reshape(-1)
     g = _rows_of(ctx, grad, 3, xp.size(idx), p)
+    return _adagrad_rows(ctx, xp, p, m, idx, g, None, lr, count)
+
+
+def _adagrad_rows(
+    ctx: Any, xp: Any, p: Any, m: Any, idx: Any, g: Any, gmap: Any, lr: Any, count: Any = None
+) -> tuple[Any, Any]:
+    """SparseAdagrad's step on the rows ``idx`` (gradient rows ``g``, or ``g[gmap]``)."""
     f, a = (p.dtype.type if xp.name == "numpy" else float), ctx.args
     torch_formula = a["formula"] == "torch"
     eps = f(a["epsilon"] if a["epsilon"] is not None else (1e-10 if torch_formula else 1e-5))
     rate, wd = _scalar(ctx, lr, 4, p.dtype) * f(-1 if torch_formula else 1), f(a["weight_decay"])
     if torch_formula:  # torch coalesces a sparse gradient: one step per row with its summed gradient
-        idx, g = coalesce(idx, g)
-    decay = _row_decay(ctx, count, p, wd) if count is not None and a["counter_halflife"] > 0 and wd else None
+        idx, g = coalesce(idx, g if gmap is None else g.take(gmap, axis=0))
+        gmap = None
+    decay = _row_decay(ctx, count, p, wd) if count is not None and a.get("counter_halflife", -1) > 0 and wd else None
 
     def step(pr: Any, mr: Any, gr: Any, rows: Any) -> tuple[Any, Any]:  # the rows `rows` of p and m
         if decay is not None:
@@ -1018,7 +1097,7 @@ def sparse_adagrad(
         pr += rate * gr / (xp.sqrt(mr) + eps)
         return pr, mr
 
-    _compact_steps(p, m, idx, g, step)
+    _compact_steps(p, m, idx, g, step, gmap)
     return p, m
 
 
@@ -1070,12 +1149,18 @@ def rowwise_sparse_adagrad(ctx: Any, param: Any, moment: Any, indices: Any, grad
         )
     idx = _indices(ctx, indices, 2, p.shape[0]).reshape(-1)
     g = _rows_of(ctx, grad, 3, xp.size(idx), p)
+    return _rowwise_rows(ctx, xp, p, m, idx, g, None, lr)
+
+
+def _rowwise_rows(ctx: Any, xp: Any, p: Any, m: Any, idx: Any, g: Any, gmap: Any, lr: Any) -> tuple[Any, Any]:
+    """RowWiseSparseAdagrad's step on the rows ``idx`` (gradient rows ``g``, or ``g[gmap]``)."""
     f, a = (p.dtype.type if xp.name == "numpy" else float), ctx.args
     torch_formula = a["formula"] == "torch"
     eps = f(a["epsilon"] if a["epsilon"] is not None else (1e-10 if torch_formula else 1e-5))
     rate, wd = _scalar(ctx, lr, 4, p.dtype) * f(-1 if torch_formula else 1), f(a["weight_decay"])
     if torch_formula:
-        idx, g = coalesce(idx, g)
+        idx, g = coalesce(idx, g if gmap is None else g.take(gmap, axis=0))
+        gmap = None
     shape = (-1, *[1] * (p.ndim - 1))
 
     def step(pr: Any, mr: Any, gr: Any, rows: Any) -> tuple[Any, Any]:
@@ -1089,21 +1174,169 @@ def rowwise_sparse_adagrad(ctx: Any, param: Any, moment: Any, indices: Any, grad
             pr += gr * (rate / std).reshape(shape)
         return pr, mr
 
-    _compact_steps(p, m, idx, g, step)
+    _compact_steps(p, m, idx, g, step, gmap)
     return p, m
 
 
-def _compact_steps(p: Any, m: Any, idx: Any, g: Any, step: Any) -> None:
+# -- the updates fused with SparseLengthsSumGradient: the gradient rows of index k are dY[b], b its bag
+def _fused_grad(ctx: Any, p: Any, dy: Any, lengths: Any, k: int, i: int) -> tuple[Any, Any]:
+    """(gradient rows, their map or None) of a fused update: input ``i`` dY [B, *row] and the
+    last input LENGTHS [B] summing to the ``k`` indices. On numpy the rows stay dY with the map
+    (each index's bag); on torch they are gathered."""
+    j = len(ctx.op.inputs) - 1
+    dy = float_array(ctx, dy, i)
+    lengths = _lengths(ctx, lengths, j, k)
+    if tuple(dy.shape) != (lengths.shape[0], *p.shape[1:]) or dy.dtype != p.dtype:
+        raise ValueError(
+            f"expected input {i} {ctx.op.inputs[i]!r} (the pooled gradient) of shape "
+            f"{(lengths.shape[0], *p.shape[1:])} (one row per length) and dtype {p.dtype}, "
+            f"got {tuple(dy.shape)} {dy.dtype}"
+        )
+    seg = _segments(lengths)
+    if is_torch(dy):
+        return _rows(dy, seg), None
+    return dy, seg
+
+
+def _host_views(*xs: Any) -> list[np.ndarray] | None:
+    """numpy views of CPU torch tensors (the same memory: an update through them lands in the
+    tensors), so a fused update runs the numpy kernel, which reads each touched row once; None
+    for anything else."""
+    if not is_torch(xs[0]) or not all(
+        isinstance(x, np.ndarray) or (is_torch(x) and x.device.type == "cpu" and not x.requires_grad) for x in xs
+    ):
+        return None
+    return [x if isinstance(x, np.ndarray) else x.numpy() for x in xs]
+
+
+_FUSED_DOC = (
+    " fused with SparseLengthsSumGradient: the gradient of index k is the row grad[b] of the bag b "
+    "holding it (LENGTHS gives the bags), never written out as [K, ...] rows; the same result as "
+    "SparseLengthsSumGradient followed by the unfused op."
+)
+
+
+@register_op(
+    "SparseAdagradFusedWithSparseLengthsSumGradient",
+    inputs=6,
+    outputs=2,
+    enforce_inplace={0: 0, 1: 1},
+    args=[
+        Arg("epsilon", float, None, "as SparseAdagrad's"),
+        Arg("weight_decay", float, 0.0, "as SparseAdagrad's"),
+        _FORMULA,
+    ],
+    inputs_doc=(
+        "param [R, ...]",
+        "moment [R, ...]",
+        "indices [K] int",
+        "grad [B, ...]",
+        "lr (1 element)",
+        "lengths [B]",
+    ),
+    outputs_doc=("param (in place)", "moment (in place)"),
+    doc="Caffe2's SparseAdagradFusedWithSparseLengthsSumGradient: SparseAdagrad" + _FUSED_DOC,
+)
+def sparse_adagrad_fused(ctx: Any, param: Any, moment: Any, indices: Any, grad: Any, lr: Any, lengths: Any) -> Any:
+    host = _host_views(param, moment, indices, grad, lr, lengths)
+    if host is not None:
+        sparse_adagrad_fused(ctx, *host)
+        return param, moment
+    p, m = _param(ctx, param, 0), _param(ctx, moment, 1)
+    xp = namespace(ctx, param, moment, indices, grad, lengths)
+    if m.shape != p.shape or m.dtype != p.dtype:
+        raise ValueError(
+            f"expected moment {ctx.op.inputs[1]!r} of param's shape {tuple(p.shape)} and dtype {p.dtype}, "
+            f"got {tuple(m.shape)} {m.dtype}"
+        )
+    idx = _indices(ctx, indices, 2, p.shape[0]).reshape(-1)
+    g, gmap = _fused_grad(ctx, p, grad, lengths, xp.size(idx), 3)
+    return _adagrad_rows(ctx, xp, p, m, idx, g, gmap, lr)
+
+
+@register_op(
+    "RowWiseSparseAdagradFusedWithSparseLengthsSumGradient",
+    inputs=6,
+    outputs=2,
+    enforce_inplace={0: 0, 1: 1},
+    validate=_rowwise_validate,
+    args=[
+        Arg("epsilon", float, None, "as RowWiseSparseAdagrad's"),
+        Arg("weight_decay", float, 0.0, "as RowWiseSparseAdagrad's"),
+        _FORMULA,
+    ],
+    inputs_doc=("param [R, ...]", "moment [R]", "indices [K] int", "grad [B, ...]", "lr (1 element)", "lengths [B]"),
+    outputs_doc=("param (in place)", "moment (in place)"),
+    doc="Caffe2's RowWiseSparseAdagradFusedWithSparseLengthsSumGradient: RowWiseSparseAdagrad" + _FUSED_DOC,
+)
+def rowwise_sparse_adagrad_fused(
+    ctx: Any, param: Any, moment: Any, indices: Any, grad: Any, lr: Any, lengths: Any
+) -> Any:
+    host = _host_views(param, moment, indices, grad, lr, lengths)
+    if host is not None:
+        rowwise_sparse_adagrad_fused(ctx, *host)
+        return param, moment
+    p, m = _param(ctx, param, 0), _param(ctx, moment, 1)
+    xp = namespace(ctx, param, moment, indices, grad, lengths)
+    if tuple(m.shape) != (p.shape[0],) or m.dtype != p.dtype:
+        raise ValueError(
+            f"expected moment {ctx.op.inputs[1]!r} of shape ({p.shape[0]},) (one per row of param) and "
+            f"dtype {p.dtype}, got {tuple(m.shape)} {m.dtype}"
+        )
+    idx = _indices(ctx, indices, 2, p.shape[0]).reshape(-1)
+    g, gmap = _fused_grad(ctx, p, grad, lengths, xp.size(idx), 3)
+    return _rowwise_rows(ctx, xp, p, m, idx, g, gmap, lr)
+
+
+@register_op(
+    "SparseSGDFusedWithSparseLengthsSumGradient",
+    inputs=5,
+    outputs=1,
+    enforce_inplace={0: 0},
+    inputs_doc=(
+        "param [R, ...]",
+        "indices [K] int",
+        "grad [B, ...]",
+        "lr (1 element; negative for a descent)",
+        "lengths [B]",
+    ),
+    outputs_doc=("param (in place)",),
+    doc="asyncnet's sparse SGD step ScatterWeightedSum([param, one, indices, rows, lr], param)"
+    + _FUSED_DOC
+    + " (Caffe2 has no such op; its fused ops are the Adagrad ones.)",
+)
+def sparse_sgd_fused(ctx: Any, param: Any, indices: Any, grad: Any, lr: Any, lengths: Any) -> Any:
+    host = _host_views(param, indices, grad, lr, lengths)
+    if host is not None:
+        sparse_sgd_fused(ctx, *host)
+        return param
+    p = _param(ctx, param, 0)
+    xp = namespace(ctx, param, indices, grad, lengths)
+    idx = _indices(ctx, indices, 1, p.shape[0]).reshape(-1)
+    g, gmap = _fused_grad(ctx, p, grad, lengths, xp.size(idx), 2)
+    w = _scalar(ctx, lr, 3, p.dtype)
+    if is_torch(p):
+        _torch_scatter_add(p, idx, g, w)
+    elif xp.size(idx):  # the scaled rows are dY's rows scaled (the same products), B rows instead of K
+        _add_rows(p, idx, g * w, vmap=gmap)
+    return p
+
+
+def _compact_steps(p: Any, m: Any, idx: Any, g: Any, step: Any, gmap: np.ndarray | None = None) -> None:
     """Apply ``step(param_rows, moment_rows, grad_rows, table_rows) -> (param_rows, moment_rows)``
-    to the rows ``idx`` of ``p`` and ``m`` with gradient rows ``g``, repeats one after another
-    in k order (Caffe2's loop). On numpy with few repeats, the first occurrences go chunk by
-    chunk (:func:`_chunked_steps`), then the later ones; otherwise each touched row of ``p``
-    and ``m`` is read into a compact buffer once and written back once, and the rounds of
-    repeats run on the buffers."""
+    to the rows ``idx`` of ``p`` and ``m`` with gradient rows ``g`` (``g[gmap[k]]`` for
+    position k with a numpy ``gmap``), repeats one after another in k order (Caffe2's loop).
+    On numpy with few repeats, the first occurrences go chunk by chunk
+    (:func:`_chunked_steps`), then the later ones; otherwise each touched row of ``p`` and
+    ``m`` is read into a compact buffer once and written back once, and the rounds of repeats
+    run on the buffers."""
     host = idx.cpu().numpy() if is_torch(idx) else idx
     if host.size == 0:
         return
     first, slot = first_occurrences(host, p.shape[0])
+    later = np.flatnonzero(~first)
+    if gmap is not None and later.size * 4 > host.size:
+        g, gmap = g.take(gmap, axis=0), None  # the compact path reads g[k]
     if is_torch(idx):
         import torch
 
@@ -1114,11 +1347,15 @@ def _compact_steps(p: Any, m: Any, idx: Any, g: Any, step: Any) -> None:
         def dev(a: np.ndarray) -> Any:
             return a
 
-    if not is_torch(idx) and (later := np.flatnonzero(~first)).size * 4 <= host.size:
+    if not is_torch(idx) and later.size * 4 <= host.size:
         at = None if later.size == 0 else np.flatnonzero(first)
-        _chunked_steps(p, m, idx if at is None else idx[at], g, at, step)
+        rows_at = at if gmap is None else (gmap if at is None else gmap[at])
+        _chunked_steps(p, m, idx if at is None else idx[at], g, rows_at, step)
         if later.size:  # the later occurrences, in order, after every first one
-            _compact_steps(p, m, idx[later], g[later], step)
+            if gmap is None:
+                _compact_steps(p, m, idx[later], g[later], step)
+            else:
+                _compact_steps(p, m, idx[later], g, step, gmap[later])
         return
     if first.all():
         p[idx], m[idx] = step(p[idx], m[idx], g, idx)

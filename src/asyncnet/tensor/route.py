@@ -33,6 +33,7 @@ measuring each library's own kernels.
 from __future__ import annotations
 
 import os
+import threading
 import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -41,7 +42,17 @@ import numpy as np
 
 from asyncnet.tensor.namespace import loaded_torch
 
-__all__ = ["NUMPY_WINS", "HOST_INPUTS", "ENABLED", "routed", "route_operators", "is_routed"]
+__all__ = [
+    "NUMPY_WINS",
+    "HOST_INPUTS",
+    "ENABLED",
+    "routed",
+    "route_operators",
+    "is_routed",
+    "as_tensor",
+    "numpy_view",
+    "fed_tensor",
+]
 
 ENABLED = os.environ.get("ASYNCNET_ROUTE", "1") != "0"
 
@@ -146,7 +157,7 @@ def routed(fn: Callable[..., Any], host_inputs: frozenset[int] = frozenset()) ->
                     continue
                 e = seen.get(i)
                 if e is None or e[0] is not x or x.data_ptr() != e[2]:
-                    v = _view(x)
+                    v = numpy_view(x)
                     if v is None:
                         return fn(ctx, *xs)
                     e = seen[i] = (x, v, x.data_ptr())
@@ -204,15 +215,74 @@ def _one(r: Any, views: Sequence[Any], xs: Sequence[Any]) -> Any:
     for i, v in enumerate(views):
         if r is v:
             return xs[i]  # an in-place result: the input tensor itself
+    out, r = _wrap(r)
+    _remember(out, r)
+    return out
+
+
+def numpy_view(x: Any) -> Any:
+    """A numpy array over the memory of plain CPU tensor ``x``, or None when it has none (GPU,
+    bfloat16); the array it was made from when :func:`fed_tensor` made it."""
+    e = _FED.get(id(x))
+    if e is not None and e[0] is x:
+        return e[1]
+    return _view(x)
+
+
+#: id(tensor) -> (tensor, its array) for the last :data:`FED_KEPT` tensors :func:`fed_tensor` made
+_FED: dict[int, tuple[Any, np.ndarray]] = {}
+FED_KEPT = 16
+#: arrays larger than this are not kept (their kernels dwarf a view's microsecond; memory is not held)
+FED_MAX_BYTES = 1 << 22
+_FED_LOCK = threading.Lock()
+
+
+def fed_tensor(a: np.ndarray) -> Any:
+    """``torch.from_numpy(a)`` for a batch about to be fed: the tensor shares ``a``'s memory,
+    and the next routed run reading it takes ``a`` itself instead of making a view (a view costs
+    as much as the tensor). The last :data:`FED_KEPT` such tensors of at most
+    :data:`FED_MAX_BYTES` are kept alive for that.
+
+        >>> import torch
+        >>> a = np.ones(3, np.float32); t = fed_tensor(a)
+        >>> numpy_view(t) is a, t.tolist()
+        (True, [1.0, 1.0, 1.0])
+    """
+    from_numpy = _from_numpy
+    if from_numpy is None:
+        torch = loaded_torch()
+        if torch is None:
+            import torch
+        from_numpy = torch.from_numpy
+    t = from_numpy(a)
+    if a.nbytes <= FED_MAX_BYTES:
+        with _FED_LOCK:  # worker threads feed at once: the oldest is dropped by one of them
+            if len(_FED) >= FED_KEPT:
+                del _FED[next(iter(_FED))]
+            _FED[id(t)] = (t, a)
+    return t
+
+
+def as_tensor(r: Any) -> Any:
+    """A kernel's numpy result as the routed op gives it: a torch tensor over its memory (a copy
+    when torch cannot share it: read-only or negatively strided); anything but an array or a
+    numpy scalar as it is. Needs torch imported and :func:`route_operators` called once."""
+    if type(r) is not _ndarray:
+        if not isinstance(r, (np.ndarray, np.generic)):
+            return r
+        r = np.asarray(r)
+    return _wrap(r)[0]
+
+
+def _wrap(r: np.ndarray) -> tuple[Any, np.ndarray]:
+    """(a tensor over ``r``'s memory, or over a copy torch can share; the array it is over)."""
     if not r.flags.writeable:
         r = np.array(r, copy=True)
     try:
-        out = _from_numpy(r)
+        return _from_numpy(r), r
     except ValueError:  # negative strides (a reversed view): torch needs a copy
         r = np.array(r, copy=True)
-        out = _from_numpy(r)
-    _remember(out, r)
-    return out
+        return _from_numpy(r), r
 
 
 def _remember(t: Any, a: Any) -> None:

@@ -119,7 +119,9 @@ def _tensor_placer(cfg: TrainConfig, ws: Any, blobs: list[str]) -> Any:
         if name != "iter":
             ws.feed(name, ws.fetch(name), device=cfg.device, library="torch")
     if device.type == "cpu":
-        return torch.from_numpy
+        from asyncnet.tensor.route import fed_tensor
+
+        return fed_tensor  # torch.from_numpy, the array kept for the net's numpy kernels
     return lambda a: torch.from_numpy(a).to(device, non_blocking=True)
 
 

@@ -33,19 +33,25 @@ from asyncnet.errors import NetDefinitionError, near_names
 from asyncnet.ops.sparse import GradientSlice as _AnGradientSlice
 from caffe2.convert import drop_unknown_args, op_from_asyncnet, op_to_asyncnet
 from caffe2.proto import caffe2_pb2
-from caffe2.python import scope, utils, workspace
+from caffe2.python import _python_op, scope, utils, workspace
+from caffe2.python._gradients import GradientRegistry
 
 __all__ = [
     "AddNets",
     "BlobReference",
     "CreateOperator",
+    "CreatePythonOperator",
     "DataType",
     "DeviceOption",
     "DeviceScope",
     "ExecutionStep",
     "GlobalInit",
+    "GradientRegistry",
     "GradientSlice",
     "InferBlobDevices",
+    "InferOpBlobDevices",
+    "InferOpBlobDevicesAsDict",
+    "SetEnginePref",
     "IsGPUDeviceType",
     "IsOperator",
     "IsOperatorWithEngine",
@@ -64,6 +70,7 @@ __all__ = [
 DeviceScope = scope.DeviceScope
 NameScope = scope.NameScope
 GlobalInit = workspace.GlobalInit
+C = workspace.C
 
 
 class DataType:
@@ -92,8 +99,9 @@ def IsOperator(op_type: str) -> bool:
 
 
 def IsOperatorWithEngine(op_type: str, engine: str) -> bool:
-    """Caffe2 registered engine variants (``Conv_ENGINE_CUDNN``); asyncnet ops take every engine."""
-    return IsOperator(op_type)
+    """Whether ``op_type`` runs with ``engine``: asyncnet has one implementation per op, Caffe2's
+    default engine ("" or "DEFAULT"); other engine names given to an op are ignored at run time."""
+    return IsOperator(op_type) and engine in ("", "DEFAULT")
 
 
 _REGISTERED: dict[str, Any] = {}
@@ -154,6 +162,28 @@ def device_option_equal(opt1: Any, opt2: Any, ignore_node_name: bool = True, ign
 def InferBlobDevices(net: Net) -> dict[str, Any]:
     """{blob: the device option of the op that writes it}."""
     return {b: op.device_option for op in net.Proto().op for b in op.output}
+
+
+def InferOpBlobDevices(op: Any) -> tuple[list[Any], list[Any]]:
+    """The device option of each input and each output of ``op``: the op's own (asyncnet keeps no
+    per-blob device map, so every blob of an op lives on the op's device)."""
+    return [op.device_option] * len(op.input), [op.device_option] * len(op.output)
+
+
+def InferOpBlobDevicesAsDict(op: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """:func:`InferOpBlobDevices` as ``({input: device}, {output: device})``."""
+    ins, outs = InferOpBlobDevices(op)
+    return dict(zip(op.input, ins)), dict(zip(op.output, outs))
+
+
+_engine_prefs: dict[str, Any] = {"per_device": {}, "per_op": {}}
+
+
+def SetEnginePref(per_device_type_engine_pref: Any, global_engine_pref: Any) -> None:
+    """Record Caffe2's engine preferences; asyncnet has one implementation per op, so they only
+    are kept (``op.engine`` is ignored at run time)."""
+    _engine_prefs["per_device"] = dict(per_device_type_engine_pref or {})
+    _engine_prefs["per_op"] = dict(global_engine_pref or {})
 
 
 GradientSlice = namedtuple("GradientSlice", ["indices", "values"])
@@ -273,7 +303,8 @@ def CreateOperator(
     **kwargs: Any,
 ) -> Any:
     """A ``caffe2_pb2.OperatorDef`` (string blob names take the current name scope; the device
-    option is the given one, else the current DeviceScope's; ``None`` arguments are left out)."""
+    option is the given one, else the current DeviceScope's; a ``None`` argument is left out, as in
+    Caffe2's last release, where scripts pass optional arguments as None)."""
     op = caffe2_pb2.OperatorDef(type=operator_type, name=name)
     op.input.extend(map(str, _RectifyInputOutput(inputs)))
     op.output.extend(map(str, _RectifyInputOutput(outputs)))
@@ -295,6 +326,21 @@ def CreateOperator(
         if value is not None:
             op.arg.add().CopyFrom(utils.MakeArgument(key, value))
     return op
+
+
+def CreatePythonOperator(
+    f: Any,
+    inputs: Any,
+    outputs: Any,
+    grad_f: Any = None,
+    pass_workspace: bool = False,
+    python_func_type: Any = None,
+    *args: Any,
+    **kwargs: Any,
+) -> Any:
+    """A ``Python`` op running ``f(inputs, outputs)`` (see :mod:`caffe2.python._python_op`)."""
+    kwargs["token"] = _python_op.register(f, grad_f, pass_workspace)
+    return CreateOperator("Python", inputs, outputs, *args, **kwargs)
 
 
 def get_net_name(netlike: Any) -> str:
@@ -355,10 +401,10 @@ class Net:
             ]
             self._next_name_index = max(indices) + 1 if indices else 0
             name = self._net.name
-        elif isinstance(name_or_proto, str):
+        elif name_or_proto is None or isinstance(name_or_proto, str):
             self._net = caffe2_pb2.NetDef()
             self._next_name_index = 0
-            name = name_or_proto
+            name = name_or_proto or "net"
         else:
             raise TypeError(f"Net takes a name (str) or a caffe2_pb2.NetDef, got {type(name_or_proto).__name__}")
         self._net.name = Net._get_next_net_name(name)
@@ -392,6 +438,14 @@ class Net:
     def UsesBlob(self, blob: Any) -> bool:
         name = str(blob)
         return any(name in op.input for op in self._net.op) or name in self._net.external_input
+
+    def _CheckLookupTables(self) -> None:
+        """Assert that the blob names this net knows cover its proto's op outputs and external inputs."""
+        known = self.UsedBlobNames()
+        missing = {o for op in self._net.op for o in op.output} - known
+        missing |= set(self._net.external_input) - known
+        if missing:
+            raise AssertionError(f"net {self.Name()!r}: blobs {sorted(missing)} are missing from its lookup tables")
 
     def UsedBlobNames(self) -> set[str]:
         names = {b for op in self._net.op for b in (*op.input, *op.output)}
@@ -512,6 +566,24 @@ class Net:
 
     def __dir__(self) -> list[str]:
         return sorted(set(super().__dir__()) | set(_registered()))
+
+    def Python(
+        self,
+        f: Any,
+        grad_f: Any = None,
+        python_func_type: Any = None,
+        pass_workspace: bool = False,
+        grad_output_indices: Any = None,
+        grad_input_indices: Any = None,
+    ) -> Any:
+        """A function ``(inputs, outputs, **kwargs)`` adding a ``Python`` op running ``f``."""
+        token = _python_op.register(f, grad_f, pass_workspace)
+        extra: dict[str, Any] = {"token": token}
+        if grad_output_indices:
+            extra["grad_output_indices"] = list(grad_output_indices)
+        if grad_input_indices:
+            extra["grad_input_indices"] = list(grad_input_indices)
+        return lambda *args, **kwargs: self._CreateAndAddToSelf("Python", *args, **extra, **kwargs)
 
     def Const(self, array: Any, blob_out: Any = None, dtype: Any = None) -> BlobReference:
         """A ``GivenTensor*Fill`` op holding ``array`` (a bool becomes a ConstantFill)."""
@@ -714,6 +786,38 @@ class ExecutionStep:
     def get_net(self, name: str) -> Net | None:
         return self._net_dict[name]
 
+    @classmethod
+    def create_from_proto(
+        cls, step_proto: Any, net_obj_dict: dict[str, Net], net_proto_dict: dict[str, Any]
+    ) -> ExecutionStep:
+        """The step ``step_proto`` with its nets taken from ``net_obj_dict`` (by name)."""
+        step = ExecutionStep(step_proto.name)
+        fields = (
+            "num_iter",
+            "should_stop_blob",
+            "only_once",
+            "concurrent_substeps",
+            "create_workspace",
+            "num_concurrent_instances",
+            "run_every_ms",
+        )
+        for field in fields:
+            if step_proto.HasField(field):
+                setattr(step._step, field, getattr(step_proto, field))
+        if step_proto.report_net:
+            step.SetReportNet(net_obj_dict[step_proto.report_net], step_proto.report_interval)
+        for name in step_proto.network:
+            if name not in net_obj_dict:
+                raise ValueError(f"step {step_proto.name!r} runs net {name!r} that the plan does not hold")
+            step.AddNet(net_obj_dict[name])
+        for sub in step_proto.substep:
+            step.AddSubstep(ExecutionStep.create_from_proto(sub, net_obj_dict, net_proto_dict))
+        return step
+
+    def get_all_attributes(self, name: str) -> list[Any]:
+        """The attributes ``name`` of every net of this step and its substeps."""
+        return [attr for net in self._net_dict.values() if net is not None for attr in net.get_attributes(name)]
+
     def Name(self) -> str:
         return self._step.name
 
@@ -778,10 +882,11 @@ class ExecutionStep:
         return self
 
     def AddNet(self, net: Any) -> ExecutionStep:
+        """Run ``net`` in this step (again, when it is already there: Caffe2 runs it twice)."""
         if self.HasSubsteps():
             raise ValueError("Cannot have both network and substeps.")
-        if _add_net_to_dict(self._net_dict, net):
-            self._step.network.extend([get_net_name(net)])
+        _add_net_to_dict(self._net_dict, net)
+        self._step.network.extend([get_net_name(net)])
         return self
 
 
@@ -839,6 +944,23 @@ class Plan:
 
     def Steps(self) -> list[ExecutionStep]:
         return self._steps
+
+    @classmethod
+    def create_from_proto(cls, plan_proto: Any) -> Plan:
+        """A Plan rebuilt from a ``caffe2_pb2.PlanDef`` (its nets become new ``core.Net`` objects)."""
+        if not isinstance(plan_proto, caffe2_pb2.PlanDef):
+            raise TypeError(f"expected a caffe2_pb2.PlanDef, got {type(plan_proto).__name__}")
+        plan = Plan(plan_proto.name)
+        nets: dict[str, Net] = {}
+        protos: dict[str, Any] = {}
+        for net_proto in plan_proto.network:
+            if net_proto.name in nets:
+                raise ValueError(f"the plan holds two nets named {net_proto.name!r}")
+            nets[net_proto.name] = Net(net_proto)
+            protos[net_proto.name] = net_proto
+        for step_proto in plan_proto.execution_step:
+            plan.AddStep(ExecutionStep.create_from_proto(step_proto, nets, protos))
+        return plan
 
 
 def _find_net(step: ExecutionStep, name: str) -> Net:
@@ -898,9 +1020,16 @@ def execution_step(
 
 
 def to_execution_step(step_or_nets: Any, default_name: str | None = None) -> ExecutionStep:
-    """``step_or_nets`` as an ExecutionStep."""
+    """``step_or_nets`` as an ExecutionStep (a ``net_builder.NetBuilder`` becomes a step of its
+    children, stopped by its stop blob)."""
+    from caffe2.python.net_builder import NetBuilder
+
     if isinstance(step_or_nets, ExecutionStep):
         return step_or_nets
+    stop_blob = None
     if not default_name and hasattr(step_or_nets, "name"):
         default_name = step_or_nets.name
-    return execution_step(default_name or "", step_or_nets)
+    if isinstance(step_or_nets, NetBuilder):
+        stop_blob = step_or_nets._stop_blob
+        step_or_nets = step_or_nets.get()
+    return execution_step(default_name or "", step_or_nets, should_stop_blob=stop_blob)

@@ -137,10 +137,16 @@ class ModelHelper:
         ]
 
     # -- nets ------------------------------------------------------------------------------------
-    def Validate(self) -> list[str]:
-        """The parameters registered more than once (Caffe2's duplicate-parameter check)."""
+    def _Validate(self) -> list[str]:
+        """The parameters registered more than once, sorted."""
         names = sorted(str(p) for p in self.params)
         return sorted({a for a, b in zip(names, names[1:]) if a == b})
+
+    def Validate(self) -> None:
+        """Assert that no parameter is registered twice (Caffe2's duplicate-parameter check)."""
+        dupes = self._Validate()
+        if dupes:
+            raise AssertionError(f"Duplicate params: {dupes}")
 
     def AddGradientOperators(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
         """``net.AddGradientOperators(losses)``, once; fills ``param_to_grad``."""

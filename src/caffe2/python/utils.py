@@ -54,6 +54,13 @@ _C2_TO_NP = {code: dt for dt, (code, _) in _NP_TO_C2.items()}
 _C2_TO_NP[_DT.BYTE] = np.dtype(np.uint8)
 
 
+def caffe2_dtype_to_numpy(code: int) -> np.dtype:
+    """The numpy dtype of a ``TensorProto.DataType`` code (``core.DataType.INT32`` -> int32)."""
+    if code not in _C2_TO_NP:
+        raise TypeError(f"Caffe2 data type {code} has no numpy equivalent here")
+    return _C2_TO_NP[code]
+
+
 def MakeArgument(key: str, value: Any) -> Any:
     """A ``caffe2_pb2.Argument`` for ``value``, typed as Caffe2 types it (bools as ints; a list
     must be all floats, all ints or all strings)."""

@@ -19,6 +19,8 @@ Return values are Caffe2's (``True`` from ``RunNetOnce``, ``CreateNet``, ``RunNe
 from __future__ import annotations
 
 import contextlib
+import functools
+import itertools
 import logging
 import os
 from collections.abc import Iterator
@@ -28,10 +30,10 @@ import numpy as np
 
 import asyncnet as an
 from asyncnet.core.defs import NetDef
-from asyncnet.errors import AsyncNetError, BlobNotFoundError
+from asyncnet.errors import AsyncNetError, BlobNotFoundError, NetDefinitionError
 from caffe2.convert import lenient, op_to_asyncnet, plan_to_asyncnet, to_asyncnet
 from caffe2.proto import caffe2_pb2
-from caffe2.python import scope
+from caffe2.python import _plan_instances, scope
 
 __all__ = [
     "Blobs",
@@ -39,6 +41,7 @@ __all__ = [
     "CreateBlob",
     "CreateNet",
     "CurrentWorkspace",
+    "DeserializeBlob",
     "FeedBlob",
     "FetchBlob",
     "FetchBlobNotFound",
@@ -50,6 +53,7 @@ __all__ = [
     "HasBlob",
     "IsImmediate",
     "Nets",
+    "Predictor",
     "NumCudaDevices",
     "NumGpuDevices",
     "RegisteredOperators",
@@ -63,6 +67,7 @@ __all__ = [
     "RunOperatorsOnce",
     "RunPlan",
     "RunPlanInBackground",
+    "SerializeBlob",
     "StringifyProto",
     "SwitchWorkspace",
     "WorkspaceGuard",
@@ -77,7 +82,10 @@ logger = logging.getLogger("caffe2")
 
 _workspaces: dict[str, an.Workspace] = {"default": an.Workspace()}
 _current = "default"
-_roots: dict[str, str] = {"default": ""}
+_roots: dict[str, str] = {"default": "."}
+# blobs the created nets write: Caffe2 created them (uninitialized) with the net
+_declared: dict[str, set[str]] = {}
+_child_ids = itertools.count()
 
 has_cuda_support = False
 has_hip_support = False
@@ -96,6 +104,40 @@ def asyncnet_workspace() -> an.Workspace:
     return _workspaces[_current]
 
 
+# -- errors as Caffe2 raised them -------------------------------------------------------------
+
+_dual_errors: dict[type, type] = {}
+
+
+def _as_runtime_error(err: AsyncNetError) -> BaseException:
+    """``err`` made also a RuntimeError (Caffe2 raised RuntimeError for every failed enforce),
+    keeping its asyncnet class, message and context."""
+    if isinstance(err, RuntimeError):
+        return err
+    cls = type(err)
+    dual = _dual_errors.get(cls)
+    if dual is None:
+        dual = _dual_errors[cls] = type(cls.__name__, (cls, RuntimeError), {"__module__": cls.__module__})
+    try:
+        err.__class__ = dual
+    except TypeError:
+        return err
+    return err
+
+
+def _caffe2_errors(fn: Any) -> Any:
+    """Run ``fn``, re-raising asyncnet's errors as :func:`_as_runtime_error` makes them."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except AsyncNetError as err:
+            raise _as_runtime_error(err) from None
+
+    return wrapper
+
+
 # -- workspaces ------------------------------------------------------------------------------
 
 
@@ -109,7 +151,7 @@ def SwitchWorkspace(name: str, create_if_missing: bool = False) -> None:
                 f"(existing: {sorted(_workspaces)})"
             )
         _workspaces[name] = an.Workspace()
-        _roots[name] = ""
+        _roots[name] = "."
     _current = name
 
 
@@ -119,14 +161,15 @@ def CurrentWorkspace() -> str:
 
 
 def Workspaces() -> list[str]:
-    """The names of every workspace."""
-    return sorted(_workspaces)
+    """The names of every workspace (``workspace.C.Workspace`` objects are not listed)."""
+    return sorted(n for n in _workspaces if not n.startswith(("__C_workspace_", "__child_workspace_")))
 
 
 def ResetWorkspace(root_folder: str | None = None) -> bool:
     """Empty the current workspace (its blobs and nets); returns True."""
     ws = _workspaces[_current]
     ws.reset()
+    _declared.pop(_current, None)
     if root_folder is not None:
         if root_folder and not os.path.exists(root_folder):
             os.makedirs(root_folder)
@@ -135,8 +178,8 @@ def ResetWorkspace(root_folder: str | None = None) -> bool:
 
 
 def RootFolder() -> str:
-    """The root folder given to :func:`ResetWorkspace` ("" by default)."""
-    return _roots.get(_current, "")
+    """The root folder given to :func:`ResetWorkspace` ("." by default, as in Caffe2)."""
+    return _roots.get(_current, ".")
 
 
 @contextlib.contextmanager
@@ -268,8 +311,10 @@ def Blobs() -> list[str]:
 
 
 def HasBlob(name: Any) -> bool:
-    """Whether blob ``name`` exists in the current workspace."""
-    return _workspaces[_current].has(_name(name))
+    """Whether blob ``name`` exists in the current workspace (an output of a created net counts,
+    as Caffe2 created it with the net)."""
+    name = _name(name)
+    return _workspaces[_current].has(name) or name in _declared.get(_current, ())
 
 
 def CreateBlob(name: Any) -> bool:
@@ -289,6 +334,16 @@ def ResetBlob(name: Any) -> None:
 def RemoveBlob(name: Any) -> None:
     """Delete blob ``name``."""
     _workspaces[_current].remove(_name(name))
+
+
+def SerializeBlob(name: Any) -> bytes:
+    """Blob ``name`` as a serialized ``caffe2_pb2.BlobProto`` (what Save writes for it)."""
+    return C.Workspace.current.blobs[_name(name)].serialize(_name(name))
+
+
+def DeserializeBlob(name: Any, serialized: bytes) -> None:
+    """Set blob ``name`` from a serialized ``caffe2_pb2.BlobProto``."""
+    C.Workspace.current.create_blob(_name(name)).deserialize(serialized)
 
 
 class _BlobDict:
@@ -351,7 +406,7 @@ def _net_proto(net: Any) -> Any:
 
 
 def _as_asyncnet(net: Any) -> NetDef:
-    return _with_root(lenient(to_asyncnet(_net_proto(net))))
+    return _expand_load_all(_with_root(lenient(to_asyncnet(_net_proto(net)))))
 
 
 _ROOTED_REPORTS = ("Print", "Summarize")
@@ -362,7 +417,7 @@ def _with_root(nd: NetDef) -> NetDef:
     """Caffe2 resolved report files and relative Save/Load paths against the workspace's root
     folder; asyncnet's ops take the folder as an argument, filled in here."""
     root = RootFolder()
-    if not root:
+    if root in ("", "."):
         return nd
     for i, op in enumerate(nd.ops):
         if op.type in _ROOTED_REPORTS and op.args.get("to_file") and "root_folder" not in op.args:
@@ -375,6 +430,32 @@ def _with_root(nd: NetDef) -> NetDef:
                 fixed["dbs"] = [p if os.path.isabs(p) else os.path.join(root, p) for p in op.args["dbs"]]
             if fixed:
                 nd.ops[i] = _replace_args(op, **fixed)
+    return nd
+
+
+def _expand_load_all(nd: NetDef) -> NetDef:
+    """Caffe2's ``Load(load_all=1)`` loads every blob of its databases; asyncnet's ops have fixed
+    outputs, so the blobs the databases hold when the net is converted become the outputs."""
+    from asyncnet.core.defs import OperatorDef
+    from asyncnet.ops.dbio import _blob_name, open_db
+
+    for i, op in enumerate(nd.ops):
+        if op.type != "Load" or not op.args.get("load_all") or op.outputs or op.inputs:
+            continue
+        paths = list(op.args.get("dbs") or []) or ([op.args["db"]] if op.args.get("db") else [])
+        if not paths or not all(os.path.exists(p) for p in paths):
+            continue
+        names: list[str] = []
+        try:
+            keys = [key for p in paths for key, _ in open_db(p, op.args.get("db_type", ""))]
+        except (OSError, ValueError):
+            continue  # the op itself reports the unreadable database when it runs
+        for key in keys:
+            name = _blob_name(key, op.args.get("strip_prefix", ""), op.args.get("add_prefix", ""))
+            if name not in names:
+                names.append(name)
+        args = {**op.args, "load_all": 0}
+        nd.ops[i] = OperatorDef(op.type, op.inputs, names, args, op.name, op.device_option, op.control_inputs)
     return nd
 
 
@@ -404,16 +485,35 @@ def _float_state(nd: NetDef) -> None:
             ws.feed(op.inputs[i], value.astype(np.float32))
 
 
+@_caffe2_errors
 def CreateNet(net: Any, overwrite: bool = False, input_blobs: Any = None) -> bool:
     """Create ``net`` in the current workspace (checked once, here); returns True."""
     for b in input_blobs or []:
         CreateBlob(b)
     nd = _as_asyncnet(net)
+    _check_inputs_exist(nd)
     _float_state(nd)
     _workspaces[_current].create_net(nd, overwrite=overwrite)
+    _declared.setdefault(_current, set()).update(o for op in nd.ops for o in op.outputs)
     return True
 
 
+def _check_inputs_exist(nd: NetDef) -> None:
+    """Caffe2 created a net's operators in order, each needing its inputs to exist: fed, written
+    by an earlier op of the net, or an output of a net created before."""
+    ws = _workspaces[_current]
+    known = set(_declared.get(_current, ()))
+    for i, op in enumerate(nd.ops):
+        for name in op.inputs:
+            if name not in known and not ws.has(name):
+                raise NetDefinitionError(
+                    f"op #{i} ({op.type}) of net {nd.name!r}: Encountered a non-existing input blob: {name!r}",
+                    f"ops[{i}].inputs",
+                )
+        known.update(op.outputs)
+
+
+@_caffe2_errors
 def RunNet(name: Any, num_iter: int = 1, allow_fail: bool = False) -> bool:
     """Run the created net ``name`` (a name, ``core.Net`` or NetDef) ``num_iter`` times; True,
     or False on failure when ``allow_fail``."""
@@ -427,20 +527,25 @@ def RunNet(name: Any, num_iter: int = 1, allow_fail: bool = False) -> bool:
     return True
 
 
+@_caffe2_errors
 def RunNetOnce(net: Any) -> bool:
     """Run ``net`` once without keeping it; returns True."""
     nd = _as_asyncnet(net)
+    _check_inputs_exist(nd)
     _float_state(nd)
     _workspaces[_current].run_net_once(nd)
     return True
 
 
+@_caffe2_errors
 def RunOperatorOnce(operator: Any) -> bool:
-    """Run one ``caffe2_pb2.OperatorDef``; returns True."""
+    """Run one ``caffe2_pb2.OperatorDef`` (or its serialized bytes); returns True."""
+    if isinstance(operator, bytes):
+        operator = caffe2_pb2.OperatorDef.FromString(operator)
     if not isinstance(operator, caffe2_pb2.OperatorDef):
         raise TypeError(f"expected a caffe2_pb2.OperatorDef, got {type(operator).__name__}")
     op = op_to_asyncnet(operator)
-    nd = _with_root(lenient(NetDef(op.name or op.type, ops=[op])))
+    nd = _expand_load_all(_with_root(lenient(NetDef(op.name or op.type, ops=[op]))))
     _workspaces[_current].run_net_once(nd)
     return True
 
@@ -453,6 +558,8 @@ def RunOperatorsOnce(operators: Any) -> bool:
 
 
 def _plan(plan_or_step: Any) -> Any:
+    if isinstance(plan_or_step, bytes):
+        plan_or_step = caffe2_pb2.PlanDef.FromString(plan_or_step)
     if hasattr(plan_or_step, "Proto"):
         plan_or_step = plan_or_step.Proto()
     if isinstance(plan_or_step, caffe2_pb2.ExecutionStep):
@@ -465,14 +572,37 @@ def _plan(plan_or_step: Any) -> Any:
     return plan_to_asyncnet(plan_or_step)
 
 
+@_caffe2_errors
 def RunPlan(plan_or_step: Any) -> bool:
     """Run a ``core.Plan`` (or ``core.ExecutionStep``, or PlanDef) in the current workspace; True."""
     if type(plan_or_step).__name__ == "ExecutionStep" and hasattr(plan_or_step, "Proto"):
         from caffe2.python import core
 
         plan_or_step = core.Plan(plan_or_step)
+    proto = _plan_proto(plan_or_step)
+    if proto is not None and any(_plan_instances.needs_walk(s) for s in proto.execution_step):
+        _plan_instances.run(proto, _current)
+        return True
     _workspaces[_current].run_plan(_plan(plan_or_step))
     return True
+
+
+def _plan_proto(plan_or_step: Any) -> Any:
+    """The ``caffe2_pb2.PlanDef`` of a plan given as a ``core.Plan``, proto or bytes (else None)."""
+    if hasattr(plan_or_step, "Proto"):
+        plan_or_step = plan_or_step.Proto()
+    if isinstance(plan_or_step, bytes):
+        plan_or_step = caffe2_pb2.PlanDef.FromString(plan_or_step)
+    return plan_or_step if isinstance(plan_or_step, caffe2_pb2.PlanDef) else None
+
+
+def _new_child(parent: str) -> str:
+    """A new anonymous workspace holding the blobs of workspace ``parent`` (the same objects)."""
+    key = f"__child_workspace_{next(_child_ids)}__"
+    _register_anonymous(key)
+    for name in _workspaces[parent].blobs():
+        _workspaces[key].feed(name, _workspaces[parent].fetch(name))
+    return key
 
 
 def RunPlanInBackground(plan_or_step: Any) -> Any:
@@ -484,13 +614,70 @@ def RunPlanInBackground(plan_or_step: Any) -> Any:
     return _workspaces[_current].run_plan_async(_plan(plan_or_step))
 
 
+class Predictor:
+    """Caffe2's ``workspace.Predictor``: runs ``init_net`` once in the current workspace, then
+    ``run(inputs)`` feeds ``inputs`` (a list, in the order of the predict net's external inputs,
+    or a dict by name), runs the predict net and returns its external outputs."""
+
+    def __init__(self, init_net: Any, predict_net: Any):
+        self._init = _net_proto(init_net)
+        self._net = _net_proto(predict_net)
+        self._ws = _current
+        with _switched(self._ws):
+            RunNetOnce(self._init)
+            CreateNet(self._net, overwrite=True)
+
+    def run(self, inputs: Any) -> list[Any]:
+        """The predict net's external outputs for ``inputs``."""
+        names = list(self._net.external_input)
+        feeds = dict(inputs) if isinstance(inputs, dict) else dict(zip(names, inputs))
+        if not isinstance(inputs, dict) and len(inputs) > len(names):
+            raise ValueError(f"Predictor.run: {len(inputs)} inputs for {len(names)} external inputs {names}")
+        with _switched(self._ws):
+            for name, value in feeds.items():
+                FeedBlob(name, value)
+            RunNet(self._net.name)
+            return [FetchBlob(o) for o in self._net.external_output]
+
+
 def Nets() -> list[str]:
     """The names of the nets created in the current workspace."""
     return _workspaces[_current].nets()
 
 
+def _register_anonymous(key: str) -> None:
+    _workspaces[key] = an.Workspace()
+    _roots[key] = "."
+
+
+def _drop_anonymous(key: str) -> None:
+    _workspaces.pop(key, None)
+    _roots.pop(key, None)
+    _declared.pop(key, None)
+
+
+@contextlib.contextmanager
+def _switched(key: str) -> Iterator[None]:
+    """Make workspace ``key`` current for the body (``workspace.C.Workspace`` objects)."""
+    global _current
+    old, _current = _current, key
+    try:
+        yield
+    finally:
+        _current = old
+
+
 class _C:
-    """The few ``workspace.C`` (Caffe2's pybind module) entries scripts reach for."""
+    """The ``workspace.C`` (Caffe2's pybind module) entries scripts and tests reach for."""
+
+    from caffe2.python._cworkspace import Blob, Tensor, Workspace
+
+    has_mkldnn = False
+    use_mkldnn = False
+    use_ideep = False
+    has_fbgemm = False
+    is_asan = False
+    define_cuda = False
 
     @staticmethod
     def nearby_opnames(op_type: str) -> list[str]:

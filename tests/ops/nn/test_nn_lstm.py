@@ -90,3 +90,54 @@ def test_lstm_shape_errors_and_float32():
     bad = dict(feeds, w_hh=np.zeros((8, 3), np.float32))
     with pytest.raises(an.OperatorError, match=r"W_hh \[4H, H\]\) of shape \(8, 2\)"):
         run("LSTM", [bad[k] for k in NAMES], 3)
+
+
+@pytest.mark.parametrize("cached", [False, True])
+def test_lstm_float32_gradients_at_a_training_size_match_torch_autograd(cached):
+    rng = np.random.default_rng(7)
+    t, n, i, h = 8, 16, 8, 16
+    shapes = dict(x=(t, n, i), h0=(n, h), c0=(n, h), w_ih=(4 * h, i), w_hh=(4 * h, h), b_ih=(4 * h,), b_hh=(4 * h,))
+    feeds = {k: (rng.standard_normal(s) * 0.5).astype(np.float32) for k, s in shapes.items()}
+    feeds["r"] = rng.standard_normal((t, n, h)).astype(np.float32)
+    net = an.Net("g32")
+    outs = net.LSTM(NAMES, ["y", "hT", "cT", "cache"] if cached else ["y", "hT", "cT"])
+    net.Mul([outs[0], "r"], "yr")
+    net.AveragedLoss("yr", "loss")
+    grads = add_gradient_ops(net, "loss", wrt=NAMES)
+    ws = an.Workspace()
+    for k, v in feeds.items():
+        ws.feed(k, v)
+    ws.run_net_once(net)
+    tt = {k: torch.tensor(v, requires_grad=k != "r") for k, v in feeds.items()}
+    mod = torch.nn.LSTM(i, h)
+    params = {
+        "weight_ih_l0": tt["w_ih"],
+        "weight_hh_l0": tt["w_hh"],
+        "bias_ih_l0": tt["b_ih"],
+        "bias_hh_l0": tt["b_hh"],
+    }
+    y = torch.func.functional_call(mod, params, (tt["x"], (tt["h0"][None], tt["c0"][None])))[0]
+    (y * tt["r"]).mean().backward()
+    np.testing.assert_allclose(ws.fetch("y"), y.detach().numpy(), rtol=1e-5, atol=1e-6)
+    for k in NAMES:
+        np.testing.assert_allclose(ws.fetch(grads[k]), tt[k].grad.numpy(), rtol=1e-4, atol=1e-6, err_msg=k)
+
+
+@pytest.mark.parametrize("cached", [False, True])
+def test_lstm_gradients_on_torchs_own_kernels_equal_numpys(cached, monkeypatch):
+    from asyncnet.tensor import route
+
+    feeds = feeds_for(5, 3, 4, 6, 11)
+    got = {}
+    for lib in ("numpy", "torch"):
+        monkeypatch.setattr(route, "ENABLED", lib == "numpy")  # torch tensors on torch's kernels
+        net = an.Net("g")
+        net.AveragedLoss(net.LSTM(NAMES, ["y", "hT", "cT", "cache"] if cached else ["y", "hT", "cT"])[0], "loss")
+        grads = add_gradient_ops(net, "loss", wrt=NAMES, dtype="float64")
+        ws = an.Workspace()
+        for k, v in feeds.items():
+            ws.feed(k, v if lib == "numpy" else torch.from_numpy(v.copy()))
+        ws.run_net_once(net)
+        got[lib] = {k: np.asarray(ws.fetch(grads[k], host=True)) for k in NAMES}
+    for k in NAMES:
+        np.testing.assert_allclose(got["torch"][k], got["numpy"][k], rtol=1e-10, atol=1e-12, err_msg=k)

@@ -7,6 +7,8 @@ values (-0.0, inf, NaN) included."""
 
 from __future__ import annotations
 
+import importlib.util
+
 import numpy as np
 import pytest
 from _nn_helpers import run
@@ -80,7 +82,14 @@ def every_layout(monkeypatch, fn):
             )
             results.append(fn())
     assert sparse._bag_slots is real
+    if _HAS_TORCH:
+        with monkeypatch.context() as m:  # torch's embedding_bag for float32 numpy lookups of any size
+            m.setattr(sparse, "TORCH_BAG_MIN", 0)
+            results.append(fn())
     return results
+
+
+_HAS_TORCH = importlib.util.find_spec("torch") is not None
 
 
 @SOME
@@ -216,3 +225,19 @@ def test_one_bag_of_one_element_rows_adds_in_order(dtype):
     with pytest.MonkeyPatch.context() as mp:
         for got in every_layout(mp, lambda: run("SparseLengthsWeightedSum", [data, w, idx, lengths])):
             same_bits(got, loop_bags(data, idx, lengths, w))
+
+
+@pytest.mark.skipif(not _HAS_TORCH, reason="torch is not installed")
+@pytest.mark.parametrize("special", [False, True])
+def test_a_large_float32_lookup_runs_embedding_bag_with_the_loop_bits(monkeypatch, special):
+    rng = np.random.default_rng(7)
+    data = values(rng, (5000, 64), "float32", special)
+    lengths = rng.integers(0, 40, size=300).astype(np.int32)
+    idx = rng.integers(0, 5000, size=int(lengths.sum()))
+    assert idx.size * 64 >= sparse.TORCH_BAG_MIN
+    calls = []
+    real = sparse._torch_bags
+    monkeypatch.setattr(sparse, "_torch_bags", lambda *a: calls.append(1) or real(*a))
+    got = run("SparseLengthsSum", [data, idx, lengths])
+    assert calls and isinstance(got, np.ndarray)
+    same_bits(got, loop_bags(data, idx, lengths))

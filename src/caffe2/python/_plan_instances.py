@@ -1,0 +1,114 @@
+"""Steps with Caffe2's ``create_workspace`` and ``num_concurrent_instances``, which asyncnet's
+plan executor does not have: the step tree above and at such steps is walked here, and every
+subtree without them runs as a plan of its own on asyncnet's executor.
+
+A step with ``create_workspace`` runs in a child workspace: it starts with the parent's blobs
+(the same objects, so counters, mutexes and queues are shared), its writes to the parent's
+blob names are copied back when it ends, and the blobs it creates are dropped with it. A step
+with ``num_concurrent_instances = n`` runs ``n`` copies at once, on threads.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from asyncnet.errors import NetDefinitionError
+from caffe2.convert import plan_to_asyncnet
+from caffe2.proto import caffe2_pb2
+
+_LOOP_FIELDS = ("num_iter", "should_stop_blob", "only_once", "report_net", "run_every_ms")
+
+
+def needs_walk(step: Any) -> bool:
+    """Whether ``step`` or a substep has ``create_workspace`` or several concurrent instances."""
+    if step.create_workspace or step.num_concurrent_instances > 1:
+        return True
+    return any(needs_walk(s) for s in step.substep)
+
+
+def run(plan: Any, key: str) -> None:
+    """Run ``plan`` (a ``caffe2_pb2.PlanDef``) in workspace ``key``."""
+    for step in plan.execution_step:
+        _run_step(plan, step, key)
+
+
+def _run_plain(plan: Any, step: Any, key: str) -> None:
+    from caffe2.python import workspace
+
+    sub = caffe2_pb2.PlanDef(name=plan.name)
+    sub.network.extend(plan.network)
+    sub.execution_step.add().CopyFrom(step)
+    workspace._workspaces[key].run_plan(plan_to_asyncnet(sub))
+
+
+def _run_step(plan: Any, step: Any, key: str) -> None:
+    if not needs_walk(step):
+        _run_plain(plan, step, key)
+        return
+    looping = [f for f in _LOOP_FIELDS if step.HasField(f)]
+    if looping:
+        raise NetDefinitionError(
+            f"{looping} on a step holding create_workspace or num_concurrent_instances is not "
+            "supported (such a step and the steps around it run once)",
+            f"step {step.name!r}",
+        )
+    body = caffe2_pb2.ExecutionStep()
+    body.CopyFrom(step)
+    body.ClearField("create_workspace")
+    body.ClearField("num_concurrent_instances")
+    n = max(step.num_concurrent_instances, 1)
+    if n == 1:
+        _run_instance(plan, body, key, step.create_workspace)
+        return
+    _on_threads([lambda: _run_instance(plan, body, key, step.create_workspace) for _ in range(n)])
+
+
+def _run_instance(plan: Any, body: Any, key: str, private: bool) -> None:
+    if not private:
+        _run_body(plan, body, key)
+        return
+    from caffe2.python import workspace
+
+    child = workspace._new_child(key)
+    parent = workspace._workspaces[key]
+    shared = parent.blobs()
+    try:
+        _run_body(plan, body, child)
+        kid = workspace._workspaces[child]
+        for name in shared:
+            if kid.has(name):
+                parent.feed(name, kid.fetch(name))
+    finally:
+        workspace._drop_anonymous(child)
+
+
+def _run_body(plan: Any, step: Any, key: str) -> None:
+    if step.network or not needs_walk(step):
+        _run_plain(plan, step, key)
+    elif step.concurrent_substeps and len(step.substep) > 1:
+        _on_threads([lambda s=s: _run_step(plan, s, key) for s in step.substep])
+    else:
+        for sub in step.substep:
+            _run_step(plan, sub, key)
+
+
+def _on_threads(bodies: list[Any]) -> None:
+    """Run each body on its own thread; the first failure is raised after all are joined."""
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+
+    def wrap(body: Any) -> None:
+        try:
+            body()
+        except BaseException as exc:  # noqa: BLE001 - raised by the caller after the join
+            with lock:
+                errors.append(exc)
+
+    threads = [threading.Thread(target=wrap, args=(b,), name="caffe2-step-instance") for b in bodies]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]

@@ -1,0 +1,174 @@
+"""Caffe2's ``caffe2.python.gradient_checker``: an op's gradient ops against central finite
+differences, on asyncnet's registered gradients.
+
+The loss is ``0.5 * sum(y ** 2)`` over the checked outputs, so each output's gradient is the
+output itself::
+
+    >>> import numpy as np
+    >>> from caffe2.python import core, gradient_checker
+    >>> op = core.CreateOperator("Tanh", ["x"], ["y"])
+    >>> x = np.linspace(-1, 1, 6).astype(np.float32)
+    >>> ok, grad, est = gradient_checker.GradientChecker(0.01, 0.005).CheckSimple(op, [x], 0, [0])
+    >>> bool(ok)
+    True
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from caffe2.proto import caffe2_pb2
+from caffe2.python import core, workspace
+
+__all__ = ["GradientChecker", "NetGradientChecker"]
+
+
+def _grad_blob(g_input: list[Any], op: Any, index: int) -> Any:
+    grad = g_input[index]
+    if grad is None:
+        raise ValueError(f"input {op.input[index]!r} of {op.type} has no gradient")
+    return grad
+
+
+class GradientChecker:
+    """Checks one op's analytic gradient of input ``input_to_check`` against finite differences
+    with step ``stepsize``; elements agree when ``np.isclose(atol=threshold, rtol=threshold)``."""
+
+    def __init__(
+        self,
+        stepsize: float,
+        threshold: float,
+        device_option: Any = None,
+        workspace_name: str = "gradient_check",
+        input_device_options: Any = None,
+    ):
+        self._stepsize = stepsize
+        self._threshold = threshold
+        self._device_option = device_option or caffe2_pb2.DeviceOption()
+        self._workspace_name = workspace_name
+        self._input_device_options = input_device_options or {}
+
+    def _feed(self, op: Any, inputs: list[Any]) -> None:
+        for name, value in zip(op.input, inputs):
+            workspace.FeedBlob(name, value)
+
+    def GetLossAndGrad(
+        self,
+        op: Any,
+        grad_ops: list[Any],
+        inputs: list[Any],
+        input_names: list[str],
+        input_to_check: int,
+        grad_name: Any,
+        outputs_with_grads: list[int],
+    ) -> tuple[float, Any]:
+        """Run ``op`` on ``inputs``; the loss, and the gradient of input ``input_to_check``
+        through ``grad_ops`` (None when ``grad_ops`` is empty)."""
+        self._feed(op, inputs)
+        workspace.RunOperatorOnce(op)
+        loss = 0.0
+        for idx in outputs_with_grads:
+            name = op.output[idx]
+            arr = np.asarray(workspace.FetchBlob(name))
+            loss += float(np.sum(arr.astype(np.float64) ** 2)) / 2.0
+            workspace.FeedBlob(name + "_grad", arr)
+        if not grad_ops:
+            return loss, None
+        workspace.RunOperatorsOnce(grad_ops)
+        if isinstance(grad_name, core.GradientSlice):
+            values = np.asarray(workspace.FetchBlob(str(grad_name.values)))
+            indices = np.asarray(workspace.FetchBlob(str(grad_name.indices))).astype(np.int64)
+            dense = np.zeros_like(np.asarray(inputs[input_to_check]), dtype=values.dtype)
+            np.add.at(dense, indices, values)
+            return loss, dense
+        return loss, np.asarray(workspace.FetchBlob(str(grad_name)))
+
+    def _estimate(self, op: Any, inputs: list[Any], input_to_check: int, outputs_with_grads: list[int]) -> np.ndarray:
+        x = inputs[input_to_check]
+        estimate = np.zeros(x.shape, dtype=np.float64)
+        for i in range(x.size):
+            old = x.flat[i]
+            x.flat[i] = old + self._stepsize
+            pos, _ = self.GetLossAndGrad(op, [], inputs, list(op.input), input_to_check, None, outputs_with_grads)
+            x.flat[i] = old - self._stepsize
+            neg, _ = self.GetLossAndGrad(op, [], inputs, list(op.input), input_to_check, None, outputs_with_grads)
+            x.flat[i] = old
+            estimate.flat[i] = (pos - neg) / self._stepsize / 2
+        return estimate
+
+    def CheckSimple(
+        self,
+        op: Any,
+        inputs: list[Any],
+        input_to_check: int,
+        outputs_with_grads: list[int],
+        grad_ops: list[Any] | None = None,
+        input_device_options: Any = None,
+        ensure_outputs_are_inferred: bool = False,
+    ) -> tuple[bool, np.ndarray, np.ndarray]:
+        """``(ok, analytic gradient, estimated gradient)`` of input ``input_to_check``."""
+        inputs = [np.array(x, copy=True) if isinstance(x, np.ndarray) else x for x in inputs]
+        if grad_ops is None:
+            checked = set(outputs_with_grads)
+            g_output = [o + "_grad" if i in checked else None for i, o in enumerate(op.output)]
+            grad_ops, g_input = core.GradientRegistry.GetGradientForOp(op, g_output)
+        else:
+            g_input = [core.BlobReference(op.input[i] + "_grad") for i in range(len(op.input))]
+        grad_name = _grad_blob(g_input, op, input_to_check)
+        with workspace.WorkspaceGuard(self._workspace_name):
+            workspace.ResetWorkspace()
+            _, grad = self.GetLossAndGrad(
+                op, grad_ops, inputs, list(op.input), input_to_check, grad_name, outputs_with_grads
+            )
+            estimate = self._estimate(op, inputs, input_to_check, outputs_with_grads)
+            workspace.ResetWorkspace()
+        grad = np.asarray(grad)
+        estimate = estimate.reshape(grad.shape) if estimate.size == grad.size else estimate
+        ok = grad.shape == estimate.shape and bool(
+            np.all(np.isclose(grad, estimate, atol=self._threshold, rtol=self._threshold))
+        )
+        return ok, grad, estimate.astype(grad.dtype) if grad.dtype.kind == "f" else estimate
+
+
+class NetGradientChecker:
+    """Gradients of whole nets: ``Check`` compares a net's analytic gradients with finite differences."""
+
+    @staticmethod
+    def Check(
+        net: Any,
+        outputs_with_grad: list[Any],
+        input_values: dict[str, Any],
+        input_to_check: str,
+        step_size: float = 0.0001,
+        threshold: float = 0.05,
+        print_net: bool = True,
+    ) -> None:
+        """Raise AssertionError unless d(sum of ``outputs_with_grad``)/d``input_to_check``
+        matches central finite differences within ``threshold``."""
+        losses = [str(o) for o in outputs_with_grad]
+        grad_net = net.Clone(net.Name() + "_copy")
+        grad_map = grad_net.AddGradientOperators(losses)
+        grad_name = str(grad_map[input_to_check])
+
+        def loss_and_grad(values: dict[str, Any]) -> tuple[float, np.ndarray]:
+            for name, value in values.items():
+                workspace.FeedBlob(name, value)
+            workspace.RunNetOnce(grad_net)
+            total = sum(float(np.sum(workspace.FetchBlob(o))) for o in losses)
+            return total, np.asarray(workspace.FetchBlob(grad_name))
+
+        values = {k: np.array(v, copy=True) for k, v in input_values.items()}
+        _, grad = loss_and_grad(values)
+        x = values[input_to_check]
+        estimate = np.zeros(x.shape, dtype=np.float64)
+        for i in range(x.size):
+            old = x.flat[i]
+            x.flat[i] = old + step_size
+            pos, _ = loss_and_grad(values)
+            x.flat[i] = old - step_size
+            neg, _ = loss_and_grad(values)
+            x.flat[i] = old
+            estimate.flat[i] = (pos - neg) / (2 * step_size)
+        np.testing.assert_allclose(grad, estimate, atol=threshold, rtol=threshold)
