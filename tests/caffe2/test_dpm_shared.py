@@ -111,3 +111,13 @@ def test_combine_spatial_bn_matches_one_device_with_the_whole_batch(shared):
     for k, v in whole.items():
         np.testing.assert_allclose(both[k], v, rtol=1e-4, atol=1e-5, err_msg=k)
     assert np.abs(whole["conv_w"] - params["conv_w"]).max() > 1e-3  # the step moved the weights
+
+
+def test_checkpoint_of_a_shared_model_holds_the_master_parameters():
+    rng = np.random.default_rng(6)
+    data = rng.standard_normal((4, 3)).astype(np.float32)
+    labels = rng.standard_normal((4, 1)).astype(np.float32)
+    m = _build(data, labels, [0, 1], cpu_device=True, shared_model=True)
+    names = {str(b) for b in data_parallel_model.GetCheckpointParams(m)}
+    assert {"cpu_0/fc_w", "cpu_0/fc_b", "optimizer_iteration"} <= names
+    assert not any(n.startswith("cpu_1/") for n in names)

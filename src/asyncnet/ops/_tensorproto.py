@@ -142,10 +142,25 @@ def _put_bytes(out: bytearray, num: int, data: bytes) -> None:
 
 
 def _packed_varints(values: Any) -> bytes:
-    out = bytearray()
-    for v in values:
-        _put_varint(out, int(v))
-    return bytes(out)
+    """The varints of ``values`` (ints; negatives as their 64-bit two's complement), back to back."""
+    a = np.asarray(values)
+    if a.dtype.kind not in "iu" or a.ndim != 1:
+        out = bytearray()
+        for v in values:
+            _put_varint(out, int(v))
+        return bytes(out)
+    u = a.astype(np.int64).view(np.uint64) if a.dtype.kind == "i" else a.astype(np.uint64)
+    length = np.ones(u.size, np.uint8)  # bytes per value
+    rest = u >> np.uint64(7)
+    groups = [u]
+    while rest.any():  # 7-bit groups, low first, while any value has more
+        length += rest != 0
+        groups.append(rest)
+        rest = rest >> np.uint64(7)
+    table = np.empty((u.size, len(groups)), np.uint8)  # row i: value i's bytes, then padding
+    for k, g in enumerate(groups):
+        table[:, k] = (g & np.uint64(0x7F)).astype(np.uint8) | ((length > k + 1).view(np.uint8) << 7)
+    return table[np.arange(len(groups), dtype=np.uint8) < length[:, None]].tobytes()
 
 
 # -- TensorProto -------------------------------------------------------------------------------
@@ -281,11 +296,11 @@ def encode_tensor(array: Any, name: str = "", segment: tuple[int, int] | None = 
         _put_bytes(out, 3, flat.astype("<f4").tobytes())
     elif code in _INT32_FIELD_TYPES and flat.size:
         ints = flat.view(np.uint16) if code == 12 else flat
-        _put_bytes(out, 4, _packed_varints(ints.astype(np.int64).tolist()))
+        _put_bytes(out, 4, _packed_varints(ints.astype(np.int64)))
     elif code == 13 and flat.size:
         _put_bytes(out, 9, flat.astype("<f8").tobytes())
     elif code == 10 and flat.size:
-        _put_bytes(out, 10, _packed_varints(flat.tolist()))
+        _put_bytes(out, 10, _packed_varints(flat))
     return _finish(out, name, segment)
 
 

@@ -29,6 +29,7 @@ import numpy as np
 from asyncnet.core.defs import OperatorDef
 from asyncnet.core.registry import Arg, register_gradient, register_no_gradient, register_op
 from asyncnet.ops._check import array
+from asyncnet.ops._half import to_half
 from asyncnet.ops.grad import GradOut, MakerResult, output_grad
 from asyncnet.tensor.namespace import is_torch
 
@@ -66,8 +67,7 @@ def float_to_half(ctx: Any, x: Any) -> Any:
         import torch
 
         return (x.clamp(-_HALF_MAX, _HALF_MAX) if ctx.args["clip"] else x).to(torch.float16)
-    with np.errstate(over="ignore"):
-        return (np.clip(x, -_HALF_MAX, _HALF_MAX) if ctx.args["clip"] else x).astype(np.float16)
+    return to_half(np.clip(x, -_HALF_MAX, _HALF_MAX) if ctx.args["clip"] else x)
 
 
 @register_op(
@@ -150,11 +150,15 @@ def _momentum16(g: Any, m: Any, lr: float, p: Any, a: dict[str, Any]) -> tuple[A
     h, f = np.float16, np.float32
     g, m, p = g.astype(f), m.astype(f), p.astype(f)
     mom, wd, rate = (f(h(v)) for v in (a["momentum"], a["weight_decay"], lr))
-    ng = (wd * p + g).astype(h).astype(f)
-    mom_m = (mom * m).astype(h).astype(f)
-    m_new = (rate * ng + mom_m).astype(h).astype(f)
-    step = ((m_new * mom + m_new).astype(h).astype(f) - mom_m).astype(h).astype(f) if a["nesterov"] else m_new
-    return step.astype(h), m_new.astype(h), (p - step).astype(h)
+
+    def r(x: Any) -> Any:  # rounded to float16, computed on in float32
+        return to_half(x).astype(f)
+
+    ng = r(wd * p + g)
+    mom_m = r(mom * m)
+    m_new = r(rate * ng + mom_m)
+    step = r(r(m_new * mom + m_new) - mom_m) if a["nesterov"] else m_new
+    return to_half(step), to_half(m_new), to_half(p - step)
 
 
 def _update(ctx: Any, inputs: tuple[Any, ...], dtype: str, fn: Any) -> tuple[np.ndarray, ...]:

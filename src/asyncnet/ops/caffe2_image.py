@@ -33,7 +33,11 @@ its weight, the record's third tensor, is skipped) give ``(batch_size,)``; 1 (la
 (a dense vector) and 5 (an embedding) give ``(batch_size, num_labels)`` in the label tensor's
 dtype (INT32 or FLOAT); 3 (indices with the third tensor's weights) gives float32. Outputs 2...
 stack the record's extra tensors, ``(batch_size, output_sizes[i])``. Random draws come from the
-op's ``DeviceOption.random_seed`` when set (else fresh entropy). ``use_gpu_transform`` is refused
+op's ``DeviceOption.random_seed`` when set (else fresh entropy): each batch draws one seed per
+image from that stream, and each image is transformed with its own generator, so a seeded op gives
+the same batches with any ``decode_threads`` (Caffe2 kept one generator per decode thread, so its
+draws depended on which thread took which image). ``decode_threads`` threads (at most one per image
+and per core) decode and transform a batch. ``use_gpu_transform`` is refused
 (Caffe2 refused it on CPU too); ``output_type`` is accepted and, as on Caffe2's CPU path, the
 images are float32.
 
@@ -56,6 +60,8 @@ from __future__ import annotations
 import io
 import logging
 import math
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,6 +74,7 @@ from asyncnet.ops._check import array
 from asyncnet.ops.dbio import DB_TYPES, DBReader
 from asyncnet.ops.grad import GradOut, MakerResult, output_grad
 from asyncnet.tensor.namespace import is_torch
+from asyncnet.tensor.threads import claim_threads, process_cores
 
 __all__ = ["ImageTransform", "decode_datum", "transform_image"]
 
@@ -409,6 +416,8 @@ def _validate(op: OperatorDef) -> None:
         raise ValueError("use_gpu_transform only for GPUs (ImageInput runs on the CPU here)")
     if a.get("batch_size", 0) <= 0:
         raise ValueError(f"Batch size should be nonnegative: expected batch_size > 0, got {a.get('batch_size', 0)}")
+    if a.get("decode_threads", 4) <= 0:
+        raise ValueError(f"Must have a positive number of decode threads, got decode_threads={a['decode_threads']}")
     rs = list(a.get("random_scale", [-1, -1]))
     if len(rs) != 2 or rs[1] < rs[0]:
         raise ValueError(f"random scale must provide a range [min, max], got {rs}")
@@ -472,14 +481,38 @@ def _reader(ctx: Any, inputs: tuple[Any, ...]) -> DBReader:
     return reader
 
 
+def decode_thread_count(asked: int, batch: int) -> int:
+    """The decode threads ImageInput uses: ``asked`` (Caffe2's ``decode_threads``), at most one per
+    image of the batch and per core of the process (:func:`asyncnet.tensor.threads.process_cores`).
+
+        >>> decode_thread_count(4, 1)
+        1
+    """
+    return max(1, min(asked, batch, process_cores()))
+
+
+def _parallel(fn: Callable[[Any], Any], items: list[Any], threads: int) -> list[Any]:
+    """``[fn(i) for i in items]`` on ``threads`` threads (Pillow and numpy release the GIL while they
+    decode and transform); the threads claim their share of the cores, so BLAS threads x decode
+    threads stay within them while the pool runs. The first error is raised, as in a plain loop."""
+    if threads <= 1:
+        return [fn(i) for i in items]
+    with claim_threads(workers=threads), ThreadPoolExecutor(threads, thread_name_prefix="image-decode") as pool:
+        return list(pool.map(fn, items))
+
+
 def _read_batch(ctx: Any, reader: DBReader, o: ImageTransform) -> list[_Record]:
     parse = _from_datum if ctx.args["use_caffe_datum"] else _from_tensor_protos
-    records = []
-    for key, value in reader.read_batch(ctx.args["batch_size"]):
+    where = reader.path
+
+    def one(item: tuple[Any, bytes]) -> _Record:
         try:
-            records.append(parse(value, o))
+            return parse(item[1], o)
         except (ValueError, tp.TensorProtoError) as e:
-            raise ValueError(f"record {key!r} of {reader.path}: {e}") from None
+            raise ValueError(f"record {item[0]!r} of {where}: {e}") from None
+
+    batch = list(reader.read_batch(ctx.args["batch_size"]))
+    records = _parallel(one, batch, decode_thread_count(ctx.args["decode_threads"], len(batch)))
     failed = sum(r.img is None for r in records)
     if failed / len(records) > ctx.args["max_decode_error_ratio"]:
         raise ValueError(
@@ -527,7 +560,7 @@ _ARGS = [
     Arg("bounding_width", int, -1, "default bounding box"),
     Arg("use_caffe_datum", int, 0, "records are Caffe Datum messages"),
     Arg("use_gpu_transform", int, 0, "refused: GPU only"),
-    Arg("decode_threads", int, 4, "accepted; images are decoded on the op's thread"),
+    Arg("decode_threads", int, 4, "threads decoding and transforming a batch (at most one per image and per core)"),
     Arg("max_decode_error_ratio", float, 1.0, "fail when more of a batch than this did not decode"),
     Arg("output_type", (str, int), "float", "accepted; the CPU path gives float32 as Caffe2's did"),
     Arg("db", str, "", "old style without an input: the database to open"),
@@ -554,7 +587,15 @@ def image_input(ctx: Any, *inputs: Any) -> tuple[np.ndarray, ...]:
     rng = _rng(ctx)
     records = _read_batch(ctx, _reader(ctx, inputs), o)
     default_box = _default_box(ctx.args)
-    images = [transform_image(r.img, o, rng, r.box if r.box is not None else default_box) for r in records]
+    seeds = rng.integers(0, 2**63, size=len(records))  # one generator per image: any thread count, same batch
+
+    def one(i: int) -> np.ndarray:
+        r = records[i]
+        return transform_image(
+            r.img, o, np.random.default_rng(int(seeds[i])), r.box if r.box is not None else default_box
+        )
+
+    images = _parallel(one, list(range(len(records))), decode_thread_count(ctx.args["decode_threads"], len(records)))
     first = np.asarray(records[0].label)
     label_dtype = np.float32 if (first.dtype == np.float32 or o.label_type == MULTI_LABEL_WEIGHTED_SPARSE) else np.int32
     labels = np.stack([np.asarray(r.label) for r in records]).astype(label_dtype)

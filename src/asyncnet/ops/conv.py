@@ -57,6 +57,7 @@ from numpy.lib.stride_tricks import as_strided
 from asyncnet.core.defs import OperatorDef
 from asyncnet.core.registry import Arg, register_gradient, register_op
 from asyncnet.ops._check import check_alloc, float_array, ndim, same_dtype
+from asyncnet.ops._half import to_half
 from asyncnet.ops.grad import GradOut, MakerResult, output_grad
 from asyncnet.tensor.namespace import is_torch, loaded_torch, namespace
 
@@ -488,6 +489,9 @@ _TORCH_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 def conv_forward(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, g: Geometry, grp: int) -> np.ndarray:
     if is_torch(x):
         return _conv_torch(x, w, b, g, grp)
+    if x.dtype == np.float16:  # float16 data, float32 accumulation (Caffe2's cuDNN compute type)
+        wide = None if b is None else b.astype(np.float32)
+        return to_half(conv_forward(x.astype(np.float32), w.astype(np.float32), wide, g, grp))
     torch = _torch_wins(x, w)
     if torch is not None:
         t = torch.from_numpy
@@ -585,6 +589,9 @@ def conv_backward(
     """(dW, dX or None) of ``conv_forward`` for the output gradient ``dy`` [N, M, OH, OW]."""
     if is_torch(x):
         return _conv_backward_torch(x, w, dy, g, grp, want_dx)
+    if x.dtype == np.float16:  # float16 data, float32 accumulation (Caffe2's cuDNN compute type)
+        dw, dx = conv_backward(x.astype(np.float32), w.astype(np.float32), dy.astype(np.float32), g, grp, want_dx)
+        return to_half(dw), (None if dx is None else to_half(dx))
     torch = _torch_wins(x, w)
     if torch is not None:
         t = torch.from_numpy
@@ -639,7 +646,10 @@ def conv_gradient(ctx: Any, x: Any, w: Any, dy: Any) -> Any:
 
 def _bias_gradient(x: np.ndarray, w: np.ndarray, dy: np.ndarray) -> np.ndarray:
     """dbias = dY summed over N, OH, OW: by torch where its kernels convolve (a third of numpy's
-    strided reduction's time on [64, 32, 4, 4]), else by numpy."""
+    strided reduction's time on [64, 32, 4, 4]), else by numpy; float16 is summed in float32
+    (Caffe2's GPU math type) and rounded once."""
+    if dy.dtype == np.float16:
+        return to_half(dy.sum(axis=(0, 2, 3), dtype=np.float32))
     torch = _torch_wins(x, w)
     if torch is None:
         return dy.sum(axis=(0, 2, 3))

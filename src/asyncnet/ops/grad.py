@@ -29,6 +29,7 @@ from asyncnet.core.defs import OperatorDef
 from asyncnet.core.registry import Arg, register_gradient, register_no_gradient, register_op
 from asyncnet.errors import NetDefinitionError
 from asyncnet.ops._check import as_array, flatten_2d, float_array, same_dtype
+from asyncnet.ops._half import to_half
 from asyncnet.ops.math import CPU_CUDA, canonical_axis, legacy_axis, legacy_shape, matmul_operands
 from asyncnet.ops.nn import _ZERO, _nd, fc_shapes, plain_fc, plain_fc_torch
 from asyncnet.tensor.namespace import is_torch, namespace
@@ -254,11 +255,13 @@ def _fc_gradient(ctx: Any, x: Any, w: Any, dy: Any, transposed: bool) -> tuple[n
     if xp.size(dy) != x2.shape[0] * n:
         raise ValueError(f"expected dY of {x2.shape[0]} x {n} elements, got {dy.shape}")
     dy2 = dy.reshape(x2.shape[0], n)
+    half = xp.name == "numpy" and x.dtype == np.float16  # float16 data, float32 accumulation (Caffe2's GPU FC)
+    if half:
+        x2, w2, dy2 = x2.astype(np.float32), w2.astype(np.float32), dy2.astype(np.float32)
     dw = (x2.T @ dy2 if transposed else dy2.T @ x2).reshape(w.shape)
     db = dy2.sum(axis=0)
-    if len(ctx.op.outputs) == 2:
-        return dw, db
-    return dw, db, (dy2 @ (w2.T if transposed else w2)).reshape(x.shape)
+    outs = (dw, db) if len(ctx.op.outputs) == 2 else (dw, db, (dy2 @ (w2.T if transposed else w2)).reshape(x.shape))
+    return tuple(to_half(o) for o in outs) if half else outs
 
 
 _FC_GRAD_ARGS = [Arg("axis", int, 1, "the forward op's axis"), Arg("axis_w", int, 1, "the forward op's axis_w")]
@@ -266,6 +269,11 @@ _FC_GRAD_ARGS = [Arg("axis", int, 1, "the forward op's axis"), Arg("axis_w", int
 
 def _fc_gradient_plain(ctx: Any, x: np.ndarray, w: np.ndarray, dy: np.ndarray) -> tuple[np.ndarray, ...]:
     """FCGradient where :func:`plain_fc` holds: the general path's math without its reshapes."""
+    if x.dtype == np.float16:  # float16 data, float32 accumulation (Caffe2's GPU FC)
+        wide = x.astype(np.float32), w.astype(np.float32), dy.astype(np.float32)
+        dw, db = wide[2].T @ wide[0], np.add.reduce(wide[2], axis=0)
+        outs = (dw, db) if len(ctx.op.outputs) == 2 else (dw, db, wide[2] @ wide[1])
+        return tuple(to_half(o) for o in outs)
     if is_bound(ctx.output(0)):  # a gradient bucket's view: written in place, no copy later
         return _fc_gradient_into(ctx, x, w, dy)
     dw, db = dy.T @ x, np.add.reduce(dy, axis=0)

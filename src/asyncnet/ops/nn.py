@@ -9,6 +9,7 @@ import numpy as np
 
 from asyncnet.core.registry import Arg, register_op
 from asyncnet.ops._check import as_array, flatten_2d, float_array, same_dtype
+from asyncnet.ops._half import to_half
 from asyncnet.ops.math import CPU_CUDA, canonical_axis
 from asyncnet.tensor.namespace import cpu_tensors, namespace
 
@@ -36,6 +37,7 @@ def fc_shapes(ctx: Any, x: np.ndarray, w: np.ndarray, transposed: bool) -> tuple
 
 _nd = np.ndarray
 _ZERO = {np.dtype(t): np.dtype(t).type(0) for t in (np.float16, np.float32, np.float64)}
+_HALF = np.dtype(np.float16)
 
 
 def plain_fc(ctx: Any, x: Any, w: Any, v: Any, v_ndim: int) -> bool:
@@ -85,13 +87,17 @@ def _fc(ctx: Any, x: Any, w: Any, b: Any, transposed: bool) -> np.ndarray:
     n = w2.shape[1] if transposed else w2.shape[0]
     if xp.size(b) != n or (b.ndim and b.shape[0] != n):
         raise ValueError(f"expected b of shape ({n},), got {b.shape}")
+    if xp.name == "numpy" and x.dtype == np.float16:  # float16 data, float32 accumulation (as Caffe2's GPU FC)
+        x2, w2, b = x2.astype(np.float32), w2.astype(np.float32), b.astype(np.float32)
     y = x2 @ (w2 if transposed else w2.T)
     y += b.reshape(n)
-    return y.reshape(x.shape[:axis] + (n,))
+    return (to_half(y) if y.dtype != x.dtype else y).reshape(x.shape[:axis] + (n,))
 
 
 def _fc_plain(ctx: Any, x: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
     """FC where :func:`plain_fc` holds: the general path's math without its reshapes."""
+    if x.dtype is _HALF:  # float16 data, float32 accumulation (as Caffe2's GPU FC)
+        return to_half(_fc_plain(ctx, x.astype(np.float32), w.astype(np.float32), b.astype(np.float32)))
     y = x @ w.T
     y += b
     return y

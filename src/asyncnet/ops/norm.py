@@ -34,6 +34,7 @@ from asyncnet.core.defs import OperatorDef
 from asyncnet.core.registry import Arg, register_gradient, register_op
 from asyncnet.errors import NetDefinitionError
 from asyncnet.ops._check import array, axis_of, float_array, same_dtype
+from asyncnet.ops._half import to_half
 from asyncnet.ops.grad import GradOut, MakerResult, output_grad
 from asyncnet.tensor.namespace import namespace
 
@@ -98,11 +99,37 @@ def _five_or_seven(op: OperatorDef) -> None:
     doc="Caffe2's spatial batch normalization per channel (axis 1, or the last with order=NHWC). Training (5 outputs): batch statistics, the running "
     "ones updated in place, the batch mean and 1/sqrt(var + epsilon) saved for the gradient. "
     "is_test=1 (1 output): the running statistics. Caffe2's multi-batch form: inputs 5 and 6 hold the sums of "
-    "X and X^2 over num_batches batches, which give the statistics instead of X.",
+    "X and X^2 over num_batches batches, which give the statistics instead of X. Mixed precision: float16 X with "
+    "float32 scale, bias and statistics computes in float32 and gives a float16 Y (Caffe2's cuDNN kernel).",
 )
 def spatial_bn(ctx: Any, x: Any, scale: Any, bias: Any, mean: Any, var: Any, *sums: Any) -> Any:
     x = float_array(ctx, x, 0)
     xp = namespace(ctx, x, scale, bias, mean, var)
+    wide = _mixed(ctx, xp, x, scale)
+    if wide is None:
+        return _spatial_bn(ctx, xp, x, scale, bias, mean, var, *sums)
+    out = _spatial_bn(ctx, xp, xp.astype(x, wide), scale, bias, mean, var, *sums)
+    if isinstance(out, tuple):  # training: Y back to float16, the statistics stay float32
+        return (_narrow(xp, out[0], x), *out[1:])
+    return _narrow(xp, out, x)
+
+
+def _mixed(ctx: Any, xp: Any, x: Any, scale: Any) -> Any:
+    """float32 ``scale`` with float16 ``X``: Caffe2's mixed precision (its cuDNN kernels keep scale, bias
+    and the statistics in float32 and compute in float32); then ``scale`` (the dtype to compute in), else None."""
+    scale = float_array(ctx, scale, 1)
+    if str(x.dtype).endswith("float16") and str(scale.dtype).endswith("float32"):
+        return scale
+    return None
+
+
+def _narrow(xp: Any, y: Any, like: Any) -> Any:
+    """A float32 result back to ``like``'s float16."""
+    return to_half(y) if xp.name == "numpy" else xp.astype(y, like)
+
+
+def _spatial_bn(ctx: Any, xp: Any, x: Any, scale: Any, bias: Any, mean: Any, var: Any, *sums: Any) -> Any:
+    """SpatialBN on X of its parameters' dtype."""
     c, x3 = _channels(x, ctx.args["order"])  # x3 [N, C, P]: sums over N and the spatial dims are einsums over n, p
     scale, bias, rm, rv = (_vec(ctx, v, i, c, x.dtype) for i, v in ((1, scale), (2, bias), (3, mean), (4, var)))
     f, eps = _number(xp, x), ctx.args["epsilon"]
@@ -171,7 +198,8 @@ def _update(ctx: Any, xp: Any, running: np.ndarray, i: int, value: np.ndarray) -
     outputs_doc=("dX", "dscale", "dbias"),
     doc="Gradient of SpatialBN in training: dbias = sum dY, dscale = sum dY * xhat, "
     "dX = scale * rstd / M * (M dY - dbias - xhat dscale), sums over all but axis 1. Caffe2's multi-batch "
-    "form: dscale and dbias are inputs 5 and 6 divided by num_batches.",
+    "form: dscale and dbias are inputs 5 and 6 divided by num_batches. float16 X and dY with float32 scale and "
+    "statistics: computed in float32, dX float16, dscale and dbias float32.",
 )
 def spatial_bn_gradient(
     ctx: Any, x: Any, scale: Any, dy: Any, mu: Any, rstd: Any, *sums: Any
@@ -179,6 +207,15 @@ def spatial_bn_gradient(
     x, dy = float_array(ctx, x, 0), float_array(ctx, dy, 2)
     xp = namespace(ctx, x, scale, dy, mu, rstd)
     same_dtype(ctx, [x, dy])
+    wide = _mixed(ctx, xp, x, scale)
+    if wide is None:
+        return _spatial_bn_gradient(ctx, xp, x, scale, dy, mu, rstd, *sums)
+    dx, dscale, dbias = _spatial_bn_gradient(ctx, xp, xp.astype(x, wide), scale, xp.astype(dy, wide), mu, rstd, *sums)
+    return _narrow(xp, dx, x), dscale, dbias
+
+
+def _spatial_bn_gradient(ctx: Any, xp: Any, x: Any, scale: Any, dy: Any, mu: Any, rstd: Any, *sums: Any) -> Any:
+    """SpatialBNGradient on X and dY of the parameters' dtype."""
     if dy.shape != x.shape:
         raise ValueError(f"expected dY of X's shape {tuple(x.shape)}, got {tuple(dy.shape)}")
     order = ctx.args["order"]

@@ -39,6 +39,7 @@ from asyncnet.core.defs import OperatorDef
 from asyncnet.core.registry import Arg, get_schema, register_gradient, register_op
 from asyncnet.errors import NetDefinitionError
 from asyncnet.ops._check import FLOAT_DTYPES, array, as_array, float_array
+from asyncnet.ops._half import to_half
 from asyncnet.ops.math import CPU_CUDA
 from asyncnet.tensor.namespace import cpu_tensors, namespace
 
@@ -97,9 +98,13 @@ def _decayed(grad: np.ndarray, param: np.ndarray, wd: float) -> np.ndarray:
 )
 def weighted_sum(ctx: Any, *inputs: Any) -> np.ndarray:
     xs, ws = _weighted_terms(ctx, inputs, 0)
-    total = xs[0] * ws[0]
-    for x, w in zip(xs[1:], ws[1:]):
-        total += x * w
+    if type(xs[0]) is np.ndarray and xs[0].dtype == np.float16:  # summed in float32, rounded once
+        total = sum((x.astype(np.float32) * np.float32(w) for x, w in zip(xs[1:], ws[1:])), xs[0] * np.float32(ws[0]))
+        total = to_half(total)
+    else:
+        total = xs[0] * ws[0]
+        for x, w in zip(xs[1:], ws[1:]):
+            total += x * w
     if ctx.op.outputs[0] == ctx.op.inputs[0]:
         out = _writable(ctx, inputs[0], 0)
         namespace(ctx, out).copyto(out, total)

@@ -718,8 +718,8 @@ def _sync_init(model: Any, devices: list[int]) -> None:
 
 def GetCheckpointParams(model: Any) -> set[Any]:
     """The blobs of a complete checkpoint: the first device's data-parallel blobs and the iteration counters."""
-    blobs, _ = _sync_blobs(model)
-    first = {b for b in blobs if str(b).startswith(f"{model._device_prefix}_{model._devices[0]}/")}
+    scope = f"{model._device_prefix}_{model._devices[0]}/"  # with shared_model too: the master parameters live there
+    first = {core.BlobReference(o) for op in model.param_init_net.Proto().op for o in op.output if o.startswith(scope)}
     iters = {
         op.output[0]
         for op in model.net.Proto().op

@@ -93,3 +93,18 @@ def update_initializer(
 
 def create_xavier_fill_initializer() -> Initializer:
     return Initializer("XavierFill")
+
+
+def create_constant_fill_initializer(value: float | None = None) -> Initializer:
+    """A ``ConstantFill`` initializer, with ``value`` when one is given (Caffe2's helper).
+
+    >>> create_constant_fill_initializer(0.5).operator_kwargs
+    {'value': 0.5}
+    """
+    return Initializer("ConstantFill", value=value) if value is not None else Initializer("ConstantFill")
+
+
+#: Caffe2's names for the two pseudo-fp16 initializers before it renamed them (both spellings stay importable)
+pFP16Initializer = PseudoFP16Initializer
+ReversepFP16Initializer = ReversePseudoFP16Initializer
+__all__ += ["create_constant_fill_initializer", "pFP16Initializer", "ReversepFP16Initializer"]

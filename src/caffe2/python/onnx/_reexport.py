@@ -124,6 +124,24 @@ def _constant_of_shape(g: Any, op: OperatorDef, needed: set) -> None:
     g.node("ConstantOfShape", op.inputs, op.outputs, value=value)
 
 
+def _rnn(g: Any, op: OperatorDef, needed: set) -> None:
+    """ONNXLSTM / ONNXGRU back to the ONNX LSTM / GRU node: W, R and B are still in ONNX's gate order;
+    an absent ``sequence_lens`` and the outputs ``produce`` leaves out are empty names."""
+    kind = op.type[len("ONNX") :]
+    ins = list(op.inputs)
+    inputs = ins[:4] if len(ins) <= 4 else [*ins[:4], "", *ins[4:]]  # input 4 is sequence_lens
+    produce = list(op.args.get("produce", [1, 1]))
+    got = iter(op.outputs)
+    outputs = [next(got) if p else "" for p in produce]
+    while outputs and not outputs[-1]:
+        outputs.pop()
+    attrs = {"hidden_size": int(op.args["hidden_size"]), "direction": op.args.get("direction", "forward")}
+    attrs["layout"] = int(op.args.get("layout", 0))
+    if kind == "GRU":
+        attrs["linear_before_reset"] = int(bool(op.args.get("linear_before_reset", False)))
+    g.node(kind, inputs, outputs, **attrs)
+
+
 def _reference(g: Any, op: OperatorDef, needed: set) -> None:
     import onnx
     import onnx.defs
@@ -160,6 +178,8 @@ def _register() -> None:
         "ONNXCompare": _fn,
         "ONNXConstantOfShape": _constant_of_shape,
         "ONNXReference": _reference,
+        "ONNXLSTM": _rnn,
+        "ONNXGRU": _rnn,
     }
     for op_type, fn in table.items():
         if op_type not in EXPORTERS:

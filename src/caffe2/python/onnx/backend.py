@@ -35,7 +35,7 @@ from onnx import TensorProto, numpy_helper
 from onnx.backend.base import Backend, Device, DeviceType, namedtupledict
 
 from asyncnet.core.defs import NetDef, OperatorDef
-from caffe2.convert import from_asyncnet, op_to_asyncnet
+from caffe2.convert import extend_floats, from_asyncnet, op_to_asyncnet
 from caffe2.proto import caffe2_pb2
 from caffe2.python import core
 from caffe2.python.onnx.backend_rep import Caffe2Rep
@@ -82,11 +82,12 @@ def _fill_op(name: str, array: np.ndarray) -> Any:
     op_type, field = _FILL_TYPES[elem]
     op = caffe2_pb2.OperatorDef(type=op_type, output=[name])
     values = op.arg.add(name="values")
-    flat = a.ravel().tolist()
     if field == "strings":
-        values.strings.extend(v if isinstance(v, bytes) else str(v).encode("utf-8") for v in flat)
+        values.strings.extend(v if isinstance(v, bytes) else str(v).encode("utf-8") for v in a.ravel().tolist())
+    elif field == "floats":
+        extend_floats(values, a.ravel())
     else:
-        getattr(values, field).extend(int(v) if field == "ints" else v for v in flat)
+        values.ints.extend(a.ravel().astype(np.int64).tolist())
     op.arg.add(name="shape").ints.extend(a.shape)
     return op
 
