@@ -106,6 +106,9 @@ NUMPY_WINS = frozenset(
         "SparseLengthsSum",
         "SparseLengthsSumGradient",
         "ScatterWeightedSum",
+        "SparseSGDFusedWithSparseLengthsSumGradient",
+        "SparseAdagradFusedWithSparseLengthsSumGradient",
+        "RowWiseSparseAdagradFusedWithSparseLengthsSumGradient",
         "Accuracy",
     }
 )
@@ -117,6 +120,9 @@ HOST_INPUTS = {
     "MomentumSGDUpdate": frozenset({2}),
     "Adam": frozenset({4, 5}),
     "ScatterWeightedSum": frozenset(range(1, 3 * 64, 3)),
+    "SparseSGDFusedWithSparseLengthsSumGradient": frozenset({3}),
+    "SparseAdagradFusedWithSparseLengthsSumGradient": frozenset({4}),
+    "RowWiseSparseAdagradFusedWithSparseLengthsSumGradient": frozenset({4}),
 }  # Weight_0, Weight_1, ... (1 element each)
 
 _ndarray = np.ndarray
