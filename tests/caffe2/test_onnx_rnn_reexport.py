@@ -80,6 +80,8 @@ def test_rnn_goes_back_to_onnx(case):
     back = frontend.caffe2_net_to_onnx_model(pred, init, {"x": (onnx.TensorProto.FLOAT, list(feeds["x"].shape))})
     onnx.checker.check_model(back, full_check=True)
     assert [n.op_type for n in back.graph.node] == [case[0]]
+    # the weights go back in ONNX's gate order, each written once (no unread initializer)
+    assert {i.name for i in back.graph.initializer} <= set(back.graph.node[0].input)
     want, got = _ort(model, feeds), _ort(back, feeds)
     assert len(got) == len(want) == sum(1 for o in case[5] if o)
     for g, w in zip(got, want):

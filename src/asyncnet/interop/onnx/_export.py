@@ -416,12 +416,13 @@ def export(
     g_outputs = [onnx.helper.make_empty_tensor_value_info(o) for o in outs]
     from onnx import numpy_helper
 
+    read = _read_names(g.nodes, outs)
     graph = onnx.helper.make_graph(
         g.nodes,
         pred.name or "asyncnet",
         g_inputs,
         g_outputs,
-        initializer=[numpy_helper.from_array(v, k) for k, v in g.inits.items()],
+        initializer=[numpy_helper.from_array(v, k) for k, v in g.inits.items() if k in read],
     )
     proto = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", opset)], producer_name="asyncnet")
     proto = onnx.shape_inference.infer_shapes(proto)
@@ -432,6 +433,20 @@ def export(
     if path is not None:
         onnx.save(proto, os.fspath(path))
     return proto
+
+
+def _read_names(nodes: list[Any], outputs: Sequence[str]) -> set[str]:
+    """The names the nodes (subgraphs included) read, and the graph's outputs: the initializers
+    worth writing (an exporter may replace one, as a reordered copy, leaving the first unread)."""
+    read = set(outputs)
+    for node in nodes:
+        read.update(node.input)
+        for attr in node.attribute:
+            if attr.HasField("g"):
+                read.update(_read_names(list(attr.g.node), [o.name for o in attr.g.output]))
+            for sub in attr.graphs:
+                read.update(_read_names(list(sub.node), [o.name for o in sub.output]))
+    return read
 
 
 def export_trained(result: Any, dataset: Any, path: str | os.PathLike[str], rows: int = 8) -> Any:

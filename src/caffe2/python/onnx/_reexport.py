@@ -27,10 +27,8 @@ _SAME = {  # asyncnet op -> the ONNX op of the same inputs and outputs, attribut
     "ONNXErf": ("Erf", ()),
     "ONNXPow": ("Pow", ()),
     "ONNXSlice": ("Slice", ()),
-    "ONNXReshape": ("Reshape", ("allowzero",)),
     "ONNXFlatten": ("Flatten", ("axis",)),
     "ONNXConcat": ("Concat", ("axis",)),
-    "ONNXGather": ("Gather", ("axis",)),
     "ONNXBatchNorm": ("BatchNormalization", ("epsilon",)),
     "ONNXLayerNorm": ("LayerNormalization", ("axis", "epsilon")),
     "ONNXCast": ("Cast", ("to",)),
@@ -49,6 +47,34 @@ def _attrs(op: OperatorDef, names: tuple[str, ...]) -> dict[str, Any]:
 def _same(g: Any, op: OperatorDef, needed: set) -> None:
     onnx_type, names = _SAME[op.type]
     g.node(onnx_type, op.inputs, op.outputs, **_attrs(op, names))
+
+
+def _const_input(g: Any, op: OperatorDef, arg: str) -> list[str]:
+    """The op's inputs, with the constant the importer folded into ``arg`` (if it did) as input 1."""
+    if len(op.inputs) > 1 or op.args.get(arg) is None:
+        return list(op.inputs)
+    return [op.inputs[0], g.const(op.args[arg])]
+
+
+def _reshape(g: Any, op: OperatorDef, needed: set) -> None:
+    g.node("Reshape", _const_input(g, op, "shape"), op.outputs, **_attrs(op, ("allowzero",)))
+
+
+def _gather(g: Any, op: OperatorDef, needed: set) -> None:
+    g.node("Gather", _const_input(g, op, "index"), op.outputs, **_attrs(op, ("axis",)))
+
+
+def _layout(g: Any, op: OperatorDef, needed: set) -> None:
+    """ONNXLayout's chain of layout ops, one ONNX node each."""
+    import json
+
+    steps = [json.loads(text) for text in op.args["steps"]]
+    current = op.inputs[0]
+    for i, step in enumerate(steps):
+        out = op.outputs[0] if i == len(steps) - 1 else g.tmp(f"{op.outputs[0]}_layout{i}")
+        args = {k: v for k, v in step.items() if k != "op"}
+        EXPORTERS[step["op"]](g, OperatorDef(step["op"], [current], [out], args), needed)
+        current = out
 
 
 def _gemm(g: Any, op: OperatorDef, needed: set) -> None:
@@ -129,6 +155,8 @@ def _rnn(g: Any, op: OperatorDef, needed: set) -> None:
     an absent ``sequence_lens`` and the outputs ``produce`` leaves out are empty names."""
     kind = op.type[len("ONNX") :]
     ins = list(op.inputs)
+    if op.args.get("gate_order", "onnx") == "torch":  # the importer reordered W, R and B's gate blocks
+        ins[1:4] = _onnx_gate_order(g, op, ins[1:4], {"LSTM": 4, "GRU": 3}[kind])
     inputs = ins[:4] if len(ins) <= 4 else [*ins[:4], "", *ins[4:]]  # input 4 is sequence_lens
     produce = list(op.args.get("produce", [1, 1]))
     got = iter(op.outputs)
@@ -140,6 +168,29 @@ def _rnn(g: Any, op: OperatorDef, needed: set) -> None:
     if kind == "GRU":
         attrs["linear_before_reset"] = int(bool(op.args.get("linear_before_reset", False)))
     g.node(kind, inputs, outputs, **attrs)
+
+
+def _onnx_gate_order(g: Any, op: OperatorDef, weights: list[str], n_gates: int) -> list[str]:
+    """W, R (and B) with their gate blocks taken back from torch's order to ONNX's: a parameter
+    becomes a reordered initializer (the importer reorders only weights the RNN alone reads), any
+    other blob goes through a Gather on axis 1."""
+    from asyncnet.ops.onnx_rnn import gate_permutation
+
+    hidden = int(op.args["hidden_size"])
+    idx = gate_permutation(n_gates, hidden, "onnx")
+    perms = [idx, idx, np.concatenate([idx, n_gates * hidden + idx])]
+    out = []
+    for name, perm in zip(weights, perms):
+        if not name:
+            out.append(name)
+            continue
+        back = g.tmp(f"{name}_onnx_gates")
+        if name in g.inits:
+            g.inits[back] = np.ascontiguousarray(np.asarray(g.inits[name])[:, perm])
+        else:
+            g.node("Gather", [name, g.const(perm)], [back], axis=1)
+        out.append(back)
+    return out
 
 
 def _reference(g: Any, op: OperatorDef, needed: set) -> None:
@@ -165,6 +216,10 @@ def _register() -> None:
     table = {
         **dict.fromkeys(_SAME, _same),
         "ONNXGemm": _gemm,
+        "ONNXReshape": _reshape,
+        "ONNXGather": _gather,
+        "ONNXLayout": _layout,
+        "ONNXBinary": _fn,
         "ONNXMatMulAdd": _matmul_add,
         "ONNXTranspose": _transpose,
         "ONNXSoftmax": _softmax,
