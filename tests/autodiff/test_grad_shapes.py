@@ -83,6 +83,27 @@ def _caffe2_reduce(draw, dt):
     return [arr(draw, shape, dt)], {"num_reduce_dim": draw(st.integers(0, len(shape)))}, 1, [0], [0]
 
 
+@builder("Swish", "NanCheck")
+def _caffe2_swish(draw, dt):
+    return [arr(draw, dims(draw, 0), dt)], {}, 1, [0], [0]
+
+
+@builder("Pow")
+def _caffe2_pow(draw, dt):
+    shape = dims(draw, 1)
+    x = arr(draw, shape, dt, 0.5, 2.0)
+    if draw(st.booleans()):
+        return [x], {"exponent": draw(st.floats(-2.0, 3.0))}, 1, [0], [0]
+    return [x, arr(draw, shape[draw(st.integers(0, len(shape))) :], dt)], {}, 1, [0, 1], [0]
+
+
+@builder(*(f"Reduce{kind}" for kind in ("Sum", "Mean", "Max", "Min")))
+def _caffe2_reduce_axes(draw, dt):
+    shape = dims(draw, 1, 4)
+    axes = draw(st.lists(st.integers(-len(shape), len(shape) - 1), unique_by=lambda a: a % len(shape)))
+    return [arr(draw, shape, dt)], {"axes": axes, "keepdims": draw(st.booleans())}, 1, [0], [0]
+
+
 @builder("Max", "Min")
 def _caffe2_minmax(draw, dt):
     shape = dims(draw, 0)

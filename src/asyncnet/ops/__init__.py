@@ -5,6 +5,7 @@ from asyncnet.ops import (
     barrier,
     caffe2_activation,
     caffe2_dist,
+    caffe2_elementwise,
     caffe2_fp16,
     caffe2_image,
     caffe2_minmax,
@@ -12,6 +13,7 @@ from asyncnet.ops import (
     caffe2_queue,
     caffe2_recurrent,
     caffe2_reduce,
+    caffe2_scatter,
     caffe2_rnn,
     caffe2_stats,
     caffe2_unary,
@@ -74,4 +76,6 @@ __all__ = [
     "caffe2_unary",
     "caffe2_utility",
     "caffe2_queue",
+    "caffe2_elementwise",
+    "caffe2_scatter",
 ]
