@@ -71,10 +71,14 @@ def test_feed_zero_dim_strings_and_blob_reference():
     assert workspace.FetchBlob("z").shape == ()
     workspace.FeedBlob("s", np.array(["ab", "cde"]))
     got = workspace.FetchBlob(core.BlobReference("s"))
-    assert got.dtype == object and list(got) == ["ab", "cde"]
+    assert got.dtype == object and list(got) == [b"ab", b"cde"]  # Caffe2's std::string elements
     workspace.FeedBlob("plain", "a plain string")
-    assert workspace.FetchBlob("plain") == "a plain string"
-    assert workspace.FetchBlobs(["z", "plain"])[1] == "a plain string"
+    assert workspace.FetchBlob("plain") == b"a plain string"
+    assert workspace.FetchBlobs(["z", "plain"])[1] == b"a plain string"
+    workspace.FeedBlob("raw", b"\x00\x01 bytes")
+    assert workspace.FetchBlob("raw") == b"\x00\x01 bytes"
+    workspace.FeedBlob("u", "\u00e9t\u00e9")
+    assert workspace.FetchBlob("u") == "\u00e9t\u00e9".encode()
 
 
 def test_feed_tensor_proto():
