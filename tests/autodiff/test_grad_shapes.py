@@ -104,6 +104,26 @@ def _caffe2_reduce_axes(draw, dt):
     return [arr(draw, shape, dt)], {"axes": axes, "keepdims": draw(st.booleans())}, 1, [0], [0]
 
 
+@builder("LRN")
+def _caffe2_lrn(draw, dt):
+    shape = dims(draw, 2, 4)
+    args = {
+        "size": draw(st.integers(1, 4)),
+        "alpha": 0.1,
+        "beta": 0.75,
+        "order": draw(st.sampled_from(["NCHW", "NHWC"])),
+    }
+    return [arr(draw, shape, dt)], args, draw(st.integers(1, 2)), [0], [0]
+
+
+@builder("SpatialSoftmaxWithLoss")
+def _caffe2_spatial_softmax_with_loss(draw, dt):
+    n, d, h, w = dims(draw, 4, 4)
+    label = np.random.default_rng(draw(st.integers(0, 99))).integers(-1, d, (n, h, w)).astype(np.int32)
+    weight = [arr(draw, (n, h, w), dt, 0.1, 1.0)] if draw(st.booleans()) else []
+    return [arr(draw, (n, d, h, w), dt), label, *weight], {}, 2, [0], [1]
+
+
 @builder("Max", "Min")
 def _caffe2_minmax(draw, dt):
     shape = dims(draw, 0)

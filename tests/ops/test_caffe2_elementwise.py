@@ -174,3 +174,78 @@ def test_sparse_momentum_sgd_matches_momentum_sgd_on_the_rows(nesterov):
     rest = np.setdiff1d(np.arange(6), idx)
     np.testing.assert_array_equal(ws.fetch("w")[rest], w[rest])
     np.testing.assert_array_equal(ws.fetch("m")[rest], m[rest])
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_spatial_softmax_with_loss_matches_torch_cross_entropy(weighted):
+    rng = np.random.default_rng(9)
+    x = rng.normal(size=(2, 3, 4, 5))
+    lab = rng.integers(-1, 3, (2, 4, 5)).astype(np.int32)
+    w = rng.uniform(0.2, 1.0, (2, 4, 5))
+    inputs = {"x": x, "l": lab, **({"w": w} if weighted else {})}
+    ws = an.Workspace()
+    for k, v in inputs.items():
+        ws.feed(k, v)
+    net = an.Net("sswl")
+    net.SpatialSoftmaxWithLoss(list(inputs), ["p", "loss"], scale=2.0)
+    grads = add_gradient_ops(net, "loss", wrt=["x"], dtype="float64")
+    ws.run_net_once(net)
+    t = torch.tensor(x, requires_grad=True)
+    tl = torch.tensor(lab, dtype=torch.long)
+    per = torch.nn.functional.cross_entropy(t, tl, ignore_index=-1, reduction="none")
+    tw = torch.tensor(w if weighted else np.ones_like(w)) * (tl != -1)
+    loss = 2.0 * (per * tw).sum() / tw.sum()
+    loss.backward()
+    np.testing.assert_allclose(ws.fetch("p"), torch.softmax(t, 1).detach().numpy(), rtol=1e-10)
+    np.testing.assert_allclose(ws.fetch("loss"), loss.item(), rtol=1e-10)
+    np.testing.assert_allclose(ws.fetch(grads["x"]), t.grad.numpy(), rtol=1e-8, atol=1e-12)
+
+
+def test_spatial_softmax_with_loss_all_ignored_gives_zero_loss_and_gradient():
+    ws = an.Workspace()
+    ws.feed("x", np.ones((1, 2, 2, 2), np.float32))
+    ws.feed("l", -np.ones((1, 2, 2), np.int32))
+    net = an.Net("ignored")
+    net.SpatialSoftmaxWithLoss(["x", "l"], ["p", "loss"])
+    grads = add_gradient_ops(net, "loss", wrt=["x"])
+    ws.run_net_once(net)
+    assert float(ws.fetch("loss")) == 0.0
+    np.testing.assert_array_equal(ws.fetch(grads["x"]), np.zeros((1, 2, 2, 2), np.float32))
+
+
+@pytest.mark.parametrize("order", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("size", [1, 3, 5])
+def test_lrn_matches_torch_local_response_norm(order, size):
+    x = np.random.default_rng(10).normal(size=(2, 6, 3, 4))
+    xin = x if order == "NCHW" else x.transpose(0, 2, 3, 1)
+    args = {"size": size, "alpha": 0.3, "beta": 0.75, "bias": 2.0, "order": order}
+    y, g, r = _run("LRN", {"x": xin}, ["x"], **args)
+    r_nchw = r if order == "NCHW" else r.transpose(0, 3, 1, 2)
+    ry, rg = _torch(lambda t: torch.nn.functional.local_response_norm(t, size, 0.3, 0.75, 2.0), [x], r_nchw)
+    if order == "NHWC":
+        ry, rg = ry.transpose(0, 2, 3, 1), [rg[0].transpose(0, 2, 3, 1)]
+    _close((y, g), (ry, rg))
+
+
+def test_lrn_even_size_window_and_its_gradient_follow_caffe2():
+    """size 4: channels c-1 .. c+2 (Caffe2's pre_pad (size-1)/2), checked by finite differences."""
+    x = np.random.default_rng(11).normal(size=(1, 5, 2, 2))
+    ws = an.Workspace()
+    ws.feed("x", x)
+    _once(ws, "LRN", ["x"], ["y", "s"], size=4, alpha=0.5, beta=0.6, bias=1.5)
+    sq = np.pad(x**2, ((0, 0), (1, 2), (0, 0), (0, 0)))
+    scale = 1.5 + 0.5 / 4 * sum(sq[:, i : i + 5] for i in range(4))
+    np.testing.assert_allclose(ws.fetch("s"), scale, rtol=1e-12)
+    np.testing.assert_allclose(ws.fetch("y"), x * scale**-0.6, rtol=1e-12)
+    dy = np.random.default_rng(12).normal(size=x.shape)
+    ws.feed("dy", dy)
+    _once(ws, "LRNGradient", ["x", "y", "s", "dy"], ["dx"], size=4, alpha=0.5, beta=0.6, bias=1.5)
+    eps, num = 1e-6, np.zeros_like(x)
+    for i in np.ndindex(x.shape):
+        for sign in (1, -1):
+            xp = x.copy()
+            xp[i] += sign * eps
+            ws.feed("xp", xp)
+            _once(ws, "LRN", ["xp"], ["yp"], size=4, alpha=0.5, beta=0.6, bias=1.5)
+            num[i] += sign * (ws.fetch("yp") * dy).sum() / (2 * eps)
+    np.testing.assert_allclose(ws.fetch("dx"), num, rtol=1e-6, atol=1e-8)

@@ -15,6 +15,7 @@ from asyncnet.ops import (
     caffe2_reduce,
     caffe2_rnn,
     caffe2_scatter,
+    caffe2_spatial,
     caffe2_stats,
     caffe2_unary,
     caffe2_utility,
@@ -78,4 +79,5 @@ __all__ = [
     "caffe2_queue",
     "caffe2_elementwise",
     "caffe2_scatter",
+    "caffe2_spatial",
 ]
