@@ -7,6 +7,7 @@ from asyncnet.ops import (
     caffe2_dist,
     caffe2_elementwise,
     caffe2_fp16,
+    caffe2_ftrl,
     caffe2_image,
     caffe2_minmax,
     caffe2_misc,
@@ -80,4 +81,5 @@ __all__ = [
     "caffe2_elementwise",
     "caffe2_scatter",
     "caffe2_spatial",
+    "caffe2_ftrl",
 ]
