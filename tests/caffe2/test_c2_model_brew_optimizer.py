@@ -172,3 +172,16 @@ def test_small_classifier_trains():
     workspace.RunNet(m.net, 60)
     assert float(workspace.FetchBlob("loss")) < 0.3 * first
     assert float(workspace.FetchBlob("accuracy")) > 0.9
+
+
+def test_brew_register_refuses_a_second_helper_of_one_name():
+    def c2_doubled_helper(model, val=-1):
+        return val * 2
+
+    if not brew.has_helper(c2_doubled_helper):
+        brew.Register(c2_doubled_helper)
+    assert brew.c2_doubled_helper(model_helper.ModelHelper(name="reg"), val=4) == 8
+    with pytest.raises(AttributeError, match="c2_doubled_helper already exists"):
+        brew.Register(c2_doubled_helper)
+    with pytest.raises(AttributeError, match="fc already exists"):
+        brew.Register(brew.fc)
