@@ -124,6 +124,28 @@ def _caffe2_spatial_softmax_with_loss(draw, dt):
     return [arr(draw, (n, d, h, w), dt), label, *weight], {}, 2, [0], [1]
 
 
+@builder("Logit")
+def _caffe2_logit(draw, dt):
+    return [arr(draw, dims(draw, 0), dt, 0.05, 0.95)], {"eps": 0.01}, 1, [0], [0]
+
+
+@builder("EnsureDense")
+def _caffe2_ensure_dense(draw, dt):
+    return [arr(draw, dims(draw, 0), dt)], {}, 1, [0], [0]
+
+
+@builder("RowMul")
+def _caffe2_row_mul(draw, dt):
+    shape = dims(draw, 1, 4)
+    return [arr(draw, shape, dt), arr(draw, shape[:1], dt)], {}, 1, [0, 1], [0]
+
+
+@builder("DotProduct")
+def _caffe2_dot_product(draw, dt):
+    shape = dims(draw, 1, 2)
+    return [arr(draw, shape, dt), arr(draw, shape, dt)], {}, 1, [0, 1], [0]
+
+
 @builder("Max", "Min")
 def _caffe2_minmax(draw, dt):
     shape = dims(draw, 0)

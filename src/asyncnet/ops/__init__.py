@@ -6,6 +6,7 @@ from asyncnet.ops import (
     caffe2_activation,
     caffe2_dist,
     caffe2_elementwise,
+    caffe2_extra,
     caffe2_fp16,
     caffe2_ftrl,
     caffe2_image,
@@ -82,4 +83,5 @@ __all__ = [
     "caffe2_scatter",
     "caffe2_spatial",
     "caffe2_ftrl",
+    "caffe2_extra",
 ]
