@@ -146,6 +146,15 @@ def _caffe2_dot_product(draw, dt):
     return [arr(draw, shape, dt), arr(draw, shape, dt)], {}, 1, [0, 1], [0]
 
 
+@builder("DotProductWithPadding")
+def _caffe2_dot_product_with_padding(draw, dt):
+    n, m = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    k = m * draw(st.integers(1, 3))
+    x, y = arr(draw, (n, m), dt), arr(draw, (n, k), dt)
+    args = {"replicate": draw(st.booleans()), "pad_value": 0.5}
+    return ([y, x] if draw(st.booleans()) else [x, y]), args, 1, [0, 1], [0]
+
+
 @builder("Max", "Min")
 def _caffe2_minmax(draw, dt):
     shape = dims(draw, 0)

@@ -143,3 +143,27 @@ def test_segment_ids_must_be_sorted():
     ws = _ws(ids=np.array([1, 0], np.int32))
     with pytest.raises(OperatorError, match="sorted segment ids"):
         _once(ws, "SegmentIdsToLengths", ["ids"], ["l"])
+
+
+@pytest.mark.parametrize("replicate", [False, True])
+@pytest.mark.parametrize(("m", "k"), [(2, 6), (6, 2), (3, 3)])
+def test_dot_product_with_padding_matches_torch(replicate, m, k):
+    rng = np.random.default_rng(5)
+    x, z = rng.normal(size=(4, m)), rng.normal(size=(4, k))
+    y, g, r = _grads("DotProductWithPadding", {"x": x, "z": z}, ["x", "z"], pad_value=0.7, replicate=replicate)
+
+    def widen(short, width):
+        if replicate:
+            return short.repeat(1, width // short.shape[1])
+        return torch.cat([short, torch.full((short.shape[0], width - short.shape[1]), 0.7, dtype=short.dtype)], 1)
+
+    def ref(a, b):
+        return (widen(a, k) * b).sum(1) if m < k else (a * widen(b, m)).sum(1)
+
+    _close((y, g), _torch(ref, [x, z], r))
+
+
+def test_dot_product_with_padding_replicate_needs_dividing_lengths():
+    ws = _ws(x=np.ones((2, 2), np.float32), z=np.ones((2, 3), np.float32))
+    with pytest.raises(OperatorError, match="divide"):
+        _once(ws, "DotProductWithPadding", ["x", "z"], ["y"], replicate=True)

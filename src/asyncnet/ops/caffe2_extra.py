@@ -1,6 +1,6 @@
-"""Small Caffe2 operators: Logit (with gradient), ReplaceNaN, EnsureDense, RowMul and DotProduct
-(with gradients), ReduceTailSum, Perplexity, MultiClassAccuracy, RmsProp, and the lengths /
-segment-id conversions LengthsToSegmentIds, LengthsToRanges, LengthsToWeights,
+"""Small Caffe2 operators: Logit (with gradient), ReplaceNaN, EnsureDense, RowMul, DotProduct and
+DotProductWithPadding (with gradients), ReduceTailSum, Perplexity, MultiClassAccuracy, RmsProp,
+and the lengths / segment-id conversions LengthsToSegmentIds, LengthsToRanges, LengthsToWeights,
 SegmentIdsToLengths, SegmentIdsToRanges.
 
     >>> import numpy as np, asyncnet as an
@@ -321,3 +321,77 @@ def segment_ids_to_lengths(ctx: Any, ids: Any, *data: Any) -> np.ndarray:
 )
 def segment_ids_to_ranges(ctx: Any, ids: Any, *data: Any) -> np.ndarray:
     return _ranges(_segment_lengths(ctx, ids, data))
+
+
+# -- DotProductWithPadding ------------------------------------------------------------------------
+_PAD_ARGS = [
+    Arg("pad_value", float, 0.0, "what the shorter row is padded with"),
+    Arg("replicate", bool, False, "tile the shorter row instead of padding it (lengths must divide)"),
+]
+
+
+def _padded_operands(ctx: Any, x: Any, y: Any) -> tuple[np.ndarray, np.ndarray, int, int]:
+    x, y = float_array(ctx, x, 0), float_array(ctx, y, 1)
+    same_dtype(ctx, [x, y])
+    if x.ndim != 2 or y.ndim != 2 or x.shape[0] != y.shape[0]:
+        raise ValueError(f"expected X [N, M] and Y [N, K], got {x.shape} and {y.shape}")
+    m, k = x.shape[1], y.shape[1]
+    if ctx.args["replicate"] and max(m, k) % max(min(m, k), 1):
+        raise ValueError(f"replicate=1 needs one row length to divide the other, got {m} and {k}")
+    return x, y, m, k
+
+
+def _widen(ctx: Any, short: np.ndarray, width: int) -> np.ndarray:
+    """The shorter operand at the longer one's width: tiled, or padded with pad_value."""
+    if ctx.args["replicate"]:
+        return np.tile(short, (1, width // max(short.shape[1], 1)))
+    pad = np.full((short.shape[0], width - short.shape[1]), ctx.args["pad_value"], short.dtype)
+    return np.concatenate([short, pad], axis=1)
+
+
+@register_op(
+    "DotProductWithPadding",
+    inputs=2,
+    outputs=1,
+    args=_PAD_ARGS,
+    inputs_doc=("X [N, M]", "Y [N, K]"),
+    outputs_doc=("Z [N]",),
+    doc="Z[i] = the dot product of X[i] and Y[i], the shorter row padded with pad_value (or tiled).",
+)
+def dot_product_with_padding(ctx: Any, x: Any, y: Any) -> np.ndarray:
+    x, y, m, k = _padded_operands(ctx, x, y)
+    a, b = (_widen(ctx, x, k), y) if m < k else (x, _widen(ctx, y, m))
+    return as_array((a * b).sum(axis=1)).astype(x.dtype)
+
+
+@register_op(
+    "DotProductWithPaddingGradient",
+    inputs=3,
+    outputs=2,
+    args=_PAD_ARGS,
+    inputs_doc=("X", "Y", "dZ"),
+    outputs_doc=("dX", "dY"),
+    doc="The gradient of DotProductWithPadding (a tiled row's gradient summed over its copies).",
+)
+def dot_product_with_padding_gradient(ctx: Any, x: Any, y: Any, dz: Any) -> tuple[np.ndarray, np.ndarray]:
+    x, y, m, k = _padded_operands(ctx, x, y)
+    dz = float_array(ctx, dz, 2).reshape(-1, 1)
+    if dz.shape[0] != x.shape[0]:
+        raise ValueError(f"expected dZ of {x.shape[0]} values, got {dz.size}")
+    short, long_, swap = (x, y, False) if m < k else (y, x, True)
+    d_long = dz * _widen(ctx, short, long_.shape[1])
+    n, s = short.shape
+    if ctx.args["replicate"]:
+        d_short = (dz * long_).reshape(n, -1, s).sum(axis=1) if s else np.zeros_like(short)
+    else:
+        d_short = dz * long_[:, :s]
+    d_short, d_long = d_short.astype(x.dtype), d_long.astype(x.dtype)
+    return (d_long, d_short) if swap else (d_short, d_long)
+
+
+@register_gradient("DotProductWithPadding")
+def _dot_pad_grad(op: OperatorDef, gout: list[Any]) -> tuple[list[OperatorDef], list[Any]]:
+    if gout[0] is None:
+        return [], [None, None]
+    inputs = [*op.inputs, gout[0]]
+    return [OperatorDef("DotProductWithPaddingGradient", inputs, ["#dx", "#dy"], dict(op.args))], ["#dx", "#dy"]
