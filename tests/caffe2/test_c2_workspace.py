@@ -224,3 +224,8 @@ def test_integer_adagrad_moment_is_taken_as_float():
     workspace.RunNet(net)
     np.testing.assert_allclose(workspace.FetchBlob("h"), [[1, 1], [0, 0], [1, 1]])
     np.testing.assert_allclose(workspace.FetchBlob("w"), [[0.5, 0.5], [1, 1], [0.5, 0.5]], rtol=1e-6)
+
+
+def test_cuda_and_cudnn_versions_are_zero_as_in_caffe2_without_cuda_support():
+    assert workspace.has_cuda_support is False
+    assert workspace.GetCUDAVersion() == 0 and workspace.GetCuDNNVersion() == 0

@@ -55,6 +55,8 @@ __all__ = [
     "Nets",
     "Predictor",
     "NumCudaDevices",
+    "GetCUDAVersion",
+    "GetCuDNNVersion",
     "NumGpuDevices",
     "RegisteredOperators",
     "RemoveBlob",
@@ -226,6 +228,16 @@ def NumCudaDevices() -> int:
 
 
 NumGpuDevices = NumCudaDevices
+
+
+def GetCUDAVersion() -> int:
+    """0, as Caffe2 answered when built without CUDA support (``has_cuda_support`` is False)."""
+    return 0
+
+
+def GetCuDNNVersion() -> int:
+    """0, as Caffe2 answered when built without CUDA support (``has_cuda_support`` is False)."""
+    return 0
 
 
 # -- blobs -----------------------------------------------------------------------------------
