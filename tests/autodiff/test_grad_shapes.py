@@ -129,7 +129,7 @@ def _caffe2_logit(draw, dt):
     return [arr(draw, dims(draw, 0), dt, 0.05, 0.95)], {"eps": 0.01}, 1, [0], [0]
 
 
-@builder("EnsureDense")
+@builder("EnsureDense", "FlattenToVec")
 def _caffe2_ensure_dense(draw, dt):
     return [arr(draw, dims(draw, 0), dt)], {}, 1, [0], [0]
 

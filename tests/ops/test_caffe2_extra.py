@@ -167,3 +167,10 @@ def test_dot_product_with_padding_replicate_needs_dividing_lengths():
     ws = _ws(x=np.ones((2, 2), np.float32), z=np.ones((2, 3), np.float32))
     with pytest.raises(OperatorError, match="divide"):
         _once(ws, "DotProductWithPadding", ["x", "z"], ["y"], replicate=True)
+
+
+def test_flatten_to_vec_and_its_gradient():
+    x = np.arange(6.0).reshape(2, 3)
+    y, g, r = _grads("FlattenToVec", {"x": x}, ["x"])
+    np.testing.assert_array_equal(y, np.arange(6.0))
+    np.testing.assert_allclose(g[0], r.reshape(2, 3) / 6)

@@ -1,5 +1,5 @@
 """Small Caffe2 operators: Logit (with gradient), ReplaceNaN, EnsureDense, RowMul, DotProduct and
-DotProductWithPadding (with gradients), ReduceTailSum, Perplexity, MultiClassAccuracy, RmsProp,
+DotProductWithPadding and FlattenToVec (with gradients), ReduceTailSum, Perplexity, MultiClassAccuracy, RmsProp,
 and the lengths / segment-id conversions LengthsToSegmentIds, LengthsToRanges, LengthsToWeights,
 SegmentIdsToLengths, SegmentIdsToRanges.
 
@@ -395,3 +395,16 @@ def _dot_pad_grad(op: OperatorDef, gout: list[Any]) -> tuple[list[OperatorDef], 
         return [], [None, None]
     inputs = [*op.inputs, gout[0]]
     return [OperatorDef("DotProductWithPaddingGradient", inputs, ["#dx", "#dy"], dict(op.args))], ["#dx", "#dy"]
+
+
+@register_op("FlattenToVec", inputs=1, outputs=1, doc="Y = X as a 1-D array of all its values.")
+def flatten_to_vec(ctx: Any, x: Any) -> np.ndarray:
+    x = array(ctx, x, 0)
+    return x.reshape(-1)
+
+
+@register_gradient("FlattenToVec")
+def _flatten_to_vec_grad(op: OperatorDef, gout: list[Any]) -> tuple[list[OperatorDef], list[Any]]:
+    if gout[0] is None:
+        return [], [None]
+    return [OperatorDef("ResizeLike", [gout[0], op.inputs[0]], ["#dx"], {})], ["#dx"]
