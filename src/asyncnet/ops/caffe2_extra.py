@@ -1,5 +1,5 @@
 """Small Caffe2 operators: Logit (with gradient), ReplaceNaN, EnsureDense, RowMul, DotProduct and
-DotProductWithPadding and FlattenToVec (with gradients), ReduceTailSum, Perplexity, MultiClassAccuracy, RmsProp,
+DotProductWithPadding and FlattenToVec (with gradients), ReduceTailSum, SumSqrElements, Perplexity, MultiClassAccuracy, RmsProp,
 and the lengths / segment-id conversions LengthsToSegmentIds, LengthsToRanges, LengthsToWeights,
 SegmentIdsToLengths, SegmentIdsToRanges.
 
@@ -408,3 +408,19 @@ def _flatten_to_vec_grad(op: OperatorDef, gout: list[Any]) -> tuple[list[Operato
     if gout[0] is None:
         return [], [None]
     return [OperatorDef("ResizeLike", [gout[0], op.inputs[0]], ["#dx"], {})], ["#dx"]
+
+
+@register_op(
+    "SumSqrElements",
+    inputs=1,
+    outputs=1,
+    args=[Arg("average", bool, False, "divide by the number of elements")],
+    outputs_doc=("the sum of squares (0-d)",),
+    doc="Y = sum(X^2) (the mean with average=1).",
+)
+def sum_sqr_elements(ctx: Any, x: Any) -> np.ndarray:
+    x = float_array(ctx, x, 0)
+    s = np.square(x.astype(np.float64)).sum()
+    if ctx.args["average"] and x.size:
+        s = s / x.size
+    return np.asarray(s, dtype=x.dtype)

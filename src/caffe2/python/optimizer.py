@@ -523,14 +523,19 @@ def _build(
     param_to_device = _get_param_to_device(model)
     model.Validate()
     params = [info for info in model.GetOptimizationParamInfo() if not weights_only or info.blob in model.weights]
-    if max_gradient_norm is not None:
-        raise ValueError("max_gradient_norm (gradient clipping by norm) is not supported")
     lr_multiplier = None
+    if max_gradient_norm is not None:
+        lr_multiplier = _calc_norm_ratio(model, params, "norm_clipped_grad_update", param_to_device, max_gradient_norm)
     if allow_lr_injection:
-        lr_multiplier = (
+        injection = (
             model.param_init_net.ConstantFill([], _LEARNING_RATE_INJECTION, shape=[1], value=1.0)
             if not model.net.BlobIsDefined(_LEARNING_RATE_INJECTION)
             else _LEARNING_RATE_INJECTION
+        )
+        lr_multiplier = (
+            injection
+            if lr_multiplier is None
+            else model.net.Mul([lr_multiplier, injection], "lr_multiplier", broadcast=1)
         )
     optimizer.add_lr_multiplier(lr_multiplier)
     for info in params:
@@ -542,6 +547,28 @@ def _build(
             else:
                 optimizer(model.net, model.param_init_net, info)
     return optimizer
+
+
+def _calc_norm_ratio(
+    model: Any, params: list[Any], name_scope: str, param_to_device: Any, max_gradient_norm: float
+) -> Any:
+    """clip_norm / max(global gradient norm, clip_norm), Caffe2's learning-rate multiplier for
+    ``max_gradient_norm``: the update of every parameter is scaled so the global norm is at most
+    ``max_gradient_norm``."""
+    with core.NameScope(name_scope):
+        sums = []
+        for i, info in enumerate(params):
+            device = get_param_device(str(info.blob), info.grad, param_to_device)
+            with core.DeviceScope(device) if device is not None and device.ByteSize() else _null():
+                grad = info.grad.values if isinstance(info.grad, core.GradientSlice) else info.grad
+                squared = model.net.SumSqrElements(grad, f"grad_{i}_squared_sum")
+                sums.append(model.net.EnsureCPUOutput(squared))
+        with core.DeviceScope(core.DeviceOption(caffe2_pb2.CPU)):
+            full = model.net.Sum(sums, "grad_squared_full_sum")
+            norm = model.net.Pow(full, "global_norm", exponent=0.5)
+            clip = model.param_init_net.ConstantFill([], "clip_norm", shape=[], value=float(max_gradient_norm))
+            top = model.net.Max([norm, clip], "max_norm")
+            return model.net.Div([clip, top], "norm_ratio")
 
 
 class _null:
