@@ -174,3 +174,24 @@ def test_flatten_to_vec_and_its_gradient():
     y, g, r = _grads("FlattenToVec", {"x": x}, ["x"])
     np.testing.assert_array_equal(y, np.arange(6.0))
     np.testing.assert_allclose(g[0], r.reshape(2, 3) / 6)
+
+
+def test_accumulate_histogram_counts_edges_and_accumulates_over_runs():
+    x = np.array([[-1.0, 0.1, 0.2999], [0.3, 0.9, 0.95]], np.float32)
+    ws = _ws(x=x)
+    net = an.Net("hist")
+    net.AccumulateHistogram("x", ["cur", "acc"], lower_bound=0.1, upper_bound=0.9, num_buckets=4)
+    ws.run_net_once(net)
+    edges = [-np.inf, 0.1, 0.3, 0.5, 0.7, 0.9, np.inf]
+    ref = np.histogram(x.astype(np.float64), bins=edges)[0]
+    np.testing.assert_array_equal(ws.fetch("cur"), ref)
+    ws.create_net(net)
+    ws.run_net("hist")
+    ws.run_net("hist")
+    np.testing.assert_array_equal(ws.fetch("cur"), ref)
+    np.testing.assert_array_equal(ws.fetch("acc"), 3 * ref)  # every run of this op definition
+    other = an.Net("hist2")
+    other.AccumulateHistogram("x", ["cur2", "acc2"], lower_bound=0.1, upper_bound=0.9, num_buckets=4)
+    ws.run_net_once(other)
+    np.testing.assert_array_equal(ws.fetch("acc2"), ref)
+    assert ws.fetch("acc").dtype == np.int64

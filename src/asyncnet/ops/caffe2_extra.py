@@ -1,5 +1,5 @@
 """Small Caffe2 operators: Logit (with gradient), ReplaceNaN, EnsureDense, RowMul, DotProduct and
-DotProductWithPadding and FlattenToVec (with gradients), ReduceTailSum, SumSqrElements, Perplexity, MultiClassAccuracy, RmsProp,
+DotProductWithPadding and FlattenToVec (with gradients), ReduceTailSum, SumSqrElements, Perplexity, MultiClassAccuracy, AccumulateHistogram, RmsProp,
 and the lengths / segment-id conversions LengthsToSegmentIds, LengthsToRanges, LengthsToWeights,
 SegmentIdsToLengths, SegmentIdsToRanges.
 
@@ -12,6 +12,8 @@ SegmentIdsToLengths, SegmentIdsToRanges.
 
 from __future__ import annotations
 
+import threading
+import weakref
 from typing import Any
 
 import numpy as np
@@ -424,3 +426,49 @@ def sum_sqr_elements(ctx: Any, x: Any) -> np.ndarray:
     if ctx.args["average"] and x.size:
         s = s / x.size
     return np.asarray(s, dtype=x.dtype)
+
+
+# -- AccumulateHistogram ----------------------------------------------------------------------------
+_HISTOGRAMS: dict[int, np.ndarray] = {}
+_HIST_LOCK = threading.Lock()
+
+
+def _accumulated(ctx: Any, size: int) -> np.ndarray:
+    """The op's running histogram, kept per operator definition and dropped with it (Caffe2 kept
+    one per created op: here nets created from one definition share it)."""
+    key = id(ctx.op)
+    with _HIST_LOCK:
+        acc = _HISTOGRAMS.get(key)
+        if acc is None or acc.size != size:
+            acc = _HISTOGRAMS[key] = np.zeros(size, np.int64)
+            weakref.finalize(ctx.op, _HISTOGRAMS.pop, key, None)
+        return acc
+
+
+@register_op(
+    "AccumulateHistogram",
+    inputs=1,
+    outputs=2,
+    args=[
+        Arg("lower_bound", float, 0.0, "the lower bound of the first regular bucket"),
+        Arg("upper_bound", float, 1.0, "the upper bound of the last regular bucket"),
+        Arg("num_buckets", int, 1, "how many equal buckets span [lower_bound, upper_bound)"),
+    ],
+    outputs_doc=("CurHist: this run's counts", "AccHist: the counts over every run of this op"),
+    doc="Counts of X in num_buckets + 2 buckets: below lower_bound, the equal buckets, and at or "
+    "above upper_bound; int64.",
+)
+def accumulate_histogram(ctx: Any, x: Any) -> tuple[np.ndarray, np.ndarray]:
+    x = float_array(ctx, x, 0)
+    lo, hi, n = ctx.args["lower_bound"], ctx.args["upper_bound"], ctx.args["num_buckets"]
+    if n < 1 or not hi > lo:
+        raise ValueError(f"expected num_buckets >= 1 and upper_bound > lower_bound, got {n}, [{lo}, {hi})")
+    v = x.reshape(-1).astype(np.float64)
+    inside = (v >= lo) & (v < hi)
+    bucket = np.where(v < lo, 0, n + 1)
+    bucket[inside] = np.minimum(((v[inside] - lo) / ((hi - lo) / n) + 1).astype(np.int64), n)
+    cur = np.bincount(bucket, minlength=n + 2).astype(np.int64)
+    acc = _accumulated(ctx, n + 2)
+    with _HIST_LOCK:
+        acc += cur
+        return cur, acc.copy()
