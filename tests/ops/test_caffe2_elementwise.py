@@ -249,3 +249,12 @@ def test_lrn_even_size_window_and_its_gradient_follow_caffe2():
             _once(ws, "LRN", ["xp"], ["yp"], size=4, alpha=0.5, beta=0.6, bias=1.5)
             num[i] += sign * (ws.fetch("yp") * dy).sum() / (2 * eps)
     np.testing.assert_allclose(ws.fetch("dx"), num, rtol=1e-6, atol=1e-8)
+
+
+def test_lrn_window_wider_than_the_channels_sums_them_all():
+    x = np.random.default_rng(13).normal(size=(2, 3, 2))
+    ws = an.Workspace()
+    ws.feed("x", x)
+    _once(ws, "LRN", ["x"], ["y", "s"], size=10**9 + 1, alpha=1.0, beta=0.5, bias=1.0)
+    total = (x**2).sum(axis=1, keepdims=True)
+    np.testing.assert_allclose(ws.fetch("s"), np.broadcast_to(1.0 + total / (10**9 + 1), x.shape), rtol=1e-12)

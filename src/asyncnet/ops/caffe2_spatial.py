@@ -133,6 +133,7 @@ def _window_sum(v: np.ndarray, axis: int, before: int, after: int) -> np.ndarray
     """out[c] = sum of v[c - before .. c + after] along ``axis`` (zeros outside)."""
     v = np.moveaxis(v, axis, -1)
     c = v.shape[-1]
+    before, after = min(before, c), min(after, c)  # past the channels the window holds only zeros
     pad = [(0, 0)] * (v.ndim - 1) + [(before + 1, after)]
     cs = np.cumsum(np.pad(v, pad), axis=-1)
     return np.moveaxis(cs[..., before + 1 + after :][..., :c] - cs[..., :c], -1, axis)
