@@ -83,6 +83,78 @@ def _caffe2_reduce(draw, dt):
     return [arr(draw, shape, dt)], {"num_reduce_dim": draw(st.integers(0, len(shape)))}, 1, [0], [0]
 
 
+@builder("Swish", "NanCheck")
+def _caffe2_swish(draw, dt):
+    return [arr(draw, dims(draw, 0), dt)], {}, 1, [0], [0]
+
+
+@builder("Pow")
+def _caffe2_pow(draw, dt):
+    shape = dims(draw, 1)
+    x = arr(draw, shape, dt, 0.5, 2.0)
+    if draw(st.booleans()):
+        return [x], {"exponent": draw(st.floats(-2.0, 3.0))}, 1, [0], [0]
+    return [x, arr(draw, shape[draw(st.integers(0, len(shape))) :], dt)], {}, 1, [0, 1], [0]
+
+
+@builder(*(f"Reduce{kind}" for kind in ("Sum", "Mean", "Max", "Min")))
+def _caffe2_reduce_axes(draw, dt):
+    shape = dims(draw, 1, 4)
+    axes = draw(st.lists(st.integers(-len(shape), len(shape) - 1), unique_by=lambda a: a % len(shape)))
+    return [arr(draw, shape, dt)], {"axes": axes, "keepdims": draw(st.booleans())}, 1, [0], [0]
+
+
+@builder("LRN")
+def _caffe2_lrn(draw, dt):
+    shape = dims(draw, 2, 4)
+    args = {
+        "size": draw(st.integers(1, 4)),
+        "alpha": 0.1,
+        "beta": 0.75,
+        "order": draw(st.sampled_from(["NCHW", "NHWC"])),
+    }
+    return [arr(draw, shape, dt)], args, draw(st.integers(1, 2)), [0], [0]
+
+
+@builder("SpatialSoftmaxWithLoss")
+def _caffe2_spatial_softmax_with_loss(draw, dt):
+    n, d, h, w = dims(draw, 4, 4)
+    label = np.random.default_rng(draw(st.integers(0, 99))).integers(-1, d, (n, h, w)).astype(np.int32)
+    weight = [arr(draw, (n, h, w), dt, 0.1, 1.0)] if draw(st.booleans()) else []
+    return [arr(draw, (n, d, h, w), dt), label, *weight], {}, 2, [0], [1]
+
+
+@builder("Logit")
+def _caffe2_logit(draw, dt):
+    return [arr(draw, dims(draw, 0), dt, 0.05, 0.95)], {"eps": 0.01}, 1, [0], [0]
+
+
+@builder("EnsureDense", "FlattenToVec")
+def _caffe2_ensure_dense(draw, dt):
+    return [arr(draw, dims(draw, 0), dt)], {}, 1, [0], [0]
+
+
+@builder("RowMul")
+def _caffe2_row_mul(draw, dt):
+    shape = dims(draw, 1, 4)
+    return [arr(draw, shape, dt), arr(draw, shape[:1], dt)], {}, 1, [0, 1], [0]
+
+
+@builder("DotProduct")
+def _caffe2_dot_product(draw, dt):
+    shape = dims(draw, 1, 2)
+    return [arr(draw, shape, dt), arr(draw, shape, dt)], {}, 1, [0, 1], [0]
+
+
+@builder("DotProductWithPadding")
+def _caffe2_dot_product_with_padding(draw, dt):
+    n, m = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    k = m * draw(st.integers(1, 3))
+    x, y = arr(draw, (n, m), dt), arr(draw, (n, k), dt)
+    args = {"replicate": draw(st.booleans()), "pad_value": 0.5}
+    return ([y, x] if draw(st.booleans()) else [x, y]), args, 1, [0, 1], [0]
+
+
 @builder("Max", "Min")
 def _caffe2_minmax(draw, dt):
     shape = dims(draw, 0)

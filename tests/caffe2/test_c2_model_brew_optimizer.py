@@ -172,3 +172,38 @@ def test_small_classifier_trains():
     workspace.RunNet(m.net, 60)
     assert float(workspace.FetchBlob("loss")) < 0.3 * first
     assert float(workspace.FetchBlob("accuracy")) > 0.9
+
+
+def test_brew_register_refuses_a_second_helper_of_one_name():
+    def c2_doubled_helper(model, val=-1):
+        return val * 2
+
+    if not brew.has_helper(c2_doubled_helper):
+        brew.Register(c2_doubled_helper)
+    assert brew.c2_doubled_helper(model_helper.ModelHelper(name="reg"), val=4) == 8
+    with pytest.raises(AttributeError, match="c2_doubled_helper already exists"):
+        brew.Register(c2_doubled_helper)
+    with pytest.raises(AttributeError, match="fc already exists"):
+        brew.Register(brew.fc)
+
+
+@pytest.mark.parametrize("max_norm", [0.05, 100.0])
+def test_max_gradient_norm_scales_the_sgd_step_to_the_clip_norm(max_norm):
+    workspace.ResetWorkspace()
+    m = model_helper.ModelHelper(name="clip")
+    fc = brew.fc(m, "x", "y", dim_in=3, dim_out=2)
+    m.AddGradientOperators([m.net.AveragedLoss(m.net.SquaredL2Distance([fc, "t"], "d"), "loss")])
+    optimizer.build_sgd(m, base_learning_rate=0.1, max_gradient_norm=max_norm)
+    rng = np.random.default_rng(0)
+    workspace.FeedBlob("x", rng.normal(size=(4, 3)).astype(np.float32))
+    workspace.FeedBlob("t", rng.normal(size=(4, 2)).astype(np.float32))
+    workspace.RunNetOnce(m.param_init_net)
+    before = {p: workspace.FetchBlob(p).copy() for p in ("y_w", "y_b")}
+    workspace.RunNetOnce(m.net)
+    grads = {p: workspace.FetchBlob(str(m.param_to_grad[core.BlobReference(p)])) for p in before}
+    norm = np.sqrt(sum(float((g.astype(np.float64) ** 2).sum()) for g in grads.values()))
+    np.testing.assert_allclose(workspace.FetchBlob("norm_clipped_grad_update/global_norm"), norm, rtol=1e-5)
+    ratio = min(1.0, max_norm / norm)
+    assert (ratio < 1.0) == (max_norm < 1.0)  # one case clips, the other does not
+    for p, w in before.items():
+        np.testing.assert_allclose(workspace.FetchBlob(p), w - 0.1 * ratio * grads[p], rtol=1e-5, atol=1e-7)

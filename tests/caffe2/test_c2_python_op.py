@@ -26,7 +26,7 @@ def test_function_sees_inputs_and_writes_outputs():
     assert workspace.RunOperatorOnce(core.CreatePythonOperator(f, ["x"], ["y", "tag"]))
     assert seen["shape"] == (3,)
     np.testing.assert_array_equal(workspace.FetchBlob("y"), [4.0, 3.0, 2.0])
-    assert list(workspace.FetchBlob("tag")) == ["done"]
+    assert list(workspace.FetchBlob("tag")) == [b"done"]
     np.testing.assert_array_equal(workspace.FetchBlob("x"), x)
 
 

@@ -16,7 +16,7 @@ def _export(inputs=(), reset=True, tag="e"):
     outs = [f"{tag}_k", f"{tag}_v", f"{tag}_t"]
     workspace.RunOperatorOnce(core.CreateOperator("StatRegistryExport", list(inputs), outs, reset=int(reset)))
     keys, values, stamps = (workspace.FetchBlob(o) for o in outs)
-    return dict(zip((str(k) for k in keys), values.tolist())), stamps
+    return dict(zip((k.decode() for k in keys), values.tolist())), stamps
 
 
 def test_update_export_and_private_registry_as_caffe2s_test():

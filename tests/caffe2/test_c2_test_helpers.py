@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 
+from caffe2.proto import caffe2_pb2
 from caffe2.python import core, device_checker, gradient_checker, test_util, workspace
 from caffe2.python import hypothesis_test_util as hu
 from caffe2.python.serialized_test import serialized_test_util as serial
@@ -131,3 +132,17 @@ def test_gradient_of_a_multi_output_op_ignores_non_differentiable_outputs():
     workspace.RunOperatorsOnce(grad_ops)
     np.testing.assert_array_equal(workspace.FetchBlob("a_grad"), [[10.0, 20.0]])
     np.testing.assert_array_equal(workspace.FetchBlob("b_grad"), [[30.0]])
+
+
+def test_in_place_sum_gradient_passes_the_output_gradient_through():
+    """Sum(X1, X2) -> X1: X1's gradient is the output's own gradient blob, with no Copy onto itself."""
+    op = core.CreateOperator("Sum", ["X1", "X2"], ["X1"])
+    grad_ops, g_input = core.GradientRegistry.GetGradientForOp(op, ["X1_grad"])
+    assert [str(g) for g in g_input] == ["X1_grad", "X2_grad"]
+    assert [(o.type, list(o.input), list(o.output)) for o in grad_ops] == [("Copy", ["X1_grad"], ["X2_grad"])]
+    checker = gradient_checker.GradientChecker(0.01, 0.05, caffe2_pb2.DeviceOption(), "sum_ws")
+    x1, x2 = (np.random.default_rng(k).uniform(-0.5, 0.5, (2, 3)).astype(np.float32) for k in (1, 2))
+    for i in (0, 1):
+        ok, grad, estimated = checker.CheckSimple(op, [x1, x2], i, [0])
+        assert ok
+        np.testing.assert_allclose(grad, x1 + x2, rtol=1e-6)  # the checker's loss is |Y|^2 / 2

@@ -71,10 +71,14 @@ def test_feed_zero_dim_strings_and_blob_reference():
     assert workspace.FetchBlob("z").shape == ()
     workspace.FeedBlob("s", np.array(["ab", "cde"]))
     got = workspace.FetchBlob(core.BlobReference("s"))
-    assert got.dtype == object and list(got) == ["ab", "cde"]
+    assert got.dtype == object and list(got) == [b"ab", b"cde"]  # Caffe2's std::string elements
     workspace.FeedBlob("plain", "a plain string")
-    assert workspace.FetchBlob("plain") == "a plain string"
-    assert workspace.FetchBlobs(["z", "plain"])[1] == "a plain string"
+    assert workspace.FetchBlob("plain") == b"a plain string"
+    assert workspace.FetchBlobs(["z", "plain"])[1] == b"a plain string"
+    workspace.FeedBlob("raw", b"\x00\x01 bytes")
+    assert workspace.FetchBlob("raw") == b"\x00\x01 bytes"
+    workspace.FeedBlob("u", "\u00e9t\u00e9")
+    assert workspace.FetchBlob("u") == "\u00e9t\u00e9".encode()
 
 
 def test_feed_tensor_proto():
@@ -220,3 +224,8 @@ def test_integer_adagrad_moment_is_taken_as_float():
     workspace.RunNet(net)
     np.testing.assert_allclose(workspace.FetchBlob("h"), [[1, 1], [0, 0], [1, 1]])
     np.testing.assert_allclose(workspace.FetchBlob("w"), [[0.5, 0.5], [1, 1], [0.5, 0.5]], rtol=1e-6)
+
+
+def test_cuda_and_cudnn_versions_are_zero_as_in_caffe2_without_cuda_support():
+    assert workspace.has_cuda_support is False
+    assert workspace.GetCUDAVersion() == 0 and workspace.GetCuDNNVersion() == 0

@@ -80,6 +80,8 @@ def gradient_for_op(op: Any, g_output: list[Any]) -> tuple[list[Any], list[Any]]
     out_ops = []
     for g in gops:
         g = replace(g, inputs=[rename.get(n, n) for n in g.inputs], outputs=[rename.get(n, n) for n in g.outputs])
+        if g.type == "Copy" and g.inputs == g.outputs:
+            continue  # an in-place op's gradient passed through as is (Caffe2 emitted no op)
         out_ops.append(op_from_asyncnet(g))
     g_input = []
     for gi in gin:

@@ -93,8 +93,11 @@ _REGISTRY: dict[str, Callable[..., Any]] = {}
 
 
 def Register(helper: Callable[..., Any]) -> Callable[..., Any]:
-    """Make ``helper`` a brew helper (``brew.<name>``), with the model's and the scope's defaults."""
+    """Make ``helper`` a brew helper (``brew.<name>``), with the model's and the scope's defaults.
+    A second helper of a name already registered raises AttributeError, as in Caffe2."""
     name = helper.__name__
+    if name in _REGISTRY:
+        raise AttributeError(f"Helper {name} already exists. Please change your helper name.")
     params = inspect.signature(helper).parameters
     takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
 

@@ -35,6 +35,7 @@ __all__ = [
     "AdamOptimizer",
     "AuxOptimizerParams",
     "FP16SgdOptimizer",
+    "FtrlOptimizer",
     "MultiPrecisionSgdOptimizer",
     "Optimizer",
     "SgdOptimizer",
@@ -43,6 +44,7 @@ __all__ = [
     "build_adagrad",
     "build_adam",
     "build_fp16_sgd",
+    "build_ftrl",
     "build_multi_precision_sgd",
     "build_sgd",
     "get_param_device",
@@ -521,14 +523,19 @@ def _build(
     param_to_device = _get_param_to_device(model)
     model.Validate()
     params = [info for info in model.GetOptimizationParamInfo() if not weights_only or info.blob in model.weights]
-    if max_gradient_norm is not None:
-        raise ValueError("max_gradient_norm (gradient clipping by norm) is not supported")
     lr_multiplier = None
+    if max_gradient_norm is not None:
+        lr_multiplier = _calc_norm_ratio(model, params, "norm_clipped_grad_update", param_to_device, max_gradient_norm)
     if allow_lr_injection:
-        lr_multiplier = (
+        injection = (
             model.param_init_net.ConstantFill([], _LEARNING_RATE_INJECTION, shape=[1], value=1.0)
             if not model.net.BlobIsDefined(_LEARNING_RATE_INJECTION)
             else _LEARNING_RATE_INJECTION
+        )
+        lr_multiplier = (
+            injection
+            if lr_multiplier is None
+            else model.net.Mul([lr_multiplier, injection], "lr_multiplier", broadcast=1)
         )
     optimizer.add_lr_multiplier(lr_multiplier)
     for info in params:
@@ -540,6 +547,28 @@ def _build(
             else:
                 optimizer(model.net, model.param_init_net, info)
     return optimizer
+
+
+def _calc_norm_ratio(
+    model: Any, params: list[Any], name_scope: str, param_to_device: Any, max_gradient_norm: float
+) -> Any:
+    """clip_norm / max(global gradient norm, clip_norm), Caffe2's learning-rate multiplier for
+    ``max_gradient_norm``: the update of every parameter is scaled so the global norm is at most
+    ``max_gradient_norm``."""
+    with core.NameScope(name_scope):
+        sums = []
+        for i, info in enumerate(params):
+            device = get_param_device(str(info.blob), info.grad, param_to_device)
+            with core.DeviceScope(device) if device is not None and device.ByteSize() else _null():
+                grad = info.grad.values if isinstance(info.grad, core.GradientSlice) else info.grad
+                squared = model.net.SumSqrElements(grad, f"grad_{i}_squared_sum")
+                sums.append(model.net.EnsureCPUOutput(squared))
+        with core.DeviceScope(core.DeviceOption(caffe2_pb2.CPU)):
+            full = model.net.Sum(sums, "grad_squared_full_sum")
+            norm = model.net.Pow(full, "global_norm", exponent=0.5)
+            clip = model.param_init_net.ConstantFill([], "clip_norm", shape=[], value=float(max_gradient_norm))
+            top = model.net.Max([norm, clip], "max_norm")
+            return model.net.Div([clip, top], "norm_ratio")
 
 
 class _null:
@@ -623,3 +652,54 @@ def build_adam(
         max_gradient_norm=max_gradient_norm,
         allow_lr_injection=allow_lr_injection,
     )
+
+
+class FtrlOptimizer(Optimizer):
+    """FTRL-proximal (``Ftrl``; ``SparseFtrl`` for sparse gradients) with a ``<param>_ftrl_nz``
+    accumulator of shape ``param.shape + [2]`` per parameter."""
+
+    def __init__(
+        self,
+        alpha: float = 0.01,
+        beta: float = 1e-4,
+        lambda1: float = 0,
+        lambda2: float = 0,
+        sparse_dedup_aggregator: str | None = None,
+        engine: str | None = "",
+    ):
+        super().__init__()
+        self.alpha, self.beta, self.lambda1, self.lambda2 = alpha, beta, lambda1, lambda2
+        self.sparse_dedup_aggregator = sparse_dedup_aggregator
+        self.engine = engine or ""
+
+    def _run(self, net: Any, param_init_net: Any, param_info: ParameterInfo) -> None:
+        param, grad = param_info.blob, param_info.grad
+        if self.alpha <= 0:
+            return
+        nz = param_init_net.ConstantFill([param], str(param) + "_ftrl_nz", extra_shape=[2], value=0.0)
+        self._aux_params.local.append(nz)
+        hyper = {"alpha": self.alpha, "beta": self.beta, "lambda1": self.lambda1, "lambda2": self.lambda2}
+        if isinstance(grad, core.GradientSlice):
+            grad = self.dedup(net, self.sparse_dedup_aggregator, grad)
+            net.SparseFtrl([param, nz, grad.indices, grad.values], [param, nz], engine=self.engine, **hyper)
+        else:
+            net.Ftrl([param, nz, grad], [param, nz], engine=self.engine, **hyper)
+
+    def scale_learning_rate(self, scale: float) -> None:
+        self.alpha *= scale
+
+
+def build_ftrl(model: Any, engine: str | None = "SIMD", **kwargs: Any) -> Optimizer:
+    """FTRL updates for every parameter (``alpha``, ``beta``, ``lambda1``, ``lambda2``); Caffe2's
+    SIMD engine is the same numpy kernel here.
+
+    >>> from caffe2.python import brew, model_helper, optimizer, workspace
+    >>> m = model_helper.ModelHelper(name="ftrl_doc")
+    >>> fc = brew.fc(m, "x", "y", dim_in=2, dim_out=1)
+    >>> m.AddGradientOperators([m.net.AveragedLoss(fc, "loss")])  # doctest: +ELLIPSIS
+    {...}
+    >>> opt = optimizer.build_ftrl(m, alpha=0.1, beta=1.0)
+    >>> sorted(str(p) for p in opt.get_auxiliary_parameters().local)
+    ['y_b_ftrl_nz', 'y_w_ftrl_nz']
+    """
+    return _build(model, FtrlOptimizer(engine=engine, **kwargs))

@@ -55,6 +55,8 @@ __all__ = [
     "Nets",
     "Predictor",
     "NumCudaDevices",
+    "GetCUDAVersion",
+    "GetCuDNNVersion",
     "NumGpuDevices",
     "RegisteredOperators",
     "RemoveBlob",
@@ -228,6 +230,16 @@ def NumCudaDevices() -> int:
 NumGpuDevices = NumCudaDevices
 
 
+def GetCUDAVersion() -> int:
+    """0, as Caffe2 answered when built without CUDA support (``has_cuda_support`` is False)."""
+    return 0
+
+
+def GetCuDNNVersion() -> int:
+    """0, as Caffe2 answered when built without CUDA support (``has_cuda_support`` is False)."""
+    return 0
+
+
 # -- blobs -----------------------------------------------------------------------------------
 
 _FEEDABLE_KINDS = "biuf"
@@ -291,12 +303,25 @@ def _copy_for_feed(name: str, arr: Any) -> Any:
 
 
 def FetchBlob(name: Any) -> Any:
-    """A copy of blob ``name``'s value (numpy for tensors on any device; strings as stored)."""
+    """A copy of blob ``name``'s value (numpy for tensors on any device; a string as bytes, as
+    Caffe2 gave it: ``FeedBlob("s", "abc")`` then ``FetchBlob("s") == b"abc"``)."""
     name = _name(name)
     ws = _workspaces[_current]
     if not ws.has(name):
         raise FetchBlobNotFound(name, ws.blobs())
-    value = ws.fetch(name, copy=True, host=True)
+    return _as_caffe2_fetch(ws.fetch(name, copy=True, host=True))
+
+
+def _as_caffe2_fetch(value: Any) -> Any:
+    """Caffe2 held strings as C++ std::string: a string blob, and each element of a string
+    tensor, came back as bytes (UTF-8 for a fed str)."""
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    if isinstance(value, np.ndarray) and value.dtype == object:
+        out = np.empty(value.shape, dtype=object)
+        for i, v in np.ndenumerate(value):
+            out[i] = v.encode("utf-8") if isinstance(v, str) else v
+        return out
     return value
 
 
