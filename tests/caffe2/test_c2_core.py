@@ -213,3 +213,15 @@ def test_asyncnet_api_still_refuses_what_the_caffe2_layer_forgives():
     net = an.Net("strict")
     with pytest.raises(an.NetDefinitionError, match="unknown argument 'use_cudnn'"):
         net.Relu("x", "y", use_cudnn=True)
+
+
+def test_blob_is_defined_follows_appended_ops_and_edits_through_proto():
+    net = core.Net("defined_blobs")
+    net.Relu("x", "y")
+    assert net.BlobIsDefined("y") and not net.BlobIsDefined("z")
+    net.Relu("y", "z")  # appended after the outputs were read once
+    assert net.BlobIsDefined("z")
+    net.Proto().op[0].output[0] = "renamed"  # an edit through the live proto
+    assert net.BlobIsDefined("renamed") and not net.BlobIsDefined("y")
+    del net.Proto().op[1]
+    assert not net.BlobIsDefined("z")

@@ -386,6 +386,7 @@ class Net:
 
     def __init__(self, name_or_proto: Any, inplace: bool = False):
         self._registered_blob_names: set[str] = set()
+        self._outputs_seen: tuple[int, set[str]] = (0, set())  # (ops read, their outputs): see _op_outputs
         self._attr_dict: dict[str, list[Any]] = {}
         self._next_blob_name_ids: dict[str, int] = {}
         if isinstance(name_or_proto, caffe2_pb2.NetDef):
@@ -421,6 +422,7 @@ class Net:
 
     def Proto(self) -> Any:
         """The live ``caffe2_pb2.NetDef`` (edits to it change the net)."""
+        self._outputs_seen = (0, set())  # the caller may edit any op through it
         return self._net
 
     def to_asyncnet(self) -> an.NetDef:
@@ -429,7 +431,16 @@ class Net:
 
     # -- blobs -----------------------------------------------------------------------------------
     def _op_outputs(self) -> set[str]:
-        return {o for op in self._net.op for o in op.output}
+        """Every op's outputs, read once per op as ops are appended (``Proto()``, through which
+        anything may be edited, starts the reading again): building a net stays linear."""
+        ops = self._net.op
+        seen, outputs = self._outputs_seen
+        if len(ops) < seen:
+            seen, outputs = 0, set()
+        for op in ops[seen:]:
+            outputs.update(op.output)
+        self._outputs_seen = (len(ops), outputs)
+        return outputs
 
     def BlobIsDefined(self, blob: Any) -> bool:
         name = str(blob)
