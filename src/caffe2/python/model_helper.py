@@ -14,8 +14,22 @@ from typing import Any
 
 from caffe2.python import core, scope
 from caffe2.python.modeling.parameter_info import ParameterInfo, ParameterTags
+from caffe2.python.optimizer_context import DEFAULT_OPTIM, OptimizerContext
 
 __all__ = ["ExtractPredictorNet", "ModelHelper"]
+
+
+def _context_optimizer(tags: Any) -> Any:
+    """The optimizer ``UseOptimizer`` gives a new parameter: the one of its last tag that has
+    one, else the ``DEFAULT`` one, else None."""
+    ctx = OptimizerContext.current()
+    found = None
+    for tag in [] if tags is None else [tags] if isinstance(tags, str) else list(tags):
+        if ctx.has_optimizer(tag):
+            found = ctx.get_optimizer(tag)
+    if found is None and ctx.has_optimizer(DEFAULT_OPTIM):
+        found = ctx.get_optimizer(DEFAULT_OPTIM)
+    return found
 
 
 class ModelHelper:
@@ -81,6 +95,7 @@ class ModelHelper:
                 )
             return self._parameters_info[name].blob
         info = initializer.create_param(param_name=core.BlobReference(name), init_net=self.param_init_net, shape=shape)
+        info.optimizer = _context_optimizer(tags)
         self._parameters_info[name] = info
         self.AddParameter(info.blob, tags)
         return info.blob

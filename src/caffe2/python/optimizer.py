@@ -26,8 +26,10 @@ from __future__ import annotations
 from collections import defaultdict, namedtuple
 from typing import Any
 
+import numpy as np
+
 from caffe2.proto import caffe2_pb2
-from caffe2.python import core, scope, utils
+from caffe2.python import core, scope, utils, workspace
 from caffe2.python.modeling.parameter_info import ParameterInfo
 
 __all__ = [
@@ -38,6 +40,7 @@ __all__ = [
     "FtrlOptimizer",
     "MultiPrecisionSgdOptimizer",
     "Optimizer",
+    "RmsPropOptimizer",
     "SgdOptimizer",
     "WeightDecayBuilder",
     "add_weight_decay",
@@ -46,8 +49,11 @@ __all__ = [
     "build_fp16_sgd",
     "build_ftrl",
     "build_multi_precision_sgd",
+    "build_rms_prop",
     "build_sgd",
+    "get_lr_injection",
     "get_param_device",
+    "set_lr_injection",
 ]
 
 AuxOptimizerParams = namedtuple("AuxOptimizerParams", ["local", "shared"])
@@ -703,3 +709,92 @@ def build_ftrl(model: Any, engine: str | None = "SIMD", **kwargs: Any) -> Optimi
     ['y_b_ftrl_nz', 'y_w_ftrl_nz']
     """
     return _build(model, FtrlOptimizer(engine=engine, **kwargs))
+
+
+class RmsPropOptimizer(Optimizer):
+    """RMSProp: ``RmsProp([grad, mean_squares, mom, ONE])`` turns the gradient into the step
+    ``mom``, then ``MomentumSGDUpdate`` (momentum 0) applies ``lr * step``; dense gradients only.
+
+    >>> from caffe2.python import brew, model_helper
+    >>> m = model_helper.ModelHelper(name="rms_doc")
+    >>> fc = brew.fc(m, "x", "y", dim_in=2, dim_out=1)
+    >>> m.AddGradientOperators([m.net.AveragedLoss(fc, "loss")])  # doctest: +ELLIPSIS
+    {...}
+    >>> opt = build_rms_prop(m, base_learning_rate=0.1, epsilon=0.1)
+    >>> [op.type for op in m.net.Proto().op][-2:]
+    ['RmsProp', 'MomentumSGDUpdate']
+    """
+
+    def __init__(
+        self,
+        alpha: float = 0.01,
+        decay: float = 0.9,
+        momentum: float = 0.0,
+        epsilon: float = 1e-5,
+        policy: str = "fixed",
+        engine: str = "",
+        **kwargs: Any,
+    ):
+        super().__init__()
+        self.alpha, self.decay, self.momentum, self.epsilon = alpha, decay, momentum, epsilon
+        self.policy = policy
+        self.engine = engine
+        self.init_kwargs = kwargs
+
+    def _run(self, net: Any, param_init_net: Any, param_info: ParameterInfo) -> None:
+        param, grad = param_info.blob, param_info.grad
+        if self.alpha <= 0:
+            raise ValueError(f"Expect positive base learning rate, got {self.alpha}")
+        if isinstance(grad, core.GradientSlice):
+            raise ValueError(f"RmsPropOptimizer does not support sparse gradients (parameter {param})")
+        one = _one(param_init_net, with_node_name=False)
+        lr, _ = self.build_lr(
+            net, param_init_net, base_learning_rate=-self.alpha, policy=self.policy, **self.init_kwargs
+        )
+        step = param_init_net.ConstantFill([param], str(param) + "_grad_o", value=0.0)
+        ms = param_init_net.ConstantFill([param], str(param) + "_mean_squares", value=0.0)
+        mom = param_init_net.ConstantFill([param], str(param) + "_momentum", value=0.0)
+        self._aux_params.local.extend([ms, mom])
+        net.RmsProp(
+            [grad, ms, mom, one],
+            [step, ms, mom],
+            decay=self.decay,
+            momentum=self.momentum,
+            epsilon=self.epsilon,
+            engine=self.engine,
+        )
+        net.MomentumSGDUpdate([step, mom, lr, param], [step, mom, param])
+
+    def scale_learning_rate(self, scale: float) -> None:
+        self.alpha *= scale
+
+
+def build_rms_prop(
+    model: Any,
+    base_learning_rate: float,
+    max_gradient_norm: float | None = None,
+    allow_lr_injection: bool = False,
+    **kwargs: Any,
+) -> Optimizer:
+    """RMSProp updates for every parameter (``decay``, ``momentum``, ``epsilon``); see :class:`RmsPropOptimizer`."""
+    return _build(
+        model,
+        RmsPropOptimizer(alpha=base_learning_rate, **kwargs),
+        max_gradient_norm=max_gradient_norm,
+        allow_lr_injection=allow_lr_injection,
+    )
+
+
+def get_lr_injection() -> np.ndarray:
+    """The current ``lr_injection`` multiplier of every learning rate (built with ``allow_lr_injection=True``).
+
+    >>> set_lr_injection(0.5)
+    >>> float(get_lr_injection()[0])
+    0.5
+    """
+    return workspace.FetchBlob(_LEARNING_RATE_INJECTION)
+
+
+def set_lr_injection(lr_injection_value: float) -> None:
+    """Set the ``lr_injection`` multiplier the next runs of the net apply to every learning rate."""
+    workspace.FeedBlob(_LEARNING_RATE_INJECTION, np.array([float(lr_injection_value)], dtype=np.float32))
