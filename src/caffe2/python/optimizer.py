@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from caffe2.proto import caffe2_pb2
-from caffe2.python import core, scope, utils, workspace
+from caffe2.python import _yellowfin_op, core, scope, utils, workspace
 from caffe2.python.modeling.parameter_info import ParameterInfo
 
 __all__ = [
@@ -42,6 +42,7 @@ __all__ = [
     "Optimizer",
     "RmsPropOptimizer",
     "SgdOptimizer",
+    "YellowFinOptimizer",
     "WeightDecayBuilder",
     "add_weight_decay",
     "build_adagrad",
@@ -51,6 +52,7 @@ __all__ = [
     "build_multi_precision_sgd",
     "build_rms_prop",
     "build_sgd",
+    "build_yellowfin",
     "get_lr_injection",
     "get_param_device",
     "set_lr_injection",
@@ -798,3 +800,87 @@ def get_lr_injection() -> np.ndarray:
 def set_lr_injection(lr_injection_value: float) -> None:
     """Set the ``lr_injection`` multiplier the next runs of the net apply to every learning rate."""
     workspace.FeedBlob(_LEARNING_RATE_INJECTION, np.array([float(lr_injection_value)], dtype=np.float32))
+
+
+class YellowFinOptimizer(Optimizer):
+    """YellowFin (https://arxiv.org/abs/1706.03471): momentum SGD whose learning rate and momentum
+    are tuned per parameter by the ``YellowFin`` op; its state blobs are ``<param>_moment``,
+    ``_lr_avg``, ``_mu_avg``, ``_curv_win``, ``_g_avg``, ``_g2_avg`` and ``_scalars_memory``.
+    Dense gradients only.
+
+    >>> from caffe2.python import brew, model_helper
+    >>> m = model_helper.ModelHelper(name="yf_doc")
+    >>> fc = brew.fc(m, "x", "y", dim_in=2, dim_out=1)
+    >>> m.AddGradientOperators([m.net.AveragedLoss(fc, "loss")])  # doctest: +ELLIPSIS
+    {...}
+    >>> opt = build_yellowfin(m, base_learning_rate=0.1)
+    >>> [op.type for op in m.net.Proto().op][-3:]
+    ['AtomicIter', 'YellowFin', 'YellowFin']
+    """
+
+    _STATE = ("moment", "lr_avg", "mu_avg", "curv_win", "g_avg", "g2_avg", "scalars_memory")
+
+    def __init__(
+        self,
+        alpha: float = 0.1,
+        mu: float = 0.0,
+        beta: float = 0.999,
+        curv_win_width: int = 20,
+        zero_debias: bool = True,
+        epsilon: float = 0.1**6,
+        policy: str = "fixed",
+        sparse_dedup_aggregator: str | None = None,
+        **kwargs: Any,
+    ):
+        super().__init__()
+        self.alpha, self.mu, self.beta, self.epsilon = alpha, mu, beta, epsilon
+        self.curv_win_width = curv_win_width
+        self.zero_debias = zero_debias
+        self.policy = policy
+        self.sparse_dedup_aggregator = sparse_dedup_aggregator
+        self.init_kwargs = kwargs
+
+    def _state(self, param_init_net: Any, param: Any) -> list[Any]:
+        """The seven state blobs, in the op's input order."""
+        name = str(param)
+        scalar = {"lr_avg": self.alpha, "mu_avg": self.mu}
+        sizes = {"curv_win": self.curv_win_width, "scalars_memory": _yellowfin_op._SCALARS}
+        state = []
+        for key in self._STATE:
+            if key in scalar:
+                blob = param_init_net.ConstantFill([], f"{name}_{key}", shape=[1], value=float(scalar[key]))
+            elif key in sizes:
+                blob = param_init_net.ConstantFill([], f"{name}_{key}", shape=[sizes[key]], value=0.0)
+            else:
+                blob = param_init_net.ConstantFill([param], f"{name}_{key}", value=0.0)
+            state.append(blob)
+        return state
+
+    def _run(self, net: Any, param_init_net: Any, param_info: Any) -> None:
+        param, grad = param_info.blob, param_info.grad
+        if self.alpha <= 0:
+            raise ValueError(f"Expect positive base learning rate, got {self.alpha}")
+        if isinstance(grad, core.GradientSlice):
+            raise ValueError(f"YellowFin does not support sparse gradients (parameter {param})")
+        state = self._state(param_init_net, param)
+        iteration = utils.BuildUniqueMutexIter(param_init_net, net)
+        self._aux_params.shared.append(iteration)
+        self._aux_params.local.extend(state)
+        in_out = [param, *state]
+        net.YellowFin(
+            [*in_out, grad, iteration],
+            in_out,
+            beta=self.beta,
+            epsilon=self.epsilon,
+            curv_win_width=self.curv_win_width,
+            zero_debias=self.zero_debias,
+        )
+
+    def scale_learning_rate(self, scale: float) -> None:
+        self.alpha *= scale
+
+
+def build_yellowfin(model: Any, base_learning_rate: float = 0.1, **kwargs: Any) -> Optimizer:
+    """YellowFin updates for every parameter (``mu``, ``beta``, ``curv_win_width``, ``zero_debias``,
+    ``epsilon``); see :class:`YellowFinOptimizer`."""
+    return _build(model, YellowFinOptimizer(alpha=base_learning_rate, **kwargs))
