@@ -90,7 +90,7 @@ def cast_dtype(to: Any) -> np.dtype:
 
 
 def _validate_cast(op: OperatorDef) -> None:
-    if "to" in op.args:  # a missing `to` is reported by the schema's required-argument check
+    if "to" in op.args:
         cast_dtype(op.args["to"])
     if "from_type" in op.args:
         cast_dtype(op.args["from_type"])
@@ -185,9 +185,9 @@ def not_(ctx: Any, x: Any) -> np.ndarray:
         Arg(
             "to",
             (int, str),
-            Arg.REQUIRED,
+            1,
             "the target type: Caffe2's TensorProto.DataType number "
-            "(1 FLOAT, 2 INT32, 5 BOOL, 10 INT64, 13 DOUBLE...) or a name",
+            "(1 FLOAT, 2 INT32, 5 BOOL, 10 INT64, 13 DOUBLE...) or a name; FLOAT when absent, as in Caffe2",
         ),
         Arg("from_type", (int, str), None, "the input's type, needed only by the gradient (as in Caffe2)"),
     ],

@@ -545,9 +545,12 @@ def _rows(ctx: Any, x: Any, y: Any) -> tuple[np.ndarray, np.ndarray]:
     x, y = float_array(ctx, x, 0), float_array(ctx, y, 1)
     namespace(ctx, x, y)
     same_dtype(ctx, [x, y])
-    if x.shape != y.shape or x.ndim == 0:
-        raise ValueError(f"expected X and Y of one shape with a batch dim, got {x.shape} and {y.shape}")
-    rows, d = x.shape[0], math.prod(x.shape[1:])  # an empty batch gives no rows (Caffe2: D of size 0)
+    if x.shape != y.shape:
+        raise ValueError(f"expected X and Y of one shape, got {x.shape} and {y.shape}")
+    # a 0-d pair is one row of one value, as in Caffe2's kernel (N = X.dim() > 0 ? X.dim32(0) : 1);
+    # an empty batch gives no rows (Caffe2: D of size 0)
+    rows = x.shape[0] if x.ndim else 1
+    d = math.prod(x.shape[1:]) if x.ndim else 1
     return x.reshape(rows, d), y.reshape(rows, d)
 
 
