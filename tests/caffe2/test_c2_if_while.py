@@ -191,7 +191,7 @@ def test_caffe2_while_with_cond_net() -> None:
     assert not bool(workspace.FetchBlob("go"))
 
 
-def test_caffe2_if_net_given_as_protobuf_text() -> None:
+def test_caffe2_if_net_as_protobuf_text_is_refused() -> None:
     then_net = core.Net("then")
     then_net.Add(["x", "x"], "y")
     op = caffe2_pb2.OperatorDef(type="If", input=["c", "x"], output=["y"])
@@ -200,5 +200,111 @@ def test_caffe2_if_net_given_as_protobuf_text() -> None:
     net.Proto().op.extend([op])
     workspace.FeedBlob("c", np.array(True))
     workspace.FeedBlob("x", np.array([1.5], np.float32))
+    with pytest.raises(NetDefinitionError, match="then_net as asyncnet NetDef JSON"):
+        workspace.RunNetOnce(net)
+
+
+# -- Do, CreateScope and net_builder's IfNet / WhileNet ----------------------------------------
+
+
+def test_do_runs_its_net_in_a_child_workspace() -> None:
+    body = core.Net("body")
+    body.Add(["a", "a"], "local")
+    body.Add(["local", "a"], "b")
+    net = core.Net("main")
+    net.CreateScope([], ["ws"])
+    net.Do(["x", "ws"], ["y", "ws"], net=body.Proto(), inner_blobs=["a", "b"], outer_blobs_idx=[0, 1])
+    workspace.FeedBlob("x", np.array([2.0], np.float32))
     workspace.RunNetOnce(net)
-    np.testing.assert_allclose(workspace.FetchBlob("y"), [3.0])
+    np.testing.assert_allclose(workspace.FetchBlob("y"), [6.0])
+    assert not workspace.HasBlob("local") and not workspace.HasBlob("a") and not workspace.HasBlob("b")
+
+
+def test_do_outer_blobs_idx_out_of_range_fails_at_creation() -> None:
+    net = an.Net("main")
+    with pytest.raises(NetDefinitionError, match="outer_blobs_idx"):
+        net.Do(["x", "ws"], ["y", "ws"], net=_json(an.Net("b")), inner_blobs=["a"], outer_blobs_idx=[5])
+        an.Workspace().create_net(net)
+
+
+def _run_builder(nb: object) -> None:
+    plan = core.Plan("p")
+    plan.AddStep(core.to_execution_step(nb))
+    workspace.RunPlan(plan)
+
+
+def _value(blob: object) -> int:
+    return int(workspace.FetchBlob(str(blob)))
+
+
+@pytest.mark.parametrize("a, b", [(3, 5), (5, 3), (4, 4)])
+def test_if_net_else_and_nested_like_python(a: int, b: int) -> None:
+    from caffe2.python.net_builder import NetBuilder, ops
+
+    with NetBuilder() as nb:
+        x, y = ops.Const(a), ops.Const(b)
+        out = ops.Const(0)
+        with ops.IfNet(ops.LT([x, y])):
+            tmp = ops.Add([x, ops.Const(10)])
+            ops.Add([tmp, y], [out])
+        with ops.Else():
+            with ops.IfNet(ops.EQ([x, y])):
+                ops.Const(-1, blob_out=out)
+            with ops.Else():
+                ops.Sub([x, y], [out])
+    _run_builder(nb)
+    expected = (a + 10 + b) if a < b else (-1 if a == b else a - b)
+    assert _value(out) == expected
+    assert not workspace.HasBlob(str(tmp))
+
+
+def test_if_net_without_else_on_false_keeps_the_value() -> None:
+    from caffe2.python.net_builder import NetBuilder, ops
+
+    with NetBuilder() as nb:
+        out = ops.Const(7)
+        with ops.IfNet(ops.Const(False)):
+            ops.Const(1, blob_out=out)
+    _run_builder(nb)
+    assert _value(out) == 7
+
+
+@pytest.mark.parametrize("n", [0, 1, 6])
+def test_while_net_with_condition_like_python(n: int) -> None:
+    from caffe2.python.net_builder import NetBuilder, ops
+
+    with NetBuilder() as nb:
+        i, total, limit = ops.Const(0), ops.Const(0), ops.Const(n)
+        with ops.WhileNet():
+            with ops.Condition():
+                ops.LT([i, limit])
+            sq = ops.Mul([i, i])
+            ops.Add([total, sq], [total])
+            ops.Add([i, ops.Const(1)], [i])
+    _run_builder(nb)
+    assert (_value(i), _value(total)) == (n, sum(k * k for k in range(n)))
+    assert not workspace.HasBlob(str(sq))
+
+
+def test_condition_outside_while_net_is_refused() -> None:
+    from caffe2.python.net_builder import NetBuilder, ops
+
+    with NetBuilder(), pytest.raises(AssertionError, match="outside of WhileNet"):
+        ops.Condition()
+
+
+def test_stop_is_refused_inside_if_net() -> None:
+    from caffe2.python.net_builder import NetBuilder, ops
+
+    with NetBuilder(), pytest.raises(AssertionError, match="control operators"), ops.IfNet(ops.Const(True)):
+        ops.stop()
+
+
+@pytest.mark.parametrize("name", ["asyncnet.ops.caffe2_control", "caffe2.python.control_ops_util"])
+def test_docstring_examples(name: str) -> None:
+    import doctest
+    import importlib
+
+    workspace.ResetWorkspace()
+    result = doctest.testmod(importlib.import_module(name))
+    assert result.attempted > 0 and result.failed == 0

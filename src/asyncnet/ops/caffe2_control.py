@@ -93,7 +93,7 @@ def _outputs(ctx: Any, op_type: str) -> Any:
 
 
 def _validate(op: OperatorDef) -> None:
-    for name in ("then_net", "else_net", "loop_net", "cond_net"):
+    for name in ("then_net", "else_net", "loop_net", "cond_net", "net"):
         text = op.args.get(name)
         if isinstance(text, str) and text:
             _net_def(text, name)
@@ -144,3 +144,75 @@ def while_op(ctx: Any, *inputs: Any) -> Any:
             raise RuntimeError("While: the run was cancelled")
         _subnet(ctx, "loop_net").run()
     return _outputs(ctx, "While")
+
+
+class Scope:
+    """The workspace blob of Caffe2's ``CreateScope``/``Do``: the child blobs a ``Do`` op runs
+    its net against (emptied before each run unless ``reuse_workspace``)."""
+
+    def __init__(self) -> None:
+        self.blobs: dict[str, Any] = {}
+        self.nets: dict[str, NetBase] = {}
+
+    def net(self, text: str) -> NetBase:
+        """The net of ``text`` created once against this scope's blobs."""
+        net = self.nets.get(text)
+        if net is None:
+            nd = _net_def(text, "net")
+            net = self.nets[text] = net_class(nd.type)(nd, build_operators(nd, self.blobs), self.blobs)
+        return net
+
+    def __repr__(self) -> str:
+        return f"Scope({len(self.blobs)} blobs)"
+
+
+@register_op("CreateScope", inputs=0, outputs=1, doc="Caffe2's CreateScope: a new workspace blob for Do ops.")
+def create_scope(ctx: Any) -> Scope:
+    return Scope()
+
+
+def _do_validate(op: OperatorDef) -> None:
+    _validate(op)
+    inner, idx = op.args.get("inner_blobs", []), op.args.get("outer_blobs_idx", [])
+    if len(inner) != len(idx):
+        raise ValueError(f"expected one outer_blobs_idx per inner blob, got {len(idx)} for {len(inner)}")
+    n = len(op.inputs) + len(op.outputs) - 2
+    bad = [i for i in idx if not 0 <= i < n]
+    if bad:
+        raise ValueError(f"outer_blobs_idx {bad} index none of the {n} inputs and outputs before the workspace blob")
+
+
+@register_op(
+    "Do",
+    inputs=(1, None),
+    outputs=(1, None),
+    allow_inplace=_ANY,
+    args=[
+        Arg("net", str, Arg.REQUIRED, "the net run in the child workspace (NetDef JSON)"),
+        Arg("inner_blobs", list, [], "the net's names of the outer blobs", item_type=str),
+        Arg("outer_blobs_idx", list, [], "for each inner blob, its index in inputs + outputs", item_type=int),
+        Arg("reuse_workspace", bool, False, "keep the child blobs between runs"),
+        Arg("copy_external_blobs", bool, False, "accepted; the outer blobs are always passed in and out"),
+    ],
+    validate=_do_validate,
+    doc="Caffe2's Do: runs net in a child workspace (the last input, a CreateScope blob) whose inner_blobs "
+    "are the op's outer blobs; other blobs the net writes stay in the child workspace.",
+)
+def do_op(ctx: Any, *inputs: Any) -> Any:
+    a, op = ctx.args, ctx.op
+    scope = inputs[-1]
+    if not isinstance(scope, Scope):
+        raise TypeError(f"Do: expected a CreateScope blob in input {op.inputs[-1]!r}, got {type(scope).__name__}")
+    names = list(op.inputs[:-1]) + list(op.outputs[:-1])
+    pairs = [(inner, names[i]) for inner, i in zip(a["inner_blobs"], a["outer_blobs_idx"])]
+    outer, child = ctx._blobs, scope.blobs
+    if not a["reuse_workspace"]:
+        child.clear()
+    for inner, name in pairs:
+        if name in outer:
+            child[inner] = outer[name]
+    scope.net(a["net"]).run()
+    for inner, name in pairs:
+        if inner in child:
+            outer[name] = child[inner]
+    return _outputs(ctx, "Do")
