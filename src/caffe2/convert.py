@@ -10,7 +10,8 @@ boundary, and hands asyncnet a plain :class:`~asyncnet.NetDef`. The mapping, fie
   ``control_input`` is ``control_inputs``.
 * An ``Argument`` holding ``f``/``i``/``s``/``floats``/``ints``/``strings`` is a float, int, str
   or list; one holding only its name is an empty list. RecurrentNetwork's ``step_net`` and
-  ``backward_step_net`` (a NetDef in ``n``, or protobuf text in ``s``) become asyncnet NetDef
+  ``backward_step_net`` (a NetDef in ``n``, or protobuf text in ``s``), If's ``then_net``/
+  ``else_net``, While's ``loop_net``/``cond_net`` and Do's ``net`` (a NetDef in ``n``) become asyncnet NetDef
   JSON, written back as ``n``. Other net- and tensor-valued arguments (``n``, ``nets``, ``t``,
   ``tensors``, ``qtensors``) have no asyncnet equivalent and are refused.
 * ``is_gradient_op``, ``debug_info`` and ``op_version`` are hints Caffe2 itself ignores at run
@@ -72,7 +73,9 @@ _DEVICE_CODES = {v: k for k, v in _DEVICE_NAMES.items()}
 _HINT_FIELDS = ("is_gradient_op", "debug_info", "op_version")
 _UNSUPPORTED_ARG_FIELDS = ("n", "nets", "t", "tensors", "qtensors")
 _INT64 = (-(2**63), 2**63 - 1)
-NET_ARGS = ("step_net", "backward_step_net")  # net-valued arguments (RecurrentNetwork's), as NetDef JSON
+# net-valued arguments (RecurrentNetwork's, If's, While's), as NetDef JSON
+NET_ARGS = ("step_net", "backward_step_net", "then_net", "else_net", "loop_net", "cond_net", "net")
+_TEXT_NET_ARGS = ("step_net", "backward_step_net")  # also read from protobuf text in ``s``
 
 
 # -- arguments -------------------------------------------------------------------------------
@@ -80,9 +83,9 @@ NET_ARGS = ("step_net", "backward_step_net")  # net-valued arguments (RecurrentN
 
 def arg_to_value(arg: Any, where: str) -> Any:
     """The asyncnet value of one ``caffe2_pb2.Argument`` (``where`` names it in errors); a
-    step net of RecurrentNetwork (a ``NetDef`` in ``n``, or one in protobuf text in ``s``, as
+    net of RecurrentNetwork, If or While (a ``NetDef`` in ``n``, or one in protobuf text in ``s``, as
     older Caffe2 wrote it) becomes asyncnet NetDef JSON."""
-    if arg.name in NET_ARGS and (arg.HasField("n") or arg.HasField("s")):
+    if arg.name in NET_ARGS and (arg.HasField("n") or (arg.name in _TEXT_NET_ARGS and arg.HasField("s"))):
         return _net_arg(arg, where)
     for fname in _UNSUPPORTED_ARG_FIELDS:
         present = arg.HasField(fname) if fname in ("n", "t") else len(getattr(arg, fname)) > 0

@@ -110,12 +110,10 @@ def test_ops_outside_a_builder_is_an_error():
         ops.Const(1)
 
 
-def test_if_net_and_while_net_are_refused_clearly():
+def test_while_net_without_condition_is_refused_clearly():
     with NetBuilder():
-        with pytest.raises(NotImplementedError, match="If/While operators"):
-            ops.IfNet(ops.Const(True))
-        with pytest.raises(NotImplementedError, match="If/While operators"):
-            ops.WhileNet()
+        with pytest.raises(AssertionError, match="Condition builder must be specified"), ops.WhileNet():
+            ops.Const(1)
 
 
 def test_task_setup_runs_before_and_exit_after_the_body():

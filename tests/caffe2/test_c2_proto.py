@@ -282,11 +282,11 @@ def test_unknown_op_type_names_file_and_op(tmp_path, capsys):
 def test_net_valued_argument_names_op_and_field(tmp_path, capsys):
     pb = caffe2_pb2.NetDef(name="n")
     op = pb.op.add(input=["c"], output=["y"], type="If", name="branch")
-    op.arg.add(name="then_net").n.CopyFrom(caffe2_pb2.NetDef(name="inner"))
+    op.arg.add(name="body_net").n.CopyFrom(caffe2_pb2.NetDef(name="inner"))
     path = tmp_path / "ctl.pbtxt"
     write_netdef(pb, path)
     err = _one_line_error(capsys, ["run", str(path)])
-    assert str(path) in err and "ops[0] (If 'branch').arg[0] 'then_net'" in err and "'n'" in err
+    assert str(path) in err and "ops[0] (If 'branch').arg[0] 'body_net'" in err and "'n'" in err
 
 
 def test_unsupported_device_and_unknown_field(tmp_path):

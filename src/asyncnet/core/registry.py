@@ -356,7 +356,7 @@ class OpContext:
     """What a kernel sees besides its inputs: typed args, its def, index, device, output lookup,
     and whether its net's run was cancelled (:meth:`cancelled`, :meth:`wait_cancelled`)."""
 
-    __slots__ = ("args", "op", "index", "device", "_blobs", "cancel_flag")
+    __slots__ = ("args", "op", "index", "device", "_blobs", "cancel_flag", "__weakref__")
 
     def __init__(
         self, op: OperatorDef, index: int, args: dict[str, Any], device: DeviceOption, blobs: Mapping[str, Any]

@@ -4,6 +4,7 @@ from asyncnet.ops import (
     atomic,
     barrier,
     caffe2_activation,
+    caffe2_control,
     caffe2_dist,
     caffe2_elementwise,
     caffe2_extra,
@@ -84,4 +85,5 @@ __all__ = [
     "caffe2_spatial",
     "caffe2_ftrl",
     "caffe2_extra",
+    "caffe2_control",
 ]

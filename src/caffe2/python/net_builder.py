@@ -21,8 +21,9 @@ the current net and the step stops there when ``cond`` holds::
     >>> int(workspace.FetchBlob(str(total)))
     6
 
-Not supported: ``ops.IfNet``/``ops.WhileNet`` (Caffe2's If and While operators, which hold
-nets as arguments) and the reporters (``task_reporter``, ``local_reporter``).
+``ops.IfNet``/``ops.Else`` and ``ops.WhileNet``/``ops.Condition`` compile their block to one
+net holding Caffe2's ``If`` or ``While`` operator; blobs first written inside the block stay in
+its child workspace. Not supported: the reporters (``task_reporter``, ``local_reporter``).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from __future__ import annotations
 from typing import Any
 
 from caffe2.python import context, core
+from caffe2.python.control_ops_util import add_if_op, add_while_op
 
 __all__ = ["NetBuilder", "Operations", "ops"]
 
@@ -53,24 +55,61 @@ class NetBuilder:
         parent = NetBuilder.current(required=False)
         if _fullname and name:
             raise ValueError("Cannot set both _fullname and name")
-        if _use_control_ops:
-            raise NotImplementedError(
-                "NetBuilder(_use_control_ops=True): Caffe2's If/While operators (nets as arguments) "
-                "are not available; use ops.If / ops.loop, which compile to execution steps"
-            )
+        if _use_control_ops and (_stop_blob_required or _stop_blob):
+            raise AssertionError("Stop blobs are not used with control operators")
+        if parent:
+            parent._update_lexical_scope()
         self.name = _fullname or "/".join(n for n in (parent.name if parent else None, name) if n)
         self._frozen = False
         self._current_net: core.Net | None = None
         self._children: list[Any] = []
-        self._lexical_scope = set(parent._lexical_scope) if parent else set()
+        self._init_lexical_scope = set(parent._lexical_scope) if parent else set()
         if initial_scope:
-            self._lexical_scope |= {str(b) for b in initial_scope}
+            self._init_lexical_scope |= {str(b) for b in initial_scope}
+        self._lexical_scope = set(self._init_lexical_scope)
         self._stop_blob = _stop_blob
         self._stop_blob_required = _stop_blob_required
-        self._use_control_ops = False
+        self._use_control_ops = _use_control_ops
+
+    def _update_lexical_scope(self) -> None:
+        """The blobs visible here: the initial scope, every child net's, every control block's."""
+        scope = set(self._init_lexical_scope)
+        for child in self._children:
+            if isinstance(child, core.Net):
+                scope |= child.UsedBlobNames()
+            elif isinstance(child, NetBuilder) and child._use_control_ops:
+                scope |= child._lexical_scope
+        self._lexical_scope = scope
+
+    def _reset_children(self) -> None:
+        self._current_net = None
+        self._children = []
+        self._lexical_scope = set(self._init_lexical_scope)
+
+    @staticmethod
+    def merge_nets(nets_or_builders: list[Any], outer_blob_names: Any) -> core.Net | None:
+        """The nets (and control blocks' nets) appended into the first; its external outputs
+        kept only when they are in ``outer_blob_names``. None when there is nothing to merge."""
+        net = None
+        for child in nets_or_builders:
+            if isinstance(child, NetBuilder):
+                nets = child.get()
+                if not child._use_control_ops or len(nets) != 1 or not isinstance(nets[0], core.Net):
+                    raise AssertionError("Merging of NetBuilder supported only for control ops")
+                child = nets[0]
+            if net is None:
+                net = child
+            else:
+                net.AppendNet(child)
+        if net is not None:
+            outer = {str(b) for b in outer_blob_names}
+            net.Proto().external_output[:] = [o for o in net.Proto().external_output if o in outer]
+        return net
 
     def stop_blob(self) -> core.BlobReference:
         """This builder's stop blob, created (set to False in the current net) on first use."""
+        if self._use_control_ops:
+            raise AssertionError("Stop blobs are not used with control operators")
         if self._stop_blob is None:
             net = self.current_net()
             self._stop_blob = core.BlobReference(net.NextName("stop_blob"), net=net)
@@ -94,6 +133,10 @@ class NetBuilder:
     def add(self, child: Any) -> Any:
         """Append a net, a nested builder or a task group; returns it."""
         self._assert_mutable()
+        if self._use_control_ops and not (
+            isinstance(child, core.Net) or (isinstance(child, NetBuilder) and child._use_control_ops)
+        ):
+            raise AssertionError("Expected Net or NetBuilder with control ops")
         self._current_net = child if isinstance(child, core.Net) else None
         self._children.append(child)
         if isinstance(child, core.Net):
@@ -124,6 +167,11 @@ class NetBuilder:
         return self
 
     def __exit__(self, etype: Any, *args: Any) -> None:
+        if self._use_control_ops and self._children:
+            self._update_lexical_scope()
+            children = self._children
+            self._reset_children()
+            self._children = [NetBuilder.merge_nets(children, self._lexical_scope)]
         self.freeze()
         if etype is None and self._stop_blob_required and self._stop_blob is None:
             raise AssertionError(
@@ -183,21 +231,23 @@ class Operations:
         """A block run once when the scalar bool ``cond`` is true (``.Elif``, ``.Else`` follow)."""
         return NetBuilder.current().add(_RunIf(cond, name=name))
 
-    def IfNet(self, cond: Any, name: str | None = None) -> Any:
-        """Caffe2's If operator block: not available (use :meth:`If`)."""
-        return NetBuilder(name=name, _use_control_ops=True)
+    def IfNet(self, cond: Any, name: str | None = None) -> _RunIfNet:
+        """Like :meth:`If`, as one net holding Caffe2's If operator (``ops.Else`` may follow)."""
+        return NetBuilder.current().add(_RunIfNet(cond, name=name))
 
-    def Else(self, name: str | None = None) -> Any:
-        """The else block of :meth:`IfNet`: not available (use ``ops.If(...).Else()``)."""
-        return NetBuilder(name=name, _use_control_ops=True)
+    def Else(self, name: str | None = None) -> _RunElseNet:
+        """The else block of the :meth:`IfNet` just closed."""
+        return _RunElseNet(name=name)
 
-    def WhileNet(self, name: str | None = None) -> Any:
-        """Caffe2's While operator block: not available (use :meth:`loop` with ``stop_if``)."""
-        return NetBuilder(name=name, _use_control_ops=True)
+    def WhileNet(self, name: str | None = None) -> _RunWhileNet:
+        """A loop as one net holding Caffe2's While operator; ``ops.Condition`` comes first."""
+        return NetBuilder.current().add(_RunWhileNet(name=name))
 
-    def Condition(self, name: str | None = None) -> Any:
-        """The condition of :meth:`WhileNet`: not available."""
-        return NetBuilder(name=name, _use_control_ops=True)
+    def Condition(self, name: str | None = None) -> _RunWhileCondition:
+        """The condition of the enclosing :meth:`WhileNet`: its last op writes one bool."""
+        if not isinstance(NetBuilder.current(), _RunWhileNet):
+            raise AssertionError("Use of Condition outside of WhileNet")
+        return _RunWhileCondition(name=name)
 
     def _setup(self, kind: str, key: str) -> _SetupBuilder:
         setup = _SetupBuilder(kind)
@@ -352,3 +402,115 @@ class _RunIf(_RunOnce):
         if self._is_else:
             raise AssertionError("Else not allowed for an Else.")
         return NetBuilder.current().add(_RunIf(name=name or self.name, _already_ran=self._already_ran))
+
+
+class _RunIfNet(NetBuilder):
+    """A block compiled to one net with an If op on ``cond_blob``."""
+
+    def __init__(self, cond_blob: Any, name: str | None = None):
+        NetBuilder.__init__(self, name=name, _use_control_ops=True)
+        if not cond_blob:
+            raise AssertionError("Conditional blob is not specified for an If net")
+        self._cond_blob = cond_blob
+        self._then_net: core.Net | None = None
+        self._else_net: core.Net | None = None
+
+    def __exit__(self, etype: Any, *args: Any) -> None:
+        try:
+            if etype is None:
+                self._update_lexical_scope()
+                children = self._children
+                self._reset_children()
+                self._then_net = NetBuilder.merge_nets(children, self._lexical_scope) or core.Net("empty_then_net")
+                if_net = core.Net(self.name + "/if_net")
+                add_if_op(if_net, self._cond_blob, self._lexical_scope, self._then_net)
+                self._current_net = if_net
+                self._children = [if_net]
+        finally:
+            NetBuilder.__exit__(self, etype, *args)
+
+
+class _RunElseNet(NetBuilder):
+    """The else block of the :class:`_RunIfNet` just before it: rewrites that block's net."""
+
+    def __init__(self, name: str | None = None):
+        parent = NetBuilder.current(required=False)
+        if not (parent and parent._children and isinstance(parent._children[-1], _RunIfNet)):
+            raise AssertionError("Invalid use of Else builder")
+        NetBuilder.__init__(self, name=name, _use_control_ops=True)
+        self._if_builder = parent._children[-1]
+
+    def __exit__(self, etype: Any, *args: Any) -> None:
+        try:
+            if etype is None:
+                self._update_lexical_scope()
+                children = self._children
+                self._reset_children()
+                else_net = NetBuilder.merge_nets(children, self._lexical_scope)
+                if else_net is not None:
+                    ifb = self._if_builder
+                    if_else_net = core.Net(self.name + "/if_else_net")
+                    add_if_op(if_else_net, ifb._cond_blob, self._lexical_scope, ifb._then_net, else_net)
+                    ifb._else_net = else_net
+                    ifb._current_net = if_else_net
+                    ifb._children = [if_else_net]
+        finally:
+            NetBuilder.__exit__(self, etype, *args)
+
+
+class _RunWhileNet(NetBuilder):
+    """A block compiled to one net with a While op; its :class:`_RunWhileCondition` comes first."""
+
+    def __init__(self, name: str | None = None):
+        NetBuilder.__init__(self, name=name, _use_control_ops=True)
+        self._cond_builder: _RunWhileCondition | None = None
+
+    def __exit__(self, etype: Any, *args: Any) -> None:
+        try:
+            if etype is None:
+                if self._cond_builder is None:
+                    raise AssertionError("Condition builder must be specified in While op")
+                self._update_lexical_scope()
+                body = [c for c in self._children if c is not self._cond_builder]
+                self._reset_children()
+                body_net = NetBuilder.merge_nets(body, self._lexical_scope) or core.Net("empty_loop_body_net")
+                while_net = core.Net(self.name + "/while_net")
+                cond = self._cond_builder
+                add_while_op(while_net, cond._cond_blob, self._lexical_scope, body_net, cond._cond_net)
+                self._current_net = while_net
+                self._children = [while_net]
+        finally:
+            NetBuilder.__exit__(self, etype, *args)
+
+
+class _RunWhileCondition(NetBuilder):
+    """The condition of a :class:`_RunWhileNet`; its last op's one output is the condition."""
+
+    def __init__(self, name: str | None = None):
+        parent = NetBuilder.current(required=False)
+        if not isinstance(parent, _RunWhileNet):
+            raise AssertionError("Invalid use of loop condition builder")
+        if parent._cond_builder is not None:
+            raise AssertionError("Multiple loop condition builders specified")
+        if parent._children:
+            raise AssertionError("Condition definition must be specified before the loop's body")
+        NetBuilder.__init__(self, name=name, _use_control_ops=True)
+        parent._cond_builder = self
+        self._cond_blob: Any = None
+        self._cond_net: core.Net | None = None
+
+    def __exit__(self, etype: Any, *args: Any) -> None:
+        try:
+            if etype is None:
+                self._update_lexical_scope()
+                children = self._children
+                self._reset_children()
+                net = NetBuilder.merge_nets(children, self._lexical_scope)
+                if net is None or not net.Proto().op or len(net.Proto().op[-1].output) != 1:
+                    raise AssertionError("Invalid loop condition specified")
+                self._cond_net = net
+                self._cond_blob = core.BlobReference(name=net.Proto().op[-1].output[0], net=None)
+                self._current_net = net
+                self._children = [net]
+        finally:
+            NetBuilder.__exit__(self, etype, *args)

@@ -1,0 +1,218 @@
+"""Caffe2's ``If`` and ``While`` operators: nets held as arguments, run in the op's workspace.
+
+``If``: input 0 is a one-element bool condition; runs ``then_net`` when it is true, else
+``else_net`` (optional). ``While``: runs ``cond_net`` (optional), then reads input 0 and, while
+it is true, runs ``loop_net`` and ``cond_net`` again. The nets are asyncnet NetDef JSON (the
+Caffe2 layer converts a ``NetDef`` argument); each is created once per op instance, against
+the same blobs as the op, and run on its own executor (its ``type``). As in Caffe2, the op's
+other inputs and outputs only declare which blobs the nets read and write; an output the nets
+did not write keeps its value (an error if it has none).
+
+    >>> import asyncnet as an, numpy as np
+    >>> body = an.Net("body"); _ = body.Add(["i", "one"], "i"); _ = body.LT(["i", "n"], "go")
+    >>> ws = an.Workspace(); ws.feed("i", np.int32(0)); ws.feed("one", np.int32(1)); ws.feed("n", np.int32(5))
+    >>> ws.feed("go", np.array(True))
+    >>> net = an.Net("n"); _ = net.While(["go", "i", "one", "n"], ["i", "go"], loop_net=body.to_def().to_json())
+    >>> ws.run_net_once(net); int(ws.fetch("i"))
+    5
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from typing import Any
+
+import numpy as np
+
+from asyncnet.core.defs import NetDef, OperatorDef
+from asyncnet.core.netbase import NetBase, net_class
+from asyncnet.core.operator import build_operators
+from asyncnet.core.registry import Arg, register_op
+from asyncnet.errors import NetDefinitionError
+
+_DEFS: dict[str, NetDef] = {}
+_INSTANCES: weakref.WeakKeyDictionary[Any, dict[str, NetBase]] = weakref.WeakKeyDictionary()
+_LOCK = threading.Lock()
+
+
+def _ANY(i: int, o: int) -> bool:
+    return True
+
+
+def _net_def(text: str, name: str) -> NetDef:
+    nd = _DEFS.get(text)
+    if nd is None:
+        try:
+            nd = NetDef.from_json(text)
+        except NetDefinitionError as e:
+            raise ValueError(f"expected {name} as asyncnet NetDef JSON: {e}") from None
+        with _LOCK:
+            nd = _DEFS.setdefault(text, nd)
+    return nd
+
+
+def _subnet(ctx: Any, name: str) -> NetBase:
+    """The op instance's net ``name`` (an argument), created on first use against its blobs."""
+    nets = _INSTANCES.get(ctx)
+    if nets is None:
+        with _LOCK:
+            nets = _INSTANCES.setdefault(ctx, {})
+    net = nets.get(name)
+    if net is None:
+        nd = _net_def(ctx.args[name], name)
+        blobs = ctx._blobs
+        net = net_class(nd.type)(nd, build_operators(nd, blobs), blobs)
+        nets[name] = net
+    return net
+
+
+def _condition(ctx: Any, op_type: str) -> bool:
+    """Input 0 read from the blobs now (a subnet may have just rewritten it)."""
+    name = ctx.op.inputs[0]
+    value = ctx._blobs.get(name)
+    if value is None:
+        raise ValueError(f"{op_type}: condition blob {name!r} does not exist")
+    a = np.asarray(value.cpu() if hasattr(value, "cpu") else value)
+    if a.size != 1:
+        raise ValueError(f"{op_type}: expected a one-element condition in {name!r}, got shape {a.shape}")
+    if a.dtype != np.bool_:
+        raise TypeError(f"{op_type}: expected a bool condition in {name!r}, got dtype {a.dtype}")
+    return bool(a.reshape(()))
+
+
+def _outputs(ctx: Any, op_type: str) -> Any:
+    values = []
+    for name in ctx.op.outputs:
+        if name not in ctx._blobs:
+            raise ValueError(f"{op_type}: output blob {name!r} was not written by the op's nets")
+        values.append(ctx._blobs[name])
+    if not values:
+        return None
+    return values[0] if len(values) == 1 else tuple(values)
+
+
+def _validate(op: OperatorDef) -> None:
+    for name in ("then_net", "else_net", "loop_net", "cond_net", "net"):
+        text = op.args.get(name)
+        if isinstance(text, str) and text:
+            _net_def(text, name)
+
+
+@register_op(
+    "If",
+    inputs=(1, None),
+    outputs=(0, None),
+    allow_inplace=_ANY,
+    args=[
+        Arg("then_net", str, Arg.REQUIRED, "the net run when the condition is true (NetDef JSON)"),
+        Arg("else_net", str, "", "the net run when it is false (NetDef JSON); empty: none"),
+    ],
+    validate=_validate,
+    doc="Caffe2's If: runs then_net when input 0 (one bool) is true, else else_net, in the op's workspace; "
+    "the other inputs and the outputs declare the blobs the nets read and write.",
+)
+def if_op(ctx: Any, *inputs: Any) -> Any:
+    if _condition(ctx, "If"):
+        _subnet(ctx, "then_net").run()
+    elif ctx.args["else_net"]:
+        _subnet(ctx, "else_net").run()
+    return _outputs(ctx, "If")
+
+
+@register_op(
+    "While",
+    inputs=(1, None),
+    outputs=(0, None),
+    allow_inplace=_ANY,
+    args=[
+        Arg("loop_net", str, Arg.REQUIRED, "the loop body (NetDef JSON)"),
+        Arg("cond_net", str, "", "run before each test of input 0 (NetDef JSON); empty: none"),
+    ],
+    validate=_validate,
+    doc="Caffe2's While: runs cond_net (if any), then loop_net and cond_net again while input 0 (one bool) "
+    "is true, in the op's workspace.",
+)
+def while_op(ctx: Any, *inputs: Any) -> Any:
+    has_cond = bool(ctx.args["cond_net"])
+    while True:
+        if has_cond:
+            _subnet(ctx, "cond_net").run()
+        if not _condition(ctx, "While"):
+            break
+        if ctx.cancelled():
+            raise RuntimeError("While: the run was cancelled")
+        _subnet(ctx, "loop_net").run()
+    return _outputs(ctx, "While")
+
+
+class Scope:
+    """The workspace blob of Caffe2's ``CreateScope``/``Do``: the child blobs a ``Do`` op runs
+    its net against (emptied before each run unless ``reuse_workspace``)."""
+
+    def __init__(self) -> None:
+        self.blobs: dict[str, Any] = {}
+        self.nets: dict[str, NetBase] = {}
+
+    def net(self, text: str) -> NetBase:
+        """The net of ``text`` created once against this scope's blobs."""
+        net = self.nets.get(text)
+        if net is None:
+            nd = _net_def(text, "net")
+            net = self.nets[text] = net_class(nd.type)(nd, build_operators(nd, self.blobs), self.blobs)
+        return net
+
+    def __repr__(self) -> str:
+        return f"Scope({len(self.blobs)} blobs)"
+
+
+@register_op("CreateScope", inputs=0, outputs=1, doc="Caffe2's CreateScope: a new workspace blob for Do ops.")
+def create_scope(ctx: Any) -> Scope:
+    return Scope()
+
+
+def _do_validate(op: OperatorDef) -> None:
+    _validate(op)
+    inner, idx = op.args.get("inner_blobs", []), op.args.get("outer_blobs_idx", [])
+    if len(inner) != len(idx):
+        raise ValueError(f"expected one outer_blobs_idx per inner blob, got {len(idx)} for {len(inner)}")
+    n = len(op.inputs) + len(op.outputs) - 2
+    bad = [i for i in idx if not 0 <= i < n]
+    if bad:
+        raise ValueError(f"outer_blobs_idx {bad} index none of the {n} inputs and outputs before the workspace blob")
+
+
+@register_op(
+    "Do",
+    inputs=(1, None),
+    outputs=(1, None),
+    allow_inplace=_ANY,
+    args=[
+        Arg("net", str, Arg.REQUIRED, "the net run in the child workspace (NetDef JSON)"),
+        Arg("inner_blobs", list, [], "the net's names of the outer blobs", item_type=str),
+        Arg("outer_blobs_idx", list, [], "for each inner blob, its index in inputs + outputs", item_type=int),
+        Arg("reuse_workspace", bool, False, "keep the child blobs between runs"),
+        Arg("copy_external_blobs", bool, False, "accepted; the outer blobs are always passed in and out"),
+    ],
+    validate=_do_validate,
+    doc="Caffe2's Do: runs net in a child workspace (the last input, a CreateScope blob) whose inner_blobs "
+    "are the op's outer blobs; other blobs the net writes stay in the child workspace.",
+)
+def do_op(ctx: Any, *inputs: Any) -> Any:
+    a, op = ctx.args, ctx.op
+    scope = inputs[-1]
+    if not isinstance(scope, Scope):
+        raise TypeError(f"Do: expected a CreateScope blob in input {op.inputs[-1]!r}, got {type(scope).__name__}")
+    names = list(op.inputs[:-1]) + list(op.outputs[:-1])
+    pairs = [(inner, names[i]) for inner, i in zip(a["inner_blobs"], a["outer_blobs_idx"])]
+    outer, child = ctx._blobs, scope.blobs
+    if not a["reuse_workspace"]:
+        child.clear()
+    for inner, name in pairs:
+        if name in outer:
+            child[inner] = outer[name]
+    scope.net(a["net"]).run()
+    for inner, name in pairs:
+        if inner in child:
+            outer[name] = child[inner]
+    return _outputs(ctx, "Do")
