@@ -551,11 +551,18 @@ def _hogwild_process(
     writer: Any,
     sync: Any,
 ) -> WorkerResult:
+    import warnings
+
     from asyncnet._shm import SharedArrays
+    from asyncnet.atomic import OwnerDiedWarning
 
     shared = SharedArrays.attach(spec)
     try:
-        return _hogwild_worker(cfg, ds, model, shared.arrays, mutex, stop, None, resume, writer, sync)
+        with warnings.catch_warnings():
+            # a peer that died holding the step counter's mutex fails the whole run, and the
+            # supervisor's one line names it: the lock's own warning would be a second line
+            warnings.simplefilter("ignore", OwnerDiedWarning)
+            return _hogwild_worker(cfg, ds, model, shared.arrays, mutex, stop, None, resume, writer, sync)
     finally:
         shared.close()
 
