@@ -677,6 +677,21 @@ class AttentionCell(RNNCell):
             return brew.concat(model, [decoder_output, context], "states_and_context_combination", axis=2)
 
 
+def _decoder(
+    cell: type, input_size: int, hidden_size: int, forget_bias: float, memory_optimization: bool, name: str
+) -> Any:
+    """The decoder cell ``<name>/decoder`` an attention cell wraps (always with its backward pass)."""
+    return cell(
+        input_size=input_size,
+        hidden_size=hidden_size,
+        forget_bias=forget_bias,
+        memory_optimization=memory_optimization,
+        name=f"{name}/decoder",
+        forward_only=False,
+        drop_states=False,
+    )
+
+
 class LSTMWithAttentionCell(AttentionCell):
     """:class:`AttentionCell` over an :class:`LSTMCell` named ``<name>/decoder``."""
 
@@ -695,14 +710,8 @@ class LSTMWithAttentionCell(AttentionCell):
         attention_memory_optimization: bool,
         forward_only: bool = False,
     ):
-        decoder_cell = LSTMCell(
-            input_size=decoder_input_dim,
-            hidden_size=decoder_state_dim,
-            forget_bias=forget_bias,
-            memory_optimization=lstm_memory_optimization,
-            name=f"{name}/decoder",
-            forward_only=False,
-            drop_states=False,
+        decoder_cell = _decoder(
+            LSTMCell, decoder_input_dim, decoder_state_dim, forget_bias, lstm_memory_optimization, name
         )
         super().__init__(
             encoder_output_dim=encoder_output_dim,
@@ -736,14 +745,8 @@ class MILSTMWithAttentionCell(AttentionCell):
         forward_only: bool = False,
         encoder_lengths: Any = None,
     ):
-        decoder_cell = MILSTMCell(
-            input_size=decoder_input_dim,
-            hidden_size=decoder_state_dim,
-            forget_bias=forget_bias,
-            memory_optimization=lstm_memory_optimization,
-            name=f"{name}/decoder",
-            forward_only=False,
-            drop_states=False,
+        decoder_cell = _decoder(
+            MILSTMCell, decoder_input_dim, decoder_state_dim, forget_bias, lstm_memory_optimization, name
         )
         super().__init__(
             encoder_output_dim=encoder_output_dim,
