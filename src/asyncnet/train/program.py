@@ -131,10 +131,8 @@ class Program:
     def binary(self) -> bool:
         """True for a click model (sigmoid cross entropy, or a sigmoid ``prob`` under an mse
         loss), False for a classifier (``softmax``)."""
-        return any(
-            op.type == "SigmoidCrossEntropyWithLogits" or (op.type == "Sigmoid" and "prob" in op.outputs)
-            for op in self.model.forward_net().ops
-        )
+        ops = self.model.forward_net().ops
+        return any(op.type == "SigmoidCrossEntropyWithLogits" for op in ops) or bool(_click_probabilities(ops))
 
     @property
     def labels(self) -> list[str]:
@@ -171,10 +169,7 @@ class Program:
         for op in ops:
             if op.type == "SoftmaxWithLoss":
                 return op.outputs[0]
-        logits = {op.inputs[0] for op in ops if op.type == "SigmoidCrossEntropyWithLogits"}
-        found = [
-            op.outputs[0] for op in ops if op.type == "Sigmoid" and (op.inputs[0] in logits or "prob" in op.outputs)
-        ]
+        found = _click_probabilities(ops)
         if not found:
             raise NetDefinitionError(
                 "expected a SoftmaxWithLoss, or a Sigmoid beside the sigmoid cross entropy, to read predictions from",
@@ -459,3 +454,10 @@ def load_function(spec: str) -> Any:
     if not callable(fn):
         raise TrainConfigError(f"--model {spec}: {where!r} has no function {name!r}")
     return fn
+
+
+def _click_probabilities(ops: list) -> list[str]:
+    """The Sigmoid outputs that are a click model's predictions: the Sigmoid of a sigmoid cross
+    entropy's logit, or a Sigmoid writing ``prob`` (the one an mse loss reads)."""
+    logits = {op.inputs[0] for op in ops if op.type == "SigmoidCrossEntropyWithLogits"}
+    return [op.outputs[0] for op in ops if op.type == "Sigmoid" and (op.inputs[0] in logits or "prob" in op.outputs)]
