@@ -488,18 +488,12 @@ def _segments(lengths: np.ndarray) -> np.ndarray:
     "LENGTHS[b] consecutive INDICES.",
 )
 def sparse_lengths_sum(ctx: Any, data: Any, indices: Any, lengths: Any) -> np.ndarray:
+    if type(data) is np.ndarray:
+        torch = _torch_for_bags(data, indices, lengths)
+        if torch is not None:  # torch's embedding_bag on views of the arrays: the same bits
+            return _host_bags(ctx, torch, data, indices, lengths)
     data = _table(ctx, data, 0)
     namespace(ctx, data, indices, lengths)
-    torch = None if is_torch(data) else _torch_for_bags(data, indices)
-    if torch is not None:  # torch's embedding_bag on views of the arrays: the same bits
-        idx = _int_indices(ctx, indices, 1)
-        lengths = _lengths(ctx, lengths, 2, idx.shape[0])
-        t = torch.from_numpy
-        try:  # embedding_bag checks the range of every index in its loop
-            return _torch_bags(t(data), t(_writable(idx)), t(_writable(lengths))).numpy()
-        except RuntimeError:
-            _indices(ctx, indices, 1, data.shape[0])  # our message for an index out of range
-            raise
     idx = _indices(ctx, indices, 1, data.shape[0])
     if idx.ndim != 1:
         raise ValueError(f"expected 1-D INDICES, got shape {tuple(idx.shape)}")
@@ -516,7 +510,7 @@ def sparse_lengths_sum(ctx: Any, data: Any, indices: Any, lengths: Any) -> np.nd
 #: numpy lookups of at least this many elements (indices x row) run torch's embedding_bag when
 #: torch is installed; below it numpy's calls cost less than torch's dispatch
 TORCH_BAG_MIN = 16384
-_HAS_TORCH: list[bool] = []  # [installed?] once looked up
+_HAS_TORCH: list[Any] = []  # [torch module or None] once looked up
 
 
 def _writable(a: np.ndarray) -> np.ndarray:
@@ -534,30 +528,84 @@ def _int_indices(ctx: Any, x: Any, i: int) -> np.ndarray:
     return x
 
 
-def _torch_for_bags(data: np.ndarray, idx: Any) -> Any:
+def _torch_for_bags(data: np.ndarray, idx: Any, lengths: Any) -> Any:
     """torch, when a numpy float32 lookup is better pooled by its ``embedding_bag`` (and torch is
     installed). Its float32 sum adds each bag's rows one after another from zero, the bits of
     Caffe2's loop (tested against :func:`_bag_sums_by_slot`), in one pass with no padded copy.
     The choice depends on the shapes and the installation only."""
-    if data.dtype != np.float32 or not isinstance(idx, np.ndarray) or idx.ndim != 1:
+    if data.dtype != np.float32 or type(idx) is not np.ndarray or type(lengths) is not np.ndarray:
         return None
-    if idx.shape[0] * math.prod(data.shape[1:]) < TORCH_BAG_MIN:
+    if idx.ndim != 1 or data.ndim < 1 or data.shape[0] == 0:
+        return None
+    if idx.shape[0] * (data.size // data.shape[0]) < TORCH_BAG_MIN:
         return None
     if not (data.flags.c_contiguous and data.flags.writeable):  # torch views writable arrays only
         return None
+    if _HAS_TORCH:
+        return _HAS_TORCH[0]
     torch = loaded_torch()
-    if torch is not None:
-        return torch
-    if not _HAS_TORCH:
-        _HAS_TORCH.append(importlib.util.find_spec("torch") is not None)
-    if not _HAS_TORCH[0]:
-        return None
-    import torch  # a large lookup on numpy arrays: torch's fused kernel wins
+    if torch is None and importlib.util.find_spec("torch") is not None:
+        import torch  # a large lookup on numpy arrays: torch's fused kernel wins
 
-    from asyncnet.tensor.threads import torch_loaded
+        from asyncnet.tensor.threads import torch_loaded
 
-    torch_loaded()
+        torch_loaded()
+    _HAS_TORCH.append(torch)
     return torch
+
+
+def _host_bags(ctx: Any, torch: Any, data: np.ndarray, indices: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """SparseLengthsSum of numpy arrays by one ``torch.embedding_bag`` call on views of them.
+
+    The checks cost one pass over LENGTHS (their running sum gives the bag offsets, its last
+    value is checked against the number of indices, their minimum against 0) and none over the
+    indices: embedding_bag checks each index's range in its loop, and on its error the indices
+    are checked here for asyncnet's message."""
+    idx = _int_indices(ctx, indices, 1)
+    offsets = _bag_offsets(ctx, lengths, 2, idx.shape[0])
+    flat = data if data.ndim == 2 else data.reshape(data.shape[0], -1)
+    t = torch.from_numpy
+    try:
+        out = torch.embedding_bag(t(flat), t(_writable(idx)), t(offsets), False, 0, False, None, True)[0]
+    except RuntimeError:
+        _indices(ctx, idx, 1, data.shape[0])  # our message for an index out of range
+        raise
+    pooled = out.numpy()
+    return pooled if data.ndim == 2 else pooled.reshape(offsets.shape[0] - 1, *data.shape[1:])
+
+
+def _bag_offsets(ctx: Any, x: np.ndarray, i: int, total: int) -> np.ndarray:
+    """[0, cumsum(LENGTHS)...] as int64 (input ``i``, 1-D ints), the error of :func:`_lengths`
+    when a length is negative or they do not sum to ``total``. Bags of one length (a Criteo
+    lookup: one id per example and table) take a cached ``arange`` after two reductions."""
+    kind = x.dtype.kind
+    if x.ndim != 1 or kind not in "iu":
+        raise TypeError(f"expected 1-D int lengths in input {i} {ctx.op.inputs[i]!r}, got {x.dtype} {tuple(x.shape)}")
+    b = x.shape[0]
+    if b and total:
+        n = int(x.min())
+        if n == int(x.max()) and n * b == total:
+            return _even_offsets(b, n)
+    offsets = np.empty(b + 1, np.int64)
+    offsets[0] = 0
+    np.cumsum(x, out=offsets[1:])
+    if offsets[-1] != total or (kind == "i" and b and x.min() < 0):
+        _lengths(ctx, x, i, total)
+        raise ValueError(f"expected lengths in input {i} {ctx.op.inputs[i]!r} that fit in int64")
+    return offsets
+
+
+_EVEN_OFFSETS: dict[tuple[int, int], np.ndarray] = {}
+
+
+def _even_offsets(b: int, n: int) -> np.ndarray:
+    """``[0, n, 2n, ..., b * n]`` (int64), made once per (b, n); nobody writes it."""
+    offsets = _EVEN_OFFSETS.get((b, n))
+    if offsets is None:
+        if len(_EVEN_OFFSETS) >= 64:
+            _EVEN_OFFSETS.clear()
+        offsets = _EVEN_OFFSETS[b, n] = np.arange(0, (b + 1) * n, n, dtype=np.int64)
+    return offsets
 
 
 @register_op(
