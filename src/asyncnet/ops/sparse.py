@@ -507,10 +507,12 @@ def sparse_lengths_sum(ctx: Any, data: Any, indices: Any, lengths: Any) -> np.nd
     return _bag_sums_by_slot(data, idx, lengths, used)
 
 
-#: numpy lookups of at least this many elements (indices x row) run torch's embedding_bag when
-#: torch is installed; below it numpy's calls cost less than torch's dispatch
+#: numpy float32 lookups run torch's embedding_bag when torch is already imported (it costs less
+#: than numpy's calls at every size), and import it from this many elements (indices x row) on
 TORCH_BAG_MIN = 16384
-_HAS_TORCH: list[Any] = []  # [torch module or None] once looked up
+#: False: numpy float32 lookups never use torch (the tests' way to reach the numpy layouts)
+TORCH_BAGS = True
+_HAS_TORCH: list[bool] = []  # [installed?] once looked up
 
 
 def _writable(a: np.ndarray) -> np.ndarray:
@@ -529,28 +531,30 @@ def _int_indices(ctx: Any, x: Any, i: int) -> np.ndarray:
 
 
 def _torch_for_bags(data: np.ndarray, idx: Any, lengths: Any) -> Any:
-    """torch, when a numpy float32 lookup is better pooled by its ``embedding_bag`` (and torch is
-    installed). Its float32 sum adds each bag's rows one after another from zero, the bits of
-    Caffe2's loop (tested against :func:`_bag_sums_by_slot`), in one pass with no padded copy.
-    The choice depends on the shapes and the installation only."""
+    """torch, when a numpy float32 lookup is better pooled by its ``embedding_bag``: torch is
+    imported, or installed and the lookup has at least :data:`TORCH_BAG_MIN` elements. Its
+    float32 sum adds each bag's rows one after another from zero, the bits of Caffe2's loop
+    (tested against :func:`_bag_sums_by_slot`), in one pass with no padded copy."""
     if data.dtype != np.float32 or type(idx) is not np.ndarray or type(lengths) is not np.ndarray:
         return None
-    if idx.ndim != 1 or data.ndim < 1 or data.shape[0] == 0:
-        return None
-    if idx.shape[0] * (data.size // data.shape[0]) < TORCH_BAG_MIN:
+    if idx.ndim != 1 or data.ndim < 1 or data.shape[0] == 0 or not TORCH_BAGS:
         return None
     if not (data.flags.c_contiguous and data.flags.writeable):  # torch views writable arrays only
         return None
-    if _HAS_TORCH:
-        return _HAS_TORCH[0]
     torch = loaded_torch()
-    if torch is None and importlib.util.find_spec("torch") is not None:
-        import torch  # a large lookup on numpy arrays: torch's fused kernel wins
+    if torch is not None:
+        return torch
+    if idx.shape[0] * (data.size // data.shape[0]) < TORCH_BAG_MIN:
+        return None
+    if not _HAS_TORCH:
+        _HAS_TORCH.append(importlib.util.find_spec("torch") is not None)
+    if not _HAS_TORCH[0]:
+        return None
+    import torch  # a large lookup on numpy arrays: torch's fused kernel wins
 
-        from asyncnet.tensor.threads import torch_loaded
+    from asyncnet.tensor.threads import torch_loaded
 
-        torch_loaded()
-    _HAS_TORCH.append(torch)
+    torch_loaded()
     return torch
 
 
@@ -582,14 +586,15 @@ def _bag_offsets(ctx: Any, x: np.ndarray, i: int, total: int) -> np.ndarray:
     if x.ndim != 1 or kind not in "iu":
         raise TypeError(f"expected 1-D int lengths in input {i} {ctx.op.inputs[i]!r}, got {x.dtype} {tuple(x.shape)}")
     b = x.shape[0]
-    if b and total:
-        n = int(x.min())
-        if n == int(x.max()) and n * b == total:
-            return _even_offsets(b, n)
+    low = int(x.min()) if b else 0
+    if low < 0:
+        _lengths(ctx, x, i, total)
+    if b and low * b == total and total and int(x.max()) == low:
+        return _even_offsets(b, low)
     offsets = np.empty(b + 1, np.int64)
     offsets[0] = 0
     np.cumsum(x, out=offsets[1:])
-    if offsets[-1] != total or (kind == "i" and b and x.min() < 0):
+    if offsets[-1] != total:
         _lengths(ctx, x, i, total)
         raise ValueError(f"expected lengths in input {i} {ctx.op.inputs[i]!r} that fit in int64")
     return offsets

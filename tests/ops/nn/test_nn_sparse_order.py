@@ -73,6 +73,7 @@ def every_layout(monkeypatch, fn):
     real = sparse._bag_slots
     for forced in ("padded", "add.at"):
         with monkeypatch.context() as m:
+            m.setattr(sparse, "TORCH_BAGS", False)
             m.setattr(
                 sparse,
                 "_bag_slots",
