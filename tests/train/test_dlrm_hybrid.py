@@ -122,10 +122,20 @@ def test_cli_hybrid_writes_the_run_and_resumes_with_one_process_losses(tmp_path)
     expect = [np.mean(losses[3 * e : 3 * e + 3]) for e in range(3)]
     np.testing.assert_allclose([e["train_loss"] for e in done["epochs"]], expect, rtol=1e-5)
     assert done["status"] == "ok" and done["epochs"][-1]["step"] == 9
-    # the checkpoint holds every table, gathered from both ranks: one process's parameters
+    # each rank wrote its own tables (no rank held them all); the main file holds the rest
     log = random_log(SPEC[len("random:") :])
     m = dlrm(dim=8, bottom=(16,), top=(16,), **log.model_args)
+    tables = {f"emb{k}_table" for k in range(5)}
+    shards = sorted(p.name for p in (tmp_path / "run").glob("checkpoint.shard*.npz"))
+    assert shards == ["checkpoint.shard0.step9.npz", "checkpoint.shard1.step9.npz"]  # epoch 2's removed
+    held = [set(np.load(tmp_path / "run" / f).files) for f in shards]
+    assert held[0].isdisjoint(held[1]) and held[0] | held[1] == tables and all(h < tables for h in held)
+    assert tables.isdisjoint(np.load(tmp_path / "run" / "checkpoint.npz").files)
+    # its parameters are one process's
     net = m.train_net(optimizer="sgd", lr=0.1)
+    from asyncnet.model.checkpoint import read
+
+    ckpt, _ = read(m, tmp_path / "run" / "checkpoint.npz")  # the shards read with it: one checkpoint
     with an.Workspace() as ws:
         ws.run_net_once(m.init_net)
         ws.create_net(net)
@@ -133,10 +143,9 @@ def test_cli_hybrid_writes_the_run_and_resumes_with_one_process_losses(tmp_path)
             for k, v in log.batch(np.arange(s * 32, (s + 1) * 32) % len(log)).items():
                 ws.feed(k, v)
             ws.run_net("train")
-        ckpt = np.load(tmp_path / "run" / "checkpoint.npz")
         for p in m.params:
             np.testing.assert_allclose(ckpt[p], ws.fetch(p), rtol=1e-4, atol=1e-6, err_msg=p)
-        # asyncnet predict scores with the gathered model: one process's probabilities
+        # asyncnet predict scores with the sharded model: one process's probabilities
         for k, v in log.batch(np.arange(len(log))).items():
             ws.feed(k, v)
         ws.run_net_once(m.forward_net("score"))
