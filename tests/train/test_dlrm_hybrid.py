@@ -113,7 +113,14 @@ def test_cli_hybrid_writes_the_run_and_resumes_with_one_process_losses(tmp_path)
     import json
 
     dims = ["--model-arg", "dim=8", "--model-arg", "bottom=[16]", "--model-arg", "top=[16]"]
+    # a script named after a standard module in the folder torchrun starts in is never imported
+    # by the ranks (pathlib's `import nt` found it first on sys.path: importing torch there
+    # crashed both ranks); this test's launcher, python -m torch.distributed.run, still imports it
+    (tmp_path / "nt.py").write_text(
+        "import os\nif 'LOCAL_RANK' in os.environ:\n    open('nt_ran', 'w').close()\n    import torch\n"
+    )
     _hybrid_cli(tmp_path, "--data", SPEC, "--epochs", "2", "--out", "run", *dims)
+    assert not (tmp_path / "nt_ran").exists()
     first = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert first["status"] == "ok" and len(first["epochs"]) == 2
     _hybrid_cli(tmp_path, "--resume", "run", "--data", SPEC, "--epochs", "3")
