@@ -179,3 +179,44 @@ def test_cli_hybrid_refuses_other_models_in_one_line(tmp_path):
         env={**os.environ, "PYTHONPATH": SRC},
     )
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "--hybrid" in proc.stderr
+
+
+def test_each_rank_writes_its_shard_and_a_failed_write_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
+    import asyncnet._atomicio as atomicio
+    from asyncnet.errors import CheckpointError
+    from asyncnet.model.checkpoint import read
+    from asyncnet.train import dlrm_hybrid
+    from asyncnet.train.config import TrainConfig
+    from asyncnet.train.program import build_program
+
+    log = random_log(SPEC[len("random:") :])
+    kw = {"dim": 8, "bottom": [16], "top": [16], **log.model_args}
+    cfg = TrainConfig(model="dlrm", backend="torch", optimizer="adagrad", lr=0.1, batch_size=32, model_args=kw)
+    program = build_program(cfg, 4, 2)
+    model = HybridDLRM(dlrm_hybrid.LocalComm(), lr=0.1, optimizer="adagrad", **kw)
+
+    def train_and_save(first: int) -> dict:
+        for s in range(first, first + 3):
+            model.step(log.batch(np.arange(s * 32, (s + 1) * 32) % len(log)))
+        dlrm_hybrid._save_checkpoint(model, program, first + 3, cfg, [], tmp_path, None)
+        return {n: a.copy() for n, a in model.params().items()}
+
+    train_and_save(0)
+    saved = train_and_save(3)
+    assert sorted(p.name for p in tmp_path.glob("checkpoint.shard*")) == ["checkpoint.shard0.step6.npz"]
+    shard = np.load(tmp_path / "checkpoint.shard0.step6.npz")
+    assert set(shard.files) == {f"emb{k}_table{s}" for k in range(5) for s in ("", "_moment")}
+    got, meta = read(program.model, tmp_path / "checkpoint.npz")
+    for n, a in saved.items():
+        np.testing.assert_array_equal(got[n], a, err_msg=n)
+
+    def full_disk(path, arrays):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(atomicio, "atomic_write_npz", full_disk)
+    with pytest.raises(CheckpointError, match="rank 0 cannot write .*No space left"):
+        train_and_save(6)
+    got, _ = read(program.model, tmp_path / "checkpoint.npz")  # the step-6 checkpoint, whole
+    assert int(got["iter"][0]) == 6 and (tmp_path / "checkpoint.shard0.step6.npz").exists()
+    for n, a in saved.items():
+        np.testing.assert_array_equal(got[n], a, err_msg=n)
