@@ -31,9 +31,22 @@ def test_a_sharded_checkpoint_reads_as_one(tmp_path):
     got, _ = read(m, tmp_path / "main.npz")
     for n in m.checkpoint_blobs:
         np.testing.assert_array_equal(got[n], arrays[n])
+    # a shard's arrays are mapped, not read: a rank keeping only its own tables loads no other
+    assert isinstance(got["fc2_w"], np.memmap) and not got["fc2_w"].flags.writeable
+    assert not isinstance(got["fc1_w"], np.memmap)
     ws = an.Workspace()
     load(m, ws, tmp_path / "main.npz")
     np.testing.assert_array_equal(ws.fetch("fc2_w"), arrays["fc2_w"])
+
+
+def test_a_shard_of_any_layout_reads_back(tmp_path):
+    m, arrays = _model_and_arrays()
+    shard = {"fc2_w": np.asfortranarray(arrays["fc2_w"]), "fc2_b": arrays["fc2_b"], "extra": np.zeros((0, 3))}
+    atomic_write_npz(tmp_path / "part.npz", shard)
+    save_arrays(m, arrays, tmp_path / "main.npz", shards={"part.npz": ["fc2_w", "fc2_b"]})
+    got, _ = read(m, tmp_path / "main.npz")
+    np.testing.assert_array_equal(got["fc2_w"], arrays["fc2_w"])
+    np.testing.assert_array_equal(got["fc2_b"], arrays["fc2_b"])
 
 
 @pytest.mark.parametrize(

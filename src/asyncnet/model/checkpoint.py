@@ -157,12 +157,59 @@ def _read_npz(path: str) -> dict[str, np.ndarray]:
         return data
     names = _shard_names(path, data.pop(SHARDS))
     for name in names:
-        part = _read_one_npz(os.path.join(os.path.dirname(path), name))
+        part = _map_npz(os.path.join(os.path.dirname(path), name))
         clash = sorted(set(part) & set(data))
         if clash:
             raise CheckpointError(f"checkpoint {path!r}: shard {name!r} holds {clash[:5]} again")
         data.update(part)
     return data
+
+
+def _map_npz(path: str) -> dict[str, np.ndarray]:
+    """A shard's arrays memory-mapped (read-only; an uncompressed npz stores each .npy whole
+    at an offset): reading a sharded checkpoint loads no table until it is read, so a rank
+    that keeps only its own tables never holds the others'."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as z, open(path, "rb") as f:
+            out = {}
+            for info in z.infolist():
+                at = _stored_npy(f, info) if info.compress_type == zipfile.ZIP_STORED else None
+                key = info.filename[: -len(".npy")] if info.filename.endswith(".npy") else info.filename
+                if at is None:
+                    with z.open(info) as member:
+                        out[key] = np.lib.format.read_array(member, allow_pickle=False)
+                else:
+                    out[key] = np.memmap(path, mode="r", **at)
+    except CheckpointError:
+        raise
+    except FileNotFoundError:
+        raise CheckpointError(f"checkpoint {path!r} does not exist") from None
+    except Exception as e:
+        raise CheckpointError(f"checkpoint {path!r} is not a readable npz file: {type(e).__name__}: {e}") from e
+    return out
+
+
+def _stored_npy(f: Any, info: Any) -> dict[str, Any] | None:
+    """np.memmap's arguments for the stored (uncompressed) .npy member ``info`` of the open
+    zip file ``f``, or None when it is not a plain array (then it is read)."""
+    import struct
+
+    f.seek(info.header_offset)
+    local = f.read(30)
+    if len(local) != 30 or local[:4] != b"PK\x03\x04":
+        return None
+    name_len, extra_len = struct.unpack("<HH", local[26:30])
+    f.seek(info.header_offset + 30 + name_len + extra_len)
+    version = np.lib.format.read_magic(f)
+    read_header = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+    if version not in read_header:
+        return None
+    shape, fortran, dtype = read_header[version](f)
+    if dtype.hasobject or not shape or 0 in shape:
+        return None
+    return {"dtype": dtype, "shape": shape, "order": "F" if fortran else "C", "offset": f.tell()}
 
 
 def _shard_names(path: str, entry: np.ndarray) -> list[str]:
