@@ -201,6 +201,7 @@ def test_each_rank_writes_its_shard_and_a_failed_write_keeps_the_previous_checkp
         dlrm_hybrid._save_checkpoint(model, program, first + 3, cfg, [], tmp_path, None)
         return {n: a.copy() for n, a in model.params().items()}
 
+    (tmp_path / "checkpoint.shard3.step2.npz").write_bytes(b"an earlier run's shard")
     train_and_save(0)
     saved = train_and_save(3)
     assert sorted(p.name for p in tmp_path.glob("checkpoint.shard*")) == ["checkpoint.shard0.step6.npz"]

@@ -505,8 +505,9 @@ def _save_checkpoint(
 ) -> None:
     """Every rank writes its own tables and their optimizer state to its shard file; once all
     are written, rank 0 writes ``checkpoint.npz`` (the MLPs, their state, ``iter``, the names of
-    the shards: one checkpoint to every reader) and ``metrics.json``; then each rank removes
-    its shards of earlier steps. No rank ever holds another rank's tables. A write that fails on
+    the shards: one checkpoint to every reader) and ``metrics.json``, then removes the shard
+    files it does not name (earlier steps', an earlier run's). No rank ever holds another
+    rank's tables. A write that fails on
     any rank fails every rank with a CheckpointError (the previous checkpoint stays whole)."""
     from asyncnet._atomicio import atomic_write_npz
     from asyncnet.errors import CheckpointError
@@ -528,12 +529,13 @@ def _save_checkpoint(
                 _save_run(program, model.params(), step, cfg, epochs, out, data, written)
             except CheckpointError as e:
                 problem = str(e)
+            else:  # the shards the checkpoint no longer names: earlier steps', an earlier run's
+                for old in out.glob("checkpoint.shard*.npz"):
+                    if old.name not in written:
+                        old.unlink(missing_ok=True)
     flags = model.comm.sum(np.array([1.0 if problem else 0.0]))
     if problem or flags[0]:
         raise CheckpointError(problem or "the checkpoint was not written: another rank failed to write its part")
-    for old in out.glob(f"checkpoint.shard{model.rank}.step*.npz"):
-        if old.name != name:
-            old.unlink(missing_ok=True)
 
 
 def _save_run(
