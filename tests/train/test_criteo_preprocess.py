@@ -129,11 +129,29 @@ def test_options_that_do_not_apply_are_one_clear_error(tmp_path):
         criteo.load_click_data("random:tables=5-5,batches=1,batch=4", {"data_sub_sample_rate": 0.5})
     with pytest.raises(TrainConfigError, match=r"in \[0, 1\)"):
         criteo.load_kaggle(write(tmp_path / "t.txt", lines_with_repeats(5)), 10, sub_sample=(1.0, 1))
-    days = tmp_path / "days"
-    days.mkdir()
-    write(days / "day_0", lines_with_repeats(5))
-    with pytest.raises(TrainConfigError, match="Terabyte days need max_ind_range"):
-        criteo.load_click_data(str(days), {"max_ind_range": -1})
+
+
+@pytest.mark.parametrize("rate", [0.0, 0.5])
+def test_terabyte_days_number_categories_by_first_appearance_over_the_days(tmp_path, rate):
+    shared, other = lines_with_repeats(300, seed=6), lines_with_repeats(100, seed=9)
+    day_lines = [shared[:150], other, shared[150:]]  # day 2 repeats day 0's values, day 1 brings new ones
+    folder = tmp_path / "days"
+    folder.mkdir()
+    for i, lines in enumerate(day_lines):
+        write(folder / f"day_{i}", lines)
+    kept = [
+        [day[k] for k in reference_sub_sample(day, rate, 11 + i)] if rate else day for i, day in enumerate(day_lines)
+    ]
+    want, counts = reference_dense_ids([line for day in kept for line in day])  # one dictionary over the days
+    options = {"max_ind_range": -1, "data_sub_sample_rate": rate, "numpy_rand_seed": 11}
+    log = criteo.load_click_data(str(folder), options)
+    rows = np.arange(len(log))
+    np.testing.assert_array_equal(np.stack([log.ids[k][rows] for k in range(26)], 1), want)
+    assert log.table_sizes == counts and counts != reference_dense_ids(kept[0])[1]
+    batch = log.batch(rows[::7])  # the feeds carry the days' common ids
+    np.testing.assert_array_equal(batch["ids3"], want[::7, 3])
+    again = criteo.load_click_data(str(folder), options)  # from the days' caches
+    assert again.table_sizes == counts
 
 
 def test_cli_trains_on_dense_ids_with_sub_sampling(tmp_path, cache):

@@ -113,7 +113,14 @@ def test_cli_hybrid_writes_the_run_and_resumes_with_one_process_losses(tmp_path)
     import json
 
     dims = ["--model-arg", "dim=8", "--model-arg", "bottom=[16]", "--model-arg", "top=[16]"]
+    # a script named after a standard module in the folder torchrun starts in is never imported
+    # by the ranks (pathlib's `import nt` found it first on sys.path: importing torch there
+    # crashed both ranks); this test's launcher, python -m torch.distributed.run, still imports it
+    (tmp_path / "nt.py").write_text(
+        "import os\nif 'LOCAL_RANK' in os.environ:\n    open('nt_ran', 'w').close()\n    import torch\n"
+    )
     _hybrid_cli(tmp_path, "--data", SPEC, "--epochs", "2", "--out", "run", *dims)
+    assert not (tmp_path / "nt_ran").exists()
     first = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert first["status"] == "ok" and len(first["epochs"]) == 2
     _hybrid_cli(tmp_path, "--resume", "run", "--data", SPEC, "--epochs", "3")
@@ -122,10 +129,20 @@ def test_cli_hybrid_writes_the_run_and_resumes_with_one_process_losses(tmp_path)
     expect = [np.mean(losses[3 * e : 3 * e + 3]) for e in range(3)]
     np.testing.assert_allclose([e["train_loss"] for e in done["epochs"]], expect, rtol=1e-5)
     assert done["status"] == "ok" and done["epochs"][-1]["step"] == 9
-    # the checkpoint holds every table, gathered from both ranks: one process's parameters
+    # each rank wrote its own tables (no rank held them all); the main file holds the rest
     log = random_log(SPEC[len("random:") :])
     m = dlrm(dim=8, bottom=(16,), top=(16,), **log.model_args)
+    tables = {f"emb{k}_table" for k in range(5)}
+    shards = sorted(p.name for p in (tmp_path / "run").glob("checkpoint.shard*.npz"))
+    assert shards == ["checkpoint.shard0.step9.npz", "checkpoint.shard1.step9.npz"]  # epoch 2's removed
+    held = [set(np.load(tmp_path / "run" / f).files) for f in shards]
+    assert held[0].isdisjoint(held[1]) and held[0] | held[1] == tables and all(h < tables for h in held)
+    assert tables.isdisjoint(np.load(tmp_path / "run" / "checkpoint.npz").files)
+    # its parameters are one process's
     net = m.train_net(optimizer="sgd", lr=0.1)
+    from asyncnet.model.checkpoint import read
+
+    ckpt, _ = read(m, tmp_path / "run" / "checkpoint.npz")  # the shards read with it: one checkpoint
     with an.Workspace() as ws:
         ws.run_net_once(m.init_net)
         ws.create_net(net)
@@ -133,10 +150,9 @@ def test_cli_hybrid_writes_the_run_and_resumes_with_one_process_losses(tmp_path)
             for k, v in log.batch(np.arange(s * 32, (s + 1) * 32) % len(log)).items():
                 ws.feed(k, v)
             ws.run_net("train")
-        ckpt = np.load(tmp_path / "run" / "checkpoint.npz")
         for p in m.params:
             np.testing.assert_allclose(ckpt[p], ws.fetch(p), rtol=1e-4, atol=1e-6, err_msg=p)
-        # asyncnet predict scores with the gathered model: one process's probabilities
+        # asyncnet predict scores with the sharded model: one process's probabilities
         for k, v in log.batch(np.arange(len(log))).items():
             ws.feed(k, v)
         ws.run_net_once(m.forward_net("score"))
@@ -163,3 +179,45 @@ def test_cli_hybrid_refuses_other_models_in_one_line(tmp_path):
         env={**os.environ, "PYTHONPATH": SRC},
     )
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "--hybrid" in proc.stderr
+
+
+def test_each_rank_writes_its_shard_and_a_failed_write_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
+    import asyncnet._atomicio as atomicio
+    from asyncnet.errors import CheckpointError
+    from asyncnet.model.checkpoint import read
+    from asyncnet.train import dlrm_hybrid
+    from asyncnet.train.config import TrainConfig
+    from asyncnet.train.program import build_program
+
+    log = random_log(SPEC[len("random:") :])
+    kw = {"dim": 8, "bottom": [16], "top": [16], **log.model_args}
+    cfg = TrainConfig(model="dlrm", backend="torch", optimizer="adagrad", lr=0.1, batch_size=32, model_args=kw)
+    program = build_program(cfg, 4, 2)
+    model = HybridDLRM(dlrm_hybrid.LocalComm(), lr=0.1, optimizer="adagrad", **kw)
+
+    def train_and_save(first: int) -> dict:
+        for s in range(first, first + 3):
+            model.step(log.batch(np.arange(s * 32, (s + 1) * 32) % len(log)))
+        dlrm_hybrid._save_checkpoint(model, program, first + 3, cfg, [], tmp_path, None)
+        return {n: a.copy() for n, a in model.params().items()}
+
+    (tmp_path / "checkpoint.shard3.step2.npz").write_bytes(b"an earlier run's shard")
+    train_and_save(0)
+    saved = train_and_save(3)
+    assert sorted(p.name for p in tmp_path.glob("checkpoint.shard*")) == ["checkpoint.shard0.step6.npz"]
+    shard = np.load(tmp_path / "checkpoint.shard0.step6.npz")
+    assert set(shard.files) == {f"emb{k}_table{s}" for k in range(5) for s in ("", "_moment")}
+    got, meta = read(program.model, tmp_path / "checkpoint.npz")
+    for n, a in saved.items():
+        np.testing.assert_array_equal(got[n], a, err_msg=n)
+
+    def full_disk(path, arrays):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(atomicio, "atomic_write_npz", full_disk)
+    with pytest.raises(CheckpointError, match="rank 0 cannot write .*No space left"):
+        train_and_save(6)
+    got, _ = read(program.model, tmp_path / "checkpoint.npz")  # the step-6 checkpoint, whole
+    assert int(got["iter"][0]) == 6 and (tmp_path / "checkpoint.shard0.step6.npz").exists()
+    for n, a in saved.items():
+        np.testing.assert_array_equal(got[n], a, err_msg=n)

@@ -20,6 +20,10 @@ dtype) and the metadata before any blob changes, and refuses a file without meta
     >>> bool((ws2.fetch("fc_w") == ws.fetch("fc_w")).all())
     True
 
+A checkpoint may be sharded (a model-parallel run: each rank writes its own tables): the main
+file then holds the entry :data:`SHARDS`, the names of the shard files beside it (npz archives
+of the remaining blobs), and reading it reads them too, so a sharded checkpoint loads as one.
+
 A checkpoint written before the metadata was recorded for every model (a zoo model's) is
 refused with the command that converts it: ``python -m asyncnet.train.convert PATH --model NAME``.
 """
@@ -35,12 +39,14 @@ import numpy as np
 from asyncnet._atomicio import atomic_write_npz
 from asyncnet.errors import CheckpointError
 
-__all__ = ["save", "load", "read", "describe", "metadata", "convert", "META", "RANDOM"]
+__all__ = ["save", "load", "read", "describe", "metadata", "convert", "META", "RANDOM", "SHARDS"]
 
 #: the npz entry holding the checkpoint's metadata (a JSON object)
 META = "__asyncnet_checkpoint__"
 #: the npz entry (and key of the arrays saved and read) holding the trainers' random generators
 RANDOM = "__asyncnet_random_states__"
+#: the npz entry of a sharded checkpoint's main file: the shard files' names (JSON list), in its folder
+SHARDS = "__asyncnet_shards__"
 FORMAT = 2
 _META_MAX_CHARS = 1 << 20  # a model description plus a run's epochs: kilobytes
 
@@ -69,12 +75,21 @@ def save(model: Any, ws: Any, path: str | os.PathLike[str], extra: dict[str, Any
 
 
 def save_arrays(
-    model: Any, arrays: dict[str, np.ndarray], path: str | os.PathLike[str], extra: dict[str, Any] | None = None
+    model: Any,
+    arrays: dict[str, np.ndarray],
+    path: str | os.PathLike[str],
+    extra: dict[str, Any] | None = None,
+    shards: dict[str, list[str]] | None = None,
 ) -> None:
     """:func:`save` of arrays already fetched (``{blob: array}``, every checkpoint blob, and
-    optionally the random generators' states under :data:`RANDOM`)."""
+    optionally the random generators' states under :data:`RANDOM`). With ``shards`` (``{file
+    name in path's folder: the blobs it holds}``, files already written), those blobs are left
+    out and the file names recorded under :data:`SHARDS`."""
     meta = {"format": FORMAT, "model": describe(model), **(extra or {})}
-    out = {n: np.asarray(arrays[n]) for n in model.checkpoint_blobs}
+    elsewhere = {n for names in (shards or {}).values() for n in names}
+    out = {n: np.asarray(arrays[n]) for n in model.checkpoint_blobs if n not in elsewhere}
+    if shards:
+        out[SHARDS] = np.array(json.dumps(sorted(shards)))
     if arrays.get(RANDOM) is not None:
         out[RANDOM] = _random_states(np.asarray(arrays[RANDOM]), os.fspath(path))
     out[META] = np.array(json.dumps(meta, allow_nan=False, default=_json_default))
@@ -137,6 +152,79 @@ def convert(model: Any, path: str | os.PathLike[str], out: str | os.PathLike[str
 
 
 def _read_npz(path: str) -> dict[str, np.ndarray]:
+    data = _read_one_npz(path)
+    if SHARDS not in data:
+        return data
+    names = _shard_names(path, data.pop(SHARDS))
+    for name in names:
+        part = _map_npz(os.path.join(os.path.dirname(path), name))
+        clash = sorted(set(part) & set(data))
+        if clash:
+            raise CheckpointError(f"checkpoint {path!r}: shard {name!r} holds {clash[:5]} again")
+        data.update(part)
+    return data
+
+
+def _map_npz(path: str) -> dict[str, np.ndarray]:
+    """A shard's arrays memory-mapped (read-only; an uncompressed npz stores each .npy whole
+    at an offset): reading a sharded checkpoint loads no table until it is read, so a rank
+    that keeps only its own tables never holds the others'."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as z, open(path, "rb") as f:
+            out = {}
+            for info in z.infolist():
+                at = _stored_npy(f, info) if info.compress_type == zipfile.ZIP_STORED else None
+                key = info.filename[: -len(".npy")] if info.filename.endswith(".npy") else info.filename
+                if at is None:
+                    with z.open(info) as member:
+                        out[key] = np.lib.format.read_array(member, allow_pickle=False)
+                else:
+                    out[key] = np.memmap(path, mode="r", **at)
+    except CheckpointError:
+        raise
+    except FileNotFoundError:
+        raise CheckpointError(f"checkpoint {path!r} does not exist") from None
+    except Exception as e:
+        raise CheckpointError(f"checkpoint {path!r} is not a readable npz file: {type(e).__name__}: {e}") from e
+    return out
+
+
+def _stored_npy(f: Any, info: Any) -> dict[str, Any] | None:
+    """np.memmap's arguments for the stored (uncompressed) .npy member ``info`` of the open
+    zip file ``f``, or None when it is not a plain array (then it is read)."""
+    import struct
+
+    f.seek(info.header_offset)
+    local = f.read(30)
+    if len(local) != 30 or local[:4] != b"PK\x03\x04":
+        return None
+    name_len, extra_len = struct.unpack("<HH", local[26:30])
+    f.seek(info.header_offset + 30 + name_len + extra_len)
+    version = np.lib.format.read_magic(f)
+    read_header = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+    if version not in read_header:
+        return None
+    shape, fortran, dtype = read_header[version](f)
+    if dtype.hasobject or not shape or 0 in shape:
+        return None
+    return {"dtype": dtype, "shape": shape, "order": "F" if fortran else "C", "offset": f.tell()}
+
+
+def _shard_names(path: str, entry: np.ndarray) -> list[str]:
+    try:
+        names = json.loads(str(entry))
+    except ValueError:
+        names = None
+    if not isinstance(names, list) or not all(
+        isinstance(n, str) and n and os.path.basename(n) == n and n not in (".", "..") for n in names
+    ):
+        raise CheckpointError(f"checkpoint {path!r}: its {SHARDS!r} entry is not a list of file names in its folder")
+    return names
+
+
+def _read_one_npz(path: str) -> dict[str, np.ndarray]:
     try:
         f = np.load(path, allow_pickle=False)
         if not isinstance(f, np.lib.npyio.NpzFile):

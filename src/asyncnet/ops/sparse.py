@@ -488,18 +488,12 @@ def _segments(lengths: np.ndarray) -> np.ndarray:
     "LENGTHS[b] consecutive INDICES.",
 )
 def sparse_lengths_sum(ctx: Any, data: Any, indices: Any, lengths: Any) -> np.ndarray:
+    if type(data) is np.ndarray:
+        torch = _torch_for_bags(data, indices, lengths)
+        if torch is not None:  # torch's embedding_bag on views of the arrays: the same bits
+            return _host_bags(ctx, torch, data, indices, lengths)
     data = _table(ctx, data, 0)
     namespace(ctx, data, indices, lengths)
-    torch = None if is_torch(data) else _torch_for_bags(data, indices)
-    if torch is not None:  # torch's embedding_bag on views of the arrays: the same bits
-        idx = _int_indices(ctx, indices, 1)
-        lengths = _lengths(ctx, lengths, 2, idx.shape[0])
-        t = torch.from_numpy
-        try:  # embedding_bag checks the range of every index in its loop
-            return _torch_bags(t(data), t(_writable(idx)), t(_writable(lengths))).numpy()
-        except RuntimeError:
-            _indices(ctx, indices, 1, data.shape[0])  # our message for an index out of range
-            raise
     idx = _indices(ctx, indices, 1, data.shape[0])
     if idx.ndim != 1:
         raise ValueError(f"expected 1-D INDICES, got shape {tuple(idx.shape)}")
@@ -513,9 +507,11 @@ def sparse_lengths_sum(ctx: Any, data: Any, indices: Any, lengths: Any) -> np.nd
     return _bag_sums_by_slot(data, idx, lengths, used)
 
 
-#: numpy lookups of at least this many elements (indices x row) run torch's embedding_bag when
-#: torch is installed; below it numpy's calls cost less than torch's dispatch
+#: numpy float32 lookups run torch's embedding_bag when torch is already imported (it costs less
+#: than numpy's calls at every size), and import it from this many elements (indices x row) on
 TORCH_BAG_MIN = 16384
+#: False: numpy float32 lookups never use torch (the tests' way to reach the numpy layouts)
+TORCH_BAGS = True
 _HAS_TORCH: list[bool] = []  # [installed?] once looked up
 
 
@@ -534,20 +530,22 @@ def _int_indices(ctx: Any, x: Any, i: int) -> np.ndarray:
     return x
 
 
-def _torch_for_bags(data: np.ndarray, idx: Any) -> Any:
-    """torch, when a numpy float32 lookup is better pooled by its ``embedding_bag`` (and torch is
-    installed). Its float32 sum adds each bag's rows one after another from zero, the bits of
-    Caffe2's loop (tested against :func:`_bag_sums_by_slot`), in one pass with no padded copy.
-    The choice depends on the shapes and the installation only."""
-    if data.dtype != np.float32 or not isinstance(idx, np.ndarray) or idx.ndim != 1:
+def _torch_for_bags(data: np.ndarray, idx: Any, lengths: Any) -> Any:
+    """torch, when a numpy float32 lookup is better pooled by its ``embedding_bag``: torch is
+    imported, or installed and the lookup has at least :data:`TORCH_BAG_MIN` elements. Its
+    float32 sum adds each bag's rows one after another from zero, the bits of Caffe2's loop
+    (tested against :func:`_bag_sums_by_slot`), in one pass with no padded copy."""
+    if data.dtype != np.float32 or type(idx) is not np.ndarray or type(lengths) is not np.ndarray:
         return None
-    if idx.shape[0] * math.prod(data.shape[1:]) < TORCH_BAG_MIN:
+    if idx.ndim != 1 or data.ndim < 1 or data.shape[0] == 0 or not TORCH_BAGS:
         return None
     if not (data.flags.c_contiguous and data.flags.writeable):  # torch views writable arrays only
         return None
     torch = loaded_torch()
     if torch is not None:
         return torch
+    if idx.shape[0] * (data.size // data.shape[0]) < TORCH_BAG_MIN:
+        return None
     if not _HAS_TORCH:
         _HAS_TORCH.append(importlib.util.find_spec("torch") is not None)
     if not _HAS_TORCH[0]:
@@ -558,6 +556,61 @@ def _torch_for_bags(data: np.ndarray, idx: Any) -> Any:
 
     torch_loaded()
     return torch
+
+
+def _host_bags(ctx: Any, torch: Any, data: np.ndarray, indices: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """SparseLengthsSum of numpy arrays by one ``torch.embedding_bag`` call on views of them.
+
+    The checks cost one pass over LENGTHS (their running sum gives the bag offsets, its last
+    value is checked against the number of indices, their minimum against 0) and none over the
+    indices: embedding_bag checks each index's range in its loop, and on its error the indices
+    are checked here for asyncnet's message."""
+    idx = _int_indices(ctx, indices, 1)
+    offsets = _bag_offsets(ctx, lengths, 2, idx.shape[0])
+    flat = data if data.ndim == 2 else data.reshape(data.shape[0], -1)
+    t = torch.from_numpy
+    try:
+        out = torch.embedding_bag(t(flat), t(_writable(idx)), t(offsets), False, 0, False, None, True)[0]
+    except RuntimeError:
+        _indices(ctx, idx, 1, data.shape[0])  # our message for an index out of range
+        raise
+    pooled = out.numpy()
+    return pooled if data.ndim == 2 else pooled.reshape(offsets.shape[0] - 1, *data.shape[1:])
+
+
+def _bag_offsets(ctx: Any, x: np.ndarray, i: int, total: int) -> np.ndarray:
+    """[0, cumsum(LENGTHS)...] as int64 (input ``i``, 1-D ints), the error of :func:`_lengths`
+    when a length is negative or they do not sum to ``total``. Bags of one length (a Criteo
+    lookup: one id per example and table) take a cached ``arange`` after two reductions."""
+    kind = x.dtype.kind
+    if x.ndim != 1 or kind not in "iu":
+        raise TypeError(f"expected 1-D int lengths in input {i} {ctx.op.inputs[i]!r}, got {x.dtype} {tuple(x.shape)}")
+    b = x.shape[0]
+    low = int(x.min()) if b else 0
+    if low < 0:
+        _lengths(ctx, x, i, total)
+    if b and low * b == total and total and int(x.max()) == low:
+        return _even_offsets(b, low)
+    offsets = np.empty(b + 1, np.int64)
+    offsets[0] = 0
+    np.cumsum(x, out=offsets[1:])
+    if offsets[-1] != total:
+        _lengths(ctx, x, i, total)
+        raise ValueError(f"expected lengths in input {i} {ctx.op.inputs[i]!r} that fit in int64")
+    return offsets
+
+
+_EVEN_OFFSETS: dict[tuple[int, int], np.ndarray] = {}
+
+
+def _even_offsets(b: int, n: int) -> np.ndarray:
+    """``[0, n, 2n, ..., b * n]`` (int64), made once per (b, n); nobody writes it."""
+    offsets = _EVEN_OFFSETS.get((b, n))
+    if offsets is None:
+        if len(_EVEN_OFFSETS) >= 64:
+            _EVEN_OFFSETS.clear()
+        offsets = _EVEN_OFFSETS[b, n] = np.arange(0, (b + 1) * n, n, dtype=np.int64)
+    return offsets
 
 
 @register_op(
@@ -1076,13 +1129,14 @@ def sparse_adagrad(
 
 
 def _adagrad_rows(
-    ctx: Any, xp: Any, p: Any, m: Any, idx: Any, g: Any, gmap: Any, lr: Any, count: Any = None
+    ctx: Any, xp: Any, p: Any, m: Any, idx: Any, g: Any, gmap: Any, lr: Any, count: Any = None, lr_at: int = 4
 ) -> tuple[Any, Any]:
-    """SparseAdagrad's step on the rows ``idx`` (gradient rows ``g``, or ``g[gmap]``)."""
+    """SparseAdagrad's step on the rows ``idx`` (gradient rows ``g``, or ``g[gmap]``; the
+    learning rate is input ``lr_at``)."""
     f, a = (p.dtype.type if xp.name == "numpy" else float), ctx.args
-    torch_formula = a["formula"] == "torch"
+    torch_formula = a.get("formula", "caffe2") == "torch"
     eps = f(a["epsilon"] if a["epsilon"] is not None else (1e-10 if torch_formula else 1e-5))
-    rate, wd = _scalar(ctx, lr, 4, p.dtype) * f(-1 if torch_formula else 1), f(a["weight_decay"])
+    rate, wd = _scalar(ctx, lr, lr_at, p.dtype) * f(-1 if torch_formula else 1), f(a["weight_decay"])
     if torch_formula:  # torch coalesces a sparse gradient: one step per row with its summed gradient
         idx, g = coalesce(idx, g if gmap is None else g.take(gmap, axis=0))
         gmap = None
@@ -1152,12 +1206,15 @@ def rowwise_sparse_adagrad(ctx: Any, param: Any, moment: Any, indices: Any, grad
     return _rowwise_rows(ctx, xp, p, m, idx, g, None, lr)
 
 
-def _rowwise_rows(ctx: Any, xp: Any, p: Any, m: Any, idx: Any, g: Any, gmap: Any, lr: Any) -> tuple[Any, Any]:
-    """RowWiseSparseAdagrad's step on the rows ``idx`` (gradient rows ``g``, or ``g[gmap]``)."""
+def _rowwise_rows(
+    ctx: Any, xp: Any, p: Any, m: Any, idx: Any, g: Any, gmap: Any, lr: Any, lr_at: int = 4
+) -> tuple[Any, Any]:
+    """RowWiseSparseAdagrad's step on the rows ``idx`` (gradient rows ``g``, or ``g[gmap]``; the
+    learning rate is input ``lr_at``)."""
     f, a = (p.dtype.type if xp.name == "numpy" else float), ctx.args
-    torch_formula = a["formula"] == "torch"
+    torch_formula = a.get("formula", "caffe2") == "torch"
     eps = f(a["epsilon"] if a["epsilon"] is not None else (1e-10 if torch_formula else 1e-5))
-    rate, wd = _scalar(ctx, lr, 4, p.dtype) * f(-1 if torch_formula else 1), f(a["weight_decay"])
+    rate, wd = _scalar(ctx, lr, lr_at, p.dtype) * f(-1 if torch_formula else 1), f(a["weight_decay"])
     if torch_formula:
         idx, g = coalesce(idx, g if gmap is None else g.take(gmap, axis=0))
         gmap = None
@@ -1320,6 +1377,130 @@ def sparse_sgd_fused(ctx: Any, param: Any, indices: Any, grad: Any, lr: Any, len
     elif xp.size(idx):  # the scaled rows are dY's rows scaled (the same products), B rows instead of K
         _add_rows(p, idx, g * w, vmap=gmap)
     return p
+
+
+# -- the Adagrad updates fused with SparseLengthsWeightedSum's gradient (positional weights) --------
+_WEIGHTED_DOC = (
+    " fused with the gradient of SparseLengthsWeightedSum whose weights are positional: index k, "
+    "the j-th of its bag b, has weight aux_param[j] (Caffe2's LengthsRangeFill + Gather pattern), "
+    "so its gradient row is aux_param[j] * grad[b] and aux_grad[k] = <grad[b], param[INDICES[k]]>. "
+    "The same values as LengthsRangeFill, Gather, SparseLengthsWeightedSumGradient (with DATA and "
+    "INDICES) and the unfused update"
+)
+_EXACT_DOC = ", every aux_grad read from param before any row is updated."
+_APPROX_DOC = (
+    " (Caffe2's Approx: index k's aux_grad reads param after the updates of the indices before k, "
+    "which differs only where an index repeats)."
+)
+_WEIGHTED_INPUTS = (
+    "param [R, ...]",
+    "moment",
+    "aux_param [L] (the positional weights; L at least the longest bag)",
+    "indices [K] int",
+    "grad [B, ...] (the pooled gradient)",
+    "lr (1 element)",
+    "lengths [B]",
+)
+_WEIGHTED_OUTPUTS = ("param (in place)", "moment (in place)", "aux_grad [K]")
+
+
+def _weighted_terms(ctx: Any, xp: Any, p: Any, aux: Any, idx: Any, grad: Any, lengths: Any) -> tuple[Any, Any]:
+    """(gradient rows grad[b] of each index [K, ...], each index's weight aux_param[j] [K])."""
+    rows, gmap = _fused_grad(ctx, p, grad, lengths, xp.size(idx), 4)
+    if gmap is not None:
+        rows = rows.take(gmap, axis=0)
+    aux = float_array(ctx, aux, 2)
+    host = lengths.cpu().numpy() if is_torch(lengths) else np.asarray(lengths)
+    longest = int(host.max()) if host.size else 0
+    if aux.ndim != 1 or aux.shape[0] < longest or aux.dtype != p.dtype:
+        raise ValueError(
+            f"expected aux_param {ctx.op.inputs[2]!r} 1-D of dtype {p.dtype} with at least {longest} weights "
+            f"(the longest bag), got {tuple(aux.shape)} {aux.dtype}"
+        )
+    starts = np.cumsum(host, dtype=np.int64) - host
+    position = np.arange(int(host.sum()), dtype=np.int64) - np.repeat(starts, host)
+    if is_torch(aux):
+        import torch
+
+        position = torch.from_numpy(position).to(aux.device)
+    return rows, aux[position]
+
+
+def _dots(rows: Any, table_rows: Any) -> Any:
+    """<rows[k], table_rows[k]> for each k: SparseLengthsWeightedSumGradient's dWEIGHTS bits."""
+    return (rows * table_rows).reshape(rows.shape[0], math.prod(rows.shape[1:])).sum(1)
+
+
+def _weighted_fused(
+    ctx: Any,
+    param: Any,
+    moment: Any,
+    aux: Any,
+    indices: Any,
+    grad: Any,
+    lr: Any,
+    lengths: Any,
+    rowwise: bool,
+    approx: bool,
+) -> tuple[Any, Any, Any]:
+    p, m = _param(ctx, param, 0), _param(ctx, moment, 1)
+    xp = namespace(ctx, param, moment, aux, indices, grad, lengths)
+    want = (p.shape[0],) if rowwise else tuple(p.shape)
+    if tuple(m.shape) != want or m.dtype != p.dtype:
+        raise ValueError(
+            f"expected moment {ctx.op.inputs[1]!r} of shape {want} and dtype {p.dtype}, got {tuple(m.shape)} {m.dtype}"
+        )
+    idx = _indices(ctx, indices, 3, p.shape[0]).reshape(-1)
+    rows, w = _weighted_terms(ctx, xp, p, aux, idx, grad, lengths)
+    values = rows * w.reshape(-1, *[1] * (p.ndim - 1))
+    update = _rowwise_rows if rowwise else _adagrad_rows
+    if not approx:
+        aux_grad = _dots(rows, _rows(p, idx))
+        update(ctx, xp, p, m, idx, values, None, lr, lr_at=5)
+        return p, m, aux_grad
+    aux_grad = xp.full((xp.size(idx),), 0, like=values)
+    for r in _rounds(idx):  # round j: the j-th occurrence of each index, after the earlier ones' updates
+        at = idx[r]
+        aux_grad[r] = _dots(rows[r], _rows(p, at))
+        update(ctx, xp, p, m, at, values[r], None, lr, lr_at=5)
+    return p, m, aux_grad
+
+
+def _register_weighted(name: str, rowwise: bool, approx: bool) -> None:
+    base = "RowWiseSparseAdagrad" if rowwise else "SparseAdagrad"
+
+    def kernel(ctx: Any, param: Any, moment: Any, aux: Any, indices: Any, grad: Any, lr: Any, lengths: Any) -> Any:
+        host = _host_views(param, moment, aux, indices, grad, lr, lengths)
+        if host is not None:  # CPU tensors: numpy's kernel on their memory, numpy's bits
+            aux_grad = _weighted_fused(ctx, *host, rowwise, approx)[2]
+            return param, moment, loaded_torch().from_numpy(aux_grad)
+        return _weighted_fused(ctx, param, moment, aux, indices, grad, lr, lengths, rowwise, approx)
+
+    kernel.__name__ = kernel.__qualname__ = name
+    register_op(
+        name,
+        inputs=7,
+        outputs=3,
+        enforce_inplace={0: 0, 1: 1},
+        args=[
+            Arg("epsilon", float, None, "added to sqrt(moment); default 1e-5"),
+            Arg("weight_decay", float, 0.0, f"as {base}'s"),
+        ],
+        inputs_doc=(*_WEIGHTED_INPUTS[:1], "moment [R]" if rowwise else "moment [R, ...]", *_WEIGHTED_INPUTS[2:]),
+        outputs_doc=_WEIGHTED_OUTPUTS,
+        doc=f"Caffe2's {name}: {base}" + _WEIGHTED_DOC + (_APPROX_DOC if approx else _EXACT_DOC),
+    )(kernel)
+
+
+for _rowwise in (False, True):
+    for _approx in (False, True):
+        _register_weighted(
+            ("RowWise" if _rowwise else "")
+            + "SparseAdagradFusedWithSparseLengthsWeightedSumGradient"
+            + ("Approx" if _approx else ""),
+            _rowwise,
+            _approx,
+        )
 
 
 def _compact_steps(p: Any, m: Any, idx: Any, g: Any, step: Any, gmap: np.ndarray | None = None) -> None:

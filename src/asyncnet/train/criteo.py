@@ -197,7 +197,8 @@ def _cache_dir(path: Path, max_ind_range: int, bad_rows: str, labeled: bool, sub
     st = path.stat()
     sampled = "" if not sub_sample[0] else f"|{sub_sample[0]!r}|{sub_sample[1]}"
     key = hashlib.sha256(
-        f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{max_ind_range}|{bad_rows}|{labeled}{sampled}|v1".encode()
+        f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{max_ind_range}|{bad_rows}|{labeled}{sampled}|"
+        f"{'v2' if max_ind_range == 0 else 'v1'}".encode()
     ).hexdigest()[:20]
     root = Path(os.environ.get("ASYNCNET_CACHE") or Path.home() / ".cache" / "asyncnet")
     return root / "criteo" / f"{path.name}-{key}"
@@ -414,19 +415,24 @@ def _convert(src: Path, cache: Path, how: _Convert) -> None:
 def _dense_ids(raw: np.ndarray, n: int, folder: Path) -> list[int]:
     """Number each column's raw categories 0, 1, ... in order of first appearance (the
     reference's dictionaries when ``max_ind_range`` is not given) into ``folder/cats.npy``, one
-    column at a time; the number of distinct values of each column (its table's rows)."""
+    column at a time, and keep each column's raw values in that order (``uniques.npz``: id i
+    is value ``col{j}[i]``, how days number their categories together); the number of
+    distinct values of each column (its table's rows)."""
     from numpy.lib.format import open_memmap
 
-    counts = []
+    counts, uniques = [], {}
     cats = open_memmap(folder / "cats.npy", mode="w+", dtype=np.int64, shape=(raw.shape[0], NUM_SPARSE))
     for j in range(NUM_SPARSE):
         uniq, first, inverse = np.unique(raw[:n, j], return_index=True, return_inverse=True)
+        order = np.argsort(first, kind="stable")
         rank = np.empty(uniq.size, np.int64)
-        rank[np.argsort(first, kind="stable")] = np.arange(uniq.size)
+        rank[order] = np.arange(uniq.size)
         cats[:n, j] = rank[inverse.reshape(-1)]
+        uniques[f"col{j}"] = uniq[order]
         counts.append(int(uniq.size))
     cats.flush()
     del cats, raw
+    np.savez(folder / "uniques.npz", **uniques)
     (folder / "raw.npy").unlink()
     return counts
 
@@ -580,8 +586,8 @@ class _Stacked:
     """Arrays (memory-mapped, one per day) read as one along axis 0: ``a[rows]`` gathers from
     the parts holding ``rows``, reading only those."""
 
-    def __init__(self, parts: Sequence[np.ndarray]):
-        self.parts = list(parts)
+    def __init__(self, parts: Sequence[np.ndarray], maps: Sequence[np.ndarray] | None = None):
+        self.parts, self.maps = list(parts), None if maps is None else list(maps)
         self.starts = np.concatenate([[0], np.cumsum([len(p) for p in self.parts])]).astype(np.int64)
         self.shape = (int(self.starts[-1]), *self.parts[0].shape[1:])
         self.dtype = self.parts[0].dtype
@@ -595,7 +601,8 @@ class _Stacked:
         part = np.searchsorted(self.starts, rows, side="right") - 1
         for d in np.unique(part):
             at = part == d
-            out[at] = self.parts[d][rows[at] - self.starts[d]]
+            got = self.parts[d][rows[at] - self.starts[d]]
+            out[at] = got if self.maps is None else self.maps[d][got]
         return out
 
 
@@ -619,28 +626,52 @@ def load_terabyte(
 ) -> tuple[ExampleLog, list[int]]:
     """The days' text files (each as :func:`load_kaggle`: converted once, memory-mapped) as one
     :class:`ExampleLog`, days in order, and the examples of each day. Day i sub-samples with
-    seed + i."""
-    if max_ind_range <= 0:
-        raise TrainConfigError(
-            f"--data {days[0].parent}: Terabyte days need max_ind_range >= 1 (numbering the categories "
-            "by first appearance would take one more pass over every day)"
-        )
+    seed + i. With ``max_ind_range`` <= 0 each column's categories are numbered 0, 1, ... in
+    order of first appearance over the days in order (the reference's dictionaries, built over
+    every day it reads): each day's own numbering is mapped when a batch is read."""
     logs = [
         load_kaggle(str(d), max_ind_range, bad_rows, sub_sample=(sub_sample[0], sub_sample[1] + i))
         for i, d in enumerate(days)
     ]
     if any(not log.labeled for log in logs):
         raise TrainConfigError(f"--data {days[0].parent}: a Terabyte day file without labels (39 fields)")
+    sizes, maps = logs[0].table_sizes, [None] * NUM_SPARSE
+    if max_ind_range <= 0:
+        sizes, maps = _days_dense_ids(days, bad_rows, sub_sample)
     log = ExampleLog(
         _Stacked([x.dense for x in logs]),  # type: ignore[arg-type]
-        [_Stacked([x.ids[k] for x in logs]) for k in range(NUM_SPARSE)],  # type: ignore[misc]
+        [_Stacked([x.ids[k] for x in logs], maps[k]) for k in range(NUM_SPARSE)],  # type: ignore[misc]
         [None] * NUM_SPARSE,
         np.concatenate([x.targets for x in logs]),
-        logs[0].table_sizes,
+        sizes,
         skipped=sum(x.skipped for x in logs),
         source=str(days[0].parent),
     )
     return log, [len(x) for x in logs]
+
+
+def _days_dense_ids(days: Sequence[Path], bad_rows: str, sub_sample: tuple[float, int]) -> tuple[list[int], list[Any]]:
+    """(each column's distinct values over the days, and per column the map of each day's own
+    ids to the ids numbered by first appearance over the days in order). A value's first
+    appearance over the days is its first day's first appearance, so the days' values in their
+    own orders, one day after another, give the order."""
+    firsts = []
+    for i, d in enumerate(days):
+        rate = float(sub_sample[0])
+        cache = _cache_dir(d, 0, bad_rows, True, (rate, int(sub_sample[1]) + i) if rate else (0.0, 0))
+        with np.load(cache / "uniques.npz") as f:
+            firsts.append([f[f"col{j}"] for j in range(NUM_SPARSE)])
+    sizes, maps = [], []
+    for j in range(NUM_SPARSE):
+        values = np.concatenate([day[j] for day in firsts])
+        uniq, first, inverse = np.unique(values, return_index=True, return_inverse=True)
+        rank = np.empty(uniq.size, np.int64)
+        rank[np.argsort(first, kind="stable")] = np.arange(uniq.size)
+        ids = rank[inverse.reshape(-1)]
+        starts = np.cumsum([0] + [len(day[j]) for day in firsts])
+        maps.append([ids[starts[i] : starts[i + 1]] for i in range(len(days))])
+        sizes.append(int(uniq.size))
+    return sizes, maps
 
 
 def day_split(day_rows: Sequence[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -280,10 +280,10 @@ class HybridDLRM:
         for n in self._names():
             self.ws.feed(n, np.array(arrays[n], copy=True))
 
-    def gather(self) -> dict[str, np.ndarray] | None:
-        """Every parameter, the tables gathered from their owners, on rank 0 (None elsewhere)."""
-        mine = {n: a.copy() for n, a in self.params().items()}
-        return self.comm.gather(mine)
+    def shard(self) -> dict[str, np.ndarray]:
+        """This rank's tables and their optimizer state (what its checkpoint shard holds)."""
+        own = [f"emb{k}_table" for k in self.local]
+        return {n: a.copy() for n, a in self.params().items() if _owned_by(n, own)}
 
     def params(self) -> dict[str, np.ndarray]:
         """This rank's parameters and optimizer state: the MLPs, its own tables, ``iter``."""
@@ -356,7 +356,7 @@ class LocalComm:
     def all_to_all(self, send: list[np.ndarray], recv_rows: list[int], dim: int) -> list[np.ndarray]:
         return [np.asarray(x).reshape(-1, dim) for x in send]
 
-    def gather(self, part: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def gather(self, part: dict[str, Any]) -> dict[str, Any]:
         return dict(part)
 
 
@@ -386,13 +386,13 @@ class TorchComm:
         self.dist.all_reduce(t, group=self.group)
         return t.numpy()
 
-    def gather(self, part: dict[str, np.ndarray]) -> dict[str, np.ndarray] | None:
+    def gather(self, part: dict[str, Any]) -> dict[str, Any] | None:
         """Every rank's ``part`` merged on rank 0 (None on the others)."""
         parts: list[Any] = [None] * self.world if self.rank == 0 else []
         self.dist.gather_object(part, parts if self.rank == 0 else None, group=self.group, group_dst=0)
         if self.rank != 0:
             return None
-        merged: dict[str, np.ndarray] = {}
+        merged: dict[str, Any] = {}
         for p in parts:
             merged.update(p)
         return merged
@@ -417,9 +417,9 @@ def train_run(cfg: Any, ds: Any, out: Any, resume: Any = None, quiet: bool = Fal
     """``asyncnet train --model dlrm --backend torch --hybrid`` under torchrun: ``cfg.epochs``
     epochs over ``ds``'s training rows in order, global batches of ``cfg.batch_size`` (the last
     partial batch left out), with ``cfg``'s optimizer and learning-rate schedule; each epoch ends
-    with the test set evaluated by every rank's share (loss, accuracy, AUC) and the tables and
-    optimizer state gathered on rank 0, which writes ``checkpoint.npz`` and ``metrics.json`` in
-    ``out``; ``resume`` (a :class:`~asyncnet.train.loop.Resume`) continues from its arrays and
+    with the test set evaluated by every rank's share (loss, accuracy, AUC) and a checkpoint in
+    ``out``: each rank's tables and their optimizer state in its shard file, the rest and the
+    shards' names in ``checkpoint.npz`` (written by rank 0, with ``metrics.json``); ``resume`` (a :class:`~asyncnet.train.loop.Resume`) continues from its arrays and
     epochs. Returns the epochs' metrics."""
     import torch.distributed as dist
 
@@ -457,9 +457,7 @@ def train_run(cfg: Any, ds: Any, out: Any, resume: Any = None, quiet: bool = Fal
                     f"{len(losses) * b / seconds:,.0f} samples/s",
                     flush=True,
                 )
-            full = model.gather()
-            if full is not None:
-                _save_run(program, full, step, cfg, epochs, out, data)
+            _save_checkpoint(model, program, step, cfg, epochs, out, data)
         return epochs
     finally:
         dist.destroy_process_group()
@@ -497,23 +495,77 @@ def _recorded_data(out: Any) -> str | None:
         return None
 
 
-def _save_run(
-    program: Any, params: dict[str, np.ndarray], step: int, cfg: Any, epochs: list[Any], out: Any, data: str | None
+def shard_file(rank: int, step: int) -> str:
+    """The name of rank ``rank``'s checkpoint shard at step ``step`` (in the run directory)."""
+    return f"checkpoint.shard{rank}.step{step}.npz"
+
+
+def _save_checkpoint(
+    model: HybridDLRM, program: Any, step: int, cfg: Any, epochs: list[Any], out: Any, data: str | None
 ) -> None:
-    """Rank 0: the gathered parameters as the run's checkpoint (with the program's other
-    checkpoint blobs at their initial values) and metrics.json."""
+    """Every rank writes its own tables and their optimizer state to its shard file; once all
+    are written, rank 0 writes ``checkpoint.npz`` (the MLPs, their state, ``iter``, the names of
+    the shards: one checkpoint to every reader) and ``metrics.json``, then removes the shard
+    files it does not name (earlier steps', an earlier run's). No rank ever holds another
+    rank's tables. A write that fails on
+    any rank fails every rank with a CheckpointError (the previous checkpoint stays whole)."""
+    from asyncnet._atomicio import atomic_write_npz
+    from asyncnet.errors import CheckpointError
+
+    name, problem = shard_file(model.rank, step), ""
+    shard = model.shard()
+    try:
+        atomic_write_npz(out / name, shard)
+    except OSError as e:
+        problem = f"rank {model.rank} cannot write {str(out / name)!r}: {e.strerror or e}"
+    written = model.comm.gather({name: None if problem else sorted(shard)})
+    if model.rank == 0 and not problem:
+        assert written is not None
+        failed = [n for n, names in written.items() if names is None]
+        if failed:
+            problem = f"the checkpoint shards {failed} were not written"
+        else:
+            try:
+                _save_run(program, model.params(), step, cfg, epochs, out, data, written)
+            except CheckpointError as e:
+                problem = str(e)
+            else:  # the shards the checkpoint no longer names: earlier steps', an earlier run's
+                for old in out.glob("checkpoint.shard*.npz"):
+                    if old.name not in written:
+                        old.unlink(missing_ok=True)
+    flags = model.comm.sum(np.array([1.0 if problem else 0.0]))
+    if problem or flags[0]:
+        raise CheckpointError(problem or "the checkpoint was not written: another rank failed to write its part")
+
+
+def _save_run(
+    program: Any,
+    params: dict[str, np.ndarray],
+    step: int,
+    cfg: Any,
+    epochs: list[Any],
+    out: Any,
+    data: str | None,
+    shards: dict[str, list[str]],
+) -> None:
+    """Rank 0: the run's checkpoint (its replicated parameters, the program's other checkpoint
+    blobs but the tables at their initial values, the shard files' names) and metrics.json."""
     import asyncnet as an
     from asyncnet.model.checkpoint import save_arrays
     from asyncnet.train.api import CHECKPOINT, METRICS
     from asyncnet.train.report import History, write_metrics
 
+    elsewhere = [n for names in shards.values() for n in names]
+    tables = [n for n in program.model.params if n.startswith("emb") and n.endswith("_table")]
+    init = an.Net("checkpoint_init")  # never fills a table: those are the shards'
+    init.ops.extend(op for op in program.init_net.ops if not any(_owned_by(o, tables) for o in op.outputs))
     with an.Workspace() as ws:
-        ws.run_net_once(program.init_net)
+        ws.run_net_once(init)
         arrays = {n: np.asarray(ws.fetch(n)) for n in program.model.checkpoint_blobs if n in ws}
-    arrays.update(params)
+    arrays.update({n: a for n, a in params.items() if n not in elsewhere})
     arrays["iter"] = np.full_like(arrays["iter"], step) if "iter" in arrays else np.array([step], np.int64)
     run = {"config": cfg.to_dict(), "epochs": [m.to_dict() for m in epochs], "partial": None, "data": data}
-    save_arrays(program.model, arrays, str(out / CHECKPOINT), {"run": run})
+    save_arrays(program.model, arrays, str(out / CHECKPOINT), {"run": run}, shards=shards)
     write_metrics(
         History(config=cfg.to_dict(), epochs=list(epochs)),
         out / METRICS,

@@ -73,6 +73,7 @@ def every_layout(monkeypatch, fn):
     real = sparse._bag_slots
     for forced in ("padded", "add.at"):
         with monkeypatch.context() as m:
+            m.setattr(sparse, "TORCH_BAGS", False)
             m.setattr(
                 sparse,
                 "_bag_slots",
@@ -236,8 +237,49 @@ def test_a_large_float32_lookup_runs_embedding_bag_with_the_loop_bits(monkeypatc
     idx = rng.integers(0, 5000, size=int(lengths.sum()))
     assert idx.size * 64 >= sparse.TORCH_BAG_MIN
     calls = []
-    real = sparse._torch_bags
-    monkeypatch.setattr(sparse, "_torch_bags", lambda *a: calls.append(1) or real(*a))
+    real = sparse._host_bags
+    monkeypatch.setattr(sparse, "_host_bags", lambda *a: calls.append(1) or real(*a))
     got = run("SparseLengthsSum", [data, idx, lengths])
     assert calls and isinstance(got, np.ndarray)
     same_bits(got, loop_bags(data, idx, lengths))
+
+
+@pytest.mark.skipif(not _HAS_TORCH, reason="torch is not installed")
+@pytest.mark.parametrize(
+    ("idx", "lengths", "match"),
+    [
+        ([0, 1, 7, 2], [2, 2], r"indices in \[0, 5\)"),  # bags of one length
+        ([0, 1, 2, 7], [1, 3], r"indices in \[0, 5\)"),
+        ([-1, 1, 2, 0], [2, 2], r"indices in \[0, 5\)"),
+        ([0, 1, 2, 3], [2, 1], "summing to 4"),
+        ([0, 1, 2, 3], [2, 2, 1], "summing to 4"),
+        ([0, 1, 2, 3], [5, -1], "non-negative lengths"),
+        ([0, 1, 2, 3], [-2, -2], "summing to 4"),
+        ([0, 1, 2, 3], [4, 0, 0, 0], None),  # long, then empty, bags: fine
+    ],
+)
+def test_the_embedding_bag_path_keeps_every_check(monkeypatch, idx, lengths, match):
+    monkeypatch.setattr(sparse, "TORCH_BAG_MIN", 0)
+    calls = []
+    real = sparse._host_bags
+    monkeypatch.setattr(sparse, "_host_bags", lambda *a: calls.append(1) or real(*a))
+    data = np.arange(10, dtype=np.float32).reshape(5, 2)
+    args = [data, np.array(idx, np.int64), np.array(lengths, np.int32)]
+    if match is None:
+        same_bits(run("SparseLengthsSum", args), loop_bags(data, args[1], args[2]))
+    else:
+        with pytest.raises(an.OperatorError, match=match):
+            run("SparseLengthsSum", args)
+    assert calls
+
+
+@pytest.mark.skipif(not _HAS_TORCH, reason="torch is not installed")
+@pytest.mark.parametrize("n", [1, 3])
+def test_bags_of_one_length_reuse_their_offsets_and_keep_the_loop_bits(monkeypatch, n):
+    monkeypatch.setattr(sparse, "TORCH_BAG_MIN", 0)
+    rng = np.random.default_rng(n)
+    data = values(rng, (50, 8), "float32", False)
+    for b in (4, 4, 7):  # the second call finds the first call's offsets
+        idx, lengths = rng.integers(0, 50, b * n), np.full(b, n, np.int32)
+        same_bits(run("SparseLengthsSum", [data, idx, lengths]), loop_bags(data, idx, lengths))
+    assert sparse._EVEN_OFFSETS[4, n].tolist() == list(range(0, 5 * n, n))
