@@ -12,7 +12,11 @@ fresh entropy, it draws a new mask every run; so a seeded Dropout repeats the sa
 masks in every new net, not the same mask on every run.
 
 Every op runs on numpy arrays or torch tensors (results keep the inputs' library and device; the
-running statistics are updated in the torch tensors' own storage). Dropout draws its masks from
+running statistics are updated in the torch tensors' own storage). SpatialBNGradient on numpy
+arrays (float32, float64, NCHW, at least :data:`TORCH_MIN_BN_GRAD` elements, no batch sums) runs
+torch's ``native_batch_norm_backward`` on zero-copy views when torch is installed: its one fused
+pass is 2-3x faster than numpy's sums and passes (64x16x8x8: 35 against 104 us); the choice
+depends on the shapes and the installation only, so every executor and process makes the same. Dropout draws its masks from
 the same numpy generator on both libraries, so one seed gives one mask sequence on either.
 
     >>> import numpy as np, asyncnet as an
@@ -35,6 +39,7 @@ from asyncnet.core.registry import Arg, register_gradient, register_op
 from asyncnet.errors import NetDefinitionError
 from asyncnet.ops._check import array, axis_of, float_array, same_dtype
 from asyncnet.ops._half import to_half
+from asyncnet.ops.conv import _torch as torch_if_installed
 from asyncnet.ops.grad import GradOut, MakerResult, output_grad
 from asyncnet.tensor.namespace import namespace
 
@@ -46,7 +51,12 @@ __all__ = [
     "dropout",
     "dropout_grad",
     "dropout_generator",
+    "TORCH_MIN_BN_GRAD",
 ]
+
+#: elements of X from which SpatialBNGradient on numpy arrays runs torch's fused kernel (measured)
+TORCH_MIN_BN_GRAD = 4096
+_TORCH_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 _EPS = Arg("epsilon", float, 1e-5, "added to the variance before the square root")
 _IS_TEST = Arg("is_test", bool, False, "inference mode")
@@ -224,6 +234,10 @@ def _spatial_bn_gradient(ctx: Any, xp: Any, x: Any, scale: Any, dy: Any, mu: Any
     m = xp.size(x) // c if c else 0
     if m == 0:
         return xp.copy(dy), xp.zeros_like(scale), xp.zeros_like(scale)
+    if not sums and order == "NCHW" and xp.name == "numpy":
+        fused = _torch_gradient(x, scale, dy, mu, rstd, ctx.args["epsilon"])
+        if fused is not None:
+            return fused
     if sums:  # spatial_bn_multi_batch_grad_ref: the sums of every batch, averaged
         nb = _number(xp, x)(ctx.args["num_batches"])
         dscale, dbias = (_vec(ctx, v, i, c, x.dtype) / nb for i, v in ((5, sums[0]), (6, sums[1])))
@@ -238,6 +252,24 @@ def _spatial_bn_gradient(ctx: Any, xp: Any, x: Any, scale: Any, dy: Any, mu: Any
     dx += x3 * b[:, None]
     dx += k[:, None]
     return _unchannels(dx, x.shape, order), dscale, dbias
+
+
+def _torch_gradient(x: Any, scale: Any, dy: Any, mu: Any, rstd: Any, eps: float) -> tuple[np.ndarray, ...] | None:
+    """(dX, dscale, dbias) by torch's ``native_batch_norm_backward`` on views of numpy arrays in
+    NCHW, when they are large enough for it to win and torch is installed; else None."""
+    if x.dtype not in _TORCH_DTYPES or x.size < TORCH_MIN_BN_GRAD:
+        return None
+    torch = torch_if_installed()
+    if torch is None:
+        return None
+
+    def view(a: np.ndarray) -> Any:
+        return torch.from_numpy(a if a.flags.c_contiguous and a.flags.writeable else np.array(a, order="C"))
+
+    dx, dscale, dbias = torch.ops.aten.native_batch_norm_backward(
+        view(dy), view(x), view(scale), None, None, view(mu), view(rstd), True, eps, [True, True, True]
+    )
+    return dx.numpy(), dscale.numpy(), dbias.numpy()
 
 
 @register_gradient("SpatialBN")
