@@ -13,10 +13,12 @@ masks in every new net, not the same mask on every run.
 
 Every op runs on numpy arrays or torch tensors (results keep the inputs' library and device; the
 running statistics are updated in the torch tensors' own storage). SpatialBNGradient on numpy
-arrays (float32, float64, NCHW, at least :data:`TORCH_MIN_BN_GRAD` elements, no batch sums) runs
+arrays (float32, float64, NCHW, at least :data:`TORCH_MIN_BN` elements, no batch sums) runs
 torch's ``native_batch_norm_backward`` on zero-copy views when torch is installed: its one fused
-pass is 2-3x faster than numpy's sums and passes (64x16x8x8: 35 against 104 us); the choice
-depends on the shapes and the installation only, so every executor and process makes the same. Dropout draws its masks from
+pass is 2-3x faster than numpy's sums and passes (64x16x8x8: 50 against 105 us). The forward
+stays on numpy: torch's ``native_batch_norm`` is no faster (74 against 88 us alone, within the
+noise in a training step). The choice depends on the shapes and the installation only, so
+every executor and process makes the same. Dropout draws its masks from
 the same numpy generator on both libraries, so one seed gives one mask sequence on either.
 
     >>> import numpy as np, asyncnet as an
@@ -29,6 +31,7 @@ the same numpy generator on both libraries, so one seed gives one mask sequence 
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -51,11 +54,11 @@ __all__ = [
     "dropout",
     "dropout_grad",
     "dropout_generator",
-    "TORCH_MIN_BN_GRAD",
+    "TORCH_MIN_BN",
 ]
 
 #: elements of X from which SpatialBNGradient on numpy arrays runs torch's fused kernel (measured)
-TORCH_MIN_BN_GRAD = 4096
+TORCH_MIN_BN = 4096
 _TORCH_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 _EPS = Arg("epsilon", float, 1e-5, "added to the variance before the square root")
@@ -128,9 +131,14 @@ def _mixed(ctx: Any, xp: Any, x: Any, scale: Any) -> Any:
     """float32 ``scale`` with float16 ``X``: Caffe2's mixed precision (its cuDNN kernels keep scale, bias
     and the statistics in float32 and compute in float32); then ``scale`` (the dtype to compute in), else None."""
     scale = float_array(ctx, scale, 1)
+    if type(x) is np.ndarray and type(scale) is np.ndarray:  # dtype comparisons, not names: 20x cheaper
+        return scale if x.dtype == _F16 and scale.dtype == _F32 else None
     if str(x.dtype).endswith("float16") and str(scale.dtype).endswith("float32"):
         return scale
     return None
+
+
+_F16, _F32 = np.dtype(np.float16), np.dtype(np.float32)
 
 
 def _narrow(xp: Any, y: Any, like: Any) -> Any:
@@ -254,20 +262,22 @@ def _spatial_bn_gradient(ctx: Any, xp: Any, x: Any, scale: Any, dy: Any, mu: Any
     return _unchannels(dx, x.shape, order), dscale, dbias
 
 
+def _torch_view(torch: Any, a: np.ndarray) -> Any:
+    """A torch tensor over ``a``'s memory (over a C-ordered copy when ``a`` is strided or read-only)."""
+    return torch.from_numpy(a if a.flags.c_contiguous and a.flags.writeable else np.array(a, order="C"))
+
+
 def _torch_gradient(x: Any, scale: Any, dy: Any, mu: Any, rstd: Any, eps: float) -> tuple[np.ndarray, ...] | None:
     """(dX, dscale, dbias) by torch's ``native_batch_norm_backward`` on views of numpy arrays in
     NCHW, when they are large enough for it to win and torch is installed; else None."""
-    if x.dtype not in _TORCH_DTYPES or x.size < TORCH_MIN_BN_GRAD:
+    if x.dtype not in _TORCH_DTYPES or x.size < TORCH_MIN_BN:
         return None
     torch = torch_if_installed()
     if torch is None:
         return None
-
-    def view(a: np.ndarray) -> Any:
-        return torch.from_numpy(a if a.flags.c_contiguous and a.flags.writeable else np.array(a, order="C"))
-
+    t = functools.partial(_torch_view, torch)
     dx, dscale, dbias = torch.ops.aten.native_batch_norm_backward(
-        view(dy), view(x), view(scale), None, None, view(mu), view(rstd), True, eps, [True, True, True]
+        t(dy), t(x), t(scale), None, None, t(mu), t(rstd), True, eps, [True, True, True]
     )
     return dx.numpy(), dscale.numpy(), dbias.numpy()
 

@@ -1,5 +1,5 @@
 """SpatialBNGradient on numpy arrays runs torch's fused ``native_batch_norm_backward`` from
-asyncnet.ops.norm.TORCH_MIN_BN_GRAD elements (NCHW, float32/float64): the same gradients as the
+asyncnet.ops.norm.TORCH_MIN_BN elements (NCHW, float32/float64): the same gradients as the
 numpy kernel within float rounding, against torch autograd and finite differences (float64),
 numpy arrays out; the other forms keep the numpy kernel."""
 
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.timeout(120)
 
 def _grads(x: np.ndarray, order: str, threshold: int, monkeypatch: pytest.MonkeyPatch) -> dict[str, np.ndarray]:
     """dX, dscale, dbias of mean(SpatialBN(x) * r) with the torch kernel from ``threshold`` elements."""
-    monkeypatch.setattr(norm_mod, "TORCH_MIN_BN_GRAD", threshold)
+    monkeypatch.setattr(norm_mod, "TORCH_MIN_BN", threshold)
     c = x.shape[-1] if order == "NHWC" else x.shape[1]
     rng = np.random.default_rng(3)
     nchw = (x.shape[0], c, *x.shape[1:-1]) if order == "NHWC" else x.shape
@@ -60,7 +60,7 @@ def test_torch_engine_matches_the_numpy_kernel(shape, dtype, monkeypatch):
 
 @pytest.mark.parametrize("shape", [(3, 2), (2, 3, 2), (2, 2, 3, 2), (3, 2, 2, 1, 2)])
 def test_torch_engine_gradient_matches_autograd_and_finite_differences(shape, monkeypatch):
-    monkeypatch.setattr(norm_mod, "TORCH_MIN_BN_GRAD", 1)
+    monkeypatch.setattr(norm_mod, "TORCH_MIN_BN", 1)
     c = shape[1]
     feeds = {
         "x": rand(10, shape),
