@@ -109,3 +109,37 @@ def test_nhwc_and_read_only_inputs(monkeypatch):
     vec = np.ones(4, np.float32)
     dx, ds, db = norm_mod._torch_gradient(ro, vec, ro, vec, vec, 1e-5)
     assert dx.shape == ro.shape and ds.shape == db.shape == (4,)
+
+
+@pytest.mark.parametrize("shape", [(6, 3), (4, 3, 5), (4, 3, 2, 5)])
+def test_torch_tensors_run_torchs_native_kernels(shape, monkeypatch):
+    native = []
+    real = norm_mod._native
+    monkeypatch.setattr(norm_mod, "_native", lambda *a: native.append(real(*a)) or native[-1])
+    rng = np.random.default_rng(5)
+    c = shape[1]
+    x, r = rng.standard_normal(shape) * 2 + 1, rng.standard_normal(shape)
+    s, b, rm, rv = rng.standard_normal(c), rng.standard_normal(c), rng.standard_normal(c), rng.random(c) + 0.5
+    feeds = {k: torch.tensor(v) for k, v in dict(x=x, s=s, b=b, rm=rm, rv=rv, r=r).items()}
+    net = an.Net("bn_torch")
+    net.SpatialBN(["x", "s", "b", "rm", "rv"], ["y", "rm", "rv", "sm", "siv"], momentum=0.8, epsilon=1e-3)
+    grads = add_gradient_ops(net, weighted_mean_head(net, "y"), wrt=["x", "s", "b"], dtype="float64")
+    with an.Workspace() as ws:
+        for k, v in feeds.items():
+            ws.feed(k, v)
+        ws.run_net_once(net)
+        got = {k: ws.fetch(k) for k in ("y", "rm", "rv", "siv", *grads.values())}
+    want_rm, want_rv = torch.tensor(rm), torch.tensor(rv)
+    tt = {k: torch.tensor(v, requires_grad=True) for k, v in dict(x=x, s=s, b=b).items()}
+    y = F.batch_norm(tt["x"], want_rm, want_rv, tt["s"], tt["b"], training=True, momentum=0.2, eps=1e-3)
+    (y * torch.tensor(r)).mean().backward()
+    assert all(isinstance(v, torch.Tensor) for v in got.values())
+    assert got["rm"] is feeds["rm"] and got["rv"] is feeds["rv"]  # updated in place
+    torch.testing.assert_close(got["y"], y.detach(), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(got["rm"], want_rm, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(got["rv"], want_rv, rtol=1e-12, atol=1e-12)
+    axes = (0, *range(2, len(shape)))
+    np.testing.assert_allclose(got["siv"].numpy(), 1 / np.sqrt(x.var(axis=axes) + 1e-3), rtol=1e-12)
+    for k in ("x", "s", "b"):
+        torch.testing.assert_close(got[grads[k]], tt[k].grad, rtol=1e-10, atol=1e-12)
+    assert native == [True, True]  # the forward and the gradient
