@@ -1,6 +1,6 @@
 """Layer benchmark: one forward + backward step of each new op family, asyncnet vs PyTorch eager.
 
-    python -m benchmarks layers [--json] [--quick] [--repeat N]
+    python -m benchmarks layers [--json] [--quick] [--repeat N] [--cpu-time] [--only TEXT]
 
 Each case builds the layer and a mean loss in a net, appends its gradient ops
 (``add_gradient_ops``) and runs the net (simple executor); the peer is the same layer in torch
@@ -8,8 +8,9 @@ eager, forward + ``backward()``, on the same float32 inputs. Both run in one pro
 single-threaded BLAS (the benchmark re-runs itself in a child with OMP/OPENBLAS/MKL_NUM_THREADS=1
 and calls ``torch.set_num_threads(1)``), so the ratio compares kernels, not thread pools. The
 figure is the best of ``--repeat`` rounds that interleave the two (and the median of the rounds' ratios);
-the load average is printed beside it. Figures are
-measured, never asserted in tests.
+the load average is printed beside it. ``--cpu-time`` times with the process's CPU time instead of
+the wall clock (steadier on a shared machine: time spent waiting for a core is not counted), and
+``--only`` keeps the cases whose name contains a text. Figures are measured, never asserted in tests.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--quick", action="store_true", help="a fast smoke run (small shapes, few steps)")
     p.add_argument("--repeat", type=int, default=None, help="rounds per case; the fastest is kept (default 5, quick 1)")
+    p.add_argument("--cpu-time", action="store_true", help="time with the process's CPU time, not the wall clock")
+    p.add_argument("--only", default="", help="run only the cases whose name contains this text")
     return p.parse_args(argv)
 
 
@@ -159,18 +162,20 @@ CASES: dict[str, tuple[Callable[[np.random.Generator], Case], Callable[[np.rando
 
 
 # -- timing ----------------------------------------------------------------------------------------
-def _rounds(steps: list[Callable[[], Any]], iters: int, repeat: int) -> list[list[float]]:
+def _rounds(
+    steps: list[Callable[[], Any]], iters: int, repeat: int, clock: Callable[[], float] = time.perf_counter
+) -> list[list[float]]:
     """Seconds per step of each of ``steps`` in ``repeat`` rounds that interleave them (a noisy
-    spell on a shared machine then hits every step, not one)."""
+    spell on a shared machine then hits every step, not one), timed by ``clock``."""
     for step in steps:
         step()  # warm-up: first-call costs (imports, allocations) are not the steady state
     times: list[list[float]] = [[] for _ in steps]
     for _ in range(repeat):
         for k, step in enumerate(steps):
-            t0 = time.perf_counter()
+            t0 = clock()
             for _ in range(iters):
                 step()
-            times[k].append((time.perf_counter() - t0) / iters)
+            times[k].append((clock() - t0) / iters)
     return times
 
 
@@ -206,10 +211,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     torch.set_num_threads(1)
     repeat = args.repeat or (1 if args.quick else 5)
     iters = 3 if args.quick else 30
+    clock = time.process_time if args.cpu_time else time.perf_counter
     rows = []
     for name, sizes in CASES.items():
+        if args.only not in name:
+            continue
         feeds, build, tfn, wrt = sizes[1 if args.quick else 0](np.random.default_rng(0))
-        ours, theirs = _rounds([_asyncnet_step(feeds, build, wrt), _torch_step(feeds, tfn, wrt)], iters, repeat)
+        steps = [_asyncnet_step(feeds, build, wrt), _torch_step(feeds, tfn, wrt)]
+        ours, theirs = _rounds(steps, iters, repeat, clock)
         rows.append(
             {
                 "case": name,
@@ -224,6 +233,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "quick": bool(args.quick),
         "repeat": repeat,
         "iters": iters,
+        "clock": "cpu" if args.cpu_time else "wall",
         "blas_threads": os.environ.get("OPENBLAS_NUM_THREADS"),
         "load_average": list(os.getloadavg()),
     }
@@ -240,8 +250,9 @@ def table(result: dict[str, Any]) -> str:
             f"{r['speed_vs_torch_median']:15.2f}x"
         )
     la = ", ".join(f"{x:.2f}" for x in result["load_average"])
+    clock = "CPU time" if result.get("clock") == "cpu" else "wall clock"
     lines.append(
-        f"single-threaded BLAS; best of {result['repeat']} interleaved rounds of {result['iters']} steps "
+        f"single-threaded BLAS; {clock}; best of {result['repeat']} interleaved rounds of {result['iters']} steps "
         f"(and the median of the rounds' ratios); load average {la}"
     )
     return "\n".join(lines)

@@ -64,6 +64,7 @@ from asyncnet.tensor.namespace import is_torch, loaded_torch, namespace
 __all__ = [
     "Geometry",
     "geometry",
+    "cached_geometry",
     "in_order",
     "taps",
     "im2col",
@@ -198,7 +199,7 @@ def _args_as_2d(args: dict[str, Any]) -> dict[str, Any]:
             raise ValueError(
                 f"argument {k} is for 2-D inputs; a 1-D input takes kernel(s), stride(s), pad(s), dilation(s)"
             )
-    out = dict(args)
+    out = {k: v for k, v in args.items() if k != _GEOMETRIES}  # the 2-D view keeps its own geometries
     for name, default in (("kernel", 0), ("stride", 1), ("dilation", 1)):
         many = args.get(name + "s")
         if many and len(many) != 1:
@@ -274,6 +275,31 @@ def geometry(args: dict[str, Any], hw: tuple[int, int], kernel: tuple[int, int] 
         raise ValueError(f"the kernel {tuple(k)} (dilation {dil}) spans {span}, more than the padded input {padded}")
     out = ((padded[0] - span[0]) // stride[0] + 1, (padded[1] - span[1]) // stride[1] + 1)
     return Geometry(tuple(k), tuple(stride), tuple(dil), pads, out)  # type: ignore[arg-type]
+
+
+_GEOMETRIES = "_geometries"  # key in an op instance's own args dict: its geometry per input size
+
+
+def cached_geometry(args: dict[str, Any], hw: tuple[int, int], kernel: tuple[int, int] | None = None) -> Geometry:
+    """:func:`geometry`, remembered in the op instance's ``args`` dict per (input size, kernel):
+    an op runs on the same sizes step after step, and working the windows out again cost a
+    tenth of a small convolution's Python time. Invalid arguments raise on every call.
+
+    >>> args = {"kernel": 2, "stride": 2}
+    >>> cached_geometry(args, (4, 4)) is cached_geometry(args, (4, 4))
+    True
+    """
+    cache = args.get(_GEOMETRIES)
+    if cache is None:
+        cache = args[_GEOMETRIES] = {}
+    key = (hw, kernel)
+    g = cache.get(key)
+    if g is None:
+        g = geometry(args, hw, kernel)
+        if len(cache) >= 16:  # sizes that change every run: keep the dict small
+            cache.clear()
+        cache[key] = g
+    return g
 
 
 NOTSET, VALID, SAME, CAFFE_LEGACY_POOLING = 0, 1, 2, 3  # Caffe2's LegacyPadding (caffe2_legacy.proto)
@@ -407,7 +433,7 @@ def _conv_inputs(ctx: Any, x: Any, w: Any) -> tuple[np.ndarray, np.ndarray, int,
         raise ValueError(
             f"expected a filter [M, C/group, kh, kw] with C={c} and M divisible by group={grp}, got {tuple(w.shape)}"
         )
-    return x, w, grp, geometry(ctx.args, tuple(x.shape[2:]), tuple(w.shape[2:]))
+    return x, w, grp, cached_geometry(ctx.args, tuple(x.shape[2:]), tuple(w.shape[2:]))
 
 
 def batch_last(x: np.ndarray, g: Geometry) -> np.ndarray:

@@ -12,7 +12,14 @@ fresh entropy, it draws a new mask every run; so a seeded Dropout repeats the sa
 masks in every new net, not the same mask on every run.
 
 Every op runs on numpy arrays or torch tensors (results keep the inputs' library and device; the
-running statistics are updated in the torch tensors' own storage). Dropout draws its masks from
+running statistics are updated in the torch tensors' own storage). SpatialBNGradient on numpy
+arrays (float32, float64, NCHW, at least :data:`TORCH_MIN_BN` elements, no batch sums) runs
+torch's ``native_batch_norm_backward`` on zero-copy views when torch is installed: its one fused
+pass is 2-3x faster than numpy's sums and passes (64x16x8x8: 50 against 105 us). The forward
+stays on numpy: torch's ``native_batch_norm`` is no faster (74 against 88 us alone, within the
+noise in a training step). The choice depends on the shapes and the installation only, so
+every executor and process makes the same. On torch CPU tensors in NCHW, SpatialBN in training
+and its gradient call torch's ``native_batch_norm`` kernels themselves (see :func:`_native`). Dropout draws its masks from
 the same numpy generator on both libraries, so one seed gives one mask sequence on either.
 
     >>> import numpy as np, asyncnet as an
@@ -25,6 +32,7 @@ the same numpy generator on both libraries, so one seed gives one mask sequence 
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -35,6 +43,7 @@ from asyncnet.core.registry import Arg, register_gradient, register_op
 from asyncnet.errors import NetDefinitionError
 from asyncnet.ops._check import array, axis_of, float_array, same_dtype
 from asyncnet.ops._half import to_half
+from asyncnet.ops.conv import _torch as torch_if_installed
 from asyncnet.ops.grad import GradOut, MakerResult, output_grad
 from asyncnet.tensor.namespace import namespace
 
@@ -46,7 +55,12 @@ __all__ = [
     "dropout",
     "dropout_grad",
     "dropout_generator",
+    "TORCH_MIN_BN",
 ]
+
+#: elements of X from which SpatialBNGradient on numpy arrays runs torch's fused kernel (measured)
+TORCH_MIN_BN = 4096
+_TORCH_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 _EPS = Arg("epsilon", float, 1e-5, "added to the variance before the square root")
 _IS_TEST = Arg("is_test", bool, False, "inference mode")
@@ -118,9 +132,14 @@ def _mixed(ctx: Any, xp: Any, x: Any, scale: Any) -> Any:
     """float32 ``scale`` with float16 ``X``: Caffe2's mixed precision (its cuDNN kernels keep scale, bias
     and the statistics in float32 and compute in float32); then ``scale`` (the dtype to compute in), else None."""
     scale = float_array(ctx, scale, 1)
+    if type(x) is np.ndarray and type(scale) is np.ndarray:  # dtype comparisons, not names: 20x cheaper
+        return scale if x.dtype == _F16 and scale.dtype == _F32 else None
     if str(x.dtype).endswith("float16") and str(scale.dtype).endswith("float32"):
         return scale
     return None
+
+
+_F16, _F32 = np.dtype(np.float16), np.dtype(np.float32)
 
 
 def _narrow(xp: Any, y: Any, like: Any) -> Any:
@@ -153,6 +172,11 @@ def _spatial_bn(ctx: Any, xp: Any, x: Any, scale: Any, bias: Any, mean: Any, var
         y3 = x3 - mu[:, None]
     if m < 2:
         raise ValueError(f"expected more than one value per channel in training, got X of shape {tuple(x.shape)}")
+    if not sums and _native(xp, x, ctx.args["order"]):
+        import torch
+
+        y, mu, rstd = torch.ops.aten.native_batch_norm(x, scale, bias, rm, rv, True, 1 - ctx.args["momentum"], eps)
+        return y, rm, rv, mu, rstd
     if not sums:
         mu = xp.lib.einsum("ncp->c", x3) / f(m)
         y3 = x3 - mu[:, None]
@@ -224,6 +248,18 @@ def _spatial_bn_gradient(ctx: Any, xp: Any, x: Any, scale: Any, dy: Any, mu: Any
     m = xp.size(x) // c if c else 0
     if m == 0:
         return xp.copy(dy), xp.zeros_like(scale), xp.zeros_like(scale)
+    if not sums and _native(xp, x, order):
+        import torch
+
+        return tuple(
+            torch.ops.aten.native_batch_norm_backward(
+                dy, x, scale, None, None, mu, rstd, True, ctx.args["epsilon"], [True, True, True]
+            )
+        )
+    if not sums and order == "NCHW" and xp.name == "numpy":
+        fused = _torch_gradient(x, scale, dy, mu, rstd, ctx.args["epsilon"])
+        if fused is not None:
+            return fused
     if sums:  # spatial_bn_multi_batch_grad_ref: the sums of every batch, averaged
         nb = _number(xp, x)(ctx.args["num_batches"])
         dscale, dbias = (_vec(ctx, v, i, c, x.dtype) / nb for i, v in ((5, sums[0]), (6, sums[1])))
@@ -238,6 +274,33 @@ def _spatial_bn_gradient(ctx: Any, xp: Any, x: Any, scale: Any, dy: Any, mu: Any
     dx += x3 * b[:, None]
     dx += k[:, None]
     return _unchannels(dx, x.shape, order), dscale, dbias
+
+
+def _native(xp: Any, x: Any, order: str) -> bool:
+    """True for torch CPU tensors in NCHW: SpatialBN and its gradient in training run torch's own
+    ``native_batch_norm`` kernels (one call each, 3-4x faster than the einsums and passes on
+    torch tensors), the running statistics updated in the tensors given."""
+    return xp.name == "torch" and order == "NCHW" and x.device.type == "cpu"
+
+
+def _torch_view(torch: Any, a: np.ndarray) -> Any:
+    """A torch tensor over ``a``'s memory (over a C-ordered copy when ``a`` is strided or read-only)."""
+    return torch.from_numpy(a if a.flags.c_contiguous and a.flags.writeable else np.array(a, order="C"))
+
+
+def _torch_gradient(x: Any, scale: Any, dy: Any, mu: Any, rstd: Any, eps: float) -> tuple[np.ndarray, ...] | None:
+    """(dX, dscale, dbias) by torch's ``native_batch_norm_backward`` on views of numpy arrays in
+    NCHW, when they are large enough for it to win and torch is installed; else None."""
+    if x.dtype not in _TORCH_DTYPES or x.size < TORCH_MIN_BN:
+        return None
+    torch = torch_if_installed()
+    if torch is None:
+        return None
+    t = functools.partial(_torch_view, torch)
+    dx, dscale, dbias = torch.ops.aten.native_batch_norm_backward(
+        t(dy), t(x), t(scale), None, None, t(mu), t(rstd), True, eps, [True, True, True]
+    )
+    return dx.numpy(), dscale.numpy(), dbias.numpy()
 
 
 @register_gradient("SpatialBN")

@@ -31,7 +31,16 @@ import numpy as np
 from asyncnet.core.defs import OperatorDef
 from asyncnet.core.registry import Arg, register_gradient, register_op
 from asyncnet.ops._check import float_array, ndim, same_dtype
-from asyncnet.ops.conv import KERNEL_ARGS, WINDOW_ARGS, Geometry, geometry, in_order, pad_input, taps, unpad
+from asyncnet.ops.conv import (
+    KERNEL_ARGS,
+    WINDOW_ARGS,
+    Geometry,
+    cached_geometry,
+    in_order,
+    pad_input,
+    taps,
+    unpad,
+)
 from asyncnet.ops.grad import GradOut, MakerResult, output_grad
 from asyncnet.tensor.namespace import is_torch, namespace
 
@@ -48,7 +57,7 @@ AVG_ARGS = [*POOL_ARGS, Arg("count_include_pad", bool, False, "divide by the ful
 def _input(ctx: Any, x: Any) -> tuple[np.ndarray, Geometry]:
     x = float_array(ctx, x, 0)
     ndim(ctx, x, 0, 4)
-    return x, geometry(ctx.args, tuple(x.shape[2:]))
+    return x, cached_geometry(ctx.args, tuple(x.shape[2:]))
 
 
 def _tiled(x: np.ndarray, g: Geometry) -> bool:
