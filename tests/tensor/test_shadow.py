@@ -259,3 +259,129 @@ def test_async_schedulings_in_line_runs_take_the_shadow(monkeypatch):
     _same_blobs(ref, wt)
     ref.close()
     wt.close()
+
+
+class _TorchOnlySync:
+    """A user's gradient sync written for torch tensors only: it records what it is given and
+    scales in place with torch methods (a numpy array has no ``mul_``)."""
+
+    num_workers = 1
+
+    def __init__(self):
+        self.seen = []
+
+    def sync_gradients(self, grads):
+        self.seen.append([type(g) for g in grads])
+        for g in grads:
+            g.mul_(0.5)
+
+
+def _sync_net(net_type: str, split: bool = False) -> an.Net:
+    net = an.Net("sync", type=net_type)
+    net.FC(["x", "w", "b"], "h")
+    net.SoftmaxWithLoss(["h", "label"], ["prob", "loss"])
+    net.SoftmaxWithLossGradient(["prob", "label", "loss_grad"], "dh")
+    net.FCGradient(["x", "w", "dh"], ["dw", "db"])
+    if split:
+        net.AllreduceStart(["sync", "dw", "db"], ["dw", "db", "work"])
+        net.AllreduceWait(["work", "dw", "db"], ["dw", "db"])
+    else:
+        net.Allreduce(["sync", "dw", "db"], ["dw", "db"])
+    net.SGD(["w", "dw", "lr"], "w")
+    net.SGD(["b", "db", "lr"], "b")
+    return net
+
+
+def _sync_feeds(lib: str, sync) -> dict:
+    f = _mlp_feeds(lib)
+    out = {k: f[k] for k in ("x", "w", "b", "label")}
+    out["loss_grad"] = torch.ones(()) if lib == "torch" else np.ones((), np.float32)
+    out["lr"] = np.full(1, -0.1, np.float32)  # a host value
+    out["sync"] = sync
+    return out
+
+
+@pytest.mark.parametrize("split", [False, True])
+@pytest.mark.parametrize("net_type", NET_TYPES)
+def test_sync_ops_run_in_the_whole_run_and_hand_the_sync_the_op_by_op_runs_tensors(net_type, split, monkeypatch):
+    taken = []
+    run_ops = Shadow.run_ops
+
+    def counting(self, blobs, stop=None):
+        ok = run_ops(self, blobs, stop)
+        taken.append(ok)
+        return ok
+
+    monkeypatch.setattr(Shadow, "run_ops", counting)
+    results = []
+    for kind, shadowed in (("simple", False), (net_type, True)):
+        sync = _TorchOnlySync()
+        ws = an.Workspace()
+        for k, v in _sync_feeds("torch", sync).items():
+            ws.feed(k, v)
+        w_fed = ws.fetch("w")
+        net = ws.create_net(_sync_net(kind, split))
+        if kind == "async_scheduling":
+            net.policy.mode = "inline"
+        assert net._shadow is not None
+        taken.clear()
+        with _shadow(shadowed):
+            for _ in range(3):
+                net.run()
+        assert sync.seen == [[torch.Tensor, torch.Tensor]] * 3
+        assert ws.fetch("w") is w_fed and isinstance(ws.fetch("dw"), torch.Tensor)
+        results.append(ws)
+    if net_type != "straight":
+        assert taken == [True] * 3
+    _same_blobs(*results)
+    with an.Workspace() as wn:  # the numpy backend's bits (a numpy sync gets arrays)
+        sync = _TorchOnlySync()
+        sync.sync_gradients = lambda grads: [np.multiply(g, np.float32(0.5), out=g) for g in grads]  # type: ignore[method-assign]
+        for k, v in _sync_feeds("numpy", sync).items():
+            wn.feed(k, v)
+        n = wn.create_net(_sync_net("simple", split))
+        for _ in range(3):
+            n.run()
+        for name in ("w", "b", "dw", "db", "prob"):
+            np.testing.assert_array_equal(results[1].fetch(name).numpy(), wn.fetch(name), err_msg=name)
+    for ws in results:
+        ws.close()
+
+
+def test_a_straight_sync_net_takes_the_whole_run(monkeypatch):
+    from asyncnet.exec.straight import StraightNet
+
+    calls = []
+    real = StraightNet._run_shadow
+    monkeypatch.setattr(StraightNet, "_run_shadow", lambda self, *a: calls.append(1) or real(self, *a))
+    with an.Workspace() as ws:
+        for k, v in _sync_feeds("torch", _TorchOnlySync()).items():
+            ws.feed(k, v)
+        net = ws.create_net(_sync_net("straight"))
+        for _ in range(2):
+            net.run()
+    assert calls == [1, 1]
+    assert all(cell[0] is None for _, cell in net._shadow._cells)  # disarmed after the run
+
+
+def test_a_failing_sync_keeps_the_blobs_written_before_it_and_disarms():
+    class Failing(_TorchOnlySync):
+        def sync_gradients(self, grads):
+            raise RuntimeError("peer gone")
+
+    errors, wss = [], []
+    for shadowed in (False, True):
+        ws = an.Workspace()
+        for k, v in _sync_feeds("torch", Failing()).items():
+            ws.feed(k, v)
+        net = ws.create_net(_sync_net("straight"))
+        with _shadow(shadowed), pytest.raises(OperatorError) as info:
+            net.run()
+        errors.append((str(info.value), info.value.op_index))
+        wss.append(ws)
+        assert all(cell[0] is None for _, cell in net._shadow._cells)
+    assert errors[0] == errors[1] and errors[0][1] == 4
+    _same_blobs(*wss)
+    assert isinstance(wss[1].fetch("dw"), torch.Tensor)
+    for ws in wss:
+        ws.close()

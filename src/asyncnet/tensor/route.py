@@ -52,6 +52,9 @@ __all__ = [
     "as_tensor",
     "numpy_view",
     "fed_tensor",
+    "SYNC_OPS",
+    "on_tensors",
+    "shadow_cell",
 ]
 
 ENABLED = os.environ.get("ASYNCNET_ROUTE", "1") != "0"
@@ -124,6 +127,11 @@ HOST_INPUTS = {
     "SparseAdagradFusedWithSparseLengthsSumGradient": frozenset({4}),
     "RowWiseSparseAdagradFusedWithSparseLengthsSumGradient": frozenset({4}),
 }  # Weight_0, Weight_1, ... (1 element each)
+
+#: Ops that hand their blobs to a gradient sync, whatever object it is: their kernel must see the
+#: blobs' own library. They keep their kernel; inside a whole run on numpy views
+#: (:mod:`asyncnet.tensor.shadow`) :func:`on_tensors` gives it the tensors the run stores afterwards.
+SYNC_OPS = frozenset({"Allreduce", "AllreduceStart", "AllreduceWait"})
 
 _ndarray = np.ndarray
 _TENSOR: Any = None
@@ -297,14 +305,78 @@ def _remember(t: Any, a: Any) -> None:
     _MADE[key] = (weakref.ref(t, _forget(key)), a)
 
 
+def on_tensors(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn(ctx, *inputs)`` as it is, except inside a whole run on numpy views that armed it
+    (``shadow_cell(kernel)[0]`` holds that run's ``id(array) -> tensor`` map): there its numpy
+    inputs become the torch tensors the run stores for them (made now over the same memory, as
+    the run's write-back would, and entered in the map), and tensors it returns become their
+    arrays again. So the kernel sees the objects and the memory the op-by-op run gives it.
+
+        >>> k = on_tensors(lambda ctx, x: x)
+        >>> shadow_cell(k)[0] is None
+        True
+    """
+    cell: list[Any] = [None]
+
+    def kernel(ctx: Any, *xs: Any) -> Any:
+        back = cell[0]
+        if back is None:
+            return fn(ctx, *xs)
+        arrays: dict[int, Any] = {}  # id(tensor) -> the array it is over
+        ts = [x if type(x) is not _ndarray else _tensor_for(x, back, arrays) for x in xs]
+        r = fn(ctx, *ts)
+        if type(r) is tuple or type(r) is list:
+            return type(r)(_array_for(t, back, arrays) for t in r)
+        return _array_for(r, back, arrays)
+
+    kernel.__wrapped__ = fn  # type: ignore[attr-defined]
+    kernel._asyncnet_cell = cell  # type: ignore[attr-defined]
+    kernel.__name__ = getattr(fn, "__name__", "kernel")
+    kernel.__doc__ = fn.__doc__
+    return kernel
+
+
+def shadow_cell(fn: Callable[..., Any]) -> list[Any] | None:
+    """The one-item list through which a whole run arms an :func:`on_tensors` kernel; None for
+    any other kernel."""
+    return getattr(fn, "_asyncnet_cell", None)
+
+
+def _tensor_for(x: np.ndarray, back: dict[int, Any], arrays: dict[int, Any]) -> Any:
+    t = back.get(id(x))
+    if t is None:
+        t, a = _wrap(x)
+        back[id(x)] = back[id(a)] = t
+        arrays[id(t)] = a
+    else:
+        arrays[id(t)] = x
+    return t
+
+
+def _array_for(t: Any, back: dict[int, Any], arrays: dict[int, Any]) -> Any:
+    a = arrays.get(id(t))
+    if a is not None or type(t) is not _TENSOR:
+        return t if a is None else a
+    v = _view(t)  # a tensor that is none of the inputs: its view, and the view's tensor for the write-back
+    if v is None:
+        return t
+    back[id(v)] = t
+    return v
+
+
 def route_operators(operators: Sequence[Any]) -> None:
-    """Wrap the kernel of every op in :data:`NUMPY_WINS` on a CPU device with :func:`routed`
-    (once; only when torch is imported: without it no tensor can reach a kernel)."""
+    """Wrap the kernel of every op in :data:`NUMPY_WINS` on a CPU device with :func:`routed`,
+    and of every op in :data:`SYNC_OPS` with :func:`on_tensors` (once; only when torch is
+    imported: without it no tensor can reach a kernel)."""
     global _TENSOR, _from_numpy
     torch = loaded_torch()
     if torch is None or not ENABLED:
         return
     _TENSOR, _from_numpy = torch.Tensor, torch.from_numpy
     for op in operators:
-        if op.type in NUMPY_WINS and op.device.device_type == "cpu" and op.fn is op.schema.fn:
+        if op.device.device_type != "cpu" or op.fn is not op.schema.fn:
+            continue
+        if op.type in NUMPY_WINS:
             op.fn = routed(op.fn, HOST_INPUTS.get(op.type, frozenset()))
+        elif op.type in SYNC_OPS:
+            op.fn = on_tensors(op.fn)
