@@ -385,3 +385,40 @@ def test_a_failing_sync_keeps_the_blobs_written_before_it_and_disarms():
     assert isinstance(wss[1].fetch("dw"), torch.Tensor)
     for ws in wss:
         ws.close()
+
+
+@pytest.mark.parametrize("model", ["mlp", "dlrm"])
+def test_sync_mode_train_steps_on_tensors_run_whole_and_equal_the_numpy_backends_bits(model):
+    from asyncnet.sync import run_parallel_workers
+    from asyncnet.train.config import TrainConfig
+    from asyncnet.train.data import dataset_for, epoch_batches, load_clicks
+    from asyncnet.train.program import build_program
+    from asyncnet.train.worker import WorkerNets
+
+    ds = load_clicks(600, 100) if model == "dlrm" else dataset_for(model)
+    batches = list(epoch_batches(ds.x_train, ds.y_train, 32, 1, 0))[:6]
+
+    def worker(tensor: str, sync):
+        cfg = TrainConfig(model=model, mode="sync", workers=2, tensor=tensor, seed=0, trace=False, threads=1)
+        w = WorkerNets(
+            cfg,
+            build_program(cfg, ds.input_dim, ds.num_classes),
+            sync=sync,
+            rank=sync.worker_id,
+            feeds=ds.feeds if model == "dlrm" else None,
+        )
+        try:
+            if tensor == "torch":
+                assert w.train_net._shadow is not None
+            for xb, yb in batches[sync.worker_id :: 2]:
+                w.step(xb, yb)
+            return {p: np.array(w.ws.fetch(p, host=True)) for p in w.model.checkpoint_blobs}
+        finally:
+            w.close()
+
+    got = {t: run_parallel_workers(2, lambda s, t=t: worker(t, s), timeout=60) for t in ("numpy", "torch")}
+    for rank in range(2):
+        ref = got["numpy"][rank]
+        assert sorted(got["torch"][rank]) == sorted(ref)
+        for p, v in ref.items():
+            np.testing.assert_array_equal(got["torch"][rank][p], v, err_msg=f"rank {rank} {p}")
