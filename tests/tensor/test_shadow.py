@@ -422,3 +422,51 @@ def test_sync_mode_train_steps_on_tensors_run_whole_and_equal_the_numpy_backends
         assert sorted(got["torch"][rank]) == sorted(ref)
         for p, v in ref.items():
             np.testing.assert_array_equal(got["torch"][rank][p], v, err_msg=f"rank {rank} {p}")
+
+
+_RESHAPES = {
+    "t_": lambda t: t.t_(),
+    "unsqueeze_": lambda t: t.unsqueeze_(0),
+    "resize_ smaller": lambda t: t.resize_(2, 2),
+    "as_strided_": lambda t: t.as_strided_((3, 2), (1, 3)),
+}
+
+
+@pytest.mark.parametrize("change", sorted(_RESHAPES))
+@pytest.mark.parametrize("shadowed", [True, False])
+@pytest.mark.parametrize("net_type", ["simple", "straight"])
+def test_a_tensor_reshaped_in_place_between_runs_is_read_with_its_new_shape(net_type, shadowed, change):
+    kinds = {
+        "fed": lambda: route.fed_tensor(np.arange(6.0, dtype=np.float32).reshape(2, 3) - 2),
+        "plain": lambda: torch.arange(6.0).reshape(2, 3) - 2,
+    }
+    for kind, make in kinds.items():
+        with an.Workspace() as ws, _shadow(shadowed):
+            x = make()
+            ws.feed("x", x)
+            net = an.Net("n", type=net_type)
+            net.Relu("x", "y")
+            net.Relu("y", "z")
+            inst = ws.create_net(net)
+            inst.run()
+            _RESHAPES[change](x)
+            inst.run()
+            expected = torch.relu(x).numpy()
+            for name in ("y", "z"):
+                got = ws.fetch(name)
+                assert tuple(got.shape) == tuple(x.shape), (kind, name)
+                np.testing.assert_array_equal(got.numpy(), expected, err_msg=f"{kind} {name}")
+
+
+def test_a_result_tensor_reshaped_in_place_is_read_with_its_new_shape_by_the_next_net():
+    with an.Workspace() as ws:
+        ws.feed("x", torch.arange(6.0).reshape(2, 3))
+        first, second = an.Net("a"), an.Net("b")
+        first.Relu("x", "y")
+        second.Relu("y", "z")
+        ws.run_net_once(first)
+        y = ws.fetch("y")
+        y.t_()
+        ws.run_net_once(second)
+        assert tuple(ws.fetch("z").shape) == (3, 2)
+        np.testing.assert_array_equal(ws.fetch("z").numpy(), y.numpy())

@@ -153,7 +153,7 @@ def routed(fn: Callable[..., Any], host_inputs: frozenset[int] = frozenset()) ->
     module made keeps its array (:data:`_MADE`, for the tensor's lifetime), and each op keeps the
     view of the tensor it last read per input (parameters are the same tensor every step).
     Numpy arrays at ``host_inputs`` (an optimizer's learning rate) are passed on as they are."""
-    seen: dict[int, tuple[Any, Any, int]] = {}  # input index -> (tensor, its view, its data pointer)
+    seen: dict[int, tuple[Any, Any, int, int]] = {}  # input index -> (tensor, its view, its data pointer, version)
 
     def kernel(ctx: Any, *xs: Any) -> Any:
         t = _TENSOR
@@ -168,17 +168,16 @@ def routed(fn: Callable[..., Any], host_inputs: frozenset[int] = frozenset()) ->
                 if x.requires_grad:
                     return fn(ctx, *xs)
                 made = _MADE.get(id(x))
-                if made is not None and made[0]() is x:
+                if made is not None and made[0]() is x and x._version == made[2]:
                     views[i] = made[1]
                     continue
                 e = seen.get(i)
-                if e is None or e[0] is not x or x.data_ptr() != e[2]:
+                if e is None or e[0] is not x or x.data_ptr() != e[2] or x._version != e[3]:
                     v = numpy_view(x)
                     if v is None:
                         return fn(ctx, *xs)
-                    e = seen[i] = (x, v, x.data_ptr())
-                    if made is None:  # the next op reading this tensor (an activation) finds its view
-                        _remember(x, v)
+                    e = seen[i] = (x, v, x.data_ptr(), x._version)
+                    _remember(x, v)  # the next op reading this tensor (an activation) finds its view
                 views[i] = e[1]
             elif tx is _ndarray and i not in host_inputs:
                 return fn(ctx, *xs)  # numpy inputs (or a mix: the kernel's own error)
@@ -193,9 +192,12 @@ def routed(fn: Callable[..., Any], host_inputs: frozenset[int] = frozenset()) ->
     return kernel
 
 
-#: id(tensor) -> (weak reference to the tensor, the numpy array over its memory), for tensors made
-#: here and tensors viewed here once
-_MADE: dict[int, tuple[Any, Any]] = {}
+#: id(tensor) -> (weak reference to the tensor, the numpy array over its memory, the tensor's
+#: version then), for tensors made here and tensors viewed here once. A view is reused only while
+#: the tensor object, its memory and its version stay: torch's in-place ops (``t_()``,
+#: ``resize_()``, ``unsqueeze_()``...) change the shape or strides over the same memory and bump
+#: the version; writes through the numpy view do not.
+_MADE: dict[int, tuple[Any, Any, int]] = {}
 
 
 def _forget(key: int) -> Callable[[Any], None]:
@@ -240,7 +242,7 @@ def numpy_view(x: Any) -> Any:
     """A numpy array over the memory of plain CPU tensor ``x``, or None when it has none (GPU,
     bfloat16); the array it was made from when :func:`fed_tensor` made it."""
     e = _FED.get(id(x))
-    if e is not None and e[0] is x:
+    if e is not None and e[0] is x and x._version == 0:  # no torch in-place op since it was made
         return e[1]
     return _view(x)
 
@@ -304,7 +306,7 @@ def _wrap(r: np.ndarray) -> tuple[Any, np.ndarray]:
 def _remember(t: Any, a: Any) -> None:
     """Keep ``a`` as the numpy view of tensor ``t`` for as long as ``t`` lives."""
     key = id(t)
-    _MADE[key] = (weakref.ref(t, _forget(key)), a)
+    _MADE[key] = (weakref.ref(t, _forget(key)), a, t._version)
 
 
 def on_tensors(fn: Callable[..., Any]) -> Callable[..., Any]:
