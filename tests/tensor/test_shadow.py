@@ -470,3 +470,22 @@ def test_a_result_tensor_reshaped_in_place_is_read_with_its_new_shape_by_the_nex
         ws.run_net_once(second)
         assert tuple(ws.fetch("z").shape) == (3, 2)
         np.testing.assert_array_equal(ws.fetch("z").numpy(), y.numpy())
+
+
+@pytest.mark.parametrize("shadowed", [True, False])
+@pytest.mark.parametrize("net_type", ["simple", "straight"])
+def test_inference_tensors_run_and_are_read_with_their_shape_after_an_in_place_reshape(net_type, shadowed):
+    with torch.inference_mode():
+        x = torch.arange(6.0).reshape(2, 3) - 2  # an inference tensor keeps no version counter
+    with an.Workspace() as ws, _shadow(shadowed):
+        ws.feed("x", x)
+        net = an.Net("n", type=net_type)
+        net.Relu("x", "y")
+        net.Relu("y", "z")
+        inst = ws.create_net(net)
+        inst.run()
+        with torch.inference_mode():
+            x.t_()
+        inst.run()
+        assert tuple(ws.fetch("z").shape) == (3, 2)
+        np.testing.assert_array_equal(ws.fetch("z").numpy(), torch.relu(x).numpy())

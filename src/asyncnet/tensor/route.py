@@ -55,6 +55,7 @@ __all__ = [
     "SYNC_OPS",
     "on_tensors",
     "shadow_cell",
+    "version",
 ]
 
 ENABLED = os.environ.get("ASYNCNET_ROUTE", "1") != "0"
@@ -153,7 +154,9 @@ def routed(fn: Callable[..., Any], host_inputs: frozenset[int] = frozenset()) ->
     module made keeps its array (:data:`_MADE`, for the tensor's lifetime), and each op keeps the
     view of the tensor it last read per input (parameters are the same tensor every step).
     Numpy arrays at ``host_inputs`` (an optimizer's learning rate) are passed on as they are."""
-    seen: dict[int, tuple[Any, Any, int, int]] = {}  # input index -> (tensor, its view, its data pointer, version)
+    seen: dict[
+        int, tuple[Any, Any, int, int | None]
+    ] = {}  # input index -> (tensor, its view, its data pointer, version)
 
     def kernel(ctx: Any, *xs: Any) -> Any:
         t = _TENSOR
@@ -167,16 +170,17 @@ def routed(fn: Callable[..., Any], host_inputs: frozenset[int] = frozenset()) ->
                     views = list(xs)
                 if x.requires_grad:
                     return fn(ctx, *xs)
+                ver = version(x)
                 made = _MADE.get(id(x))
-                if made is not None and made[0]() is x and x._version == made[2]:
+                if made is not None and made[0]() is x and ver == made[2] is not None:
                     views[i] = made[1]
                     continue
                 e = seen.get(i)
-                if e is None or e[0] is not x or x.data_ptr() != e[2] or x._version != e[3]:
+                if e is None or e[0] is not x or x.data_ptr() != e[2] or ver != e[3] or ver is None:
                     v = numpy_view(x)
                     if v is None:
                         return fn(ctx, *xs)
-                    e = seen[i] = (x, v, x.data_ptr(), x._version)
+                    e = seen[i] = (x, v, x.data_ptr(), ver)
                     _remember(x, v)  # the next op reading this tensor (an activation) finds its view
                 views[i] = e[1]
             elif tx is _ndarray and i not in host_inputs:
@@ -197,7 +201,7 @@ def routed(fn: Callable[..., Any], host_inputs: frozenset[int] = frozenset()) ->
 #: the tensor object, its memory and its version stay: torch's in-place ops (``t_()``,
 #: ``resize_()``, ``unsqueeze_()``...) change the shape or strides over the same memory and bump
 #: the version; writes through the numpy view do not.
-_MADE: dict[int, tuple[Any, Any, int]] = {}
+_MADE: dict[int, tuple[Any, Any, int | None]] = {}
 
 
 def _forget(key: int) -> Callable[[Any], None]:
@@ -242,7 +246,7 @@ def numpy_view(x: Any) -> Any:
     """A numpy array over the memory of plain CPU tensor ``x``, or None when it has none (GPU,
     bfloat16); the array it was made from when :func:`fed_tensor` made it."""
     e = _FED.get(id(x))
-    if e is not None and e[0] is x and x._version == 0:  # no torch in-place op since it was made
+    if e is not None and e[0] is x and version(x) == 0:  # no torch in-place op since it was made
         return e[1]
     return _view(x)
 
@@ -306,7 +310,16 @@ def _wrap(r: np.ndarray) -> tuple[Any, np.ndarray]:
 def _remember(t: Any, a: Any) -> None:
     """Keep ``a`` as the numpy view of tensor ``t`` for as long as ``t`` lives."""
     key = id(t)
-    _MADE[key] = (weakref.ref(t, _forget(key)), a, t._version)
+    _MADE[key] = (weakref.ref(t, _forget(key)), a, version(t))
+
+
+def version(t: Any) -> int | None:
+    """Tensor ``t``'s version counter (bumped by every torch in-place op on it), or None for an
+    inference tensor, which keeps none (its views are then never reused)."""
+    try:
+        return t._version  # type: ignore[no-any-return]
+    except RuntimeError:
+        return None
 
 
 def on_tensors(fn: Callable[..., Any]) -> Callable[..., Any]:

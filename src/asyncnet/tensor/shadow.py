@@ -45,6 +45,7 @@ from typing import Any
 import numpy as np
 
 from asyncnet.tensor import route
+from asyncnet.tensor.route import version
 
 __all__ = ["Shadow", "ENABLED"]
 
@@ -63,7 +64,9 @@ class Shadow:
     def __init__(self, operators: Sequence[Any], names: Sequence[str]):
         self.operators = operators
         self.names = tuple(names)
-        self._seen: dict[str, tuple[Any, Any, int, int]] = {}  # name -> (tensor, its view, its data pointer, version)
+        self._seen: dict[
+            str, tuple[Any, Any, int, int | None]
+        ] = {}  # name -> (tensor, its view, its data pointer, version)
         self._plans: dict[tuple[int, ...], Callable[..., None] | None] = {}
         # the sync ops' cells (route.on_tensors), and per pattern those of ops the routed run gives tensors
         self._cells = [
@@ -89,13 +92,14 @@ class Shadow:
                 if x.requires_grad:
                     return None
                 e = seen.get(name)
-                if e is None or e[0] is not x or x.data_ptr() != e[2] or x._version != e[3]:
+                ver = version(x)
+                if e is None or e[0] is not x or x.data_ptr() != e[2] or ver != e[3] or ver is None:
                     made = route._MADE.get(id(x))  # a tensor routing made from an array keeps the array
-                    fits = made is not None and made[0]() is x and x._version == made[2]
+                    fits = made is not None and made[0]() is x and ver == made[2] is not None
                     v = made[1] if fits else route.numpy_view(x)  # so does a fed one
                     if v is None:
                         return None
-                    e = seen[name] = (x, v, x.data_ptr(), x._version)
+                    e = seen[name] = (x, v, x.data_ptr(), ver)
                 v = arrays[name] = e[1]
                 back[id(v)] = x
                 kinds.append(TORCH)
