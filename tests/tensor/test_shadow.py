@@ -489,3 +489,22 @@ def test_inference_tensors_run_and_are_read_with_their_shape_after_an_in_place_r
         inst.run()
         assert tuple(ws.fetch("z").shape) == (3, 2)
         np.testing.assert_array_equal(ws.fetch("z").numpy(), torch.relu(x).numpy())
+
+
+@pytest.mark.parametrize("lib", ["numpy", "torch"])
+@pytest.mark.parametrize("net_type", NET_TYPES)
+def test_a_fetched_result_keeps_its_values_after_the_next_run(net_type, lib):
+    with an.Workspace() as ws:
+        for k, v in _mlp_feeds(lib).items():
+            ws.feed(k, v)
+        inst = ws.create_net(_mlp_net(net_type))
+        inst.run()
+        fetched = {n: ws.fetch(n) for n in ("h", "r", "prob", "loss", "flat")}
+        host = lambda v: v.numpy() if isinstance(v, torch.Tensor) else v
+        kept = {n: host(v).copy() for n, v in fetched.items()}
+        ws.feed("x", _mlp_feeds(lib, seed=1)["x"])  # other values: every result changes
+        inst.run()
+        for n, v in fetched.items():
+            assert ws.fetch(n) is not v, n
+            np.testing.assert_array_equal(host(v), kept[n], err_msg=n)
+            assert not np.array_equal(host(ws.fetch(n)), kept[n]), n
