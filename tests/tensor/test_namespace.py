@@ -53,6 +53,16 @@ def test_to_numpy_copies_a_tensor_to_the_host():
     assert isinstance(a, np.ndarray) and t[0].item() == 0.0
 
 
+@pytest.mark.parametrize(
+    "make", [lambda: torch.arange(6.0).reshape(2, 3).t(), lambda: torch.ones(2, requires_grad=True)]
+)
+def test_to_numpy_copies_strided_and_grad_tensors(make):
+    t = make()
+    a = ns.to_numpy(t)
+    np.testing.assert_array_equal(a, t.detach().numpy())
+    assert a.dtype == np.float32 and not np.shares_memory(a, t.detach().numpy())
+
+
 @pytest.mark.parametrize("text, name", [("cpu", "cpu"), ("CUDA", "cuda:0"), ("cuda:3", "cuda:3"), (" cpu:0 ", "cpu")])
 def test_parse_device(text, name):
     assert parse_device(text) == name

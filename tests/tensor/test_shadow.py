@@ -259,3 +259,252 @@ def test_async_schedulings_in_line_runs_take_the_shadow(monkeypatch):
     _same_blobs(ref, wt)
     ref.close()
     wt.close()
+
+
+class _TorchOnlySync:
+    """A user's gradient sync written for torch tensors only: it records what it is given and
+    scales in place with torch methods (a numpy array has no ``mul_``)."""
+
+    num_workers = 1
+
+    def __init__(self):
+        self.seen = []
+
+    def sync_gradients(self, grads):
+        self.seen.append([type(g) for g in grads])
+        for g in grads:
+            g.mul_(0.5)
+
+
+def _sync_net(net_type: str, split: bool = False) -> an.Net:
+    net = an.Net("sync", type=net_type)
+    net.FC(["x", "w", "b"], "h")
+    net.SoftmaxWithLoss(["h", "label"], ["prob", "loss"])
+    net.SoftmaxWithLossGradient(["prob", "label", "loss_grad"], "dh")
+    net.FCGradient(["x", "w", "dh"], ["dw", "db"])
+    if split:
+        net.AllreduceStart(["sync", "dw", "db"], ["dw", "db", "work"])
+        net.AllreduceWait(["work", "dw", "db"], ["dw", "db"])
+    else:
+        net.Allreduce(["sync", "dw", "db"], ["dw", "db"])
+    net.SGD(["w", "dw", "lr"], "w")
+    net.SGD(["b", "db", "lr"], "b")
+    return net
+
+
+def _sync_feeds(lib: str, sync) -> dict:
+    f = _mlp_feeds(lib)
+    out = {k: f[k] for k in ("x", "w", "b", "label")}
+    out["loss_grad"] = torch.ones(()) if lib == "torch" else np.ones((), np.float32)
+    out["lr"] = np.full(1, -0.1, np.float32)  # a host value
+    out["sync"] = sync
+    return out
+
+
+@pytest.mark.parametrize("split", [False, True])
+@pytest.mark.parametrize("net_type", NET_TYPES)
+def test_sync_ops_run_in_the_whole_run_and_hand_the_sync_the_op_by_op_runs_tensors(net_type, split, monkeypatch):
+    taken = []
+    run_ops = Shadow.run_ops
+
+    def counting(self, blobs, stop=None):
+        ok = run_ops(self, blobs, stop)
+        taken.append(ok)
+        return ok
+
+    monkeypatch.setattr(Shadow, "run_ops", counting)
+    results = []
+    for kind, shadowed in (("simple", False), (net_type, True)):
+        sync = _TorchOnlySync()
+        ws = an.Workspace()
+        for k, v in _sync_feeds("torch", sync).items():
+            ws.feed(k, v)
+        w_fed = ws.fetch("w")
+        net = ws.create_net(_sync_net(kind, split))
+        if kind == "async_scheduling":
+            net.policy.mode = "inline"
+        assert net._shadow is not None
+        taken.clear()
+        with _shadow(shadowed):
+            for _ in range(3):
+                net.run()
+        assert sync.seen == [[torch.Tensor, torch.Tensor]] * 3
+        assert ws.fetch("w") is w_fed and isinstance(ws.fetch("dw"), torch.Tensor)
+        results.append(ws)
+    if net_type != "straight":
+        assert taken == [True] * 3
+    _same_blobs(*results)
+    with an.Workspace() as wn:  # the numpy backend's bits (a numpy sync gets arrays)
+        sync = _TorchOnlySync()
+        sync.sync_gradients = lambda grads: [np.multiply(g, np.float32(0.5), out=g) for g in grads]  # type: ignore[method-assign]
+        for k, v in _sync_feeds("numpy", sync).items():
+            wn.feed(k, v)
+        n = wn.create_net(_sync_net("simple", split))
+        for _ in range(3):
+            n.run()
+        for name in ("w", "b", "dw", "db", "prob"):
+            np.testing.assert_array_equal(results[1].fetch(name).numpy(), wn.fetch(name), err_msg=name)
+    for ws in results:
+        ws.close()
+
+
+def test_a_straight_sync_net_takes_the_whole_run(monkeypatch):
+    from asyncnet.exec.straight import StraightNet
+
+    calls = []
+    real = StraightNet._run_shadow
+    monkeypatch.setattr(StraightNet, "_run_shadow", lambda self, *a: calls.append(1) or real(self, *a))
+    with an.Workspace() as ws:
+        for k, v in _sync_feeds("torch", _TorchOnlySync()).items():
+            ws.feed(k, v)
+        net = ws.create_net(_sync_net("straight"))
+        for _ in range(2):
+            net.run()
+    assert calls == [1, 1]
+    assert all(cell[0] is None for _, cell in net._shadow._cells)  # disarmed after the run
+
+
+def test_a_failing_sync_keeps_the_blobs_written_before_it_and_disarms():
+    class Failing(_TorchOnlySync):
+        def sync_gradients(self, grads):
+            raise RuntimeError("peer gone")
+
+    errors, wss = [], []
+    for shadowed in (False, True):
+        ws = an.Workspace()
+        for k, v in _sync_feeds("torch", Failing()).items():
+            ws.feed(k, v)
+        net = ws.create_net(_sync_net("straight"))
+        with _shadow(shadowed), pytest.raises(OperatorError) as info:
+            net.run()
+        errors.append((str(info.value), info.value.op_index))
+        wss.append(ws)
+        assert all(cell[0] is None for _, cell in net._shadow._cells)
+    assert errors[0] == errors[1] and errors[0][1] == 4
+    _same_blobs(*wss)
+    assert isinstance(wss[1].fetch("dw"), torch.Tensor)
+    for ws in wss:
+        ws.close()
+
+
+@pytest.mark.parametrize("model", ["mlp", "dlrm"])
+def test_sync_mode_train_steps_on_tensors_run_whole_and_equal_the_numpy_backends_bits(model):
+    from asyncnet.sync import run_parallel_workers
+    from asyncnet.train.config import TrainConfig
+    from asyncnet.train.data import dataset_for, epoch_batches, load_clicks
+    from asyncnet.train.program import build_program
+    from asyncnet.train.worker import WorkerNets
+
+    ds = load_clicks(600, 100) if model == "dlrm" else dataset_for(model)
+    batches = list(epoch_batches(ds.x_train, ds.y_train, 32, 1, 0))[:6]
+
+    def worker(tensor: str, sync):
+        cfg = TrainConfig(model=model, mode="sync", workers=2, tensor=tensor, seed=0, trace=False, threads=1)
+        w = WorkerNets(
+            cfg,
+            build_program(cfg, ds.input_dim, ds.num_classes),
+            sync=sync,
+            rank=sync.worker_id,
+            feeds=ds.feeds if model == "dlrm" else None,
+        )
+        try:
+            if tensor == "torch":
+                assert w.train_net._shadow is not None
+            for xb, yb in batches[sync.worker_id :: 2]:
+                w.step(xb, yb)
+            return {p: np.array(w.ws.fetch(p, host=True)) for p in w.model.checkpoint_blobs}
+        finally:
+            w.close()
+
+    got = {t: run_parallel_workers(2, lambda s, t=t: worker(t, s), timeout=60) for t in ("numpy", "torch")}
+    for rank in range(2):
+        ref = got["numpy"][rank]
+        assert sorted(got["torch"][rank]) == sorted(ref)
+        for p, v in ref.items():
+            np.testing.assert_array_equal(got["torch"][rank][p], v, err_msg=f"rank {rank} {p}")
+
+
+_RESHAPES = {
+    "t_": lambda t: t.t_(),
+    "unsqueeze_": lambda t: t.unsqueeze_(0),
+    "resize_ smaller": lambda t: t.resize_(2, 2),
+    "as_strided_": lambda t: t.as_strided_((3, 2), (1, 3)),
+}
+
+
+@pytest.mark.parametrize("change", sorted(_RESHAPES))
+@pytest.mark.parametrize("shadowed", [True, False])
+@pytest.mark.parametrize("net_type", ["simple", "straight"])
+def test_a_tensor_reshaped_in_place_between_runs_is_read_with_its_new_shape(net_type, shadowed, change):
+    kinds = {
+        "fed": lambda: route.fed_tensor(np.arange(6.0, dtype=np.float32).reshape(2, 3) - 2),
+        "plain": lambda: torch.arange(6.0).reshape(2, 3) - 2,
+    }
+    for kind, make in kinds.items():
+        with an.Workspace() as ws, _shadow(shadowed):
+            x = make()
+            ws.feed("x", x)
+            net = an.Net("n", type=net_type)
+            net.Relu("x", "y")
+            net.Relu("y", "z")
+            inst = ws.create_net(net)
+            inst.run()
+            _RESHAPES[change](x)
+            inst.run()
+            expected = torch.relu(x).numpy()
+            for name in ("y", "z"):
+                got = ws.fetch(name)
+                assert tuple(got.shape) == tuple(x.shape), (kind, name)
+                np.testing.assert_array_equal(got.numpy(), expected, err_msg=f"{kind} {name}")
+
+
+def test_a_result_tensor_reshaped_in_place_is_read_with_its_new_shape_by_the_next_net():
+    with an.Workspace() as ws:
+        ws.feed("x", torch.arange(6.0).reshape(2, 3))
+        first, second = an.Net("a"), an.Net("b")
+        first.Relu("x", "y")
+        second.Relu("y", "z")
+        ws.run_net_once(first)
+        y = ws.fetch("y")
+        y.t_()
+        ws.run_net_once(second)
+        assert tuple(ws.fetch("z").shape) == (3, 2)
+        np.testing.assert_array_equal(ws.fetch("z").numpy(), y.numpy())
+
+
+@pytest.mark.parametrize("shadowed", [True, False])
+@pytest.mark.parametrize("net_type", ["simple", "straight"])
+def test_inference_tensors_run_and_are_read_with_their_shape_after_an_in_place_reshape(net_type, shadowed):
+    with torch.inference_mode():
+        x = torch.arange(6.0).reshape(2, 3) - 2  # an inference tensor keeps no version counter
+    with an.Workspace() as ws, _shadow(shadowed):
+        ws.feed("x", x)
+        net = an.Net("n", type=net_type)
+        net.Relu("x", "y")
+        net.Relu("y", "z")
+        inst = ws.create_net(net)
+        inst.run()
+        with torch.inference_mode():
+            x.t_()
+        inst.run()
+        assert tuple(ws.fetch("z").shape) == (3, 2)
+        np.testing.assert_array_equal(ws.fetch("z").numpy(), torch.relu(x).numpy())
+
+
+@pytest.mark.parametrize("lib", ["numpy", "torch"])
+@pytest.mark.parametrize("net_type", NET_TYPES)
+def test_a_fetched_result_keeps_its_values_after_the_next_run(net_type, lib):
+    with an.Workspace() as ws:
+        for k, v in _mlp_feeds(lib).items():
+            ws.feed(k, v)
+        inst = ws.create_net(_mlp_net(net_type))
+        inst.run()
+        fetched = {n: ws.fetch(n) for n in ("h", "r", "prob", "loss", "flat")}
+        host = lambda v: v.numpy() if isinstance(v, torch.Tensor) else v
+        kept = {n: host(v).copy() for n, v in fetched.items()}
+        ws.feed("x", _mlp_feeds(lib, seed=1)["x"])  # other values: every result changes
+        inst.run()
+        for n, v in fetched.items():
+            assert ws.fetch(n) is not v, n
+            np.testing.assert_array_equal(host(v), kept[n], err_msg=n)
+            assert not np.array_equal(host(ws.fetch(n)), kept[n]), n

@@ -17,7 +17,7 @@ from asyncnet.core.netbase import NetBase, call_done_callbacks, register_net_typ
 from asyncnet.core.operator import Operator
 from asyncnet.errors import NetBusyError
 from asyncnet.exec.pools import claim_net_threads
-from asyncnet.tensor.route import is_routed, route_operators
+from asyncnet.tensor.route import is_routed, route_operators, shadow_cell
 from asyncnet.tensor.shadow import Shadow
 
 __all__ = ["SimpleNet", "DoneHandle", "shadow_of"]
@@ -111,9 +111,10 @@ class SimpleNet(NetBase):
 
 
 def shadow_of(operators: Sequence[Operator]) -> Shadow | None:
-    """The :class:`~asyncnet.tensor.shadow.Shadow` of a net whose ops are all routed (runs on
-    torch CPU tensors then take numpy views once per run), else None."""
-    if not operators or not all(is_routed(op.fn) for op in operators):
+    """The :class:`~asyncnet.tensor.shadow.Shadow` of a net whose ops are all routed or sync ops
+    (:data:`~asyncnet.tensor.route.SYNC_OPS`; runs on torch CPU tensors then take numpy views
+    once per run), else None."""
+    if not operators or not all(is_routed(op.fn) or shadow_cell(op.fn) is not None for op in operators):
         return None
     from asyncnet.exec.specialize import external_inputs
 

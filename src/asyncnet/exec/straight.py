@@ -48,6 +48,8 @@ from __future__ import annotations
 from collections.abc import Callable, MutableMapping, Sequence
 from typing import Any
 
+from numpy import ndarray
+
 from asyncnet.core.defs import NetDef
 from asyncnet.core.netbase import register_net_type
 from asyncnet.core.operator import Operator
@@ -135,6 +137,8 @@ class StraightNet(SimpleNet):
         super().__init__(net_def, operators, blobs)
         self._code = compile_ops(self.operators)
         self._specializer = Specializer(self.operators, compile_ops) if specializable(self.operators) else None
+        # a run whose first external input is a torch tensor has no variant on its blobs: it tries the shadow first
+        self._first = self._shadow.names[0] if self._shadow is not None and self._shadow.names else None
 
     def run(self, timeout: float | None = None) -> None:
         if self.recorder is not None:
@@ -142,10 +146,16 @@ class StraightNet(SimpleNet):
         self._claim()
         try:
             blobs = self.blobs
+            shadow = self._shadow
+            if shadow is not None and type(blobs.get(self._first)) is not ndarray:  # type: ignore[arg-type]
+                got = shadow.views(blobs)
+                if got is not None and shadow.plan(got[1]) is not None:
+                    return self._run_shadow(blobs, *got)
+                shadow = None  # tried
             variant = None if self._specializer is None else self._specializer.variant(blobs)
-            if type(variant) is not Variant and self._shadow is not None:
-                got = self._shadow.views(blobs)
-                if got is not None and self._shadow.plan(got[1]) is not None:
+            if type(variant) is not Variant and shadow is not None:
+                got = shadow.views(blobs)
+                if got is not None and shadow.plan(got[1]) is not None:
                     return self._run_shadow(blobs, *got)
             if type(variant) is Variant:
                 self._run_variant(variant, blobs)
@@ -168,6 +178,7 @@ class StraightNet(SimpleNet):
         kernels and order as below on ``arrays``, then every written blob stored back in ``blobs``."""
         shadow = self._shadow
         assert shadow is not None
+        armed = shadow.arm(kinds, back)
         try:
             variant = None if self._specializer is None else self._specializer.variant(arrays)
             if type(variant) is Variant:
@@ -184,6 +195,9 @@ class StraightNet(SimpleNet):
         except OperatorError as exc:  # from an op's general kernel (a specializing run, or one resumed)
             shadow.write_back(blobs, arrays, kinds, back, exc.op_index)
             raise
+        finally:
+            for cell in armed:
+                cell[0] = None
         shadow.write_back(blobs, arrays, kinds, back)
 
     def _run_variant(self, variant: Variant, blobs: MutableMapping[str, Any]) -> None:

@@ -135,6 +135,8 @@ def to_numpy(x: Any) -> Any:
     >>> to_numpy(np.ones(2))
     array([1., 1.])
     """
+    if cpu_tensors(x):  # a plain CPU tensor: a copy of its numpy view (no detach, no move)
+        return x.numpy().copy()
     if is_torch(x):
         return x.detach().cpu().numpy().copy()
     return x

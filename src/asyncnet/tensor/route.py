@@ -52,6 +52,10 @@ __all__ = [
     "as_tensor",
     "numpy_view",
     "fed_tensor",
+    "SYNC_OPS",
+    "on_tensors",
+    "shadow_cell",
+    "version",
 ]
 
 ENABLED = os.environ.get("ASYNCNET_ROUTE", "1") != "0"
@@ -90,6 +94,7 @@ NUMPY_WINS = frozenset(
         "Sum",
         "Scale",
         "BatchMatMul",
+        "MatMul",
         "MaxPool",
         "MaxPoolGradient",
         "AveragePool",
@@ -106,6 +111,7 @@ NUMPY_WINS = frozenset(
         "SparseLengthsSum",
         "SparseLengthsSumGradient",
         "ScatterWeightedSum",
+        "SparseToDense",
         "SparseSGDFusedWithSparseLengthsSumGradient",
         "SparseAdagradFusedWithSparseLengthsSumGradient",
         "RowWiseSparseAdagradFusedWithSparseLengthsSumGradient",
@@ -125,6 +131,11 @@ HOST_INPUTS = {
     "RowWiseSparseAdagradFusedWithSparseLengthsSumGradient": frozenset({4}),
 }  # Weight_0, Weight_1, ... (1 element each)
 
+#: Ops that hand their blobs to a gradient sync, whatever object it is: their kernel must see the
+#: blobs' own library. They keep their kernel; inside a whole run on numpy views
+#: (:mod:`asyncnet.tensor.shadow`) :func:`on_tensors` gives it the tensors the run stores afterwards.
+SYNC_OPS = frozenset({"Allreduce", "AllreduceStart", "AllreduceWait"})
+
 _ndarray = np.ndarray
 _TENSOR: Any = None
 _from_numpy: Any = None
@@ -143,7 +154,9 @@ def routed(fn: Callable[..., Any], host_inputs: frozenset[int] = frozenset()) ->
     module made keeps its array (:data:`_MADE`, for the tensor's lifetime), and each op keeps the
     view of the tensor it last read per input (parameters are the same tensor every step).
     Numpy arrays at ``host_inputs`` (an optimizer's learning rate) are passed on as they are."""
-    seen: dict[int, tuple[Any, Any, int]] = {}  # input index -> (tensor, its view, its data pointer)
+    seen: dict[
+        int, tuple[Any, Any, int, int | None]
+    ] = {}  # input index -> (tensor, its view, its data pointer, version)
 
     def kernel(ctx: Any, *xs: Any) -> Any:
         t = _TENSOR
@@ -157,18 +170,18 @@ def routed(fn: Callable[..., Any], host_inputs: frozenset[int] = frozenset()) ->
                     views = list(xs)
                 if x.requires_grad:
                     return fn(ctx, *xs)
+                ver = version(x)
                 made = _MADE.get(id(x))
-                if made is not None and made[0]() is x:
+                if made is not None and made[0]() is x and ver == made[2] is not None:
                     views[i] = made[1]
                     continue
                 e = seen.get(i)
-                if e is None or e[0] is not x or x.data_ptr() != e[2]:
+                if e is None or e[0] is not x or x.data_ptr() != e[2] or ver != e[3] or ver is None:
                     v = numpy_view(x)
                     if v is None:
                         return fn(ctx, *xs)
-                    e = seen[i] = (x, v, x.data_ptr())
-                    if made is None:  # the next op reading this tensor (an activation) finds its view
-                        _remember(x, v)
+                    e = seen[i] = (x, v, x.data_ptr(), ver)
+                    _remember(x, v)  # the next op reading this tensor (an activation) finds its view
                 views[i] = e[1]
             elif tx is _ndarray and i not in host_inputs:
                 return fn(ctx, *xs)  # numpy inputs (or a mix: the kernel's own error)
@@ -183,9 +196,12 @@ def routed(fn: Callable[..., Any], host_inputs: frozenset[int] = frozenset()) ->
     return kernel
 
 
-#: id(tensor) -> (weak reference to the tensor, the numpy array over its memory), for tensors made
-#: here and tensors viewed here once
-_MADE: dict[int, tuple[Any, Any]] = {}
+#: id(tensor) -> (weak reference to the tensor, the numpy array over its memory, the tensor's
+#: version then), for tensors made here and tensors viewed here once. A view is reused only while
+#: the tensor object, its memory and its version stay: torch's in-place ops (``t_()``,
+#: ``resize_()``, ``unsqueeze_()``...) change the shape or strides over the same memory and bump
+#: the version; writes through the numpy view do not.
+_MADE: dict[int, tuple[Any, Any, int | None]] = {}
 
 
 def _forget(key: int) -> Callable[[Any], None]:
@@ -230,7 +246,7 @@ def numpy_view(x: Any) -> Any:
     """A numpy array over the memory of plain CPU tensor ``x``, or None when it has none (GPU,
     bfloat16); the array it was made from when :func:`fed_tensor` made it."""
     e = _FED.get(id(x))
-    if e is not None and e[0] is x:
+    if e is not None and e[0] is x and version(x) == 0:  # no torch in-place op since it was made
         return e[1]
     return _view(x)
 
@@ -294,17 +310,90 @@ def _wrap(r: np.ndarray) -> tuple[Any, np.ndarray]:
 def _remember(t: Any, a: Any) -> None:
     """Keep ``a`` as the numpy view of tensor ``t`` for as long as ``t`` lives."""
     key = id(t)
-    _MADE[key] = (weakref.ref(t, _forget(key)), a)
+    _MADE[key] = (weakref.ref(t, _forget(key)), a, version(t))
+
+
+def version(t: Any) -> int | None:
+    """Tensor ``t``'s version counter (bumped by every torch in-place op on it), or None for an
+    inference tensor, which keeps none (its views are then never reused)."""
+    try:
+        return t._version  # type: ignore[no-any-return]
+    except RuntimeError:
+        return None
+
+
+def on_tensors(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn(ctx, *inputs)`` as it is, except inside a whole run on numpy views that armed it
+    (``shadow_cell(kernel)[0]`` holds that run's ``id(array) -> tensor`` map): there its numpy
+    inputs become the torch tensors the run stores for them (made now over the same memory, as
+    the run's write-back would, and entered in the map), and tensors it returns become their
+    arrays again. So the kernel sees the objects and the memory the op-by-op run gives it.
+
+        >>> k = on_tensors(lambda ctx, x: x)
+        >>> shadow_cell(k)[0] is None
+        True
+    """
+    cell: list[Any] = [None]
+
+    def kernel(ctx: Any, *xs: Any) -> Any:
+        back = cell[0]
+        if back is None:
+            return fn(ctx, *xs)
+        arrays: dict[int, Any] = {}  # id(tensor) -> the array it is over
+        ts = [x if type(x) is not _ndarray else _tensor_for(x, back, arrays) for x in xs]
+        r = fn(ctx, *ts)
+        if type(r) is tuple or type(r) is list:
+            return type(r)(_array_for(t, back, arrays) for t in r)
+        return _array_for(r, back, arrays)
+
+    kernel.__wrapped__ = fn  # type: ignore[attr-defined]
+    kernel._asyncnet_cell = cell  # type: ignore[attr-defined]
+    kernel.__name__ = getattr(fn, "__name__", "kernel")
+    kernel.__doc__ = fn.__doc__
+    return kernel
+
+
+def shadow_cell(fn: Callable[..., Any]) -> list[Any] | None:
+    """The one-item list through which a whole run arms an :func:`on_tensors` kernel; None for
+    any other kernel."""
+    return getattr(fn, "_asyncnet_cell", None)
+
+
+def _tensor_for(x: np.ndarray, back: dict[int, Any], arrays: dict[int, Any]) -> Any:
+    t = back.get(id(x))
+    if t is None:
+        t, a = _wrap(x)
+        back[id(x)] = back[id(a)] = t
+        arrays[id(t)] = a
+    else:
+        arrays[id(t)] = x
+    return t
+
+
+def _array_for(t: Any, back: dict[int, Any], arrays: dict[int, Any]) -> Any:
+    a = arrays.get(id(t))
+    if a is not None or type(t) is not _TENSOR:
+        return t if a is None else a
+    v = _view(t)  # a tensor that is none of the inputs: its view, and the view's tensor for the write-back
+    if v is None:
+        return t
+    back[id(v)] = t
+    return v
 
 
 def route_operators(operators: Sequence[Any]) -> None:
-    """Wrap the kernel of every op in :data:`NUMPY_WINS` on a CPU device with :func:`routed`
-    (once; only when torch is imported: without it no tensor can reach a kernel)."""
+    """Wrap the kernel of every op in :data:`NUMPY_WINS` on a CPU device with :func:`routed`,
+    and of every op in :data:`SYNC_OPS` with :func:`on_tensors` (once; only when torch is
+    imported: without it no tensor can reach a kernel)."""
     global _TENSOR, _from_numpy
     torch = loaded_torch()
     if torch is None or not ENABLED:
         return
     _TENSOR, _from_numpy = torch.Tensor, torch.from_numpy
     for op in operators:
-        if op.type in NUMPY_WINS and op.device.device_type == "cpu" and op.fn is op.schema.fn:
+        if op.device.device_type != "cpu" or op.fn is not op.schema.fn:
+            continue
+        if op.type in NUMPY_WINS:
             op.fn = routed(op.fn, HOST_INPUTS.get(op.type, frozenset()))
+        elif op.type in SYNC_OPS:
+            op.fn = on_tensors(op.fn)

@@ -2,7 +2,7 @@
 
 Policy
 ------
-When every op of a net is routed (:mod:`asyncnet.tensor.route`: its numpy kernel runs on views of
+When every op of a net is routed or a sync op (:mod:`asyncnet.tensor.route`: its numpy kernel runs on views of
 plain torch CPU tensors), each op pays for views of its inputs and a ``torch.from_numpy`` of its
 results, as much as a small kernel. A :class:`Shadow` moves that cost from the op to the run:
 before a run it maps the net's *external* inputs (the blobs it reads before writing them) to
@@ -15,6 +15,11 @@ op would have given it:
   :data:`~asyncnet.tensor.route.HOST_INPUTS`) gives torch tensors over its results' memory,
   and a result that is one of its inputs' arrays (an in-place update) gives that input's tensor;
 * an op with numpy inputs only (the iteration counter's ops) gives its numpy results.
+
+The sync ops (:data:`~asyncnet.tensor.route.SYNC_OPS`: Allreduce and its split form) keep their
+own kernel, which hands the blobs to a gradient sync of any kind: the run arms them
+(:func:`~asyncnet.tensor.route.on_tensors`) with its ``id(array) -> tensor`` map, so they get the
+very tensors the write-back then stores, over the same memory, as the op-by-op run gives them.
 
 That is :func:`~asyncnet.tensor.route.routed`'s rule, decided once per pattern of libraries of
 the external inputs (:meth:`Shadow.plan`), so the kernels, their inputs' values and hence the
@@ -40,6 +45,7 @@ from typing import Any
 import numpy as np
 
 from asyncnet.tensor import route
+from asyncnet.tensor.route import version
 
 __all__ = ["Shadow", "ENABLED"]
 
@@ -58,8 +64,15 @@ class Shadow:
     def __init__(self, operators: Sequence[Any], names: Sequence[str]):
         self.operators = operators
         self.names = tuple(names)
-        self._seen: dict[str, tuple[Any, Any, int]] = {}  # name -> (tensor, its view, its data pointer)
-        self._plans: dict[tuple[int, ...], tuple[tuple[str, bool], ...] | None] = {}
+        self._seen: dict[
+            str, tuple[Any, Any, int, int | None]
+        ] = {}  # name -> (tensor, its view, its data pointer, version)
+        self._plans: dict[tuple[int, ...], Callable[..., None] | None] = {}
+        # the sync ops' cells (route.on_tensors), and per pattern those of ops the routed run gives tensors
+        self._cells = [
+            (k, c) for k, op in enumerate(operators) if (c := route.shadow_cell(getattr(op, "fn", None))) is not None
+        ]
+        self._armed: dict[tuple[int, ...], tuple[list[Any], ...]] = {}
 
     def views(self, blobs: MutableMapping[str, Any]) -> tuple[dict[str, Any], tuple[int, ...], dict[int, Any]] | None:
         """(the external inputs as arrays, their libraries, ``id(view) -> tensor`` of the tensor
@@ -79,12 +92,14 @@ class Shadow:
                 if x.requires_grad:
                     return None
                 e = seen.get(name)
-                if e is None or e[0] is not x or x.data_ptr() != e[2]:
+                ver = version(x)
+                if e is None or e[0] is not x or x.data_ptr() != e[2] or ver != e[3] or ver is None:
                     made = route._MADE.get(id(x))  # a tensor routing made from an array keeps the array
-                    v = made[1] if made is not None and made[0]() is x else route.numpy_view(x)  # so does a fed one
+                    fits = made is not None and made[0]() is x and ver == made[2] is not None
+                    v = made[1] if fits else route.numpy_view(x)  # so does a fed one
                     if v is None:
                         return None
-                    e = seen[name] = (x, v, x.data_ptr())
+                    e = seen[name] = (x, v, x.data_ptr(), ver)
                 v = arrays[name] = e[1]
                 back[id(v)] = x
                 kinds.append(TORCH)
@@ -108,6 +123,7 @@ class Shadow:
             return False
         arrays, kinds, back = got
         done = 0
+        armed = self.arm(kinds, back)
         try:
             for op in self.operators:
                 if stop is not None:
@@ -117,8 +133,20 @@ class Shadow:
         except BaseException:
             self.write_back(blobs, arrays, kinds, back, done)
             raise
+        finally:
+            for cell in armed:
+                cell[0] = None
         self.write_back(blobs, arrays, kinds, back)
         return True
+
+    def arm(self, kinds: tuple[int, ...], back: dict[int, Any]) -> tuple[list[Any], ...]:
+        """Give this run's ``back`` to the sync ops (:func:`~asyncnet.tensor.route.on_tensors`)
+        whose routed run has tensors, so their kernels get them; returns their cells, which the
+        caller resets to None when the run ends."""
+        armed = self._armed[kinds]  # made by plan()
+        for cell in armed:
+            cell[0] = back
+        return armed
 
     def plan(self, kinds: tuple[int, ...]) -> Callable[..., None] | None:
         """``store(blobs, arrays, back)``: straight-line code storing every blob a whole run
@@ -129,7 +157,21 @@ class Shadow:
         except KeyError:
             entries = self._entries(kinds, len(self.operators)) if TORCH in kinds else None
             p = self._plans[kinds] = None if entries is None else _compile_store(entries)
+            torch_ops = self._torch_ops(kinds) if p is not None else ()
+            self._armed[kinds] = tuple(c for k, c in self._cells if k in torch_ops)
             return p
+
+    def _torch_ops(self, kinds: tuple[int, ...]) -> set[int]:
+        """The indices of the ops that have a torch input in a run of this pattern."""
+        lib = dict(zip(self.names, kinds))
+        out = set()
+        for k, op in enumerate(self.operators):
+            has_torch = any(lib.get(name, OTHER) == TORCH for name in op.inputs)
+            if has_torch:
+                out.add(k)
+            for name in op.outputs:
+                lib[name] = TORCH if has_torch else NUMPY
+        return out
 
     def _entries(self, kinds: tuple[int, ...], n_ops: int) -> tuple[tuple[str, bool], ...] | None:
         """The blobs the first ``n_ops`` ops write, each with whether it becomes a tensor."""
