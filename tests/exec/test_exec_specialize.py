@@ -348,3 +348,20 @@ def test_the_contract_cases_cover_every_specialized_op():
         "SGD",
     }
     assert set(SPECIALIZED) == covered  # a new specialize needs a case in op_cases
+
+
+def test_fc_gradient_one_row_gives_blas_zero_signs():
+    # BLAS adds each product to 0: a -0.0 product (dY = -0.0, X = 0) is +0.0 in the general kernel
+    ws = an.Workspace()
+    inputs = [np.zeros((1, 3), np.float32), np.ones((2, 3), np.float32), np.array([[-0.0, 1.0]], np.float32)]
+    for name, x in zip(["x", "w", "dy"], inputs):
+        ws.feed(name, x)
+    net = an.Net("g", type="straight")
+    net.FCGradient(["x", "w", "dy"], ["dw", "db"])
+    op = ws.create_net(net).operators[0]
+    fast = op.schema.specialize(op.ctx, *inputs)
+    assert fast is not None
+    general, _ = _call(op.fn, op, inputs)
+    got, _ = _call(fast, op, inputs)
+    assert _bits(got) == _bits(general)
+    assert not np.signbit(got[0]).any()

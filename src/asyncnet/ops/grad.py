@@ -301,9 +301,15 @@ def _fc_gradient_with_axes(ctx: Any, x: Any, w: Any, dy: Any) -> Any:
 
     def fc_gradient_axes(ctx: Any, x: np.ndarray, w: np.ndarray, dy: np.ndarray) -> tuple[np.ndarray, ...]:
         x2, dy2 = x.reshape(x_2d), dy.reshape(m, n)
-        # one row: dY^T X is an outer product (each entry one product, the same bits), ~3x
-        # cheaper as a broadcast than numpy's matmul with an inner dim of 1
-        dw = (dy2.T * x2 if m == 1 else dy2.T @ x2).reshape(w_shape)
+        if m == 1:
+            # one row: dY^T X is an outer product, ~3x cheaper as a broadcast than numpy's
+            # matmul with an inner dim of 1; BLAS adds each product to 0, so a -0.0 product
+            # is +0.0 there, and adding 0.0 gives the same bits
+            dw = dy2.T * x2
+            dw += 0.0
+        else:
+            dw = dy2.T @ x2
+        dw = dw.reshape(w_shape)
         db = dy2.sum(axis=0)
         return (dw, db, (dy2 @ w.reshape(w_2d)).reshape(x_shape)) if with_dx else (dw, db)
 
