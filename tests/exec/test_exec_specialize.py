@@ -353,11 +353,12 @@ def test_the_contract_cases_cover_every_specialized_op():
 def test_fc_gradient_one_row_gives_blas_zero_signs():
     # BLAS adds each product to 0: a -0.0 product (dY = -0.0, X = 0) is +0.0 in the general kernel
     ws = an.Workspace()
-    inputs = [np.zeros((1, 3), np.float32), np.ones((2, 3), np.float32), np.array([[-0.0, 1.0]], np.float32)]
+    # axis=2 on a 3-D X: the specialized kernel with bound axes, one row (M = 1)
+    inputs = [np.zeros((1, 1, 3), np.float32), np.ones((2, 3), np.float32), np.array([[-0.0, 1.0]], np.float32)]
     for name, x in zip(["x", "w", "dy"], inputs):
         ws.feed(name, x)
     net = an.Net("g", type="straight")
-    net.FCGradient(["x", "w", "dy"], ["dw", "db"])
+    net.FCGradient(["x", "w", "dy"], ["dw", "db"], axis=2)
     op = ws.create_net(net).operators[0]
     fast = op.schema.specialize(op.ctx, *inputs)
     assert fast is not None
