@@ -100,7 +100,7 @@ def how_imported() -> dict[str, str]:
         "Tanh": "Tanh",
         "MatMul": "BatchMatMul",
         "Gemm": "FC / ONNXGemm",
-        "Conv": "Conv",
+        "Conv": "ONNXConv",
         "MaxPool": "MaxPool",
         "AveragePool": "AveragePool",
         "GlobalAveragePool": "ONNXGlobalPool",
