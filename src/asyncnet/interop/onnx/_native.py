@@ -46,10 +46,10 @@ def _activation(tr: Translator, node: Any) -> list[OperatorDef] | None:
 
 @native("MatMul")
 def _matmul(tr: Translator, node: Any) -> list[OperatorDef] | None:
-    """numpy.matmul semantics: asyncnet's BatchMatMul with broadcast=1."""
+    """numpy.matmul semantics: ONNXMatMul."""
     if not tr.all_float(node.input):
         return None
-    return _op("BatchMatMul", node, broadcast=True)
+    return _op("ONNXMatMul", node)
 
 
 @native("Gemm")

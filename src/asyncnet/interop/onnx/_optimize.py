@@ -382,7 +382,7 @@ def _rebuild(model: Any, folded: set[int], reshape_targets: dict[int, str], new_
 
 
 def fuse_matmul_add(ops: list[Any], params: dict[str, tuple[tuple[int, ...], Any]], keep: set[str]) -> list[Any]:
-    """``BatchMatMul(x, W)`` read only by an Add (``ONNXBinary`` or ``Add``) of a bias ``b``, ``W`` [K, N] and ``b`` [N]
+    """``ONNXMatMul(x, W)`` read only by an Add (``ONNXBinary`` or ``Add``) of a bias ``b``, ``W`` [K, N] and ``b`` [N]
     initializers of one float dtype (``params``: name -> (shape, dtype)), becomes one
     ``ONNXMatMulAdd(x, W, b)`` (a Linear layer: numpy's matmul and broadcasting give the same
     result). ``keep``: values the graph outputs, never fused away."""
@@ -395,7 +395,7 @@ def fuse_matmul_add(ops: list[Any], params: dict[str, tuple[tuple[int, ...], Any
     fused: dict[int, Any] = {}
     dropped: set[int] = set()
     for i, op in enumerate(ops):
-        if op.type != "BatchMatMul" or len(op.inputs) != 2 or op.outputs[0] in keep:
+        if op.type != "ONNXMatMul" or len(op.inputs) != 2 or op.outputs[0] in keep:
             continue
         w = params.get(op.inputs[1])
         users = readers.get(op.outputs[0], [])

@@ -98,7 +98,7 @@ def how_imported() -> dict[str, str]:
         "Relu": "Relu",
         "Sigmoid": "Sigmoid",
         "Tanh": "Tanh",
-        "MatMul": "BatchMatMul",
+        "MatMul": "ONNXMatMul",
         "Gemm": "FC / ONNXGemm",
         "Conv": "ONNXConv",
         "MaxPool": "MaxPool",
