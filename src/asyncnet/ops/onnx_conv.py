@@ -34,9 +34,10 @@ import numpy as np
 from asyncnet.core.registry import Arg, register_op
 from asyncnet.ops.conv import Geometry, _conv_inputs, _symmetric, conv_forward, pad_input
 from asyncnet.ops.conv import _torch as torch_if_installed
+from asyncnet.ops.pool import max_pool
 from asyncnet.tensor.namespace import is_torch
 
-__all__ = ["onnx_conv", "ACTIVATIONS"]
+__all__ = ["onnx_conv", "onnx_max_pool", "ACTIVATIONS"]
 
 ACTIVATIONS = ("", "Relu", "Clip")
 _TORCH_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
@@ -191,3 +192,31 @@ def _torch_module() -> Any:
     import torch
 
     return torch
+
+
+_max_pool_nchw = max_pool.__wrapped__  # MaxPool's NCHW kernel, without Caffe2's order argument
+
+
+def _specialize_max_pool(ctx: Any, x: Any) -> Callable[..., Any] | None:
+    """The general kernel itself for numpy arrays (its cost is in the windows, not the checks):
+    nets of ONNXMaxPool and ops with fast kernels are specialized."""
+    return onnx_max_pool if type(x) is np.ndarray else None
+
+
+@register_op(
+    "ONNXMaxPool",
+    outputs=1,
+    args=[
+        Arg("kernels", list, Arg.REQUIRED, "[kh, kw]", item_type=int),
+        Arg("strides", list, [1, 1], "[sh, sw]", item_type=int),
+        Arg("pads", list, [0, 0, 0, 0], "[top, left, bottom, right]", item_type=int),
+    ],
+    devices=("cpu", "cuda"),
+    specialize=_specialize_max_pool,
+    inputs_doc=("X [N, C, H, W]",),
+    outputs_doc=("Y [N, C, OH, OW]",),
+    doc="Y = the maximum of each window of X (ONNX MaxPool, 2-D, floor mode, explicit pads: padding never wins); "
+    "the kernel of asyncnet's MaxPool.",
+)
+def onnx_max_pool(ctx: Any, x: Any) -> Any:
+    return _max_pool_nchw(ctx, x)

@@ -187,3 +187,40 @@ def test_onnx_conv_errors() -> None:
         ws.run_net_once(_conv_net(ws, ["x", "w"], kernels=[1, 1], bias=False, min=0.0))
     with pytest.raises(OperatorError, match=r"expected Z 'z' of the convolution's shape \(1, 3, 4, 4\)"):
         ws.run_net_once(_conv_net(ws, ["x", "w", "z"], kernels=[1, 1], bias=False, residual=True))
+
+
+@pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
+@pytest.mark.parametrize("op_type", ["LSTM", "GRU"])
+def test_recurrence_of_a_transposed_batch_matches_the_reference(direction: str, op_type: str) -> None:
+    """x [batch, seq, in] transposed to sequence first (a view the fused kernel reads batch first)."""
+    pytest.importorskip("torch")
+    g = np.random.default_rng(4)
+    dirs, hidden, gates = (2 if direction == "bidirectional" else 1), 3, (4 if op_type == "LSTM" else 3)
+    inits = [
+        _t("w", _w(g, dirs, gates * hidden, 5)),
+        _t("r", _w(g, dirs, gates * hidden, hidden)),
+        _t("b", _w(g, dirs, 2 * gates * hidden)),
+    ]
+    extra = {"linear_before_reset": 1} if op_type == "GRU" else {}
+    nodes = [
+        oh.make_node("Transpose", ["x"], ["xt"], perm=[1, 0, 2]),
+        oh.make_node(op_type, ["xt", "w", "r", "b"], ["y", "y_h"], hidden_size=hidden, direction=direction, **extra),
+    ]
+    graph = oh.make_graph(
+        nodes,
+        "g",
+        [oh.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4, 5])],
+        [
+            oh.make_tensor_value_info("y", TensorProto.FLOAT, [4, dirs, "n", hidden]),
+            oh.make_tensor_value_info("y_h", TensorProto.FLOAT, [dirs, "n", hidden]),
+        ],
+        inits,
+    )
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)])
+    ref = ReferenceEvaluator(model)
+    for tensors in ("numpy", "torch"):
+        rep = backend.prepare(model, tensors=tensors)
+        for batch in (1, 3, 3):
+            x = g.standard_normal((batch, 4, 5)).astype(np.float32)
+            for got, want in zip(rep.run(x), ref.run(None, {"x": x})):
+                np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

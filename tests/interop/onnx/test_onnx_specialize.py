@@ -43,6 +43,10 @@ def op_cases(draw):
         act = draw(st.sampled_from([{}, {"activation": "Relu"}, {"activation": "Clip", "min": 0.0, "max": 6.0}]))
         args = {"kernels": [k, k], "pads": pads, "group": group, "bias": bias, "residual": residual, **act}
         return t, ins, args
+    if t == "ONNXMaxPool":
+        k = draw(st.sampled_from([1, 2, 3]))
+        args = {"kernels": [k, k], "strides": [draw(st.sampled_from([1, 2]))] * 2, "pads": [k // 2] * 4}
+        return t, [f(*dims(1, 3, 2), 5, 6)], args
     shape = draw(st.lists(st.integers(1, 3), min_size=1, max_size=4))
     if t == "ONNXBinary":
         tail = shape[draw(st.integers(0, len(shape))) :]  # broadcast from the right, or a 0-d operand
@@ -165,6 +169,7 @@ def test_the_cases_cover_every_specialized_onnx_op():
         "ONNXLayout",
         "ONNXMatMul",
         "ONNXMatMulAdd",
+        "ONNXMaxPool",
         "ONNXReduce",
         "ONNXReshape",
         "ONNXSoftmax",

@@ -149,7 +149,8 @@ def _pool(tr: Translator, node: Any) -> list[OperatorDef] | None:
     args: dict[str, Any] = {"kernels": list(a["kernel_shape"]), "strides": list(a.get("strides", [1, 1])), "pads": pads}
     if node.op_type == "AveragePool":
         args["count_include_pad"] = bool(a.get("count_include_pad", 0))
-    return _op(node.op_type, node, **args)
+        return _op("AveragePool", node, **args)
+    return _op("ONNXMaxPool", node, **args)
 
 
 @native("GlobalAveragePool", "GlobalMaxPool")

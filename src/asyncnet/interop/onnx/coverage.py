@@ -101,7 +101,7 @@ def how_imported() -> dict[str, str]:
         "MatMul": "ONNXMatMul",
         "Gemm": "FC / ONNXGemm",
         "Conv": "ONNXConv",
-        "MaxPool": "MaxPool",
+        "MaxPool": "ONNXMaxPool",
         "AveragePool": "AveragePool",
         "GlobalAveragePool": "ONNXGlobalPool",
         "GlobalMaxPool": "ONNXGlobalPool",
