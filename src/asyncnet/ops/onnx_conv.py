@@ -9,8 +9,8 @@ place on the convolution's fresh output: no intermediate arrays, one op instead 
 Kernels. On torch tensors, torch's ``conv2d`` then in-place ``add_``/``relu_``/``clamp_``. On
 numpy float32/float64 arrays, when torch is installed, the same torch calls on zero-copy views
 (``torch.from_numpy``): torch's CPU convolution beats im2col + sgemm for every filter but one
-kind, the pointwise one (1x1, stride 1, no pads, one group), which stays numpy's one matmul per
-example (2-4x torch's at batch 32). Without torch, and for float16, asyncnet's ``Conv`` kernel
+kind, the pointwise one (1x1, stride 1, no pads, one group), which from batch
+:data:`POINTWISE_NUMPY_BATCH` on stays numpy's one matmul per example (2-4x torch's at batch 32). Without torch, and for float16, asyncnet's ``Conv`` kernel
 (:func:`asyncnet.ops.conv.conv_forward`) and numpy's in-place ufuncs. The choice depends only
 on the inputs' types, dtypes and shapes and the installation, so a net gives the same bits run
 after run.
@@ -66,9 +66,14 @@ def _pointwise(w: Any, g: Geometry, grp: int) -> bool:
     return grp == 1 and tuple(w.shape[2:]) == (1, 1) and g.stride == (1, 1) and not any(g.pads) and g.dilation == (1, 1)
 
 
+#: batch from which a pointwise filter runs as numpy's matmuls (2-4x torch's 1x1 convolution at batch 32,
+#: 1.1-1.4x slower than it below 8: measured on MobileNet's and Inception's shapes, one thread)
+POINTWISE_NUMPY_BATCH = 16
+
+
 def _torch_for(x: Any, w: Any, g: Geometry, grp: int) -> Any:
     """torch, when numpy arrays ``x``, ``w`` are convolved by torch's kernel (see the module doc); else None."""
-    if x.dtype not in _TORCH_FLOATS or _pointwise(w, g, grp):
+    if x.dtype not in _TORCH_FLOATS or (x.shape[0] >= POINTWISE_NUMPY_BATCH and _pointwise(w, g, grp)):
         return None
     return torch_if_installed()
 

@@ -123,7 +123,8 @@ def _conv_net(ws: an.Workspace, inputs: list[str], net_type: str = "simple", **a
     "shape, w_shape, args",
     [
         ((2, 4, 7, 7), (6, 4, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}),
-        ((2, 4, 7, 7), (6, 4, 1, 1), {}),  # pointwise: numpy's matmul
+        ((2, 4, 7, 7), (6, 4, 1, 1), {}),  # pointwise, small batch: torch
+        ((16, 4, 5, 5), (6, 4, 1, 1), {}),  # pointwise from POINTWISE_NUMPY_BATCH on: numpy's matmul
         ((1, 4, 7, 7), (4, 1, 3, 3), {"pads": [0, 2, 1, 0], "group": 4}),  # asymmetric pads
         ((2, 4, 9, 9), (6, 2, 3, 3), {"dilations": [2, 2], "group": 2}),
     ],
