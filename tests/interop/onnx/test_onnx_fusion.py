@@ -225,3 +225,33 @@ def test_recurrence_of_a_transposed_batch_matches_the_reference(direction: str, 
             x = g.standard_normal((batch, 4, 5)).astype(np.float32)
             for got, want in zip(rep.run(x), ref.run(None, {"x": x})):
                 np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_fused_ops_export_back_to_the_same_function() -> None:
+    """ONNXConv (residual, Relu, Clip), ONNXMatMul and ONNXMaxPool written back as ONNX nodes."""
+    ort = pytest.importorskip("onnxruntime")
+    from caffe2.python.onnx import backend as c2backend
+    from caffe2.python.onnx import frontend
+
+    model = _residual_block()
+    g = model.graph
+    g.node.extend(
+        [
+            oh.make_node("MaxPool", ["y"], ["mp"], kernel_shape=[2, 2], strides=[2, 2]),
+            oh.make_node("Reshape", ["mp", "flat"], ["f"]),
+            oh.make_node("MatMul", ["f", "f_t"], ["z"]),
+        ]
+    )
+    g.initializer.append(_t("flat", np.array([-1, 96], np.int64)))
+    g.initializer.append(_t("f_t", np.random.default_rng(5).standard_normal((96, 2)).astype(np.float32)))
+    del g.output[:]
+    g.output.append(oh.make_tensor_value_info("z", TensorProto.FLOAT, ["n", 2]))
+    init, pred = c2backend.Caffe2Backend.onnx_graph_to_caffe2_net(model)
+    assert {"ONNXConv", "ONNXMatMul", "ONNXMaxPool"} <= {op.type for op in pred.op}
+    back = frontend.caffe2_net_to_onnx_model(pred, init, {"x": (TensorProto.FLOAT, [2, 4, 8, 8])})
+    onnx.checker.check_model(back, full_check=True)
+    x = np.random.default_rng(6).standard_normal((2, 4, 8, 8)).astype(np.float32)
+    run = lambda m: ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[
+        0
+    ]
+    np.testing.assert_allclose(run(back), run(model), rtol=1e-5, atol=1e-5)
