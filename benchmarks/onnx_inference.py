@@ -3,7 +3,7 @@ onnxruntime (1 and 2 intra-op threads) and torch eager (1 and 2 threads) on mode
 ``torch.onnx.export`` from PyTorch models built here with random weights.
 
 For each model: the import time, batch-1 latency (ms) and batch-32 throughput (samples/s), medians
-over interleaved rounds (each round runs every peer once; the 2-thread peers in rounds of their
+over interleaved rounds of samples of about 30 ms each (each round runs every peer once; the 2-thread peers in rounds of their
 own, after the others; then asyncnet's simple reps alone, once the async reps' worker pools are
 closed), and the load average before and after. Every label says its threads (see ``_peers``);
 the ratios compare asyncnet's 1-thread configurations with the 1-thread peers, and any of its
@@ -168,7 +168,7 @@ def _peers(
     """label -> run(x) for every peer, the import times (s), and the async reps (closed before the
     "alone" round). Each label says its threads: "1t" one intra-op (BLAS and torch) thread, "2w x 1t"
     two executor workers of one thread each, "alone" the threads a simple rep gets with no worker
-    pool in the process (both cores: 2 BLAS threads; torch's pool as the user left it)."""
+    pool in the process (the libraries' defaults: BLAS and torch on every core)."""
     import onnxruntime as ort
     import torch
 
@@ -227,7 +227,13 @@ def _time(fn: Callable[[np.ndarray], Any], x: np.ndarray, reps: int) -> float:
     return (time.perf_counter() - t0) / reps
 
 
-def bench_model(name: str, rounds: int, reps: int) -> dict[str, Any]:
+def _runs_for(fn: Callable[[np.ndarray], Any], x: np.ndarray, sample_s: float) -> int:
+    """Runs per sample so that a sample lasts about ``sample_s`` (from one timed run, 1 to 1000):
+    on a busy machine a sample of one short run is often the one a preemption lands in."""
+    return max(1, min(1000, round(sample_s / max(_time(fn, x, 1), 1e-6))))
+
+
+def bench_model(name: str, rounds: int, sample_s: float) -> dict[str, Any]:
     import torch
 
     make, data = _models()[name]
@@ -243,15 +249,17 @@ def bench_model(name: str, rounds: int, reps: int) -> dict[str, Any]:
         if g == len(groups) - 1:  # the "alone" round: no worker pool left to hold BLAS at one thread
             for rep in async_reps:
                 rep.net.close()
-            torch.set_num_threads(os.cpu_count() or 1)
+            torch.set_num_threads(os.cpu_count() or 1)  # the process's defaults, as before any claim
         for batch, x in xs.items():
+            runs = {}
             for p in group:
                 peers[p](x)  # warm up
+                runs[p] = _runs_for(peers[p], x, sample_s)
                 if p.startswith("asyncnet"):
                     out["threads"][p] = _threads_now()
             for _ in range(rounds):
                 for p in group:  # interleaved: every peer of the group once per round
-                    samples[batch][p].append(_time(peers[p], x, reps if batch == 1 else max(1, reps // 8)))
+                    samples[batch][p].append(_time(peers[p], x, runs[p]))
     for batch, key in ((1, "latency_ms"), (32, "throughput")):
         for p, s in samples[batch].items():
             med = statistics.median(s)
@@ -312,10 +320,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     parser.add_argument("--model", action="append", help="only these models (repeatable)")
     ns = parser.parse_args(argv)
-    rounds, reps = (3, 4) if ns.quick else (7, 20)
+    rounds, sample_s = (3, 0.005) if ns.quick else (7, 0.03)
     names = ns.model or list(_models())
     load_before = open("/proc/loadavg").read().split()[:3] if os.path.exists("/proc/loadavg") else []
-    results = [bench_model(n, rounds, reps) for n in names]
+    results = [bench_model(n, rounds, sample_s) for n in names]
     load_after = open("/proc/loadavg").read().split()[:3] if os.path.exists("/proc/loadavg") else []
     if ns.json:
         print(json.dumps({"load_before": load_before, "load_after": load_after, "results": results}, indent=2))
