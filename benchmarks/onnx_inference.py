@@ -3,10 +3,13 @@ onnxruntime (1 and 2 intra-op threads) and torch eager (1 and 2 threads) on mode
 ``torch.onnx.export`` from PyTorch models built here with random weights.
 
 For each model: the import time, batch-1 latency (ms) and batch-32 throughput (samples/s), medians
-over interleaved rounds (each round runs every peer once; the 2-thread peers in rounds of their
-own, after the others), and the load average before and after.
+over interleaved rounds of samples of about 30 ms each (each round runs every peer once; the 2-thread peers in rounds of their
+own, after the others; then asyncnet's simple reps alone, once the async reps' worker pools are
+closed), and the load average before and after. Every label says its threads (see ``_peers``);
+the ratios compare asyncnet's 1-thread configurations with the 1-thread peers, and any of its
+configurations with the 2-thread peers.
 
-    python -m benchmarks onnx_inference [--quick] [--json] [--model NAME ...]
+    python -m benchmarks onnx_inference [--quick] [--json] [--cpu] [--model NAME ...]
 """
 
 from __future__ import annotations
@@ -159,8 +162,13 @@ def _export(model: Any, x: np.ndarray) -> bytes:
     return f.getvalue()
 
 
-def _peers(name: str, blob: bytes, model: Any) -> tuple[dict[str, Callable[[np.ndarray], Any]], dict[str, float]]:
-    """name -> run(x) for every peer, and the import times (s)."""
+def _peers(
+    name: str, blob: bytes, model: Any
+) -> tuple[dict[str, Callable[[np.ndarray], Any]], dict[str, float], list[Any]]:
+    """label -> run(x) for every peer, the import times (s), and the async reps (closed before the
+    "alone" round). Each label says its threads: "1t" one intra-op (BLAS and torch) thread, "2w x 1t"
+    two executor workers of one thread each, "alone" the threads a simple rep gets with no worker
+    pool in the process (the libraries' defaults: BLAS and torch on every core)."""
     import onnxruntime as ort
     import torch
 
@@ -168,12 +176,17 @@ def _peers(name: str, blob: bytes, model: Any) -> tuple[dict[str, Callable[[np.n
 
     peers: dict[str, Callable[[np.ndarray], Any]] = {}
     loads: dict[str, float] = {}
-    for net_type, workers in (("simple", None), ("async_scheduling", 2)):
+    async_reps = []
+    for net_type, workers, threads in (("simple", None, "1t"), ("async_scheduling", 2, "2w x 1t")):
         for tensors in ("numpy", "torch"):
             t0 = time.perf_counter()
             rep = backend.prepare(blob, net_type=net_type, num_workers=workers, tensors=tensors)
             loads[f"asyncnet {net_type} {tensors}"] = time.perf_counter() - t0
-            peers[f"asyncnet {net_type} {tensors}"] = lambda x, rep=rep: _one_thread(rep.run, [x])
+            peers[f"asyncnet {net_type} {tensors} {threads}"] = lambda x, rep=rep: _one_thread(rep.run, [x])
+            if net_type == "simple":
+                peers[f"asyncnet simple {tensors} alone"] = lambda x, rep=rep: rep.run([x])
+            else:
+                async_reps.append(rep)
     for threads in (1, 2):
         so = ort.SessionOptions()
         so.intra_op_num_threads, so.inter_op_num_threads = threads, 1
@@ -186,43 +199,73 @@ def _peers(name: str, blob: bytes, model: Any) -> tuple[dict[str, Callable[[np.n
                 return model(torch.from_numpy(x))
 
         peers[f"torch eager {threads}t"] = eager
-    return peers, loads
+    return peers, loads, async_reps
 
 
 def _one_thread(fn: Callable[..., Any], *args: Any) -> Any:
-    """Run with torch's intra-op threads at 1 (the executor's workers are the parallelism)."""
+    """Run with torch's intra-op threads at 1 (BLAS is at 1 while the async reps' worker pools
+    live: asyncnet's thread budget, see :mod:`asyncnet.tensor.threads`)."""
     import torch
 
     torch.set_num_threads(1)
     return fn(*args)
 
 
+def _threads_now() -> dict[str, int]:
+    """The BLAS and torch intra-op thread counts in effect."""
+    import threadpoolctl
+    import torch
+
+    blas = [i["num_threads"] for i in threadpoolctl.threadpool_info() if i.get("user_api") == "blas"]
+    return {"blas": max(blas, default=0), "torch": torch.get_num_threads()}
+
+
+_CLOCK = [time.perf_counter]  # time.process_time with --cpu
+
+
 def _time(fn: Callable[[np.ndarray], Any], x: np.ndarray, reps: int) -> float:
-    t0 = time.perf_counter()
+    clock = _CLOCK[0]
+    t0 = clock()
     for _ in range(reps):
         fn(x)
-    return (time.perf_counter() - t0) / reps
+    return (clock() - t0) / reps
 
 
-def bench_model(name: str, rounds: int, reps: int) -> dict[str, Any]:
+def _runs_for(fn: Callable[[np.ndarray], Any], x: np.ndarray, sample_s: float) -> int:
+    """Runs per sample so that a sample lasts about ``sample_s`` (from one timed run, 1 to 1000):
+    on a busy machine a sample of one short run is often the one a preemption lands in."""
+    return max(1, min(1000, round(sample_s / max(_time(fn, x, 1), 1e-6))))
+
+
+def bench_model(name: str, rounds: int, sample_s: float) -> dict[str, Any]:
     import torch
 
     make, data = _models()[name]
     torch.manual_seed(0)
     model = make().eval()
     blob = _export(model, data(2))
-    peers, loads = _peers(name, blob, model)
-    out: dict[str, Any] = {"model": name, "import_s": loads, "latency_ms": {}, "throughput": {}}
-    for batch, key in ((1, "latency_ms"), (32, "throughput")):
-        x = data(batch)
-        for fn in peers.values():
-            fn(x)  # warm up
-        samples: dict[str, list[float]] = {p: [] for p in peers}
-        for group in _groups(peers):  # the 2-thread peers after the others: their spinning threads outlive them
+    peers, loads, async_reps = _peers(name, blob, model)
+    out: dict[str, Any] = {"model": name, "import_s": loads, "latency_ms": {}, "throughput": {}, "threads": {}}
+    groups = _groups(peers)
+    xs = {batch: data(batch) for batch in (1, 32)}
+    samples: dict[int, dict[str, list[float]]] = {b: {p: [] for p in peers} for b in xs}
+    for g, group in enumerate(groups):
+        if g == len(groups) - 1:  # the "alone" round: no worker pool left to hold BLAS at one thread
+            for rep in async_reps:
+                rep.net.close()
+            torch.set_num_threads(os.cpu_count() or 1)  # the process's defaults, as before any claim
+        for batch, x in xs.items():
+            runs = {}
+            for p in group:
+                peers[p](x)  # warm up
+                runs[p] = _runs_for(peers[p], x, sample_s)
+                if p.startswith("asyncnet"):
+                    out["threads"][p] = _threads_now()
             for _ in range(rounds):
                 for p in group:  # interleaved: every peer of the group once per round
-                    samples[p].append(_time(peers[p], x, reps if batch == 1 else max(1, reps // 8)))
-        for p, s in samples.items():
+                    samples[batch][p].append(_time(peers[p], x, runs[p]))
+    for batch, key in ((1, "latency_ms"), (32, "throughput")):
+        for p, s in samples[batch].items():
             med = statistics.median(s)
             out[key][p] = med * 1e3 if batch == 1 else batch / med
     torch.set_num_threads(os.cpu_count() or 1)
@@ -230,32 +273,46 @@ def bench_model(name: str, rounds: int, reps: int) -> dict[str, Any]:
 
 
 def _groups(peers: dict[str, Any]) -> list[list[str]]:
-    """The 1-thread peers (asyncnet's, onnxruntime 1t, torch eager 1t), then the 2-thread ones: on
-    2 busy cores the OpenMP threads of a 2-thread peer keep spinning after it returns and slowed
-    whichever peer ran next (up to 3x), so they are timed in rounds of their own."""
+    """The 1-thread peers (asyncnet's simple and async_scheduling reps, onnxruntime 1t, torch eager
+    1t), then the 2-thread ones, then asyncnet's simple reps alone: on 2 busy cores the OpenMP
+    threads of a 2-thread peer keep spinning after it returns and slowed whichever peer ran next
+    (up to 3x), so they are timed in rounds of their own."""
+    alone = [p for p in peers if p.endswith(" alone")]
     two = [p for p in peers if p.endswith(" 2t")]
-    return [[p for p in peers if p not in two], two]
+    return [[p for p in peers if p not in two and p not in alone], two, alone]
 
 
-def _best(d: dict[str, float], prefix: str, lower: bool) -> tuple[str, float]:
-    items = [(k, v) for k, v in d.items() if k.startswith(prefix)]
+def _best(d: dict[str, float], names: list[str], lower: bool) -> tuple[str, float]:
+    items = [(k, d[k]) for k in names]
     return (min if lower else max)(items, key=lambda kv: kv[1])
 
 
 def report(r: dict[str, Any]) -> list[str]:
     lines = [f"{r['model']}: import {min(r['import_s'].values()):.3f}-{max(r['import_s'].values()):.3f} s"]
+    threads = r.get("threads", {})
     for key, unit, lower in (("latency_ms", "ms (batch 1)", True), ("throughput", "samples/s (batch 32)", False)):
         d = r[key]
         for p, v in sorted(d.items()):
-            lines.append(f"  {key:11s} {p:36s} {v:10.2f} {unit}")
+            t = threads.get(p)
+            note = f" [blas {t['blas']}, torch {t['torch']}]" if t else ""
+            lines.append(f"  {key:11s} {p:38s} {v:10.2f} {unit}{note}")
         for lib in ("numpy", "torch"):
-            simple, parallel = d[f"asyncnet simple {lib}"], d[f"asyncnet async_scheduling {lib}"]
-            lines.append(
-                f"  {key:11s} async_scheduling (2 workers) vs simple, {lib}: "
-                f"{(simple / parallel) if lower else (parallel / simple):.2f}x"
-            )
-        best_name, best = _best(d, "asyncnet", lower)
-        for peer in ("onnxruntime 1t", "onnxruntime 2t", "torch eager 1t", "torch eager 2t"):
+            parallel = d[f"asyncnet async_scheduling {lib} 2w x 1t"]
+            for simple_name in (f"asyncnet simple {lib} 1t", f"asyncnet simple {lib} alone"):
+                simple = d[simple_name]
+                lines.append(
+                    f"  {key:11s} async_scheduling (2w x 1t) vs {simple_name[9:]}: "
+                    f"{(simple / parallel) if lower else (parallel / simple):.2f}x"
+                )
+        one = [p for p in d if p.startswith("asyncnet simple") and p.endswith(" 1t")]
+        both = [p for p in d if p.startswith("asyncnet")]
+        for peer, mine in (
+            ("onnxruntime 1t", one),
+            ("torch eager 1t", one),
+            ("onnxruntime 2t", both),
+            ("torch eager 2t", both),
+        ):
+            best_name, best = _best(d, mine, lower)
             ratio = (d[peer] / best) if lower else (best / d[peer])
             lines.append(f"  {key:11s} asyncnet best ({best_name[9:]}) vs {peer}: {ratio:.2f}x")
     return lines
@@ -266,11 +323,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="fewer rounds (a smoke run)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     parser.add_argument("--model", action="append", help="only these models (repeatable)")
+    parser.add_argument(
+        "--cpu",
+        action="store_true",
+        help="CPU time of the process instead of wall clock (steadier on a busy machine; a "
+        "2-thread peer or worker pool then counts the time of both its threads)",
+    )
     ns = parser.parse_args(argv)
-    rounds, reps = (3, 4) if ns.quick else (7, 20)
+    _CLOCK[0] = time.process_time if ns.cpu else time.perf_counter
+    rounds, sample_s = (3, 0.005) if ns.quick else (7, 0.03)
     names = ns.model or list(_models())
     load_before = open("/proc/loadavg").read().split()[:3] if os.path.exists("/proc/loadavg") else []
-    results = [bench_model(n, rounds, reps) for n in names]
+    results = [bench_model(n, rounds, sample_s) for n in names]
     load_after = open("/proc/loadavg").read().split()[:3] if os.path.exists("/proc/loadavg") else []
     if ns.json:
         print(json.dumps({"load_before": load_before, "load_after": load_after, "results": results}, indent=2))

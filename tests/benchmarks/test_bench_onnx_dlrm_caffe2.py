@@ -35,8 +35,15 @@ def test_onnx_inference_quick():
     out = _run_json("onnx_inference", "--model", "lstm")
     (r,) = out["results"]
     assert r["model"] == "lstm" and len(out["load_before"]) == 3
-    peers = {"asyncnet simple numpy", "asyncnet async_scheduling torch", "onnxruntime 1t", "torch eager 2t"}
+    peers = {
+        "asyncnet simple numpy 1t",
+        "asyncnet async_scheduling torch 2w x 1t",
+        "asyncnet simple torch alone",
+        "onnxruntime 1t",
+        "torch eager 2t",
+    }
     assert peers <= set(r["latency_ms"]) and peers <= set(r["throughput"])
+    assert r["threads"]["asyncnet simple numpy 1t"]["torch"] == 1  # every asyncnet label's threads, as measured
     assert all(v > 0 for v in [*r["latency_ms"].values(), *r["throughput"].values(), *r["import_s"].values()])
 
 

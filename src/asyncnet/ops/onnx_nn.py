@@ -95,6 +95,18 @@ def onnx_matmul_add(ctx: Any, a: Any, b: Any, c: Any) -> Any:
     return y
 
 
+@_op(
+    "ONNXMatMul",
+    inputs=2,
+    doc="Y = matmul(A, B) with numpy's rules (ONNX MatMul: a 1-D operand promoted to a matrix, batch dims "
+    "broadcast), numpy's or torch's matmul.",
+)
+def onnx_matmul(ctx: Any, a: Any, b: Any) -> Any:
+    if type(a) is not type(b):
+        namespace(ctx, array(ctx, a, 0), array(ctx, b, 1))  # two libraries: the error naming both
+    return as_array(array(ctx, a, 0) @ array(ctx, b, 1))
+
+
 #: rows per matrix below which numpy's batched matmul (one BLAS call per matrix) loses to one
 #: matrix product of all rows: [16, 1, 64] @ [64, 192] runs 2x faster as [16, 64] @ [64, 192]
 _FEW_ROWS = 8

@@ -104,7 +104,7 @@ def test_cli_graph_of_an_onnx_model(tmp_path, capsys) -> None:  # type: ignore[n
     onnx.save(small_model(), tmp_path / "m.onnx")
     assert main(["graph", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "g.dot")]) == 0
     assert "2 ops" in capsys.readouterr().out
-    assert "BatchMatMul" in (tmp_path / "g.dot").read_text()
+    assert "ONNXMatMul" in (tmp_path / "g.dot").read_text()
 
 
 @pytest.mark.timeout(120)

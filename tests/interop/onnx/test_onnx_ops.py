@@ -156,10 +156,10 @@ def test_conv_batch_norm_folded_at_import() -> None:
     x = g.standard_normal((2, 3, 5, 5)).astype(np.float32)
     want = ReferenceEvaluator(model).run(None, {"x": x})[0]
     rep = backend.prepare(model)
-    assert [op.type for op in rep.model.predict_net.ops] == ["Conv"]
+    assert [op.type for op in rep.model.predict_net.ops] == ["ONNXConv"]
     np.testing.assert_allclose(rep.run([x])[0], want, rtol=1e-5, atol=1e-5)
     unfolded = backend.prepare(model, optimize=False)
-    assert [op.type for op in unfolded.model.predict_net.ops] == ["Conv", "ONNXBatchNorm"]
+    assert [op.type for op in unfolded.model.predict_net.ops] == ["ONNXConv", "ONNXBatchNorm"]
     np.testing.assert_allclose(unfolded.run([x])[0], want, rtol=1e-5, atol=1e-5)
 
 

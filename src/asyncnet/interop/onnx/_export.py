@@ -101,6 +101,50 @@ def _conv(g: _Graph, op: OperatorDef, needed: set) -> None:
     g.node("Conv", op.inputs, op.outputs[:1], dilations=list(geo.dilation), group=int(op.args.get("group", 1)), **attrs)
 
 
+@exporter("ONNXConv")
+def _onnx_conv(g: _Graph, op: OperatorDef, needed: set) -> None:
+    """Conv, then the residual Add and the Relu or Clip the importer fused into it (one node each)."""
+    a = op.args
+    attrs = {
+        "kernel_shape": list(a["kernels"]),
+        "strides": list(a.get("strides", [1, 1])),
+        "pads": list(a.get("pads", [0, 0, 0, 0])),
+        "dilations": list(a.get("dilations", [1, 1])),
+        "group": int(a.get("group", 1)),
+    }
+    n_conv = 2 + bool(a.get("bias", True))
+    act, residual = a.get("activation", ""), bool(a.get("residual", False))
+    y = op.outputs[0]
+    steps = [s for s, on in (("conv", True), ("add", residual), ("act", bool(act))) if on]
+    names = {s: (y if s == steps[-1] else g.tmp(f"{y}_{s}")) for s in steps}
+    g.node("Conv", op.inputs[:n_conv], [names["conv"]], **attrs)
+    last = names["conv"]
+    if residual:
+        g.node("Add", [last, op.inputs[-1]], [names["add"]])
+        last = names["add"]
+    if act == "Relu":
+        g.node("Relu", [last], [names["act"]])
+    elif act == "Clip":
+        w = g.values.get(op.inputs[1])
+        dtype = w.dtype if isinstance(w, np.ndarray) else np.float32
+        bounds = [g.const(a[k], dtype) if a.get(k) is not None else "" for k in ("min", "max")]
+        while bounds and not bounds[-1]:
+            bounds.pop()
+        g.node("Clip", [last, *bounds], [names["act"]])
+
+
+@exporter("ONNXMatMul")
+def _onnx_matmul(g: _Graph, op: OperatorDef, needed: set) -> None:
+    g.node("MatMul", op.inputs, op.outputs[:1])
+
+
+@exporter("ONNXMaxPool")
+def _onnx_max_pool(g: _Graph, op: OperatorDef, needed: set) -> None:
+    a = op.args
+    attrs = {"kernel_shape": list(a["kernels"]), "strides": list(a.get("strides", [1, 1]))}
+    g.node("MaxPool", op.inputs, op.outputs[:1], pads=list(a.get("pads", [0, 0, 0, 0])), **attrs)
+
+
 @exporter("MaxPool", "AveragePool")
 def _pool(g: _Graph, op: OperatorDef, needed: set) -> None:
     if op.args.get("order", "NCHW") != "NCHW":

@@ -46,10 +46,10 @@ def _activation(tr: Translator, node: Any) -> list[OperatorDef] | None:
 
 @native("MatMul")
 def _matmul(tr: Translator, node: Any) -> list[OperatorDef] | None:
-    """numpy.matmul semantics: asyncnet's BatchMatMul with broadcast=1."""
+    """numpy.matmul semantics: ONNXMatMul."""
     if not tr.all_float(node.input):
         return None
-    return _op("BatchMatMul", node, broadcast=True)
+    return _op("ONNXMatMul", node)
 
 
 @native("Gemm")
@@ -88,7 +88,8 @@ def _pads(a: dict[str, Any], spatial: int) -> list[int] | None:
 
 @native("Conv")
 def _conv(tr: Translator, node: Any) -> list[OperatorDef] | None:
-    """2-D convolutions with explicit pads: asyncnet's Conv (NCHW, pads [t, l, b, r] as ONNX's)."""
+    """2-D convolutions with explicit pads: ONNXConv (NCHW, pads [t, l, b, r] as ONNX's; the importer
+    fuses a following Relu, Clip or residual Add into it)."""
     a = attrs(node)
     w_shape = tr.shape(node.input[1])
     if (
@@ -106,8 +107,9 @@ def _conv(tr: Translator, node: Any) -> list[OperatorDef] | None:
     if "kernel_shape" in a and list(a["kernel_shape"]) != list(w_shape[2:]):
         return None
     return _op(
-        "Conv",
+        "ONNXConv",
         node,
+        bias=len(node.input) > 2 and bool(node.input[2]),
         kernels=list(w_shape[2:]),
         strides=list(a.get("strides", [1, 1])),
         pads=pads,
@@ -147,7 +149,8 @@ def _pool(tr: Translator, node: Any) -> list[OperatorDef] | None:
     args: dict[str, Any] = {"kernels": list(a["kernel_shape"]), "strides": list(a.get("strides", [1, 1])), "pads": pads}
     if node.op_type == "AveragePool":
         args["count_include_pad"] = bool(a.get("count_include_pad", 0))
-    return _op(node.op_type, node, **args)
+        return _op("AveragePool", node, **args)
+    return _op("ONNXMaxPool", node, **args)
 
 
 @native("GlobalAveragePool", "GlobalMaxPool")

@@ -382,7 +382,7 @@ def _rebuild(model: Any, folded: set[int], reshape_targets: dict[int, str], new_
 
 
 def fuse_matmul_add(ops: list[Any], params: dict[str, tuple[tuple[int, ...], Any]], keep: set[str]) -> list[Any]:
-    """``BatchMatMul(x, W)`` read only by an Add (``ONNXBinary`` or ``Add``) of a bias ``b``, ``W`` [K, N] and ``b`` [N]
+    """``ONNXMatMul(x, W)`` read only by an Add (``ONNXBinary`` or ``Add``) of a bias ``b``, ``W`` [K, N] and ``b`` [N]
     initializers of one float dtype (``params``: name -> (shape, dtype)), becomes one
     ``ONNXMatMulAdd(x, W, b)`` (a Linear layer: numpy's matmul and broadcasting give the same
     result). ``keep``: values the graph outputs, never fused away."""
@@ -395,7 +395,7 @@ def fuse_matmul_add(ops: list[Any], params: dict[str, tuple[tuple[int, ...], Any
     fused: dict[int, Any] = {}
     dropped: set[int] = set()
     for i, op in enumerate(ops):
-        if op.type != "BatchMatMul" or len(op.inputs) != 2 or op.outputs[0] in keep:
+        if op.type != "ONNXMatMul" or len(op.inputs) != 2 or op.outputs[0] in keep:
             continue
         w = params.get(op.inputs[1])
         users = readers.get(op.outputs[0], [])
@@ -415,6 +415,71 @@ def fuse_matmul_add(ops: list[Any], params: dict[str, tuple[tuple[int, ...], Any
     if not fused:
         return ops
     return [fused.get(i, op) for i, op in enumerate(ops) if i not in dropped]
+
+
+def fuse_conv(ops: list[Any], shape: Any, keep: set[str]) -> list[Any]:
+    """Each ``ONNXConv`` whose output alone feeds a ``Relu`` or ``ONNXClip`` takes that activation;
+    one whose output alone feeds an Add (``ONNXBinary``) of a value ``Z`` of the same inferred
+    shape (``shape(name)``, symbolic dims compared by name) takes ``Z`` as its residual, then the
+    Add's own lone Relu or Clip. The fused op replaces the last op it absorbs (``Z`` may be
+    computed after the convolution). ``keep``: values the graph outputs, never fused away.
+
+        >>> from asyncnet.core.defs import OperatorDef as D
+        >>> ops = [D("ONNXConv", ["x", "w"], ["c"], {"kernels": [1, 1], "bias": False}), D("Relu", ["c"], ["y"])]
+        >>> [(op.type, op.outputs, op.args["activation"]) for op in fuse_conv(ops, lambda n: None, set())]
+        [('ONNXConv', ['y'], 'Relu')]
+    """
+    import dataclasses
+
+    readers: dict[str, list[int]] = {}
+    for i, op in enumerate(ops):
+        for n in op.inputs:
+            readers.setdefault(n, []).append(i)
+
+    taken: set[int] = set()  # ops absorbed into a fused op, or holding one
+    gone: set[int] = set()  # the positions a fused op left
+
+    def lone_reader(name: str, after: int) -> int | None:
+        users = readers.get(name, [])
+        ok = name not in keep and len(users) == 1 and users[0] > after and users[0] not in taken
+        return users[0] if ok else None
+
+    out = list(ops)
+    for i, op in enumerate(ops):
+        if op.type != "ONNXConv" or op.args.get("activation") or op.args.get("residual") or i in taken:
+            continue
+        fused, at = op, i
+        j = lone_reader(op.outputs[0], i)
+        if j is not None and _is_add(ops[j]) and ops[j].inputs[0] != ops[j].inputs[1]:
+            add = ops[j]
+            z = add.inputs[1] if add.inputs[0] == op.outputs[0] else add.inputs[0]
+            s = shape(op.outputs[0])
+            if s is not None and shape(z) == s and shape(add.outputs[0]) == s:
+                fused = dataclasses.replace(
+                    fused, inputs=[*op.inputs, z], outputs=list(add.outputs), args={**op.args, "residual": True}
+                )
+                gone.add(at)
+                taken.update((at, j))
+                at, j = j, lone_reader(add.outputs[0], j)
+        act = _activation(ops[j]) if j is not None else None
+        if act is not None:
+            fused = dataclasses.replace(fused, outputs=list(ops[j].outputs), args={**fused.args, **act})
+            gone.add(at)
+            taken.update((at, j))
+            at = j
+        if fused is not op:
+            out[at] = fused
+    return [op for i, op in enumerate(out) if i not in gone]
+
+
+def _activation(op: Any) -> dict[str, Any] | None:
+    """The ONNXConv arguments of a Relu or ONNXClip op, else None."""
+    if op.type == "Relu" and len(op.inputs) == 1:
+        return {"activation": "Relu"}
+    if op.type == "ONNXClip" and len(op.inputs) == 1:
+        bounds = {k: op.args[k] for k in ("min", "max") if op.args.get(k) is not None}
+        return {"activation": "Clip", **bounds}
+    return None
 
 
 def _is_add(op: Any) -> bool:
