@@ -179,6 +179,14 @@ class WorkerPool:
         if not self._idle.acquire(False):
             self._grow()
 
+    def offer(self, fn: Callable[[], None]) -> bool:
+        """Queue ``fn()`` only when a worker is idle to take it now (an intra-op half, see
+        :mod:`asyncnet.tensor.parallel`); False, queueing nothing, when none is."""
+        if self._closed or not self._idle.acquire(False):
+            return False
+        self._queue.put((_call, fn))
+        return True
+
     def _grow(self) -> None:
         with self._lock:
             if self._closed or len(self._threads) >= self.size:
@@ -244,6 +252,10 @@ def _worker(q: queue.SimpleQueue[Any], idle: threading.Semaphore) -> None:
         fn(arg)
         del fn, arg
         idle.release()
+
+
+def _call(fn: Callable[[], None]) -> None:
+    fn()
 
 
 def _join_all(threads: Iterable[threading.Thread], deadline: float) -> list[threading.Thread]:

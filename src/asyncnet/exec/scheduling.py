@@ -104,6 +104,7 @@ from asyncnet.exec.graph import build_graph
 from asyncnet.exec.inline import InlinePolicy, critical_path
 from asyncnet.exec.pools import PoolLease, acquire_pool, activity, check_device, claim_net_threads, device_key
 from asyncnet.exec.simple import shadow_of
+from asyncnet.tensor import parallel
 from asyncnet.tensor.route import route_operators
 from asyncnet.tensor.streams import RunStreams, StreamBook
 from asyncnet.tensor.threads import ThreadClaim
@@ -236,6 +237,15 @@ def execute(run: _Run, c: int, p: int) -> None:
     The op running is written to this thread's :class:`~asyncnet.exec.pools.Activity`, so a
     thread stuck in an op can be reported by name when its pool is shut down.
     """
+    previous = parallel.enter(run.net.offers[p])  # an idle worker may take half of a big GEMM
+    try:
+        run_chains(run, c, p)
+    finally:
+        parallel.leave(previous)
+
+
+def run_chains(run: _Run, c: int, p: int) -> None:
+    """:func:`execute`'s loop: chain ``c``, then the ready children this thread keeps."""
     net = run.net
     chain_ops, blobs = net.chain_ops, net.blobs
     cost, last = net.chain_cost, net.chain_last
@@ -453,6 +463,7 @@ def run_inline(net: AsyncSchedulingNet) -> None:
     net._claim()
     net.runs += 1
     net._inline_running = True
+    previous = parallel.enter(next((o for o in net.offers if o is not None), None))
     try:
         blobs, flag = net.blobs, net.cancel_flag
 
@@ -466,6 +477,7 @@ def run_inline(net: AsyncSchedulingNet) -> None:
             stop()
             op.run(blobs)
     finally:
+        parallel.leave(previous)
         net._inline_running = False
         net._release()
 
@@ -610,6 +622,10 @@ class AsyncSchedulingNet(NetBase):
             raise
         self.chain_pool: list[int] = [pool_index[keys[ch[0]]] for ch in graph.chains]
         self.pools = [lease.pool for lease in self._leases]
+        # where an op of a chain of pool p may offer half its work: an idle worker of p (CPU pools)
+        self.offers: list[parallel.Offer | None] = [
+            self.pools[i].offer if key[0] == "cpu" else None for key, i in pool_index.items()
+        ]
         self.chain_cuda, self.streams = cuda_chains(self.chain_ops)
         self.policy = InlinePolicy(len(self.chain_ops))
         self._inline_running = False

@@ -1,0 +1,303 @@
+"""Intra-op parallelism on an idle executor thread: a big matrix product split in two halves.
+
+Policy
+------
+The thread budget (:mod:`asyncnet.tensor.threads`) holds every executor worker's BLAS to one
+thread, so that workers x BLAS threads never exceed the cores. Where a net's graph leaves a
+worker idle (the one runnable op is a big GEMM on the critical path), that core does nothing.
+Here the op uses it: the product is cut into two halves of whole output rows (or columns), the
+second half is *offered* to an idle thread of the executor running the op, and the op's own
+thread computes the first. Each half is one single-threaded BLAS call writing into its part of
+the output (``np.matmul(..., out=...)``; numpy releases the GIL), so the two run at once.
+
+* **No oversubscription.** A half is offered only when this thread was given a *spare* by its
+  executor (:func:`spare_thread`; the async executor gives one to its pool workers and to the
+  helping caller), that spare has an idle worker, the BLAS runs one thread per caller
+  (:func:`asyncnet.tensor.threads.intra_op_threads` is 1) and a core is free: executor threads
+  running ops (:func:`busy`) plus offered halves stay within ``process_cores()``, checked and
+  reserved under one lock (:func:`cores_in_use` reads the count).
+* **Never a wait on a thread that has not started.** The offered half is work-stealing: the
+  op's thread, once its own half is done, takes the offered half back and computes it itself
+  unless the spare thread already started it; only then does it wait, for a BLAS call in
+  progress. A late, busy or shut-down spare costs nothing but the offer.
+* **The same bits.** A split is used for an operand layout only after one check that it gives
+  exactly the bits of the unsplit product (BLAS kernels may pick a different code path for a
+  smaller product); a layout that differs is never split. The first call of each layout
+  computes both and returns the unsplit one.
+* **Errors.** An exception in either half is raised by the op's call, after the other half has
+  ended (or was taken back and not run), so no half writes to an output after the op returned.
+
+State (module globals, guarded by ``_lock``)::
+
+    _busy      int                   executor threads running ops, plus offered halves in flight
+    _checked   dict[key, bool]       operand layout -> the split gives the unsplit bits
+    _local     threading.local       .spare: the calling thread's offer function, or None
+
+Example::
+
+    >>> import numpy as np
+    >>> a, b = np.ones((64, 8)), np.ones((8, 4))
+    >>> out = np.empty((64, 4))
+    >>> matmul_into(a, b, out) is out   # no spare given to this thread: one plain call
+    True
+    >>> float(out[0, 0])
+    8.0
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+
+from asyncnet.tensor.threads import intra_op_threads, process_cores
+
+__all__ = [
+    "SPLIT_MIN_MACS",
+    "SPLIT_MIN_ROWS",
+    "Offer",
+    "spare_thread",
+    "busy",
+    "cores_in_use",
+    "matmul_into",
+    "matmul",
+    "stats",
+]
+
+#: products of fewer multiply-adds than this run whole: handing a half to another thread costs
+#: a wake-up (tens of microseconds), about what one core computes in 2 M multiply-adds
+SPLIT_MIN_MACS = 4_000_000
+#: each half keeps at least this many rows (or columns): thinner products take other BLAS paths
+SPLIT_MIN_ROWS = 16
+
+#: ``offer(fn) -> bool``: run ``fn()`` on an idle thread soon; False when none is idle
+Offer = Callable[[Callable[[], None]], bool]
+
+_lock = threading.Lock()
+_busy = 0
+_checked: dict[tuple[Any, ...], bool] = {}
+_local = threading.local()
+_stats = {"split": 0, "whole": 0, "taken_back": 0}
+
+
+@contextmanager
+def spare_thread(offer: Offer | None) -> Iterator[None]:
+    """While inside, ops on this thread may offer half their work to ``offer`` (see the module
+    docstring), and this thread counts as busy.
+
+    >>> with spare_thread(lambda fn: False):
+    ...     busy()
+    1
+    """
+    global _busy
+    previous = getattr(_local, "spare", None)
+    _local.spare = offer
+    with _lock:
+        _busy += 1
+    try:
+        yield
+    finally:
+        with _lock:
+            _busy -= 1
+        _local.spare = previous
+
+
+def enter(offer: Offer | None) -> Offer | None:
+    """:func:`spare_thread`'s entry without a context manager (the executor's hot path): returns
+    what :func:`leave` restores."""
+    global _busy
+    previous = getattr(_local, "spare", None)
+    _local.spare = offer
+    with _lock:
+        _busy += 1
+    return previous
+
+
+def leave(previous: Offer | None) -> None:
+    """Undo one :func:`enter`."""
+    global _busy
+    with _lock:
+        _busy -= 1
+    _local.spare = previous
+
+
+def busy() -> int:
+    """Executor threads running ops now, plus offered halves in flight."""
+    return _busy
+
+
+def cores_in_use() -> int:
+    """As :func:`busy`: what the split keeps within ``process_cores()``."""
+    return _busy
+
+
+def stats() -> dict[str, int]:
+    """Counts since start: products split, run whole (a split was possible but not granted), and
+    offered halves the op's own thread took back."""
+    return dict(_stats)
+
+
+class _Half:
+    """An offered half: run once, by whichever thread takes it first."""
+
+    __slots__ = ("fn", "taken", "done", "error", "lock")
+
+    def __init__(self, fn: Callable[[], None]):
+        self.fn = fn
+        self.taken = False
+        self.done = threading.Event()
+        self.error: BaseException | None = None
+        self.lock = threading.Lock()
+
+    def take(self) -> bool:
+        with self.lock:
+            if self.taken:
+                return False
+            self.taken = True
+            return True
+
+    def run(self) -> None:
+        try:
+            self.fn()
+        except BaseException as exc:  # noqa: BLE001 - raised by the op's own thread
+            self.error = exc
+        finally:
+            self.done.set()
+
+    def on_spare(self) -> None:
+        """The spare thread's entry: run the half unless the op's thread took it back (whoever
+        takes the half gives back the core the offer reserved, once it ran)."""
+        if self.take():
+            try:
+                self.run()
+            finally:
+                _unreserve_core()
+
+
+def _reserve_core() -> bool:
+    global _busy
+    cores = process_cores()
+    with _lock:
+        if _busy >= cores:
+            return False
+        _busy += 1
+        return True
+
+
+def _unreserve_core() -> None:
+    global _busy
+    with _lock:
+        _busy -= 1
+
+
+def run_halves(first: Callable[[], None], second: Callable[[], None]) -> bool:
+    """Run ``first`` here and ``second`` on this thread's spare when one is free (see the module
+    docstring); both here otherwise. True when ``second`` was offered."""
+    offer = getattr(_local, "spare", None)
+    half = None
+    if offer is not None and intra_op_threads() == 1 and _reserve_core():
+        half = _Half(second)
+        try:
+            offered = offer(half.on_spare)
+        except BaseException:
+            _unreserve_core()
+            raise
+        if not offered:
+            _unreserve_core()
+            half = None
+    if half is None:
+        first()
+        second()
+        return False
+    failed = True
+    try:
+        first()
+        failed = False
+    finally:
+        if half.take():  # not started yet: compute it here (after a failure, skip it)
+            _unreserve_core()
+            _stats["taken_back"] += 1
+            if not failed:
+                half.run()
+        else:
+            half.done.wait()  # running on the spare: a BLAS call that ends
+    if half.error is not None:
+        raise half.error
+    return True
+
+
+def _layout(a: np.ndarray, b: np.ndarray, axis: int, cut: int) -> tuple[Any, ...]:
+    return (a.shape, b.shape, a.strides, b.strides, a.dtype.str, b.dtype.str, axis, cut)
+
+
+def _plan(a: np.ndarray, b: np.ndarray) -> tuple[int, int] | None:
+    """(axis, cut) of a split of ``a @ b`` worth offering: rows of the output (axis 0) when it
+    has enough, else its columns (axis 1); None when the product is too small."""
+    m, k = a.shape
+    n = b.shape[1]
+    if m * k * n < SPLIT_MIN_MACS:
+        return None
+    for axis, size in ((0, m), (1, n)):
+        if size >= 2 * SPLIT_MIN_ROWS:
+            return axis, (size // 2) // SPLIT_MIN_ROWS * SPLIT_MIN_ROWS
+    return None
+
+
+def _parts(a: np.ndarray, b: np.ndarray, out: np.ndarray, axis: int, cut: int) -> tuple[Any, Any]:
+    if axis == 0:
+        return (a[:cut], b, out[:cut]), (a[cut:], b, out[cut:])
+    return (a, b[:, :cut], out[:, :cut]), (a, b[:, cut:], out[:, cut:])
+
+
+def _same_bits(a: np.ndarray, b: np.ndarray, out: np.ndarray, axis: int, cut: int) -> bool:
+    """Compute ``a @ b`` into ``out`` whole, and split into a scratch array: equal bits?"""
+    np.matmul(a, b, out=out)
+    trial = np.empty_like(out)
+    for x, y, o in _parts(a, b, trial, axis, cut):
+        np.matmul(x, y, out=o)
+    return bool(np.array_equal(trial, out, equal_nan=True))
+
+
+def matmul_into(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """``np.matmul(a, b, out=out)`` for 2-D float arrays, in two halves on two threads when this
+    thread has a spare, the product is big enough and the split gives the same bits (see the
+    module docstring). Returns ``out``.
+
+    >>> out = np.empty((2, 2)); matmul_into(np.eye(2), np.full((2, 2), 3.0), out)[1, 1]
+    np.float64(3.0)
+    """
+    if getattr(_local, "spare", None) is None:
+        return np.matmul(a, b, out=out)
+    plan = _plan(a, b)
+    if plan is None:
+        return np.matmul(a, b, out=out)
+    axis, cut = plan
+    key = _layout(a, b, axis, cut)
+    ok = _checked.get(key)
+    if ok is None:
+        _checked[key] = _same_bits(a, b, out, axis, cut)
+        return out
+    if not ok:
+        return np.matmul(a, b, out=out)
+    (a1, b1, o1), (a2, b2, o2) = _parts(a, b, out, axis, cut)
+    if run_halves(lambda: np.matmul(a1, b1, out=o1), lambda: np.matmul(a2, b2, out=o2)):
+        _stats["split"] += 1
+    else:
+        _stats["whole"] += 1
+    return out
+
+
+def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a @ b`` for 2-D float numpy arrays of one dtype, through :func:`matmul_into`.
+
+    >>> matmul(np.ones((2, 3)), np.ones((3, 2)))
+    array([[3., 3.],
+           [3., 3.]])
+    """
+    if getattr(_local, "spare", None) is None:
+        return a @ b
+    out = np.empty((a.shape[0], b.shape[1]), np.result_type(a, b))
+    return matmul_into(a, b, out)
