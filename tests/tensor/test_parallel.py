@@ -268,3 +268,36 @@ def test_pool_offer_runs_on_an_idle_worker_only():
         assert ran.wait(10)
     finally:
         lease.release()
+
+
+def test_async_executor_on_torch_tensors_keeps_the_simple_executors_bits():
+    torch = pytest.importorskip("torch")
+    outs = {}
+    for net_type in ("simple", "async_scheduling"):
+        ws = an.Workspace()
+        try:
+            _feed(ws, np.float32)
+            for name in ("x", "w1", "b1", "w2", "b2"):
+                ws.feed(name, torch.from_numpy(np.array(ws.fetch(name))))
+            ws.create_net(_fc_net(net_type))
+            for _ in range(6):
+                ws.run_net("fcs")
+            outs[net_type] = {k: ws.fetch(k).numpy() for k in ("h", "y", "dw2", "db2", "dh", "m")}
+        finally:
+            ws.close()
+    for k, v in outs["simple"].items():
+        np.testing.assert_array_equal(outs["async_scheduling"][k], v, err_msg=k)
+
+
+@needs_2_cores
+def test_torch_products_split_with_the_unsplit_bits(one_thread_blas, spare, monkeypatch):
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(parallel, "_checked", {})
+    g = torch.Generator().manual_seed(7)
+    x, w, bias = torch.randn(256, 200, generator=g), torch.randn(300, 200, generator=g), torch.randn(300, generator=g)
+    with parallel.spare_thread(spare.offer):
+        for _ in range(3):
+            assert torch.equal(parallel.torch_addmm(bias, x, w.t()), bias.addmm(x, w.t()))
+            assert torch.equal(parallel.torch_mm(x, w.t()), x.mm(w.t()))
+            assert torch.equal(parallel.torch_mm(w.t().t(), x.t()), w.mm(x.t()))
+    assert spare.offered > 0

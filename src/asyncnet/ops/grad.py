@@ -326,8 +326,8 @@ def fc_gradient(ctx: Any, x: Any, w: Any, dy: Any) -> tuple[np.ndarray, ...]:
     if plain_fc(ctx, x, w, dy, 2):
         return _fc_gradient_plain(ctx, x, w, dy)
     if plain_fc_torch(ctx, x, w, dy, 2):
-        dw, db = dy.t().mm(x), dy.sum(0)
-        return (dw, db) if len(ctx.op.outputs) == 2 else (dw, db, dy.mm(w))
+        dw, db = parallel.torch_mm(dy.t(), x), dy.sum(0)
+        return (dw, db) if len(ctx.op.outputs) == 2 else (dw, db, parallel.torch_mm(dy, w))
     return _fc_gradient(ctx, x, w, dy, transposed=False)
 
 

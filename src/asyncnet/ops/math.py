@@ -308,6 +308,8 @@ def matmul(ctx: Any, a: Any, b: Any) -> np.ndarray:
     a2, b2 = matmul_operands(ctx, a, b)
     if type(a2) is np.ndarray and type(b2) is np.ndarray:
         return parallel.matmul(a2, b2)  # in two halves on an idle executor thread, when one is free
+    if is_torch(a2) and a2.device.type == "cpu" and a2.dim() == 2 and b2.dim() == 2:
+        return parallel.torch_mm(a2, b2)
     return a2 @ b2
 
 

@@ -147,7 +147,7 @@ def fc(ctx: Any, x: Any, w: Any, b: Any) -> np.ndarray:
     if plain_fc(ctx, x, w, b, 1):
         return _fc_plain(ctx, x, w, b)
     if plain_fc_torch(ctx, x, w, b, 1):
-        return b.addmm(x, w.t())  # b + X W^T in one call (torch.nn.Linear's)
+        return parallel.torch_addmm(b, x, w.t())  # b + X W^T in one call (torch.nn.Linear's)
     return _fc(ctx, x, w, b, transposed=False)
 
 

@@ -229,69 +229,102 @@ def run_halves(first: Callable[[], None], second: Callable[[], None]) -> bool:
     return True
 
 
-def _layout(a: np.ndarray, b: np.ndarray, axis: int, cut: int) -> tuple[Any, ...]:
-    return (a.shape, b.shape, a.strides, b.strides, a.dtype.str, b.dtype.str, axis, cut)
+#: a product into a given output: ``product(a, b, out)`` (``np.matmul(a, b, out=out)``, ``torch.mm``, ...)
+Product = Callable[[Any, Any, Any], Any]
 
 
-def _plan(a: np.ndarray, b: np.ndarray) -> tuple[int, int] | None:
+def _np_product(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
+    np.matmul(a, b, out=out)
+
+
+def _layout(kind: str, a: Any, b: Any, axis: int, cut: int) -> tuple[Any, ...]:
+    return (
+        kind,
+        tuple(a.shape),
+        tuple(b.shape),
+        tuple(a.stride()) if kind != "np" else a.strides,
+        tuple(b.stride()) if kind != "np" else b.strides,
+        str(a.dtype),
+        str(b.dtype),
+        axis,
+        cut,
+    )
+
+
+def _plan(a: Any, b: Any, rows_only: bool) -> tuple[int, int] | None:
     """(axis, cut) of a split of ``a @ b`` worth offering: rows of the output (axis 0) when it
     has enough, else its columns (axis 1); None when the product is too small."""
     m, k = a.shape
     n = b.shape[1]
     if m * k * n < SPLIT_MIN_MACS:
         return None
-    for axis, size in ((0, m), (1, n)):
+    for axis, size in ((0, m), (1, n))[: 1 if rows_only else 2]:
         if size >= 2 * SPLIT_MIN_ROWS:
             return axis, (size // 2) // SPLIT_MIN_ROWS * SPLIT_MIN_ROWS
     return None
 
 
-def _parts(a: np.ndarray, b: np.ndarray, out: np.ndarray, axis: int, cut: int) -> tuple[Any, Any]:
+def _parts(a: Any, b: Any, out: Any, axis: int, cut: int) -> tuple[Any, Any]:
     if axis == 0:
         return (a[:cut], b, out[:cut]), (a[cut:], b, out[cut:])
     return (a, b[:, :cut], out[:, :cut]), (a, b[:, cut:], out[:, cut:])
 
 
-def _same_bits(a: np.ndarray, b: np.ndarray, out: np.ndarray, axis: int, cut: int) -> bool:
+def _same_bits(product: Product, a: Any, b: Any, out: Any, axis: int, cut: int, kind: str) -> bool:
     """Compute ``a @ b`` into ``out`` whole, and split into a scratch array: equal bits?"""
-    np.matmul(a, b, out=out)
-    trial = np.empty_like(out)
+    product(a, b, out)
+    if kind == "np":
+        trial = np.empty_like(out)
+    else:
+        trial = out.new_empty(out.shape)
     for x, y, o in _parts(a, b, trial, axis, cut):
-        np.matmul(x, y, out=o)
-    return bool(np.array_equal(trial, out, equal_nan=True))
+        product(x, y, o)
+    if kind == "np":
+        return bool(np.array_equal(trial, out, equal_nan=True))
+    return bool((trial == out).logical_or(trial.isnan() & out.isnan()).all())
 
 
-def matmul_into(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray:
-    """``np.matmul(a, b, out=out)`` for 2-D float arrays, in two halves on two threads when this
-    thread has a spare, the product is big enough and the split gives the same bits (see the
-    module docstring). Returns ``out``.
-
-    >>> out = np.empty((2, 2)); matmul_into(np.eye(2), np.full((2, 2), 3.0), out)[1, 1]
-    np.float64(3.0)
-    """
-    if getattr(_local, "spare", None) is None:
-        return np.matmul(a, b, out=out)
-    plan = _plan(a, b)
-    if plan is None:
-        return np.matmul(a, b, out=out)
+def product_into(a: Any, b: Any, out: Any, product: Product = _np_product, kind: str = "np") -> Any:
+    """``product(a, b, out)``, the 2-D product ``a @ b`` written into ``out`` (rows of ``out``
+    are rows of ``a``), in two halves on two threads when this thread has a spare, the product
+    is big enough and the split gives the same bits (see the module docstring). ``kind`` names
+    the product for the layout check ("np": numpy's matmul; a product whose output rows need
+    more than ``a``'s rows, as addmm's bias, names itself "rows:..." and is split by rows only).
+    Returns ``out``."""
+    plan = _plan(a, b, kind.startswith("rows:"))
+    if plan is None or getattr(_local, "spare", None) is None:
+        product(a, b, out)
+        return out
     axis, cut = plan
-    key = _layout(a, b, axis, cut)
+    key = _layout(kind, a, b, axis, cut)
     ok = _checked.get(key)
     if ok is None:
-        _checked[key] = _same_bits(a, b, out, axis, cut)
+        _checked[key] = _same_bits(product, a, b, out, axis, cut, kind)
         return out
     if not ok:
-        return np.matmul(a, b, out=out)
+        product(a, b, out)
+        return out
     (a1, b1, o1), (a2, b2, o2) = _parts(a, b, out, axis, cut)
-    if run_halves(lambda: np.matmul(a1, b1, out=o1), lambda: np.matmul(a2, b2, out=o2)):
+    if run_halves(lambda: product(a1, b1, o1), lambda: product(a2, b2, o2)):
         _stats["split"] += 1
     else:
         _stats["whole"] += 1
     return out
 
 
+def matmul_into(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """``np.matmul(a, b, out=out)`` for 2-D float arrays through :func:`product_into`.
+
+    >>> out = np.empty((2, 2)); matmul_into(np.eye(2), np.full((2, 2), 3.0), out)[1, 1]
+    np.float64(3.0)
+    """
+    if getattr(_local, "spare", None) is None:
+        return np.matmul(a, b, out=out)
+    return product_into(a, b, out)
+
+
 def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``a @ b`` for 2-D float numpy arrays of one dtype, through :func:`matmul_into`.
+    """``a @ b`` for 2-D float numpy arrays of one dtype, through :func:`product_into`.
 
     >>> matmul(np.ones((2, 3)), np.ones((3, 2)))
     array([[3., 3.],
@@ -299,5 +332,31 @@ def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """
     if getattr(_local, "spare", None) is None:
         return a @ b
-    out = np.empty((a.shape[0], b.shape[1]), np.result_type(a, b))
-    return matmul_into(a, b, out)
+    return product_into(a, b, np.empty((a.shape[0], b.shape[1]), np.result_type(a, b)))
+
+
+def torch_mm(a: Any, b: Any) -> Any:
+    """``a.mm(b)`` for 2-D float CPU torch tensors, through :func:`product_into`."""
+    if getattr(_local, "spare", None) is None:
+        return a.mm(b)
+
+    return product_into(a, b, a.new_empty((a.shape[0], b.shape[1])), _torch_mm_out, "mm")
+
+
+def torch_addmm(bias: Any, a: Any, b: Any) -> Any:
+    """``bias.addmm(a, b)`` (bias [N] on every row) for 2-D float CPU torch tensors, through
+    :func:`product_into` (split by rows only: each row adds the whole bias)."""
+    if getattr(_local, "spare", None) is None:
+        return bias.addmm(a, b)
+    import torch
+
+    def addmm(x: Any, y: Any, o: Any) -> None:
+        torch.addmm(bias, x, y, out=o)
+
+    return product_into(a, b, a.new_empty((a.shape[0], b.shape[1])), addmm, "rows:addmm")
+
+
+def _torch_mm_out(a: Any, b: Any, out: Any) -> None:
+    import torch
+
+    torch.mm(a, b, out=out)
