@@ -233,6 +233,11 @@ def run_halves(first: Callable[[], None], second: Callable[[], None]) -> bool:
 Product = Callable[[Any, Any, Any], Any]
 
 
+def _small(a: Any, b: Any) -> bool:
+    """Too small to split (the common case, checked first)."""
+    return a.shape[0] * a.shape[1] * b.shape[1] < SPLIT_MIN_MACS
+
+
 def _np_product(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
     np.matmul(a, b, out=out)
 
@@ -318,7 +323,7 @@ def matmul_into(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray:
     >>> out = np.empty((2, 2)); matmul_into(np.eye(2), np.full((2, 2), 3.0), out)[1, 1]
     np.float64(3.0)
     """
-    if getattr(_local, "spare", None) is None:
+    if getattr(_local, "spare", None) is None or _small(a, b):
         return np.matmul(a, b, out=out)
     return product_into(a, b, out)
 
@@ -330,14 +335,14 @@ def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     array([[3., 3.],
            [3., 3.]])
     """
-    if getattr(_local, "spare", None) is None:
+    if getattr(_local, "spare", None) is None or _small(a, b):
         return a @ b
     return product_into(a, b, np.empty((a.shape[0], b.shape[1]), np.result_type(a, b)))
 
 
 def torch_mm(a: Any, b: Any) -> Any:
     """``a.mm(b)`` for 2-D float CPU torch tensors, through :func:`product_into`."""
-    if getattr(_local, "spare", None) is None:
+    if getattr(_local, "spare", None) is None or _small(a, b):
         return a.mm(b)
 
     return product_into(a, b, a.new_empty((a.shape[0], b.shape[1])), _torch_mm_out, "mm")
@@ -346,7 +351,7 @@ def torch_mm(a: Any, b: Any) -> Any:
 def torch_addmm(bias: Any, a: Any, b: Any) -> Any:
     """``bias.addmm(a, b)`` (bias [N] on every row) for 2-D float CPU torch tensors, through
     :func:`product_into` (split by rows only: each row adds the whole bias)."""
-    if getattr(_local, "spare", None) is None:
+    if getattr(_local, "spare", None) is None or _small(a, b):
         return bias.addmm(a, b)
     import torch
 
