@@ -332,10 +332,14 @@ def _release(pool: WorkerPool, key: tuple[Hashable, int] | None, timeout: float,
     pool.shutdown(timeout, warn)
 
 
-def claim_net_threads(net_def: NetDef) -> ThreadClaim | None:
-    """The claim of a net that asks for ``intra_op_threads`` explicitly (None when it does not)."""
+def claim_net_threads(net_def: NetDef, caller_helps: bool = False) -> ThreadClaim | None:
+    """The claim of a net that asks for ``intra_op_threads`` explicitly, and of the caller's
+    thread when it runs ops beside the pool's (``caller_helps``: the async executor's
+    ``net.run()``), so that every thread running ops counts; None when there is neither."""
     n = net_def.intra_op_threads
-    return None if n is None else claim_threads(threads=n)
+    if n is None and not caller_helps:
+        return None
+    return claim_threads(workers=1 if caller_helps else 0, threads=n)
 
 
 def live_pools() -> list[WorkerPool]:

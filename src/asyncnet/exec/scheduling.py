@@ -629,7 +629,7 @@ class AsyncSchedulingNet(NetBase):
         self.chain_cuda, self.streams = cuda_chains(self.chain_ops)
         self.policy = InlinePolicy(len(self.chain_ops))
         self._inline_running = False
-        self._thread_claim = claim_net_threads(net_def)
+        self._thread_claim = claim_net_threads(net_def, caller_helps=True)  # run() runs chains on the caller too
         self._finalizer = weakref.finalize(self, _release_all, self._leases, claim=self._thread_claim)
 
     def run_async(self) -> AsyncRunHandle:
