@@ -3,9 +3,10 @@
 ``python -m benchmarks dlrm [--quick] [--sizes zoo,large] [--threads 1,2] [--steps N] [--reps N] [--scaling] [--json]``
 
 ``--scaling``: what the second thread gives, all peers interleaved step by step: asyncnet numpy
-``straight`` with 1 thread against ``async_scheduling`` with 2 (with its big products split onto
-an idle worker, see :mod:`asyncnet.tensor.parallel`, and without), and the reference with 1 and
-2 intra-op threads; prints asyncnet's 2-thread step against its own 1-thread step and against
+``straight`` with 1 thread against ``async_scheduling`` with 2 workers (with its big products
+split onto an idle worker, see :mod:`asyncnet.tensor.parallel`, and without) and with 1 worker
+(which the helping caller makes two threads running ops), and the reference with 1 and 2
+intra-op threads; prints asyncnet's 2-thread step against its own 1-thread step and against
 the reference's 2-thread step.
 
 ``--quick`` (a smoke run, what ``python -m benchmarks all --quick`` uses): the zoo size only, 3
@@ -239,12 +240,14 @@ def thread_scaling(size_name: str, steps: int, warmup: int = 3) -> dict[str, Any
     one, params = asyncnet_peer(size, lr, "straight", 1, "numpy")
     two, _ = asyncnet_peer(size, lr, "async_scheduling", 2, "numpy")
     nosplit, _ = asyncnet_peer(size, lr, "async_scheduling", 2, "numpy")
+    caller, _ = asyncnet_peer(size, lr, "async_scheduling", 1, "numpy")  # 1 pool thread + the caller
     ref1, ref2 = torch_peer(size, params, lr), torch_peer(size, params, lr)
     on = parallel.SPLIT_MIN_MACS
     peers = {
         "asyncnet 1t straight": (one, 1, on),
         "asyncnet 2t async_scheduling": (two, 1, on),
         "asyncnet 2t async, no split": (nosplit, 1, 1 << 62),
+        "asyncnet async 1 worker + caller": (caller, 1, on),
         "reference 1t": (ref1, 1, on),
         "reference 2t": (ref2, 2, on),
     }
@@ -272,6 +275,7 @@ def thread_scaling(size_name: str, steps: int, warmup: int = 3) -> dict[str, Any
         "asyncnet_2t_vs_1t": ms["asyncnet 1t straight"] / two_ms,
         "asyncnet_2t_vs_reference_2t": ms["reference 2t"] / two_ms,
         "split_vs_no_split": ms["asyncnet 2t async, no split"] / two_ms,
+        "one_worker_and_caller_vs_1t": ms["asyncnet 1t straight"] / ms["asyncnet async 1 worker + caller"],
         "reference_2t_vs_1t": ms["reference 1t"] / ms["reference 2t"],
         "splits_per_step": splits["split"] / max(1, steps),
         "unsplit_for_lack_of_a_core_per_step": splits["whole"] / max(1, steps),
@@ -394,6 +398,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(
                     f"{size:5s} scaling  asyncnet 2t vs its 1t {sc['asyncnet_2t_vs_1t']:.2f}x, vs the reference 2t "
                     f"{sc['asyncnet_2t_vs_reference_2t']:.2f}x, split vs no split {sc['split_vs_no_split']:.2f}x; "
+                    f"1 worker + caller vs 1t {sc['one_worker_and_caller_vs_1t']:.2f}x; "
                     f"reference 2t vs 1t {sc['reference_2t_vs_1t']:.2f}x; {sc['splits_per_step']:.1f} products "
                     f"split per step ({sc['unsplit_for_lack_of_a_core_per_step']:.1f} not, no core free)"
                 )

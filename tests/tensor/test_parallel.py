@@ -301,3 +301,10 @@ def test_torch_products_split_with_the_unsplit_bits(one_thread_blas, spare, monk
             assert torch.equal(parallel.torch_mm(x, w.t()), x.mm(w.t()))
             assert torch.equal(parallel.torch_mm(w.t().t(), x.t()), w.mm(x.t()))
     assert spare.offered > 0
+
+
+def test_docstring_examples_run():
+    import doctest
+
+    result = doctest.testmod(parallel, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    assert result.attempted > 0 and result.failed == 0

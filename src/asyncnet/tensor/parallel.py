@@ -9,13 +9,15 @@ Here the op uses it: the product is cut into two halves of whole output rows (or
 second half is *offered* to an idle thread of the executor running the op, and the op's own
 thread computes the first. Each half is one single-threaded BLAS call writing into its part of
 the output (``np.matmul(..., out=...)``; numpy releases the GIL), so the two run at once.
+Torch CPU tensors split the same way through ``torch.mm`` and ``torch.addmm`` with ``out=``
+(FC's bias: by rows only).
 
 * **No oversubscription.** A half is offered only when this thread was given a *spare* by its
   executor (:func:`spare_thread`; the async executor gives one to its pool workers and to the
   helping caller), that spare has an idle worker, the BLAS runs one thread per caller
   (:func:`asyncnet.tensor.threads.intra_op_threads` is 1) and a core is free: executor threads
-  running ops (:func:`busy`) plus offered halves stay within ``process_cores()``, checked and
-  reserved under one lock (:func:`cores_in_use` reads the count).
+  running ops plus offered halves stay within ``process_cores()``, checked and reserved under
+  one lock (:func:`cores_in_use` reads the count).
 * **Never a wait on a thread that has not started.** The offered half is work-stealing: the
   op's thread, once its own half is done, takes the offered half back and computes it itself
   unless the spare thread already started it; only then does it wait, for a BLAS call in
@@ -59,11 +61,17 @@ __all__ = [
     "SPLIT_MIN_MACS",
     "SPLIT_MIN_ROWS",
     "Offer",
+    "Product",
     "spare_thread",
-    "busy",
+    "enter",
+    "leave",
     "cores_in_use",
+    "run_halves",
+    "product_into",
     "matmul_into",
     "matmul",
+    "torch_mm",
+    "torch_addmm",
     "stats",
 ]
 
@@ -86,23 +94,17 @@ _stats = {"split": 0, "whole": 0, "taken_back": 0}
 @contextmanager
 def spare_thread(offer: Offer | None) -> Iterator[None]:
     """While inside, ops on this thread may offer half their work to ``offer`` (see the module
-    docstring), and this thread counts as busy.
+    docstring), and this thread counts as a busy core.
 
     >>> with spare_thread(lambda fn: False):
-    ...     busy()
+    ...     cores_in_use()
     1
     """
-    global _busy
-    previous = getattr(_local, "spare", None)
-    _local.spare = offer
-    with _lock:
-        _busy += 1
+    previous = enter(offer)
     try:
         yield
     finally:
-        with _lock:
-            _busy -= 1
-        _local.spare = previous
+        leave(previous)
 
 
 def enter(offer: Offer | None) -> Offer | None:
@@ -124,13 +126,9 @@ def leave(previous: Offer | None) -> None:
     _local.spare = previous
 
 
-def busy() -> int:
-    """Executor threads running ops now, plus offered halves in flight."""
-    return _busy
-
-
 def cores_in_use() -> int:
-    """As :func:`busy`: what the split keeps within ``process_cores()``."""
+    """Executor threads running ops now plus offered halves in flight: what a split keeps
+    within ``process_cores()``."""
     return _busy
 
 
