@@ -197,6 +197,7 @@ def drain(token: tuple[_Run, int]) -> None:
     """A pool worker's entry: take chains from this run's ready queue until it is empty."""
     run, p = token
     q = run.ready[p]
+    previous = parallel.enter(run.net.offers[p])  # while it runs ops, an idle worker may take half a big product
     try:
         while True:
             try:
@@ -206,6 +207,8 @@ def drain(token: tuple[_Run, int]) -> None:
             execute(run, c, p)
     except BaseException as exc:  # noqa: BLE001 - a bug here must not kill the worker or hang wait()
         fail(run, exc)
+    finally:
+        parallel.leave(previous)
 
 
 def help_run(run: _Run) -> None:
@@ -217,13 +220,19 @@ def help_run(run: _Run) -> None:
         wake.clear()  # before looking: a chain queued after the look sets it again
         took = False
         for p, q in enumerate(run.ready):
-            while True:
-                try:
-                    c = q.popleft()
-                except IndexError:
-                    break
-                execute(run, c, p)
-                took = True
+            if not q:
+                continue
+            previous = parallel.enter(run.net.offers[p])  # busy while it runs ops (not while it sleeps)
+            try:
+                while True:
+                    try:
+                        c = q.popleft()
+                    except IndexError:
+                        break
+                    execute(run, c, p)
+                    took = True
+            finally:
+                parallel.leave(previous)
         if took:
             continue
         if run.decided.is_set():
@@ -237,15 +246,6 @@ def execute(run: _Run, c: int, p: int) -> None:
     The op running is written to this thread's :class:`~asyncnet.exec.pools.Activity`, so a
     thread stuck in an op can be reported by name when its pool is shut down.
     """
-    previous = parallel.enter(run.net.offers[p])  # an idle worker may take half of a big GEMM
-    try:
-        run_chains(run, c, p)
-    finally:
-        parallel.leave(previous)
-
-
-def run_chains(run: _Run, c: int, p: int) -> None:
-    """:func:`execute`'s loop: chain ``c``, then the ready children this thread keeps."""
     net = run.net
     chain_ops, blobs = net.chain_ops, net.blobs
     cost, last = net.chain_cost, net.chain_last
