@@ -129,10 +129,12 @@ def test_no_split_when_blas_runs_several_threads(spare, monkeypatch):
     monkeypatch.setattr(parallel, "intra_op_threads", lambda: 2)  # BLAS already uses 2 cores per call
     rng = np.random.default_rng(2)
     a, b = _operands(rng, 256, 256, 256, np.float64)
+    monkeypatch.setattr(parallel, "_checked", {})
     with parallel.spare_thread(spare.offer):
         for _ in range(3):
             np.testing.assert_array_equal(parallel.matmul(a, b), a @ b)
     assert spare.offered == 0
+    assert parallel._checked == {}  # no layout verdict taken with several BLAS threads
 
 
 def test_busy_threads_plus_halves_never_exceed_the_cores(one_thread_blas, spare, monkeypatch):

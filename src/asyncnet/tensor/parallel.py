@@ -295,8 +295,8 @@ def product_into(a: Any, b: Any, out: Any, product: Product = _np_product, kind:
     more than ``a``'s rows, as addmm's bias, names itself "rows:..." and is split by rows only).
     Returns ``out``."""
     plan = _plan(a, b, kind.startswith("rows:"))
-    if plan is None or getattr(_local, "spare", None) is None:
-        product(a, b, out)
+    if plan is None or getattr(_local, "spare", None) is None or intra_op_threads() != 1:
+        product(a, b, out)  # (the layout check and the split assume one BLAS thread per call)
         return out
     axis, cut = plan
     key = _layout(kind, a, b, axis, cut)
