@@ -175,6 +175,7 @@ def asyncnet_peer(
         ws.run_net("train")
         return float(ws.fetch("loss"))
 
+    step.workspace = ws  # type: ignore[attr-defined]  # for a profiled step (--scaling)
     return step, params
 
 
@@ -268,6 +269,10 @@ def thread_scaling(size_name: str, steps: int, warmup: int = 3) -> dict[str, Any
                         for k in splits:
                             splits[k] += after[k] - before[k]
     parallel.SPLIT_MIN_MACS = on
+    with threadpool_limits(1):
+        torch.set_num_threads(1)
+        threads_2t = _profiled_threads(two, data[:warmup])
+        threads_1t = _profiled_threads(one, data[:warmup])
     ms = {name: 1e3 * statistics.median(t) for name, t in times.items()}
     two_ms = ms["asyncnet 2t async_scheduling"]
     return {
@@ -277,8 +282,32 @@ def thread_scaling(size_name: str, steps: int, warmup: int = 3) -> dict[str, Any
         "split_vs_no_split": ms["asyncnet 2t async, no split"] / two_ms,
         "one_worker_and_caller_vs_1t": ms["asyncnet 1t straight"] / ms["asyncnet async 1 worker + caller"],
         "reference_2t_vs_1t": ms["reference 1t"] / ms["reference 2t"],
+        "profile_2t": threads_2t,
+        "profile_1t": threads_1t,
         "splits_per_step": splits["split"] / max(1, steps),
         "unsplit_for_lack_of_a_core_per_step": splits["whole"] / max(1, steps),
+    }
+
+
+def _profiled_threads(step: Any, data: list[Batch]) -> dict[str, Any]:
+    """One profiled step after ``data``'s: each thread's op time, the step's span (ms), and the
+    sum of op times over the span (the threads running ops at once, on average)."""
+    from asyncnet.exec.trace import profile
+
+    ws = step.workspace
+    for b in data[:-1]:
+        step(b)
+    with profile(ws.net("train")) as tl:
+        step(data[-1])
+    busy: dict[str, float] = {}
+    for e in tl.events:
+        busy[e.thread_name] = busy.get(e.thread_name, 0.0) + 1e3 * e.duration
+    span = 1e3 * (max(e.end for e in tl.events) - min(e.start for e in tl.events))
+    return {
+        "busy_ms": busy,
+        "span_ms": span,
+        "ops_ms": sum(busy.values()),
+        "threads_at_once": sum(busy.values()) / span,
     }
 
 
@@ -402,6 +431,12 @@ def main(argv: list[str] | None = None) -> int:
                     f"reference 2t vs 1t {sc['reference_2t_vs_1t']:.2f}x; {sc['splits_per_step']:.1f} products "
                     f"split per step ({sc['unsplit_for_lack_of_a_core_per_step']:.1f} not, no core free)"
                 )
+                for label, pr in (("1t", sc["profile_1t"]), ("2t", sc["profile_2t"])):
+                    per = ", ".join(f"{k} {v:.1f}" for k, v in sorted(pr["busy_ms"].items()))
+                    print(
+                        f"{size:5s} scaling  profiled {label} step: span {pr['span_ms']:.1f} ms, ops {pr['ops_ms']:.1f} ms "
+                        f"({pr['threads_at_once']:.2f} threads at once; {per})"
+                    )
     if not args.no_ops:
         report["ops"] = sparse_ops(args.reps, "zoo" if args.quick else "large")
         if not args.json:
