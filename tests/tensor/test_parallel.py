@@ -310,3 +310,21 @@ def test_docstring_examples_run():
 
     result = doctest.testmod(parallel, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_autograd_tensors_are_never_split():
+    """torch's out= products refuse tensors that require grad: those MatMuls run whole."""
+    torch = pytest.importorskip("torch")
+    g = torch.Generator().manual_seed(3)
+    a = torch.randn(256, 192, generator=g, requires_grad=True)
+    b = torch.randn(192, 160, generator=g)
+    net = an.Net("ag", type="async_scheduling", num_workers=2)
+    net.MatMul(["a", "b"], "c")
+    net.MatMul(["b", "b"], "d", trans_b=True)
+    with an.Workspace() as ws:
+        ws.feed("a", a)
+        ws.feed("b", b)
+        ws.create_net(net)
+        for _ in range(4):
+            ws.run_net("ag")
+        assert torch.equal(ws.fetch("c").detach(), (a @ b).detach())

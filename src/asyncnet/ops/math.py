@@ -30,7 +30,7 @@ from asyncnet.core.defs import OperatorDef
 from asyncnet.core.registry import Arg, register_op
 from asyncnet.ops._check import array, as_array, broadcast_shape, flatten_2d, float_array, same_dtype
 from asyncnet.tensor import parallel
-from asyncnet.tensor.namespace import is_array, is_torch, namespace
+from asyncnet.tensor.namespace import cpu_tensors, is_array, is_torch, namespace
 
 CPU_CUDA = ("cpu", "cuda")
 
@@ -308,7 +308,7 @@ def matmul(ctx: Any, a: Any, b: Any) -> np.ndarray:
     a2, b2 = matmul_operands(ctx, a, b)
     if type(a2) is np.ndarray and type(b2) is np.ndarray:
         return parallel.matmul(a2, b2)  # in two halves on an idle executor thread, when one is free
-    if is_torch(a2) and a2.device.type == "cpu" and a2.dim() == 2 and b2.dim() == 2:
+    if cpu_tensors(a2, b2):  # plain CPU tensors (no autograd), 2-D here
         return parallel.torch_mm(a2, b2)
     return a2 @ b2
 
