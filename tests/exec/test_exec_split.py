@@ -14,6 +14,12 @@ from asyncnet.tensor import parallel
 pytestmark = [pytest.mark.timeout(60), pytest.mark.usefixtures("no_leaked_threads")]
 
 
+@pytest.fixture(autouse=True)
+def low_threshold(monkeypatch):
+    """Splits from 1 M multiply-adds: the tests' products stay small whatever the tuned threshold."""
+    monkeypatch.setattr(parallel, "SPLIT_MIN_MACS", 1_000_000)
+
+
 def _settled() -> bool:
     """Every core reserved is given back once the threads leave the run (they may still be
     returning from their last chain just after wait() returned)."""

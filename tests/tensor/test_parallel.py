@@ -58,6 +58,12 @@ class Spare:
         self._thread.join(10)
 
 
+@pytest.fixture(autouse=True)
+def low_threshold(monkeypatch):
+    """Splits from 1 M multiply-adds: the tests' products stay small whatever the tuned threshold."""
+    monkeypatch.setattr(parallel, "SPLIT_MIN_MACS", 1_000_000)
+
+
 @pytest.fixture
 def one_thread_blas():
     with budget.claim_threads(workers=CORES):  # the executor's budget: 1 BLAS thread per worker
