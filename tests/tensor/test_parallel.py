@@ -2,6 +2,7 @@
 product, never more busy threads than cores, errors raised by the op's own thread."""
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -56,6 +57,15 @@ class Spare:
             self._stop = True
             self._cv.notify()
         self._thread.join(10)
+
+
+def _settled(busy: int = 0) -> bool:
+    """Every reserved core is back (a spare gives its own back just after its last piece): only
+    ``busy`` threads count."""
+    deadline = time.monotonic() + 5
+    while parallel.cores_in_use() > busy and time.monotonic() < deadline:
+        time.sleep(0.005)
+    return parallel.cores_in_use() == busy
 
 
 @pytest.fixture(autouse=True)
@@ -116,6 +126,7 @@ def test_big_product_is_split_onto_the_spare(one_thread_blas, spare, monkeypatch
     before = parallel.stats()["split"]
     with parallel.spare_thread(spare.offer):
         for _ in range(4):
+            assert _settled(busy=1)  # the last share's core is back: the next product may offer one
             np.testing.assert_array_equal(parallel.matmul(a, b), a @ b)
     assert spare.offered == 3  # the first call checks the layout, the next three offer a half
     assert parallel.stats()["split"] - before == 3
@@ -167,7 +178,7 @@ def test_busy_threads_plus_halves_never_exceed_the_cores(one_thread_blas, spare,
             parallel.leave(other)
         np.testing.assert_array_equal(parallel.matmul(a, b), a @ b)
     assert seen == [2] and max(seen) <= 2
-    assert parallel.cores_in_use() == 0
+    assert _settled()
 
 
 def test_refused_offer_runs_both_halves_here(one_thread_blas):
@@ -178,7 +189,7 @@ def test_refused_offer_runs_both_halves_here(one_thread_blas):
         with parallel.spare_thread(s.offer):
             for _ in range(3):
                 np.testing.assert_array_equal(parallel.matmul(a, b), a @ b)
-        assert parallel.cores_in_use() == 0
+        assert _settled()
     finally:
         s.close()
 
@@ -195,7 +206,7 @@ def test_a_half_not_started_is_taken_back():
     assert ran == [1, 2] and len(held) == 1
     held[0]()  # the spare gets to it late: nothing runs twice, the reserved core is given back
     assert ran == [1, 2]
-    assert parallel.cores_in_use() == 0
+    assert _settled()
 
 
 @needs_2_cores
@@ -210,7 +221,7 @@ def test_errors_in_either_half_reach_the_caller(one_thread_blas, spare):
         with pytest.raises(ZeroDivisionError):
             parallel.run_halves(lambda: 1 / 0, lambda: ran.append(2))
     assert 1 in ran
-    assert parallel.cores_in_use() == 0
+    assert _settled()
 
 
 # -- through the executor ------------------------------------------------------------------------
@@ -334,3 +345,42 @@ def test_autograd_tensors_are_never_split():
         for _ in range(4):
             ws.run_net("ag")
         assert torch.equal(ws.fetch("c").detach(), (a @ b).detach())
+
+
+@needs_2_cores
+def test_every_piece_runs_once_whoever_takes_it(one_thread_blas, spare):
+    ran: list[int] = []
+    lock = threading.Lock()
+
+    def piece(i):
+        def fn():
+            with lock:
+                ran.append(i)
+
+        return fn
+
+    with parallel.spare_thread(spare.offer):
+        for _ in range(20):
+            ran.clear()
+            parallel.run_pieces([piece(i) for i in range(4)])  # shared, or all here while the last share's core is busy
+            assert sorted(ran) == [0, 1, 2, 3]
+    assert spare.offered > 0
+    assert _settled()
+
+
+def test_pieces_after_a_failure_are_skipped():
+    held: list = []
+    ran: list[int] = []
+
+    def boom():
+        raise ValueError("piece failed")
+
+    with budget.claim_threads(workers=CORES):
+        if budget.intra_op_threads() != 1 or CORES < 2:
+            pytest.skip("needs the one-thread budget on 2+ cores")
+        with parallel.spare_thread(lambda fn: held.append(fn) or True):
+            with pytest.raises(ValueError, match="piece failed"):
+                parallel.run_pieces([lambda: ran.append(0), boom, lambda: ran.append(2), lambda: ran.append(3)])
+    assert ran == [0]  # the spare never started: this thread ran 0, failed at 1, skipped the rest
+    held[0]()  # the withdrawn offer, taken late: runs nothing
+    assert ran == [0] and _settled()

@@ -1,33 +1,33 @@
-"""Intra-op parallelism on an idle executor thread: a big matrix product split in two halves.
+"""Intra-op parallelism on an idle executor thread: a big matrix product shared by two threads.
 
 Policy
 ------
 The thread budget (:mod:`asyncnet.tensor.threads`) holds every executor worker's BLAS to one
 thread, so that workers x BLAS threads never exceed the cores. Where a net's graph leaves a
 worker idle (the one runnable op is a big GEMM on the critical path), that core does nothing.
-Here the op uses it: the product is cut into two halves of whole output rows (or columns), the
-second half is *offered* to an idle thread of the executor running the op, and the op's own
-thread computes the first. Each half is one single-threaded BLAS call writing into its part of
-the output (``np.matmul(..., out=...)``; numpy releases the GIL), so the two run at once.
-Torch CPU tensors split the same way through ``torch.mm`` and ``torch.addmm`` with ``out=``
-(FC's bias: by rows only).
+Here the op uses it: the product is cut into :data:`SPLIT_PIECES` blocks of whole output rows (or
+columns), a share of them is *offered* to an idle thread of the executor running the op, and
+both threads take the next block not yet taken until none is left. Each block is one
+single-threaded BLAS call writing into its part of the output (``np.matmul(..., out=...)``;
+numpy releases the GIL), so two run at once. Torch CPU tensors are cut the same way through
+``torch.mm`` and ``torch.addmm`` with ``out=`` (FC's bias: by rows only).
 
-* **No oversubscription.** A half is offered only when this thread was given a *spare* by its
+* **No oversubscription.** A share is offered only when this thread was given a *spare* by its
   executor (:func:`spare_thread`; the async executor gives one to its pool workers and to the
   helping caller), that spare has an idle worker, the BLAS runs one thread per caller
   (:func:`asyncnet.tensor.threads.intra_op_threads` is 1) and a core is free: executor threads
-  running ops plus offered halves stay within ``process_cores()``, checked and reserved under
+  running ops plus offered shares stay within ``process_cores()``, checked and reserved under
   one lock (:func:`cores_in_use` reads the count).
-* **Never a wait on a thread that has not started.** The offered half is work-stealing: the
-  op's thread, once its own half is done, takes the offered half back and computes it itself
-  unless the spare thread already started it; only then does it wait, for a BLAS call in
-  progress. A late, busy or shut-down spare costs nothing but the offer.
+* **Never a wait on a thread that has not started.** The op's thread computes blocks until none
+  is left; a spare that never started is withdrawn, and one that did is waited for only for
+  the block it is computing (a BLAS call in progress). A late, busy or shut-down spare costs
+  nothing but the offer.
 * **The same bits.** A split is used for an operand layout only after one check that it gives
   exactly the bits of the unsplit product (BLAS kernels may pick a different code path for a
   smaller product); a layout that differs is never split. The first call of each layout
   computes both and returns the unsplit one.
-* **Errors.** An exception in either half is raised by the op's call, after the other half has
-  ended (or was taken back and not run), so no half writes to an output after the op returned.
+* **Errors.** An exception in any block is raised by the op's call once no block is running;
+  blocks not started by then are skipped, so nothing writes to an output after the op returned.
 
 State (module globals, guarded by ``_lock``)::
 
@@ -60,12 +60,14 @@ from asyncnet.tensor.threads import intra_op_threads, process_cores
 __all__ = [
     "SPLIT_MIN_MACS",
     "SPLIT_MIN_ROWS",
+    "SPLIT_PIECES",
     "Offer",
     "Product",
     "spare_thread",
     "enter",
     "leave",
     "cores_in_use",
+    "run_pieces",
     "run_halves",
     "product_into",
     "matmul_into",
@@ -75,12 +77,15 @@ __all__ = [
     "stats",
 ]
 
-#: products of fewer multiply-adds than this run whole. Measured on a 2-core VM: an offered half
+#: products of fewer multiply-adds than this run whole. Measured on a 2-core VM: an offered share
 #: starts 18-27 us (p10-p90) after the offer, one core computes 85-95 G multiply-adds/s in
 #: single-threaded sgemm; 16 M make halves of ~90 us, four times the wake-up
 SPLIT_MIN_MACS = 16_000_000
-#: each half keeps at least this many rows (or columns): thinner products take other BLAS paths
+#: each piece keeps at least this many rows (or columns): thinner products take other BLAS paths
 SPLIT_MIN_ROWS = 16
+#: pieces of a split product, shared between the op's thread and its spare as each gets free:
+#: the op's thread waits at most for one piece (a spare preempted mid-piece costs a quarter)
+SPLIT_PIECES = 4
 
 #: ``offer(fn) -> bool``: run ``fn()`` on an idle thread soon; False when none is idle
 Offer = Callable[[Callable[[], None]], bool]
@@ -139,41 +144,64 @@ def stats() -> dict[str, int]:
     return dict(_stats)
 
 
-class _Half:
-    """An offered half: run once, by whichever thread takes it first."""
+class _Pieces:
+    """The pieces of one split product, shared by the op's thread and its spare: each takes the
+    next piece not yet taken, so the op's thread waits at most for the piece the spare is
+    computing. After a failure the pieces not started are skipped."""
 
-    __slots__ = ("fn", "taken", "done", "error", "lock")
+    __slots__ = ("fns", "next", "left", "lock", "done", "error", "spare")
 
-    def __init__(self, fn: Callable[[], None]):
-        self.fn = fn
-        self.taken = False
+    def __init__(self, fns: list[Callable[[], None]]):
+        self.fns = fns
+        self.next = 0
+        self.left = len(fns)
+        self.lock = threading.Lock()
         self.done = threading.Event()
         self.error: BaseException | None = None
-        self.lock = threading.Lock()
+        self.spare = 0  # 0 offered, 1 started, 2 withdrawn (the op's thread finished first)
 
-    def take(self) -> bool:
-        with self.lock:
-            if self.taken:
-                return False
-            self.taken = True
-            return True
-
-    def run(self) -> None:
-        try:
-            self.fn()
-        except BaseException as exc:  # noqa: BLE001 - raised by the op's own thread
-            self.error = exc
-        finally:
-            self.done.set()
+    def work(self) -> None:
+        """Compute pieces until none is left to take."""
+        fns = self.fns
+        while True:
+            with self.lock:
+                i = self.next
+                if i >= len(fns):
+                    return
+                self.next = i + 1
+            try:
+                if self.error is None:
+                    fns[i]()
+            except BaseException as exc:  # noqa: BLE001 - raised by the op's own thread
+                with self.lock:
+                    if self.error is None:
+                        self.error = exc
+            finally:
+                with self.lock:
+                    self.left -= 1
+                    if self.left == 0:
+                        self.done.set()
 
     def on_spare(self) -> None:
-        """The spare thread's entry: run the half unless the op's thread took it back (whoever
-        takes the half gives back the core the offer reserved, once it ran)."""
-        if self.take():
-            try:
-                self.run()
-            finally:
-                _unreserve_core()
+        """The spare thread's entry: take pieces unless the op's thread withdrew the offer; the
+        core the offer reserved is given back by whichever of the two ends it."""
+        with self.lock:
+            if self.spare == 2:
+                return
+            self.spare = 1
+        try:
+            self.work()
+        finally:
+            _unreserve_core()
+
+    def withdraw(self) -> bool:
+        """The op's thread ran out of pieces: True when the spare never started (the offer is
+        withdrawn; the caller gives the reserved core back)."""
+        with self.lock:
+            if self.spare == 0:
+                self.spare = 2
+                return True
+            return False
 
 
 def _reserve_core() -> bool:
@@ -192,40 +220,38 @@ def _unreserve_core() -> None:
         _busy -= 1
 
 
-def run_halves(first: Callable[[], None], second: Callable[[], None]) -> bool:
-    """Run ``first`` here and ``second`` on this thread's spare when one is free (see the module
-    docstring); both here otherwise. True when ``second`` was offered."""
+def run_pieces(fns: list[Callable[[], None]]) -> bool:
+    """Run the pieces ``fns`` here, sharing them with this thread's spare when one is free (see
+    the module docstring). True when the spare was offered a share."""
     offer = getattr(_local, "spare", None)
-    half = None
-    if offer is not None and intra_op_threads() == 1 and _reserve_core():
-        half = _Half(second)
-        try:
-            offered = offer(half.on_spare)
-        except BaseException:
-            _unreserve_core()
-            raise
-        if not offered:
-            _unreserve_core()
-            half = None
-    if half is None:
-        first()
-        second()
+    if offer is None or intra_op_threads() != 1 or not _reserve_core():
+        for fn in fns:
+            fn()
         return False
-    failed = True
+    pieces = _Pieces(fns)
     try:
-        first()
-        failed = False
-    finally:
-        if half.take():  # not started yet: compute it here (after a failure, skip it)
-            _unreserve_core()
-            _stats["taken_back"] += 1
-            if not failed:
-                half.run()
-        else:
-            half.done.wait()  # running on the spare: a BLAS call that ends
-    if half.error is not None:
-        raise half.error
+        offered = offer(pieces.on_spare)
+    except BaseException:
+        _unreserve_core()
+        raise
+    if not offered:
+        _unreserve_core()
+        for fn in fns:
+            fn()
+        return False
+    pieces.work()
+    if pieces.withdraw():
+        _unreserve_core()
+        _stats["taken_back"] += 1
+    pieces.done.wait()  # only a piece the spare is computing: a BLAS call that ends
+    if pieces.error is not None:
+        raise pieces.error
     return True
+
+
+def run_halves(first: Callable[[], None], second: Callable[[], None]) -> bool:
+    """:func:`run_pieces` of two pieces."""
+    return run_pieces([first, second])
 
 
 #: a product into a given output: ``product(a, b, out)`` (``np.matmul(a, b, out=out)``, ``torch.mm``, ...)
@@ -241,7 +267,7 @@ def _np_product(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
     np.matmul(a, b, out=out)
 
 
-def _layout(kind: str, a: Any, b: Any, axis: int, cut: int) -> tuple[Any, ...]:
+def _layout(kind: str, a: Any, b: Any, axis: int, cuts: tuple[int, ...]) -> tuple[Any, ...]:
     return (
         kind,
         tuple(a.shape),
@@ -251,37 +277,41 @@ def _layout(kind: str, a: Any, b: Any, axis: int, cut: int) -> tuple[Any, ...]:
         str(a.dtype),
         str(b.dtype),
         axis,
-        cut,
+        cuts,
     )
 
 
-def _plan(a: Any, b: Any, rows_only: bool) -> tuple[int, int] | None:
-    """(axis, cut) of a split of ``a @ b`` worth offering: rows of the output (axis 0) when it
-    has enough, else its columns (axis 1); None when the product is too small."""
+def _plan(a: Any, b: Any, rows_only: bool) -> tuple[int, tuple[int, ...]] | None:
+    """(axis, cuts) of a split of ``a @ b`` worth offering: :data:`SPLIT_PIECES` blocks (two
+    when too thin for more) of whole rows of the output (axis 0) when it has enough, else of its
+    columns (axis 1), at multiples of :data:`SPLIT_MIN_ROWS`; None when the product is too small."""
     m, k = a.shape
     n = b.shape[1]
     if m * k * n < SPLIT_MIN_MACS:
         return None
     for axis, size in ((0, m), (1, n))[: 1 if rows_only else 2]:
         if size >= 2 * SPLIT_MIN_ROWS:
-            return axis, (size // 2) // SPLIT_MIN_ROWS * SPLIT_MIN_ROWS
+            pieces = max(2, min(SPLIT_PIECES, size // SPLIT_MIN_ROWS))
+            cuts = tuple(round(size * j / pieces / SPLIT_MIN_ROWS) * SPLIT_MIN_ROWS for j in range(1, pieces))
+            return axis, tuple(sorted(set(c for c in cuts if 0 < c < size)))
     return None
 
 
-def _parts(a: Any, b: Any, out: Any, axis: int, cut: int) -> tuple[Any, Any]:
+def _parts(a: Any, b: Any, out: Any, axis: int, cuts: tuple[int, ...]) -> list[tuple[Any, Any, Any]]:
+    edges = (0, *cuts, out.shape[axis])
     if axis == 0:
-        return (a[:cut], b, out[:cut]), (a[cut:], b, out[cut:])
-    return (a, b[:, :cut], out[:, :cut]), (a, b[:, cut:], out[:, cut:])
+        return [(a[s:e], b, out[s:e]) for s, e in zip(edges, edges[1:])]
+    return [(a, b[:, s:e], out[:, s:e]) for s, e in zip(edges, edges[1:])]
 
 
-def _same_bits(product: Product, a: Any, b: Any, out: Any, axis: int, cut: int, kind: str) -> bool:
-    """Compute ``a @ b`` into ``out`` whole, and split into a scratch array: equal bits?"""
+def _same_bits(product: Product, a: Any, b: Any, out: Any, axis: int, cuts: tuple[int, ...], kind: str) -> bool:
+    """Compute ``a @ b`` into ``out`` whole, and in pieces into a scratch array: equal bits?"""
     product(a, b, out)
     if kind == "np":
         trial = np.empty_like(out)
     else:
         trial = out.new_empty(out.shape)
-    for x, y, o in _parts(a, b, trial, axis, cut):
+    for x, y, o in _parts(a, b, trial, axis, cuts):
         product(x, y, o)
     if kind == "np":
         return bool(np.array_equal(trial, out, equal_nan=True))
@@ -290,30 +320,34 @@ def _same_bits(product: Product, a: Any, b: Any, out: Any, axis: int, cut: int, 
 
 def product_into(a: Any, b: Any, out: Any, product: Product = _np_product, kind: str = "np") -> Any:
     """``product(a, b, out)``, the 2-D product ``a @ b`` written into ``out`` (rows of ``out``
-    are rows of ``a``), in two halves on two threads when this thread has a spare, the product
-    is big enough and the split gives the same bits (see the module docstring). ``kind`` names
-    the product for the layout check ("np": numpy's matmul; a product whose output rows need
-    more than ``a``'s rows, as addmm's bias, names itself "rows:..." and is split by rows only).
-    Returns ``out``."""
+    are rows of ``a``), in pieces shared with an idle thread when this thread has a spare, the
+    product is big enough and the pieces give the same bits (see the module docstring). ``kind``
+    names the product for the layout check ("np": numpy's matmul; a product whose output rows
+    need more than ``a``'s rows, as addmm's bias, names itself "rows:..." and is split by rows
+    only). Returns ``out``."""
     plan = _plan(a, b, kind.startswith("rows:"))
     if plan is None or getattr(_local, "spare", None) is None or intra_op_threads() != 1:
         product(a, b, out)  # (the layout check and the split assume one BLAS thread per call)
         return out
-    axis, cut = plan
-    key = _layout(kind, a, b, axis, cut)
+    axis, cuts = plan
+    key = _layout(kind, a, b, axis, cuts)
     ok = _checked.get(key)
     if ok is None:
-        _checked[key] = _same_bits(product, a, b, out, axis, cut, kind)
+        _checked[key] = _same_bits(product, a, b, out, axis, cuts, kind)
         return out
     if not ok:
         product(a, b, out)
         return out
-    (a1, b1, o1), (a2, b2, o2) = _parts(a, b, out, axis, cut)
-    if run_halves(lambda: product(a1, b1, o1), lambda: product(a2, b2, o2)):
+    parts = _parts(a, b, out, axis, cuts)
+    if run_pieces([_bind(product, *part) for part in parts]):
         _stats["split"] += 1
     else:
         _stats["whole"] += 1
     return out
+
+
+def _bind(product: Product, a: Any, b: Any, out: Any) -> Callable[[], None]:
+    return lambda: product(a, b, out)
 
 
 def matmul_into(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray:
