@@ -1,6 +1,7 @@
 """Intra-op splits of big matrix products onto an idle executor thread: same bits as the unsplit
 product, never more busy threads than cores, errors raised by the op's own thread."""
 
+import os
 import threading
 import time
 
@@ -12,6 +13,8 @@ from hypothesis import strategies as st
 import asyncnet as an
 from asyncnet.tensor import parallel
 from asyncnet.tensor import threads as budget
+
+_READ_RUNNABLE = parallel.runnable_threads  # the real reader (the fixture below replaces it)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -70,8 +73,11 @@ def _settled(busy: int = 0) -> bool:
 
 @pytest.fixture(autouse=True)
 def low_threshold(monkeypatch):
-    """Splits from 1 M multiply-adds: the tests' products stay small whatever the tuned threshold."""
+    """Splits from 1 M multiply-adds: the tests' products stay small whatever the tuned threshold;
+    and the machine counts as having a free core whatever else runs on it (the load of a shared
+    machine must not decide a test)."""
     monkeypatch.setattr(parallel, "SPLIT_MIN_MACS", 1_000_000)
+    monkeypatch.setattr(parallel, "runnable_threads", lambda: 1)
 
 
 @pytest.fixture
@@ -384,3 +390,21 @@ def test_pieces_after_a_failure_are_skipped():
     assert ran == [0]  # the spare never started: this thread ran 0, failed at 1, skipped the rest
     held[0]()  # the withdrawn offer, taken late: runs nothing
     assert ran == [0] and _settled()
+
+
+def test_no_offer_while_other_jobs_keep_every_core_busy(one_thread_blas, spare, monkeypatch):
+    monkeypatch.setattr(parallel, "runnable_threads", lambda: CORES + 3)
+    rng = np.random.default_rng(9)
+    a, b = _operands(rng, 256, 256, 256, np.float32)
+    with parallel.spare_thread(spare.offer):
+        for _ in range(3):
+            np.testing.assert_array_equal(parallel.matmul(a, b), a @ b)
+    assert spare.offered == 0 and _settled()
+
+
+def test_runnable_threads_reads_the_machine():
+    n = _READ_RUNNABLE()
+    if os.path.exists("/proc/loadavg"):
+        assert isinstance(n, int) and n >= 1  # this thread, at least
+    else:
+        assert n is None
