@@ -408,3 +408,12 @@ def test_runnable_threads_reads_the_machine():
         assert isinstance(n, int) and n >= 1  # this thread, at least
     else:
         assert n is None
+
+
+def test_without_a_free_core_the_product_is_one_call():
+    calls = []
+    pieces = [lambda: calls.append("piece"), lambda: calls.append("piece")]
+    assert not parallel.run_pieces(pieces, lambda: calls.append("whole"))  # no spare on this thread
+    with parallel.spare_thread(lambda fn: False):  # a spare with no idle worker
+        assert not parallel.run_pieces(pieces, lambda: calls.append("whole"))
+    assert calls == ["whole", "whole"]

@@ -233,13 +233,14 @@ def machine_has_room(cores: int) -> bool:
 def _reserve_core() -> bool:
     global _busy
     cores = process_cores()
-    if not machine_has_room(cores):
-        return False
     with _lock:
         if _busy >= cores:
             return False
         _busy += 1
+    if machine_has_room(cores):
         return True
+    _unreserve_core()
+    return False
 
 
 def _unreserve_core() -> None:
@@ -248,24 +249,25 @@ def _unreserve_core() -> None:
         _busy -= 1
 
 
-def run_pieces(fns: list[Callable[[], None]]) -> bool:
+def run_pieces(fns: list[Callable[[], None]], whole: Callable[[], None] | None = None) -> bool:
     """Run the pieces ``fns`` here, sharing them with this thread's spare when one is free (see
-    the module docstring). True when the spare was offered a share."""
+    the module docstring); when none is, ``whole()`` (the same work in one call) if given, else
+    the pieces one after another. True when the spare was offered a share."""
     offer = getattr(_local, "spare", None)
-    if offer is None or intra_op_threads() != 1 or not _reserve_core():
-        for fn in fns:
-            fn()
-        return False
-    pieces = _Pieces(fns)
-    try:
-        offered = offer(pieces.on_spare)
-    except BaseException:
-        _unreserve_core()
-        raise
+    offered = False
+    if offer is not None and intra_op_threads() == 1 and _reserve_core():
+        pieces = _Pieces(fns)
+        try:
+            offered = offer(pieces.on_spare)
+        finally:
+            if not offered:
+                _unreserve_core()
     if not offered:
-        _unreserve_core()
-        for fn in fns:
-            fn()
+        if whole is not None:
+            whole()
+        else:
+            for fn in fns:
+                fn()
         return False
     pieces.work()
     if pieces.withdraw():
@@ -367,7 +369,7 @@ def product_into(a: Any, b: Any, out: Any, product: Product = _np_product, kind:
         product(a, b, out)
         return out
     parts = _parts(a, b, out, axis, cuts)
-    if run_pieces([_bind(product, *part) for part in parts]):
+    if run_pieces([_bind(product, *part) for part in parts], _bind(product, a, b, out)):
         _stats["split"] += 1
     else:
         _stats["whole"] += 1
