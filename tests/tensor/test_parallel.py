@@ -78,6 +78,7 @@ def low_threshold(monkeypatch):
     machine must not decide a test)."""
     monkeypatch.setattr(parallel, "SPLIT_MIN_MACS", 1_000_000)
     monkeypatch.setattr(parallel, "runnable_threads", lambda: 1)
+    monkeypatch.setattr(parallel, "ROOM_TTL", 0.0)  # every offer reads the (patched) machine
 
 
 @pytest.fixture

@@ -52,6 +52,7 @@ Example::
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -64,6 +65,7 @@ __all__ = [
     "SPLIT_MIN_MACS",
     "SPLIT_MIN_ROWS",
     "SPLIT_PIECES",
+    "ROOM_TTL",
     "Offer",
     "Product",
     "spare_thread",
@@ -223,11 +225,22 @@ def runnable_threads() -> int | None:
         return None
 
 
+#: seconds a reading of the machine's runnable threads is reused (a read costs ~5-10 us)
+ROOM_TTL = 0.002
+_room: list[float | bool] = [0.0, True]  # [monotonic time of the last reading, its answer]
+
+
 def machine_has_room(cores: int) -> bool:
     """Whether a core is idle on the machine now: other processes' threads take cores too, and a
-    spare thread preempted in the middle of its share would keep the op waiting."""
+    spare thread preempted in the middle of its share would keep the op waiting. The answer is
+    reused for :data:`ROOM_TTL` seconds."""
+    now = time.monotonic()
+    if now - _room[0] < ROOM_TTL:  # type: ignore[operator]
+        return bool(_room[1])
     running = runnable_threads()
-    return running is None or running < cores
+    answer = running is None or running < cores
+    _room[0], _room[1] = now, answer
+    return answer
 
 
 def _reserve_core() -> bool:
