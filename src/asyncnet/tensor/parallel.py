@@ -301,6 +301,15 @@ def run_halves(first: Callable[[], None], second: Callable[[], None]) -> bool:
 Product = Callable[[Any, Any, Any], Any]
 
 
+def _may_share() -> bool:
+    """Whether a share could be offered now (the checks of :func:`run_pieces`, without the
+    reservation): products that cannot be shared take the plain call at once."""
+    if getattr(_local, "spare", None) is None or intra_op_threads() != 1:
+        return False
+    cores = process_cores()
+    return _busy < cores and machine_has_room(cores)
+
+
 def _small(a: Any, b: Any) -> bool:
     """Too small to split (the common case, checked first)."""
     return a.shape[0] * a.shape[1] * b.shape[1] < SPLIT_MIN_MACS
@@ -411,14 +420,14 @@ def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     array([[3., 3.],
            [3., 3.]])
     """
-    if a.shape[0] * a.shape[1] * b.shape[1] < SPLIT_MIN_MACS or getattr(_local, "spare", None) is None:
-        return a @ b  # the common case, in one expression
+    if a.shape[0] * a.shape[1] * b.shape[1] < SPLIT_MIN_MACS or not _may_share():
+        return a @ b  # the common case
     return product_into(a, b, np.empty((a.shape[0], b.shape[1]), np.result_type(a, b)))
 
 
 def torch_mm(a: Any, b: Any) -> Any:
     """``a.mm(b)`` for 2-D float CPU torch tensors, through :func:`product_into`."""
-    if getattr(_local, "spare", None) is None or _small(a, b):
+    if _small(a, b) or not _may_share():
         return a.mm(b)
 
     return product_into(a, b, a.new_empty((a.shape[0], b.shape[1])), _torch_mm_out, "mm")
@@ -427,7 +436,7 @@ def torch_mm(a: Any, b: Any) -> Any:
 def torch_addmm(bias: Any, a: Any, b: Any) -> Any:
     """``bias.addmm(a, b)`` (bias [N] on every row) for 2-D float CPU torch tensors, through
     :func:`product_into` (split by rows only: each row adds the whole bias)."""
-    if getattr(_local, "spare", None) is None or _small(a, b):
+    if _small(a, b) or not _may_share():
         return bias.addmm(a, b)
     import torch
 
