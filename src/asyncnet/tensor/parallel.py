@@ -304,10 +304,13 @@ Product = Callable[[Any, Any, Any], Any]
 def _may_share() -> bool:
     """Whether a share could be offered now (the checks of :func:`run_pieces`, without the
     reservation): products that cannot be shared take the plain call at once."""
-    if getattr(_local, "spare", None) is None or intra_op_threads() != 1:
+    if getattr(_local, "spare", None) is None:
         return False
     cores = process_cores()
-    return _busy < cores and machine_has_room(cores)
+    if intra_op_threads() == 1 and _busy < cores and machine_has_room(cores):
+        return True
+    _stats["whole"] += 1  # big enough, but no core to share it with
+    return False
 
 
 def _small(a: Any, b: Any) -> bool:
