@@ -1,6 +1,13 @@
 """DLRM training steps and its sparse ops: asyncnet against a PyTorch eager peer.
 
-``python -m benchmarks dlrm [--quick] [--sizes zoo,large] [--threads 1,2] [--steps N] [--reps N] [--json]``
+``python -m benchmarks dlrm [--quick] [--sizes zoo,large] [--threads 1,2] [--steps N] [--reps N] [--scaling] [--json]``
+
+``--scaling``: what the second thread gives, all peers interleaved step by step: asyncnet numpy
+``straight`` with 1 thread against ``async_scheduling`` with 2 workers (with its big products
+split onto an idle worker, see :mod:`asyncnet.tensor.parallel`, and without) and with 1 worker
+(which the helping caller makes two threads running ops), and the reference with 1 and 2
+intra-op threads; prints asyncnet's 2-thread step against its own 1-thread step and against
+the reference's 2-thread step.
 
 ``--quick`` (a smoke run, what ``python -m benchmarks all --quick`` uses): the zoo size only, 3
 steps, 2 repetitions of the per-op measurement on the zoo size's tables.
@@ -168,6 +175,7 @@ def asyncnet_peer(
         ws.run_net("train")
         return float(ws.fetch("loss"))
 
+    step.workspace = ws  # type: ignore[attr-defined]  # for a profiled step (--scaling)
     return step, params
 
 
@@ -214,6 +222,92 @@ def train_steps(size_name: str, threads: int, steps: int, warmup: int = 3) -> di
             "cpu_vs_reference": ref_cpu / statistics.median(cpu[name]),
         }
         for name, t in times.items()
+    }
+
+
+def thread_scaling(size_name: str, steps: int, warmup: int = 3) -> dict[str, Any]:
+    """What two threads give, every peer interleaved step by step on the same batches: asyncnet
+    numpy straight with 1 thread, async_scheduling with 2 (its big products split onto an idle
+    worker, and the same net with the split off), the peer with 1 and with 2 intra-op threads.
+    Median ms per step, the ratios the targets name, and the split counts."""
+    import torch
+    from threadpoolctl import threadpool_limits
+
+    from asyncnet.tensor import parallel
+
+    size = SIZES[size_name]
+    lr = 0.01
+    data = batches(size, steps + warmup)
+    one, params = asyncnet_peer(size, lr, "straight", 1, "numpy")
+    two, _ = asyncnet_peer(size, lr, "async_scheduling", 2, "numpy")
+    nosplit, _ = asyncnet_peer(size, lr, "async_scheduling", 2, "numpy")
+    caller, _ = asyncnet_peer(size, lr, "async_scheduling", 1, "numpy")  # 1 pool thread + the caller
+    ref1, ref2 = torch_peer(size, params, lr), torch_peer(size, params, lr)
+    on = parallel.SPLIT_MIN_MACS
+    peers = {
+        "asyncnet 1t straight": (one, 1, on),
+        "asyncnet 2t async_scheduling": (two, 1, on),
+        "asyncnet 2t async, no split": (nosplit, 1, 1 << 62),
+        "asyncnet async 1 worker + caller": (caller, 1, on),
+        "reference 1t": (ref1, 1, on),
+        "reference 2t": (ref2, 2, on),
+    }
+    times: dict[str, list[float]] = {name: [] for name in peers}
+    splits = {"split": 0, "whole": 0}
+    with threadpool_limits(1):
+        for i, b in enumerate(data):
+            for name, (step, intra, split_min) in peers.items():
+                torch.set_num_threads(intra)
+                parallel.SPLIT_MIN_MACS = split_min
+                before = parallel.stats()
+                t0 = time.perf_counter()
+                step(b)
+                if i >= warmup:
+                    times[name].append(time.perf_counter() - t0)
+                    if name == "asyncnet 2t async_scheduling":
+                        after = parallel.stats()
+                        for k in splits:
+                            splits[k] += after[k] - before[k]
+    parallel.SPLIT_MIN_MACS = on
+    with threadpool_limits(1):
+        torch.set_num_threads(1)
+        threads_2t = _profiled_threads(two, data[:warmup])
+        threads_1t = _profiled_threads(one, data[:warmup])
+    ms = {name: 1e3 * statistics.median(t) for name, t in times.items()}
+    two_ms = ms["asyncnet 2t async_scheduling"]
+    return {
+        "ms_per_step": ms,
+        "asyncnet_2t_vs_1t": ms["asyncnet 1t straight"] / two_ms,
+        "asyncnet_2t_vs_reference_2t": ms["reference 2t"] / two_ms,
+        "split_vs_no_split": ms["asyncnet 2t async, no split"] / two_ms,
+        "one_worker_and_caller_vs_1t": ms["asyncnet 1t straight"] / ms["asyncnet async 1 worker + caller"],
+        "reference_2t_vs_1t": ms["reference 1t"] / ms["reference 2t"],
+        "profile_2t": threads_2t,
+        "profile_1t": threads_1t,
+        "splits_per_step": splits["split"] / max(1, steps),
+        "unsplit_for_lack_of_a_core_per_step": splits["whole"] / max(1, steps),
+    }
+
+
+def _profiled_threads(step: Any, data: list[Batch]) -> dict[str, Any]:
+    """One profiled step after ``data``'s: each thread's op time, the step's span (ms), and the
+    sum of op times over the span (the threads running ops at once, on average)."""
+    from asyncnet.exec.trace import profile
+
+    ws = step.workspace
+    for b in data[:-1]:
+        step(b)
+    with profile(ws.net("train")) as tl:
+        step(data[-1])
+    busy: dict[str, float] = {}
+    for e in tl.events:
+        busy[e.thread_name] = busy.get(e.thread_name, 0.0) + 1e3 * e.duration
+    span = 1e3 * (max(e.end for e in tl.events) - min(e.start for e in tl.events))
+    return {
+        "busy_ms": busy,
+        "span_ms": span,
+        "ops_ms": sum(busy.values()),
+        "threads_at_once": sum(busy.values()) / span,
     }
 
 
@@ -303,6 +397,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=15, help="repetitions of the per-op measurement")
     ap.add_argument("--no-ops", action="store_true", help="skip the per-op lookup/update measurement")
     ap.add_argument("--no-train", action="store_true", help="skip the training steps")
+    ap.add_argument(
+        "--scaling",
+        action="store_true",
+        help="also the 2-thread gain: asyncnet 1t and 2t (split on and off) and the reference 1t and 2t, interleaved",
+    )
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     if args.quick:
@@ -318,6 +417,25 @@ def main(argv: list[str] | None = None) -> int:
                         f"{size:5s} {threads}t  {name:34s} {r['ms_per_step']:8.2f} ms/step {r['samples_per_s']:10,.0f} "
                         f"samples/s  {r['vs_reference']:.2f}x the reference; CPU {r['cpu_ms_per_step']:7.2f} ms "
                         f"{r['cpu_vs_reference']:.2f}x"
+                    )
+    if args.scaling:
+        for size in args.sizes.split(","):
+            sc = report.setdefault("scaling", {})[size] = thread_scaling(size, args.steps)
+            if not args.json:
+                for name, ms in sc["ms_per_step"].items():
+                    print(f"{size:5s} scaling  {name:32s} {ms:8.2f} ms/step")
+                print(
+                    f"{size:5s} scaling  asyncnet 2t vs its 1t {sc['asyncnet_2t_vs_1t']:.2f}x, vs the reference 2t "
+                    f"{sc['asyncnet_2t_vs_reference_2t']:.2f}x, split vs no split {sc['split_vs_no_split']:.2f}x; "
+                    f"1 worker + caller vs 1t {sc['one_worker_and_caller_vs_1t']:.2f}x; "
+                    f"reference 2t vs 1t {sc['reference_2t_vs_1t']:.2f}x; {sc['splits_per_step']:.1f} products "
+                    f"split per step ({sc['unsplit_for_lack_of_a_core_per_step']:.1f} not, no core free)"
+                )
+                for label, pr in (("1t", sc["profile_1t"]), ("2t", sc["profile_2t"])):
+                    per = ", ".join(f"{k} {v:.1f}" for k, v in sorted(pr["busy_ms"].items()))
+                    print(
+                        f"{size:5s} scaling  profiled {label} step: span {pr['span_ms']:.1f} ms, ops {pr['ops_ms']:.1f} ms "
+                        f"({pr['threads_at_once']:.2f} threads at once; {per})"
                     )
     if not args.no_ops:
         report["ops"] = sparse_ops(args.reps, "zoo" if args.quick else "large")

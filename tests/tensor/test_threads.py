@@ -192,3 +192,20 @@ def test_torch_gets_one_thread_beside_executor_workers_unless_asked():
             assert torch.get_num_threads() == 2
         assert torch.get_num_threads() == 1
     assert torch.get_num_threads() == before
+
+
+@needs_2_cores
+def test_async_net_counts_its_helping_caller():
+    """net.run() runs chains on the caller's thread beside the pool's: a 1-worker net is two
+    threads running ops, so each gets half the cores' BLAS threads."""
+    ws = an.Workspace()
+    ws.feed("x", np.ones((8, 8)))
+    net = an.Net("n", type="async_scheduling", num_workers=1)
+    net.MatMul(["x", "x"], "y0")
+    net.MatMul(["x", "x"], "y1")
+    inst = ws.create_net(net)
+    ws.run_net("n")
+    assert budget.intra_op_threads() == max(1, CORES // 2)
+    assert blas_threads() <= max(1, CORES // 2)
+    inst.close()
+    ws.close()

@@ -179,6 +179,14 @@ class WorkerPool:
         if not self._idle.acquire(False):
             self._grow()
 
+    def offer(self, fn: Callable[[], None]) -> bool:
+        """Queue ``fn()`` only when a worker is idle to take it now (an intra-op half, see
+        :mod:`asyncnet.tensor.parallel`); False, queueing nothing, when none is."""
+        if self._closed or not self._idle.acquire(False):
+            return False
+        self._queue.put((_call, fn))
+        return True
+
     def _grow(self) -> None:
         with self._lock:
             if self._closed or len(self._threads) >= self.size:
@@ -244,6 +252,10 @@ def _worker(q: queue.SimpleQueue[Any], idle: threading.Semaphore) -> None:
         fn(arg)
         del fn, arg
         idle.release()
+
+
+def _call(fn: Callable[[], None]) -> None:
+    fn()
 
 
 def _join_all(threads: Iterable[threading.Thread], deadline: float) -> list[threading.Thread]:
@@ -320,10 +332,14 @@ def _release(pool: WorkerPool, key: tuple[Hashable, int] | None, timeout: float,
     pool.shutdown(timeout, warn)
 
 
-def claim_net_threads(net_def: NetDef) -> ThreadClaim | None:
-    """The claim of a net that asks for ``intra_op_threads`` explicitly (None when it does not)."""
+def claim_net_threads(net_def: NetDef, caller_helps: bool = False) -> ThreadClaim | None:
+    """The claim of a net that asks for ``intra_op_threads`` explicitly, and of the caller's
+    thread when it runs ops beside the pool's (``caller_helps``: the async executor's
+    ``net.run()``), so that every thread running ops counts; None when there is neither."""
     n = net_def.intra_op_threads
-    return None if n is None else claim_threads(threads=n)
+    if n is None and not caller_helps:
+        return None
+    return claim_threads(workers=1 if caller_helps else 0, threads=n)
 
 
 def live_pools() -> list[WorkerPool]:

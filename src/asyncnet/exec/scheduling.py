@@ -104,6 +104,7 @@ from asyncnet.exec.graph import build_graph
 from asyncnet.exec.inline import InlinePolicy, critical_path
 from asyncnet.exec.pools import PoolLease, acquire_pool, activity, check_device, claim_net_threads, device_key
 from asyncnet.exec.simple import shadow_of
+from asyncnet.tensor import parallel
 from asyncnet.tensor.route import route_operators
 from asyncnet.tensor.streams import RunStreams, StreamBook
 from asyncnet.tensor.threads import ThreadClaim
@@ -196,6 +197,7 @@ def drain(token: tuple[_Run, int]) -> None:
     """A pool worker's entry: take chains from this run's ready queue until it is empty."""
     run, p = token
     q = run.ready[p]
+    previous = parallel.enter(run.net.offers[p])  # while it runs ops, an idle worker may take half a big product
     try:
         while True:
             try:
@@ -205,6 +207,8 @@ def drain(token: tuple[_Run, int]) -> None:
             execute(run, c, p)
     except BaseException as exc:  # noqa: BLE001 - a bug here must not kill the worker or hang wait()
         fail(run, exc)
+    finally:
+        parallel.leave(previous)
 
 
 def help_run(run: _Run) -> None:
@@ -216,13 +220,19 @@ def help_run(run: _Run) -> None:
         wake.clear()  # before looking: a chain queued after the look sets it again
         took = False
         for p, q in enumerate(run.ready):
-            while True:
-                try:
-                    c = q.popleft()
-                except IndexError:
-                    break
-                execute(run, c, p)
-                took = True
+            if not q:
+                continue
+            previous = parallel.enter(run.net.offers[p])  # busy while it runs ops (not while it sleeps)
+            try:
+                while True:
+                    try:
+                        c = q.popleft()
+                    except IndexError:
+                        break
+                    execute(run, c, p)
+                    took = True
+            finally:
+                parallel.leave(previous)
         if took:
             continue
         if run.decided.is_set():
@@ -453,6 +463,7 @@ def run_inline(net: AsyncSchedulingNet) -> None:
     net._claim()
     net.runs += 1
     net._inline_running = True
+    previous = parallel.enter(next((o for o in net.offers if o is not None), None))
     try:
         blobs, flag = net.blobs, net.cancel_flag
 
@@ -466,6 +477,7 @@ def run_inline(net: AsyncSchedulingNet) -> None:
             stop()
             op.run(blobs)
     finally:
+        parallel.leave(previous)
         net._inline_running = False
         net._release()
 
@@ -610,10 +622,14 @@ class AsyncSchedulingNet(NetBase):
             raise
         self.chain_pool: list[int] = [pool_index[keys[ch[0]]] for ch in graph.chains]
         self.pools = [lease.pool for lease in self._leases]
+        # where an op of a chain of pool p may offer half its work: an idle worker of p (CPU pools)
+        self.offers: list[parallel.Offer | None] = [
+            self.pools[i].offer if key[0] == "cpu" else None for key, i in pool_index.items()
+        ]
         self.chain_cuda, self.streams = cuda_chains(self.chain_ops)
         self.policy = InlinePolicy(len(self.chain_ops))
         self._inline_running = False
-        self._thread_claim = claim_net_threads(net_def)
+        self._thread_claim = claim_net_threads(net_def, caller_helps=True)  # run() runs chains on the caller too
         self._finalizer = weakref.finalize(self, _release_all, self._leases, claim=self._thread_claim)
 
     def run_async(self) -> AsyncRunHandle:

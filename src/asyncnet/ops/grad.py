@@ -32,6 +32,7 @@ from asyncnet.ops._check import as_array, flatten_2d, float_array, same_dtype
 from asyncnet.ops._half import to_half
 from asyncnet.ops.math import CPU_CUDA, canonical_axis, legacy_axis, legacy_shape, matmul_operands
 from asyncnet.ops.nn import _ZERO, _nd, fc_shapes, plain_fc, plain_fc_torch
+from asyncnet.tensor import parallel
 from asyncnet.tensor.namespace import is_torch, namespace
 
 GradOut = list[str | None]
@@ -276,8 +277,8 @@ def _fc_gradient_plain(ctx: Any, x: np.ndarray, w: np.ndarray, dy: np.ndarray) -
         return tuple(to_half(o) for o in outs)
     if is_bound(ctx.output(0)):  # a gradient bucket's view: written in place, no copy later
         return _fc_gradient_into(ctx, x, w, dy)
-    dw, db = dy.T @ x, np.add.reduce(dy, axis=0)
-    return (dw, db) if len(ctx.op.outputs) == 2 else (dw, db, dy @ w)
+    dw, db = parallel.matmul(dy.T, x), np.add.reduce(dy, axis=0)  # halves on an idle executor thread
+    return (dw, db) if len(ctx.op.outputs) == 2 else (dw, db, parallel.matmul(dy, w))
 
 
 def _specialize_fc_gradient(ctx: Any, x: Any, w: Any, dy: Any) -> Any:
@@ -331,8 +332,8 @@ def fc_gradient(ctx: Any, x: Any, w: Any, dy: Any) -> tuple[np.ndarray, ...]:
     if plain_fc(ctx, x, w, dy, 2):
         return _fc_gradient_plain(ctx, x, w, dy)
     if plain_fc_torch(ctx, x, w, dy, 2):
-        dw, db = dy.t().mm(x), dy.sum(0)
-        return (dw, db) if len(ctx.op.outputs) == 2 else (dw, db, dy.mm(w))
+        dw, db = parallel.torch_mm(dy.t(), x), dy.sum(0)
+        return (dw, db) if len(ctx.op.outputs) == 2 else (dw, db, parallel.torch_mm(dy, w))
     return _fc_gradient(ctx, x, w, dy, transposed=False)
 
 
@@ -341,9 +342,9 @@ def _fc_gradient_into(ctx: Any, x: np.ndarray, w: np.ndarray, dy: np.ndarray) ->
     reduction, so the same bits); an output that is not a bound array of the right shape gets a
     fresh one."""
     dw, db = ctx.bound_output(0, w.shape, w.dtype), ctx.bound_output(1, w.shape[:1], w.dtype)
-    dw = dy.T @ x if dw is None else np.matmul(dy.T, x, out=dw)
+    dw = parallel.matmul(dy.T, x) if dw is None else parallel.matmul_into(dy.T, x, dw)
     db = np.add.reduce(dy, axis=0, out=db)
-    return (dw, db) if len(ctx.op.outputs) == 2 else (dw, db, dy @ w)
+    return (dw, db) if len(ctx.op.outputs) == 2 else (dw, db, parallel.matmul(dy, w))
 
 
 @register_op(

@@ -29,7 +29,8 @@ import numpy as np
 from asyncnet.core.defs import OperatorDef
 from asyncnet.core.registry import Arg, register_op
 from asyncnet.ops._check import array, as_array, broadcast_shape, flatten_2d, float_array, same_dtype
-from asyncnet.tensor.namespace import is_array, is_torch, namespace
+from asyncnet.tensor import parallel
+from asyncnet.tensor.namespace import cpu_tensors, is_array, is_torch, namespace
 
 CPU_CUDA = ("cpu", "cuda")
 
@@ -305,6 +306,10 @@ def copy(ctx: Any, x: Any) -> Any:
 )
 def matmul(ctx: Any, a: Any, b: Any) -> np.ndarray:
     a2, b2 = matmul_operands(ctx, a, b)
+    if type(a2) is np.ndarray and type(b2) is np.ndarray:
+        return parallel.matmul(a2, b2)  # in two halves on an idle executor thread, when one is free
+    if cpu_tensors(a2, b2):  # plain CPU tensors (no autograd), 2-D here
+        return parallel.torch_mm(a2, b2)
     return a2 @ b2
 
 

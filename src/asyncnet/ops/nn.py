@@ -11,6 +11,7 @@ from asyncnet.core.registry import Arg, register_op
 from asyncnet.ops._check import as_array, flatten_2d, float_array, same_dtype
 from asyncnet.ops._half import to_half
 from asyncnet.ops.math import CPU_CUDA, canonical_axis
+from asyncnet.tensor import parallel
 from asyncnet.tensor.namespace import cpu_tensors, namespace
 
 
@@ -98,7 +99,7 @@ def _fc_plain(ctx: Any, x: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarr
     """FC where :func:`plain_fc` holds: the general path's math without its reshapes."""
     if x.dtype is _HALF:  # float16 data, float32 accumulation (as Caffe2's GPU FC)
         return to_half(_fc_plain(ctx, x.astype(np.float32), w.astype(np.float32), b.astype(np.float32)))
-    y = x @ w.T
+    y = parallel.matmul(x, w.T)  # in two halves on an idle executor thread, when one is free
     y += b
     return y
 
@@ -146,7 +147,7 @@ def fc(ctx: Any, x: Any, w: Any, b: Any) -> np.ndarray:
     if plain_fc(ctx, x, w, b, 1):
         return _fc_plain(ctx, x, w, b)
     if plain_fc_torch(ctx, x, w, b, 1):
-        return b.addmm(x, w.t())  # b + X W^T in one call (torch.nn.Linear's)
+        return parallel.torch_addmm(b, x, w.t())  # b + X W^T in one call (torch.nn.Linear's)
     return _fc(ctx, x, w, b, transposed=False)
 
 
