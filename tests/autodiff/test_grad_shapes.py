@@ -178,6 +178,31 @@ def _python(draw, dt):
     return [arr(draw, dims(draw, 0), dt)], {"token": token}, 1, [0], [0]
 
 
+@builder("Selu", "Softplus", "ThresholdedRelu", "NegateGradient")
+def _caffe2_pointwise(draw, dt):
+    return [arr(draw, dims(draw, 0), dt)], {}, 1, [0], [0]
+
+
+@builder("LpNorm")
+def _caffe2_lp_norm(draw, dt):
+    args = {"p": draw(st.sampled_from([1, 2])), "average": draw(st.booleans())}
+    return [arr(draw, dims(draw, 0), dt)], args, 1, [0], [0]
+
+
+@builder("Mean")
+def _caffe2_mean(draw, dt):
+    shape = dims(draw, 0)
+    n = draw(st.integers(1, 3))
+    return [arr(draw, shape, dt) for _ in range(n)], {}, 1, list(range(n)), [0]
+
+
+@builder("SquareRootDivide")
+def _caffe2_square_root_divide(draw, dt):
+    shape = dims(draw, 1, 3)
+    scale = np.asarray(draw(st.lists(st.integers(-1, 5), min_size=shape[0], max_size=shape[0])), np.int32)
+    return [arr(draw, shape, dt), scale], {}, 1, [0], [0]
+
+
 @builder("Clip")
 def _clip(draw, dt):
     x = arr(draw, dims(draw, 0), dt)
