@@ -203,6 +203,39 @@ def _caffe2_square_root_divide(draw, dt):
     return [arr(draw, shape, dt), scale], {}, 1, [0], [0]
 
 
+@builder("LengthsTile")
+def _caffe2_lengths_tile(draw, dt):
+    rows = draw(st.integers(1, 4))
+    lengths = np.asarray(draw(st.lists(st.integers(1, 3), min_size=rows, max_size=rows)), np.int32)
+    return [arr(draw, (rows, *dims(draw, 0, 2)), dt), lengths], {}, 1, [0], [0]
+
+
+@builder("LengthsSum", "PackSegments")
+def _caffe2_segments(draw, dt):
+    lengths = np.asarray(draw(st.lists(st.integers(1, 3), min_size=1, max_size=4)), np.int32)
+    data = arr(draw, (int(lengths.sum()), *dims(draw, 0, 2)), dt)
+    return [lengths, data], {}, 1, [1], [0]
+
+
+@builder("LengthsSum")
+def _caffe2_lengths_sum(draw, dt):
+    lengths, data = _caffe2_segments(draw, dt)[0]
+    return [data, lengths], {}, 1, [0], [0]
+
+
+@builder("UnpackSegments")
+def _caffe2_unpack_segments(draw, dt):
+    lengths = np.asarray(draw(st.lists(st.integers(1, 3), min_size=1, max_size=4)), np.int32)
+    packed = arr(draw, (lengths.size, 3, *dims(draw, 0, 2)), dt)
+    return [lengths, packed], {}, 1, [1], [0]
+
+
+@builder("Normalize")
+def _caffe2_normalize(draw, dt):
+    x = arr(draw, dims(draw, 1), dt, 0.5, 1.0)
+    return [x], {"axis": draw(st.integers(-x.ndim, x.ndim - 1))}, 1, [0], [0]
+
+
 @builder("Clip")
 def _clip(draw, dt):
     x = arr(draw, dims(draw, 0), dt)
