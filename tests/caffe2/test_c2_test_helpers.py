@@ -146,3 +146,22 @@ def test_in_place_sum_gradient_passes_the_output_gradient_through():
         ok, grad, estimated = checker.CheckSimple(op, [x1, x2], i, [0])
         assert ok
         np.testing.assert_allclose(grad, x1 + x2, rtol=1e-6)  # the checker's loss is |Y|^2 / 2
+
+
+def test_legacy_hypothesis_arguments_of_caffe2_tests_are_accepted():
+    import hypothesis
+    import hypothesis.strategies as st
+
+    from caffe2.python import hypothesis_test_util  # noqa: F401 - makes hypothesis take them
+
+    seen = []
+
+    @hypothesis.settings(max_examples=3, timeout=100, database=None)
+    @hypothesis.given(xs=st.lists(st.integers(0, 5), average_size=2, max_size=4))
+    def run(xs):
+        seen.append(xs)
+
+    run()
+    assert 1 <= len(seen) <= 3 and all(len(x) <= 4 and all(0 <= v <= 5 for v in x) for x in seen)
+    with pytest.raises(hypothesis.errors.InvalidArgument):
+        hypothesis.settings(max_examples=-1, timeout=100)  # other arguments are still checked

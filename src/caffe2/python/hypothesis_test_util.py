@@ -42,6 +42,40 @@ def is_travis() -> bool:
     return "TRAVIS" in os.environ
 
 
+# Settings and strategy arguments hypothesis has since removed, which Caffe2's tests still pass
+# (``@settings(timeout=100)``, ``st.lists(average_size=...)``): dropped, as they only tuned the search.
+_LEGACY_SETTINGS = ("timeout", "min_satisfying_examples", "max_iterations", "perform_health_check", "strict")
+_LEGACY_LIST_ARGS = ("average_size",)
+
+
+def _accept_legacy_arguments() -> None:
+    """Make ``hypothesis.settings`` and ``hypothesis.strategies.lists`` ignore the legacy arguments
+    above (once; only arguments that would otherwise raise are touched)."""
+    if getattr(hypothesis.settings, "_caffe2_legacy", False):
+        return
+    init = hypothesis.settings.__init__
+
+    @functools.wraps(init)
+    def settings_init(self: Any, parent: Any = None, **kwargs: Any) -> None:
+        for name in _LEGACY_SETTINGS:
+            kwargs.pop(name, None)
+        init(self, parent, **kwargs)
+
+    hypothesis.settings.__init__ = settings_init
+    hypothesis.settings._caffe2_legacy = True
+    lists = st.lists
+
+    @functools.wraps(lists)
+    def legacy_lists(*args: Any, **kwargs: Any) -> st.SearchStrategy:
+        for name in _LEGACY_LIST_ARGS:
+            kwargs.pop(name, None)
+        return lists(*args, **kwargs)
+
+    st.lists = legacy_lists
+
+
+_accept_legacy_arguments()
+
 _COMMON = dict(suppress_health_check=list(hypothesis.HealthCheck), database=None, deadline=None)
 hypothesis.settings.register_profile("sandcastle", hypothesis.settings(derandomize=True, max_examples=100, **_COMMON))
 hypothesis.settings.register_profile("dev", hypothesis.settings(max_examples=10, **_COMMON))
