@@ -236,6 +236,14 @@ def _caffe2_normalize(draw, dt):
     return [x], {"axis": draw(st.integers(-x.ndim, x.ndim - 1))}, 1, [0], [0]
 
 
+@builder("InstanceNorm")
+def _caffe2_instance_norm(draw, dt):
+    order = draw(st.sampled_from(["NCHW", "NHWC"]))
+    n, c, spatial = draw(st.integers(1, 3)), draw(st.integers(1, 3)), dims(draw, 1, 2, 2)
+    shape = (n, c, *spatial) if order == "NCHW" else (n, *spatial, c)
+    return [arr(draw, shape, dt), arr(draw, (c,), dt), arr(draw, (c,), dt)], {"order": order}, 1, [0, 1, 2], [0]
+
+
 @builder("Clip")
 def _clip(draw, dt):
     x = arr(draw, dims(draw, 0), dt)
