@@ -244,6 +244,26 @@ def _caffe2_instance_norm(draw, dt):
     return [arr(draw, shape, dt), arr(draw, (c,), dt), arr(draw, (c,), dt)], {"order": order}, 1, [0, 1, 2], [0]
 
 
+@builder("TopK")
+def _caffe2_top_k(draw, dt):
+    shape = dims(draw, 1, 3)
+    axis = draw(st.integers(-len(shape), len(shape) - 1))
+    x = arr(draw, shape, dt)
+    return [x], {"k": draw(st.integers(1, shape[axis])), "axis": axis}, 2, [0], [0]
+
+
+@builder("Tile")
+def _caffe2_tile(draw, dt):
+    shape = dims(draw, 1, 3)
+    return (
+        [arr(draw, shape, dt)],
+        {"tiles": draw(st.integers(1, 3)), "axis": draw(st.integers(0, len(shape) - 1))},
+        1,
+        [0],
+        [0],
+    )
+
+
 @builder("Clip")
 def _clip(draw, dt):
     x = arr(draw, dims(draw, 0), dt)

@@ -165,3 +165,10 @@ def test_legacy_hypothesis_arguments_of_caffe2_tests_are_accepted():
     assert 1 <= len(seen) <= 3 and all(len(x) <= 4 and all(0 <= v <= 5 for v in x) for x in seen)
     with pytest.raises(hypothesis.errors.InvalidArgument):
         hypothesis.settings(max_examples=-1, timeout=100)  # other arguments are still checked
+
+
+def test_numpy_aliases_caffe2_tests_use_are_the_builtins():
+    from caffe2.python import hypothesis_test_util  # noqa: F401 - restores them
+
+    assert (np.int, np.float, np.object, np.str) == (int, float, object, str)
+    assert np.array([1.5]).astype(np.float).dtype == np.float64 and np.bool is np.bool_

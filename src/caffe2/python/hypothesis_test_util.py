@@ -76,6 +76,19 @@ def _accept_legacy_arguments() -> None:
 
 _accept_legacy_arguments()
 
+# NumPy's aliases of the builtin types, removed in NumPy 1.24, which Caffe2's tests still use
+# (``np.float``, ``np.int``, ``np.object``, ``np.str``): restored as the builtins they were.
+_NUMPY_ALIASES = {"int": int, "float": float, "object": object, "str": str, "complex": complex}
+
+
+def _restore_numpy_aliases() -> None:
+    for name, builtin in _NUMPY_ALIASES.items():
+        if name not in np.__dict__:
+            setattr(np, name, builtin)
+
+
+_restore_numpy_aliases()
+
 _COMMON = dict(suppress_health_check=list(hypothesis.HealthCheck), database=None, deadline=None)
 hypothesis.settings.register_profile("sandcastle", hypothesis.settings(derandomize=True, max_examples=100, **_COMMON))
 hypothesis.settings.register_profile("dev", hypothesis.settings(max_examples=10, **_COMMON))
