@@ -264,6 +264,23 @@ def _caffe2_tile(draw, dt):
     )
 
 
+@builder("AddPadding")
+def _caffe2_add_padding(draw, dt):
+    lengths = np.asarray(draw(st.lists(st.integers(0, 3), min_size=1, max_size=3)), np.int32)
+    inner = dims(draw, 0, 2)
+    data = arr(draw, (int(lengths.sum()), *inner), dt)
+    pads = [arr(draw, inner, dt) for _ in range(draw(st.integers(0, 2)))]
+    args = {"padding_width": draw(st.integers(1, 2)), "end_padding_width": draw(st.integers(0, 2))}
+    return [data, lengths, *pads], args, 2, [0] + list(range(2, 2 + len(pads))), [0]
+
+
+@builder("ReversePackedSegs")
+def _caffe2_reverse_packed_segs(draw, dt):
+    t, b = draw(st.integers(1, 4)), draw(st.integers(1, 3))
+    lengths = np.asarray(draw(st.lists(st.integers(0, t), min_size=b, max_size=b)), np.int32)
+    return [arr(draw, (t, b, *dims(draw, 0, 2)), dt), lengths], {}, 1, [0], [0]
+
+
 @builder("Clip")
 def _clip(draw, dt):
     x = arr(draw, dims(draw, 0), dt)

@@ -396,3 +396,64 @@ def normalize_l1(ctx: Any, x: Any) -> np.ndarray:
 
 
 register_no_gradient("NormalizeL1")
+
+
+# -- ReversePackedSegs, RemoveDataBlocks, FindDuplicateElements ------------------------------------
+
+
+@register_op(
+    "ReversePackedSegs",
+    inputs=2,
+    inputs_doc=("data (T x B x ...)", "lengths (B,)"),
+    doc="For each column b, the first lengths[b] time steps of data reversed; the rest unchanged.",
+)
+def reverse_packed_segs(ctx: Any, data: Any, lengths: Any) -> np.ndarray:
+    data, lengths = array(ctx, _np(data), 0), _lengths(ctx, lengths, 1)
+    if data.ndim < 2 or lengths.size != data.shape[1]:
+        raise ValueError(f"expected data (T, {lengths.size}, ...), got shape {data.shape}")
+    if lengths.size and lengths.max() > data.shape[0]:
+        raise ValueError(f"expected lengths of at most {data.shape[0]}, got {lengths.max()}")
+    out = data.copy()
+    for b, n in enumerate(lengths.tolist()):
+        out[:n, b] = data[:n, b][::-1]
+    return out
+
+
+@register_gradient("ReversePackedSegs")
+def _reverse_packed_segs_grad(op: OperatorDef, gout: list[Any]) -> tuple[list[OperatorDef], list[Any]]:
+    if gout[0] is None:
+        return [], [None, None]
+    return [OperatorDef("ReversePackedSegs", [gout[0], op.inputs[1]], ["#dx"])], ["#dx", None]
+
+
+@register_op(
+    "RemoveDataBlocks",
+    inputs=2,
+    inputs_doc=("data (N x ...)", "indices of the rows to remove (repeats allowed)"),
+    doc="data without the rows at indices.",
+)
+def remove_data_blocks(ctx: Any, data: Any, indices: Any) -> np.ndarray:
+    data, idx = array(ctx, _np(data), 0), array(ctx, _np(indices), 1).reshape(-1).astype(np.int64)
+    if data.ndim == 0:
+        raise ValueError("expected data of at least 1 dimension, got a scalar")
+    if idx.size and (idx.min() < 0 or idx.max() >= data.shape[0]):
+        raise IndexError(f"expected indices in [0, {data.shape[0]}), got {idx.min()}..{idx.max()}")
+    return np.delete(data, np.unique(idx), axis=0)
+
+
+@register_op(
+    "FindDuplicateElements",
+    doc="The int64 positions of the elements of a 1-D input equal to an earlier element.",
+)
+def find_duplicate_elements(ctx: Any, data: Any) -> np.ndarray:
+    data = array(ctx, _np(data), 0).reshape(-1)
+    seen: set[Any] = set()
+    found = []
+    for i, v in enumerate(data.tolist()):
+        if v in seen:
+            found.append(i)
+        seen.add(v)
+    return np.array(found, np.int64)
+
+
+register_no_gradient("RemoveDataBlocks", "FindDuplicateElements")
