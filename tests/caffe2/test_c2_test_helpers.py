@@ -172,3 +172,19 @@ def test_numpy_aliases_caffe2_tests_use_are_the_builtins():
 
     assert (np.int, np.float, np.object, np.str) == (int, float, object, str)
     assert np.array([1.5]).astype(np.float).dtype == np.float64 and np.bool is np.bool_
+
+
+def test_legacy_average_size_is_dropped_from_text_and_sets():
+    import hypothesis
+    import hypothesis.strategies as st
+
+    from caffe2.python import hypothesis_test_util  # noqa: F401
+
+    @hypothesis.settings(max_examples=3, database=None)
+    @hypothesis.given(
+        t=st.text(alphabet=None, average_size=3, max_size=4), s=st.sets(st.integers(0, 3), average_size=2)
+    )
+    def run(t, s):
+        assert len(t) <= 4 and s <= {0, 1, 2, 3}
+
+    run()

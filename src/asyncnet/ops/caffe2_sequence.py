@@ -457,3 +457,62 @@ def find_duplicate_elements(ctx: Any, data: Any) -> np.ndarray:
 
 
 register_no_gradient("RemoveDataBlocks", "FindDuplicateElements")
+
+
+# -- string ops -----------------------------------------------------------------------------------
+
+
+def _strings(ctx: Any, x: Any) -> np.ndarray:
+    x = _np(x)
+    if x.dtype != object and x.dtype.kind not in "SU":
+        raise TypeError(f"expected a string tensor in input 0 {ctx.op.inputs[0]!r}, got dtype {x.dtype}")
+    return x
+
+
+def _like(s: Any, text: str) -> Any:
+    """``text`` as the type of the element ``s`` (bytes for bytes elements)."""
+    return text.encode() if isinstance(s, bytes) else text
+
+
+def _map_strings(x: np.ndarray, fn: Any, dtype: Any) -> np.ndarray:
+    out = np.empty(x.shape, dtype)
+    for idx, s in np.ndenumerate(x):
+        out[idx] = fn(s)
+    return out
+
+
+@register_op(
+    "StringPrefix", args=[Arg("length", int, Arg.REQUIRED, "bytes kept")], doc="The first length bytes of each string."
+)
+def string_prefix(ctx: Any, x: Any) -> np.ndarray:
+    n = max(ctx.args["length"], 0)
+    return _map_strings(_strings(ctx, x), lambda s: s[:n], object)
+
+
+@register_op(
+    "StringSuffix", args=[Arg("length", int, Arg.REQUIRED, "bytes kept")], doc="The last length bytes of each string."
+)
+def string_suffix(ctx: Any, x: Any) -> np.ndarray:
+    n = max(ctx.args["length"], 0)
+    return _map_strings(_strings(ctx, x), lambda s: s[len(s) - n :] if n else s[:0], object)
+
+
+@register_op(
+    "StringStartsWith",
+    args=[Arg("prefix", str, Arg.REQUIRED, "the prefix")],
+    doc="Whether each string starts with prefix.",
+)
+def string_starts_with(ctx: Any, x: Any) -> np.ndarray:
+    p = ctx.args["prefix"]
+    return _map_strings(_strings(ctx, x), lambda s: s.startswith(_like(s, p)), bool)
+
+
+@register_op(
+    "StringEndsWith", args=[Arg("suffix", str, Arg.REQUIRED, "the suffix")], doc="Whether each string ends with suffix."
+)
+def string_ends_with(ctx: Any, x: Any) -> np.ndarray:
+    p = ctx.args["suffix"]
+    return _map_strings(_strings(ctx, x), lambda s: s.endswith(_like(s, p)), bool)
+
+
+register_no_gradient("StringPrefix", "StringSuffix", "StringStartsWith", "StringEndsWith")

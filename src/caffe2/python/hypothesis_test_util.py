@@ -43,7 +43,8 @@ def is_travis() -> bool:
 
 
 # Settings and strategy arguments hypothesis has since removed, which Caffe2's tests still pass
-# (``@settings(timeout=100)``, ``st.lists(average_size=...)``): dropped, as they only tuned the search.
+# (``@settings(timeout=100)``, ``st.lists(average_size=...)``, ``st.text(alphabet=None)``): dropped,
+# as they only tuned the search or spelled the default.
 _LEGACY_SETTINGS = ("timeout", "min_satisfying_examples", "max_iterations", "perform_health_check", "strict")
 _LEGACY_LIST_ARGS = ("average_size",)
 
@@ -63,15 +64,20 @@ def _accept_legacy_arguments() -> None:
 
     hypothesis.settings.__init__ = settings_init
     hypothesis.settings._caffe2_legacy = True
-    lists = st.lists
+    for name in ("lists", "text", "sets", "frozensets", "dictionaries"):
+        setattr(st, name, _dropping(getattr(st, name), _LEGACY_LIST_ARGS))
 
-    @functools.wraps(lists)
-    def legacy_lists(*args: Any, **kwargs: Any) -> st.SearchStrategy:
-        for name in _LEGACY_LIST_ARGS:
+
+def _dropping(strategy: Any, legacy: tuple[str, ...]) -> Any:
+    @functools.wraps(strategy)
+    def wrapper(*args: Any, **kwargs: Any) -> st.SearchStrategy:
+        for name in legacy:
             kwargs.pop(name, None)
-        return lists(*args, **kwargs)
+        if kwargs.get("alphabet", 0) is None:  # st.text(alphabet=None): the old default alphabet
+            del kwargs["alphabet"]
+        return strategy(*args, **kwargs)
 
-    st.lists = legacy_lists
+    return wrapper
 
 
 _accept_legacy_arguments()

@@ -151,3 +151,15 @@ def test_normalize_and_its_gradient_match_torch(axis):
     check_all(build, lambda x, r: (torch.nn.functional.normalize(x, dim=axis) * r).mean(), {"x": x, "r": r}, ["x"])
     (l1,) = run_op("NormalizeL1", {"x": x}, ["y"], axis=axis)
     np.testing.assert_allclose(l1, x / np.abs(x).sum(axis=axis, keepdims=True))
+
+
+def test_string_ops_work_on_bytes_by_byte():
+    s = np.array(["héllo".encode(), b"ab", b""], object)
+    (p,) = run_op("StringPrefix", {"s": s}, ["p"], length=2)
+    (q,) = run_op("StringSuffix", {"s": s}, ["q"], length=3)
+    assert list(p) == [b"h\xc3", b"ab", b""] and list(q) == [b"llo", b"ab", b""]
+    (a,) = run_op("StringStartsWith", {"s": s}, ["a"], prefix="a")
+    (b,) = run_op("StringEndsWith", {"s": s}, ["b"], suffix="lo")
+    assert a.tolist() == [False, True, False] and b.tolist() == [True, False, False]
+    with pytest.raises(an.OperatorError, match="string tensor"):
+        run_op("StringPrefix", {"s": np.ones(2)}, ["p"], length=1)
