@@ -494,7 +494,7 @@ def string_prefix(ctx: Any, x: Any) -> np.ndarray:
 )
 def string_suffix(ctx: Any, x: Any) -> np.ndarray:
     n = max(ctx.args["length"], 0)
-    return _map_strings(_strings(ctx, x), lambda s: s[len(s) - n :] if n else s[:0], object)
+    return _map_strings(_strings(ctx, x), lambda s: s[max(len(s) - n, 0) :], object)
 
 
 @register_op(
