@@ -281,6 +281,32 @@ def _caffe2_reverse_packed_segs(draw, dt):
     return [arr(draw, (t, b, *dims(draw, 0, 2)), dt), lengths], {}, 1, [0], [0]
 
 
+@builder("CosineSimilarity", "L1Distance")
+def _caffe2_row_distance(draw, dt):
+    shape = dims(draw, 1, 2)
+    return [arr(draw, shape, dt), arr(draw, shape, dt)], {}, 1, [0, 1], [0]
+
+
+@builder("MarginRankingCriterion")
+def _caffe2_margin_ranking(draw, dt):
+    shape = dims(draw, 1, 2)
+    y = np.where(np.random.default_rng(draw(st.integers(0, 99))).random(shape) < 0.5, -1, 1).astype(np.int32)
+    return [arr(draw, shape, dt), arr(draw, shape, dt), y], {"margin": 0.5}, 1, [0, 1], [0]
+
+
+@builder("CosineEmbeddingCriterion")
+def _caffe2_cosine_embedding(draw, dt):
+    shape = dims(draw, 1, 2)
+    y = np.where(np.random.default_rng(draw(st.integers(0, 99))).random(shape) < 0.5, -1, 1).astype(np.int32)
+    return [arr(draw, shape, dt), y], {"margin": 0.1}, 1, [0], [0]
+
+
+@builder("ChannelShuffle")
+def _caffe2_channel_shuffle(draw, dt):
+    g, per = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    return [arr(draw, (draw(st.integers(1, 2)), g * per, *dims(draw, 1, 2)), dt)], {"group": g}, 1, [0], [0]
+
+
 @builder("Clip")
 def _clip(draw, dt):
     x = arr(draw, dims(draw, 0), dt)
