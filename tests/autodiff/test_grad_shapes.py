@@ -307,6 +307,16 @@ def _caffe2_channel_shuffle(draw, dt):
     return [arr(draw, (draw(st.integers(1, 2)), g * per, *dims(draw, 1, 2)), dt)], {"group": g}, 1, [0], [0]
 
 
+@builder("SumElements")
+def _caffe2_sum_elements(draw, dt):
+    return [arr(draw, dims(draw, 0), dt)], {"average": draw(st.booleans())}, 1, [0], [0]
+
+
+@builder("RowwiseMax", "ColwiseMax")
+def _caffe2_rowcol_max(draw, dt):
+    return [arr(draw, dims(draw, 3, 3), dt)], {}, 1, [0], [0]
+
+
 @builder("Clip")
 def _clip(draw, dt):
     x = arr(draw, dims(draw, 0), dt)

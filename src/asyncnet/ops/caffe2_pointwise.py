@@ -364,3 +364,102 @@ def arg_min(ctx: Any, x: Any) -> np.ndarray:
 
 
 register_no_gradient("ArgMax", "ArgMin")
+
+
+# -- SumElements, SumElementsInt, RowwiseMax, ColwiseMax ------------------------------------------
+
+_AVERAGE = [Arg("average", bool, False, "divide the sum by the number of elements")]
+
+
+@register_op("SumElements", args=_AVERAGE, doc="The sum (or with average the mean) of all elements, a 0-d array.")
+def sum_elements(ctx: Any, x: Any) -> np.ndarray:
+    x = float_array(ctx, _np(x), 0)
+    total = x.sum(dtype=np.float64)
+    if ctx.args["average"]:
+        total = total / max(x.size, 1)
+    return np.array(total, x.dtype)
+
+
+@register_op(
+    "SumElementsGradient",
+    inputs=2,
+    args=_AVERAGE,
+    inputs_doc=("X", "dSum (one element)"),
+    outputs_doc=("dX",),
+    doc="dX = dSum everywhere (divided by X's size with average).",
+)
+def sum_elements_gradient(ctx: Any, x: Any, ds: Any) -> np.ndarray:
+    x, ds = float_array(ctx, _np(x), 0), float_array(ctx, _np(ds), 1)
+    if ds.size != 1:
+        raise ValueError(f"expected a one-element dSum, got shape {ds.shape}")
+    g = ds.reshape(-1)[0] / (max(x.size, 1) if ctx.args["average"] else 1)
+    return np.full(x.shape, g, x.dtype)
+
+
+register_gradient("SumElements")(_grad_op("SumElementsGradient", "X"))
+
+
+@register_op("SumElementsInt", doc="The int32 sum of all elements of an int32 tensor, a 0-d array.")
+def sum_elements_int(ctx: Any, x: Any) -> np.ndarray:
+    x = array(ctx, _np(x), 0)
+    if x.dtype != np.int32:
+        raise TypeError(f"expected an int32 input, got dtype {x.dtype}")
+    return np.array(x.sum(dtype=np.int64), np.int32)
+
+
+def _max_reduce(ctx: Any, x: Any, axis: int) -> np.ndarray:
+    x = float_array(ctx, _np(x), 0)
+    if x.ndim != 3:
+        raise ValueError(f"expected a 3-D input (N, M, K), got shape {x.shape}")
+    return x.max(axis=axis)
+
+
+@register_op("RowwiseMax", doc="The max over the last axis of an N x M x K tensor: N x M.")
+def rowwise_max(ctx: Any, x: Any) -> np.ndarray:
+    return _max_reduce(ctx, x, 2)
+
+
+@register_op("ColwiseMax", doc="The max over the middle axis of an N x M x K tensor: N x K.")
+def colwise_max(ctx: Any, x: Any) -> np.ndarray:
+    return _max_reduce(ctx, x, 1)
+
+
+def _max_reduce_gradient(ctx: Any, x: Any, y: Any, dy: Any, axis: int) -> np.ndarray:
+    x, y, dy = (float_array(ctx, _np(v), i) for i, v in enumerate((x, y, dy)))
+    return np.where(x == np.expand_dims(y, axis), np.expand_dims(dy, axis), 0).astype(x.dtype)
+
+
+@register_op(
+    "RowwiseMaxGradient",
+    inputs=3,
+    inputs_doc=("X", "Y", "dY"),
+    outputs_doc=("dX",),
+    doc="dY at every position equal to its row's max (ties all get it), 0 elsewhere.",
+)
+def rowwise_max_gradient(ctx: Any, x: Any, y: Any, dy: Any) -> np.ndarray:
+    return _max_reduce_gradient(ctx, x, y, dy, 2)
+
+
+@register_op(
+    "ColwiseMaxGradient",
+    inputs=3,
+    inputs_doc=("X", "Y", "dY"),
+    outputs_doc=("dX",),
+    doc="dY at every position equal to its column's max (ties all get it), 0 elsewhere.",
+)
+def colwise_max_gradient(ctx: Any, x: Any, y: Any, dy: Any) -> np.ndarray:
+    return _max_reduce_gradient(ctx, x, y, dy, 1)
+
+
+def _xy_grad_op(grad_type: str) -> Callable[..., Any]:
+    def maker(op: OperatorDef, gout: list[Any]) -> tuple[list[OperatorDef], list[Any]]:
+        if gout[0] is None:
+            return [], [None]
+        return [OperatorDef(grad_type, [op.inputs[0], op.outputs[0], gout[0]], ["#dx"])], ["#dx"]
+
+    return maker
+
+
+register_gradient("RowwiseMax")(_xy_grad_op("RowwiseMaxGradient"))
+register_gradient("ColwiseMax")(_xy_grad_op("ColwiseMaxGradient"))
+register_no_gradient("SumElementsInt")

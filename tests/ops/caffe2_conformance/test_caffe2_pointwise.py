@@ -203,3 +203,33 @@ def test_arg_max_min_match_numpy(seed, shape, axis, keepdims, op):
     np.testing.assert_array_equal(i, expected)
     default = run_op(op, {"x": x}, ["i"])[0]
     assert default.shape == x.shape[:-1] + (1,)
+
+
+@pytest.mark.parametrize("average", [False, True])
+def test_sum_elements_and_its_gradient(average):
+    x = _x(11, (3, 4), dtype=np.float64)
+    (s,) = run_op("SumElements", {"x": x}, ["s"], average=average)
+    assert s.shape == ()
+    np.testing.assert_allclose(s, x.mean() if average else x.sum())
+
+    def build(net):
+        net.SumElements("x", "s", average=average)
+        return net.AveragedLoss("s", "loss")
+
+    check_all(build, lambda x: x.mean() if average else x.sum(), {"x": x}, ["x"])
+    (i,) = run_op("SumElementsInt", {"x": np.arange(5, dtype=np.int32)}, ["i"])
+    assert i.dtype == np.int32 and int(i) == 10
+
+
+@pytest.mark.parametrize("op, axis", [("RowwiseMax", 2), ("ColwiseMax", 1)])
+def test_rowwise_colwise_max_and_gradient(op, axis):
+    x = np.random.default_rng(axis).permutation(24).reshape(2, 3, 4).astype(np.float64)  # no ties
+    (y,) = run_op(op, {"x": x}, ["y"])
+    np.testing.assert_array_equal(y, x.max(axis=axis))
+    r = np.random.default_rng(0).standard_normal(y.shape)
+
+    def build(net):
+        getattr(net, op)("x", "y")
+        return weighted_mean_head(net, "y")
+
+    check_all(build, lambda x, r: (x.amax(dim=axis) * r).mean(), {"x": x, "r": r}, ["x"])
