@@ -317,6 +317,24 @@ def _caffe2_rowcol_max(draw, dt):
     return [arr(draw, dims(draw, 3, 3), dt)], {}, 1, [0], [0]
 
 
+@builder("PrependDim")
+def _caffe2_prepend_dim(draw, dt):
+    d, rest = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    return [arr(draw, (d * rest, *dims(draw, 0, 2)), dt)], {"dim_size": d}, 1, [0], [0]
+
+
+@builder("CrossEntropy")
+def _caffe2_cross_entropy(draw, dt):
+    shape = dims(draw, 2, 2)
+    return [arr(draw, shape, dt, 0.1, 1.0), arr(draw, shape, dt, 0.0, 1.0)], {}, 1, [0], [0]
+
+
+@builder("WeightedSigmoidCrossEntropyWithLogits")
+def _caffe2_weighted_sigmoid_xent(draw, dt):
+    shape = dims(draw, 1, 3)
+    return [arr(draw, shape, dt), arr(draw, shape, dt, 0.0, 1.0), arr(draw, shape, dt, 0.1, 1.0)], {}, 1, [0], [0]
+
+
 @builder("Clip")
 def _clip(draw, dt):
     x = arr(draw, dims(draw, 0), dt)
