@@ -335,6 +335,14 @@ def _caffe2_weighted_sigmoid_xent(draw, dt):
     return [arr(draw, shape, dt), arr(draw, shape, dt, 0.0, 1.0), arr(draw, shape, dt, 0.1, 1.0)], {}, 1, [0], [0]
 
 
+@builder("SparseToDenseMask")
+def _caffe2_sparse_to_dense_mask(draw, dt):
+    n = draw(st.integers(1, 5))
+    ids = np.asarray(draw(st.lists(st.integers(0, 4), min_size=n, max_size=n)), np.int64)
+    inner = dims(draw, 0, 2)
+    return [ids, arr(draw, (n, *inner), dt), arr(draw, inner, dt)], {"mask": [3, 0, 1]}, 1, [1], [0]
+
+
 @builder("Clip")
 def _clip(draw, dt):
     x = arr(draw, dims(draw, 0), dt)

@@ -198,3 +198,90 @@ def _weighted_xent_grad(op: OperatorDef, gout: list[Any]) -> tuple[list[Operator
         return [], [None, None, None]
     grad = OperatorDef("WeightedSigmoidCrossEntropyWithLogitsGradient", [gout[0], *op.inputs], ["#dx"])
     return [grad], ["#dx", None, None]
+
+
+# -- SparseToDenseMask ------------------------------------------------------------------------------
+
+_MASK_ARGS = [
+    Arg("mask", list, Arg.REQUIRED, "the ids kept, in output order", item_type=int),
+    Arg("return_presence_mask", bool, False, "a second output: whether each (row, id) was given"),
+]
+
+
+def _mask_slots(ctx: Any, indices: Any, lengths: Any | None, at: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """For each index, (its output row, its column in the mask or -1), and the number of rows;
+    of repeated (row, id) pairs only the last keeps its column (its value is the one written)."""
+    ids = array(ctx, _np(indices), 0).reshape(-1).astype(np.int64)
+    column = {v: k for k, v in enumerate(ctx.args["mask"])}
+    if lengths is None:
+        rows, n_rows = np.zeros(ids.size, np.int64), 1
+    else:
+        lens = array(ctx, _np(lengths), at).reshape(-1).astype(np.int64)
+        if int(lens.sum()) != ids.size:
+            raise ValueError(f"expected lengths summing to the {ids.size} indices, got {lens.tolist()}")
+        rows, n_rows = np.repeat(np.arange(lens.size), lens), lens.size
+    cols = np.array([column.get(v, -1) for v in ids.tolist()], np.int64)
+    last: dict[tuple[int, int], int] = {}
+    for i, (r, c) in enumerate(zip(rows.tolist(), cols.tolist())):
+        if c >= 0:
+            last[(r, c)] = i
+    keep = np.full(ids.size, -1, np.int64)
+    for i in last.values():
+        keep[i] = cols[i]
+    return rows, keep, n_rows
+
+
+@register_op(
+    "SparseToDenseMask",
+    inputs=(3, 4),
+    outputs=(1, 2),
+    args=_MASK_ARGS,
+    inputs_doc=("indices (N ids)", "values (N x ...)", "default_value (...)", "lengths (B, optional)"),
+    outputs_doc=("output (B x len(mask) x ..., or len(mask) x ... without lengths)", "presence_mask"),
+    doc="Dense rows over the ids of mask: the value given for each id (the last one if repeated), "
+    "default_value where none was given; ids outside mask are ignored.",
+)
+def sparse_to_dense_mask(ctx: Any, indices: Any, values: Any, default: Any, lengths: Any = None) -> Any:
+    values, default = array(ctx, _np(values), 1), array(ctx, _np(default), 2)
+    rows, cols, n_rows = _mask_slots(ctx, indices, lengths, 3)
+    if values.shape[:1] != (rows.size,) or values.shape[1:] != default.shape:
+        raise ValueError(f"expected values ({rows.size}, {default.shape}) for {rows.size} indices, got {values.shape}")
+    width = len(ctx.args["mask"])
+    out = np.broadcast_to(default.astype(values.dtype), (n_rows, width) + default.shape).copy()
+    present = np.zeros((n_rows, width), bool)
+    hit = cols >= 0
+    out[rows[hit], cols[hit]] = values[hit]
+    present[rows[hit], cols[hit]] = True
+    if lengths is None:
+        out, present = out[0], present[0]
+    return (out, present) if len(ctx.op.outputs) == 2 else out
+
+
+@register_op(
+    "SparseToDenseMaskGradient",
+    inputs=(2, 3),
+    args=_MASK_ARGS,
+    inputs_doc=("indices", "dOutput", "lengths (optional)"),
+    outputs_doc=("dValues",),
+    doc="For each index, the gradient of the output slot its value filled (0 for ids outside mask "
+    "and for repeats overwritten by a later one).",
+)
+def sparse_to_dense_mask_gradient(ctx: Any, indices: Any, dout: Any, lengths: Any = None) -> np.ndarray:
+    dout = float_array(ctx, _np(dout), 1)
+    rows, cols, _ = _mask_slots(ctx, indices, lengths, 2)
+    if lengths is None:
+        dout = dout[None]
+    dv = np.zeros((rows.size,) + dout.shape[2:], dout.dtype)
+    hit = cols >= 0
+    dv[hit] = dout[rows[hit], cols[hit]]
+    return dv
+
+
+@register_gradient("SparseToDenseMask")
+def _sparse_to_dense_mask_grad(op: OperatorDef, gout: list[Any]) -> tuple[list[OperatorDef], list[Any]]:
+    n = len(op.inputs)
+    if gout[0] is None:
+        return [], [None] * n
+    ins = [op.inputs[0], gout[0], *op.inputs[3:]]
+    args = {k: v for k, v in op.args.items() if k == "mask"}
+    return [OperatorDef("SparseToDenseMaskGradient", ins, ["#dv"], args)], [None, "#dv", *([None] * (n - 2))]

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 from _c2run import run_op
-from _gradcheck_helpers import check_all, weighted_mean_head
+from _gradcheck_helpers import autodiff_grads, check_all, numeric_grads, weighted_mean_head
 
 import asyncnet as an
 
@@ -98,3 +98,29 @@ def test_weighted_sigmoid_cross_entropy_matches_torch():
         return weighted_mean_head(net, "y")
 
     check_all(build, lambda x, t, w, r: (torch_xent(x, t, w) * r).mean(), feeds, ["x"])
+
+
+@pytest.mark.parametrize("with_lengths", [False, True])
+def test_sparse_to_dense_mask_and_its_gradient(with_lengths):
+    rng = np.random.default_rng(6)
+    ids = np.array([5, 7, 9, 5, 2, 7], np.int64)  # 9 is outside the mask; 5 repeats in row 0
+    values, default = rng.standard_normal((6, 2)), rng.standard_normal(2)
+    feeds = {"i": ids, "v": values, "d": default}
+    if with_lengths:
+        feeds["l"] = np.array([4, 2], np.int32)
+    out, present = run_op("SparseToDenseMask", dict(feeds), ["o", "p"], mask=[7, 5, 2], return_presence_mask=True)
+    if with_lengths:
+        expected = np.array([[values[1], values[3], default], [values[5], default, values[4]]])
+        np.testing.assert_array_equal(present, [[True, True, False], [True, False, True]])
+    else:
+        expected = np.array([values[5], values[3], values[4]])
+        assert present.all()
+    np.testing.assert_array_equal(out, expected)
+    feeds["r"] = rng.standard_normal(out.shape)
+
+    def build(net):
+        net.SparseToDenseMask([k for k in feeds if k != "r"], "o", mask=[7, 5, 2])
+        return weighted_mean_head(net, "o")
+
+    loss, grads = autodiff_grads(build, feeds, ["v"])
+    np.testing.assert_allclose(grads["v"], numeric_grads(build, feeds, ["v"])["v"], atol=1e-8)
