@@ -343,6 +343,13 @@ def _caffe2_sparse_to_dense_mask(draw, dt):
     return [ids, arr(draw, (n, *inner), dt), arr(draw, inner, dt)], {"mask": [3, 0, 1]}, 1, [1], [0]
 
 
+@builder("PairWiseLoss")
+def _caffe2_pair_wise_loss(draw, dt):
+    n = draw(st.integers(1, 5))
+    label = np.asarray(draw(st.lists(st.integers(0, 2), min_size=n, max_size=n)), dt)
+    return [arr(draw, (n, 1), dt), label], {}, 1, [0], [0]
+
+
 @builder("Clip")
 def _clip(draw, dt):
     x = arr(draw, dims(draw, 0), dt)

@@ -171,6 +171,7 @@ def test_numpy_aliases_caffe2_tests_use_are_the_builtins():
     from caffe2.python import hypothesis_test_util  # noqa: F401 - restores them
 
     assert (np.int, np.float, np.object, np.str) == (int, float, object, str)
+    assert np.asscalar(np.array([[2.5]])) == 2.5
     assert np.array([1.5]).astype(np.float).dtype == np.float64 and np.bool is np.bool_
 
 

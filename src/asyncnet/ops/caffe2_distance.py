@@ -238,3 +238,81 @@ def _channel_shuffle_grad(op: OperatorDef, gout: list[Any]) -> tuple[list[Operat
     if gout[0] is None:
         return [], [None]
     return [OperatorDef("ChannelShuffleGradient", [gout[0]], ["#dx"], dict(op.args))], ["#dx"]
+
+
+# -- PairWiseLoss -----------------------------------------------------------------------------------
+
+
+def _pair_segments(ctx: Any, x: Any, label: Any, lengths: Any, at: int) -> tuple[np.ndarray, np.ndarray, list[int]]:
+    x, label = float_array(ctx, _np(x), 0), array(ctx, _np(label), 1)
+    if x.ndim == 0 or x.size != x.shape[0] or label.size != x.shape[0]:
+        raise ValueError(f"expected N scores (N, 1, ...) and N labels, got {x.shape} and {label.shape}")
+    if lengths is None:
+        lens = [x.shape[0]]
+    else:
+        lens = array(ctx, _np(lengths), at).reshape(-1).astype(np.int64).tolist()
+        if sum(lens) != x.shape[0]:
+            raise ValueError(f"expected lengths summing to the {x.shape[0]} predictions, got {lens}")
+    return x.reshape(-1).astype(np.float64), label.reshape(-1).astype(np.float64), lens
+
+
+def _pairs(label: np.ndarray, start: int, n: int) -> list[tuple[int, int, float]]:
+    """(i, j, sign) for i > j of one segment with different labels; sign = 1 if label_i > label_j."""
+    return [
+        (start + i, start + j, 1.0 if label[start + i] > label[start + j] else -1.0)
+        for i in range(n)
+        for j in range(i)
+        if label[start + i] != label[start + j]
+    ]
+
+
+@register_op(
+    "PairWiseLoss",
+    inputs=(2, 3),
+    inputs_doc=("X (N or N x 1 scores)", "label (N)", "lengths (optional: segments of X)"),
+    outputs_doc=("Y (one loss per segment)",),
+    doc="Per segment, the mean over its pairs with different labels of log(1 + exp(sign (x_j - x_i))), "
+    "sign = 1 if label_i > label_j (i later than j); 0 without such pairs.",
+)
+def pair_wise_loss(ctx: Any, x: Any, label: Any, lengths: Any = None) -> np.ndarray:
+    xs, lab, lens = _pair_segments(ctx, x, label, lengths, 2)
+    out, start = np.zeros(len(lens), np.float64), 0
+    for k, n in enumerate(lens):
+        pairs = _pairs(lab, start, n)
+        if pairs:
+            out[k] = np.mean([np.logaddexp(0, s * (xs[j] - xs[i])) for i, j, s in pairs])
+        start += n
+    return out.astype(_np(x).dtype)
+
+
+@register_op(
+    "PairWiseLossGradient",
+    inputs=(3, 4),
+    inputs_doc=("X", "label", "dY", "lengths (optional)"),
+    outputs_doc=("dX",),
+    doc="The gradient of PairWiseLoss with respect to X.",
+)
+def pair_wise_loss_gradient(ctx: Any, x: Any, label: Any, dy: Any, lengths: Any = None) -> np.ndarray:
+    shape, dtype = _np(x).shape, _np(x).dtype
+    xs, lab, lens = _pair_segments(ctx, x, label, lengths, 3)
+    g = float_array(ctx, _np(dy), 2).reshape(-1)
+    if g.size != len(lens):
+        raise ValueError(f"expected dY of {len(lens)} values, got shape {g.shape}")
+    dx, start = np.zeros(xs.size), 0
+    for k, n in enumerate(lens):
+        pairs = _pairs(lab, start, n)
+        for i, j, s in pairs:
+            d = s / (1 + np.exp(-s * (xs[j] - xs[i]))) * g[k] / len(pairs)
+            dx[j] += d
+            dx[i] -= d
+        start += n
+    return dx.astype(dtype).reshape(shape)
+
+
+@register_gradient("PairWiseLoss")
+def _pair_wise_loss_grad(op: OperatorDef, gout: list[Any]) -> tuple[list[OperatorDef], list[Any]]:
+    n = len(op.inputs)
+    if gout[0] is None:
+        return [], [None] * n
+    ins = [op.inputs[0], op.inputs[1], gout[0], *op.inputs[2:]]
+    return [OperatorDef("PairWiseLossGradient", ins, ["#dx"])], ["#dx"] + [None] * (n - 1)

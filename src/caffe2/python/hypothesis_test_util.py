@@ -83,12 +83,18 @@ def _dropping(strategy: Any, legacy: tuple[str, ...]) -> Any:
 _accept_legacy_arguments()
 
 # NumPy's aliases of the builtin types, removed in NumPy 1.24, which Caffe2's tests still use
-# (``np.float``, ``np.int``, ``np.object``, ``np.str``): restored as the builtins they were.
+# (``np.float``, ``np.int``, ``np.object``, ``np.str``): restored as the builtins they were;
+# and ``np.asscalar`` (removed in 1.23).
 _NUMPY_ALIASES = {"int": int, "float": float, "object": object, "str": str, "complex": complex}
 
 
+def _asscalar(a: Any) -> Any:
+    """NumPy's removed ``np.asscalar``: the one element of ``a`` as a Python scalar."""
+    return np.asarray(a).item()
+
+
 def _restore_numpy_aliases() -> None:
-    for name, builtin in _NUMPY_ALIASES.items():
+    for name, builtin in {**_NUMPY_ALIASES, "asscalar": _asscalar}.items():
         if name not in np.__dict__:
             setattr(np, name, builtin)
 

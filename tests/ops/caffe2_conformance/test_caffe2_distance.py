@@ -100,3 +100,39 @@ def test_channel_shuffle_matches_torch_and_its_gradient(order, group):
         return ((yt.permute(0, 2, 3, 1) if order == "NHWC" else yt) * r).mean()
 
     check_all(build, torch_fn, feeds, ["x"])
+
+
+@pytest.mark.parametrize("with_lengths", [False, True])
+def test_pair_wise_loss_matches_torch_and_finite_differences(with_lengths):
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((5, 1))
+    label = np.array([1.0, 0.0, 2.0, 2.0, 0.0])
+    lengths = [3, 2] if with_lengths else [5]
+    feeds = {"x": x, "l": label}
+    if with_lengths:
+        feeds["n"] = np.array(lengths, np.int32)
+    (y,) = run_op("PairWiseLoss", dict(feeds), ["y"])
+
+    def torch_loss(x, l):
+        out, start = [], 0
+        for n in lengths:
+            terms = [
+                torch.nn.functional.softplus(
+                    (1.0 if l[start + i] > l[start + j] else -1.0) * (x[start + j] - x[start + i])
+                )
+                for i in range(n)
+                for j in range(i)
+                if l[start + i] != l[start + j]
+            ]
+            out.append(torch.stack(terms).mean() if terms else torch.zeros((), dtype=x.dtype))
+            start += n
+        return torch.stack(out)
+
+    np.testing.assert_allclose(y, torch_loss(torch.tensor(x.reshape(-1)), label).numpy(), rtol=1e-12)
+    feeds["r"] = rng.standard_normal(len(lengths))
+
+    def build(net):
+        net.PairWiseLoss([k for k in feeds if k != "r"], "y")
+        return weighted_mean_head(net, "y")
+
+    check_all(build, lambda x, l, r, n=None: (torch_loss(x.reshape(-1), l) * r).mean(), feeds, ["x"])
