@@ -350,6 +350,16 @@ def _caffe2_pair_wise_loss(draw, dt):
     return [arr(draw, (n, 1), dt), label], {}, 1, [0], [0]
 
 
+@builder("ConvTranspose")
+def _caffe2_conv_transpose(draw, dt):
+    c, m, k = draw(st.integers(1, 3)), draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    order = draw(st.sampled_from(["NCHW", "NHWC"]))
+    x = arr(draw, (1, c, 3, 2) if order == "NCHW" else (1, 3, 2, c), dt)
+    w = arr(draw, (c, m, k, k) if order == "NCHW" else (c, k, k, m), dt)
+    args = {"kernel": k, "stride": draw(st.integers(1, 2)), "order": order}
+    return [x, w, arr(draw, (m,), dt)], args, 1, [0, 1, 2], [0]
+
+
 @builder("Clip")
 def _clip(draw, dt):
     x = arr(draw, dims(draw, 0), dt)
