@@ -178,6 +178,188 @@ def _python(draw, dt):
     return [arr(draw, dims(draw, 0), dt)], {"token": token}, 1, [0], [0]
 
 
+@builder("Selu", "Softplus", "ThresholdedRelu", "NegateGradient")
+def _caffe2_pointwise(draw, dt):
+    return [arr(draw, dims(draw, 0), dt)], {}, 1, [0], [0]
+
+
+@builder("LpNorm")
+def _caffe2_lp_norm(draw, dt):
+    args = {"p": draw(st.sampled_from([1, 2])), "average": draw(st.booleans())}
+    return [arr(draw, dims(draw, 0), dt)], args, 1, [0], [0]
+
+
+@builder("Mean")
+def _caffe2_mean(draw, dt):
+    shape = dims(draw, 0)
+    n = draw(st.integers(1, 3))
+    return [arr(draw, shape, dt) for _ in range(n)], {}, 1, list(range(n)), [0]
+
+
+@builder("SquareRootDivide")
+def _caffe2_square_root_divide(draw, dt):
+    shape = dims(draw, 1, 3)
+    scale = np.asarray(draw(st.lists(st.integers(-1, 5), min_size=shape[0], max_size=shape[0])), np.int32)
+    return [arr(draw, shape, dt), scale], {}, 1, [0], [0]
+
+
+@builder("LengthsTile")
+def _caffe2_lengths_tile(draw, dt):
+    rows = draw(st.integers(1, 4))
+    lengths = np.asarray(draw(st.lists(st.integers(1, 3), min_size=rows, max_size=rows)), np.int32)
+    return [arr(draw, (rows, *dims(draw, 0, 2)), dt), lengths], {}, 1, [0], [0]
+
+
+@builder("LengthsSum", "PackSegments")
+def _caffe2_segments(draw, dt):
+    lengths = np.asarray(draw(st.lists(st.integers(1, 3), min_size=1, max_size=4)), np.int32)
+    data = arr(draw, (int(lengths.sum()), *dims(draw, 0, 2)), dt)
+    return [lengths, data], {}, 1, [1], [0]
+
+
+@builder("LengthsSum")
+def _caffe2_lengths_sum(draw, dt):
+    lengths, data = _caffe2_segments(draw, dt)[0]
+    return [data, lengths], {}, 1, [0], [0]
+
+
+@builder("UnpackSegments")
+def _caffe2_unpack_segments(draw, dt):
+    lengths = np.asarray(draw(st.lists(st.integers(1, 3), min_size=1, max_size=4)), np.int32)
+    packed = arr(draw, (lengths.size, 3, *dims(draw, 0, 2)), dt)
+    return [lengths, packed], {}, 1, [1], [0]
+
+
+@builder("Normalize")
+def _caffe2_normalize(draw, dt):
+    x = arr(draw, dims(draw, 1), dt, 0.5, 1.0)
+    return [x], {"axis": draw(st.integers(-x.ndim, x.ndim - 1))}, 1, [0], [0]
+
+
+@builder("InstanceNorm")
+def _caffe2_instance_norm(draw, dt):
+    order = draw(st.sampled_from(["NCHW", "NHWC"]))
+    n, c, spatial = draw(st.integers(1, 3)), draw(st.integers(1, 3)), dims(draw, 1, 2, 2)
+    shape = (n, c, *spatial) if order == "NCHW" else (n, *spatial, c)
+    return [arr(draw, shape, dt), arr(draw, (c,), dt), arr(draw, (c,), dt)], {"order": order}, 1, [0, 1, 2], [0]
+
+
+@builder("TopK")
+def _caffe2_top_k(draw, dt):
+    shape = dims(draw, 1, 3)
+    axis = draw(st.integers(-len(shape), len(shape) - 1))
+    x = arr(draw, shape, dt)
+    return [x], {"k": draw(st.integers(1, shape[axis])), "axis": axis}, 2, [0], [0]
+
+
+@builder("Tile")
+def _caffe2_tile(draw, dt):
+    shape = dims(draw, 1, 3)
+    return (
+        [arr(draw, shape, dt)],
+        {"tiles": draw(st.integers(1, 3)), "axis": draw(st.integers(0, len(shape) - 1))},
+        1,
+        [0],
+        [0],
+    )
+
+
+@builder("AddPadding")
+def _caffe2_add_padding(draw, dt):
+    lengths = np.asarray(draw(st.lists(st.integers(0, 3), min_size=1, max_size=3)), np.int32)
+    inner = dims(draw, 0, 2)
+    data = arr(draw, (int(lengths.sum()), *inner), dt)
+    pads = [arr(draw, inner, dt) for _ in range(draw(st.integers(0, 2)))]
+    args = {"padding_width": draw(st.integers(1, 2)), "end_padding_width": draw(st.integers(0, 2))}
+    return [data, lengths, *pads], args, 2, [0] + list(range(2, 2 + len(pads))), [0]
+
+
+@builder("ReversePackedSegs")
+def _caffe2_reverse_packed_segs(draw, dt):
+    t, b = draw(st.integers(1, 4)), draw(st.integers(1, 3))
+    lengths = np.asarray(draw(st.lists(st.integers(0, t), min_size=b, max_size=b)), np.int32)
+    return [arr(draw, (t, b, *dims(draw, 0, 2)), dt), lengths], {}, 1, [0], [0]
+
+
+@builder("CosineSimilarity", "L1Distance")
+def _caffe2_row_distance(draw, dt):
+    shape = dims(draw, 1, 2)
+    return [arr(draw, shape, dt), arr(draw, shape, dt)], {}, 1, [0, 1], [0]
+
+
+@builder("MarginRankingCriterion")
+def _caffe2_margin_ranking(draw, dt):
+    shape = dims(draw, 1, 2)
+    y = np.where(np.random.default_rng(draw(st.integers(0, 99))).random(shape) < 0.5, -1, 1).astype(np.int32)
+    return [arr(draw, shape, dt), arr(draw, shape, dt), y], {"margin": 0.5}, 1, [0, 1], [0]
+
+
+@builder("CosineEmbeddingCriterion")
+def _caffe2_cosine_embedding(draw, dt):
+    shape = dims(draw, 1, 2)
+    y = np.where(np.random.default_rng(draw(st.integers(0, 99))).random(shape) < 0.5, -1, 1).astype(np.int32)
+    return [arr(draw, shape, dt), y], {"margin": 0.1}, 1, [0], [0]
+
+
+@builder("ChannelShuffle")
+def _caffe2_channel_shuffle(draw, dt):
+    g, per = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    return [arr(draw, (draw(st.integers(1, 2)), g * per, *dims(draw, 1, 2)), dt)], {"group": g}, 1, [0], [0]
+
+
+@builder("SumElements")
+def _caffe2_sum_elements(draw, dt):
+    return [arr(draw, dims(draw, 0), dt)], {"average": draw(st.booleans())}, 1, [0], [0]
+
+
+@builder("RowwiseMax", "ColwiseMax")
+def _caffe2_rowcol_max(draw, dt):
+    return [arr(draw, dims(draw, 3, 3), dt)], {}, 1, [0], [0]
+
+
+@builder("PrependDim")
+def _caffe2_prepend_dim(draw, dt):
+    d, rest = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    return [arr(draw, (d * rest, *dims(draw, 0, 2)), dt)], {"dim_size": d}, 1, [0], [0]
+
+
+@builder("CrossEntropy")
+def _caffe2_cross_entropy(draw, dt):
+    shape = dims(draw, 2, 2)
+    return [arr(draw, shape, dt, 0.1, 1.0), arr(draw, shape, dt, 0.0, 1.0)], {}, 1, [0], [0]
+
+
+@builder("WeightedSigmoidCrossEntropyWithLogits")
+def _caffe2_weighted_sigmoid_xent(draw, dt):
+    shape = dims(draw, 1, 3)
+    return [arr(draw, shape, dt), arr(draw, shape, dt, 0.0, 1.0), arr(draw, shape, dt, 0.1, 1.0)], {}, 1, [0], [0]
+
+
+@builder("SparseToDenseMask")
+def _caffe2_sparse_to_dense_mask(draw, dt):
+    n = draw(st.integers(1, 5))
+    ids = np.asarray(draw(st.lists(st.integers(0, 4), min_size=n, max_size=n)), np.int64)
+    inner = dims(draw, 0, 2)
+    return [ids, arr(draw, (n, *inner), dt), arr(draw, inner, dt)], {"mask": [3, 0, 1]}, 1, [1], [0]
+
+
+@builder("PairWiseLoss")
+def _caffe2_pair_wise_loss(draw, dt):
+    n = draw(st.integers(1, 5))
+    label = np.asarray(draw(st.lists(st.integers(0, 2), min_size=n, max_size=n)), dt)
+    return [arr(draw, (n, 1), dt), label], {}, 1, [0], [0]
+
+
+@builder("ConvTranspose")
+def _caffe2_conv_transpose(draw, dt):
+    c, m, k = draw(st.integers(1, 3)), draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    order = draw(st.sampled_from(["NCHW", "NHWC"]))
+    x = arr(draw, (1, c, 3, 2) if order == "NCHW" else (1, 3, 2, c), dt)
+    w = arr(draw, (c, m, k, k) if order == "NCHW" else (c, k, k, m), dt)
+    args = {"kernel": k, "stride": draw(st.integers(1, 2)), "order": order}
+    return [x, w, arr(draw, (m,), dt)], args, 1, [0, 1, 2], [0]
+
+
 @builder("Clip")
 def _clip(draw, dt):
     x = arr(draw, dims(draw, 0), dt)

@@ -308,3 +308,65 @@ def test_docstring_examples(name: str) -> None:
     workspace.ResetWorkspace()
     result = doctest.testmod(importlib.import_module(name))
     assert result.attempted > 0 and result.failed == 0
+
+
+def _inner_nets(instance: object) -> list[object]:
+    from asyncnet.ops import caffe2_control
+
+    return [n for op in instance.operators for n in caffe2_control._INSTANCES.get(op.ctx, {}).values()]
+
+
+@pytest.mark.parametrize("net_type", ["simple", "async_scheduling"])
+@pytest.mark.parametrize("how", ["net.close", "workspace.close", "workspace.reset", "overwrite"])
+def test_closing_the_outer_net_closes_the_inner_nets(net_type: str, how: str, monkeypatch) -> None:
+    ws = an.Workspace()
+    ws.feed("c", np.array(True))
+    ws.feed("x", np.array([3.0], np.float32))
+    body = _branch("t", 2.0).to_def()
+    body.type = "async_scheduling"  # an executor with pools to give back
+    net = an.Net("outer")
+    net.If(["c", "x"], ["y"], then_net=body.to_json())
+    nd = net.to_def()
+    nd.type = net_type
+    instance = ws.create_net(nd)
+    instance.run()
+    (sub,) = _inner_nets(instance)
+    assert not sub.closed
+    closed: list[str] = []
+    original = type(sub).close
+    monkeypatch.setattr(type(sub), "close", lambda self, *a, **k: (closed.append(self.name), original(self, *a, **k)))
+    {
+        "net.close": instance.close,
+        "workspace.close": ws.close,
+        "workspace.reset": ws.reset,
+        "overwrite": lambda: ws.create_net(nd, overwrite=True),
+    }[how]()
+    assert sub.closed and closed.count("t") == 1
+    assert _inner_nets(instance) == []
+
+
+def test_a_while_op_run_once_leaves_no_open_inner_net() -> None:
+    ws = an.Workspace()
+    for name, v in (("i", 0), ("one", 1), ("n", 3)):
+        ws.feed(name, np.array(v, np.int32))
+    ws.feed("go", np.array(True))
+    body = an.Net("body")
+    body.Add(["i", "one"], "i")
+    body.LT(["i", "n"], "go")
+    bd = body.to_def()
+    bd.type = "async_scheduling"
+    net = an.Net("n")
+    net.While(["go", "i", "one", "n"], ["i", "go"], loop_net=bd.to_json())
+    seen: list[object] = []
+    original = an.Workspace.instantiate
+
+    def keep(self, n):
+        instance = original(self, n)
+        seen.append(instance)
+        return instance
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(an.Workspace, "instantiate", keep)
+        ws.run_net_once(net)
+    assert int(ws.fetch("i")) == 3
+    assert _inner_nets(seen[0]) == []

@@ -146,3 +146,46 @@ def test_in_place_sum_gradient_passes_the_output_gradient_through():
         ok, grad, estimated = checker.CheckSimple(op, [x1, x2], i, [0])
         assert ok
         np.testing.assert_allclose(grad, x1 + x2, rtol=1e-6)  # the checker's loss is |Y|^2 / 2
+
+
+def test_legacy_hypothesis_arguments_of_caffe2_tests_are_accepted():
+    import hypothesis
+    import hypothesis.strategies as st
+
+    from caffe2.python import hypothesis_test_util  # noqa: F401 - makes hypothesis take them
+
+    seen = []
+
+    @hypothesis.settings(max_examples=3, timeout=100, database=None)
+    @hypothesis.given(xs=st.lists(st.integers(0, 5), average_size=2, max_size=4))
+    def run(xs):
+        seen.append(xs)
+
+    run()
+    assert 1 <= len(seen) <= 3 and all(len(x) <= 4 and all(0 <= v <= 5 for v in x) for x in seen)
+    with pytest.raises(hypothesis.errors.InvalidArgument):
+        hypothesis.settings(max_examples=-1, timeout=100)  # other arguments are still checked
+
+
+def test_numpy_aliases_caffe2_tests_use_are_the_builtins():
+    from caffe2.python import hypothesis_test_util  # noqa: F401 - restores them
+
+    assert (np.int, np.float, np.object, np.str) == (int, float, object, str)
+    assert np.asscalar(np.array([[2.5]])) == 2.5
+    assert np.array([1.5]).astype(np.float).dtype == np.float64 and np.bool is np.bool_
+
+
+def test_legacy_average_size_is_dropped_from_text_and_sets():
+    import hypothesis
+    import hypothesis.strategies as st
+
+    from caffe2.python import hypothesis_test_util  # noqa: F401
+
+    @hypothesis.settings(max_examples=3, database=None)
+    @hypothesis.given(
+        t=st.text(alphabet=None, average_size=3, max_size=4), s=st.sets(st.integers(0, 3), average_size=2)
+    )
+    def run(t, s):
+        assert len(t) <= 4 and s <= {0, 1, 2, 3}
+
+    run()

@@ -8,8 +8,10 @@ Executors live in :mod:`asyncnet.exec` and register themselves here with
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
+import weakref
 from collections.abc import Callable, Iterable, MutableMapping, Sequence
 from typing import Any, Protocol
 
@@ -17,7 +19,16 @@ from asyncnet.core.defs import NetDef
 from asyncnet.core.operator import Operator
 from asyncnet.errors import NetBusyError, NetDefinitionError
 
-__all__ = ["NetBase", "RunHandle", "register_net_type", "net_class", "call_done_callbacks", "in_done_callback"]
+__all__ = [
+    "NetBase",
+    "RunHandle",
+    "register_net_type",
+    "net_class",
+    "call_done_callbacks",
+    "in_done_callback",
+    "on_net_close",
+    "close_operators",
+]
 
 _log = logging.getLogger(__name__)
 _callback_state = threading.local()
@@ -60,6 +71,51 @@ def in_done_callback() -> bool:
     return getattr(_callback_state, "depth", 0) > 0
 
 
+_CLOSERS: weakref.WeakKeyDictionary[Any, list[Callable[[], None]]] = weakref.WeakKeyDictionary()
+_CLOSERS_LOCK = threading.Lock()
+
+
+def on_net_close(ctx: Any, closer: Callable[[], None]) -> None:
+    """Call ``closer()`` when the net holding the op of ``ctx`` (its ``OpContext``) is closed,
+    for resources an op instance holds (nets it created, say). A closer runs once; one that
+    raises is logged and the others still run.
+
+    >>> import asyncnet as an
+    >>> ws = an.Workspace(); net = an.Net("n"); _ = net.ConstantFill([], "x", shape=[1])
+    >>> instance = ws.create_net(net); on_net_close(instance.operators[0].ctx, lambda: print("closed"))
+    >>> ws.close()
+    closed
+    """
+    with _CLOSERS_LOCK:
+        _CLOSERS.setdefault(ctx, []).append(closer)
+
+
+def close_operators(operators: Iterable[Operator]) -> None:
+    """Run the closers registered with :func:`on_net_close` for ``operators`` (each once)."""
+    for op in operators:
+        with _CLOSERS_LOCK:
+            closers = _CLOSERS.pop(op.ctx, ())
+        for closer in closers:
+            try:
+                closer()
+            except Exception:  # noqa: BLE001 - one failing closer must not keep the others open
+                _log.exception("a closer of op %r failed", op)
+
+
+def _closing_ops(close: Callable[..., Any]) -> Callable[..., Any]:
+    """``close`` followed by :func:`close_operators` on the net's operators."""
+
+    @functools.wraps(close)
+    def wrapper(self: NetBase, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return close(self, *args, **kwargs)
+        finally:
+            close_operators(self.operators)
+
+    wrapper._closes_operators = True  # type: ignore[attr-defined]
+    return wrapper
+
+
 class NetBase:
     """A net instantiated in a workspace: its ops, bound to the workspace's blobs.
 
@@ -77,6 +133,13 @@ class NetBase:
         self.cancel_flag = threading.Event()  # what ops see as ctx.cancelled(); cleared by each run
         for op in self.operators:
             op.ctx.cancel_flag = self.cancel_flag
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Every executor's ``close`` also closes what its ops hold (see :func:`on_net_close`)."""
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__.get("close")
+        if own is not None and not getattr(own, "_closes_operators", False):
+            cls.close = _closing_ops(own)  # type: ignore[method-assign]
 
     def _claim(self) -> None:
         if not self._busy.acquire(blocking=False):
@@ -104,7 +167,8 @@ class NetBase:
         raise NotImplementedError
 
     def close(self) -> None:
-        """Release executor resources (pools owned by this net)."""
+        """Release executor resources (pools owned by this net) and what its ops hold."""
+        close_operators(self.operators)
 
 
 _NET_TYPES: dict[str, type[NetBase]] = {}

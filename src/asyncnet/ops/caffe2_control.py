@@ -4,7 +4,8 @@
 ``else_net`` (optional). ``While``: runs ``cond_net`` (optional), then reads input 0 and, while
 it is true, runs ``loop_net`` and ``cond_net`` again. The nets are asyncnet NetDef JSON (the
 Caffe2 layer converts a ``NetDef`` argument); each is created once per op instance, against
-the same blobs as the op, and run on its own executor (its ``type``). As in Caffe2, the op's
+the same blobs as the op, and run on its own executor (its ``type``); closing the op's net
+closes them. As in Caffe2, the op's
 other inputs and outputs only declare which blobs the nets read and write; an output the nets
 did not write keeps its value (an error if it has none).
 
@@ -26,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from asyncnet.core.defs import NetDef, OperatorDef
-from asyncnet.core.netbase import NetBase, net_class
+from asyncnet.core.netbase import NetBase, net_class, on_net_close
 from asyncnet.core.operator import build_operators
 from asyncnet.core.registry import Arg, register_op
 from asyncnet.errors import NetDefinitionError
@@ -57,7 +58,11 @@ def _subnet(ctx: Any, name: str) -> NetBase:
     nets = _INSTANCES.get(ctx)
     if nets is None:
         with _LOCK:
-            nets = _INSTANCES.setdefault(ctx, {})
+            nets = _INSTANCES.get(ctx)
+            if nets is None:
+                nets = _INSTANCES[ctx] = {}
+                ref = weakref.ref(ctx)  # the closer must not keep the op instance alive
+                on_net_close(ctx, lambda: _close_subnets(ref()))
     net = nets.get(name)
     if net is None:
         nd = _net_def(ctx.args[name], name)
@@ -65,6 +70,16 @@ def _subnet(ctx: Any, name: str) -> NetBase:
         net = net_class(nd.type)(nd, build_operators(nd, blobs), blobs)
         nets[name] = net
     return net
+
+
+def _close_subnets(ctx: Any) -> None:
+    """Close the nets the op instance created (its outer net is being closed)."""
+    if ctx is None:
+        return
+    with _LOCK:
+        nets = _INSTANCES.pop(ctx, {})
+    for net in nets.values():
+        net.close()
 
 
 def _condition(ctx: Any, op_type: str) -> bool:

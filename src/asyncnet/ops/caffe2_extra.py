@@ -138,8 +138,8 @@ def _row_mul_grad(op: OperatorDef, gout: list[Any]) -> tuple[list[OperatorDef], 
 def _dot_operands(ctx: Any, x: Any, y: Any) -> tuple[np.ndarray, np.ndarray]:
     x, y = float_array(ctx, x, 0), float_array(ctx, y, 1)
     same_dtype(ctx, [x, y])
-    if x.shape != y.shape or x.ndim not in (1, 2):
-        raise ValueError(f"expected X and Y of one 1-D or 2-D shape, got {x.shape} and {y.shape}")
+    if x.shape != y.shape or x.ndim == 0:
+        raise ValueError(f"expected X and Y of one shape of at least 1 dim, got {x.shape} and {y.shape}")
     return x, y
 
 
@@ -147,13 +147,13 @@ def _dot_operands(ctx: Any, x: Any, y: Any) -> tuple[np.ndarray, np.ndarray]:
     "DotProduct",
     inputs=2,
     outputs=1,
-    inputs_doc=("X [N, D] or [N]", "Y, X's shape"),
+    inputs_doc=("X [N, ...] or [N]", "Y, X's shape"),
     outputs_doc=("Z [N]",),
-    doc="Z[i] = sum_j X[i, j] Y[i, j] (for 1-D inputs, Z = X * Y).",
+    doc="Z[i] = the sum of X[i] * Y[i] over every axis but the first (for 1-D inputs, Z = X * Y).",
 )
 def dot_product(ctx: Any, x: Any, y: Any) -> np.ndarray:
     x, y = _dot_operands(ctx, x, y)
-    return as_array(x * y if x.ndim == 1 else (x * y).sum(axis=1)).astype(x.dtype)
+    return as_array(x * y if x.ndim == 1 else (x * y).reshape(x.shape[0], -1).sum(axis=1)).astype(x.dtype)
 
 
 @register_op(

@@ -48,6 +48,7 @@ __all__ = [
     "elementwise_linear",
     "fc",
     "image_input",
+    "instance_norm",
     "get_current_scope",
     "has_helper",
     "iter",
@@ -432,6 +433,21 @@ def layer_norm(
     scaled = model.net.Mul([normalized, scale], [blob_out + "_scaled"], broadcast=1, axis=axis)
     biased = model.net.Add([scaled, bias], [blob_out], broadcast=1, axis=axis)
     return biased, mean, std
+
+
+@Register
+def instance_norm(model: Any, blob_in: Any, blob_out: Any, dim_in: int, order: str = "NCHW", **kwargs: Any) -> Any:
+    """InstanceNorm with a scale (``<out>_s``, ones) and a bias (``<out>_b``, zeros); in training the
+    mean and inverse standard deviation go to ``<out>_sm`` and ``<out>_siv``. Returns the output."""
+    blob_out = blob_out or model.net.NextName()
+    scale = model.param_init_net.ConstantFill([], blob_out + "_s", shape=[dim_in], value=1.0)
+    bias = model.param_init_net.ConstantFill([], blob_out + "_b", shape=[dim_in], value=0.0)
+    model.AddParameter(scale, ParameterTags.WEIGHT)
+    model.AddParameter(bias, ParameterTags.BIAS)
+    if kwargs.get("is_test"):
+        return model.net.InstanceNorm([blob_in, scale, bias], [blob_out], order=order, **kwargs)
+    outs = [blob_out, blob_out + "_sm", blob_out + "_siv"]
+    return model.net.InstanceNorm([blob_in, scale, bias], outs, order=order, **kwargs)[0]
 
 
 @Register

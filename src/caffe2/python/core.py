@@ -714,7 +714,18 @@ class Net:
         for op in new_ops[1 if len(losses) > 1 else 0 :]:
             op.is_gradient_op = True
         self._ExtendOps(new_ops)
-        return {k: _grad_ref(v, self) for k, v in grads.items()}
+        found = {k: _grad_ref(v, self) for k, v in grads.items()}
+        for blob, grad in _inner_gradients(builder.ops[:start], new_ops).items():
+            found.setdefault(blob, _grad_ref(grad, self))
+        return found
+
+
+def _inner_gradients(forward: list[Any], backward: list[Any]) -> dict[str, str]:
+    """{blob: its gradient} for the forward blobs (losses and intermediates) whose gradient
+    ``<blob>_grad`` a backward op writes: Caffe2's map names these too."""
+    written = {o for op in backward for o in op.output}
+    blobs = dict.fromkeys(b for op in forward for b in (*op.inputs, *op.outputs))
+    return {b: f"{b}_grad" for b in blobs if f"{b}_grad" in written}
 
 
 def _remap(field: Any, remap: dict[str, str]) -> None:

@@ -34,7 +34,7 @@ class DeviceChecker:
         with workspace.WorkspaceGuard("_device_check_"):
             workspace.ResetWorkspace()
             for name, value in zip(op.input, inputs):
-                workspace.FeedBlob(name, value, device_option)
+                workspace.FeedBlob(name, np.array(value), device_option)  # Caffe2's checker copies
             workspace.RunOperatorOnce(op)
             outs = [workspace.FetchBlob(op.output[i]) for i in outputs_to_check]
             workspace.ResetWorkspace()

@@ -42,6 +42,65 @@ def is_travis() -> bool:
     return "TRAVIS" in os.environ
 
 
+# Settings and strategy arguments hypothesis has since removed, which Caffe2's tests still pass
+# (``@settings(timeout=100)``, ``st.lists(average_size=...)``, ``st.text(alphabet=None)``): dropped,
+# as they only tuned the search or spelled the default.
+_LEGACY_SETTINGS = ("timeout", "min_satisfying_examples", "max_iterations", "perform_health_check", "strict")
+_LEGACY_LIST_ARGS = ("average_size",)
+
+
+def _accept_legacy_arguments() -> None:
+    """Make ``hypothesis.settings`` and ``hypothesis.strategies.lists`` ignore the legacy arguments
+    above (once; only arguments that would otherwise raise are touched)."""
+    if getattr(hypothesis.settings, "_caffe2_legacy", False):
+        return
+    init = hypothesis.settings.__init__
+
+    @functools.wraps(init)
+    def settings_init(self: Any, parent: Any = None, **kwargs: Any) -> None:
+        for name in _LEGACY_SETTINGS:
+            kwargs.pop(name, None)
+        init(self, parent, **kwargs)
+
+    hypothesis.settings.__init__ = settings_init
+    hypothesis.settings._caffe2_legacy = True
+    for name in ("lists", "text", "sets", "frozensets", "dictionaries"):
+        setattr(st, name, _dropping(getattr(st, name), _LEGACY_LIST_ARGS))
+
+
+def _dropping(strategy: Any, legacy: tuple[str, ...]) -> Any:
+    @functools.wraps(strategy)
+    def wrapper(*args: Any, **kwargs: Any) -> st.SearchStrategy:
+        for name in legacy:
+            kwargs.pop(name, None)
+        if kwargs.get("alphabet", 0) is None:  # st.text(alphabet=None): the old default alphabet
+            del kwargs["alphabet"]
+        return strategy(*args, **kwargs)
+
+    return wrapper
+
+
+_accept_legacy_arguments()
+
+# NumPy's aliases of the builtin types, removed in NumPy 1.24, which Caffe2's tests still use
+# (``np.float``, ``np.int``, ``np.object``, ``np.str``): restored as the builtins they were;
+# and ``np.asscalar`` (removed in 1.23).
+_NUMPY_ALIASES = {"int": int, "float": float, "object": object, "str": str, "complex": complex}
+
+
+def _asscalar(a: Any) -> Any:
+    """NumPy's removed ``np.asscalar``: the one element of ``a`` as a Python scalar."""
+    return np.asarray(a).item()
+
+
+def _restore_numpy_aliases() -> None:
+    for name, builtin in {**_NUMPY_ALIASES, "asscalar": _asscalar}.items():
+        if name not in np.__dict__:
+            setattr(np, name, builtin)
+
+
+_restore_numpy_aliases()
+
 _COMMON = dict(suppress_health_check=list(hypothesis.HealthCheck), database=None, deadline=None)
 hypothesis.settings.register_profile("sandcastle", hypothesis.settings(derandomize=True, max_examples=100, **_COMMON))
 hypothesis.settings.register_profile("dev", hypothesis.settings(max_examples=10, **_COMMON))

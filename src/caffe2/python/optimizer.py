@@ -28,8 +28,9 @@ from typing import Any
 
 import numpy as np
 
+from asyncnet.ops.caffe2_yellowfin import SCALARS as _YELLOWFIN_SCALARS
 from caffe2.proto import caffe2_pb2
-from caffe2.python import _yellowfin_op, core, scope, utils, workspace
+from caffe2.python import core, scope, utils, workspace
 from caffe2.python.modeling.parameter_info import ParameterInfo
 
 __all__ = [
@@ -844,7 +845,7 @@ class YellowFinOptimizer(Optimizer):
         """The seven state blobs, in the op's input order."""
         name = str(param)
         scalar = {"lr_avg": self.alpha, "mu_avg": self.mu}
-        sizes = {"curv_win": self.curv_win_width, "scalars_memory": _yellowfin_op._SCALARS}
+        sizes = {"curv_win": self.curv_win_width, "scalars_memory": _YELLOWFIN_SCALARS}
         state = []
         for key in self._STATE:
             if key in scalar:

@@ -112,7 +112,7 @@ def recurrent_net(
             args["backward_step_net"] = backward
     cell.type = "simple"
     results = net.RecurrentNetwork(
-        all_inputs,
+        [core.BlobReference(b) for b in all_inputs],  # names as they are: a string would take the name scope again
         [*outputs, s("step_workspaces")],
         alias_src=[a[0] for a in aliases],
         alias_dst=[a[1] for a in aliases],

@@ -3,7 +3,7 @@ the learning rate and momentum tuned per parameter from moving averages of the g
 squared norm, the curvature range over a window and the distance to the optimum.
 
 Inputs ``param, moment, lr_avg, mu_avg, curv_win, g_avg, g2_avg, scalars_memory, grad, iter``;
-outputs the first eight, updated (in place in :class:`caffe2.python.optimizer.YellowFinOptimizer`).
+outputs the first eight, updated (in place in Caffe2's ``YellowFinOptimizer``).
 ``scalars_memory`` holds the averages of ``[|g|, |g|^2, log min |g|^2, log max |g|^2, distance]``.
 The step uses the ``lr_avg`` and ``mu_avg`` of the previous iteration; the tuning (from the second
 iteration on) runs after it, as in Caffe2's kernel.
@@ -19,9 +19,9 @@ import numpy as np
 from asyncnet.core.registry import Arg, register_op
 from asyncnet.ops._check import array, float_array
 
-__all__: list[str] = []
+__all__ = ["SCALARS"]
 
-_SCALARS = 5
+SCALARS = 5  # the length of scalars_memory
 
 
 def _lr_mu(distance: float, variance: float, h_min: float, h_max: float) -> tuple[float, float]:
@@ -77,9 +77,9 @@ def yellow_fin(ctx: Any, *inputs: Any) -> tuple[np.ndarray, ...]:
     _check_shapes(ctx, param, (moment, g_avg, g2_avg, grad), lr_avg, mu_avg)
     a = ctx.args
     width, beta, eps = int(a["curv_win_width"]), float(a["beta"]), float(a["epsilon"])
-    if curv_win.size != width or memory.size != _SCALARS:
+    if curv_win.size != width or memory.size != SCALARS:
         raise ValueError(
-            f"expected curv_win of {width} and scalars_memory of {_SCALARS} elements, "
+            f"expected curv_win of {width} and scalars_memory of {SCALARS} elements, "
             f"got {curv_win.size} and {memory.size}"
         )
     it = int(array(ctx, inputs[9], 9).reshape(-1)[0])
