@@ -233,10 +233,15 @@ def test_accuracy_on_the_path_is_still_an_error() -> None:
         add_gradient_ops(net, "acc")
 
 
-def test_typed_given_fill_refuses_a_contradicting_dtype() -> None:
+def test_typed_given_fill_ignores_dtype_as_caffe2() -> None:
+    # Caffe2's GivenTensorFillOp<T> reads `dtype` only when T is float (its own test fills
+    # doubles with dtype=INT32)
     assert run_fill("GivenTensorInt64Fill", shape=[1], values=[3], dtype=INT64).dtype == np.int64
-    with pytest.raises(an.NetDefinitionError, match="fills int32, but dtype=1 asks for float32"):
-        an.Net("bad").GivenTensorIntFill([], "Y", shape=[1], values=[3], dtype=FLOAT)
+    assert run_fill("GivenTensorIntFill", shape=[1], values=[3], dtype=FLOAT).dtype == np.int32
+    got = run_fill("GivenTensorDoubleFill", shape=[2], values=[1.5, 2.0], dtype=INT32)
+    assert got.dtype == np.float64 and got.tolist() == [1.5, 2.0]
+    with pytest.raises(an.NetDefinitionError, match="dtype"):
+        an.Net("bad").GivenTensorIntFill([], "Y", shape=[1], values=[3], dtype="no_such_type")
 
 
 # -- the other fills of Caffe2's filler_op.cc (tests after caffe2/python/operator_test/filler_ops_test.py)

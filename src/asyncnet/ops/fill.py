@@ -466,10 +466,10 @@ def _given_dtype(op_type: str, args: dict[str, Any]) -> np.dtype:
     fixed, asked = _GIVEN_TYPES[op_type][0], args.get("dtype", "")
     if fixed is None:
         return fill_dtype(asked or "float32")
-    if asked not in ("", None) and fill_dtype(asked) != fixed:  # Caffe2 ignores it; a contradiction is refused here
-        raise ValueError(
-            f"{op_type} fills {np.dtype(fixed).name}, but dtype={asked!r} asks for {fill_dtype(asked).name}"
-        )
+    if asked not in ("", None):
+        fill_dtype(asked)  # a dtype that names nothing is still an error
+    # as Caffe2's GivenTensorFillOp<T>: only the untyped fill reads ``dtype``; the typed ones
+    # ignore it (Caffe2's own test fills doubles with dtype=INT32)
     return np.dtype(fixed)
 
 
@@ -509,7 +509,7 @@ def _register_given(op_type: str) -> None:
         "float32" if fixed is None else "",
         "output dtype (a numpy name, Caffe2 name or TensorProto.DataType number)"
         if fixed is None
-        else f"optional; if given it must name {np.dtype(fixed).name} (Caffe2 ignores it)",
+        else f"ignored, as in Caffe2: this op always fills {np.dtype(fixed).name}",
     )
     what = "float32 unless `dtype` says" if fixed is None else np.dtype(fixed).name
 
