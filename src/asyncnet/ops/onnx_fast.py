@@ -81,6 +81,8 @@ def _matmul(ctx: Any, a: Any, b: Any) -> Fast | None:
 def _matmul_add(ctx: Any, a: Any, b: Any, c: Any) -> Fast | None:
     if not _numpy(a, b, c) or a.ndim < 2:
         return None
+    if ctx.args["activation"] == "Relu":
+        return _matmul_add_relu(ctx, a, b, c)
     if a.ndim > 2 and a.shape[-2] < onnx_nn._FEW_ROWS and b.ndim == 2:
         rows, shape = (-1, a.shape[-1]), (*a.shape[:-1], b.shape[-1])
 
@@ -97,6 +99,23 @@ def _matmul_add(ctx: Any, a: Any, b: Any, c: Any) -> Fast | None:
         return y
 
     return matmul_add
+
+
+def _matmul_add_relu(ctx: Any, a: Any, b: Any, c: Any) -> Fast | None:
+    dtype = np.result_type(a, b, c)
+    if dtype.kind not in "fiu":
+        return None
+    zero, maximum = dtype.type(0), np.maximum
+    few = a.ndim > 2 and a.shape[-2] < onnx_nn._FEW_ROWS and b.ndim == 2
+    rows, shape = (-1, a.shape[-1]), (*a.shape[:-1], b.shape[-1])
+
+    def matmul_add_relu(ctx: Any, a: Any, b: Any, c: Any) -> Any:
+        y = (a.reshape(rows) @ b).reshape(shape) if few else a @ b
+        y += c
+        maximum(y, zero, out=y)
+        return y
+
+    return matmul_add_relu
 
 
 @_specializes("ONNXSoftmax")

@@ -57,7 +57,9 @@ def op_cases(draw):
         lead = tuple(draw(st.lists(st.integers(1, 2), max_size=2)))
         a = f(*lead, m, k) if t == "ONNXMatMulAdd" or draw(st.booleans()) else f(k)
         b = f(k, n) if draw(st.booleans()) or t == "ONNXMatMulAdd" else f(*lead, k, n)
-        return t, [a, b, *([f(n)] if t == "ONNXMatMulAdd" else [])], {}
+        if t == "ONNXMatMul":
+            return t, [a, b], {}
+        return t, [a, b, f(n)], {"activation": draw(st.sampled_from(["", "Relu"]))}
     if t in ("ONNXLSTM", "ONNXGRU"):
         return _recurrent_case(draw, t, f)
     if t == "ONNXSoftmax":
@@ -163,7 +165,7 @@ def test_each_fast_kernel_equals_its_general_kernel(case):
     for name, x in zip(names, inputs):
         ws.feed(name, x)
     net = an.Net("c", type="straight")
-    getattr(net, t)(names, ["o"], **args)
+    getattr(net, t)(names, [f"o{k}" for k in range(sum(args.get("produce", [1])))], **args)
     op = ws.create_net(net).operators[0]
     try:
         fast = op.schema.specialize(op.ctx, *inputs)
