@@ -42,9 +42,10 @@ def _model(extra_outputs: tuple[str, ...] = (), read_sum_twice: bool = False) ->
 
 @pytest.mark.parametrize("net_type", ["simple", "async_scheduling"])
 @pytest.mark.parametrize("tensors", ["numpy", "torch"])
-def test_matmul_add_relu_is_one_op_and_matches_the_reference(net_type: str, tensors: str) -> None:
+@pytest.mark.parametrize("batch", [4, 64])
+def test_matmul_add_relu_is_one_op_and_matches_the_reference(net_type: str, tensors: str, batch: int) -> None:
     model = _model()
-    x = np.random.default_rng(1).standard_normal((4, 3, 6)).astype(np.float32)
+    x = np.random.default_rng(1).standard_normal((batch, 3, 6)).astype(np.float32)
     want = ReferenceEvaluator(model).run(None, {"x": x})[0]
     with backend.prepare(model, net_type=net_type, num_workers=2, tensors=tensors) as rep:
         ops = rep.model.predict_net.ops
@@ -52,7 +53,7 @@ def test_matmul_add_relu_is_one_op_and_matches_the_reference(net_type: str, tens
         assert ops[0].args["activation"] == "Relu" and ops[0].outputs == ["r"]
         runs = [rep.run([x])[0] for _ in range(3)]  # general kernel, then the specialized one
     for got in runs:
-        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
         np.testing.assert_array_equal(got, runs[0])
     assert (runs[0] >= 0).all() and (want == 0).any()  # the Relu cut something
 
