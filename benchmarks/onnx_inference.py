@@ -4,8 +4,8 @@ onnxruntime (1 and 2 intra-op threads) and torch eager (1 and 2 threads) on mode
 
 For each model: the import time, batch-1 latency (ms) and batch-32 throughput (samples/s), medians
 over interleaved rounds of samples of about 30 ms each (each round runs every peer once; the 2-thread peers in rounds of their
-own, after the others; then asyncnet's simple reps alone, once the async reps' worker pools are
-closed), and the load average before and after. Every label says its threads (see ``_peers``);
+own, after the others, asyncnet's simple reps prepared with ``intra_op_threads=2`` among them),
+and the load average before and after. Every label says its threads (see ``_peers``);
 the ratios compare asyncnet's 1-thread configurations with the 1-thread peers, and any of its
 configurations with the 2-thread peers.
 
@@ -164,51 +164,53 @@ def _export(model: Any, x: np.ndarray) -> bytes:
 
 def _peers(
     name: str, blob: bytes, model: Any
-) -> tuple[dict[str, Callable[[np.ndarray], Any]], dict[str, float], list[Any]]:
-    """label -> run(x) for every peer, the import times (s), and the async reps (closed before the
-    "alone" round). Each label says its threads: "1t" one intra-op (BLAS and torch) thread, "2w x 1t"
-    two executor workers of one thread each, "alone" the threads a simple rep gets with no worker
-    pool in the process (the libraries' defaults: BLAS and torch on every core)."""
+) -> tuple[list[Callable[[], tuple[dict[str, Callable[[np.ndarray], Any]], list[Any]]]], dict[str, float]]:
+    """The peer groups, each a function that builds its peers (label -> run(x)) and the reps to
+    close after its rounds, and the import times (s). Each label says its threads: "1t" one
+    intra-op (BLAS and torch) thread, "2t" two, "2w x 1t" two executor workers of one thread each.
+    A rep holds its thread claim until closed, and claims combine (the smallest explicit count
+    wins), so the 2-thread reps are prepared once the 1-thread ones are closed."""
     import onnxruntime as ort
     import torch
 
     from asyncnet.interop.onnx import backend
 
-    peers: dict[str, Callable[[np.ndarray], Any]] = {}
     loads: dict[str, float] = {}
-    async_reps = []
-    for net_type, workers, threads in (("simple", None, "1t"), ("async_scheduling", 2, "2w x 1t")):
-        for tensors in ("numpy", "torch"):
-            t0 = time.perf_counter()
-            rep = backend.prepare(blob, net_type=net_type, num_workers=workers, tensors=tensors)
-            loads[f"asyncnet {net_type} {tensors}"] = time.perf_counter() - t0
-            peers[f"asyncnet {net_type} {tensors} {threads}"] = lambda x, rep=rep: _one_thread(rep.run, [x])
-            if net_type == "simple":
-                peers[f"asyncnet simple {tensors} alone"] = lambda x, rep=rep: rep.run([x])
-            else:
-                async_reps.append(rep)
-    for threads in (1, 2):
+
+    def ort_peer(threads: int) -> Callable[[np.ndarray], Any]:
         so = ort.SessionOptions()
         so.intra_op_num_threads, so.inter_op_num_threads = threads, 1
         sess = ort.InferenceSession(blob, so, providers=["CPUExecutionProvider"])
-        peers[f"onnxruntime {threads}t"] = lambda x, s=sess: s.run(None, {"x": x})
+        return lambda x: sess.run(None, {"x": x})
 
-        def eager(x: np.ndarray, threads: int = threads) -> Any:
+    def eager_peer(threads: int) -> Callable[[np.ndarray], Any]:
+        def eager(x: np.ndarray) -> Any:
             torch.set_num_threads(threads)
             with torch.inference_mode():
                 return model(torch.from_numpy(x))
 
-        peers[f"torch eager {threads}t"] = eager
-    return peers, loads, async_reps
+        return eager
 
+    def group(threads: int) -> tuple[dict[str, Callable[[np.ndarray], Any]], list[Any]]:
+        peers: dict[str, Callable[[np.ndarray], Any]] = {}
+        reps = []
+        configs = [("simple", None, f"{threads}t")]
+        if threads == 1:
+            configs.append(("async_scheduling", 2, "2w x 1t"))
+        for net_type, workers, label in configs:
+            for tensors in ("numpy", "torch"):
+                t0 = time.perf_counter()
+                rep = backend.prepare(
+                    blob, net_type=net_type, num_workers=workers, tensors=tensors, intra_op_threads=threads
+                )
+                loads.setdefault(f"asyncnet {net_type} {tensors}", time.perf_counter() - t0)
+                peers[f"asyncnet {net_type} {tensors} {label}"] = lambda x, rep=rep: rep.run([x])
+                reps.append(rep)
+        peers[f"onnxruntime {threads}t"] = ort_peer(threads)
+        peers[f"torch eager {threads}t"] = eager_peer(threads)
+        return peers, reps
 
-def _one_thread(fn: Callable[..., Any], *args: Any) -> Any:
-    """Run with torch's intra-op threads at 1 (BLAS is at 1 while the async reps' worker pools
-    live: asyncnet's thread budget, see :mod:`asyncnet.tensor.threads`)."""
-    import torch
-
-    torch.set_num_threads(1)
-    return fn(*args)
+    return [lambda: group(1), lambda: group(2)], loads
 
 
 def _threads_now() -> dict[str, int]:
@@ -244,42 +246,31 @@ def bench_model(name: str, rounds: int, sample_s: float) -> dict[str, Any]:
     torch.manual_seed(0)
     model = make().eval()
     blob = _export(model, data(2))
-    peers, loads, async_reps = _peers(name, blob, model)
+    groups, loads = _peers(name, blob, model)
     out: dict[str, Any] = {"model": name, "import_s": loads, "latency_ms": {}, "throughput": {}, "threads": {}}
-    groups = _groups(peers)
     xs = {batch: data(batch) for batch in (1, 32)}
-    samples: dict[int, dict[str, list[float]]] = {b: {p: [] for p in peers} for b in xs}
-    for g, group in enumerate(groups):
-        if g == len(groups) - 1:  # the "alone" round: no worker pool left to hold BLAS at one thread
-            for rep in async_reps:
-                rep.net.close()
-            torch.set_num_threads(os.cpu_count() or 1)  # the process's defaults, as before any claim
+    samples: dict[int, dict[str, list[float]]] = {b: {} for b in xs}
+    for build in groups:  # the 1-thread peers, then the 2-thread ones: spinning OpenMP threads of a
+        peers, reps = build()  # 2-thread peer slowed whichever peer ran next (up to 3x)
         for batch, x in xs.items():
             runs = {}
-            for p in group:
+            for p in peers:
                 peers[p](x)  # warm up
                 runs[p] = _runs_for(peers[p], x, sample_s)
+                samples[batch][p] = []
                 if p.startswith("asyncnet"):
                     out["threads"][p] = _threads_now()
             for _ in range(rounds):
-                for p in group:  # interleaved: every peer of the group once per round
+                for p in peers:  # interleaved: every peer of the group once per round
                     samples[batch][p].append(_time(peers[p], x, runs[p]))
+        for rep in reps:
+            rep.close()
     for batch, key in ((1, "latency_ms"), (32, "throughput")):
         for p, s in samples[batch].items():
             med = statistics.median(s)
             out[key][p] = med * 1e3 if batch == 1 else batch / med
     torch.set_num_threads(os.cpu_count() or 1)
     return out
-
-
-def _groups(peers: dict[str, Any]) -> list[list[str]]:
-    """The 1-thread peers (asyncnet's simple and async_scheduling reps, onnxruntime 1t, torch eager
-    1t), then the 2-thread ones, then asyncnet's simple reps alone: on 2 busy cores the OpenMP
-    threads of a 2-thread peer keep spinning after it returns and slowed whichever peer ran next
-    (up to 3x), so they are timed in rounds of their own."""
-    alone = [p for p in peers if p.endswith(" alone")]
-    two = [p for p in peers if p.endswith(" 2t")]
-    return [[p for p in peers if p not in two and p not in alone], two, alone]
 
 
 def _best(d: dict[str, float], names: list[str], lower: bool) -> tuple[str, float]:
@@ -298,7 +289,7 @@ def report(r: dict[str, Any]) -> list[str]:
             lines.append(f"  {key:11s} {p:38s} {v:10.2f} {unit}{note}")
         for lib in ("numpy", "torch"):
             parallel = d[f"asyncnet async_scheduling {lib} 2w x 1t"]
-            for simple_name in (f"asyncnet simple {lib} 1t", f"asyncnet simple {lib} alone"):
+            for simple_name in (f"asyncnet simple {lib} 1t", f"asyncnet simple {lib} 2t"):
                 simple = d[simple_name]
                 lines.append(
                     f"  {key:11s} async_scheduling (2w x 1t) vs {simple_name[9:]}: "

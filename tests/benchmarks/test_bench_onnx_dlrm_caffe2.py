@@ -38,12 +38,13 @@ def test_onnx_inference_quick():
     peers = {
         "asyncnet simple numpy 1t",
         "asyncnet async_scheduling torch 2w x 1t",
-        "asyncnet simple torch alone",
+        "asyncnet simple torch 2t",
         "onnxruntime 1t",
         "torch eager 2t",
     }
     assert peers <= set(r["latency_ms"]) and peers <= set(r["throughput"])
-    assert r["threads"]["asyncnet simple numpy 1t"]["torch"] == 1  # every asyncnet label's threads, as measured
+    assert r["threads"]["asyncnet simple numpy 1t"] == {"blas": 1, "torch": 1}  # every asyncnet label's, measured
+    assert r["threads"]["asyncnet simple torch 2t"]["torch"] == 2
     assert all(v > 0 for v in [*r["latency_ms"].values(), *r["throughput"].values(), *r["import_s"].values()])
 
 

@@ -81,6 +81,8 @@ def _matmul(ctx: Any, a: Any, b: Any) -> Fast | None:
 def _matmul_add(ctx: Any, a: Any, b: Any, c: Any) -> Fast | None:
     if not _numpy(a, b, c) or a.ndim < 2:
         return None
+    if ctx.args["activation"] == "Relu":
+        return _matmul_add_relu(ctx, a, b, c)
     if a.ndim > 2 and a.shape[-2] < onnx_nn._FEW_ROWS and b.ndim == 2:
         rows, shape = (-1, a.shape[-1]), (*a.shape[:-1], b.shape[-1])
 
@@ -97,6 +99,23 @@ def _matmul_add(ctx: Any, a: Any, b: Any, c: Any) -> Fast | None:
         return y
 
     return matmul_add
+
+
+def _matmul_add_relu(ctx: Any, a: Any, b: Any, c: Any) -> Fast | None:
+    dtype = np.result_type(a, b, c)
+    if dtype.kind not in "fiu":
+        return None
+    zero, maximum = dtype.type(0), np.maximum
+    few = a.ndim > 2 and a.shape[-2] < onnx_nn._FEW_ROWS and b.ndim == 2
+    rows, shape = (-1, a.shape[-1]), (*a.shape[:-1], b.shape[-1])
+
+    def matmul_add_relu(ctx: Any, a: Any, b: Any, c: Any) -> Any:
+        y = (a.reshape(rows) @ b).reshape(shape) if few else a @ b
+        y += c
+        maximum(y, zero, out=y)
+        return y
+
+    return matmul_add_relu
 
 
 @_specializes("ONNXSoftmax")
@@ -279,7 +298,68 @@ def _layout(ctx: Any, x: Any) -> Fast | None:
 def _recurrent(ctx: Any, *inputs: Any) -> Fast | None:
     if not _numpy(*inputs):
         return None
-    return get_schema(ctx.op.type).fn
+    general = get_schema(ctx.op.type).fn
+    fused = _fused_recurrent(ctx, general, *inputs)
+    return general if fused is None else fused
+
+
+def _fused_recurrent(ctx: Any, general: Fast, x: Any, w: Any, r: Any, b: Any = None, *state: Any) -> Fast | None:
+    """torch's fused recurrence for the exporters' common form (weights in torch's gate order, one
+    forward direction, sequence first, no initial state) with the weights' torch views kept while
+    the same arrays come back: the general kernel's torch call on the same views."""
+    args, lstm = ctx.args, ctx.op.type == "ONNXLSTM"
+    n_gates = 4 if lstm else 3
+    if state or args["gate_order"] != "torch" or args["direction"] != "forward" or args["layout"] != 0:
+        return None
+    if not lstm and not args.get("linear_before_reset"):
+        return None
+    arrays = [a for a in (x, w, r, b) if a is not None]
+    if x.ndim != 3 or x.dtype not in _FLOATS or any(a.dtype != x.dtype for a in arrays) or 0 in x.shape:
+        return None
+    hidden = args["hidden_size"]
+    if w.shape[:2] != (1, n_gates * hidden) or r.shape != (1, n_gates * hidden, hidden) or w.shape[2] != x.shape[2]:
+        return None
+    torch = torch_if_installed()
+    if torch is None:
+        return None
+    produce = list(args["produce"])[: 3 if lstm else 2]
+    view = torch.from_numpy
+    zeros = torch.zeros((1, x.shape[1], hidden), dtype=torch.float32 if x.dtype == np.float32 else torch.float64)
+    call, inference = (torch.lstm if lstm else torch.gru), torch.inference_mode
+    cached: list[Any] = [None, None, None, None]  # w, r, b, their torch views
+
+    def weights(w: Any, r: Any, b: Any) -> Any:
+        if w is cached[0] and r is cached[1] and b is cached[2]:
+            return cached[3]
+        if not all(a.flags.c_contiguous and a.flags.writeable for a in (w, r, *(() if b is None else (b,)))):
+            return None
+        flat = [view(w[0]), view(r[0])]
+        if b is not None:
+            flat += [view(b[0][: n_gates * hidden]), view(b[0][n_gates * hidden :])]
+        cached[:] = [w, r, b, flat]
+        return flat
+
+    def recurrent(ctx: Any, x: Any, w: Any, r: Any, b: Any = None, *state: Any) -> Any:
+        flat = None if state else weights(w, r, b)
+        xt = x.transpose(1, 0, 2)
+        if flat is None or not x.flags.writeable or not (xt.flags.c_contiguous or x.flags.c_contiguous):
+            return general(ctx, x, w, r, b, *state)
+        first = xt.flags.c_contiguous
+        with inference():
+            if lstm:
+                y, h, c = call(
+                    view(xt if first else x), (zeros, zeros), flat, b is not None, 1, 0.0, False, False, first
+                )
+            else:
+                y, h = call(view(xt if first else x), zeros, flat, b is not None, 1, 0.0, False, False, first)
+                c = h
+        if first:
+            y = y.transpose(0, 1)
+        outs = [y.unsqueeze(1).numpy(), h.numpy(), c.numpy()]
+        picked = [v for v, p in zip(outs, produce) if p]
+        return picked[0] if len(picked) == 1 else picked
+
+    return recurrent
 
 
 _ = onnx_rnn  # its ops registered before they are specialized

@@ -79,8 +79,9 @@ def onnx_gemm(ctx: Any, a: Any, b: Any, c: Any = None) -> Any:
 @_op(
     "ONNXMatMulAdd",
     inputs=3,
+    args=[Arg("activation", str, "", "Relu: max(Y, 0) in place (the importer fuses a Relu that alone reads Y)")],
     doc="Y = matmul(A, B) + C: ONNX MatMul then Add of a bias C [N] (B [K, N]), "
-    "as one op (the importer fuses the pair when B and C are initializers).",
+    "as one op (the importer fuses the pair when B and C are initializers), then its activation.",
 )
 def onnx_matmul_add(ctx: Any, a: Any, b: Any, c: Any) -> Any:
     a = array(ctx, a, 0)
@@ -88,10 +89,16 @@ def onnx_matmul_add(ctx: Any, a: Any, b: Any, c: Any) -> Any:
         y = (a.reshape(-1, a.shape[-1]) @ b).reshape(*a.shape[:-1], b.shape[-1])  # one gemm, not one gemv per row
     else:
         y = a @ b
+    relu = ctx.args["activation"] == "Relu"
     if is_torch(y):
-        return y.add_(c)
+        y = y.add_(c)
+        if relu:
+            return y.relu_() if y.is_floating_point() else y.clamp_(min=0)
+        return y
     y = as_array(y)
     y += c
+    if relu:
+        np.maximum(y, y.dtype.type(0), out=y)
     return y
 
 

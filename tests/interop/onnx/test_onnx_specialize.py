@@ -27,7 +27,7 @@ def _floats(draw, shape, dtype):
 @st.composite
 def op_cases(draw):
     """(op type, inputs, args) for one specializable ONNX op."""
-    t = draw(st.sampled_from([t for t in SPECIALIZED if t not in GENERAL]))
+    t = draw(st.sampled_from(SPECIALIZED))
     dtype = draw(st.sampled_from([np.float32, np.float64]))
     f = lambda *shape: _floats(draw, shape, dtype)
     dims = lambda lo=1, hi=3, n=3: tuple(draw(st.lists(st.integers(lo, hi), min_size=n, max_size=n)))
@@ -57,7 +57,11 @@ def op_cases(draw):
         lead = tuple(draw(st.lists(st.integers(1, 2), max_size=2)))
         a = f(*lead, m, k) if t == "ONNXMatMulAdd" or draw(st.booleans()) else f(k)
         b = f(k, n) if draw(st.booleans()) or t == "ONNXMatMulAdd" else f(*lead, k, n)
-        return t, [a, b, *([f(n)] if t == "ONNXMatMulAdd" else [])], {}
+        if t == "ONNXMatMul":
+            return t, [a, b], {}
+        return t, [a, b, f(n)], {"activation": draw(st.sampled_from(["", "Relu"]))}
+    if t in ("ONNXLSTM", "ONNXGRU"):
+        return _recurrent_case(draw, t, f)
     if t == "ONNXSoftmax":
         x = f(*shape)
         x.flags.writeable = draw(st.booleans())
@@ -113,6 +117,30 @@ def op_cases(draw):
     raise AssertionError(f"no inputs for {t}: add a case")
 
 
+def _recurrent_case(draw, t, f):
+    """An LSTM/GRU as exporters write it (weights in torch's gate order, forward, sequence first),
+    or off that form in one respect (the general kernel then runs)."""
+    gates, hidden = (4 if t == "ONNXLSTM" else 3), draw(st.integers(1, 3))
+    seq, batch, size = (draw(st.integers(1, 3)) for _ in range(3))
+    x = f(seq, batch, size)
+    if draw(st.booleans()):  # a [batch, seq, in] array seen sequence first, as the exporters' Transpose gives
+        x = np.ascontiguousarray(x.transpose(1, 0, 2)).transpose(1, 0, 2)
+    x.flags.writeable = draw(st.booleans()) or not x.flags.writeable
+    ins = [x, f(1, gates * hidden, size), f(1, gates * hidden, hidden)]
+    if draw(st.booleans()):
+        ins.append(f(1, 2 * gates * hidden))
+        if draw(st.booleans()):  # an initial state: the general kernel
+            ins += [f(1, batch, hidden)] * (2 if t == "ONNXLSTM" else 1)
+    n_out = 3 if t == "ONNXLSTM" else 2
+    produce = [int(p) for p in draw(st.lists(st.booleans(), min_size=n_out, max_size=n_out))]
+    args = {"hidden_size": hidden, "gate_order": draw(st.sampled_from(["torch", "torch", "onnx"]))}
+    args["produce"] = produce if any(produce) else [1, *produce[1:]]
+    args["direction"] = draw(st.sampled_from(["forward", "forward", "reverse"]))
+    if t == "ONNXGRU":
+        args["linear_before_reset"] = draw(st.sampled_from([1, 1, 0]))
+    return t, ins, args
+
+
 def _call(fn, op, inputs):
     copies = [np.array(x, copy=True) for x in inputs]
     for c, x in zip(copies, inputs):
@@ -137,7 +165,7 @@ def test_each_fast_kernel_equals_its_general_kernel(case):
     for name, x in zip(names, inputs):
         ws.feed(name, x)
     net = an.Net("c", type="straight")
-    getattr(net, t)(names, ["o"], **args)
+    getattr(net, t)(names, [f"o{k}" for k in range(sum(args.get("produce", [1])))], **args)
     op = ws.create_net(net).operators[0]
     try:
         fast = op.schema.specialize(op.ctx, *inputs)
@@ -179,7 +207,7 @@ def test_the_cases_cover_every_specialized_onnx_op():
     } | set(GENERAL)
 
 
-GENERAL = ("ONNXLSTM", "ONNXGRU")  # specialized as their general kernel (their cost is in the time loop)
+GENERAL = ("ONNXLSTM", "ONNXGRU")  # in ONNX's gate order, specialized as their general kernel
 
 
 @pytest.mark.parametrize("t", GENERAL)
@@ -194,3 +222,33 @@ def test_recurrent_ops_specialize_to_their_general_kernel(t):
     getattr(net, t)(["x", "w", "r"], ["y"], hidden_size=2, produce=[1, 0] if t == "ONNXGRU" else [1, 0, 0])
     op = ws.create_net(net).operators[0]
     assert op.schema.specialize(op.ctx, x, w, r) is op.schema.fn
+
+
+@pytest.mark.parametrize("t", GENERAL)
+def test_a_recurrent_op_keeps_its_weights_views_and_sees_in_place_writes(t):
+    """Runs of a straight net with the same weight arrays reuse their torch views; a write into
+    the weights between runs is seen, as the general kernel sees it."""
+    g = np.random.default_rng(0)
+    gates, hidden = (4 if t == "ONNXLSTM" else 3), 3
+    x = g.standard_normal((5, 2, 4), dtype=np.float32)
+    w, r = (
+        g.standard_normal((1, gates * hidden, 4), dtype=np.float32),
+        g.standard_normal((1, gates * hidden, hidden), dtype=np.float32),
+    )
+    b = g.standard_normal((1, 2 * gates * hidden), dtype=np.float32)
+    ws = an.Workspace()
+    for name, v in zip("xwrb", (x, w, r, b)):
+        ws.feed(name, v)
+    net = an.Net("c", type="straight")
+    extra = {"linear_before_reset": 1} if t == "ONNXGRU" else {}
+    getattr(net, t)(["x", "w", "r", "b"], ["y"], hidden_size=hidden, gate_order="torch", produce=[1], **extra)
+    created = ws.create_net(net)
+    op = created.operators[0]
+    fast = op.schema.specialize(op.ctx, x, w, r, b)
+    assert fast is not op.schema.fn
+    for _ in range(3):
+        ws.feed("w", w)
+        created.run()
+        np.testing.assert_array_equal(ws.fetch("y"), op.fn(op.ctx, x, w, r, b))
+        np.testing.assert_array_equal(fast(op.ctx, x, w, r, b), op.fn(op.ctx, x, w, r, b))
+        w *= 0.5  # in place: the same array, new values

@@ -385,7 +385,9 @@ def fuse_matmul_add(ops: list[Any], params: dict[str, tuple[tuple[int, ...], Any
     """``ONNXMatMul(x, W)`` read only by an Add (``ONNXBinary`` or ``Add``) of a bias ``b``, ``W`` [K, N] and ``b`` [N]
     initializers of one float dtype (``params``: name -> (shape, dtype)), becomes one
     ``ONNXMatMulAdd(x, W, b)`` (a Linear layer: numpy's matmul and broadcasting give the same
-    result). ``keep``: values the graph outputs, never fused away."""
+    result), which also takes a ``Relu`` that alone reads the sum (``activation="Relu"``, in
+    place). The fused op takes the place of the last op it absorbs. ``keep``: values the graph
+    outputs, never fused away."""
     from asyncnet.core.defs import OperatorDef
 
     readers: dict[str, list[int]] = {}
@@ -408,13 +410,23 @@ def fuse_matmul_add(ops: list[Any], params: dict[str, tuple[tuple[int, ...], Any
         b = params.get(other)
         if other == op.outputs[0] or b is None or b[0] != (w[0][1],) or b[1] != w[1]:
             continue
-        fused[i] = OperatorDef(
-            "ONNXMatMulAdd", [op.inputs[0], op.inputs[1], other], list(add.outputs), {}, name=op.name
-        )
-        dropped.add(users[0])
+        outputs, args = list(add.outputs), {}
+        relu = readers.get(add.outputs[0], [])
+        if add.outputs[0] not in keep and len(relu) == 1 and relu[0] > users[0] and _is_relu(ops[relu[0]]):
+            outputs, args = list(ops[relu[0]].outputs), {"activation": "Relu"}
+            dropped.add(users[0])
+            fused_at = relu[0]
+        else:
+            fused_at = users[0]
+        fused[fused_at] = OperatorDef("ONNXMatMulAdd", [op.inputs[0], op.inputs[1], other], outputs, args, name=op.name)
+        dropped.add(i)
     if not fused:
         return ops
     return [fused.get(i, op) for i, op in enumerate(ops) if i not in dropped]
+
+
+def _is_relu(op: Any) -> bool:
+    return op.type == "Relu" and len(op.inputs) == 1 and len(op.outputs) == 1
 
 
 def fuse_conv(ops: list[Any], shape: Any, keep: set[str]) -> list[Any]:

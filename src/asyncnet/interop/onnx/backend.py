@@ -3,7 +3,9 @@ creates its nets once in a workspace; ``rep.run(inputs)`` feeds, runs the predic
 
 Options of :func:`prepare` (and :func:`run_model`, :func:`run_node`): ``net_type`` ("simple" or
 "async_scheduling", any asyncnet net type), ``num_workers``, ``tensors`` ("numpy" or "torch":
-the library the blobs live in while the net runs; results come back as numpy arrays). A
+the library the blobs live in while the net runs; results come back as numpy arrays),
+``intra_op_threads`` (the BLAS and torch threads of each kernel while the rep is open; see
+:class:`AsyncnetRep`). A
 "simple" predict net is created as a "straight" one (:mod:`asyncnet.exec.straight`): the simple
 net's order, bits and errors, without its per-op dispatch.
 
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+import weakref
 from collections import namedtuple
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -26,22 +29,44 @@ import numpy as np
 from onnx.backend.base import Backend, BackendRep, Device, DeviceType
 
 from asyncnet.core.workspace import Workspace
+from asyncnet.errors import ExecutionError
 from asyncnet.interop.onnx._import import OnnxInputError, OnnxModel, load
 from asyncnet.ops.onnx_ref import _TORCH_DTYPES, OnnxValue
 from asyncnet.tensor.namespace import to_numpy
+from asyncnet.tensor.threads import claim_threads
 
-__all__ = ["AsyncnetBackend", "AsyncnetRep", "prepare", "run_model", "run_node", "supports_device"]
+__all__ = ["AsyncnetBackend", "AsyncnetRep", "close_live_reps", "prepare", "run_model", "run_node", "supports_device"]
 
 TENSORS = ("numpy", "torch")
+DEFAULT_INTRA_OP_THREADS = 1
 _ids = itertools.count()
+_live: weakref.WeakSet[AsyncnetRep] = weakref.WeakSet()
 
 
 class AsyncnetRep(BackendRep):
-    """A prepared model: its workspace holds the initializers and the created predict net."""
+    """A prepared model: its workspace holds the initializers and the created predict net.
 
-    def __init__(self, model: OnnxModel, tensors: str = "numpy"):
+    While open, the rep holds a claim on asyncnet's thread budget
+    (:func:`asyncnet.tensor.threads.claim_threads`) of ``intra_op_threads`` BLAS and torch threads
+    per kernel (default 1; 0: no claim, the libraries' own settings): with the libraries' defaults, OpenBLAS's and torch's thread teams both
+    spin on every core and, on a busy machine, collapse throughput. :meth:`close` (or leaving a
+    ``with`` block, or the rep's garbage collection) gives the claim back and closes the nets.
+
+        >>> import onnx.helper as oh, numpy as np
+        >>> node = oh.make_node("Relu", ["x"], ["y"])
+        >>> graph = oh.make_graph([node], "g", [oh.make_tensor_value_info("x", 1, [2])],
+        ...                       [oh.make_tensor_value_info("y", 1, [2])])
+        >>> with prepare(oh.make_model(graph), intra_op_threads=1) as rep:
+        ...     rep.run(np.float32([-1, 2]))[0]
+        array([0., 2.], dtype=float32)
+    """
+
+    def __init__(self, model: OnnxModel, tensors: str = "numpy", intra_op_threads: int | None = None):
         if tensors not in TENSORS:
             raise ValueError(f"expected tensors one of {TENSORS}, got {tensors!r}")
+        threads = DEFAULT_INTRA_OP_THREADS if intra_op_threads is None else intra_op_threads
+        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 0:
+            raise ValueError(f"expected intra_op_threads a non-negative int or None, got {intra_op_threads!r}")
         self.model = model
         self.tensors = tensors
         self.workspace = Workspace()
@@ -57,10 +82,33 @@ class AsyncnetRep(BackendRep):
         self.output_names = [v.name for v in model.outputs]
         self._pack = _outputs_type(self.output_names)
         self._checked: dict[str, tuple[Any, Any, Any]] = {}  # input -> (type, dtype, shape) last accepted
+        self.intra_op_threads = threads
+        claim = claim_threads(threads=threads) if threads else None
+        self._finalizer = weakref.finalize(self, _close, claim, self.net)
+        _live.add(self)
+
+    def close(self) -> None:
+        """Give the thread claim back and close the nets (idempotent); the rep cannot run after."""
+        self._finalizer()
+        _live.discard(self)
+
+    @property
+    def closed(self) -> bool:
+        return not self._finalizer.alive
+
+    def __enter__(self) -> AsyncnetRep:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
 
     def run(self, inputs: Any, **kwargs: Any) -> tuple[Any, ...]:
         """Outputs (numpy arrays, in graph order) for ``inputs``: a list in graph-input order, a
         dict by name, or one array for a one-input model."""
+        if not self._finalizer.alive:
+            raise ExecutionError(
+                f"rep of net {self.model.predict_net.name!r} is closed: expected an open rep (prepare the model again)"
+            )
         feeds = self._feeds(inputs)
         self._check(feeds)
         torch_blobs = self.tensors == "torch"
@@ -103,6 +151,24 @@ class AsyncnetRep(BackendRep):
         raise OnnxInputError(
             f"expected a list or dict of {len(self.input_names)} inputs {self.input_names}, got {type(inputs).__name__}"
         )
+
+
+def _close(claim: Any, net: Any) -> None:
+    if claim is not None:
+        claim.release()
+    net.close()
+
+
+def close_live_reps() -> int:
+    """Close every rep still open in this process (e.g. between tests); returns how many.
+
+    >>> close_live_reps() >= 0
+    True
+    """
+    reps = list(_live)
+    for rep in reps:
+        rep.close()
+    return len(reps)
 
 
 def _straight(net: Any) -> Any:
@@ -177,19 +243,22 @@ class AsyncnetBackend(Backend):
         tensors: str = "numpy",
         check: bool = True,
         optimize: bool = True,
+        intra_op_threads: int | None = None,
         **kwargs: Any,
     ) -> AsyncnetRep:
-        """Import ``model`` (ModelProto, path or bytes) and create its nets once (``check``: run onnx.checker first)."""
+        """Import ``model`` (ModelProto, path or bytes) and create its nets once (``check``: run
+        onnx.checker first); ``intra_op_threads``: see :class:`AsyncnetRep`."""
         if not cls.supports_device(device):
             raise ValueError(f"expected device 'CPU', got {device!r}")
         imported = load(
             model, net_type=net_type, num_workers=num_workers, name=f"onnx_{next(_ids)}", check=check, optimize=optimize
         )
-        return AsyncnetRep(imported, tensors)
+        return AsyncnetRep(imported, tensors, intra_op_threads)
 
     @classmethod
     def run_model(cls, model: Any, inputs: Any, device: str = "CPU", **kwargs: Any) -> tuple[Any, ...]:
-        return cls.prepare(model, device, **kwargs).run(inputs)
+        with cls.prepare(model, device, **kwargs) as rep:
+            return rep.run(inputs)
 
     @classmethod
     def run_node(
@@ -212,8 +281,8 @@ class AsyncnetBackend(Backend):
             onnx.helper.make_graph([node], "run_node", g_in, g_out),
             opset_imports=[onnx.helper.make_opsetid(node.domain or "", opset)],
         )
-        rep = cls.prepare(model, device, check=False, **kwargs)  # outputs have no declared types
-        return rep.run(dict(zip(names, values)))
+        with cls.prepare(model, device, check=False, **kwargs) as rep:  # outputs have no declared types
+            return rep.run(dict(zip(names, values)))
 
     @classmethod
     def supports_device(cls, device: str) -> bool:
