@@ -558,6 +558,8 @@ class Net:
         outputs = _RectifyInputOutput(outputs, net=self)
         op = CreateOperator(op_type, inputs, outputs, **kwargs)
         self._ExtendOps([op])
+        if workspace.IsImmediate():
+            workspace.RunOperatorImmediate(op)
         _TRACEBACKS.setdefault(self.Name(), {})[len(self._net.op) - 1] = _caller()
         if not op.output:
             return None
@@ -713,6 +715,9 @@ class Net:
         new_ops = [op_from_asyncnet(op) for op in builder.ops[start:]]
         for op in new_ops[1 if len(losses) > 1 else 0 :]:
             op.is_gradient_op = True
+        if workspace.IsImmediate():
+            for op in new_ops:
+                workspace.RunOperatorImmediate(op)
         self._ExtendOps(new_ops)
         return {k: _grad_ref(v, self) for k, v in grads.items()}
 

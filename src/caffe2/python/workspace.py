@@ -23,6 +23,8 @@ import functools
 import itertools
 import logging
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 from typing import Any
 
@@ -52,6 +54,12 @@ __all__ = [
     "GpuDeviceType",
     "HasBlob",
     "IsImmediate",
+    "StartImmediate",
+    "StopImmediate",
+    "ImmediateBlobs",
+    "RunOperatorImmediate",
+    "FetchImmediate",
+    "FeedImmediate",
     "Nets",
     "Predictor",
     "NumCudaDevices",
@@ -208,9 +216,70 @@ def RegisteredOperators() -> list[str]:
     return list(an.registered_ops())
 
 
+_IMMEDIATE_WORKSPACE = "_CAFFE2_IMMEDIATE"
+_immediate: dict[str, Any] = {"on": False, "root": ""}
+
+
+def _in_immediate(func: Any, *args: Any, **kwargs: Any) -> Any:
+    """``func(*args, **kwargs)`` with the immediate-mode workspace current."""
+    with WorkspaceGuard(_IMMEDIATE_WORKSPACE):
+        return func(*args, **kwargs)
+
+
 def IsImmediate() -> bool:
-    """Caffe2's immediate mode is not supported: always False."""
-    return False
+    """Whether immediate mode is on (see :func:`StartImmediate`)."""
+    return bool(_immediate["on"])
+
+
+def StartImmediate(i_know: bool = False) -> None:
+    """Caffe2's immediate mode: from now on each op added to a ``core.Net`` also runs at once, in
+    a workspace of its own (``_CAFFE2_IMMEDIATE``, rooted in a fresh temporary folder) that
+    :func:`FetchImmediate`, :func:`FeedImmediate` and :func:`ImmediateBlobs` read. A second
+    call starts afresh. Example::
+
+        >>> from caffe2.python import core, workspace
+        >>> workspace.StartImmediate(i_know=True)
+        >>> _ = core.Net("now").ConstantFill([], "seven", shape=[2], value=7.0)
+        >>> workspace.FetchImmediate("seven").tolist()
+        [7.0, 7.0]
+        >>> workspace.StopImmediate()
+    """
+    StopImmediate()
+    root = tempfile.mkdtemp(prefix="caffe2_immediate_")
+    _in_immediate(ResetWorkspace, root)
+    _immediate.update(on=True, root=root)
+    if not i_know:
+        logger.warning("Immediate mode: every op added to a net now also runs; use it to debug only")
+
+
+def StopImmediate() -> None:
+    """Leave immediate mode (nothing to do when it is off): its workspace is emptied and its
+    root folder removed."""
+    if not _immediate["on"]:
+        return
+    _in_immediate(ResetWorkspace)
+    shutil.rmtree(_immediate["root"], ignore_errors=True)
+    _immediate.update(on=False, root="")
+
+
+def ImmediateBlobs() -> list[str]:
+    """The blobs of the immediate-mode workspace."""
+    return _in_immediate(Blobs)
+
+
+def RunOperatorImmediate(op: Any) -> None:
+    """Run one op in the immediate-mode workspace."""
+    _in_immediate(RunOperatorOnce, op)
+
+
+def FetchImmediate(*args: Any, **kwargs: Any) -> Any:
+    """:func:`FetchBlob` in the immediate-mode workspace."""
+    return _in_immediate(FetchBlob, *args, **kwargs)
+
+
+def FeedImmediate(*args: Any, **kwargs: Any) -> bool:
+    """:func:`FeedBlob` in the immediate-mode workspace."""
+    return _in_immediate(FeedBlob, *args, **kwargs)
 
 
 def GetNameScope() -> str:

@@ -1,0 +1,46 @@
+"""Caffe2's immediate mode: ops added to a net also run at once, in a workspace of their own."""
+
+import os
+
+import numpy as np
+import pytest
+
+from caffe2.python import core, workspace
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def test_immediate_mode_runs_ops_in_its_own_workspace_and_cleans_up() -> None:
+    workspace.ResetWorkspace()
+    workspace.StartImmediate(i_know=True)
+    try:
+        assert workspace.IsImmediate()
+        root = workspace._immediate["root"]
+        assert os.path.isdir(root)
+        net = core.Net("c2core_immediate")
+        x = net.ConstantFill([], "x", shape=[2, 3], value=2.0)
+        net.Scale(x, "y", scale=3.0)
+        assert sorted(workspace.ImmediateBlobs()) == ["x", "y"]
+        np.testing.assert_array_equal(workspace.FetchImmediate("y"), np.full((2, 3), 6.0, np.float32))
+        assert not workspace.HasBlob("x")
+        assert workspace.FeedImmediate("x", np.zeros((1,), np.float32))
+        np.testing.assert_array_equal(workspace.FetchImmediate("x"), [0.0])
+    finally:
+        workspace.StopImmediate()
+    assert not workspace.IsImmediate()
+    assert not os.path.exists(root)
+    with pytest.raises(RuntimeError):
+        workspace.FetchImmediate("x")
+
+
+def test_gradient_ops_run_immediately_too() -> None:
+    workspace.StartImmediate(i_know=True)
+    try:
+        net = core.Net("c2core_immediate_grad")
+        workspace.FeedImmediate("x", np.array([-1.0, 2.0, 3.0], np.float32))
+        y = net.Relu("x", "y")
+        loss = net.AveragedLoss(y, "loss")
+        grads = net.AddGradientOperators([loss])
+        np.testing.assert_allclose(workspace.FetchImmediate(str(grads["x"])), [0.0, 1 / 3, 1 / 3], rtol=1e-6)
+    finally:
+        workspace.StopImmediate()
