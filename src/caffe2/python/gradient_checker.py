@@ -65,7 +65,8 @@ class GradientChecker:
         outputs_with_grads: list[int],
     ) -> tuple[float, Any]:
         """Run ``op`` on ``inputs``; the loss, and the gradient of input ``input_to_check``
-        through ``grad_ops`` (None when ``grad_ops`` is empty)."""
+        through ``grad_ops`` (None when ``grad_name`` is None; with no gradient ops the gradient
+        is the output gradient blob itself, passed through)."""
         self._feed(op, inputs)
         workspace.RunOperatorOnce(op)
         loss = 0.0
@@ -74,9 +75,10 @@ class GradientChecker:
             arr = np.asarray(workspace.FetchBlob(name))
             loss += float(np.sum(arr.astype(np.float64) ** 2)) / 2.0
             workspace.FeedBlob(name + "_grad", arr)
-        if not grad_ops:
+        if grad_name is None:
             return loss, None
-        workspace.RunOperatorsOnce(grad_ops)
+        if grad_ops:
+            workspace.RunOperatorsOnce(grad_ops)
         if isinstance(grad_name, core.GradientSlice):
             values = np.asarray(workspace.FetchBlob(str(grad_name.values)))
             indices = np.asarray(workspace.FetchBlob(str(grad_name.indices))).astype(np.int64)
