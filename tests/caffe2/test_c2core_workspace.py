@@ -44,3 +44,23 @@ def test_gradient_ops_run_immediately_too() -> None:
         np.testing.assert_allclose(workspace.FetchImmediate(str(grads["x"])), [0.0, 1 / 3, 1 / 3], rtol=1e-6)
     finally:
         workspace.StopImmediate()
+
+
+def test_create_db_writes_a_minidb_that_reads_back_in_order(tmp_path) -> None:
+    path = str(tmp_path / "kv.minidb")
+    db = workspace.C.create_db("minidb", path, workspace.C.Mode.write)
+    for i in range(3):
+        t = db.new_transaction()
+        t.put(f"k{i}".encode(), f"v{i}".encode())
+        del t
+    db.close()
+    cursor = workspace.C.create_db("minidb", path, workspace.C.Mode.read).new_cursor()
+    got = []
+    while cursor.valid():
+        got.append((cursor.key(), cursor.value()))
+        cursor.next()
+    assert got == [(b"k0", b"v0"), (b"k1", b"v1"), (b"k2", b"v2")]
+    cursor.seek(b"k1")
+    assert cursor.key() == b"k1"
+    with pytest.raises(RuntimeError, match="reading"):
+        workspace.C.create_db("minidb", path, workspace.C.Mode.read).new_transaction()

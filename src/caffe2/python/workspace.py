@@ -764,7 +764,15 @@ def _switched(key: str) -> Iterator[None]:
 class _C:
     """The ``workspace.C`` (Caffe2's pybind module) entries scripts and tests reach for."""
 
+    from caffe2.python._cdb import Mode
     from caffe2.python._cworkspace import Blob, Tensor, Workspace
+
+    @staticmethod
+    def create_db(db_type: str, path: str, mode: Any) -> Any:
+        """Open a minidb or lmdb database (see ``caffe2.python._cdb``)."""
+        from caffe2.python._cdb import create_db
+
+        return create_db(db_type, path, mode)
 
     has_mkldnn = False
     use_mkldnn = False
