@@ -64,3 +64,22 @@ def test_create_db_writes_a_minidb_that_reads_back_in_order(tmp_path) -> None:
     assert cursor.key() == b"k1"
     with pytest.raises(RuntimeError, match="reading"):
         workspace.C.create_db("minidb", path, workspace.C.Mode.read).new_transaction()
+
+
+def test_time_observer_counts_runs_of_its_net_only() -> None:
+    workspace.ResetWorkspace()
+    net = core.Net("c2core_observed")
+    net.ConstantFill([], "z", shape=[4], value=1.0)
+    other = core.Net("c2core_not_observed")
+    other.ConstantFill([], "w", shape=[4], value=1.0)
+    workspace.CreateNet(net)
+    workspace.CreateNet(other)
+    ob = net.AddObserver("TimeObserver")
+    assert ob.average_time() == 0.0 and net.NumObservers() == 1
+    workspace.RunNet(net, num_iter=2)
+    workspace.RunNet(other)
+    assert ob._runs == 2 and ob.average_time() > 0.0
+    net.RemoveObserver(ob)
+    assert net.NumObservers() == 0
+    with pytest.raises(ValueError, match="unknown observer type"):
+        net.AddObserver("NoSuchObserver")

@@ -657,6 +657,22 @@ class Net:
         new._attr_dict.update(self._attr_dict)
         return new
 
+    def AddObserver(self, observer_type: str) -> Any:
+        """Attach an observer (``"TimeObserver"``) to this net's runs by ``workspace.RunNet``."""
+        from caffe2.python import _observers
+
+        return _observers.add(self.Name(), observer_type)
+
+    def RemoveObserver(self, observer: Any) -> None:
+        from caffe2.python import _observers
+
+        _observers.remove(self.Name(), observer)
+
+    def NumObservers(self) -> int:
+        from caffe2.python import _observers
+
+        return _observers.count(self.Name())
+
     def set_rand_seed(self, seed: int = 100, sequence_seed: bool = True, seed_on_op_def: bool = False) -> None:
         """Give every op a random seed: ``seed + i`` (``sequence_seed``), or ``seed``."""
         if sequence_seed and seed_on_op_def:

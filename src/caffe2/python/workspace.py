@@ -611,8 +611,11 @@ def _check_inputs_exist(nd: NetDef) -> None:
 def RunNet(name: Any, num_iter: int = 1, allow_fail: bool = False) -> bool:
     """Run the created net ``name`` (a name, ``core.Net`` or NetDef) ``num_iter`` times; True,
     or False on failure when ``allow_fail``."""
+    from caffe2.python import _observers
+
     try:
-        _workspaces[_current].run_net(GetNetName(name), num_iter=num_iter)
+        with _observers.observing(GetNetName(name), num_iter):
+            _workspaces[_current].run_net(GetNetName(name), num_iter=num_iter)
     except AsyncNetError:
         if allow_fail:
             logger.exception("RunNet(%r) failed", GetNetName(name))
