@@ -83,3 +83,32 @@ def test_time_observer_counts_runs_of_its_net_only() -> None:
     assert net.NumObservers() == 0
     with pytest.raises(ValueError, match="unknown observer type"):
         net.AddObserver("NoSuchObserver")
+
+
+def test_numa_placement_is_reported_as_unsupported() -> None:
+    workspace.ResetWorkspace()
+    workspace.FeedBlob("numa_x", np.zeros(2, np.float32))
+    assert workspace.IsNUMAEnabled() is False and workspace.GetNumNUMANodes() == 0
+    assert workspace.GetBlobNUMANode("numa_x") == -1
+    with pytest.raises(RuntimeError):
+        workspace.GetBlobNUMANode("numa_missing")
+
+
+def test_infer_shapes_and_types_runs_ops_on_zero_filled_inputs() -> None:
+    from caffe2.proto import caffe2_pb2
+
+    net = core.Net("c2core_infer")
+    net.Relu(net.FC(["x", "w", "b"], "y"), "z")
+    net.Cast("z", "zi", to=caffe2_pb2.TensorProto.INT32)
+    net.Relu("not_given", "skipped")
+    shapes, types = workspace.InferShapesAndTypes([net], {"x": [4, 3], "w": [5, 3], "b": [5]})
+    assert shapes["z"] == [4, 5] and types["z"] == caffe2_pb2.TensorProto.FLOAT
+    assert shapes["zi"] == [4, 5] and types["zi"] == caffe2_pb2.TensorProto.INT32
+    assert "skipped" not in shapes
+    shapes, types = workspace.InferShapesAndTypes(
+        [net.Proto()],
+        {"x": [2, 3], "w": [5, 3], "b": [5]},
+        nets_proto=True,
+        blob_types=dict.fromkeys("xwb", caffe2_pb2.TensorProto.DOUBLE),
+    )
+    assert types["y"] == caffe2_pb2.TensorProto.DOUBLE and shapes["y"] == [2, 5]

@@ -54,6 +54,7 @@ __all__ = [
     "GpuDeviceType",
     "HasBlob",
     "IsImmediate",
+    "InferShapesAndTypes",
     "StartImmediate",
     "StopImmediate",
     "ImmediateBlobs",
@@ -64,6 +65,9 @@ __all__ = [
     "Predictor",
     "NumCudaDevices",
     "GetCUDAVersion",
+    "IsNUMAEnabled",
+    "GetNumNUMANodes",
+    "GetBlobNUMANode",
     "GetCuDNNVersion",
     "NumGpuDevices",
     "RegisteredOperators",
@@ -297,6 +301,83 @@ def NumCudaDevices() -> int:
 
 
 NumGpuDevices = NumCudaDevices
+
+
+def IsNUMAEnabled() -> bool:
+    """Whether blobs are placed on NUMA nodes (never here: asyncnet leaves placement to the OS)."""
+    return False
+
+
+def GetNumNUMANodes() -> int:
+    """The number of NUMA nodes blobs can be placed on (0: NUMA placement is not supported)."""
+    return 0
+
+
+def GetBlobNUMANode(blob: Any) -> int:
+    """The NUMA node of a blob's memory (-1: unknown, NUMA placement is not supported)."""
+    if not HasBlob(blob):
+        raise FetchBlobNotFound(f"blob {_name(blob)!r} not found in the workspace")
+    return -1
+
+
+_NUMPY_TO_TENSOR_TYPE = {
+    "float32": caffe2_pb2.TensorProto.FLOAT,
+    "float64": caffe2_pb2.TensorProto.DOUBLE,
+    "float16": caffe2_pb2.TensorProto.FLOAT16,
+    "int32": caffe2_pb2.TensorProto.INT32,
+    "int64": caffe2_pb2.TensorProto.INT64,
+    "int16": caffe2_pb2.TensorProto.INT16,
+    "int8": caffe2_pb2.TensorProto.INT8,
+    "uint8": caffe2_pb2.TensorProto.UINT8,
+    "uint16": caffe2_pb2.TensorProto.UINT16,
+    "bool": caffe2_pb2.TensorProto.BOOL,
+}
+
+
+def InferShapesAndTypes(
+    nets: Any, blob_dimensions: Any = None, nets_proto: bool = False, blob_types: Any = None
+) -> tuple[dict[str, list[int]], dict[str, int]]:
+    """``({blob: shape}, {blob: TensorProto data type})`` of the blobs the nets make, from input
+    shapes ``blob_dimensions`` (and types ``blob_types``, float by default). asyncnet finds them
+    by running the ops, one by one, on zero-filled inputs in a scratch workspace (Caffe2 ran
+    each op's shape function); an op that cannot run leaves its outputs out. Example::
+
+        >>> from caffe2.python import core, workspace
+        >>> net = core.Net("shapes")
+        >>> _ = net.FC(["x", "w", "b"], "y")
+        >>> shapes, types = workspace.InferShapesAndTypes([net], {"x": [0, 3], "w": [5, 3], "b": [5]})
+        >>> shapes["y"], types["y"] == caffe2_pb2.TensorProto.FLOAT
+        ([0, 5], True)
+    """
+    from caffe2.python._cworkspace import Workspace as _CWorkspace
+
+    ws = _CWorkspace()
+    for name, dims in (blob_dimensions or {}).items():
+        dtype = _tensor_type_to_numpy((blob_types or {}).get(name, caffe2_pb2.TensorProto.FLOAT))
+        ws.feed_blob(str(name), np.zeros([int(d) for d in dims], dtype=dtype))
+    for net in nets:
+        proto = net if nets_proto else net.Proto()
+        for op in proto.op:
+            try:
+                ws._run_operator(op.SerializeToString())
+            except Exception:  # noqa: BLE001 - an op that cannot run leaves its outputs out of the answer
+                continue
+    shapes: dict[str, list[int]] = {}
+    types: dict[str, int] = {}
+    for name in ws.blobs:
+        value = ws.fetch_blob(name)
+        if isinstance(value, np.ndarray):
+            shapes[name] = list(value.shape)
+            kind = caffe2_pb2.TensorProto.STRING if value.dtype.kind in "SUO" else None
+            types[name] = kind if kind is not None else _NUMPY_TO_TENSOR_TYPE.get(value.dtype.name, 0)
+    return shapes, types
+
+
+def _tensor_type_to_numpy(data_type: int) -> Any:
+    for name, code in _NUMPY_TO_TENSOR_TYPE.items():
+        if code == data_type:
+            return np.dtype(name)
+    return np.dtype(np.float32)
 
 
 def GetCUDAVersion() -> int:
