@@ -54,7 +54,10 @@ def _call_maker(maker: Any, probe: Any, grads: list[str | None]) -> tuple[list[A
 
 def gradient_for_op(op: Any, g_output: list[Any]) -> tuple[list[Any], list[Any]]:
     """The backward ops of one ``caffe2_pb2.OperatorDef`` given its output gradient names
-    (``None`` for an output without gradient), and each input's gradient reference (or None)."""
+    (``None`` for an output without gradient), and each input's gradient reference (or None).
+    ``Sum`` has no gradient ops: every input's gradient is the output's gradient blob itself."""
+    if op.type == "Sum" and g_output and g_output[0] is not None:
+        return [], [_slice(str(g_output[0])) for _ in op.input]
     an_op = drop_unknown_args(op_to_asyncnet(op), "op")
     maker = get_schema(an_op.type).gradient
     if maker is None:

@@ -39,6 +39,7 @@ __all__ = [
     "average_pool",
     "batch_mat_mul",
     "concat",
+    "cond",
     "conv",
     "conv_nd",
     "conv_transpose",
@@ -53,6 +54,7 @@ __all__ = [
     "has_helper",
     "iter",
     "layer_norm",
+    "loop",
     "lrn",
     "mat_mul",
     "max_pool",
@@ -574,3 +576,19 @@ def add_weight_decay(model: Any, weight_decay: float) -> None:
     from caffe2.python import optimizer
 
     optimizer.add_weight_decay(model, weight_decay)
+
+
+def cond(model: Any, cond_blob: Any, external_blobs: Any, then_model: Any, else_model: Any = None) -> None:
+    """An ``If`` op on ``model.net`` running ``then_model``'s net when ``cond_blob`` holds, else
+    ``else_model``'s; ``external_blobs`` are the outer blobs the branches read or write."""
+    from caffe2.python.control_ops_util import add_if_op
+
+    add_if_op(model.net, cond_blob, external_blobs, then_model.net, else_model.net if else_model else None)
+
+
+def loop(model: Any, cond_blob: Any, external_blobs: Any, loop_model: Any, cond_model: Any = None) -> None:
+    """A ``While`` op on ``model.net`` running ``loop_model``'s net while ``cond_blob`` holds
+    (``cond_model``'s net recomputes it before each iteration)."""
+    from caffe2.python.control_ops_util import add_while_op
+
+    add_while_op(model.net, cond_blob, external_blobs, loop_model.net, cond_model.net if cond_model else None)

@@ -558,6 +558,8 @@ class Net:
         outputs = _RectifyInputOutput(outputs, net=self)
         op = CreateOperator(op_type, inputs, outputs, **kwargs)
         self._ExtendOps([op])
+        if workspace.IsImmediate():
+            workspace.RunOperatorImmediate(op)
         _TRACEBACKS.setdefault(self.Name(), {})[len(self._net.op) - 1] = _caller()
         if not op.output:
             return None
@@ -655,6 +657,22 @@ class Net:
         new._attr_dict.update(self._attr_dict)
         return new
 
+    def AddObserver(self, observer_type: str) -> Any:
+        """Attach an observer (``"TimeObserver"``) to this net's runs by ``workspace.RunNet``."""
+        from caffe2.python import _observers
+
+        return _observers.add(self.Name(), observer_type)
+
+    def RemoveObserver(self, observer: Any) -> None:
+        from caffe2.python import _observers
+
+        _observers.remove(self.Name(), observer)
+
+    def NumObservers(self) -> int:
+        from caffe2.python import _observers
+
+        return _observers.count(self.Name())
+
     def set_rand_seed(self, seed: int = 100, sequence_seed: bool = True, seed_on_op_def: bool = False) -> None:
         """Give every op a random seed: ``seed + i`` (``sequence_seed``), or ``seed``."""
         if sequence_seed and seed_on_op_def:
@@ -713,6 +731,9 @@ class Net:
         new_ops = [op_from_asyncnet(op) for op in builder.ops[start:]]
         for op in new_ops[1 if len(losses) > 1 else 0 :]:
             op.is_gradient_op = True
+        if workspace.IsImmediate():
+            for op in new_ops:
+                workspace.RunOperatorImmediate(op)
         self._ExtendOps(new_ops)
         found = {k: _grad_ref(v, self) for k, v in grads.items()}
         for blob, grad in _inner_gradients(builder.ops[:start], new_ops).items():

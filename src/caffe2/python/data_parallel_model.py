@@ -49,10 +49,13 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
+from asyncnet.errors import DeviceError
 from caffe2.proto import caffe2_pb2
 from caffe2.python import core, scope, utils, workspace
 
 __all__ = [
+    "AddBlobSync",
+    "ConvertNetForDevice",
     "FinalizeAfterCheckpoint",
     "GetCheckpointParams",
     "GetDevices",
@@ -72,6 +75,10 @@ __all__ = [
 ]
 
 log = logging.getLogger("data_parallel_model")
+
+
+class DeviceScopeError(DeviceError, AssertionError):
+    """``Parallelize`` was called inside a non-CPU device scope (Caffe2 asserted there was none)."""
 
 
 def stripBlobName(param: Any) -> str:
@@ -152,6 +159,9 @@ def Parallelize(
     **kwargs: Any,
 ) -> None:
     """Replicate the model on CPU ``devices`` and synchronize their gradients (see the module doc)."""
+    current = scope.CurrentDeviceScope()
+    if current is not None and current.device_type != caffe2_pb2.CPU:
+        raise DeviceScopeError(f"Parallelize: expected no device scope (or a CPU one) around the call, found {current}")
     model = model_helper_obj
     devices = list(devices if devices is not None else [0])
     _check_supported(devices, ideep, rendezvous, shared_model, combine_spatial_bn)
@@ -549,8 +559,35 @@ def Synchronize(model: Any, timeout_sec: float = 30.0) -> None:
     """A barrier of the shards (nothing to do on one host)."""
     if model._rendezvous is None or _num_shards(model._rendezvous) <= 1:
         return
-    world = workspace.FetchBlob(str(_common_world(model)))
-    world.barrier()
+    world_blob = getattr(model, "_common_world", None)
+    if world_blob is None or not workspace.HasBlob(str(world_blob)):
+        world_blob = _barrier_world(model)
+    workspace.FetchBlob(str(world_blob)).barrier()
+
+
+def _barrier_world(model: Any) -> Any:
+    """A common world of the shards for :func:`Synchronize` when the model's nets made none
+    (no parameter to sync), created once by a net of its own (``sync_barrier_cw``)."""
+    existing = getattr(model, "_sync_barrier_world", None)
+    if existing is not None and workspace.HasBlob(str(existing)):
+        return existing
+    rdv = model._rendezvous
+    init = core.Net("sync_barrier_init_net")
+    with core.DeviceScope(core.DeviceOption(caffe2_pb2.CPU)):
+        world = init.CreateCommonWorld(
+            [rdv["kv_handler"]] if rdv.get("kv_handler") else [],
+            "sync_barrier_cw",
+            name="sync_barrier_cw",
+            size=int(rdv["num_shards"]),
+            rank=int(rdv["shard_id"]),
+            engine="GLOO",
+            transport=rdv.get("transport") or "tcp",
+            interface=rdv.get("interface") or "",
+            timeout_ms=30000,
+        )
+    workspace.RunNetOnce(init)
+    model._sync_barrier_world = world
+    return world
 
 
 class _device_scope:
@@ -755,3 +792,40 @@ def GetDevices(model: Any) -> list[int]:
 def OptimizeGradientMemory(model: Any, input_shapes: Any, excluded_blobs: Any, recycle_activations: bool) -> None:
     """Nothing to do: asyncnet frees and reuses blob memory itself (Caffe2 shared gradient blobs here)."""
     log.info("OptimizeGradientMemory: not needed with asyncnet; the net is unchanged")
+
+
+def AddBlobSync(model: Any, blobs: list[str], net: Any = None) -> None:
+    """Copy blobs ``blobs`` (unprefixed names) of the first device to the others (and, across
+    shards, broadcast shard 0's) at the end of ``net`` (the model's net by default)."""
+    names = [str(b) for b in blobs]
+    prefixed = [b for b in names if b.startswith(model._device_prefix)]
+    if prefixed:
+        raise ValueError(f"AddBlobSync: expected unprefixed blob names, found {prefixed}")
+    if not names:
+        return
+    for b in names:
+        per_device = {d: core.BlobReference(f"{model._device_prefix}_{d}/{b}") for d in model._devices}
+        model._device_grouped_blobs[b] = per_device
+    _sync_params(model, model.net if net is None else net, names, list(model._devices))
+
+
+def ConvertNetForDevice(net: Any, device: Any = None) -> Any:
+    """A copy of ``net`` with every blob under the ``cpu_<d>/`` or ``gpu_<d>/`` name scope of
+    ``device`` (the current device scope by default) and its ops placed there, for
+    ``model.net.AppendNet`` inside a forward-pass builder."""
+    target = device or scope.CurrentDeviceScope() or core.DeviceOption(caffe2_pb2.CPU, 0)
+    kind = "gpu" if core.IsGPUDeviceType(target.device_type) else "cpu"
+    scoped = f"{kind}_{target.device_id}/"
+    converted = net.Clone(f"{net.Name()}_converted")
+    proto = converted.Proto()
+    if any("RecurrentNetwork" in op.type for op in proto.op):
+        raise NotImplementedError("ConvertNetForDevice: RecurrentNetwork ops are not converted")
+
+    def rename(names: Any) -> list[str]:
+        return [scoped + n for n in names]
+
+    for op in proto.op:
+        op.input[:], op.output[:], op.control_input[:] = rename(op.input), rename(op.output), rename(op.control_input)
+        op.device_option.CopyFrom(target)
+    proto.external_input[:], proto.external_output[:] = rename(proto.external_input), rename(proto.external_output)
+    return converted

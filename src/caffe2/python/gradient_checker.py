@@ -65,7 +65,8 @@ class GradientChecker:
         outputs_with_grads: list[int],
     ) -> tuple[float, Any]:
         """Run ``op`` on ``inputs``; the loss, and the gradient of input ``input_to_check``
-        through ``grad_ops`` (None when ``grad_ops`` is empty)."""
+        through ``grad_ops`` (None when ``grad_name`` is None; with no gradient ops the gradient
+        is the output gradient blob itself, passed through)."""
         self._feed(op, inputs)
         workspace.RunOperatorOnce(op)
         loss = 0.0
@@ -74,9 +75,10 @@ class GradientChecker:
             arr = np.asarray(workspace.FetchBlob(name))
             loss += float(np.sum(arr.astype(np.float64) ** 2)) / 2.0
             workspace.FeedBlob(name + "_grad", arr)
-        if not grad_ops:
+        if grad_name is None:
             return loss, None
-        workspace.RunOperatorsOnce(grad_ops)
+        if grad_ops:
+            workspace.RunOperatorsOnce(grad_ops)
         if isinstance(grad_name, core.GradientSlice):
             values = np.asarray(workspace.FetchBlob(str(grad_name.values)))
             indices = np.asarray(workspace.FetchBlob(str(grad_name.indices))).astype(np.int64)
@@ -132,8 +134,68 @@ class GradientChecker:
         return ok, grad, estimate.astype(grad.dtype) if grad.dtype.kind == "f" else estimate
 
 
+def _dense_grad(grad: Any, input_name: str) -> np.ndarray:
+    if isinstance(grad, core.GradientSlice):
+        values = np.asarray(workspace.FetchBlob(str(grad.values)))
+        indices = np.asarray(workspace.FetchBlob(str(grad.indices))).astype(np.int64)
+        dense = np.zeros_like(np.asarray(workspace.FetchBlob(input_name)), dtype=values.dtype)
+        np.add.at(dense, indices, values)
+        return dense
+    return np.asarray(workspace.FetchBlob(str(grad)))
+
+
+def _net_grads(net: Any, outputs: list[Any], losses: list[Any], feeds: Any, wrt: list[Any]) -> dict[str, Any]:
+    """Feed ``feeds``, run a copy of ``net`` with the backward ops of ``losses`` appended, and
+    return {"outputs": [(blob, value)] for ``outputs``, "grads": {input: dense gradient} for ``wrt``}."""
+    copy = net.Clone(f"{net.Name()}_copy")
+    grads = copy.AddGradientOperators(losses)
+    missing = [str(name) for name in wrt if name not in grads]
+    if missing:
+        raise AssertionError(f"CompareNets: no gradient reaches {missing} in net {net.Name()}")
+    for name, value in dict(feeds or {}).items():
+        workspace.FeedBlob(str(name), value)
+    workspace.RunNetOnce(copy)
+    return {
+        "outputs": [(blob, np.asarray(workspace.FetchBlob(str(blob)))) for blob in outputs],
+        "grads": {name: _dense_grad(grads[name], str(name)) for name in wrt},
+    }
+
+
+def _assert_same(expected: Any, found: Any, threshold: float, what: str) -> None:
+    np.testing.assert_allclose(expected, found, atol=threshold, rtol=threshold, err_msg=what)
+
+
 class NetGradientChecker:
     """Gradients of whole nets: ``Check`` compares a net's analytic gradients with finite differences."""
+
+    @staticmethod
+    def CompareNets(
+        nets: list[Any],
+        outputs: list[list[Any]],
+        outputs_with_grad_ids: list[int],
+        inputs_with_grads: list[Any],
+        input_values: dict[str, Any] | None = None,
+        threshold: float = 0.0000001,
+        print_net_images: bool = False,
+    ) -> None:
+        """Raise AssertionError unless the nets give the same forward outputs (``outputs[i]`` of
+        ``nets[i]``) and the same gradients of ``inputs_with_grads`` from the outputs picked by
+        ``outputs_with_grad_ids``, within ``threshold`` (absolute and relative). ``print_net_images``
+        is accepted and ignored (no graph drawing here)."""
+        runs = []
+        for net, net_outputs in zip(nets, outputs):
+            losses = [net_outputs[k] for k in outputs_with_grad_ids]
+            runs.append(_net_grads(net, list(net_outputs), losses, input_values, list(inputs_with_grads)))
+        reference = runs[0]
+        for k, run in enumerate(runs[1:], start=1):
+            if len(run["outputs"]) != len(reference["outputs"]):
+                raise AssertionError(
+                    f"net {k} has {len(run['outputs'])} outputs, net 0 has {len(reference['outputs'])}"
+                )
+            for j, ((ref_blob, ref), (blob, got)) in enumerate(zip(reference["outputs"], run["outputs"])):
+                _assert_same(ref, got, threshold, f"output {j} differs: {ref_blob} (net 0) vs {blob} (net {k})")
+            for name, ref in reference["grads"].items():
+                _assert_same(ref, run["grads"][name], threshold, f"gradient of {name} differs: net 0 vs net {k}")
 
     @staticmethod
     def Check(

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["init_tt_cores"]
+__all__ = ["init_tt_cores", "matrix_to_tt", "tt_svd"]
 
 
 def init_tt_cores(
@@ -44,3 +44,58 @@ def init_tt_cores(
         parts.append(core.reshape(-1))
     scale = 0.1 / float(np.prod(inp) * np.prod(ranks)) ** (1.0 / d)
     return scale * np.concatenate(parts).astype(np.float32)
+
+
+def matrix_to_tt(
+    W: np.ndarray, inp_sizes: Sequence[int], out_sizes: Sequence[int], tt_ranks: Sequence[int]
+) -> np.ndarray:
+    """The TT cores of a trained FC weight ``W`` ([prod(inp_sizes), prod(out_sizes)]), laid out
+    for Caffe2's ``TT`` operator (each core as [inp_k, r_{k+1}, r_k, out_k], last core first).
+
+    The decomposition is :func:`tt_svd` of ``W``'s transpose with its input and output axes
+    interleaved; with full ranks it is exact, with smaller ranks it is the truncated SVD chain.
+    """
+    if len(inp_sizes) != len(out_sizes):
+        raise ValueError(f"{len(inp_sizes)} input sizes but {len(out_sizes)} output sizes")
+    if len(tt_ranks) != len(inp_sizes) + 1:
+        raise ValueError(f"expected {len(inp_sizes) + 1} tt_ranks, got {len(tt_ranks)}")
+    if W.shape[0] != np.prod(inp_sizes) or W.shape[1] != np.prod(out_sizes):
+        raise ValueError(
+            f"W has shape {W.shape}; expected [{int(np.prod(inp_sizes))}, {int(np.prod(out_sizes))}] "
+            "(the products of inp_sizes and out_sizes)"
+        )
+    inp, out, ranks = [int(n) for n in inp_sizes], [int(n) for n in out_sizes], [int(r) for r in tt_ranks]
+    d = len(inp)
+    # W's transpose, read as a tensor (inp_1..inp_d, out_1..out_d), with the axes interleaved
+    # (inp_1, out_1, inp_2, ...), then each (inp_k, out_k) pair merged into one mode.
+    modes = np.asarray(W).T.reshape(inp + out)
+    modes = modes.transpose([axis for k in range(d) for axis in (k, d + k)])
+    modes = modes.reshape([i * o for i, o in zip(inp, out)])
+    flat = tt_svd(modes, np.array([i * o for i, o in zip(inp, out)]), np.array(ranks))
+    blocks, start = [], 0
+    for k in range(d):
+        shape = (ranks[k], inp[k], out[k], ranks[k + 1])
+        stop = start + int(np.prod(shape))
+        blocks.append(flat[start:stop].reshape(shape).transpose(1, 3, 0, 2).ravel())
+        start = stop
+    return np.concatenate(blocks[::-1]).astype(np.float32)
+
+
+def tt_svd(W: np.ndarray, sizes: np.ndarray, tt_ranks: np.ndarray) -> np.ndarray:
+    """TT-SVD: core k (shape [r_k, sizes[k], r_{k+1}], flattened and concatenated) is the left
+    factor of a reduced SVD truncated to rank r_{k+1}; the rest is carried to the next core."""
+    sizes, ranks = [int(n) for n in sizes], [int(r) for r in tt_ranks]
+    if len(ranks) != len(sizes) + 1:
+        raise ValueError(f"expected {len(sizes) + 1} tt_ranks, got {len(ranks)}")
+    pieces, carry = [], np.asarray(W)
+    for k, n in enumerate(sizes[:-1]):
+        u, s, vt = np.linalg.svd(carry.reshape(ranks[k] * n, -1), full_matrices=False)
+        r = ranks[k + 1]
+        if u.shape[1] < r:
+            raise ValueError(f"tt_ranks[{k + 1}]={r} exceeds the {u.shape[1]} singular values of core {k}")
+        pieces.append(u[:, :r])
+        carry = s[:r, None] * vt[:r]
+    if carry.size != ranks[-2] * sizes[-1] * ranks[-1]:
+        raise ValueError(f"the last core has {carry.size} values; tt_ranks and sizes give another count")
+    pieces.append(carry)
+    return np.concatenate([p.ravel() for p in pieces]).astype(np.float32)

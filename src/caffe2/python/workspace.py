@@ -23,6 +23,8 @@ import functools
 import itertools
 import logging
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 from typing import Any
 
@@ -52,10 +54,20 @@ __all__ = [
     "GpuDeviceType",
     "HasBlob",
     "IsImmediate",
+    "InferShapesAndTypes",
+    "StartImmediate",
+    "StopImmediate",
+    "ImmediateBlobs",
+    "RunOperatorImmediate",
+    "FetchImmediate",
+    "FeedImmediate",
     "Nets",
     "Predictor",
     "NumCudaDevices",
     "GetCUDAVersion",
+    "IsNUMAEnabled",
+    "GetNumNUMANodes",
+    "GetBlobNUMANode",
     "GetCuDNNVersion",
     "NumGpuDevices",
     "RegisteredOperators",
@@ -208,9 +220,70 @@ def RegisteredOperators() -> list[str]:
     return list(an.registered_ops())
 
 
+_IMMEDIATE_WORKSPACE = "_CAFFE2_IMMEDIATE"
+_immediate: dict[str, Any] = {"on": False, "root": ""}
+
+
+def _in_immediate(func: Any, *args: Any, **kwargs: Any) -> Any:
+    """``func(*args, **kwargs)`` with the immediate-mode workspace current."""
+    with WorkspaceGuard(_IMMEDIATE_WORKSPACE):
+        return func(*args, **kwargs)
+
+
 def IsImmediate() -> bool:
-    """Caffe2's immediate mode is not supported: always False."""
-    return False
+    """Whether immediate mode is on (see :func:`StartImmediate`)."""
+    return bool(_immediate["on"])
+
+
+def StartImmediate(i_know: bool = False) -> None:
+    """Caffe2's immediate mode: from now on each op added to a ``core.Net`` also runs at once, in
+    a workspace of its own (``_CAFFE2_IMMEDIATE``, rooted in a fresh temporary folder) that
+    :func:`FetchImmediate`, :func:`FeedImmediate` and :func:`ImmediateBlobs` read. A second
+    call starts afresh. Example::
+
+        >>> from caffe2.python import core, workspace
+        >>> workspace.StartImmediate(i_know=True)
+        >>> _ = core.Net("now").ConstantFill([], "seven", shape=[2], value=7.0)
+        >>> workspace.FetchImmediate("seven").tolist()
+        [7.0, 7.0]
+        >>> workspace.StopImmediate()
+    """
+    StopImmediate()
+    root = tempfile.mkdtemp(prefix="caffe2_immediate_")
+    _in_immediate(ResetWorkspace, root)
+    _immediate.update(on=True, root=root)
+    if not i_know:
+        logger.warning("Immediate mode: every op added to a net now also runs; use it to debug only")
+
+
+def StopImmediate() -> None:
+    """Leave immediate mode (nothing to do when it is off): its workspace is emptied and its
+    root folder removed."""
+    if not _immediate["on"]:
+        return
+    _in_immediate(ResetWorkspace)
+    shutil.rmtree(_immediate["root"], ignore_errors=True)
+    _immediate.update(on=False, root="")
+
+
+def ImmediateBlobs() -> list[str]:
+    """The blobs of the immediate-mode workspace."""
+    return _in_immediate(Blobs)
+
+
+def RunOperatorImmediate(op: Any) -> None:
+    """Run one op in the immediate-mode workspace."""
+    _in_immediate(RunOperatorOnce, op)
+
+
+def FetchImmediate(*args: Any, **kwargs: Any) -> Any:
+    """:func:`FetchBlob` in the immediate-mode workspace."""
+    return _in_immediate(FetchBlob, *args, **kwargs)
+
+
+def FeedImmediate(*args: Any, **kwargs: Any) -> bool:
+    """:func:`FeedBlob` in the immediate-mode workspace."""
+    return _in_immediate(FeedBlob, *args, **kwargs)
 
 
 def GetNameScope() -> str:
@@ -228,6 +301,83 @@ def NumCudaDevices() -> int:
 
 
 NumGpuDevices = NumCudaDevices
+
+
+def IsNUMAEnabled() -> bool:
+    """Whether blobs are placed on NUMA nodes (never here: asyncnet leaves placement to the OS)."""
+    return False
+
+
+def GetNumNUMANodes() -> int:
+    """The number of NUMA nodes blobs can be placed on (0: NUMA placement is not supported)."""
+    return 0
+
+
+def GetBlobNUMANode(blob: Any) -> int:
+    """The NUMA node of a blob's memory (-1: unknown, NUMA placement is not supported)."""
+    if not HasBlob(blob):
+        raise FetchBlobNotFound(f"blob {_name(blob)!r} not found in the workspace")
+    return -1
+
+
+_NUMPY_TO_TENSOR_TYPE = {
+    "float32": caffe2_pb2.TensorProto.FLOAT,
+    "float64": caffe2_pb2.TensorProto.DOUBLE,
+    "float16": caffe2_pb2.TensorProto.FLOAT16,
+    "int32": caffe2_pb2.TensorProto.INT32,
+    "int64": caffe2_pb2.TensorProto.INT64,
+    "int16": caffe2_pb2.TensorProto.INT16,
+    "int8": caffe2_pb2.TensorProto.INT8,
+    "uint8": caffe2_pb2.TensorProto.UINT8,
+    "uint16": caffe2_pb2.TensorProto.UINT16,
+    "bool": caffe2_pb2.TensorProto.BOOL,
+}
+
+
+def InferShapesAndTypes(
+    nets: Any, blob_dimensions: Any = None, nets_proto: bool = False, blob_types: Any = None
+) -> tuple[dict[str, list[int]], dict[str, int]]:
+    """``({blob: shape}, {blob: TensorProto data type})`` of the blobs the nets make, from input
+    shapes ``blob_dimensions`` (and types ``blob_types``, float by default). asyncnet finds them
+    by running the ops, one by one, on zero-filled inputs in a scratch workspace (Caffe2 ran
+    each op's shape function); an op that cannot run leaves its outputs out. Example::
+
+        >>> from caffe2.python import core, workspace
+        >>> net = core.Net("shapes")
+        >>> _ = net.FC(["x", "w", "b"], "y")
+        >>> shapes, types = workspace.InferShapesAndTypes([net], {"x": [0, 3], "w": [5, 3], "b": [5]})
+        >>> shapes["y"], types["y"] == caffe2_pb2.TensorProto.FLOAT
+        ([0, 5], True)
+    """
+    from caffe2.python._cworkspace import Workspace as _CWorkspace
+
+    ws = _CWorkspace()
+    for name, dims in (blob_dimensions or {}).items():
+        dtype = _tensor_type_to_numpy((blob_types or {}).get(name, caffe2_pb2.TensorProto.FLOAT))
+        ws.feed_blob(str(name), np.zeros([int(d) for d in dims], dtype=dtype))
+    for net in nets:
+        proto = net if nets_proto else net.Proto()
+        for op in proto.op:
+            try:
+                ws._run_operator(op.SerializeToString())
+            except Exception:  # noqa: BLE001 - an op that cannot run leaves its outputs out of the answer
+                continue
+    shapes: dict[str, list[int]] = {}
+    types: dict[str, int] = {}
+    for name in ws.blobs:
+        value = ws.fetch_blob(name)
+        if isinstance(value, np.ndarray):
+            shapes[name] = list(value.shape)
+            kind = caffe2_pb2.TensorProto.STRING if value.dtype.kind in "SUO" else None
+            types[name] = kind if kind is not None else _NUMPY_TO_TENSOR_TYPE.get(value.dtype.name, 0)
+    return shapes, types
+
+
+def _tensor_type_to_numpy(data_type: int) -> Any:
+    for name, code in _NUMPY_TO_TENSOR_TYPE.items():
+        if code == data_type:
+            return np.dtype(name)
+    return np.dtype(np.float32)
 
 
 def GetCUDAVersion() -> int:
@@ -542,8 +692,11 @@ def _check_inputs_exist(nd: NetDef) -> None:
 def RunNet(name: Any, num_iter: int = 1, allow_fail: bool = False) -> bool:
     """Run the created net ``name`` (a name, ``core.Net`` or NetDef) ``num_iter`` times; True,
     or False on failure when ``allow_fail``."""
+    from caffe2.python import _observers
+
     try:
-        _workspaces[_current].run_net(GetNetName(name), num_iter=num_iter)
+        with _observers.observing(GetNetName(name), num_iter):
+            _workspaces[_current].run_net(GetNetName(name), num_iter=num_iter)
     except AsyncNetError:
         if allow_fail:
             logger.exception("RunNet(%r) failed", GetNetName(name))
@@ -695,7 +848,15 @@ def _switched(key: str) -> Iterator[None]:
 class _C:
     """The ``workspace.C`` (Caffe2's pybind module) entries scripts and tests reach for."""
 
+    from caffe2.python._cdb import Mode
     from caffe2.python._cworkspace import Blob, Tensor, Workspace
+
+    @staticmethod
+    def create_db(db_type: str, path: str, mode: Any) -> Any:
+        """Open a minidb or lmdb database (see ``caffe2.python._cdb``)."""
+        from caffe2.python._cdb import create_db
+
+        return create_db(db_type, path, mode)
 
     has_mkldnn = False
     use_mkldnn = False
