@@ -49,6 +49,24 @@ def _net(an, op: str, t: int):
     return net
 
 
+def _loop(net, steps: int) -> None:
+    for _ in range(steps):
+        net.run()
+
+
+def _serial(nets: list, steps: int) -> None:
+    for net in nets:
+        _loop(net, steps)
+
+
+def _parallel(nets: list, steps: int) -> None:
+    threads = [threading.Thread(target=_loop, args=(net, steps)) for net in nets]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+
+
 def _timed(fn: Callable[[], None]) -> float:
     start = time.perf_counter()
     fn()
@@ -83,24 +101,11 @@ def main(argv: list[str] | None = None) -> int:
             _feed(ws, t, args.rows, rng)
         for op in ("SparseLengthsSum", "SparseAdagrad", "ScatterWeightedSum", "FC"):
             nets = [ws.create_net(_net(an, op, t)) for t in range(2)]
-
-            def loop(net, steps=args.steps) -> None:
-                for _ in range(steps):
-                    net.run()
-
-            def serial() -> None:
-                loop(nets[0])
-                loop(nets[1])
-
-            def parallel() -> None:
-                threads = [threading.Thread(target=loop, args=(n,)) for n in nets]
-                for th in threads:
-                    th.start()
-                for th in threads:
-                    th.join()
-
-            serial()
-            ratios = [_timed(serial) / _timed(parallel) for _ in range(args.rounds)]
+            _serial(nets, args.steps)
+            ratios = [
+                _timed(lambda n=nets: _serial(n, args.steps)) / _timed(lambda n=nets: _parallel(n, args.steps))
+                for _ in range(args.rounds)
+            ]
             print(f"{op:<20} two tables on two threads at once: {statistics.median(ratios):.2f}x one after the other")
     print(f"load average before {load_before}, after {' '.join(open('/proc/loadavg').read().split()[:3])}")
     return 0
