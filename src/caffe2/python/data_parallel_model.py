@@ -571,20 +571,8 @@ def _barrier_world(model: Any) -> Any:
     existing = getattr(model, "_sync_barrier_world", None)
     if existing is not None and workspace.HasBlob(str(existing)):
         return existing
-    rdv = model._rendezvous
     init = core.Net("sync_barrier_init_net")
-    with core.DeviceScope(core.DeviceOption(caffe2_pb2.CPU)):
-        world = init.CreateCommonWorld(
-            [rdv["kv_handler"]] if rdv.get("kv_handler") else [],
-            "sync_barrier_cw",
-            name="sync_barrier_cw",
-            size=int(rdv["num_shards"]),
-            rank=int(rdv["shard_id"]),
-            engine="GLOO",
-            transport=rdv.get("transport") or "tcp",
-            interface=rdv.get("interface") or "",
-            timeout_ms=30000,
-        )
+    world = _create_common_world(model, init, "sync_barrier_cw")
     workspace.RunNetOnce(init)
     model._sync_barrier_world = world
     return world
@@ -706,13 +694,18 @@ def _common_world(model: Any) -> Any:
     existing = getattr(model, "_common_world", None)
     if existing is not None:
         return existing
+    model._common_world = _create_common_world(model, model.param_init_net, "allreduce_0_cw")
+    return model._common_world
+
+
+def _create_common_world(model: Any, net: Any, name: str) -> Any:
+    """A CPU ``CreateCommonWorld`` op on ``net`` for the model's rendezvous (gloo), named ``name``."""
     rdv = model._rendezvous
-    store = [rdv["kv_handler"]] if rdv.get("kv_handler") else []
     with core.DeviceScope(core.DeviceOption(caffe2_pb2.CPU)):
-        model._common_world = model.param_init_net.CreateCommonWorld(
-            store,
-            "allreduce_0_cw",
-            name="allreduce_0_cw",
+        return net.CreateCommonWorld(
+            [rdv["kv_handler"]] if rdv.get("kv_handler") else [],
+            name,
+            name=name,
             size=int(rdv["num_shards"]),
             rank=int(rdv["shard_id"]),
             engine="GLOO",
@@ -720,7 +713,6 @@ def _common_world(model: Any) -> Any:
             interface=rdv.get("interface") or "",
             timeout_ms=30000,
         )
-    return model._common_world
 
 
 def _sync_blobs(model: Any) -> tuple[list[Any], set[str]]:
