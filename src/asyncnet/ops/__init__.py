@@ -23,6 +23,7 @@ from asyncnet.ops import (
     caffe2_recurrent,
     caffe2_reduce,
     caffe2_rnn,
+    caffe2_rowwise8bit,
     caffe2_scatter,
     caffe2_select,
     caffe2_sequence,
@@ -110,4 +111,5 @@ __all__ = [
     "caffe2_ftrl",
     "caffe2_extra",
     "caffe2_control",
+    "caffe2_rowwise8bit",
 ]
