@@ -380,6 +380,40 @@ def _unsorted_segment_sum(draw, dt):
     return [arr(draw, data_shape, dt), ids.astype(draw(st.sampled_from([np.int32, np.int64])))], args, 1, [0], [0]
 
 
+_SEGMENT_OPS = (
+    [
+        f"{p}{r}"
+        for p in ("SortedSegment", "SparseSortedSegment", "SparseUnsortedSegment")
+        for r in ("Sum", "Mean", "WeightedSum")
+    ]
+    + ["UnsortedSegmentMean", "UnsortedSegmentWeightedSum", "LengthsMean", "LengthsMax", "LengthsWeightedSum"]
+    + [f"SortedSegmentRange{r}" for r in ("Sum", "Mean", "Max", "LogSumExp", "LogMeanExp")]
+)
+
+
+def _segment_case(draw, dt, op):
+    rows = draw(st.integers(1, 5))
+    data = arr(draw, (draw(st.integers(1, 4)), *dims(draw, 0, 2)), dt)
+    n = rows if op.startswith("Sparse") else data.shape[0]
+    inputs = [data]
+    if op.endswith("WeightedSum"):
+        inputs.append(arr(draw, (n,), dt))
+    if op.startswith("Sparse"):
+        inputs.append(np.asarray(draw(st.lists(st.integers(0, data.shape[0] - 1), min_size=n, max_size=n)), np.int64))
+    ids = np.asarray(draw(st.lists(st.integers(0, 3), min_size=n, max_size=n)), np.int32)
+    if op.startswith("Lengths"):
+        inputs.append(np.bincount(ids, minlength=4).astype(np.int32))
+        inputs[0] = inputs[0][np.argsort(ids, kind="stable")]
+    else:
+        inputs.append(np.sort(ids) if "Unsorted" not in op else ids)
+    on_w = op.endswith("WeightedSum") and draw(st.booleans())
+    return inputs, {"grad_on_weights": True} if on_w else {}, 1, [0, 1] if on_w else [0], [0]
+
+
+for _op in _SEGMENT_OPS:
+    builder(_op)(lambda draw, dt, op=_op: _segment_case(draw, dt, op))
+
+
 @builder("Scale")
 def _scale(draw, dt):
     x = arr(draw, dims(draw, 0), dt)

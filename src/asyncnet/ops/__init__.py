@@ -25,6 +25,7 @@ from asyncnet.ops import (
     caffe2_rnn,
     caffe2_rowwise8bit,
     caffe2_scatter,
+    caffe2_segment,
     caffe2_select,
     caffe2_sequence,
     caffe2_spatial,
@@ -112,4 +113,5 @@ __all__ = [
     "caffe2_extra",
     "caffe2_control",
     "caffe2_rowwise8bit",
+    "caffe2_segment",
 ]

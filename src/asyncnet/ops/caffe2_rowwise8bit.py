@@ -27,7 +27,6 @@ from typing import Any
 import numpy as np
 
 from asyncnet.core.registry import Arg, register_no_gradient, register_op
-from asyncnet.ops.sparse import segment_sum
 
 __all__: list[str] = []  # the ops are reached through the registry
 
@@ -176,7 +175,8 @@ def _reduce(
     rows = codes[idx].astype(np.float32) * scale[idx] + bias[idx]
     if weights is not None:
         rows = rows * weights[:, None]
-    out = segment_sum(np.ascontiguousarray(rows, np.float32), lens.astype(np.int64))
+    out = np.zeros((lens.size, codes.shape[1]), np.float32)
+    np.add.at(out, np.repeat(np.arange(lens.size), lens), rows)
     if mean:
         out = out / np.maximum(lens, 1).astype(np.float32)[:, None]
     return out.astype(np.float32)
