@@ -414,6 +414,41 @@ for _op in _SEGMENT_OPS:
     builder(_op)(lambda draw, dt, op=_op: _segment_case(draw, dt, op))
 
 
+@builder("BooleanMask")
+def _caffe2_boolean_mask(draw, dt):
+    x = arr(draw, dims(draw, 1, 3), dt)
+    mask = np.asarray(draw(st.lists(st.booleans(), min_size=x.shape[0], max_size=x.shape[0])), bool)
+    mask[draw(st.integers(0, x.shape[0] - 1))] = True  # a non-empty output for the loss
+    return [x, mask], {}, 1, [0], [0]
+
+
+@builder("LengthsTopK")
+def _caffe2_lengths_top_k(draw, dt):
+    lengths = np.asarray(draw(st.lists(st.integers(0, 4), min_size=1, max_size=4)), np.int32)
+    return [arr(draw, (int(lengths.sum()),), dt), lengths], {"k": draw(st.integers(1, 3))}, 2, [0], [0]
+
+
+def _batch_sparse(draw, width):
+    lengths = np.asarray(draw(st.lists(st.integers(1, width), min_size=1, max_size=4)), np.int32)
+    rng = np.random.default_rng(draw(st.integers(0, 2**16)))
+    indices = np.concatenate([rng.permutation(width)[:n] for n in lengths]).astype(np.int64)
+    return lengths, indices
+
+
+@builder("BatchSparseToDense")
+def _caffe2_batch_sparse_to_dense(draw, dt):
+    width = draw(st.integers(1, 4))
+    lengths, indices = _batch_sparse(draw, width)
+    return [lengths, indices, arr(draw, indices.shape, dt)], {"dense_last_dim": width}, 1, [2], [0]
+
+
+@builder("BatchDenseToSparse")
+def _caffe2_batch_dense_to_sparse(draw, dt):
+    width = draw(st.integers(1, 4))
+    lengths, indices = _batch_sparse(draw, width)
+    return [lengths, indices, arr(draw, (lengths.size, width), dt)], {}, 1, [2], [0]
+
+
 @builder("Scale")
 def _scale(draw, dt):
     x = arr(draw, dims(draw, 0), dt)

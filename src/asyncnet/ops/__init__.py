@@ -15,6 +15,7 @@ from asyncnet.ops import (
     caffe2_ftrl,
     caffe2_image,
     caffe2_instance_norm,
+    caffe2_mask,
     caffe2_minmax,
     caffe2_misc,
     caffe2_padding,
@@ -114,4 +115,5 @@ __all__ = [
     "caffe2_control",
     "caffe2_rowwise8bit",
     "caffe2_segment",
+    "caffe2_mask",
 ]
