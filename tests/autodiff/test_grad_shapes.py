@@ -449,6 +449,20 @@ def _caffe2_batch_dense_to_sparse(draw, dt):
     return [lengths, indices, arr(draw, (lengths.size, width), dt)], {}, 1, [2], [0]
 
 
+@builder("PadImage")
+def _caffe2_pad_image(draw, dt):
+    x = arr(draw, (1, 2, draw(st.integers(4, 5)), draw(st.integers(4, 5))), dt)  # reflect needs pad < size
+    pads = {k: draw(st.integers(-1, 2)) for k in ("pad_t", "pad_l", "pad_b", "pad_r")}
+    return [x], {**pads, "mode": draw(st.sampled_from(["constant", "reflect", "edge"]))}, 1, [0], [0]
+
+
+@builder("ResizeNearest")
+def _caffe2_resize_nearest(draw, dt):
+    x = arr(draw, (1, 2, draw(st.integers(2, 5)), draw(st.integers(2, 5))), dt)
+    scales = {"height_scale": draw(st.sampled_from([0.5, 1.0, 2.0])), "width_scale": draw(st.sampled_from([1.0, 1.5]))}
+    return [x], scales, 1, [0], [0]
+
+
 @builder("Scale")
 def _scale(draw, dt):
     x = arr(draw, dims(draw, 0), dt)

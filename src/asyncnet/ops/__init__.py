@@ -23,6 +23,7 @@ from asyncnet.ops import (
     caffe2_queue,
     caffe2_recurrent,
     caffe2_reduce,
+    caffe2_resize,
     caffe2_rnn,
     caffe2_rowwise8bit,
     caffe2_scatter,
@@ -116,4 +117,5 @@ __all__ = [
     "caffe2_rowwise8bit",
     "caffe2_segment",
     "caffe2_mask",
+    "caffe2_resize",
 ]
