@@ -19,6 +19,7 @@ from asyncnet.ops import (
     caffe2_minmax,
     caffe2_misc,
     caffe2_padding,
+    caffe2_partition,
     caffe2_pointwise,
     caffe2_queue,
     caffe2_recurrent,
@@ -118,4 +119,5 @@ __all__ = [
     "caffe2_segment",
     "caffe2_mask",
     "caffe2_resize",
+    "caffe2_partition",
 ]
