@@ -8,7 +8,7 @@ Two layouts, both quantizing each row ``x`` to ``q = round((x - min) / scale)`` 
   ``Fused8BitRowwiseQuantizedToFloat``, ``SparseLengths{Sum,WeightedSum,Mean}Fused8BitRowwise``);
 - *split*: a uint8 matrix of codes and a float32 ``(rows, 2)`` matrix of ``[scale, bias]``
   (``FloatToRowwiseQuantized8Bits``, ``Rowwise8BitQuantizedToFloat``,
-  ``SparseLengths{Sum,WeightedSum,Mean}8BitsRowwise``); a constant row gets scale 1 and codes 0.
+  ``SparseLengths{Sum,WeightedSum,Mean,WeightedMean}8BitsRowwise``); a constant row gets scale 1 and codes 0.
 
 The lookups give what ``SparseLengths{Sum,WeightedSum,Mean}`` give on the dequantized table.
 
@@ -220,7 +220,7 @@ def _register_split(name: str, weighted: bool, mean: bool) -> None:
         args=[Arg("grad_on_weights", bool, False, "accepted for Caffe2's schema; the op has no gradient")],
         inputs_doc=tuple(ins),
         outputs_doc=("OUTPUT (float32, len(LENGTHS) x cols)",),
-        doc=f"SparseLengths{'WeightedSum' if weighted else 'Mean' if mean else 'Sum'} over an 8-bit rowwise table.",
+        doc=f"SparseLengths{'Weighted' if weighted else ''}{'Mean' if mean else 'Sum'} over an 8-bit rowwise table.",
     )
     def kernel(ctx: Any, data: Any, *rest: Any) -> np.ndarray:
         codes = _uint8(ctx, data, 0)
@@ -234,6 +234,7 @@ def _register_split(name: str, weighted: bool, mean: bool) -> None:
 for _suffix, _weighted, _mean in (("Sum", False, False), ("WeightedSum", True, False), ("Mean", False, True)):
     _register_fused(f"SparseLengths{_suffix}Fused8BitRowwise", _weighted, _mean)
     _register_split(f"SparseLengths{_suffix}8BitsRowwise", _weighted, _mean)
+_register_split("SparseLengthsWeightedMean8BitsRowwise", True, True)
 
 register_no_gradient(
     "FloatToFused8BitRowwiseQuantized",

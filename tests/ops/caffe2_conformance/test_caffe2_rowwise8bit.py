@@ -98,3 +98,14 @@ def test_module_docstring_example_runs():
 
     result = doctest.testmod(caffe2_rowwise8bit, optionflags=doctest.NORMALIZE_WHITESPACE)
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_weighted_mean_divides_the_weighted_sum_by_each_length():
+    rng = np.random.default_rng(6)
+    codes, sb = run_op("FloatToRowwiseQuantized8Bits", {"x": _table(7, 8, 4)}, ["c", "sb"])
+    idx, lens = rng.integers(0, 8, 6).astype(np.int64), np.array([2, 0, 4], np.int32)
+    w = rng.uniform(size=6).astype(np.float32)
+    feeds = {"c": codes, "w": w, "i": idx, "l": lens, "sb": sb}
+    (total,) = run_op("SparseLengthsWeightedSum8BitsRowwise", feeds)
+    (mean,) = run_op("SparseLengthsWeightedMean8BitsRowwise", feeds)
+    np.testing.assert_allclose(mean, total / np.array([[2], [1], [4]], np.float32), rtol=1e-6)
