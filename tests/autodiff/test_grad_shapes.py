@@ -463,6 +463,18 @@ def _caffe2_resize_nearest(draw, dt):
     return [x], scales, 1, [0], [0]
 
 
+@builder("LpPool")
+def _caffe2_lp_pool(draw, dt):
+    x = arr(draw, (1, 2, draw(st.integers(2, 5)), draw(st.integers(2, 5))), dt, 0.2, 2.0)  # Y > 0
+    return (
+        [x],
+        {"kernel": 2, "stride": draw(st.integers(1, 2)), "p": draw(st.sampled_from([1.0, 2.0, 3.0]))},
+        1,
+        [0],
+        [0],
+    )
+
+
 @builder("Scale")
 def _scale(draw, dt):
     x = arr(draw, dims(draw, 0), dt)

@@ -15,6 +15,7 @@ from asyncnet.ops import (
     caffe2_ftrl,
     caffe2_image,
     caffe2_instance_norm,
+    caffe2_lppool,
     caffe2_mask,
     caffe2_minmax,
     caffe2_misc,
@@ -120,4 +121,5 @@ __all__ = [
     "caffe2_mask",
     "caffe2_resize",
     "caffe2_partition",
+    "caffe2_lppool",
 ]
