@@ -475,6 +475,12 @@ def _caffe2_lp_pool(draw, dt):
     )
 
 
+@builder("BernoulliJSD")
+def _caffe2_bernoulli_jsd(draw, dt):
+    shape = dims(draw, 1, 2)
+    return [arr(draw, shape, dt, 0.05, 0.95), arr(draw, shape, dt, 0.05, 0.95)], {}, 1, [0], [0]
+
+
 @builder("Scale")
 def _scale(draw, dt):
     x = arr(draw, dims(draw, 0), dt)

@@ -11,6 +11,7 @@ from asyncnet.ops import (
     caffe2_distance,
     caffe2_elementwise,
     caffe2_extra,
+    caffe2_features,
     caffe2_fp16,
     caffe2_ftrl,
     caffe2_image,
@@ -122,4 +123,5 @@ __all__ = [
     "caffe2_resize",
     "caffe2_partition",
     "caffe2_lppool",
+    "caffe2_features",
 ]
