@@ -481,6 +481,30 @@ def _caffe2_bernoulli_jsd(draw, dt):
     return [arr(draw, shape, dt, 0.05, 0.95), arr(draw, shape, dt, 0.05, 0.95)], {}, 1, [0], [0]
 
 
+def _rnn_lengths(draw):
+    return np.asarray(draw(st.lists(st.integers(1, 3), min_size=1, max_size=3)), np.int32)
+
+
+@builder("PackRNNSequence")
+def _caffe2_pack_rnn(draw, dt):
+    lengths = _rnn_lengths(draw)
+    return [arr(draw, (int(lengths.sum()), *dims(draw, 0, 2)), dt), lengths], {}, 1, [0], [0]
+
+
+@builder("UnpackRNNSequence")
+def _caffe2_unpack_rnn(draw, dt):
+    lengths = _rnn_lengths(draw)
+    return [arr(draw, (int(lengths.max()), lengths.size, *dims(draw, 0, 2)), dt), lengths], {}, 1, [0], [0]
+
+
+@builder("FlexibleTopK")
+def _caffe2_flexible_top_k(draw, dt):
+    shape = dims(draw, 2, 3)
+    rows = int(np.prod(shape[:-1]))
+    k = np.asarray(draw(st.lists(st.integers(1, shape[-1]), min_size=rows, max_size=rows)), np.int64)
+    return [arr(draw, shape, dt), k], {}, 2, [0], [0]
+
+
 @builder("Scale")
 def _scale(draw, dt):
     x = arr(draw, dims(draw, 0), dt)

@@ -24,6 +24,7 @@ from asyncnet.ops import (
     caffe2_partition,
     caffe2_pointwise,
     caffe2_queue,
+    caffe2_ragged,
     caffe2_recurrent,
     caffe2_reduce,
     caffe2_resize,
@@ -124,4 +125,5 @@ __all__ = [
     "caffe2_partition",
     "caffe2_lppool",
     "caffe2_features",
+    "caffe2_ragged",
 ]
