@@ -25,6 +25,7 @@ from asyncnet.ops import (
     caffe2_pointwise,
     caffe2_queue,
     caffe2_ragged,
+    caffe2_ranges,
     caffe2_recurrent,
     caffe2_reduce,
     caffe2_resize,
@@ -126,4 +127,5 @@ __all__ = [
     "caffe2_lppool",
     "caffe2_features",
     "caffe2_ragged",
+    "caffe2_ranges",
 ]
