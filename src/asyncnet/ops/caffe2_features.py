@@ -11,6 +11,7 @@
   of position x being ``amplitude * sin(x / alpha^(k / embedding_size))`` for even k, ``cos`` for odd.
 - ``BernoulliJSD(P, Q)``: the Jensen-Shannon divergence of Bernoulli(P) and Bernoulli(Q),
   elementwise; ``BernoulliJSDGradient`` gives dP.
+- ``NGramFromCategorical(FLOATS)``: the mixed-radix id of each row's categorical columns.
 - ``SparseNormalize(PARAM, INDICES[, GRAD])``: rows INDICES of PARAM rescaled to norm ``norm``
   (only those above it with ``use_max_norm``, the default), in place.
 
@@ -258,3 +259,43 @@ def sparse_normalize(ctx: Any, param: Any, indices: Any, *grad: Any) -> np.ndarr
 
 
 register_no_gradient("SparseNormalize")
+
+
+# -- NGramFromCategorical -------------------------------------------------------------------------
+
+
+@register_op(
+    "NGramFromCategorical",
+    args=[
+        Arg("col_ids", list, Arg.REQUIRED, "the columns of FLOATS read", item_type=int),
+        Arg("categorical_limits", list, Arg.REQUIRED, "each column's vocabulary size", item_type=int),
+        Arg("vals", list, Arg.REQUIRED, "the vocabularies, concatenated in col_ids order", item_type=int),
+    ],
+    inputs_doc=("FLOATS [N, D]",),
+    outputs_doc=("OUTPUT [N] int32: the mixed-radix code of each row's vocabulary positions",),
+    doc="Encode each row's categorical columns as one id: sum over columns k of "
+    "(position of round(FLOATS[i, col_ids[k]]) in vocabulary k, 0 if absent) * prod(limits before k).",
+)
+def ngram_from_categorical(ctx: Any, floats: Any) -> np.ndarray:
+    x = _np(floats)
+    cols, limits, vals = ctx.args["col_ids"], ctx.args["categorical_limits"], ctx.args["vals"]
+    if x.ndim != 2:
+        raise ValueError(f"expected a 2-D FLOATS in {_where(ctx, 0)}, got shape {x.shape}")
+    if len(cols) != len(limits) or sum(limits) != len(vals):
+        raise ValueError(
+            f"expected one limit per column and sum(categorical_limits) = {sum(limits)} vals, "
+            f"got {len(cols)} columns, {len(limits)} limits, {len(vals)} vals"
+        )
+    if cols and (min(cols) < 0 or max(cols) >= x.shape[1]):
+        raise ValueError(f"expected col_ids in [0, {x.shape[1]}), got {cols}")
+    out = np.zeros(x.shape[0], np.int64)
+    base, start = 1, 0
+    for col, limit in zip(cols, limits):
+        vocab = {v: i for i, v in reversed(list(enumerate(vals[start : start + limit])))}
+        rounded = np.sign(x[:, col]) * np.floor(np.abs(x[:, col].astype(np.float64)) + 0.5)  # C's round
+        out += base * np.array([vocab.get(int(v), 0) for v in rounded], np.int64)
+        base, start = base * limit, start + limit
+    return out.astype(np.int32)
+
+
+register_no_gradient("NGramFromCategorical")

@@ -114,3 +114,17 @@ def test_module_docstring_example_runs():
 
     result = doctest.testmod(caffe2_features, optionflags=doctest.NORMALIZE_WHITESPACE)
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_ngram_from_categorical_codes_vocabulary_positions():
+    floats = np.array([[10.2, -1.0, 31.0], [99.0, 5.0, 30.4], [20.0, 0.0, 29.6]], np.float32)
+    (y,) = run_op(
+        "NGramFromCategorical",
+        {"f": floats},
+        col_ids=[0, 2],
+        categorical_limits=[3, 2],
+        vals=[30, 10, 20, 31, 30],
+    )
+    # row 0: 10 -> 1, 31 -> 0; row 1: 99 absent -> 0, 30 -> 1; row 2: 20 -> 2, 30 -> 1
+    np.testing.assert_array_equal(y, [1 + 3 * 0, 0 + 3 * 1, 2 + 3 * 1])
+    assert y.dtype == np.int32
