@@ -18,6 +18,7 @@ from asyncnet.ops import (
     caffe2_instance_norm,
     caffe2_lppool,
     caffe2_mask,
+    caffe2_meters,
     caffe2_minmax,
     caffe2_misc,
     caffe2_padding,
@@ -128,4 +129,5 @@ __all__ = [
     "caffe2_features",
     "caffe2_ragged",
     "caffe2_ranges",
+    "caffe2_meters",
 ]
