@@ -32,6 +32,7 @@ from asyncnet.ops import (
     caffe2_resize,
     caffe2_rnn,
     caffe2_rowwise8bit,
+    caffe2_rowwise_adam,
     caffe2_scatter,
     caffe2_segment,
     caffe2_select,
@@ -130,4 +131,5 @@ __all__ = [
     "caffe2_ragged",
     "caffe2_ranges",
     "caffe2_meters",
+    "caffe2_rowwise_adam",
 ]
