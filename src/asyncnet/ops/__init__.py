@@ -33,6 +33,7 @@ from asyncnet.ops import (
     caffe2_rnn,
     caffe2_rowwise8bit,
     caffe2_rowwise_adam,
+    caffe2_sampling,
     caffe2_scatter,
     caffe2_segment,
     caffe2_select,
@@ -132,4 +133,5 @@ __all__ = [
     "caffe2_ranges",
     "caffe2_meters",
     "caffe2_rowwise_adam",
+    "caffe2_sampling",
 ]
