@@ -505,6 +505,19 @@ def _caffe2_flexible_top_k(draw, dt):
     return [arr(draw, shape, dt), k], {}, 2, [0], [0]
 
 
+@builder("Im2Col")
+def _caffe2_im2col(draw, dt):
+    x = arr(draw, (1, 2, draw(st.integers(3, 5)), draw(st.integers(3, 5))), dt)
+    return [x], {"kernel": 2, "stride": draw(st.integers(1, 2)), "pad": draw(st.integers(0, 1))}, 1, [0], [0]
+
+
+@builder("Col2Im")
+def _caffe2_col2im(draw, dt):
+    h, w, s = draw(st.integers(3, 5)), draw(st.integers(3, 5)), draw(st.integers(1, 2))
+    oh, ow = (h - 2) // s + 1, (w - 2) // s + 1
+    return [arr(draw, (1, 8, oh, ow), dt), arr(draw, (1, 2, h, w), dt)], {"kernel": 2, "stride": s}, 1, [0], [0]
+
+
 @builder("Scale")
 def _scale(draw, dt):
     x = arr(draw, dims(draw, 0), dt)

@@ -14,6 +14,7 @@ from asyncnet.ops import (
     caffe2_features,
     caffe2_fp16,
     caffe2_ftrl,
+    caffe2_im2col,
     caffe2_image,
     caffe2_instance_norm,
     caffe2_lppool,
@@ -134,4 +135,5 @@ __all__ = [
     "caffe2_meters",
     "caffe2_rowwise_adam",
     "caffe2_sampling",
+    "caffe2_im2col",
 ]
