@@ -380,6 +380,144 @@ def _unsorted_segment_sum(draw, dt):
     return [arr(draw, data_shape, dt), ids.astype(draw(st.sampled_from([np.int32, np.int64])))], args, 1, [0], [0]
 
 
+_SEGMENT_OPS = (
+    [
+        f"{p}{r}"
+        for p in ("SortedSegment", "SparseSortedSegment", "SparseUnsortedSegment")
+        for r in ("Sum", "Mean", "WeightedSum")
+    ]
+    + ["UnsortedSegmentMean", "UnsortedSegmentWeightedSum", "LengthsMean", "LengthsMax", "LengthsWeightedSum"]
+    + [f"SortedSegmentRange{r}" for r in ("Sum", "Mean", "Max", "LogSumExp", "LogMeanExp")]
+)
+
+
+def _segment_case(draw, dt, op):
+    rows = draw(st.integers(1, 5))
+    data = arr(draw, (draw(st.integers(1, 4)), *dims(draw, 0, 2)), dt)
+    n = rows if op.startswith("Sparse") else data.shape[0]
+    inputs = [data]
+    if op.endswith("WeightedSum"):
+        inputs.append(arr(draw, (n,), dt))
+    if op.startswith("Sparse"):
+        inputs.append(np.asarray(draw(st.lists(st.integers(0, data.shape[0] - 1), min_size=n, max_size=n)), np.int64))
+    ids = np.asarray(draw(st.lists(st.integers(0, 3), min_size=n, max_size=n)), np.int32)
+    if op.startswith("Lengths"):
+        inputs.append(np.bincount(ids, minlength=4).astype(np.int32))
+        inputs[0] = inputs[0][np.argsort(ids, kind="stable")]
+    else:
+        inputs.append(np.sort(ids) if "Unsorted" not in op else ids)
+    on_w = op.endswith("WeightedSum") and draw(st.booleans())
+    return inputs, {"grad_on_weights": True} if on_w else {}, 1, [0, 1] if on_w else [0], [0]
+
+
+for _op in _SEGMENT_OPS:
+    builder(_op)(lambda draw, dt, op=_op: _segment_case(draw, dt, op))
+
+
+@builder("BooleanMask")
+def _caffe2_boolean_mask(draw, dt):
+    x = arr(draw, dims(draw, 1, 3), dt)
+    mask = np.asarray(draw(st.lists(st.booleans(), min_size=x.shape[0], max_size=x.shape[0])), bool)
+    mask[draw(st.integers(0, x.shape[0] - 1))] = True  # a non-empty output for the loss
+    return [x, mask], {}, 1, [0], [0]
+
+
+@builder("LengthsTopK")
+def _caffe2_lengths_top_k(draw, dt):
+    lengths = np.asarray(draw(st.lists(st.integers(0, 4), min_size=1, max_size=4)), np.int32)
+    return [arr(draw, (int(lengths.sum()),), dt), lengths], {"k": draw(st.integers(1, 3))}, 2, [0], [0]
+
+
+def _batch_sparse(draw, width):
+    lengths = np.asarray(draw(st.lists(st.integers(1, width), min_size=1, max_size=4)), np.int32)
+    rng = np.random.default_rng(draw(st.integers(0, 2**16)))
+    indices = np.concatenate([rng.permutation(width)[:n] for n in lengths]).astype(np.int64)
+    return lengths, indices
+
+
+@builder("BatchSparseToDense")
+def _caffe2_batch_sparse_to_dense(draw, dt):
+    width = draw(st.integers(1, 4))
+    lengths, indices = _batch_sparse(draw, width)
+    return [lengths, indices, arr(draw, indices.shape, dt)], {"dense_last_dim": width}, 1, [2], [0]
+
+
+@builder("BatchDenseToSparse")
+def _caffe2_batch_dense_to_sparse(draw, dt):
+    width = draw(st.integers(1, 4))
+    lengths, indices = _batch_sparse(draw, width)
+    return [lengths, indices, arr(draw, (lengths.size, width), dt)], {}, 1, [2], [0]
+
+
+@builder("PadImage")
+def _caffe2_pad_image(draw, dt):
+    x = arr(draw, (1, 2, draw(st.integers(4, 5)), draw(st.integers(4, 5))), dt)  # reflect needs pad < size
+    pads = {k: draw(st.integers(-1, 2)) for k in ("pad_t", "pad_l", "pad_b", "pad_r")}
+    return [x], {**pads, "mode": draw(st.sampled_from(["constant", "reflect", "edge"]))}, 1, [0], [0]
+
+
+@builder("ResizeNearest")
+def _caffe2_resize_nearest(draw, dt):
+    x = arr(draw, (1, 2, draw(st.integers(2, 5)), draw(st.integers(2, 5))), dt)
+    scales = {"height_scale": draw(st.sampled_from([0.5, 1.0, 2.0])), "width_scale": draw(st.sampled_from([1.0, 1.5]))}
+    return [x], scales, 1, [0], [0]
+
+
+@builder("LpPool")
+def _caffe2_lp_pool(draw, dt):
+    x = arr(draw, (1, 2, draw(st.integers(2, 5)), draw(st.integers(2, 5))), dt, 0.2, 2.0)  # Y > 0
+    return (
+        [x],
+        {"kernel": 2, "stride": draw(st.integers(1, 2)), "p": draw(st.sampled_from([1.0, 2.0, 3.0]))},
+        1,
+        [0],
+        [0],
+    )
+
+
+@builder("BernoulliJSD")
+def _caffe2_bernoulli_jsd(draw, dt):
+    shape = dims(draw, 1, 2)
+    return [arr(draw, shape, dt, 0.05, 0.95), arr(draw, shape, dt, 0.05, 0.95)], {}, 1, [0], [0]
+
+
+def _rnn_lengths(draw):
+    return np.asarray(draw(st.lists(st.integers(1, 3), min_size=1, max_size=3)), np.int32)
+
+
+@builder("PackRNNSequence")
+def _caffe2_pack_rnn(draw, dt):
+    lengths = _rnn_lengths(draw)
+    return [arr(draw, (int(lengths.sum()), *dims(draw, 0, 2)), dt), lengths], {}, 1, [0], [0]
+
+
+@builder("UnpackRNNSequence")
+def _caffe2_unpack_rnn(draw, dt):
+    lengths = _rnn_lengths(draw)
+    return [arr(draw, (int(lengths.max()), lengths.size, *dims(draw, 0, 2)), dt), lengths], {}, 1, [0], [0]
+
+
+@builder("FlexibleTopK")
+def _caffe2_flexible_top_k(draw, dt):
+    shape = dims(draw, 2, 3)
+    rows = int(np.prod(shape[:-1]))
+    k = np.asarray(draw(st.lists(st.integers(1, shape[-1]), min_size=rows, max_size=rows)), np.int64)
+    return [arr(draw, shape, dt), k], {}, 2, [0], [0]
+
+
+@builder("Im2Col")
+def _caffe2_im2col(draw, dt):
+    x = arr(draw, (1, 2, draw(st.integers(3, 5)), draw(st.integers(3, 5))), dt)
+    return [x], {"kernel": 2, "stride": draw(st.integers(1, 2)), "pad": draw(st.integers(0, 1))}, 1, [0], [0]
+
+
+@builder("Col2Im")
+def _caffe2_col2im(draw, dt):
+    h, w, s = draw(st.integers(3, 5)), draw(st.integers(3, 5)), draw(st.integers(1, 2))
+    oh, ow = (h - 2) // s + 1, (w - 2) // s + 1
+    return [arr(draw, (1, 8, oh, ow), dt), arr(draw, (1, 2, h, w), dt)], {"kernel": 2, "stride": s}, 1, [0], [0]
+
+
 @builder("Scale")
 def _scale(draw, dt):
     x = arr(draw, dims(draw, 0), dt)

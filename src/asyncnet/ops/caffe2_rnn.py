@@ -449,38 +449,74 @@ def _elementwise_linear_grad(op: OperatorDef, gout: list[str | None]) -> tuple[l
     return [gop], ["#dx", "#da", "#db"]
 
 
+_MASK_MODES = ("sequence", "window", "upper", "lower", "upperdiag", "lowerdiag")
+
+
 @register_op(
     "SequenceMask",
-    inputs=2,
+    inputs=(1, 2),
     outputs=1,
     args=[
-        Arg("mode", str, Arg.REQUIRED, "'sequence' (the one mode asyncnet has)", choices=["sequence"]),
+        Arg("mode", str, Arg.REQUIRED, "sequence, window, upper, lower, upperdiag or lowerdiag", choices=_MASK_MODES),
         Arg("axis", int, 1, "X is seen as [prod(dims before axis), prod(the rest)]"),
+        Arg("batch", int, -1, "dims up to this one form a batch the mask repeats over (-1: none)"),
+        Arg("repeat_from_axis", int, None, "dims from this one on repeat the mask (default: none)"),
+        Arg("radius", int, 10, "window mode: entries within radius of the center are kept"),
         Arg("fill_val", float, float("-inf"), "the value of masked entries"),
         Arg("grad", bool, False, "gradient mode: masked entries are 0"),
     ],
     differentiable=True,
-    inputs_doc=("X", "sequence_lengths [prod(dims before axis)] ints"),
-    outputs_doc=("X with entries at or past each row's length set to fill_val",),
-    doc="Caffe2's SequenceMask in 'sequence' mode: row i of X (flattened at axis) keeps its first "
-    "sequence_lengths[i] entries; the rest become fill_val (0 with grad=1).",
+    inputs_doc=("X", "sequence_lengths or window centers [rows] ints (sequence and window modes)"),
+    outputs_doc=("X with the masked entries set to fill_val",),
+    doc="Caffe2's SequenceMask: X seen as rows i and columns j (split at axis; optionally a leading "
+    "batch and a repeated tail); 'sequence' masks j >= lengths[i], 'window' masks |j - centers[i]| > "
+    "radius, 'upper'/'lower' mask j > i / j < i, 'upperdiag'/'lowerdiag' j >= i / j <= i; masked "
+    "entries become fill_val (0 with grad=1).",
 )
-def sequence_mask(ctx: Any, x: Any, lengths: Any) -> np.ndarray:
+def sequence_mask(ctx: Any, x: Any, *lengths: Any) -> np.ndarray:
     x = np.asarray(float_array(ctx, x, 0))
-    lengths = np.asarray(array(ctx, lengths, 1))
-    axis = ctx.args["axis"] + x.ndim if ctx.args["axis"] < 0 else ctx.args["axis"]
-    rows, cols = int(np.prod(x.shape[:axis])), int(np.prod(x.shape[axis:]))
-    if lengths.size != rows or lengths.dtype.kind not in "iu":
-        raise ValueError(
-            f"expected {rows} integer sequence lengths for X {x.shape} at axis {axis}, got {lengths.shape}"
-        )
-    keep = np.arange(cols)[None, :] < lengths.reshape(rows, 1)
+    view = _mask_view(ctx, x.shape)
+    rows, cols = view[1], view[2]
+    i, j = np.arange(rows)[:, None], np.arange(cols)[None, :]
+    mode = ctx.args["mode"]
+    if mode in ("sequence", "window"):
+        if len(lengths) != 1:
+            raise ValueError(f"expected the lengths (or centers) input in {mode} mode")
+        v = np.asarray(array(ctx, lengths[0], 1))
+        if v.size != rows or v.dtype.kind not in "iu":
+            raise ValueError(f"expected {rows} integer sequence lengths for X {x.shape}, got {v.shape}")
+        v = v.reshape(rows, 1).astype(np.int64)
+        r = ctx.args["radius"]
+        masked = j >= v if mode == "sequence" else (j > v + r) | (j < v - r)
+    else:
+        masked = {"upper": j > i, "lower": j < i, "upperdiag": j >= i, "lowerdiag": j <= i}[mode]
     fill = x.dtype.type(0 if ctx.args["grad"] else ctx.args["fill_val"])
-    return np.where(keep, x.reshape(rows, cols), fill).reshape(x.shape).astype(x.dtype, copy=False)
+    out = np.where(masked[None, :, :, None], fill, x.reshape(view))
+    return out.reshape(x.shape).astype(x.dtype, copy=False)
+
+
+def _mask_view(ctx: Any, shape: tuple[int, ...]) -> tuple[int, int, int, int]:
+    """X as [batch, rows, cols, repeated tail]."""
+    nd = len(shape)
+    axis = ctx.args["axis"] + nd if ctx.args["axis"] < 0 else ctx.args["axis"]
+    batch = ctx.args["batch"]
+    batch = batch + nd if batch < -1 else batch
+    rep = ctx.args["repeat_from_axis"]
+    rep = nd if rep is None else (rep + nd if rep < 0 else rep)
+    if not (-1 <= batch < axis <= rep <= nd):
+        raise ValueError(f"expected batch < axis <= repeat_from_axis within X's {nd} dims, got {batch}, {axis}, {rep}")
+    return (
+        int(np.prod(shape[: batch + 1])),
+        int(np.prod(shape[batch + 1 : axis])),
+        int(np.prod(shape[axis:rep])),
+        int(np.prod(shape[rep:])),
+    )
 
 
 @register_gradient("SequenceMask")
 def _sequence_mask_grad(op: OperatorDef, gout: list[str | None]) -> tuple[list[OperatorDef], list[str | None]]:
     """Caffe2's: the output gradient masked the same way, with zeros."""
     args = {**op.args, "grad": True}
-    return [OperatorDef("SequenceMask", [gout[0], op.inputs[1]], ["#dx"], args)], ["#dx", None]
+    return [OperatorDef("SequenceMask", [gout[0], *op.inputs[1:]], ["#dx"], args)], ["#dx"] + [None] * (
+        len(op.inputs) - 1
+    )
