@@ -74,6 +74,12 @@ class GradientSlice(NamedTuple):
     values: str
 
 
+def _table_rows(x: np.ndarray) -> np.ndarray:
+    """``x`` as a 2-D [rows, row size] view, also when it has no rows (``reshape(rows, -1)``
+    cannot size an empty array)."""
+    return x.reshape(x.shape[0], math.prod(x.shape[1:]))
+
+
 def _indices(ctx: Any, x: Any, i: int, rows: int) -> np.ndarray:
     x = array(ctx, x, i)
     if is_torch(x):
@@ -426,7 +432,7 @@ def _torch_bags(data: Any, idx: Any, lengths: Any, weights: Any = None) -> Any:
         if weights is not None:
             rows = rows * weights.reshape(-1, *([1] * (data.ndim - 1)))
         return segment_sum(rows, lengths)
-    flat = data.reshape(data.shape[0], -1)
+    flat = _table_rows(data)
     lens = lengths.long()
     offsets = torch.cumsum(lens, 0) - lens
     out = torch.nn.functional.embedding_bag(idx.long(), flat, offsets, mode="sum", per_sample_weights=weights)
@@ -567,7 +573,7 @@ def _host_bags(ctx: Any, torch: Any, data: np.ndarray, indices: np.ndarray, leng
     are checked here for asyncnet's message."""
     idx = _int_indices(ctx, indices, 1)
     offsets = _bag_offsets(ctx, lengths, 2, idx.shape[0])
-    flat = data if data.ndim == 2 else data.reshape(data.shape[0], -1)
+    flat = data if data.ndim == 2 else _table_rows(data)
     t = torch.from_numpy
     try:
         out = torch.embedding_bag(t(flat), t(_writable(idx)), t(offsets), False, 0, False, None, True)[0]
@@ -876,7 +882,7 @@ def _add_rows(
         np.add.at(out, idx, values if scale is None else values * scale)
         return
     if out.ndim != 2:
-        out = out.reshape(out.shape[0], -1)  # a view: the rows of the table, flattened
+        out = _table_rows(out)  # a view: the rows of the table, flattened
     values = values.reshape(-1, out.shape[1])
     if idx.shape[0] * out.shape[1] < SMALL_SCATTER or rounds == 0:
         rows = values if vmap is None else values.take(vmap, axis=0)

@@ -368,3 +368,26 @@ def test_hogwild_threads_share_one_table(library):
         t.join(timeout=30)
     assert not errors and not any(t.is_alive() for t in threads), errors
     np.testing.assert_array_equal(base, np.full((40, 4), rounds, np.float32))
+
+
+@pytest.mark.parametrize("tensors", ["numpy", "torch"])
+@pytest.mark.parametrize("row_shape", [(), (3,), (2, 2)])
+@pytest.mark.parametrize("table_rows", [0, 5])
+def test_lengths_sums_of_no_bags_are_empty(tensors, row_shape, table_rows):
+    # no bags and no ids: an empty [0, *row_shape] result, also for a 1-D table (one number per row)
+    ws = an.Workspace()
+    feeds = {
+        "d": np.ones((table_rows, *row_shape), np.float32),
+        "w": np.zeros(0, np.float32),
+        "i": np.zeros(0, np.int64),
+        "l": np.zeros(0, np.int32),
+    }
+    for name, value in feeds.items():
+        ws.feed(name, value if tensors == "numpy" else torch.from_numpy(value))
+    net = an.Net("empty")
+    net.SparseLengthsSum(["d", "i", "l"], "sum")
+    net.SparseLengthsWeightedSum(["d", "w", "i", "l"], "wsum")
+    ws.run_net_once(net)
+    for out in ("sum", "wsum"):
+        got = ws.fetch(out, host=True)
+        assert tuple(got.shape) == (0, *row_shape)
