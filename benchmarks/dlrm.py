@@ -244,6 +244,7 @@ def thread_scaling(size_name: str, steps: int, warmup: int = 3) -> dict[str, Any
     caller, _ = asyncnet_peer(size, lr, "async_scheduling", 1, "numpy")  # 1 pool thread + the caller
     ref1, ref2 = torch_peer(size, params, lr), torch_peer(size, params, lr)
     on = parallel.SPLIT_MIN_MACS
+    enabled, parallel.ENABLED = parallel.ENABLED, True  # the split is off by default: measured here
     peers = {
         "asyncnet 1t straight": (one, 1, on),
         "asyncnet 2t async_scheduling": (two, 1, on),
@@ -269,6 +270,7 @@ def thread_scaling(size_name: str, steps: int, warmup: int = 3) -> dict[str, Any
                         for k in splits:
                             splits[k] += after[k] - before[k]
     parallel.SPLIT_MIN_MACS = on
+    parallel.ENABLED = enabled
     with threadpool_limits(1):
         torch.set_num_threads(1)
         threads_2t = _profiled_threads(two, data[:warmup])

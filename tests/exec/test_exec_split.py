@@ -17,6 +17,7 @@ pytestmark = [pytest.mark.timeout(60), pytest.mark.usefixtures("no_leaked_thread
 @pytest.fixture(autouse=True)
 def low_threshold(monkeypatch):
     """Splits from 1 M multiply-adds: the tests' products stay small whatever the tuned threshold."""
+    monkeypatch.setattr(parallel, "ENABLED", True)  # off by default (see the module)
     monkeypatch.setattr(parallel, "SPLIT_MIN_MACS", 1_000_000)
     monkeypatch.setattr(parallel, "runnable_threads", lambda: 1)  # a free core, whatever the machine's load
     monkeypatch.setattr(parallel, "ROOM_TTL", 0.0)

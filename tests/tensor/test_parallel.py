@@ -76,6 +76,7 @@ def low_threshold(monkeypatch):
     """Splits from 1 M multiply-adds: the tests' products stay small whatever the tuned threshold;
     and the machine counts as having a free core whatever else runs on it (the load of a shared
     machine must not decide a test)."""
+    monkeypatch.setattr(parallel, "ENABLED", True)  # off by default (see the module)
     monkeypatch.setattr(parallel, "SPLIT_MIN_MACS", 1_000_000)
     monkeypatch.setattr(parallel, "runnable_threads", lambda: 1)
     monkeypatch.setattr(parallel, "ROOM_TTL", 0.0)  # every offer reads the (patched) machine

@@ -62,6 +62,7 @@ import numpy as np
 from asyncnet.tensor.threads import intra_op_threads, process_cores
 
 __all__ = [
+    "ENABLED",
     "SPLIT_MIN_MACS",
     "SPLIT_MIN_ROWS",
     "SPLIT_PIECES",
@@ -84,6 +85,11 @@ __all__ = [
     "stats",
 ]
 
+#: off by default: measured on the large DLRM at 2 threads on a quiet 2-core VM, a step with
+#: splits took 1.03-1.05x the time of one without (`python -m benchmarks dlrm --sizes large
+#: --scaling`): the sparse updates beside the products hold the GIL, so no core is really idle.
+#: Set True to split (the benchmark's "split on" does).
+ENABLED = False
 #: products of fewer multiply-adds than this run whole. Measured on a 2-core VM: an offered share
 #: starts 18-27 us (p10-p90) after the offer, one core computes 85-95 G multiply-adds/s in
 #: single-threaded sgemm; 16 M make halves of ~90 us, four times the wake-up
@@ -304,7 +310,7 @@ Product = Callable[[Any, Any, Any], Any]
 def _may_share() -> bool:
     """Whether a share could be offered now (the checks of :func:`run_pieces`, without the
     reservation): products that cannot be shared take the plain call at once."""
-    if getattr(_local, "spare", None) is None:
+    if not ENABLED or getattr(_local, "spare", None) is None:
         return False
     cores = process_cores()
     if intra_op_threads() == 1 and _busy < cores and machine_has_room(cores):
@@ -342,7 +348,7 @@ def _plan(a: Any, b: Any, rows_only: bool) -> tuple[int, tuple[int, ...]] | None
     columns (axis 1), at multiples of :data:`SPLIT_MIN_ROWS`; None when the product is too small."""
     m, k = a.shape
     n = b.shape[1]
-    if m * k * n < SPLIT_MIN_MACS:
+    if not ENABLED or m * k * n < SPLIT_MIN_MACS:
         return None
     for axis, size in ((0, m), (1, n))[: 1 if rows_only else 2]:
         if size >= 2 * SPLIT_MIN_ROWS:
