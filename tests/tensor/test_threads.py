@@ -209,3 +209,32 @@ def test_async_net_counts_its_helping_caller():
     assert blas_threads() <= max(1, CORES // 2)
     inst.close()
     ws.close()
+
+
+@needs_2_cores
+def test_pool_workers_take_up_torch_counts_set_after_they_first_used_torch():
+    # torch reads its intra-op count into each thread once, on the thread's first torch call: a
+    # worker whose first call saw another count (set by the user, say) follows the budget's
+    torch = pytest.importorskip("torch")
+    from asyncnet.exec.pools import WorkerPool
+
+    original = torch.get_num_threads()
+    seen = []
+    done = threading.Semaphore(0)
+
+    def report(_):
+        seen.append(torch.get_num_threads())
+        done.release()
+
+    pool = WorkerPool("follow", 1)  # its claim sets torch to 1 thread
+    try:
+        torch.set_num_threads(CORES)  # set directly, behind the budget's back
+        pool.submit(report, None)  # the worker's first torch call
+        assert done.acquire(timeout=20)
+        with budget.claim_threads(workers=CORES):  # the budget sets torch to 1 again
+            pool.submit(report, None)
+            assert done.acquire(timeout=20)
+    finally:
+        pool.shutdown()
+        torch.set_num_threads(original)
+    assert seen == [1, 1]

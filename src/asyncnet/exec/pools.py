@@ -53,7 +53,7 @@ from typing import Any
 
 from asyncnet.core.defs import DeviceOption, NetDef
 from asyncnet.errors import ExecutionError, NetDefinitionError
-from asyncnet.tensor.threads import ThreadClaim, claim_threads
+from asyncnet.tensor.threads import ThreadClaim, claim_threads, follow_torch_threads
 
 _log = logging.getLogger(__name__)
 
@@ -249,6 +249,7 @@ def _worker(q: queue.SimpleQueue[Any], idle: threading.Semaphore) -> None:
             return
         fn, arg = item
         del item
+        follow_torch_threads()
         fn(arg)
         del fn, arg
         idle.release()

@@ -36,7 +36,14 @@ import sys
 import threading
 from typing import Any
 
-__all__ = ["ThreadClaim", "claim_threads", "intra_op_threads", "process_cores", "set_process_cores"]
+__all__ = [
+    "ThreadClaim",
+    "claim_threads",
+    "follow_torch_threads",
+    "intra_op_threads",
+    "process_cores",
+    "set_process_cores",
+]
 
 _lock = threading.Lock()
 _claims: dict[int, tuple[int, int | None, int | None]] = {}  # id -> (workers, explicit threads, at most)
@@ -45,6 +52,11 @@ _original: dict[str, Any] | None = None  # settings before the first claim, rest
 _applied: int | None = None
 _state: tuple[int, bool, bool] | None = None  # what _set last applied: (count, explicit, torch seen)
 _cores_override: int | None = None
+# torch keeps its intra-op count per thread (OpenMP), read once when a thread first calls into
+# torch: each change made here is numbered, so a long-lived worker thread can take it up
+_torch_change = 0
+_torch_count: int | None = None
+_follower = threading.local()
 
 
 class ThreadClaim:
@@ -212,4 +224,24 @@ def _set(blas: int | None, torch_threads: int | None) -> None:
                 release(force=True)
     torch = sys.modules.get("torch")
     if torch is not None and torch_threads is not None and hasattr(torch, "set_num_threads"):
+        global _torch_change, _torch_count
         torch.set_num_threads(torch_threads)
+        _torch_count, _torch_change = torch_threads, _torch_change + 1
+
+
+def follow_torch_threads() -> None:
+    """In a long-lived worker thread, before it runs ops: take up torch's intra-op thread count as
+    this module last set it. torch reads the count into each thread once, when the thread first
+    calls into torch, so a worker that used torch before a claim changed the count would keep
+    the old one (two workers each running torch kernels on two OpenMP threads, on two cores).
+    A read and a compare when nothing changed.
+
+    >>> follow_torch_threads()  # nothing set since this thread last looked: nothing to do
+    """
+    change = _torch_change
+    if getattr(_follower, "change", 0) == change:
+        return
+    _follower.change = change
+    torch = sys.modules.get("torch")
+    if torch is not None and _torch_count is not None:
+        torch.set_num_threads(_torch_count)
