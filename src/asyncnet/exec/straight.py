@@ -146,17 +146,14 @@ class StraightNet(SimpleNet):
         self._claim()
         try:
             blobs = self.blobs
-            shadow = self._shadow
-            if shadow is not None and type(blobs.get(self._first)) is not ndarray:  # type: ignore[arg-type]
-                got = shadow.views(blobs)
-                if got is not None and shadow.plan(got[1]) is not None:
-                    return self._run_shadow(blobs, *got)
-                shadow = None  # tried
+            tried = False
+            if self._shadow is not None and type(blobs.get(self._first)) is not ndarray:  # type: ignore[arg-type]
+                if self._try_shadow(blobs):
+                    return None
+                tried = True
             variant = None if self._specializer is None else self._specializer.variant(blobs)
-            if type(variant) is not Variant and shadow is not None:
-                got = shadow.views(blobs)
-                if got is not None and shadow.plan(got[1]) is not None:
-                    return self._run_shadow(blobs, *got)
+            if type(variant) is not Variant and self._shadow is not None and not tried and self._try_shadow(blobs):
+                return None
             if type(variant) is Variant:
                 self._run_variant(variant, blobs)
             elif variant is not None:  # external inputs not seen before
@@ -170,6 +167,16 @@ class StraightNet(SimpleNet):
         finally:
             self._release()
         return None
+
+    def _try_shadow(self, blobs: MutableMapping[str, Any]) -> bool:
+        """Run on numpy views of torch CPU tensors when every input allows it; False when not."""
+        shadow = self._shadow
+        assert shadow is not None
+        got = shadow.views(blobs)
+        if got is None or shadow.plan(got[1]) is None:
+            return False
+        self._run_shadow(blobs, *got)
+        return True
 
     def _run_shadow(
         self, blobs: MutableMapping[str, Any], arrays: dict[str, Any], kinds: tuple[int, ...], back: dict[int, Any]
