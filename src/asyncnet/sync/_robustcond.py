@@ -110,24 +110,37 @@ class RobustCondition:
 
     def wait(self, timeout: float) -> None:
         """Release the lock, return after a :meth:`notify_all` or ``timeout`` seconds, holding
-        the lock again. Like every condition, it may return early: re-check the state."""
+        the lock again. Like every condition, it may return early: re-check the state.
+
+        A wait that takes the lock over from a dead holder returns at once and keeps the lock
+        from that moment on: the caller sees :attr:`recovered` change before any other process
+        can take the lock and read the half-written state as if nothing had happened."""
         seq = self._seq
         start = seq.value
+        before = self._mx.recovered
         self._mx.unlock()
+        held = [False]  # set by _sleep when it returns (or raises) holding the lock
         try:
             end = time.perf_counter() + timeout
             spin_end = min(end, time.perf_counter() + self.spin)
             while seq.value == start:
                 if time.perf_counter() >= spin_end:
-                    self._sleep(start, end)
+                    self._sleep(start, end, before, held)
                     break
                 _yield()  # a peer waiting for a core gets this one (an idle system returns at once)
         finally:
-            self._relock()
+            if not held[0]:
+                self._relock()
 
-    def _sleep(self, start: int, end: float) -> None:
+    def _sleep(self, start: int, end: float, before: int, held: list[bool]) -> None:
+        """Sleep on the wake-up word, counted among the sleepers (the count is guarded by the
+        lock). ``held[0]`` becomes True when one of the lock's takings here was a take-over
+        (``recovered`` moved past ``before``): the lock is then kept, not released."""
         sleepers = self._sleepers
         self._relock()
+        if self._mx.recovered != before:
+            held[0] = True
+            return
         sleepers.value += 1
         self._mx.unlock()
         try:
@@ -135,7 +148,10 @@ class RobustCondition:
         finally:
             self._relock()
             sleepers.value -= 1
-            self._mx.unlock()
+            if self._mx.recovered != before:
+                held[0] = True
+            else:
+                self._mx.unlock()
 
     def _relock(self) -> None:
         """Take the lock back even if a signal handler raises meanwhile (then re-raise it), so
