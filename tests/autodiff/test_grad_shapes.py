@@ -747,6 +747,27 @@ def _pool(draw, dt, nd=2):
 
 
 BUILDERS["MaxPool1D"] = BUILDERS["AveragePool1D"] = lambda draw, dt: _pool(draw, dt, nd=1)
+BUILDERS["Conv3D"] = lambda draw, dt: _conv(draw, dt, nd=3)
+BUILDERS["MaxPool3D"] = BUILDERS["AveragePool3D"] = lambda draw, dt: _pool(draw, dt, nd=3)
+
+
+@builder("SpaceToBatch")
+def _space_to_batch(draw, dt):
+    block = draw(st.integers(1, 3))
+    pad = draw(st.integers(0, block - 1))
+    n, c = draw(st.integers(1, 2)), draw(st.integers(1, 2))
+    h, w = (block * draw(st.integers(1, 3)) for _ in range(2))  # the padded size: a multiple of the block
+    x = arr(draw, (n, c, h - pad, w - pad), dt)
+    return [x], {"block_size": block, "pad_t": pad, "pad_l": pad, "pad_b": 0, "pad_r": 0}, 1, [0], [0]
+
+
+@builder("BatchToSpace")
+def _batch_to_space(draw, dt):
+    block, pad = draw(st.integers(1, 3)), draw(st.integers(0, 1))
+    n, c = draw(st.integers(1, 2)), draw(st.integers(1, 2))
+    h, w = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    x = arr(draw, (n * block * block, c, h + pad, w + pad), dt)
+    return [x], {"block_size": block, "pad": pad * block // 2}, 1, [0], [0]
 
 
 # -- lookups ----------------------------------------------------------------------------------

@@ -39,6 +39,7 @@ from asyncnet.ops import (
     caffe2_segment,
     caffe2_select,
     caffe2_sequence,
+    caffe2_space_batch,
     caffe2_spatial,
     caffe2_stats,
     caffe2_topk,
@@ -136,4 +137,5 @@ __all__ = [
     "caffe2_rowwise_adam",
     "caffe2_sampling",
     "caffe2_im2col",
+    "caffe2_space_batch",
 ]

@@ -13,11 +13,15 @@ a reference function, with finite differences, or across devices.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import copy
 import functools
+import inspect
 import logging
+import math
 import os
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -101,6 +105,38 @@ def _restore_numpy_aliases() -> None:
 
 _restore_numpy_aliases()
 
+# Two more spellings Caffe2's tests still use: ``np.set_printoptions(threshold=np.nan)`` (NumPy now
+# wants a number: nan meant "never summarize", which is ``sys.maxsize``) and ``inspect.getargspec``
+# (removed in Python 3.11; its four fields come from ``inspect.getfullargspec``).
+ArgSpec = collections.namedtuple("ArgSpec", ["args", "varargs", "keywords", "defaults"])
+
+
+def _getargspec(func: Any) -> ArgSpec:
+    """Python's removed ``inspect.getargspec``: names, ``*args``, ``**kwargs`` and defaults of ``func``."""
+    spec = inspect.getfullargspec(func)
+    return ArgSpec(spec.args, spec.varargs, spec.varkw, spec.defaults)
+
+
+def _accept_nan_print_threshold() -> None:
+    if getattr(np.set_printoptions, "_caffe2_legacy", False):
+        return
+    original = np.set_printoptions
+
+    @functools.wraps(original)
+    def set_printoptions(*args: Any, **kwargs: Any) -> Any:
+        threshold = kwargs.get("threshold")
+        if isinstance(threshold, float) and math.isnan(threshold):
+            kwargs["threshold"] = sys.maxsize
+        return original(*args, **kwargs)
+
+    set_printoptions._caffe2_legacy = True  # type: ignore[attr-defined]
+    np.set_printoptions = set_printoptions
+
+
+if not hasattr(inspect, "getargspec"):
+    inspect.getargspec = _getargspec  # type: ignore[attr-defined]
+_accept_nan_print_threshold()
+
 _COMMON = dict(suppress_health_check=list(hypothesis.HealthCheck), database=None, deadline=None)
 hypothesis.settings.register_profile("sandcastle", hypothesis.settings(derandomize=True, max_examples=100, **_COMMON))
 hypothesis.settings.register_profile("dev", hypothesis.settings(max_examples=10, **_COMMON))
@@ -130,10 +166,20 @@ def elements_of_type(dtype: Any = np.float32, filter_: Any = None) -> st.SearchS
 
 
 def arrays(dims: Any, dtype: Any = np.float32, elements: Any = None) -> st.SearchStrategy:
-    """Arrays of shape ``dims``."""
+    """Arrays of shape ``dims``. Given ``elements`` of a numeric ``dtype`` are converted the way
+    NumPy assigns them (ints wrap around, floats into an int array are truncated), as Caffe2's
+    tests expect: ``elements=st.integers(0, 2**32 - 1)`` for an int32 array draws negatives too."""
     if elements is None:
         elements = elements_of_type(dtype)
+    elif np.dtype(dtype).kind in "iuf":
+        elements = elements.map(functools.partial(_assigned_as, np.dtype(dtype)))
     return hypothesis.extra.numpy.arrays(dtype, dims, elements=elements)
+
+
+def _assigned_as(dtype: np.dtype, value: Any) -> Any:
+    """``value`` as an element of an array of ``dtype`` holds it (C casting: wrap, truncate)."""
+    with np.errstate(all="ignore"):
+        return np.array(value).astype(dtype)[()]
 
 
 def tensor(
