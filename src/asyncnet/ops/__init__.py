@@ -16,6 +16,7 @@ from asyncnet.ops import (
     caffe2_ftrl,
     caffe2_im2col,
     caffe2_image,
+    caffe2_index,
     caffe2_instance_norm,
     caffe2_lppool,
     caffe2_mask,
@@ -138,4 +139,5 @@ __all__ = [
     "caffe2_sampling",
     "caffe2_im2col",
     "caffe2_space_batch",
+    "caffe2_index",
 ]

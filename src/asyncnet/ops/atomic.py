@@ -39,8 +39,10 @@ from asyncnet.atomic._intmath import wrap
 from asyncnet.atomic.local import AtomicBool, AtomicInt, Mutex
 from asyncnet.core.defs import OperatorDef
 from asyncnet.core.registry import Arg, register_op
+from asyncnet.ops import _tensorproto as tp
 from asyncnet.ops.caffe2_stats import DEFAULT as STATS
 from asyncnet.ops.caffe2_stats import atomic_iter_key
+from asyncnet.ops.dbio import register_blob_codec
 from asyncnet.tensor.namespace import is_array, namespace
 
 __all__ = ["increment_iter"]
@@ -323,6 +325,21 @@ def _validate_init_count(op: OperatorDef) -> None:
 )
 def create_counter(ctx: Any) -> AtomicInt:
     return AtomicInt(ctx.args["init_count"], bits=64)
+
+
+def _encode_count(counter: AtomicInt) -> bytes:
+    """A counter in a database: a one-element TensorProto of its count (int64, or int32 for 32 bits)."""
+    return tp.encode_tensor(np.array([counter.load()], np.int64 if counter.bits == 64 else np.int32))
+
+
+def _decode_count(content: bytes) -> AtomicInt:
+    count = tp.decode_tensor(content).reshape(-1)
+    if count.size != 1 or count.dtype.kind != "i":
+        raise ValueError(f"expected a counter record holding one integer, got {count.size} of {count.dtype}")
+    return AtomicInt(int(count[0]), bits=count.dtype.itemsize * 8)
+
+
+register_blob_codec("std::unique_ptr<Counter<int64_t>>", AtomicInt, _encode_count, _decode_count)
 
 
 @register_op(

@@ -28,7 +28,7 @@ from __future__ import annotations
 import os
 import struct
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -37,7 +37,7 @@ from asyncnet._atomicio import atomic_write
 from asyncnet.core.registry import Arg, register_no_gradient, register_op
 from asyncnet.ops import _tensorproto as tp
 
-__all__ = ["CHUNK_SEPARATOR", "DBReader", "open_db", "read_minidb", "write_db"]
+__all__ = ["CHUNK_SEPARATOR", "DBReader", "open_db", "read_minidb", "register_blob_codec", "write_db"]
 
 CHUNK_SEPARATOR = "#%"
 DB_TYPES = ("minidb", "lmdb")
@@ -223,6 +223,30 @@ register_no_gradient("CreateDB", "TensorProtosDBInput")
 # -- Save and Load ----------------------------------------------------------------------------------
 
 
+# BlobProto type name -> (the blob class, value -> content bytes, content bytes -> value)
+_CODECS: dict[str, tuple[type, Callable[[Any], bytes], Callable[[bytes], Any]]] = {}
+
+
+def register_blob_codec(
+    type_name: str, cls: type, encode: Callable[[Any], bytes], decode: Callable[[bytes], Any]
+) -> None:
+    """Let Save write a blob of ``cls`` (an object, not a tensor) as one record of BlobProto type
+    ``type_name`` holding ``encode(value)``, and Load rebuild it with ``decode(content)``.
+
+    Example: ``register_blob_codec("my::Box", Box, lambda b: b.data, Box)``."""
+    _CODECS[type_name] = (cls, encode, decode)
+
+
+def _object_record(name: str, value: Any) -> list[tuple[bytes, bytes]] | None:
+    for type_name, (cls, encode, _) in _CODECS.items():
+        if isinstance(value, cls):
+            out = bytearray()
+            for num, data in ((1, name.encode("utf-8")), (2, type_name.encode("utf-8")), (4, encode(value))):
+                tp._put_bytes(out, num, data)
+            return [(name.encode("utf-8"), bytes(out))]
+    return None
+
+
 def _host(name: str, value: Any) -> Any:
     if isinstance(value, (str, bytes, np.ndarray)):
         return value
@@ -230,11 +254,16 @@ def _host(name: str, value: Any) -> Any:
         from asyncnet.tensor.namespace import to_numpy
 
         return to_numpy(value)
-    raise TypeError(f"blob {name!r} holds a {type(value).__name__}; Save writes tensors and strings")
+    raise TypeError(
+        f"blob {name!r} holds a {type(value).__name__}; Save writes tensors, strings and objects with a registered codec"
+    )
 
 
 def blob_records(name: str, value: Any, chunk_size: int = DEFAULT_CHUNK_SIZE) -> list[tuple[bytes, bytes]]:
     """The database records of one blob, as Caffe2's serializers cut them."""
+    records = _object_record(name, value)
+    if records is not None:
+        return records
     value = _host(name, value)
     if isinstance(value, (str, bytes)):
         content = value.encode("utf-8") if isinstance(value, str) else value
@@ -318,6 +347,10 @@ class _Assembly:
         self.total = -1
 
     def add(self, blob: dict[str, Any], key: bytes) -> None:
+        codec = _CODECS.get(blob["type"])
+        if codec is not None:
+            self.value, self.total, self.filled = codec[2](blob["content"] or b""), 1, 1
+            return
         if blob["type"] == "std::string" or blob["tensor"] is None:
             self.value, self.total, self.filled = blob["content"] or b"", 1, 1
             return
