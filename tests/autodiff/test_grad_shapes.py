@@ -751,6 +751,21 @@ BUILDERS["Conv3D"] = lambda draw, dt: _conv(draw, dt, nd=3)
 BUILDERS["MaxPool3D"] = BUILDERS["AveragePool3D"] = lambda draw, dt: _pool(draw, dt, nd=3)
 
 
+def _lc(draw, dt, nd):
+    n, c, m = (draw(st.integers(1, 2)) for _ in range(3))
+    size, kernel = _spatial(draw, nd)
+    out = [s - k + 1 for s, k in zip(size, kernel)]
+    inputs = [arr(draw, (n, c, *size), dt), arr(draw, (*out, m, c, *kernel), dt)]
+    if draw(st.booleans()):
+        inputs.append(arr(draw, (*out, m), dt))
+    return inputs, {}, 1, list(range(len(inputs))), [0]
+
+
+BUILDERS["LC1D"] = lambda draw, dt: _lc(draw, dt, 1)
+BUILDERS["LC"] = BUILDERS["LC2D"] = lambda draw, dt: _lc(draw, dt, 2)
+BUILDERS["LC3D"] = lambda draw, dt: _lc(draw, dt, 3)
+
+
 @builder("SpaceToBatch")
 def _space_to_batch(draw, dt):
     block = draw(st.integers(1, 3))

@@ -18,6 +18,7 @@ from asyncnet.ops import (
     caffe2_image,
     caffe2_index,
     caffe2_instance_norm,
+    caffe2_locally_connected,
     caffe2_lppool,
     caffe2_mask,
     caffe2_meters,
@@ -140,4 +141,5 @@ __all__ = [
     "caffe2_im2col",
     "caffe2_space_batch",
     "caffe2_index",
+    "caffe2_locally_connected",
 ]

@@ -27,7 +27,19 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from asyncnet.ops._check import float_array, same_dtype
 
-__all__ = ["Window", "window", "volumetric", "conv_nd", "conv_nd_gradient", "pool_nd", "pool_nd_gradient"]
+__all__ = [
+    "Window",
+    "window",
+    "padded",
+    "patches",
+    "tap_slices",
+    "unpadded",
+    "volumetric",
+    "conv_nd",
+    "conv_nd_gradient",
+    "pool_nd",
+    "pool_nd_gradient",
+]
 
 SPATIAL = 3  # the spatial dimensions of a volume
 
@@ -102,12 +114,12 @@ def window(args: dict[str, Any], size: tuple[int, ...], kernel: tuple[int, ...] 
     return Window(tuple(kernel), stride, dilation, head, tail, tuple(out))
 
 
-def _padded(x: np.ndarray, w: Window, value: float = 0.0) -> np.ndarray:
+def padded(x: np.ndarray, w: Window, value: float = 0.0) -> np.ndarray:
     widths = ((0, 0), (0, 0), *zip(w.head, w.tail))
     return np.pad(x, widths, constant_values=value) if any(w.head + w.tail) else x
 
 
-def _patches(xp: np.ndarray, w: Window) -> np.ndarray:
+def patches(xp: np.ndarray, w: Window) -> np.ndarray:
     """[N, C, *out, *kernel]: each output position's window of the padded input (a view)."""
     n = len(w.kernel)
     axes = tuple(range(2, 2 + n))
@@ -119,7 +131,7 @@ def _patches(xp: np.ndarray, w: Window) -> np.ndarray:
     return view[picks]
 
 
-def _tap_slices(w: Window) -> list[tuple[tuple[int, ...], tuple[slice, ...]]]:
+def tap_slices(w: Window) -> list[tuple[tuple[int, ...], tuple[slice, ...]]]:
     """For each kernel tap: its index and the slices of the padded input it reads for all outputs."""
     n = len(w.kernel)
     out = []
@@ -130,7 +142,7 @@ def _tap_slices(w: Window) -> list[tuple[tuple[int, ...], tuple[slice, ...]]]:
     return out
 
 
-def _unpadded(xp: np.ndarray, w: Window) -> np.ndarray:
+def unpadded(xp: np.ndarray, w: Window) -> np.ndarray:
     cut = tuple(slice(h, xp.shape[2 + i] - t) for i, (h, t) in enumerate(zip(w.head, w.tail)))
     return np.ascontiguousarray(xp[(slice(None), slice(None), *cut)])
 
@@ -142,7 +154,7 @@ def conv_nd(x: np.ndarray, f: np.ndarray, b: np.ndarray | None, w: Window, group
     """Y [N, M, *out] = sum over C/group and the kernel of X's windows times filter ``f`` [M, C/group, *k]."""
     n, c = x.shape[:2]
     m, k = f.shape[0], len(w.kernel)
-    cols = _patches(_padded(x, w), w)  # N, C, *out, *kernel
+    cols = patches(padded(x, w), w)  # N, C, *out, *kernel
     cols = cols.reshape(n, group, c // group, *w.out, *w.kernel)
     fg = f.reshape(group, m // group, c // group, *w.kernel)
     y = _grouped_product(cols, fg, k)
@@ -171,8 +183,8 @@ def conv_nd_gradient(
     n, c = x.shape[:2]
     m, k = f.shape[0], len(w.kernel)
     cg, mg = c // group, m // group
-    xp = _padded(x, w)
-    cols = _patches(xp, w).reshape(n, group, cg, *w.out, *w.kernel)
+    xp = padded(x, w)
+    cols = patches(xp, w).reshape(n, group, cg, *w.out, *w.kernel)
     dyg = dy.reshape(n, group, mg, *w.out)
     out_axes = list(range(2, 2 + k))
     df = np.empty(f.shape, x.dtype)
@@ -183,11 +195,11 @@ def conv_nd_gradient(
         return df, db, None
     dxp = np.zeros(xp.shape, x.dtype)
     fg = f.reshape(group, mg, cg, *w.kernel)
-    for tap, spans in _tap_slices(w):
+    for tap, spans in tap_slices(w):
         for g in range(group):  # each tap adds dY times its filter weights onto the inputs it read
             contrib = np.tensordot(dyg[:, g], fg[(g, slice(None), slice(None), *tap)], axes=([1], [0]))
             dxp[(slice(None), slice(g * cg, (g + 1) * cg), *spans)] += np.moveaxis(contrib, -1, 1)
-    return df, db, _unpadded(dxp, w)
+    return df, db, unpadded(dxp, w)
 
 
 # -- pooling ---------------------------------------------------------------------------------------
@@ -196,8 +208,8 @@ def conv_nd_gradient(
 def _counts(shape: tuple[int, ...], w: Window, include_pad: bool, dtype: Any) -> np.ndarray:
     if include_pad:
         return np.full(w.out, float(np.prod(w.kernel)), dtype)
-    ones = _padded(np.ones((1, 1, *shape), dtype), w)
-    return _patches(ones, w).sum(axis=tuple(range(2 + len(w.kernel), 2 + 2 * len(w.kernel))))[0, 0]
+    ones = padded(np.ones((1, 1, *shape), dtype), w)
+    return patches(ones, w).sum(axis=tuple(range(2 + len(w.kernel), 2 + 2 * len(w.kernel))))[0, 0]
 
 
 def pool_nd(x: np.ndarray, w: Window, mode: str, include_pad: bool = False) -> np.ndarray:
@@ -205,8 +217,8 @@ def pool_nd(x: np.ndarray, w: Window, mode: str, include_pad: bool = False) -> n
     k = len(w.kernel)
     kernel_axes = tuple(range(2 + k, 2 + 2 * k))
     if mode == "max":
-        return np.ascontiguousarray(_patches(_padded(x, w, -np.inf), w).max(axis=kernel_axes))
-    sums = _patches(_padded(x, w), w).sum(axis=kernel_axes)
+        return np.ascontiguousarray(patches(padded(x, w, -np.inf), w).max(axis=kernel_axes))
+    sums = patches(padded(x, w), w).sum(axis=kernel_axes)
     return np.ascontiguousarray((sums / _counts(x.shape[2:], w, include_pad, x.dtype)).astype(x.dtype))
 
 
@@ -215,13 +227,13 @@ def pool_nd_gradient(
 ) -> np.ndarray:
     """dX of :func:`pool_nd`: max gives each input equal to its window's maximum that window's dY;
     average spreads dY / count over each window."""
-    xp = _padded(x, w, -np.inf if mode == "max" else 0.0)
+    xp = padded(x, w, -np.inf if mode == "max" else 0.0)
     dxp = np.zeros(xp.shape, x.dtype)
     share = dy if mode == "max" else dy / _counts(x.shape[2:], w, include_pad, x.dtype)
-    for _, spans in _tap_slices(w):
+    for _, spans in tap_slices(w):
         at = (slice(None), slice(None), *spans)
         dxp[at] += np.where(xp[at] == y, share, 0) if mode == "max" else share
-    return _unpadded(dxp, w)
+    return unpadded(dxp, w)
 
 
 # -- dispatch from the 2-D ops ---------------------------------------------------------------------
