@@ -30,6 +30,7 @@ from asyncnet.ops import (
     caffe2_queue,
     caffe2_ragged,
     caffe2_ranges,
+    caffe2_rebatching,
     caffe2_recurrent,
     caffe2_reduce,
     caffe2_resize,
@@ -142,4 +143,5 @@ __all__ = [
     "caffe2_space_batch",
     "caffe2_index",
     "caffe2_locally_connected",
+    "caffe2_rebatching",
 ]

@@ -133,6 +133,24 @@ def _accept_nan_print_threshold() -> None:
     np.set_printoptions = set_printoptions
 
 
+def _accept_positional_elements() -> None:
+    """``hypothesis.extra.numpy.arrays(dtype, shape, elements)``: hypothesis now wants ``elements``
+    (and what follows) by keyword; Caffe2's tests pass it third."""
+    original = hypothesis.extra.numpy.arrays
+    if getattr(original, "_caffe2_legacy", False):
+        return
+
+    @functools.wraps(original)
+    def arrays(dtype: Any, shape: Any, *rest: Any, **kwargs: Any) -> st.SearchStrategy:
+        for name, value in zip(("elements", "fill", "unique"), rest):
+            kwargs[name] = value
+        return original(dtype, shape, **kwargs)
+
+    arrays._caffe2_legacy = True  # type: ignore[attr-defined]
+    hypothesis.extra.numpy.arrays = arrays
+
+
+_accept_positional_elements()
 if not hasattr(inspect, "getargspec"):
     inspect.getargspec = _getargspec  # type: ignore[attr-defined]
 _accept_nan_print_threshold()
