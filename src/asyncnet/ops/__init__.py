@@ -7,6 +7,7 @@ from asyncnet.ops import (
     caffe2_calibration,
     caffe2_control,
     caffe2_conv_transpose,
+    caffe2_detection,
     caffe2_dist,
     caffe2_distance,
     caffe2_elementwise,
@@ -144,4 +145,5 @@ __all__ = [
     "caffe2_index",
     "caffe2_locally_connected",
     "caffe2_rebatching",
+    "caffe2_detection",
 ]

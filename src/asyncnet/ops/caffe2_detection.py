@@ -1,0 +1,110 @@
+"""Caffe2's detection op ``BBoxTransform``: boxes moved by regression deltas, clipped to their image.
+
+Inputs: rois [R, 4] (x1, y1, x2, y2, all in image 0) or [R, 5] (the image's index first),
+deltas [R, 4 * K] (dx, dy, dw, dh per class, divided by ``weights``), im_info [B, 3] (height,
+width, scale per image). A box of width w = x2 - x1 + 1 and centre cx = x1 + w / 2 moves to
+centre cx + dx w with width w exp(min(dw, log(1000 / 16))) (the same for y and h); the corners
+come back as centre -/+ half the size, the far corner less 1 when ``correct_transform_coords``.
+The rois are divided by the image's scale first and the boxes clipped to the scaled image
+([0, width / scale - 1] by [0, height / scale - 1]); with ``apply_scale`` the boxes are scaled
+back. Outputs: the boxes [R, 4 * K] and, optionally, the number of rois of each image [B].
+
+    >>> import numpy as np, asyncnet as an
+    >>> ws = an.Workspace(); ws.feed("rois", np.array([[0.0, 0.0, 9.0, 9.0]], np.float32))
+    >>> ws.feed("deltas", np.array([[0.1, 0.0, 0.0, 0.0]], np.float32))
+    >>> ws.feed("im", np.array([[100.0, 100.0, 1.0]], np.float32))
+    >>> net = an.Net("bbox"); _ = net.BBoxTransform(["rois", "deltas", "im"], "boxes", correct_transform_coords=1)
+    >>> ws.run_net_once(net); ws.fetch("boxes")
+    array([[ 1.,  0., 10.,  9.]], dtype=float32)
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from asyncnet.core.registry import Arg, register_no_gradient, register_op
+from asyncnet.ops._check import float_array
+
+__all__ = ["transform_boxes", "clip_boxes"]
+
+DELTA_CLIP = math.log(1000.0 / 16.0)  # the largest dw, dh: exp() of it grows a box 62.5 times
+
+
+def transform_boxes(boxes: np.ndarray, deltas: np.ndarray, weights: tuple[float, ...], correct: bool) -> np.ndarray:
+    """[R, 4 * K]: each box [R, 4] moved by its K deltas (see the module's docstring)."""
+    boxes = boxes.astype(deltas.dtype, copy=False)
+    size = boxes[:, 2:4] - boxes[:, 0:2] + 1.0  # R, (w, h)
+    centre = boxes[:, 0:2] + 0.5 * size
+    d = deltas.reshape(len(deltas), -1, 4) / np.asarray(weights, deltas.dtype)  # R, K, (dx, dy, dw, dh)
+    new_centre = d[:, :, 0:2] * size[:, None, :] + centre[:, None, :]
+    new_size = np.exp(np.minimum(d[:, :, 2:4], DELTA_CLIP)) * size[:, None, :]
+    far = new_centre + 0.5 * new_size - (1.0 if correct else 0.0)
+    out = np.concatenate([new_centre - 0.5 * new_size, far], axis=2)
+    return out.reshape(deltas.shape).astype(deltas.dtype, copy=False)
+
+
+def clip_boxes(boxes: np.ndarray, height: float, width: float) -> np.ndarray:
+    """The boxes [R, 4 * K] with x in [0, width - 1] and y in [0, height - 1]."""
+    b = boxes.reshape(len(boxes), -1, 4)
+    limit = np.array([width - 1, height - 1, width - 1, height - 1], boxes.dtype)
+    return np.clip(b, 0, limit).reshape(boxes.shape)
+
+
+def _checked(ctx: Any, rois: np.ndarray, deltas: np.ndarray, im_info: np.ndarray) -> None:
+    if rois.ndim != 2 or rois.shape[1] not in (4, 5):
+        raise ValueError(f"expected rois [R, 4] or [R, 5] (image index first), got shape {rois.shape}")
+    if deltas.ndim != 2 or deltas.shape[0] != rois.shape[0] or deltas.shape[1] % 4:
+        raise ValueError(f"expected deltas [R={rois.shape[0]}, 4 * classes], got shape {deltas.shape}")
+    if im_info.ndim != 2 or im_info.shape[1] != 3:
+        raise ValueError(f"expected im_info [images, 3] (height, width, scale), got shape {im_info.shape}")
+    if len(ctx.args["weights"]) != 4:
+        raise ValueError(f"expected 4 weights (x, y, w, h), got {ctx.args['weights']}")
+
+
+def _image_of_each_roi(rois: np.ndarray, images: int) -> np.ndarray:
+    if rois.shape[1] == 4:
+        if images != 1:
+            raise ValueError(f"rois without an image index [R, 4] need one image in im_info, got {images}")
+        return np.zeros(len(rois), np.int64)
+    index = rois[:, 0].astype(np.int64)
+    if len(index) and (index.min() < 0 or index.max() >= images):
+        raise ValueError(f"expected image indices in [0, {images}) in rois[:, 0], got {index.min()}..{index.max()}")
+    return index
+
+
+@register_op(
+    "BBoxTransform",
+    inputs=3,
+    outputs=(1, 2),
+    args=[
+        Arg("weights", list, [1.0, 1.0, 1.0, 1.0], "the deltas are divided by these (x, y, w, h)", item_type=float),
+        Arg("apply_scale", (bool, int), 1, "scale the boxes back by im_info's scale"),
+        Arg("correct_transform_coords", (bool, int), 0, "the far corner is centre + size / 2 - 1 (Detectron's)"),
+    ],
+    inputs_doc=("rois [R, 4] or [R, 5]", "deltas [R, 4 * K]", "im_info [B, 3]"),
+    outputs_doc=("boxes [R, 4 * K]", "roi_batch_splits [B] (float, optional)"),
+    doc="Boxes moved by bounding-box regression deltas and clipped to their image.",
+)
+def bbox_transform(ctx: Any, rois: Any, deltas: Any, im_info: Any) -> Any:
+    rois, deltas, im_info = (float_array(ctx, a, i) for i, a in enumerate((rois, deltas, im_info)))
+    _checked(ctx, rois, deltas, im_info)
+    image = _image_of_each_roi(rois, len(im_info))
+    boxes = rois[:, -4:]
+    out = np.empty(deltas.shape, deltas.dtype)
+    weights = tuple(ctx.args["weights"])
+    for i, (height, width, scale) in enumerate(im_info.astype(np.float64)):
+        mine = image == i
+        if not mine.any():
+            continue
+        moved = transform_boxes(boxes[mine] / scale, deltas[mine], weights, bool(ctx.args["correct_transform_coords"]))
+        moved = clip_boxes(moved, height / scale, width / scale)
+        out[mine] = moved * scale if ctx.args["apply_scale"] else moved
+    if len(ctx.op.outputs) == 1:
+        return out
+    return out, np.bincount(image, minlength=len(im_info)).astype(np.float32)
+
+
+register_no_gradient("BBoxTransform")

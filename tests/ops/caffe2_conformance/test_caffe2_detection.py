@@ -1,0 +1,86 @@
+"""BBoxTransform against a per-box scalar loop written from its documented formula (centre and
+size moved by the deltas, the size change capped, clipped to the scaled image)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from _c2run import run_op
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from asyncnet.errors import OperatorError
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _one_box(box, delta, weights, correct, height, width):
+    x1, y1, x2, y2 = box
+    w, h = x2 - x1 + 1, y2 - y1 + 1
+    cx, cy = x1 + w / 2, y1 + h / 2
+    dx, dy, dw, dh = (d / wt for d, wt in zip(delta, weights))
+    cap = math.log(1000 / 16)
+    ncx, ncy = cx + dx * w, cy + dy * h
+    nw, nh = math.exp(min(dw, cap)) * w, math.exp(min(dh, cap)) * h
+    tail = 1 if correct else 0
+    out = [ncx - nw / 2, ncy - nh / 2, ncx + nw / 2 - tail, ncy + nh / 2 - tail]
+    return [min(max(v, 0), (width if i % 2 == 0 else height) - 1) for i, v in enumerate(out)]
+
+
+def _reference(rois, deltas, im_info, weights, correct, apply_scale):
+    out = np.zeros(deltas.shape)
+    for r in range(len(rois)):
+        image = int(rois[r, 0]) if rois.shape[1] == 5 else 0
+        height, width, scale = im_info[image]
+        box = [v / scale for v in rois[r, -4:]]
+        for k in range(deltas.shape[1] // 4):
+            moved = _one_box(box, deltas[r, 4 * k : 4 * k + 4], weights, correct, height / scale, width / scale)
+            out[r, 4 * k : 4 * k + 4] = [v * scale if apply_scale else v for v in moved]
+    return out
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    seed=st.integers(0, 2**16),
+    counts=st.lists(st.integers(0, 4), min_size=1, max_size=3),
+    classes=st.integers(1, 3),
+    with_index=st.booleans(),
+    correct=st.booleans(),
+    apply_scale=st.booleans(),
+    weights=st.sampled_from([[1.0, 1.0, 1.0, 1.0], [10.0, 10.0, 5.0, 5.0]]),
+)
+def test_bbox_transform_matches_a_per_box_loop(seed, counts, classes, with_index, correct, apply_scale, weights):
+    if not with_index:
+        counts = counts[:1]
+    rng = np.random.default_rng(seed)
+    im_info = np.stack([rng.uniform(50, 200, len(counts)), rng.uniform(50, 200, len(counts)),
+                        rng.uniform(0.5, 2, len(counts))], axis=1)  # fmt: skip
+    rows = []
+    for i, n in enumerate(counts):
+        corners = np.sort(rng.uniform(0, 100, (n, 2, 2)), axis=1).reshape(n, 4)[:, [0, 2, 1, 3]]
+        rows.append(np.concatenate([np.full((n, 1), i), corners], axis=1))
+    rois = np.concatenate(rows) if with_index else np.concatenate(rows)[:, 1:]
+    deltas = rng.normal(0, 1.5, (len(rois), 4 * classes))  # some dw, dh beyond the cap
+    feeds = {"rois": rois, "deltas": deltas, "im": im_info}
+    args = {"weights": weights, "correct_transform_coords": correct, "apply_scale": apply_scale}
+    boxes, splits = run_op("BBoxTransform", feeds, ["boxes", "splits"], **args)
+    np.testing.assert_allclose(boxes, _reference(rois, deltas, im_info, weights, correct, apply_scale), rtol=1e-9)
+    np.testing.assert_array_equal(splits, counts)
+    assert splits.dtype == np.float32
+
+
+def test_rois_of_an_image_im_info_does_not_have_are_refused():
+    rois = np.array([[3, 0, 0, 5, 5]], np.float32)
+    with pytest.raises(OperatorError, match=r"image indices in \[0, 1\)"):
+        run_op("BBoxTransform", {"r": rois, "d": np.zeros((1, 4), np.float32), "i": np.ones((1, 3), np.float32)})
+
+
+def test_module_example_runs():
+    import doctest
+
+    from asyncnet.ops import caffe2_detection
+
+    result = doctest.testmod(caffe2_detection, optionflags=doctest.NORMALIZE_WHITESPACE)
+    assert result.attempted > 0 and result.failed == 0
