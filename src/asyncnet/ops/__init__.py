@@ -21,6 +21,7 @@ from asyncnet.ops import (
     caffe2_instance_norm,
     caffe2_locally_connected,
     caffe2_lppool,
+    caffe2_map,
     caffe2_mask,
     caffe2_meters,
     caffe2_minmax,
@@ -146,4 +147,5 @@ __all__ = [
     "caffe2_locally_connected",
     "caffe2_rebatching",
     "caffe2_detection",
+    "caffe2_map",
 ]
