@@ -1,4 +1,7 @@
-"""Caffe2's detection op ``BBoxTransform``: boxes moved by regression deltas, clipped to their image.
+"""Caffe2's detection ops ``BBoxTransform`` (boxes moved by regression deltas, clipped to their
+image) and ``RMACRegions`` (the regions of R-MAC pooling, see :func:`rmac_regions`).
+
+``BBoxTransform``:
 
 Inputs: rois [R, 4] (x1, y1, x2, y2, all in image 0) or [R, 5] (the image's index first),
 deltas [R, 4 * K] (dx, dy, dw, dh per class, divided by ``weights``), im_info [B, 3] (height,
@@ -28,7 +31,7 @@ import numpy as np
 from asyncnet.core.registry import Arg, register_no_gradient, register_op
 from asyncnet.ops._check import float_array
 
-__all__ = ["transform_boxes", "clip_boxes"]
+__all__ = ["transform_boxes", "clip_boxes", "rmac_regions"]
 
 DELTA_CLIP = math.log(1000.0 / 16.0)  # the largest dw, dh: exp() of it grows a box 62.5 times
 
@@ -108,3 +111,75 @@ def bbox_transform(ctx: Any, rois: Any, deltas: Any, im_info: Any) -> Any:
 
 
 register_no_gradient("BBoxTransform")
+
+
+# -- RMACRegions -----------------------------------------------------------------------------------
+
+_STEPS = np.arange(2, 8, dtype=np.float64)  # the region counts tried along the long side
+
+
+def _extra_regions(height: int, width: int, overlap: float) -> int:
+    """How many more regions the long side gets than the short one: the count whose overlap of
+    neighbouring squares (side = the short side) is nearest ``overlap``."""
+    short, long_ = min(height, width), max(height, width)
+    if short == long_:
+        return 0
+    step = (long_ - short) / (_STEPS - 1)
+    return int(np.argmin(np.abs((short - step) / short - overlap))) + 1
+
+
+def _starts(extent: int, side: float, count: int) -> np.ndarray:
+    """``count`` region starts spread evenly over [0, extent - side] (one region: at 0)."""
+    if count <= 1:
+        return np.zeros(1)
+    return np.floor((extent - side) / (count - 1) * np.arange(count))
+
+
+def rmac_regions(height: int, width: int, scales: int, overlap: float) -> list[tuple[int, int, int, int]]:
+    """The R-MAC regions (x, y, w, h) of a height x width map: at scale l (1..scales) squares of
+    side floor(2 min / (l + 1)) on an l x l grid, with more along the longer side, kept inside.
+
+    >>> rmac_regions(4, 4, 2, 0.4)
+    [(0, 0, 4, 4), (0, 0, 2, 2), (0, 2, 2, 2), (2, 0, 2, 2), (2, 2, 2, 2)]
+    """
+    extra = _extra_regions(height, width, overlap)
+    extra_w, extra_h = (extra, 0) if height < width else (0, extra)
+    out = []
+    for level in range(1, scales + 1):
+        side = float(np.floor(2 * min(height, width) / (level + 1)))
+        for x in _starts(width, side, level + extra_w):
+            for y in _starts(height, side, level + extra_h):
+                s, x0, y0 = int(round(side)), int(round(x)), int(round(y))
+                x0, y0 = min(x0, width - s), min(y0, height - s)  # pushed back inside
+                if s > 0:
+                    out.append((x0, y0, s, s))
+    return out
+
+
+@register_op(
+    "RMACRegions",
+    inputs=1,
+    outputs=1,
+    args=[
+        Arg("scales", int, 3, "the number of region sizes"),
+        Arg("overlap", float, 0.4, "the wanted overlap of neighbouring regions"),
+    ],
+    inputs_doc=("X [N, C, H, W]",),
+    outputs_doc=("regions [N * R, 5] (image index, x1, y1, x2, y2), float32",),
+    doc="The regions of R-MAC pooling (Tolias et al.) for each image, in RoIPool's format.",
+)
+def rmac_regions_op(ctx: Any, x: Any) -> np.ndarray:
+    shape = tuple(x.shape)
+    if len(shape) != 4:
+        raise ValueError(f"expected X [N, C, H, W], got shape {shape}")
+    if ctx.args["scales"] < 1:
+        raise ValueError(f"expected scales >= 1, got {ctx.args['scales']}")
+    boxes = [
+        (px, py, px + s - 1, py + s - 1)
+        for px, py, s, _ in rmac_regions(shape[2], shape[3], ctx.args["scales"], ctx.args["overlap"])
+    ]
+    out = np.array([(n, *b) for n in range(shape[0]) for b in boxes], np.float32)
+    return out.reshape(-1, 5)
+
+
+register_no_gradient("RMACRegions")

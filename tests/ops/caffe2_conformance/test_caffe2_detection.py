@@ -84,3 +84,24 @@ def test_module_example_runs():
 
     result = doctest.testmod(caffe2_detection, optionflags=doctest.NORMALIZE_WHITESPACE)
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_rmac_regions_of_a_wide_map_worked_by_hand():
+    """4 x 6, two scales: the best overlap puts one more region along the width; scale 1 has
+    squares of 4 at x = 0, 2; scale 2 squares of 2 at x = 0, 2, 4 and y = 0, 2."""
+    (got,) = run_op("RMACRegions", {"x": np.zeros((2, 3, 4, 6), np.float32)}, ["r"], scales=2, overlap=0.4)
+    squares = [(0, 0, 4), (2, 0, 4)] + [(x, y, 2) for x in (0, 2, 4) for y in (0, 2)]
+    want = [(n, x, y, x + s - 1, y + s - 1) for n in range(2) for x, y, s in squares]
+    np.testing.assert_array_equal(got, np.array(want, np.float32))
+
+
+@settings(max_examples=40, deadline=None)
+@given(h=st.integers(1, 12), w=st.integers(1, 12), scales=st.integers(1, 4))
+def test_rmac_regions_are_squares_inside_the_map(h, w, scales):
+    (got,) = run_op("RMACRegions", {"x": np.zeros((1, 1, h, w), np.float32)}, ["r"], scales=scales)
+    assert got.shape[1] == 5 and (got[:, 0] == 0).all()
+    x1, y1, x2, y2 = got[:, 1], got[:, 2], got[:, 3], got[:, 4]
+    assert (x1 >= 0).all() and (y1 >= 0).all() and (x2 <= w - 1).all() and (y2 <= h - 1).all()
+    np.testing.assert_array_equal(x2 - x1, y2 - y1)
+    sides = {int(s) + 1 for s in x2 - x1}
+    assert sides <= {int(2 * min(h, w) // (lv + 1)) for lv in range(1, scales + 1)}
