@@ -766,6 +766,13 @@ BUILDERS["LC"] = BUILDERS["LC2D"] = lambda draw, dt: _lc(draw, dt, 2)
 BUILDERS["LC3D"] = lambda draw, dt: _lc(draw, dt, 3)
 
 
+@builder("LambdaRankNdcg")
+def _lambda_rank(draw, dt):
+    n = draw(st.integers(1, 6))
+    relevance = np.floor(arr(draw, (n,), dt, 0.0, 3.0))
+    return [arr(draw, (n,), dt), relevance], {}, 2, [0], [0]
+
+
 @builder("SpaceToBatch")
 def _space_to_batch(draw, dt):
     block = draw(st.integers(1, 3))

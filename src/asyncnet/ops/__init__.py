@@ -19,6 +19,7 @@ from asyncnet.ops import (
     caffe2_image,
     caffe2_index,
     caffe2_instance_norm,
+    caffe2_listwise,
     caffe2_locally_connected,
     caffe2_lppool,
     caffe2_map,
@@ -148,4 +149,5 @@ __all__ = [
     "caffe2_rebatching",
     "caffe2_detection",
     "caffe2_map",
+    "caffe2_listwise",
 ]
