@@ -766,6 +766,21 @@ BUILDERS["LC"] = BUILDERS["LC2D"] = lambda draw, dt: _lc(draw, dt, 2)
 BUILDERS["LC3D"] = lambda draw, dt: _lc(draw, dt, 3)
 
 
+@builder("HSoftmax")
+def _hsoftmax(draw, dt):
+    from caffe2.proto import hsm_pb2
+    from caffe2.python import hsm_util
+
+    tree = hsm_pb2.TreeProto()
+    tree.root_node.CopyFrom(hsm_util.create_node_with_nodes([hsm_util.create_node_with_words([0, 1])]))
+    tree.root_node.word_ids.append(2)
+    hierarchy = hsm_util.create_hierarchy(tree).SerializeToString().decode("utf-8", "surrogateescape")
+    n, d = draw(st.integers(1, 4)), draw(st.integers(1, 3))
+    labels = np.array([draw(st.integers(0, 2)) for _ in range(n)], np.int32)
+    inputs = [arr(draw, (n, d), dt), arr(draw, (4, d), dt), arr(draw, (4,), dt), labels]
+    return inputs, {"hierarchy": hierarchy}, 2, [0, 1, 2], [0]
+
+
 @builder("LambdaRankNdcg")
 def _lambda_rank(draw, dt):
     n = draw(st.integers(1, 6))

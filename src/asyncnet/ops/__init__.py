@@ -15,6 +15,7 @@ from asyncnet.ops import (
     caffe2_features,
     caffe2_fp16,
     caffe2_ftrl,
+    caffe2_hsm,
     caffe2_im2col,
     caffe2_image,
     caffe2_index,
@@ -150,4 +151,5 @@ __all__ = [
     "caffe2_detection",
     "caffe2_map",
     "caffe2_listwise",
+    "caffe2_hsm",
 ]
