@@ -343,15 +343,15 @@ def test_a_queue_read_as_a_database_feeds_tensor_protos_db_input():
     ws.run_operator_once(
         an.OperatorDef("CreateBlobsQueueDB", ["q"], ["db"], {"value_blob_index": 0, "timeout_secs": 0.05})
     )
-    for i in range(4):  # as bytes, and as a one-element string array (ASCII records)
-        record = tp.encode_tensor_protos([np.array([i, i + 10], np.int32), np.array(i, np.int32)])
+    for i in range(4):  # as bytes, and as a one-element string array (ASCII records, no trailing NUL)
+        record = tp.encode_tensor_protos([np.array([i, i + 10], np.int32), np.array(i + 1, np.int32)])
         ws.feed("r", record if i % 2 else np.array([record.decode("ascii")]))
         ws.run_operator_once(an.OperatorDef("EnqueueBlobs", ["q", "r"], ["r"]))
     read = an.OperatorDef("TensorProtosDBInput", ["db"], ["x", "label"], {"batch_size": 2})
     for first in (0, 2):
         ws.run_operator_once(read)
         np.testing.assert_array_equal(ws.fetch("x"), [[first, first + 10], [first + 1, first + 11]])
-        np.testing.assert_array_equal(ws.fetch("label"), [first, first + 1])
+        np.testing.assert_array_equal(ws.fetch("label"), [first + 1, first + 2])
     t0 = time.monotonic()
     with pytest.raises(AsyncNetError, match="gave no record within 0.05 s"):
         ws.run_operator_once(read)
