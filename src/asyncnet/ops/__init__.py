@@ -52,6 +52,7 @@ from asyncnet.ops import (
     caffe2_topk,
     caffe2_unary,
     caffe2_utility,
+    caffe2_window,
     caffe2_yellowfin,
     collective,
     conv,
@@ -152,4 +153,5 @@ __all__ = [
     "caffe2_map",
     "caffe2_listwise",
     "caffe2_hsm",
+    "caffe2_window",
 ]
