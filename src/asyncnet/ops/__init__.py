@@ -50,6 +50,7 @@ from asyncnet.ops import (
     caffe2_spatial,
     caffe2_stats,
     caffe2_topk,
+    caffe2_tt,
     caffe2_unary,
     caffe2_utility,
     caffe2_window,
@@ -154,4 +155,5 @@ __all__ = [
     "caffe2_listwise",
     "caffe2_hsm",
     "caffe2_window",
+    "caffe2_tt",
 ]
