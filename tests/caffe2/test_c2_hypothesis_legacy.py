@@ -48,3 +48,14 @@ def test_arrays_takes_elements_third(a):
 def test_elements_outside_the_dtype_are_converted_as_numpy_assigns_them(a, f):
     assert a.dtype == np.int32 and (a < 0).all()  # 2**31 .. 2**32 - 1 wrap to the negatives
     assert f.dtype == np.int32 and ((0 <= f) & (f <= 2)).all()  # floats truncate
+
+
+def test_numpy_calls_now_refused_behave_as_they_did():
+    assert np.sum(x * 2 for x in range(4)) == 12  # a generator
+    assert np.sum(np.arange(4)) == 6 and np.sum([[1, 2]], axis=0).tolist() == [1, 2]
+    raw = np.arange(3, dtype=np.int16).tobytes()
+    np.testing.assert_array_equal(np.fromstring(raw, dtype=np.int16), [0, 1, 2])  # binary mode
+    np.testing.assert_array_equal(np.fromstring("1 2", dtype=int, sep=" "), [1, 2])
+    np.testing.assert_array_equal(np.delete(np.arange(3), np.array([]), axis=0), [0, 1, 2])
+    np.testing.assert_array_equal(np.delete(np.arange(3), [1]), [0, 2])
+    assert hu is not None

@@ -22,6 +22,7 @@ import logging
 import math
 import os
 import sys
+import types
 from collections.abc import Iterator
 from typing import Any
 
@@ -151,6 +152,57 @@ def _accept_positional_elements() -> None:
 
 
 _accept_positional_elements()
+
+
+def _sum(original: Any) -> Any:
+    """``np.sum(generator)``: NumPy now refuses it; it summed the generator with Python's sum."""
+
+    @functools.wraps(original)
+    def np_sum(a: Any, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(a, types.GeneratorType):
+            return original(list(a), *args, **kwargs)
+        return original(a, *args, **kwargs)
+
+    return np_sum
+
+
+def _fromstring(original: Any) -> Any:
+    """``np.fromstring(bytes, dtype)`` (binary mode, no ``sep``): removed; it was ``np.frombuffer``
+    of a copy."""
+
+    @functools.wraps(original)
+    def fromstring(string: Any, dtype: Any = float, count: int = -1, *, sep: str = "", **kwargs: Any) -> Any:
+        if sep == "" and not kwargs:
+            data = string.encode("latin-1") if isinstance(string, str) else string
+            return np.frombuffer(data, dtype=dtype, count=count).copy()
+        return original(string, dtype=dtype, count=count, sep=sep, **kwargs)
+
+    return fromstring
+
+
+def _delete(original: Any) -> Any:
+    """``np.delete(a, np.array([]), ...)``: an empty float index array (what ``np.array([])``
+    gives) is now an error; it deleted nothing."""
+
+    @functools.wraps(original)
+    def delete(arr: Any, obj: Any, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(obj, np.ndarray) and obj.size == 0 and obj.dtype.kind == "f":
+            obj = obj.astype(np.intp)
+        return original(arr, obj, *args, **kwargs)
+
+    return delete
+
+
+def _accept_legacy_numpy_calls() -> None:
+    for name, wrap in (("sum", _sum), ("fromstring", _fromstring), ("delete", _delete)):
+        current = getattr(np, name)
+        if not getattr(current, "_caffe2_legacy", False):
+            patched = wrap(current)
+            patched._caffe2_legacy = True
+            setattr(np, name, patched)
+
+
+_accept_legacy_numpy_calls()
 if not hasattr(inspect, "getargspec"):
     inspect.getargspec = _getargspec  # type: ignore[attr-defined]
 _accept_nan_print_threshold()
