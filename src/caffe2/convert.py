@@ -74,7 +74,7 @@ _HINT_FIELDS = ("is_gradient_op", "debug_info", "op_version")
 _UNSUPPORTED_ARG_FIELDS = ("n", "nets", "t", "tensors", "qtensors")
 _INT64 = (-(2**63), 2**63 - 1)
 # net-valued arguments (RecurrentNetwork's, If's, While's), as NetDef JSON
-NET_ARGS = ("step_net", "backward_step_net", "then_net", "else_net", "loop_net", "cond_net", "net")
+NET_ARGS = ("step_net", "backward_step_net", "then_net", "else_net", "loop_net", "cond_net", "net", "body")
 _TEXT_NET_ARGS = ("step_net", "backward_step_net")  # also read from protobuf text in ``s``
 
 
