@@ -1,5 +1,6 @@
 """Caffe2's detection ops ``BBoxTransform`` (boxes moved by regression deltas, clipped to their
-image) and ``RMACRegions`` (the regions of R-MAC pooling, see :func:`rmac_regions`).
+image), ``RMACRegions`` (the regions of R-MAC pooling, see :func:`rmac_regions`) and
+``CollectAndDistributeFpnRpnProposals`` (Detectron's FPN proposals, see :func:`fpn_levels`).
 
 ``BBoxTransform``:
 
@@ -31,7 +32,7 @@ import numpy as np
 from asyncnet.core.registry import Arg, register_no_gradient, register_op
 from asyncnet.ops._check import float_array
 
-__all__ = ["transform_boxes", "clip_boxes", "rmac_regions"]
+__all__ = ["transform_boxes", "clip_boxes", "rmac_regions", "fpn_levels"]
 
 DELTA_CLIP = math.log(1000.0 / 16.0)  # the largest dw, dh: exp() of it grows a box 62.5 times
 
@@ -183,3 +184,79 @@ def rmac_regions_op(ctx: Any, x: Any) -> np.ndarray:
 
 
 register_no_gradient("RMACRegions")
+
+
+# -- CollectAndDistributeFpnRpnProposals -----------------------------------------------------------
+
+
+def fpn_levels(boxes: np.ndarray, canonical_scale: float, canonical_level: int, lo: int, hi: int) -> np.ndarray:
+    """The FPN level of each box [R, 4]: floor(level0 + log2(sqrt(area) / scale0)), within [lo, hi]
+    (Lin et al., eq. 1; area counted in whole pixels, x2 - x1 + 1 by y2 - y1 + 1)."""
+    area = (boxes[:, 2] - boxes[:, 0] + 1) * (boxes[:, 3] - boxes[:, 1] + 1)
+    if (area < 0).any():
+        raise ValueError("expected boxes with x2 >= x1 - 1 and y2 >= y1 - 1 (a negative area)")
+    level = np.floor(canonical_level + np.log2(np.sqrt(area) / canonical_scale + 1e-6))
+    return np.clip(level, lo, hi).astype(np.int64)
+
+
+_FPN_ARGS = [
+    Arg("roi_canonical_scale", int, 224, "the box size that maps to roi_canonical_level"),
+    Arg("roi_canonical_level", int, 4, "the level of a box of roi_canonical_scale"),
+    Arg("roi_max_level", int, 5, "the coarsest level the rois go to"),
+    Arg("roi_min_level", int, 2, "the finest level the rois go to"),
+    Arg("rpn_max_level", int, 6, "the coarsest level of the proposals given"),
+    Arg("rpn_min_level", int, 2, "the finest level of the proposals given"),
+    Arg("post_nms_topN", int, 2000, "the proposals kept (the best scored)"),
+]
+
+
+def _fpn_validate(op: Any) -> None:
+    a = {arg.name: arg.default for arg in _FPN_ARGS} | dict(op.args)
+    rpn = a["rpn_max_level"] - a["rpn_min_level"] + 1
+    roi = a["roi_max_level"] - a["roi_min_level"] + 1
+    if rpn < 1 or roi < 1:
+        raise ValueError(f"expected min levels <= max levels, got rpn {rpn} and roi {roi} levels")
+    if len(op.inputs) != 2 * rpn:
+        raise ValueError(
+            f"expected {2 * rpn} inputs (the rois, then the scores, of {rpn} levels), got {len(op.inputs)}"
+        )
+    if len(op.outputs) != roi + 2:
+        raise ValueError(
+            f"expected {roi + 2} outputs (rois, {roi} levels' rois, rois_idx_restore), got {len(op.outputs)}"
+        )
+
+
+@register_op(
+    "CollectAndDistributeFpnRpnProposals",
+    inputs=(2, None),
+    outputs=(3, None),
+    args=_FPN_ARGS,
+    validate=_fpn_validate,
+    inputs_doc=("rpn_rois_fpn<l> [R_l, 5] per RPN level", "then rpn_roi_probs_fpn<l> [R_l] per RPN level"),
+    outputs_doc=("rois [K, 5]", "rois_fpn<l> per RoI level", "rois_idx_restore [K] (int32)"),
+    doc="Detectron's FPN proposals: the post_nms_topN best scored rois of all RPN levels, then the same rois "
+    "split by the FPN level their size maps to, and the order that puts the split rois back.",
+)
+def collect_and_distribute(ctx: Any, *inputs: Any) -> tuple[np.ndarray, ...]:
+    a = ctx.args
+    half = len(inputs) // 2
+    rois = [np.asarray(r) for r in inputs[:half]]
+    scores = [np.asarray(s).reshape(-1) for s in inputs[half:]]
+    for i, (r, s) in enumerate(zip(rois, scores)):
+        if r.ndim != 2 or r.shape[1] != 5 or len(s) != len(r):
+            raise ValueError(f"level {i}: expected rois [R, 5] and R scores, got {r.shape} and {s.shape}")
+    all_rois, all_scores = np.concatenate(rois), np.concatenate(scores)
+    keep = np.argsort(-all_scores, kind="stable")[: max(a["post_nms_topN"], 0)]
+    kept = all_rois[keep]
+    levels = fpn_levels(kept[:, 1:5], a["roi_canonical_scale"], a["roi_canonical_level"],
+                        a["roi_min_level"], a["roi_max_level"])  # fmt: skip
+    per_level, order = [], []
+    for level in range(a["roi_min_level"], a["roi_max_level"] + 1):
+        idx = np.flatnonzero(levels == level)
+        per_level.append(kept[idx])
+        order.append(idx)
+    restore = np.argsort(np.concatenate(order), kind="stable").astype(np.int32)
+    return (kept, *per_level, restore)
+
+
+register_no_gradient("CollectAndDistributeFpnRpnProposals")

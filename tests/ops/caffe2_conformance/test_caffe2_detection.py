@@ -105,3 +105,34 @@ def test_rmac_regions_are_squares_inside_the_map(h, w, scales):
     np.testing.assert_array_equal(x2 - x1, y2 - y1)
     sides = {int(s) + 1 for s in x2 - x1}
     assert sides <= {int(2 * min(h, w) // (lv + 1)) for lv in range(1, scales + 1)}
+
+
+def test_fpn_proposals_keep_the_best_and_split_them_by_size():
+    """Square boxes of side 224 go to level 4, 112 to 3, 448 to 5, 10 to the finest (2)."""
+
+    def box(side, image=0):
+        return [image, 0, 0, side - 1, side - 1]
+
+    level_a = np.array([box(224), box(10), box(448)], np.float32)
+    level_b = np.array([box(112), box(224, image=1)], np.float32)
+    scores_a, scores_b = np.array([0.9, 0.1, 0.5], np.float32), np.array([0.7, 0.3], np.float32)
+    feeds = {"ra": level_a, "rb": level_b, "sa": scores_a, "sb": scores_b}
+    outs = ["rois", "l2", "l3", "l4", "l5", "restore"]
+    got = run_op("CollectAndDistributeFpnRpnProposals", feeds, outs, rpn_min_level=2, rpn_max_level=3,
+                 post_nms_topN=4)  # fmt: skip
+    rois, l2, l3, l4, l5, restore = got
+    # the best 4 by score: 224 (0.9), 112 (0.7), 448 (0.5), 224 of image 1 (0.3)
+    np.testing.assert_array_equal(rois, [box(224), box(112), box(448), box(224, 1)])
+    assert l2.shape == (0, 5)
+    np.testing.assert_array_equal(l3, [box(112)])
+    np.testing.assert_array_equal(l4, [box(224), box(224, 1)])
+    np.testing.assert_array_equal(l5, [box(448)])
+    assert restore.dtype == np.int32
+    np.testing.assert_array_equal(np.concatenate([l2, l3, l4, l5])[restore], rois)
+
+
+def test_fpn_proposals_need_rois_and_scores_for_each_level():
+    import asyncnet as an
+
+    with pytest.raises(an.NetDefinitionError, match="expected 4 inputs"):
+        an.Net("n").CollectAndDistributeFpnRpnProposals(["a", "b"], ["r", "x", "y"], rpn_min_level=2, rpn_max_level=3)
