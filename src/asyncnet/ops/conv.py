@@ -598,8 +598,8 @@ def _conv_backward_torch(x: Any, w: Any, dy: Any, g: Geometry, grp: int, want_dx
     doc="Caffe2's 2-D convolution (cross-correlation) in NCHW or NHWC with stride, pads, dilation and groups; "
     "the bias is optional.",
 )
-@volumetric(volume.conv_kernel)
 @in_order
+@volumetric(volume.conv_kernel)
 def conv(ctx: Any, x: Any, w: Any, b: Any = None) -> np.ndarray:
     x, w, grp, g = _conv_inputs(ctx, x, w)
     if b is not None:
@@ -654,8 +654,8 @@ def conv_backward(
     outputs_doc=("dfilter", "dbias (unless no_bias; optional)", "dX (optional)"),
     doc="Gradient of Conv: dfilter, then dbias unless no_bias=1, then dX when that output is given.",
 )
-@volumetric(volume.conv_gradient_kernel)
 @in_order
+@volumetric(volume.conv_gradient_kernel)
 def conv_gradient(ctx: Any, x: Any, w: Any, dy: Any) -> Any:
     x, w, grp, g = _conv_inputs(ctx, x, w)
     dy = float_array(ctx, dy, 2)

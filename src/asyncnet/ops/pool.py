@@ -114,8 +114,8 @@ def _reduce(xp: np.ndarray, g: Geometry, fn: str) -> np.ndarray:
     outputs_doc=("Y [N, C, OH, OW]",),
     doc="Caffe2's MaxPool (NCHW or NHWC): the maximum of each kernel window (padding never wins).",
 )
-@volumetric(volume.pool_kernel("max"))
 @in_order
+@volumetric(volume.pool_kernel("max"))
 def max_pool(ctx: Any, x: Any) -> np.ndarray:
     x, g = _input(ctx, x)
     if namespace(ctx, x).name == "torch":
@@ -138,8 +138,8 @@ def max_pool(ctx: Any, x: Any) -> np.ndarray:
     outputs_doc=("dX",),
     doc="Gradient of MaxPool (Caffe2's rule): each input equal to its window's maximum receives that window's dY.",
 )
-@volumetric(volume.pool_gradient_kernel("max"))
 @in_order
+@volumetric(volume.pool_gradient_kernel("max"))
 def max_pool_gradient(ctx: Any, x: Any, y: Any, dy: Any) -> np.ndarray:
     x, g = _input(ctx, x)
     y, dy = float_array(ctx, y, 1), float_array(ctx, dy, 2)
@@ -189,8 +189,8 @@ def _counts(x: np.ndarray, g: Geometry, include_pad: bool) -> np.ndarray:
     doc="Caffe2's AveragePool (NCHW or NHWC): the mean of each kernel window, padding excluded from the count "
     "unless count_include_pad=1.",
 )
-@volumetric(volume.pool_kernel("average"))
 @in_order
+@volumetric(volume.pool_kernel("average"))
 def average_pool(ctx: Any, x: Any) -> np.ndarray:
     x, g = _input(ctx, x)
     s = _reduce(pad_input(x, g), g, "add")
@@ -207,8 +207,8 @@ def average_pool(ctx: Any, x: Any) -> np.ndarray:
     outputs_doc=("dX",),
     doc="Gradient of AveragePool: each window's dY / count spread over its inputs.",
 )
-@volumetric(volume.pool_gradient_kernel("average"))
 @in_order
+@volumetric(volume.pool_gradient_kernel("average"))
 def average_pool_gradient(ctx: Any, x: Any, *rest: Any) -> np.ndarray:
     x, g = _input(ctx, x)
     dy = float_array(ctx, rest[-1], len(rest))
