@@ -17,8 +17,10 @@ pooled gradient and the bag lengths instead of one gradient row per index, with 
 Repeated indices are applied one after another in order, exactly as Caffe2's loops do, and a
 bag's rows are summed one after another from zero, as Caffe2's SparseLengthsSum loop does: on
 numpy these are the bits of those loops, computed by numpy calls that release the GIL for most
-of their time (padded bag slots, rounds of distinct rows; np.add.at for small inputs), so an
-executor thread can run them beside the dense layers.
+of their time (padded bag slots, rounds of distinct rows; np.add.at for small inputs), or,
+when torch is there, by one torch call on views of the arrays (``embedding_bag`` for a float32
+lookup, ``index_add_`` for the SGD row updates), so an executor thread can run them beside the
+dense layers.
 
 Every op runs on numpy arrays or torch tensors (results keep the inputs' library and device;
 updates stay in the torch tensor's own storage). On torch the lookups use ``index_select`` and
