@@ -926,7 +926,9 @@ def _torch_add_rows(out: np.ndarray, idx: np.ndarray, values: np.ndarray, scale:
     its whole kernel: one call per update instead of a few hundred short numpy calls that two
     executor threads would take turns on. The rows are scaled first, once each, as the numpy
     path does (``index_add_``'s ``alpha`` might fuse the product into the sum)."""
-    if not TORCH_ROWS or out.dtype not in (np.float32, np.float64) or not out.flags.writeable:
+    if not TORCH_ROWS or out.dtype not in (np.float32, np.float64) or values.dtype != out.dtype:
+        return False
+    if not out.flags.writeable:
         return False
     if idx.shape[0] * out.shape[1] < SMALL_SCATTER or out.shape[1] == 0:
         return False

@@ -224,3 +224,13 @@ def test_scratch_rows_shrink_and_grow_between_updates():
         got = table.copy()
         assert sparse._torch_add_rows(got, idx, vals, np.float32(-0.5), None)
         same_bits(got, want)
+
+
+def test_rows_of_another_dtype_stay_on_numpy():
+    """float64 rows into a float32 table: numpy's casting add, not torch's (which refuses)."""
+    table = np.zeros((4000, 8), np.float32)
+    idx = np.arange(4000)
+    vals = np.full((4000, 8), 0.1, np.float64)
+    assert not sparse._torch_add_rows(table, idx, vals, None, None)
+    sparse._add_rows(table, idx, vals)
+    np.testing.assert_array_equal(table, np.float32(0.1))
