@@ -1,6 +1,7 @@
 """The async executor runs a net of small ops in line on the caller's thread, and keeps
 running nets with work to overlap in parallel (asyncnet.exec.inline)."""
 
+import statistics
 import threading
 
 import exec_test_ops as tops
@@ -139,18 +140,41 @@ def test_cancel_stops_an_in_line_run_between_ops():
         assert [name for name, *_ in tops.LOG] == ["first"]
 
 
-def test_the_policy_trial_picks_the_faster_mode_and_revisits():
-    p = InlinePolicy(num_chains=4)
+def _to_trial(p: InlinePolicy) -> None:
+    """Warm ``p`` up on parallel runs and read a slack below the bar: it enters its trial."""
     for _ in range(inline.WARMUP):
         assert p.pick(lambda: 1e-5) is False
         p.note(False, 1.0)
+    assert p.pick(lambda: 1e-5) is True and p.mode == "trial"
+
+
+def _trial(p: InlinePolicy, inline_times: list[float], parallel_times: list[float]) -> list[bool]:
+    """Drive ``p``'s trial with these run times (taken in the order the trial asks for each
+    mode); returns the modes it picked."""
+    times = {True: iter(inline_times), False: iter(parallel_times)}
     picks = []
-    for _ in range(2 * inline.TRIAL_RUNS):
+    while p.mode == "trial":
         mode = p.pick(lambda: 1e-5)
         picks.append(mode)
-        p.note(mode, 1.0 if mode else 3.0)  # in line is three times faster
-    assert picks == [True, False] * inline.TRIAL_RUNS
+        p.note(mode, next(times[mode]))
+    return picks
+
+
+def test_typical_is_the_mean_of_the_faster_half():
+    assert inline.typical([5.0]) == 5.0
+    assert inline.typical([1.0, 100.0]) == 1.0
+    assert inline.typical([4.0, 2.0, 50.0, 1.0, 3.0, 70.0]) == 2.0
+    assert inline.typical([3.0, 1.0, 2.0, 90.0, 80.0]) == 2.0
+
+
+def test_the_policy_trial_picks_the_faster_mode_and_revisits():
+    p = InlinePolicy(num_chains=4)
+    _to_trial(p)
+    n = inline.TRIAL_RUNS + 1  # the first run of each mode is no sample
+    picks = _trial(p, [1.0] * n, [3.0] * n)  # in line is three times faster
+    assert picks == [True, False] * n
     assert p.mode == "inline"
+    assert p.figures == {True: 1.0, False: 3.0}
     p.since = inline.REVISIT
     assert p.pick(lambda: 1e-5) is False and p.mode == "warmup"
 
@@ -158,10 +182,84 @@ def test_the_policy_trial_picks_the_faster_mode_and_revisits():
 def test_the_trial_keeps_parallel_when_it_is_clearly_faster():
     p = InlinePolicy(num_chains=4)
     p.mode = "trial"
-    while p.mode == "trial":
-        mode = p.pick(lambda: 1e-5)
-        p.note(mode, 3.0 if mode else 1.0)
+    _trial(p, [3.0] * 10, [1.0] * 10)
     assert p.mode == "parallel"
+
+
+def test_a_tie_goes_in_line():
+    p = InlinePolicy(num_chains=4)
+    p.mode = "trial"
+    _trial(p, [1.0] * 10, [1.0 - inline.TIE / 2] * 10)
+    assert p.mode == "inline"
+
+
+def test_a_cold_first_run_and_spikes_do_not_mislead_the_trial():
+    # run times (us) of the zoo DLRM's train step on torch tensors, as a loaded machine gave them:
+    # the first in-line run builds its shadow, and one in line and one parallel run were preempted
+    p = InlinePolicy(num_chains=35)
+    p.mode = "trial"
+    us = 1e-6
+    _trial(
+        p,
+        [18107 * us, 716 * us, 735 * us, 9755 * us, 742 * us, 728 * us, 5590 * us],
+        [1018 * us, 1159 * us, 941 * us, 1159 * us, 5302 * us, 987 * us, 1011 * us],
+    )
+    assert p.mode == "inline"
+    p = InlinePolicy(num_chains=35)
+    p.mode = "trial"  # the same spikes, the other way round: parallel is faster
+    _trial(
+        p,
+        [1018 * us, 1159 * us, 941 * us, 1159 * us, 5302 * us, 987 * us, 1011 * us],
+        [18107 * us, 716 * us, 735 * us, 9755 * us, 742 * us, 728 * us, 5590 * us],
+    )
+    assert p.mode == "parallel"
+
+
+def test_four_samples_of_each_mislead_a_median_but_not_typical():
+    # the first four runs of each mode above: their medians make parallel look faster
+    ins = [18107, 716, 735, 9755]
+    par = [1018, 1159, 941, 1159]
+    assert statistics.median(par) < statistics.median(ins)
+    assert inline.typical(ins[1:]) < inline.typical(par[1:])
+
+
+def test_a_chosen_mode_much_slower_than_the_others_figure_goes_back_to_trial():
+    p = InlinePolicy(num_chains=4)
+    p.mode = "trial"
+    _trial(p, [1.0] * 10, [1.2] * 10)
+    assert p.mode == "inline"
+    slow = 1.2 * (1 + inline.CHECK_MARGIN) * 1.05  # in line now slower than parallel was, beyond the margin
+    for k in range(inline.CHECK_RUNS):
+        assert p.pick(lambda: 1e-5) is True
+        p.note(True, slow if k % 4 else 100.0)
+    assert p.mode == "trial"
+    picks = _trial(p, [slow] * 10, [1.2] * 10)
+    assert picks[:2] == [True, False]
+    assert p.mode == "parallel" and p.figures == {True: slow, False: 1.2}
+
+
+def test_a_chosen_mode_within_the_margin_stays_and_other_runs_do_not_count():
+    p = InlinePolicy(num_chains=4)
+    p.mode = "trial"
+    _trial(p, [1.0] * 10, [1.2] * 10)
+    within = 1.2 * (1 + inline.CHECK_MARGIN) * 0.95
+    for _ in range(3 * inline.CHECK_RUNS):
+        assert p.pick(lambda: 1e-5) is True
+        p.note(True, within)
+        p.note(False, 100.0)  # a parallel run forced by a profile or a timeout: not the chosen mode
+    assert p.mode == "inline"
+    assert len(p.window) < inline.CHECK_RUNS
+
+
+def test_a_net_parallel_by_its_slack_is_not_checked():
+    p = InlinePolicy(num_chains=4)
+    for _ in range(inline.WARMUP):
+        p.pick(lambda: 1.0)
+        p.note(False, 1.0)
+    assert p.pick(lambda: inline.TRIAL_BELOW) is False and p.mode == "parallel"
+    for _ in range(2 * inline.CHECK_RUNS):
+        p.note(False, 50.0)
+    assert p.mode == "parallel" and p.figures == {}
 
 
 def test_a_failed_run_is_no_sample_and_unknown_costs_keep_warming_up():

@@ -457,27 +457,25 @@ def wait_run(run: _Run, timeout: float | None) -> None:
 
 def run_inline(net: AsyncSchedulingNet) -> None:
     """Run every op in op order on this thread, as the simple executor does (see
-    :mod:`asyncnet.exec.inline`); ``net.cancel()`` stops it between ops."""
+    :mod:`asyncnet.exec.inline`); ``net.cancel()`` stops it between ops. The thread counts as
+    a busy core for :mod:`asyncnet.tensor.parallel` only while splitting is on."""
     if net.closed:
         raise ExecutionError(f"net {net.name!r} is closed")
     net._claim()
     net.runs += 1
     net._inline_running = True
-    previous = parallel.enter(next((o for o in net.offers if o is not None), None))
+    split = parallel.ENABLED
+    previous = parallel.enter(net._inline_offer) if split else None
     try:
-        blobs, flag = net.blobs, net.cancel_flag
-
-        def stop() -> None:
-            if flag.is_set():
-                raise ExecutionError(f"the run of net {net.name!r} was cancelled")
-
+        blobs, stop = net.blobs, net._stop_inline
         if net._shadow is not None and net._shadow.run_ops(blobs, stop):
             return
         for op in net.operators:
             stop()
             op.run(blobs)
     finally:
-        parallel.leave(previous)
+        if split:
+            parallel.leave(previous)
         net._inline_running = False
         net._release()
 
@@ -629,6 +627,7 @@ class AsyncSchedulingNet(NetBase):
         self.chain_cuda, self.streams = cuda_chains(self.chain_ops)
         self.policy = InlinePolicy(len(self.chain_ops))
         self._inline_running = False
+        self._inline_offer = next((o for o in self.offers if o is not None), None)
         self._thread_claim = claim_net_threads(net_def, caller_helps=True)  # run() runs chains on the caller too
         self._finalizer = weakref.finalize(self, _release_all, self._leases, claim=self._thread_claim)
 
@@ -653,7 +652,7 @@ class AsyncSchedulingNet(NetBase):
         if self.streams is not None or self.recorder is not None:
             inline = False
         else:
-            inline = policy.pick(lambda: slack(self))
+            inline = policy.pick(self._slack)
         start = _perf()
         ok = False
         try:
@@ -669,6 +668,14 @@ class AsyncSchedulingNet(NetBase):
             ok = True
         finally:
             policy.note(inline, _perf() - start if ok else None)
+
+    def _slack(self) -> float | None:
+        return slack(self)
+
+    def _stop_inline(self) -> None:
+        """Before each op of an in-line run: raise when the run was cancelled."""
+        if self.cancel_flag.is_set():
+            raise ExecutionError(f"the run of net {self.name!r} was cancelled")
 
     def cancel(self) -> bool:
         """Cancel the run in flight, if any (as its handle's ``cancel()``); True if one was stopped."""
