@@ -61,6 +61,7 @@ def measure(
         base = statistics.median(speed[(m, t, nets[0])])
         rows.append(
             {
+                **_policy(workers[(m, t, nt)][0].train_net),
                 "model": m,
                 "tensor": t,
                 "net_type": nt,
@@ -70,6 +71,16 @@ def measure(
             }
         )
     return rows
+
+
+def _policy(net: Any) -> dict[str, Any]:
+    """The in-line policy's state at the end of an async_scheduling net's runs: its mode, the
+    trials it ran and each mode's figure (us) in the last one; empty for other executors."""
+    policy = getattr(net, "policy", None)
+    if policy is None:
+        return {}
+    figures = {("inline" if k else "parallel"): round(v * 1e6, 1) for k, v in policy.figures.items()}
+    return {"policy": policy.mode, "trials": policy.trials, "figures_us": figures}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -111,6 +122,12 @@ def main(argv: list[str] | None = None) -> int:
         for t in dict.fromkeys(r["tensor"] for r in rows):
             cells = [next(r for r in rows if r["model"] == m and r["tensor"] == t and r["net_type"] == n) for n in nets]
             print(f"{m:<6}{t:<7}" + "".join(f"{c['samples_per_sec']:>18,.0f} ({c['vs_first']:.2f}x)" for c in cells))
+    for r in rows:
+        if "policy" in r:
+            figures = ", ".join(f"{k} {v:,.0f} us" for k, v in r["figures_us"].items()) or "none"
+            print(
+                f"{r['model']}/{r['tensor']} async_scheduling: {r['policy']} ({r['trials']} trial(s); figures {figures})"
+            )
     return 0
 
 

@@ -46,6 +46,7 @@ runs the net, which holds the net's busy lock)::
     figures   dict          {True: s, False: s}: each mode's typical time in the last trial
                             (empty when the slack alone decided)
     window    list[float]   times of the chosen mode's runs since the last check
+    trials    int           trials entered so far (a figure for benchmarks and tests)
 
 Example::
 
@@ -121,7 +122,7 @@ def critical_path(costs: Sequence[float], children: Sequence[Sequence[int]]) -> 
 class InlinePolicy:
     """Decides, run by run, whether ``net.run()`` runs the net in line (see the module docstring)."""
 
-    __slots__ = ("mode", "since", "samples", "single", "figures", "window")
+    __slots__ = ("mode", "since", "samples", "single", "figures", "window", "trials")
 
     def __init__(self, num_chains: int):
         self.single = num_chains <= 1  # one chain: nothing can ever overlap
@@ -130,6 +131,7 @@ class InlinePolicy:
         self.samples: dict[bool, list[float]] = {True: [], False: []}
         self.figures: dict[bool, float] = {}
         self.window: list[float] = []
+        self.trials = 0
 
     def pick(self, slack: Callable[[], float | None]) -> bool:
         """True when the next run goes in line. ``slack()`` gives ``W - L`` from the measured
@@ -188,9 +190,11 @@ class InlinePolicy:
             self._enter("trial")
 
     def _enter(self, mode: str) -> None:
+        if mode == "trial":
+            self.trials += 1
         self.mode, self.since = mode, 0
         self.samples = {True: [], False: []}
         self.window = []
 
     def __repr__(self) -> str:
-        return f"InlinePolicy(mode={self.mode!r}, since={self.since})"
+        return f"InlinePolicy(mode={self.mode!r}, since={self.since}, trials={self.trials})"
