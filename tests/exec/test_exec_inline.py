@@ -236,6 +236,7 @@ def test_a_chosen_mode_much_slower_than_the_others_figure_goes_back_to_trial():
     picks = _trial(p, [slow] * 10, [1.2] * 10)
     assert picks[:2] == [True, False]
     assert p.mode == "parallel" and p.figures == {True: slow, False: 1.2}
+    assert p.trials == 2
 
 
 def test_a_chosen_mode_within_the_margin_stays_and_other_runs_do_not_count():
@@ -269,3 +270,44 @@ def test_a_failed_run_is_no_sample_and_unknown_costs_keep_warming_up():
         p.note(False, None)
     assert p.mode == "warmup"
     assert InlinePolicy(num_chains=1).pick(lambda: None) is True  # one chain: nothing to overlap
+
+
+class _Recording(InlinePolicy):
+    """An InlinePolicy that keeps what the net told it."""
+
+    def __init__(self, num_chains: int, mode: str):
+        super().__init__(num_chains)
+        self.mode = mode
+        self.picks = 0
+        self.notes: list[tuple[bool, float | None]] = []
+
+    def pick(self, slack):
+        self.picks += 1
+        return super().pick(slack)
+
+    def note(self, inline: bool, seconds: float | None) -> None:
+        self.notes.append((inline, seconds))
+        super().note(inline, seconds)
+
+
+def test_each_run_reports_its_mode_and_time_and_a_failure_is_no_time():
+    from asyncnet.exec.trace import profile
+
+    net = an.Net("told", type="async_scheduling", num_workers=2, own_pool=True)
+    net.ExecTestWork([], ["a"], name="ok")
+    net.ExecTestWork([], ["b"], name="maybe")
+    net.ExecTestWork(["a", "b"], ["z"], name="after")
+    with an.Workspace() as ws:
+        inst = ws.create_net(net)
+        inst.policy = policy = _Recording(inst.num_chains, "inline")
+        inst.run()
+        assert policy.notes[-1][0] is True and policy.notes[-1][1] > 0
+        with profile(inst):
+            inst.run()  # a profiled run is parallel, whatever the mode: the policy is not asked
+        assert policy.picks == 1 and policy.notes[-1][0] is False and policy.notes[-1][1] > 0
+        inst.run(timeout=10)  # a run with a timeout is neither asked nor told
+        assert policy.picks == 1 and len(policy.notes) == 2
+        inst.operators[1].ctx.args["fail"] = True
+        with pytest.raises(an.OperatorError):
+            inst.run()
+        assert policy.notes[-1] == (True, None)

@@ -480,6 +480,16 @@ def run_inline(net: AsyncSchedulingNet) -> None:
         net._release()
 
 
+def run_helped(net: AsyncSchedulingNet) -> None:
+    """One parallel run with the caller's thread taking chains too, until it ended."""
+    with _DeferredStop() as stop:
+        run = stop.run = start_run(net, caller_helps=True)
+        if stop.pending is not None:
+            cancel_run(run)
+        help_run(run)
+        wait_run(run, None)
+
+
 def slack(net: AsyncSchedulingNet) -> float | None:
     """The measured work off the critical path (seconds), or None while a chain's cost is unknown."""
     cost = net.chain_cost
@@ -649,25 +659,17 @@ class AsyncSchedulingNet(NetBase):
                 wait_run(run, 1.0)  # it ended or failed just as the time ran out: report that outcome
             return
         policy = self.policy
-        if self.streams is not None or self.recorder is not None:
-            inline = False
-        else:
-            inline = policy.pick(self._slack)
+        inline = self.streams is None and self.recorder is None and policy.pick(self._slack)
         start = _perf()
-        ok = False
         try:
             if inline:
                 run_inline(self)
             else:
-                with _DeferredStop() as stop:
-                    run = stop.run = start_run(self, caller_helps=True)
-                    if stop.pending is not None:
-                        cancel_run(run)
-                    help_run(run)
-                    wait_run(run, None)
-            ok = True
-        finally:
-            policy.note(inline, _perf() - start if ok else None)
+                run_helped(self)
+        except BaseException:
+            policy.note(inline, None)
+            raise
+        policy.note(inline, _perf() - start)
 
     def _slack(self) -> float | None:
         return slack(self)
