@@ -225,7 +225,7 @@ def test_four_samples_of_each_mislead_a_median_but_not_typical():
 
 def test_a_chosen_mode_much_slower_than_the_others_figure_goes_back_to_trial():
     p = InlinePolicy(num_chains=4)
-    p.mode = "trial"
+    _to_trial(p)
     _trial(p, [1.0] * 10, [1.2] * 10)
     assert p.mode == "inline"
     slow = 1.2 * (1 + inline.CHECK_MARGIN) * 1.05  # in line now slower than parallel was, beyond the margin
