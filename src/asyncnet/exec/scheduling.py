@@ -463,15 +463,17 @@ def run_inline(net: AsyncSchedulingNet) -> None:
         raise ExecutionError(f"net {net.name!r} is closed")
     net._claim()
     net.runs += 1
+    net._inline_cancelled = False
     net._inline_running = True
     split = parallel.ENABLED
     previous = parallel.enter(net._inline_offer) if split else None
     try:
-        blobs, stop = net.blobs, net._stop_inline
-        if net._shadow is not None and net._shadow.run_ops(blobs, stop):
+        blobs = net.blobs
+        if net._shadow is not None and net._shadow.run_ops(blobs, net._stop_inline):
             return
         for op in net.operators:
-            stop()
+            if net._inline_cancelled:
+                raise ExecutionError(f"the run of net {net.name!r} was cancelled")
             op.run(blobs)
     finally:
         if split:
@@ -637,6 +639,7 @@ class AsyncSchedulingNet(NetBase):
         self.chain_cuda, self.streams = cuda_chains(self.chain_ops)
         self.policy = InlinePolicy(len(self.chain_ops))
         self._inline_running = False
+        self._inline_cancelled = False  # set by cancel() while an in-line run is in flight
         self._inline_offer = next((o for o in self.offers if o is not None), None)
         self._thread_claim = claim_net_threads(net_def, caller_helps=True)  # run() runs chains on the caller too
         self._finalizer = weakref.finalize(self, _release_all, self._leases, claim=self._thread_claim)
@@ -676,14 +679,15 @@ class AsyncSchedulingNet(NetBase):
 
     def _stop_inline(self) -> None:
         """Before each op of an in-line run: raise when the run was cancelled."""
-        if self.cancel_flag.is_set():
+        if self._inline_cancelled:
             raise ExecutionError(f"the run of net {self.name!r} was cancelled")
 
     def cancel(self) -> bool:
         """Cancel the run in flight, if any (as its handle's ``cancel()``); True if one was stopped."""
         run = self._current
         if run is None and self._inline_running:
-            self.cancel_flag.set()  # the in-line run checks it before each op
+            self._inline_cancelled = True  # the in-line run checks it before each op
+            self.cancel_flag.set()  # and its running op sees ctx.cancelled()
             return True
         return run is not None and cancel_run(run)
 
