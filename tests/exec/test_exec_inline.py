@@ -311,3 +311,41 @@ def test_each_run_reports_its_mode_and_time_and_a_failure_is_no_time():
         with pytest.raises(an.OperatorError):
             inst.run()
         assert policy.notes[-1] == (True, None)
+
+
+def test_cancel_stops_an_in_line_run_on_numpy_views_of_torch_tensors(monkeypatch):
+    torch = pytest.importorskip("torch")
+    from asyncnet.tensor.shadow import Shadow
+
+    net = an.Net("views", type="async_scheduling", num_workers=2, own_pool=True)
+    net.FC(["x", "w", "b"], "h")
+    net.Relu("h", "r")
+    net.FC(["x", "w", "b"], "side")
+    with an.Workspace() as ws:
+        ws.feed("x", torch.ones(2, 3))
+        ws.feed("w", torch.ones(4, 3))
+        ws.feed("b", torch.zeros(4))
+        inst = ws.create_net(net)
+        assert inst._shadow is not None
+        inst.policy.mode = "inline"
+        original = Shadow.run_ops
+
+        def cancel_after_the_first_op(self, blobs, stop=None):
+            checks = []
+
+            def check() -> None:
+                checks.append(1)
+                if len(checks) == 2:
+                    assert inst.cancel()  # from inside the run, between its first and second op
+                stop()
+
+            return original(self, blobs, check)
+
+        monkeypatch.setattr(Shadow, "run_ops", cancel_after_the_first_op)
+        with pytest.raises(an.ExecutionError, match="cancelled"):
+            inst.run()
+        assert torch.equal(ws.fetch("h"), torch.full((2, 4), 3.0))  # the first op's result is stored
+        assert not ws.has("r") and not ws.has("side")
+        monkeypatch.setattr(Shadow, "run_ops", original)
+        inst.run()  # the next run is not cancelled
+        assert torch.equal(ws.fetch("r"), torch.full((2, 4), 3.0))
