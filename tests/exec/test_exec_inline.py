@@ -59,7 +59,7 @@ def test_a_net_of_tiny_ops_goes_in_line_after_its_trial_and_gives_the_simple_bit
     with an.Workspace() as wa, an.Workspace() as ws:
         fast = wa.create_net(_mlp("async_scheduling"))
         simple = ws.create_net(_mlp("simple"))
-        for step in range(inline.WARMUP + 2 * inline.TRIAL_RUNS + 3):
+        for step in range(inline.WARMUP + 2 * (inline.TRIAL_RUNS + 1) + 3):
             _feed(wa, step)
             _feed(ws, step)
             fast.run()
