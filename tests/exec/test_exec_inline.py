@@ -252,6 +252,19 @@ def test_a_chosen_mode_within_the_margin_stays_and_other_runs_do_not_count():
     assert len(p.window) < inline.CHECK_RUNS
 
 
+def test_warm_up_runs_after_a_revisit_are_not_checked():
+    p = InlinePolicy(num_chains=4)
+    p.mode = "trial"
+    _trial(p, [1.0] * 10, [0.5] * 10)
+    assert p.mode == "parallel" and p.figures
+    p.since = inline.REVISIT
+    assert p.pick(lambda: 1e-5) is False and p.mode == "warmup"
+    for _ in range(2 * inline.CHECK_RUNS):
+        p.note(False, 100.0)  # parallel warm-up runs, far slower than the old in-line figure
+    assert p.mode == "warmup" and p.window == []
+    assert p.pick(lambda: 1e-5) is True and p.mode == "trial"  # the slack decides, then a trial
+
+
 def test_a_net_parallel_by_its_slack_is_not_checked():
     p = InlinePolicy(num_chains=4)
     for _ in range(inline.WARMUP):

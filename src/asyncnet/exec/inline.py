@@ -166,8 +166,8 @@ class InlinePolicy:
         mode = self.mode
         if mode == "trial":
             self._sample(inline, seconds)
-        elif self.figures and (mode == "inline") == inline:
-            self._check(inline, seconds)
+        elif self.figures and (mode == "inline" if inline else mode == "parallel"):
+            self._check(inline, seconds)  # a run of the chosen mode (not of a warm-up)
 
     def _sample(self, inline: bool, seconds: float) -> None:
         """A trial run: decide once both modes have their samples."""
