@@ -171,6 +171,7 @@ def load(
             fuse_encoder_layers,
             fuse_layout_chains,
             fuse_matmul_add,
+            last_step_from_state,
             torch_gate_order,
         )
 
@@ -183,6 +184,7 @@ def load(
         predict_ops = fuse_matmul_add(predict_ops, params, {v.name for v in graph.output})
         predict_ops, init_ops = torch_gate_order(predict_ops, init_ops, {v.name for v in graph.output})
         predict_ops = fuse_layout_chains(predict_ops, {v.name for v in graph.output})
+        predict_ops = last_step_from_state(predict_ops, tr.shape, {v.name for v in graph.output})
         predict_ops = fuse_conv(predict_ops, tr.shape, {v.name for v in graph.output})
         predict_ops, init_ops = fuse_encoder_layers(predict_ops, init_ops, tr.shape, {v.name for v in graph.output})
     known = [v.name for v in inputs] + [op.outputs[0] for op in init_ops]

@@ -911,3 +911,63 @@ def _rewrite(
     read = {n for op in out for n in op.inputs} | keep
     unread = {n for i in gone for n in ops[i].inputs} - read
     return out, [op for op in init_ops if op.outputs[0] not in unread] + list(new_inits.values())
+
+
+# -- the last step of a recurrence --------------------------------------------------------------
+
+#: ONNXLayout steps that take the last step of a one-direction ``Y [seq, 1, batch, H]`` as
+#: ``[batch, H]``: torch's ``out[:, -1]`` of a batch-first LSTM, and ``out[-1]`` of a sequence-first one
+_LAST_STEP = (
+    [
+        {"op": "ONNXSqueeze", "axes": [1]},
+        {"op": "ONNXTranspose", "perm": [1, 0, 2]},
+        {"op": "ONNXGather", "axis": 1, "index": -1},
+    ],
+    [{"op": "ONNXSqueeze", "axes": [1]}, {"op": "ONNXGather", "axis": 0, "index": -1}],
+)
+
+
+def last_step_from_state(ops: list[Any], shape: Any, keep: set[str]) -> list[Any]:
+    """A forward ``ONNXLSTM``/``ONNXGRU`` (layout 0) whose ``Y`` only feeds ``ONNXLayout`` ops taking
+    its last step as ``[batch, H]`` (``_LAST_STEP``), with a static sequence length of at least 1
+    (``shape(name)``: the inferred shape), stops producing ``Y`` (and an unread ``Y_c``): those
+    ops read ``Y_h``'s one direction instead, which holds the same values. ``keep``: the graph
+    outputs."""
+    import json
+
+    reads: dict[str, list[int]] = {}
+    for i, op in enumerate(ops):
+        for n in op.inputs:
+            reads.setdefault(n, []).append(i)
+    out = list(ops)
+    for i, op in enumerate(ops):
+        if op.type not in ("ONNXLSTM", "ONNXGRU") or op.args.get("direction", "forward") != "forward":
+            continue
+        produce = list(op.args.get("produce", [1, 1]))
+        if op.args.get("layout", 0) != 0 or not produce[0] or op.outputs[0] in keep:
+            continue
+        seq = (shape(op.inputs[0]) or (None,))[0]
+        users = reads.get(op.outputs[0], [])
+        if not isinstance(seq, int) or seq < 1 or not users:
+            continue
+        if not all(ops[k].type == "ONNXLayout" and _steps(ops[k]) in _LAST_STEP for k in users):
+            continue
+        names = dict(zip([k for k, p in enumerate(produce) if p], op.outputs))
+        if len(produce) < 2:
+            produce.append(0)
+        y_h = names.get(1, f"{op.outputs[0]}__state")
+        produce[0], produce[1] = 0, 1
+        if len(produce) > 2 and produce[2] and names[2] not in keep and not reads.get(names[2]):
+            produce[2] = 0
+        outputs = [{1: y_h}.get(k, names.get(k)) for k, p in enumerate(produce) if p]
+        out[i] = dataclasses.replace(op, outputs=outputs, args={**op.args, "produce": produce})
+        for k in users:
+            step = json.dumps({"op": "ONNXSqueeze", "axes": [0]})
+            out[k] = dataclasses.replace(ops[k], inputs=[y_h], args={**ops[k].args, "steps": [step]})
+    return out
+
+
+def _steps(op: Any) -> list[dict[str, Any]]:
+    import json
+
+    return [json.loads(s) for s in op.args.get("steps", [])]
