@@ -167,6 +167,7 @@ def load(
         predict_ops += tr.node(i, node)
     if optimize:
         from asyncnet.interop.onnx._optimize import (
+            fuse_concat_relu,
             fuse_conv,
             fuse_encoder_layers,
             fuse_layout_chains,
@@ -186,6 +187,7 @@ def load(
         predict_ops = fuse_layout_chains(predict_ops, {v.name for v in graph.output})
         predict_ops = last_step_from_state(predict_ops, tr.shape, {v.name for v in graph.output})
         predict_ops = fuse_conv(predict_ops, tr.shape, {v.name for v in graph.output})
+        predict_ops = fuse_concat_relu(predict_ops, {v.name for v in graph.output})
         predict_ops, init_ops = fuse_encoder_layers(predict_ops, init_ops, tr.shape, {v.name for v in graph.output})
     known = [v.name for v in inputs] + [op.outputs[0] for op in init_ops]
     init_net = NetDef(f"{name}_init", ops=init_ops, external_outputs=[op.outputs[0] for op in init_ops])

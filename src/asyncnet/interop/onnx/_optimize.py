@@ -971,3 +971,41 @@ def _steps(op: Any) -> list[dict[str, Any]]:
     import json
 
     return [json.loads(s) for s in op.args.get("steps", [])]
+
+
+def fuse_concat_relu(ops: list[Any], keep: set[str]) -> list[Any]:
+    """A ``Relu`` that alone reads an ``ONNXConcat`` of ``ONNXConv`` outputs without an activation,
+    each read only by the Concat (an Inception block's end), moves into the convolutions
+    (``activation="Relu"``: relu of a concatenation is the concatenation of the relus), so it runs
+    in place in each branch; the Concat then writes the Relu's output. ``keep``: the graph outputs.
+
+        >>> from asyncnet.core.defs import OperatorDef as D
+        >>> conv = lambda x, y: D("ONNXConv", [x, "w"], [y], {"kernels": [1, 1], "bias": False})
+        >>> ops = [conv("x", "a"), conv("x", "b"), D("ONNXConcat", ["a", "b"], ["c"], {"axis": 1}), D("Relu", ["c"], ["y"])]
+        >>> [(op.type, op.outputs, op.args.get("activation")) for op in fuse_concat_relu(ops, set())]
+        [('ONNXConv', ['a'], 'Relu'), ('ONNXConv', ['b'], 'Relu'), ('ONNXConcat', ['y'], None)]
+    """
+    reads = Counter(n for op in ops for n in op.inputs)
+    producer = {o: i for i, op in enumerate(ops) for o in op.outputs}
+    out, gone = list(ops), set()
+    for i, op in enumerate(ops):
+        if not _is_relu(op) or op.inputs[0] in keep or reads[op.inputs[0]] != 1:
+            continue
+        k = producer.get(op.inputs[0])
+        if k is None or ops[k].type != "ONNXConcat":
+            continue
+        convs = [producer.get(n) for n in ops[k].inputs]
+        if len(set(ops[k].inputs)) != len(convs) or not all(
+            j is not None
+            and out[j].type == "ONNXConv"
+            and not out[j].args.get("activation")
+            and reads[out[j].outputs[0]] == 1
+            and out[j].outputs[0] not in keep
+            for j in convs
+        ):
+            continue
+        for j in convs:
+            out[j] = dataclasses.replace(out[j], args={**out[j].args, "activation": "Relu"})
+        out[k] = dataclasses.replace(ops[k], outputs=list(op.outputs))
+        gone.add(i)
+    return [op for i, op in enumerate(out) if i not in gone]
