@@ -43,7 +43,7 @@ def _windows(x: np.ndarray, k: tuple, s: tuple, p: tuple) -> np.ndarray:
     return y
 
 
-def _ours(x, k: tuple, s: tuple, p: tuple):  # noqa: ANN001 - numpy or torch
+def _ours(x: object, k: tuple, s: tuple, p: tuple) -> object:
     ws = an.Workspace()
     ws.feed("x", x)
     net = an.Net("m")
