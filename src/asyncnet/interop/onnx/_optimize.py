@@ -859,12 +859,16 @@ def _layer_weights(m: _Layer, value: Any) -> list[np.ndarray]:
 
 
 def _same_output(ops: list[Any], m: _Layer, value: Any, shape: Any) -> bool:
-    """The fused op gives the matched ops' output on a seeded random input (within 1e-4)."""
+    """The fused op gives the matched ops' output on a seeded random input (within 1e-4), run on
+    one intra-op thread (a claim on the thread budget while it runs: the libraries' default teams
+    of spinning threads cost 100x on a busy machine)."""
     import asyncnet as an
     from asyncnet.core.defs import NetDef, OperatorDef
+    from asyncnet.tensor.threads import claim_threads
 
     dims = [d if isinstance(d, int) and d > 0 else k + 2 for k, d in enumerate(shape(m.x))]
     ws = an.Workspace()
+    claim = claim_threads(threads=1)
     try:
         x = np.random.default_rng(0).standard_normal(dims).astype(value(m.weights[0][0]).dtype)
         ws.feed(m.x, x)
@@ -883,6 +887,9 @@ def _same_output(ops: list[Any], m: _Layer, value: Any, shape: Any) -> bool:
         got = ws.fetch("__y")
     except Exception:  # noqa: BLE001 - a layer the fused op cannot run keeps its ops
         return False
+    finally:
+        claim.release()
+        ws.close()
     return got.shape == want.shape and bool(np.allclose(got, want, rtol=1e-4, atol=1e-4))
 
 
