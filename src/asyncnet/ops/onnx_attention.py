@@ -31,6 +31,7 @@ matmuls, softmax and layer norms.
 from __future__ import annotations
 
 import math
+import operator
 from typing import Any
 
 import numpy as np
@@ -150,17 +151,21 @@ def _torch_result(x: Any, ws: tuple[Any, ...], heads: int, eps: float, batch_fir
         return y if batch_first else y.transpose(0, 1)
 
 
-def _viewable(arrays: tuple[Any, ...]) -> bool:
-    """numpy float32/float64 arrays of one dtype, writeable and C-contiguous (torch views them as they are)."""
+def _same_float(arrays: tuple[Any, ...]) -> bool:
+    """numpy float32/float64 arrays of one dtype (torch's kernel then runs on their views)."""
     dtype = arrays[0].dtype
-    return all(
-        type(a) is np.ndarray and a.dtype == dtype and a.flags.writeable and a.flags.c_contiguous for a in arrays
-    ) and (dtype in _FLOATS)
+    return dtype in _FLOATS and all(type(a) is np.ndarray and a.dtype == dtype for a in arrays)
+
+
+def _viewable(a: np.ndarray) -> np.ndarray:
+    """``a`` when torch can view it as it is (writeable, C-contiguous), else a C-contiguous copy:
+    the kernel is chosen by dtype, never by layout, so every layout gives the same bits."""
+    return a if a.flags.writeable and a.flags.c_contiguous else np.array(a, order="C")
 
 
 def _specialize(ctx: Any, x: Any, *ws: Any) -> Any:
-    """For numpy inputs torch can view: the fused kernel with the weights' torch views kept while the
-    same arrays come back (the general kernel's torch call on the same views)."""
+    """For numpy float inputs: torch's fused kernel with the weights' torch views kept while the
+    same arrays come back (the general kernel's torch call on the same values)."""
     if type(x) is not np.ndarray or len(ws) != 12:
         return None
     torch = torch_if_installed()
@@ -168,21 +173,21 @@ def _specialize(ctx: Any, x: Any, *ws: Any) -> Any:
         _check_shapes(ctx, x, ws)
     except ValueError:
         return None
-    if torch is None or not _viewable((x, *ws)) or not _can_fuse(torch, x, ws):
+    if torch is None or not _same_float((x, *ws)) or not _can_fuse(torch, x, ws):
         return None
     heads, eps, first = ctx.args["num_heads"], ctx.args["epsilon"], ctx.args["batch_first"]
-    view, inference = torch.from_numpy, torch.inference_mode
+    view, inference, same = torch.from_numpy, torch.inference_mode, operator.is_
     cached: list[Any] = [(), ()]  # the weight arrays, their torch views
 
     def encoder_layer(ctx: Any, x: Any, *ws: Any) -> Any:
-        if len(ws) != len(cached[0]) or any(a is not b for a, b in zip(ws, cached[0])):
-            if not _viewable((x, *ws)):
-                return onnx_encoder_layer(ctx, x, *ws)
-            cached[:] = [ws, tuple(view(a) for a in ws)]
-        elif not (x.flags.writeable and x.flags.c_contiguous):
-            return onnx_encoder_layer(ctx, x, *ws)
+        if len(ws) == len(cached[0]) and all(map(same, ws, cached[0])):
+            views = cached[1]
+        else:
+            views = tuple(view(_viewable(a)) for a in ws)
+            if all(v.data_ptr() == a.ctypes.data for v, a in zip(views, ws)):  # no copies: the arrays' own memory
+                cached[:] = [ws, views]
         with inference():
-            return _fused(torch, view(x), cached[1], heads, eps, first).numpy()
+            return _fused(torch, view(_viewable(x)), views, heads, eps, first).numpy()
 
     return encoder_layer
 
@@ -209,10 +214,10 @@ def onnx_encoder_layer(ctx: Any, x: Any, *ws: Any) -> Any:
     if is_torch(x):
         return _torch_result(x, ws, heads, eps, first)
     torch = torch_if_installed()
-    if torch is not None and _viewable((x, *ws)) and _can_fuse(torch, x, ws):
+    if torch is not None and _same_float((x, *ws)) and _can_fuse(torch, x, ws):
         with torch.inference_mode():
-            views = [torch.from_numpy(a) for a in ws]
-            return _fused(torch, torch.from_numpy(x), tuple(views), heads, eps, first).numpy()
+            views = [torch.from_numpy(_viewable(a)) for a in (x, *ws)]
+            return _fused(torch, views[0], tuple(views[1:]), heads, eps, first).numpy()
     src = x if first else x.transpose(1, 0, 2)
     y = encoder_layer_numpy(src, tuple(ws), heads, eps)
     return np.ascontiguousarray(y if first else y.transpose(1, 0, 2))

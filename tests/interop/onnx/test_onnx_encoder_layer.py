@@ -243,3 +243,26 @@ def test_the_op_names_a_misshapen_input() -> None:
         bad = an.Net("b")
         bad.ONNXEncoderLayer(names, "y", num_heads=0)
         ws.create_net(bad)
+
+
+def test_the_kernel_depends_on_values_not_layouts_and_sees_weight_writes() -> None:
+    ins = _layer_inputs(np.random.default_rng(6), np.float32)
+    names = [f"i{k}" for k in range(13)]
+    ws = an.Workspace()
+    for n, v in zip(names, ins):
+        ws.feed(n, v)
+    net = an.Net("n", type="straight")
+    net.ONNXEncoderLayer(names, "y", num_heads=2)
+    ws.create_net(net)
+    outs = []
+    for x in (ins[0], np.asfortranarray(ins[0]), ins[0].copy()):  # another layout, then read-only
+        if len(outs) == 2:
+            x.flags.writeable = False
+        ws.feed("i0", x)
+        ws.run_net("n")
+        outs.append(ws.fetch("y").copy())
+    assert all(np.array_equal(o, outs[0]) for o in outs)
+    ws.feed("i0", ins[0])
+    ws.fetch("i12")[...] += 1.0  # norm2's bias, written in place: the kept views see it
+    ws.run_net("n")
+    np.testing.assert_allclose(ws.fetch("y"), outs[0] + 1.0, rtol=1e-5, atol=1e-5)
