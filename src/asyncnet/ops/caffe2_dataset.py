@@ -523,7 +523,9 @@ def unpack_records(ctx: Any, packed: Any, *prototypes: Any) -> Any:
 )
 def given_tensor_string_fill(ctx: Any) -> np.ndarray:
     values = [v.encode() if isinstance(v, str) else bytes(v) for v in ctx.args["values"]]
-    shape = tuple(ctx.args["shape"]) or (len(values),)
+    shape = tuple(ctx.args["shape"])
+    if not shape and len(values) != 1:
+        shape = (len(values),)
     if int(np.prod(shape)) != len(values):
         raise ValueError(f"{len(values)} values cannot fill shape {list(shape)}")
     out = np.empty(len(values), dtype=object)
