@@ -3,8 +3,9 @@ plan executor does not have: the step tree above and at such steps is walked her
 subtree without them runs as a plan of its own on asyncnet's executor.
 
 A step with ``create_workspace`` runs in a child workspace: it starts with the parent's blobs
-(the same objects, so counters, mutexes and queues are shared), its writes to the parent's
-blob names are copied back when it ends, and the blobs it creates are dropped with it. A step
+(the same objects, so counters, mutexes and queues are shared), the blobs of the parent's names
+it wrote are copied back when it ends (those it left alone are not, so concurrent steps do not
+undo each other's writes), and the blobs it creates are dropped with it. A step
 with ``num_concurrent_instances = n`` runs ``n`` copies at once, on threads.
 """
 
@@ -72,12 +73,12 @@ def _run_instance(plan: Any, body: Any, key: str, private: bool) -> None:
 
     child = workspace._new_child(key)
     parent = workspace._workspaces[key]
-    shared = parent.blobs()
+    before = {name: parent.fetch(name) for name in parent.blobs()}
     try:
         _run_body(plan, body, child)
         kid = workspace._workspaces[child]
-        for name in shared:
-            if kid.has(name):
+        for name, value in before.items():
+            if kid.has(name) and kid.fetch(name) is not value:
                 parent.feed(name, kid.fetch(name))
     finally:
         workspace._drop_anonymous(child)

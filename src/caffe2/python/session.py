@@ -147,14 +147,14 @@ class LocalSession(Session):
             return
         child = workspace.C.Workspace()
         parent = self._ws._an()
-        shared = parent.blobs()
-        for name in shared:
-            child._an().feed(name, parent.fetch(name))
+        before = {name: parent.fetch(name) for name in parent.blobs()}
+        for name, value in before.items():
+            child._an().feed(name, value)
         try:
             child.run(proto)
         finally:
-            for name in shared:
-                if child._an().has(name):
+            for name, value in before.items():
+                if child._an().has(name) and child._an().fetch(name) is not value:
                     parent.feed(name, child._an().fetch(name))
 
     def _fetch_output(self, output: Any) -> Any:
