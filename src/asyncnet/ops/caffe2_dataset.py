@@ -389,11 +389,33 @@ def _is_blank(a: Any) -> bool:
     return a is None or (isinstance(a, np.ndarray) and a.size == 0 and a.ndim > 0 and a.shape[0] == 0)
 
 
+def _growable(a: np.ndarray) -> bool:
+    return a.flags.owndata and a.base is None and a.flags.c_contiguous and a.flags.writeable
+
+
 def _append(a: Any, b: Any, where: str) -> np.ndarray:
+    """``a`` with ``b``'s rows after its own, grown in place when ``a`` owns its buffer: the blob
+    keeps its array object, so workspaces sharing it (a task's concurrent instances) all see the
+    rows. Readers of the dataset take copies, never views, of its columns."""
     if _is_blank(a):
+        b = np.asarray(b)
+        if isinstance(a, np.ndarray) and _growable(a):
+            try:
+                if a.dtype != b.dtype:
+                    a.dtype = b.dtype
+                a.resize(b.shape, refcheck=False)
+            except (TypeError, ValueError):
+                return np.array(b)
+            a[...] = b
+            return a
         return np.array(b)
     _appendable(a, b, where)
-    return np.concatenate([a, b])
+    if not _growable(a):
+        return np.concatenate([a, b])
+    n = len(a)
+    a.resize((n + len(b), *a.shape[1:]), refcheck=False)
+    a[n:] = b
+    return a
 
 
 @register_op(
@@ -530,7 +552,7 @@ def given_tensor_string_fill(ctx: Any) -> np.ndarray:
         raise ValueError(f"{len(values)} values cannot fill shape {list(shape)}")
     out = np.empty(len(values), dtype=object)
     out[:] = values
-    return out.reshape(shape)
+    return np.array(out.reshape(shape))
 
 
 @register_op(
