@@ -112,8 +112,17 @@ class Session:
 
 def _local_steps(step: Any) -> None:
     """Drop ``create_workspace`` from a task group's step: the session provides that child
-    workspace (a task's instances keep theirs)."""
+    workspace (a task's instances keep theirs). A ``create_workspace`` set to False anywhere
+    below is dropped too: it is the default, and the plan converter takes no such field."""
     step.ClearField("create_workspace")
+    _drop_false_create_workspace(step)
+
+
+def _drop_false_create_workspace(step: Any) -> None:
+    for sub in step.substep:
+        if sub.HasField("create_workspace") and not sub.create_workspace:
+            sub.ClearField("create_workspace")
+        _drop_false_create_workspace(sub)
 
 
 class LocalSession(Session):
