@@ -5,22 +5,22 @@ blob that says the data is exhausted); a :class:`Writer` adds operators that app
 Readers and writers are what ``pipeline.pipe`` connects; the in-memory ``dataset.Dataset``
 provides both::
 
-    >>> import numpy as np
     >>> from caffe2.python import core, workspace
     >>> from caffe2.python.dataio import CountUntil
     >>> reader = CountUntil(3)
-    >>> init, body = core.Net("count_init"), core.Net("count_exit")
-    >>> reader.setup_ex(init, body)
-    >>> nets, stop, fields = reader.read_ex(init, body)
-    >>> workspace.RunNetOnce(init)
+    >>> init, finish = core.Net("count_init"), core.Net("count_exit")
+    >>> reader.setup_ex(init, finish)
+    >>> nets, stop, fields = reader.read_ex(init, finish)
+    >>> plan = core.Plan("count_plan")
+    >>> plan.AddStep(core.execution_step("init", init))
+    >>> plan.AddStep(core.execution_step("read", nets, should_stop_blob=stop))
+    >>> workspace.RunPlan(plan)
     True
-    >>> values = []
-    >>> for _ in range(4):
-    ...     for net in nets:
-    ...         _ = workspace.RunNetOnce(net)
-    ...     values.append((bool(workspace.FetchBlob(stop)), int(workspace.FetchBlob(fields[0]))))
-    >>> values
-    [(False, 0), (False, 1), (False, 2), (True, 3)]
+    >>> int(workspace.FetchBlob(fields[0])), bool(workspace.FetchBlob(reader.data_finished()))
+    (2, False)
+
+The step checks ``stop`` after each of its nets: the limit's check comes first, so the loop ends
+before a fourth read.
 """
 
 from __future__ import annotations

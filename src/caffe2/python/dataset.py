@@ -21,7 +21,7 @@ order (``ReadRandomBatch``)::
     >>> stop, fields = ds.reader(read_init, batch_size=2).read_record(read)
     >>> workspace.RunNetOnce(read_init) and workspace.RunNetOnce(read)
     True
-    >>> schema.FetchRecord(fields).ys.values.get()
+    >>> schema.FetchRecord(fields)["ys:values"].get()
     array([0.5, 1.5, 2.5], dtype=float32)
 """
 

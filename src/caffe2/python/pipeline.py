@@ -14,14 +14,15 @@ can read it). ``num_runtime_threads`` runs that many copies of the loop concurre
     >>> init = core.Net("pipe_doc_init")
     >>> src = Dataset(schema.ConstRecord(init, schema.Struct(("x", np.arange(5)))))
     >>> dst = Dataset(schema.InitEmptyRecord(init, src.schema.clone_schema()))
-    >>> with TaskGroup() as tg:
-    ...     doubled = pipe(src.reader(), processor=lambda rec: _double(rec))
-    ...     _ = pipe(doubled, dst.writer())
-    >>> def _double(rec):
+    >>> def double(rec):
     ...     net = core.Net("pipe_doc_double")
-    ...     out = schema.NewRecord(net, rec)
+    ...     with core.NameScope("doubled"):
+    ...         out = schema.NewRecord(net, rec)
     ...     net.Add([rec.x(), rec.x()], [out.x()])
     ...     return [net], out
+    >>> with TaskGroup() as tg:
+    ...     doubled = pipe(src.reader(), processor=double)
+    ...     _ = pipe(doubled, dst.writer())
     >>> session = LocalSession()
     >>> session.run(init)
     >>> session.run(tg)

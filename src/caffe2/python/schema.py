@@ -11,7 +11,7 @@ A record is a tree of fields. Its leaves are :class:`Scalar` fields, each one te
     >>> rec.field_names()
     ['id', 'tags:lengths', 'tags:values']
     >>> data = schema.from_blob_list(rec, [[7, 8], [2, 0], [5, 6]])
-    >>> data.tags.values.get().tolist(), data["tags:lengths"].get().tolist()
+    >>> data["tags:values"].get().tolist(), data.tags.lengths.get().tolist()
     ([5, 6], [2, 0])
 """
 
