@@ -18,33 +18,38 @@ from caffe2.python.task import Cluster, TaskGroup
 
 __all__ = ["CachedReader"]
 
+_COPY_THREADS = 16
+_READ_BATCH = 100
+
 
 class CachedReader(Reader):
     """Reads ``reader``'s data from a cache file (a ``db_type`` database of its columns)."""
 
     def __init__(self, reader: Reader, db_type: str = "leveldb", name: str = "cached_reader"):
         super().__init__(reader.schema())
-        self.original_reader = reader
+        self.original_reader, self.db_type, self.name = reader, db_type, name
         self.cache_path: str | None = None
         self.ds_reader: Reader | None = None
-        self.ds = Dataset(self._schema, name)
-        self.db_type = db_type
-        self.name = name
-        self.field_names = self._schema.field_names()
+        self.ds = Dataset(self.schema(), name)
+        self.field_names = self.schema().field_names()
+
+    def _db(self) -> dict[str, Any]:
+        return {"db": self.cache_path, "db_type": self.db_type, "absolute_path": True}
+
+    def _columns(self) -> list[Any]:
+        return self.ds.content().field_blobs()
+
+    def _create_columns(self, net: Any) -> None:
+        with core.NameScope(self.name):
+            self.ds.init_empty(net)
 
     def setup_ex(self, init_net: Any, finish_net: Any) -> None:
+        """Load the cached columns into the dataset and open a reader of it."""
         if not self.cache_path:
             raise AssertionError("build_cache must be called first")
-        self._init_dataset(init_net)
-        init_net.Load(
-            [],
-            self.ds.content().field_blobs(),
-            db=self.cache_path,
-            db_type=self.db_type,
-            absolute_path=True,
-            source_blob_names=self.field_names,
-        )
-        self.ds_reader = self.ds.reader(init_net, batch_size=100)
+        self._create_columns(init_net)
+        init_net.Load([], self._columns(), source_blob_names=self.field_names, **self._db())
+        self.ds_reader = self.ds.reader(init_net, batch_size=_READ_BATCH)
 
     def read(self, read_net: Any) -> tuple[Any, list[Any]]:
         if self.ds_reader is None:
@@ -58,24 +63,13 @@ class CachedReader(Reader):
         """A step filling the cache at ``cache_path`` (an empty step when it exists already)."""
         if overwrite or not self.has_cache():
             self.cache_path = cache_path
-        if self.has_cache() and not overwrite:
+        if not overwrite and self.has_cache():
             return core.execution_step("build_step", [])
-        init_net = core.Net("init")
-        self._init_dataset(init_net)
-        with Cluster(), core.NameScope(self.name), TaskGroup() as copy_tg:
-            pipe(self.original_reader, self.ds.writer(), num_threads=16)
-            copy_step = copy_tg.to_task().get_step()
-        save_net = core.Net("save")
-        save_net.Save(
-            self.ds.content().field_blobs(),
-            [],
-            db=self.cache_path,
-            db_type=self.db_type,
-            blob_name_overrides=self.field_names,
-            absolute_path=True,
-        )
-        return core.execution_step("build_cache", [init_net, copy_step, save_net])
-
-    def _init_dataset(self, init_net: Any) -> None:
-        with core.NameScope(self.name):
-            self.ds.init_empty(init_net)
+        fill = core.Net("init")
+        self._create_columns(fill)
+        with Cluster(), core.NameScope(self.name), TaskGroup() as group:
+            pipe(self.original_reader, self.ds.writer(), num_threads=_COPY_THREADS)
+            copy = group.to_task().get_step()
+        save = core.Net("save")
+        save.Save(self._columns(), [], blob_name_overrides=self.field_names, **self._db())
+        return core.execution_step("build_cache", [fill, copy, save])

@@ -41,28 +41,25 @@ class Job:
         stop_signals: list[Any] | None = None,
         nodes_to_checkpoint: list[str] | None = None,
     ):
-        self.init_group = init_group or TaskGroup(workspace_type=WorkspaceType.GLOBAL)
-        self.epoch_group = epoch_group or TaskGroup()
-        self.download_group = download_group or TaskGroup()
-        self.exit_group = exit_group or TaskGroup()
-        self.stop_signals = stop_signals or []
-        self._nodes_to_checkpoint = nodes_to_checkpoint
+        given = {"epoch_group": epoch_group, "download_group": download_group, "exit_group": exit_group}
+        self.init_group = init_group if init_group else TaskGroup(workspace_type=WorkspaceType.GLOBAL)
+        for attr, group in given.items():
+            setattr(self, attr, group if group else TaskGroup())
+        self.stop_signals = list(stop_signals) if stop_signals else []
+        self._checkpointed = nodes_to_checkpoint
 
     def nodes_to_checkpoint(self) -> list[str]:
         """The nodes given, else those the init group uses."""
-        return self._nodes_to_checkpoint or self.init_group.used_nodes()
+        return self._checkpointed or self.init_group.used_nodes()
 
     def compile(self, session_class: Any) -> Job:
         """This job with each group compiled for ``session_class``."""
         groups = [self.init_group, self.epoch_group, self.download_group, self.exit_group]
-        return Job(
-            *[session_class.compile(g) for g in groups],
-            stop_signals=self.stop_signals,
-            nodes_to_checkpoint=self.nodes_to_checkpoint(),
-        )
+        compiled = [session_class.compile(g) for g in groups]
+        return Job(*compiled, stop_signals=self.stop_signals, nodes_to_checkpoint=self.nodes_to_checkpoint())
 
     def __enter__(self) -> Job:
-        self.epoch_group.__enter__()
+        TaskGroup.__enter__(self.epoch_group)
         return self
 
     def __exit__(self, *args: Any) -> None:
@@ -70,11 +67,12 @@ class Job:
 
     def add_stop_signal(self, output: Any) -> None:
         """Stop the epochs once ``output`` (a TaskOutput, or a blob of the epoch group) is true."""
-        if isinstance(output, core.BlobReference):
-            output = Task(outputs=[output], group=self.epoch_group).outputs()[0]
-        if not isinstance(output, TaskOutput):
-            raise AssertionError(f"a stop signal is a TaskOutput or a BlobReference, got {type(output).__name__}")
-        self.stop_signals.append(output)
+        signal = output
+        if isinstance(signal, core.BlobReference):
+            signal = Task(outputs=[signal], group=self.epoch_group).outputs()[0]
+        if not isinstance(signal, TaskOutput):
+            raise AssertionError(f"a stop signal is a TaskOutput or a BlobReference, got {type(signal).__name__}")
+        self.stop_signals += [signal]
 
 
 def get_ckpt_filename(node_name: str, epoch: int) -> str:

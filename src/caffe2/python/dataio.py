@@ -51,7 +51,7 @@ class Reader:
     ``schema`` describes the fields read."""
 
     def __init__(self, schema: Field | None = None):
-        if schema is not None and not isinstance(schema, Field):
+        if not (schema is None or isinstance(schema, Field)):
             raise AssertionError(f"a reader's schema must be a schema.Field, got {type(schema).__name__}")
         self._schema = schema
 
@@ -68,14 +68,13 @@ class Reader:
 
     def read_ex(self, local_init_net: Any, local_finish_net: Any) -> tuple[list[Any], Any, list[Any]]:
         """``(nets, should_stop, fields)``: nets that read one batch each time they run."""
-        net = core.Net("reader_body")
-        should_stop, fields = self.read(net)
-        return [net], should_stop, fields
+        body = core.Net("reader_body")
+        return ([body], *self.read(body))
 
     def read_record_ex(self, local_init_net: Any, local_finish_net: Any) -> tuple[list[Any], Any, Any]:
         """:meth:`read_ex` with the fields as a record of the reader's schema."""
-        nets, should_stop, fields = self.read_ex(local_init_net, local_finish_net)
-        return nets, should_stop, self._as_record(fields)
+        nets, stop, blobs = self.read_ex(local_init_net, local_finish_net)
+        return nets, stop, self._as_record(blobs)
 
     def read(self, read_net: Any) -> tuple[Any, list[Any]]:
         """Add to ``read_net`` the ops reading one batch: ``(should_stop, fields)``."""
@@ -86,21 +85,20 @@ class Reader:
         raise NotImplementedError("This reader cannot be resetted.")
 
     def read_record(self, read_net: Any) -> tuple[Any, Any]:
-        should_stop, fields = self.read(read_net)
-        return should_stop, self._as_record(fields)
+        stop, blobs = self.read(read_net)
+        return stop, self._as_record(blobs)
 
-    def _as_record(self, fields: Any) -> Any:
-        return from_blob_list(self._schema, fields) if self._schema else fields
+    def _as_record(self, blobs: Any) -> Any:
+        return blobs if not self._schema else from_blob_list(self._schema, blobs)
 
     def execution_step(self, reader_net_name: str | None = None, external_should_stop: Any = None) -> tuple[Any, Any]:
         """A step that reads batches until the data ends (or ``external_should_stop``), and the
         record it reads into; add nets to the step to use each batch."""
         net = core.Net(reader_net_name or "reader")
-        should_stop, fields = self.read_record(net)
+        stop, record = self.read_record(net)
         if external_should_stop is not None:
-            should_stop = net.Or([external_should_stop, should_stop])
-        step = core.execution_step(f"{reader_net_name}_step", net, should_stop_blob=should_stop)
-        return step, fields
+            stop = net.Or([external_should_stop, stop])
+        return core.execution_step(f"{reader_net_name}_step", net, should_stop_blob=stop), record
 
 
 class Writer:
@@ -118,28 +116,27 @@ class Writer:
         """:meth:`write` for a record (whose schema the writer remembers) or a list of blobs."""
         self.write(writer_net, self._blobs_of(fields))
 
-    def _blobs_of(self, fields: Any) -> Any:
-        if isinstance(fields, Field):
-            self._schema = fields
-            return fields.field_blobs()
-        return fields
+    def _blobs_of(self, record_or_blobs: Any) -> Any:
+        if not isinstance(record_or_blobs, Field):
+            return record_or_blobs
+        self._schema = record_or_blobs
+        return record_or_blobs.field_blobs()
 
     def setup_ex(self, init_net: Any, finish_net: Any) -> None:
-        self.commit(finish_net)
+        self.commit(finish_net)  # the end of the data is marked once the writing is over
 
     def write_ex(self, fields: Any, local_init_net: Any, local_finish_net: Any, stop_blob: Any) -> list[Any]:
-        net = core.Net("write_net")
-        self.write(net, fields)
-        return [net]
+        body = core.Net("write_net")
+        self.write(body, fields)
+        return [body]
 
     def write_record_ex(
         self, fields: Any, local_init_net: Any, local_finish_net: Any, stop_blob: Any = None
     ) -> tuple[list[Any], Any]:
         """``(nets, stop_blob)``: nets that write one batch each time they run."""
         blobs = self._blobs_of(fields)
-        if stop_blob is None:
-            stop_blob = local_init_net.NextName("dequeue_status")
-        return self.write_ex(blobs, local_init_net, local_finish_net, stop_blob), stop_blob
+        status = local_init_net.NextName("dequeue_status") if stop_blob is None else stop_blob
+        return self.write_ex(blobs, local_init_net, local_finish_net, status), status
 
     def commit(self, finish_net: Any) -> None:
         """Add to ``finish_net`` what marks the end of the data (nothing by default)."""
@@ -149,41 +146,41 @@ class ReaderBuilder:
     """Makes readers (one per reading node or thread) of one data source."""
 
     def schema(self) -> Field:
-        raise NotImplementedError()
+        raise NotImplementedError("ReaderBuilder.schema")
 
     def setup(self, **kwargs: Any) -> Any:
-        raise NotImplementedError()
+        raise NotImplementedError("ReaderBuilder.setup")
 
     def new_reader(self, **kwargs: Any) -> Reader:
-        raise NotImplementedError()
+        raise NotImplementedError("ReaderBuilder.new_reader")
 
 
 class PipedReaderBuilder(ReaderBuilder):
     """A builder whose readers are ``piper(reader=...)`` of the readers of ``builder``."""
 
     def __init__(self, builder: ReaderBuilder, piper: Any):
-        self._builder = builder
-        self._piper = piper
+        self._inner, self._through = builder, piper
 
     def schema(self) -> Field:
-        return self._builder.schema()
+        return self._inner.schema()
 
     def setup(self, **kwargs: Any) -> Any:
-        return self._builder.setup(**kwargs)
+        return self._inner.setup(**kwargs)
 
     def new_reader(self, **kwargs: Any) -> Reader:
-        piped = self._piper(reader=self._builder.new_reader(**kwargs), **kwargs)
+        piped = self._through(reader=self._inner.new_reader(**kwargs), **kwargs)
         return piped if isinstance(piped, Reader) else piped.reader()
 
 
 class Pipe:
-    """A channel with a reader and writers (a queue, for instance); counts its ends."""
+    """A channel with a reader and writers (a queue, for instance); counts its ends. With an
+    ``obj_key``, each end registers the pipe on its init net under that key (the task's setup
+    then calls the pipe's ``setup``)."""
 
     def __init__(self, schema: Field | None = None, obj_key: str | None = None):
-        self._num_writers = 0
-        self._num_readers = 0
         self._schema = schema
-        self._obj_key = obj_key
+        self._ends = {"readers": 0, "writers": 0}
+        self._setup_key = obj_key
 
     def schema(self) -> Field | None:
         return self._schema
@@ -192,32 +189,34 @@ class Pipe:
         pass
 
     def reader(self) -> Reader:
-        raise NotImplementedError()
+        raise NotImplementedError("Pipe.reader")
 
     def writer(self) -> Writer:
-        raise NotImplementedError()
+        raise NotImplementedError("Pipe.writer")
 
     def num_readers(self) -> int:
-        return self._num_readers
+        return self._ends["readers"]
 
     def num_writers(self) -> int:
-        return self._num_writers
+        return self._ends["writers"]
+
+    def _register(self, end: str, net: Any) -> None:
+        self._ends[end] += 1
+        if self._setup_key is not None:
+            net.add_attribute(self._setup_key, self)
 
     def _new_writer(self, writer_schema: Field | None, writer_init_net: Any) -> None:
-        if writer_schema is not None and self._schema is None:
+        if self._schema is None:
             self._schema = writer_schema
-        self._num_writers += 1
-        if self._obj_key is not None:
-            writer_init_net.add_attribute(self._obj_key, self)
+        self._register("writers", writer_init_net)
 
     def _new_reader(self, reader_init_net: Any) -> None:
-        self._num_readers += 1
-        if self._obj_key is not None:
-            reader_init_net.add_attribute(self._obj_key, self)
+        self._register("readers", reader_init_net)
 
 
 def _false(net: Any, out: Any = None) -> Any:
-    return net.ConstantFill([], out if out is not None else 1, shape=[], value=False, dtype=core.DataType.BOOL)
+    """A 0-d False that ``net`` makes (in ``out``, else a new blob)."""
+    return net.ConstantFill([], 1 if out is None else out, shape=[], value=False, dtype=core.DataType.BOOL)
 
 
 class CounterReader(Reader):
@@ -225,17 +224,18 @@ class CounterReader(Reader):
 
     def __init__(self) -> None:
         super().__init__(schema=Struct(("iter", np.int64)))
-        self.counter = None
-        self.should_stop = None
+        self._counter: Any = None
+        self._never: Any = None
 
     def setup_ex(self, global_init_net: Any, global_finish_net: Any) -> None:
-        if self.counter is None:
-            self.counter = global_init_net.CreateCounter([], init_count=0)
-            self.should_stop = _false(global_init_net)
+        if self._counter is not None:
+            return
+        self._counter = global_init_net.CreateCounter([], init_count=0)
+        self._never = _false(global_init_net)
 
     def read_ex(self, local_init_net: Any, local_finish_net: Any) -> tuple[list[Any], Any, list[Any]]:
         net = core.Net("limited_reader_counter")
-        return [net], self.should_stop, [net.CountUp([self.counter], 1)]
+        return [net], self._never, [net.CountUp([self._counter], 1)]
 
 
 class ReaderWithLimitBase(Reader):
@@ -246,34 +246,33 @@ class ReaderWithLimitBase(Reader):
         super().__init__(schema=reader._schema)
         self.reader = reader
         self.net = core.Net("reader_with_limit")
-        self._data_finished = self.net.AddExternalInput(self.net.NextName("data_finished"))
-        self.should_stop = None
+        self._finished = self.net.AddExternalInput(self.net.NextName("data_finished"))
 
     def setup_ex(self, global_init_net: Any, global_finish_net: Any) -> None:
-        _false(global_init_net, [self._data_finished])
-        self.reader.setup_ex(global_init_net, global_finish_net)
-        self.setup_limiter(global_init_net, global_finish_net)
+        _false(global_init_net, [self._finished])
+        for setup in (self.reader.setup_ex, self.setup_limiter):
+            setup(global_init_net, global_finish_net)
 
     def read_ex(self, local_init_net: Any, local_finish_net: Any) -> tuple[list[Any], Any, list[Any]]:
-        """First the limit's check (which sets should_stop), then the inner read, whose own end
-        of data overrides should_stop and is remembered in data_finished."""
+        """First the limit's check (which sets the stop blob: the step stops right after it),
+        then the inner read, whose own end of data sets the stop blob and ``data_finished``."""
         check = core.Net("limited_reader_condition")
-        should_stop = self.check_limiter_condition(check)
-        nets, inner_stop, fields = self.reader.read_ex(local_init_net, local_finish_net)
+        stop = self.check_limiter_condition(check)
+        inner_nets, inner_stop, blobs = self.reader.read_ex(local_init_net, local_finish_net)
         self._set_schema(self.reader._schema)
         after = core.Net("limited_reader_post")
-        after.Copy(inner_stop, should_stop)
-        after.Or([self._data_finished, inner_stop], [self._data_finished])
-        return [check, *nets, after], should_stop, fields
+        after.Copy(inner_stop, stop)
+        after.Or([self._finished, inner_stop], [self._finished])
+        return [check, *inner_nets, after], stop, blobs
 
     def setup_limiter(self, global_init_net: Any, global_finish_net: Any) -> None:
-        raise NotImplementedError("Subclass must implement `setup_limiter`")
+        raise NotImplementedError(f"{type(self).__name__} must define setup_limiter")
 
     def check_limiter_condition(self, stop_condition_net: Any) -> Any:
-        raise NotImplementedError("Subclass must implement `check_limiter_condition`")
+        raise NotImplementedError(f"{type(self).__name__} must define check_limiter_condition")
 
     def data_finished(self) -> Any:
-        return self._data_finished
+        return self._finished
 
 
 class ReaderWithLimit(ReaderWithLimitBase):
@@ -282,16 +281,16 @@ class ReaderWithLimit(ReaderWithLimitBase):
     def __init__(self, reader: Reader, num_iter: int | None = 1):
         super().__init__(reader)
         self.num_iter = num_iter
-        self.counter = None if num_iter is None else self.net.AddExternalInput(self.net.NextName("counter"))
+        self._budget = None if num_iter is None else self.net.AddExternalInput(self.net.NextName("counter"))
 
     def setup_limiter(self, global_init_net: Any, global_finish_net: Any) -> None:
-        if self.counter is not None:
-            global_init_net.CreateCounter([], [self.counter], init_count=int(self.num_iter))
+        if self._budget is not None:
+            global_init_net.CreateCounter([], [self._budget], init_count=int(self.num_iter))
 
     def check_limiter_condition(self, stop_condition_net: Any) -> Any:
-        if self.counter is not None:
-            return stop_condition_net.CountDown([self.counter], 1)
-        return _false(stop_condition_net)
+        if self._budget is None:
+            return _false(stop_condition_net)
+        return stop_condition_net.CountDown([self._budget], 1)
 
 
 def CountUntil(num_iter: int) -> ReaderWithLimit:
@@ -304,19 +303,19 @@ class ReaderWithTimeLimit(ReaderWithLimitBase):
 
     def __init__(self, reader: Reader, duration: float | None = 0):
         super().__init__(reader)
-        self.timer = None
         self.duration = duration
-        self.duration_ns_blob = None
+        self._clock: Any = None
+        self._deadline: Any = None
 
     def setup_limiter(self, global_init_net: Any, global_finish_net: Any) -> None:
-        if self.duration is not None and self.duration > 0:
-            self.timer = global_init_net.TimerBegin([], counter_name="epoch_timer")
-            start = global_init_net.TimerGet(self.timer)
-            self.duration_ns_blob = global_init_net.ConstantFill([start], value=int(self.duration * 1e9))
-            global_finish_net.TimerEnd([self.timer], [])
+        if not self.duration or self.duration <= 0:
+            return
+        self._clock = global_init_net.TimerBegin([], counter_name="epoch_timer")
+        started = global_init_net.TimerGet(self._clock)
+        self._deadline = global_init_net.ConstantFill([started], value=int(self.duration * 1e9))
+        global_finish_net.TimerEnd([self._clock], [])
 
     def check_limiter_condition(self, stop_condition_net: Any) -> Any:
-        if self.duration:
-            elapsed = stop_condition_net.TimerGet(self.timer)
-            return stop_condition_net.GE([elapsed, self.duration_ns_blob], str(self.should_stop))
-        return _false(stop_condition_net)
+        if not self.duration:
+            return _false(stop_condition_net)
+        return stop_condition_net.GE([stop_condition_net.TimerGet(self._clock), self._deadline])

@@ -32,19 +32,33 @@ from caffe2.python.task import Task, TaskGroup, TaskOutput, WorkspaceType
 
 __all__ = ["Analyzer", "Printer", "Text", "Visitor", "analyze", "debug_net", "to_string"]
 
+# The kinds of objects walked, most specific first; a walker handles kind K in method ``_on_K``.
+_KINDS: list[tuple[type, str]] = [
+    (OperatorDef, "op"),
+    (NetDef, "netdef"),
+    (Net, "net"),
+    (ExecutionStep, "step"),
+    (Plan, "plan"),
+    (Task, "task"),
+    (TaskGroup, "group"),
+    (Job, "job"),
+]
+
 
 class Visitor:
-    """Calls the handler registered (with :meth:`register`) for the first matching type."""
+    """Walks objects: a handler added with :meth:`register` for a type, else the class's
+    ``_on_<kind>`` method, handles each object."""
 
-    handlers: list[tuple[type, Callable[..., Any]]] = []
+    extra: list[tuple[type, Callable[..., Any]]] = []
 
     @classmethod
     def register(cls, kind: type) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-        if "handlers" not in cls.__dict__:
-            cls.handlers = []
+        """Decorator: ``fn(visitor, obj, *args)`` handles objects of ``kind``."""
+        if "extra" not in cls.__dict__:
+            cls.extra = []
 
         def add(fn: Callable[..., Any]) -> Callable[..., Any]:
-            cls.handlers.append((kind, fn))
+            cls.extra.insert(0, (kind, fn))
             return fn
 
         return add
@@ -52,28 +66,33 @@ class Visitor:
     def __call__(self, obj: Any, *args: Any, **kwargs: Any) -> Any:
         if obj is None:
             return None
-        for kind, fn in type(self).handlers:
+        for kind, fn in type(self).extra:
             if isinstance(obj, kind):
                 return fn(self, obj, *args, **kwargs)
+        for kind, name in _KINDS:
+            method = getattr(self, f"_on_{name}", None)
+            if method is not None and isinstance(obj, kind):
+                return method(obj, *args, **kwargs)
         raise TypeError(f"{type(self).__name__}: unsupported object type: {type(obj)}")
 
 
-def _substeps(step: ExecutionStep) -> list[Any]:
+def _children(step: ExecutionStep) -> list[Any]:
     """A step's substeps, then its nets."""
-    return list(step.Substeps()) + [step.get_net(name) for name in step.Proto().network]
+    return [*step.Substeps(), *(step.get_net(n) for n in step.Proto().network)]
 
 
 # -- analysis -------------------------------------------------------------------------------------
 
 
 class Analyzer(Visitor):
-    """A model of the blobs each workspace holds while a job runs."""
+    """A model of the blobs each workspace holds while a job runs (a count of definitions per
+    blob name; ``stack[-1]`` is the workspace the walk is in)."""
 
     IGNORED_PREFIXES = ("distributed_ctx_init",)
 
     def __init__(self) -> None:
         self.node_workspaces: dict[str, Counter[str]] = {}
-        self.stack: list[Counter[str]] = []
+        self.stack: list[Counter[str]] = [Counter()]
 
     @property
     def workspace(self) -> Counter[str]:
@@ -82,107 +101,96 @@ class Analyzer(Visitor):
     @contextmanager
     def set_workspace(self, node: Any = None, ws: Any = None, do_copy: bool = False) -> Iterator[Counter[str]]:
         """Work in ``ws``, node ``node``'s workspace, or the current one; a copy with ``do_copy``."""
-        if ws is None:
-            ws = self.node_workspaces.setdefault(str(node), Counter()) if node is not None else self.workspace
-        if do_copy:
-            ws = Counter(ws)
-        self.stack.append(ws)
+        target = ws
+        if target is None and node is not None:
+            target = self.node_workspaces.setdefault(str(node), Counter())
+        if target is None:
+            target = self.workspace
+        self.stack.append(Counter(target) if do_copy else target)
         try:
-            yield ws
+            yield self.stack[-1]
         finally:
             self.stack.pop()
 
-    def define_blob(self, blob: str) -> None:
-        self.workspace[str(blob)] += 1
+    def define_blob(self, blob: Any) -> None:
+        self.workspace.update([str(blob)])
 
-    def need_blob(self, blob: str) -> None:
-        blob = str(blob)
-        if blob.startswith(self.IGNORED_PREFIXES):
-            return
-        if blob not in self.workspace:
-            raise AssertionError(f"Blob undefined: {blob}")
+    def need_blob(self, blob: Any) -> None:
+        name = str(blob)
+        if not name.startswith(self.IGNORED_PREFIXES) and name not in self.workspace:
+            raise AssertionError(f"Blob undefined: {name}")
 
+    def _on_op(self, op: OperatorDef) -> None:
+        for name in op.input:
+            self.need_blob(name)
+        for name in op.output:
+            self.define_blob(name)
 
-@Analyzer.register(OperatorDef)
-def _analyze_op(an: Analyzer, op: OperatorDef) -> None:
-    for blob in op.input:
-        an.need_blob(blob)
-    for blob in op.output:
-        an.define_blob(blob)
+    def _on_netdef(self, net: NetDef) -> None:
+        for op in net.op:
+            self(op)
 
+    def _on_net(self, net: Net) -> None:
+        self(net.Proto())
 
-@Analyzer.register(Net)
-def _analyze_net(an: Analyzer, net: Net) -> None:
-    for op in net.Proto().op:
-        an(op)
+    def _on_step(self, step: ExecutionStep) -> None:
+        spec = step.Proto()
+        parallel = spec.concurrent_substeps
+        made_in_parallel: set[str] = set()
+        with self.set_workspace(do_copy=spec.create_workspace):
+            if spec.report_net:
+                with self.set_workspace(do_copy=True):
+                    self(step.get_net(spec.report_net))
+            for child in _children(step):
+                with self.set_workspace(do_copy=parallel) as scratch:
+                    self(child)
+                    if spec.should_stop_blob:
+                        self.need_blob(spec.should_stop_blob)
+                if parallel:
+                    fresh = scratch.keys() - self.workspace.keys()
+                    both = made_in_parallel & fresh
+                    if both:
+                        raise AssertionError(
+                            f"Error: Blobs created by multiple parallel steps: {', '.join(sorted(both))}"
+                        )
+                    made_in_parallel |= fresh
+        for name in made_in_parallel:
+            self.define_blob(name)
 
+    def _on_plan(self, plan: Plan) -> None:
+        for step in plan.Steps():
+            self(step)
 
-@Analyzer.register(ExecutionStep)
-def _analyze_step(an: Analyzer, step: ExecutionStep) -> None:
-    proto = step.Proto()
-    created: set[str] = set()
-    with an.set_workspace(do_copy=proto.create_workspace):
-        if proto.report_net:
-            with an.set_workspace(do_copy=True):
-                an(step.get_net(proto.report_net))
-        for sub in _substeps(step):
-            with an.set_workspace(do_copy=proto.concurrent_substeps) as inner:
-                an(sub)
-                if proto.should_stop_blob:
-                    an.need_blob(proto.should_stop_blob)
-            if proto.concurrent_substeps:
-                fresh = set(inner) - set(an.workspace)
-                clash = created & fresh
-                if clash:
-                    raise AssertionError(f"Error: Blobs created by multiple parallel steps: {', '.join(sorted(clash))}")
-                created |= fresh
-    for blob in created:
-        an.define_blob(blob)
+    def _on_task(self, task: Task) -> None:
+        with self.set_workspace(do_copy=task.workspace_type() != WorkspaceType.GLOBAL):
+            self(task.get_step())
 
+    def _on_group(self, group: TaskGroup) -> None:
+        for task in group.tasks_by_node().tasks():
+            with self.set_workspace(node=task.node):
+                self(task)
 
-@Analyzer.register(Task)
-def _analyze_task(an: Analyzer, task: Task) -> None:
-    with an.set_workspace(do_copy=task.workspace_type() != WorkspaceType.GLOBAL):
-        an(task.get_step())
-
-
-@Analyzer.register(TaskGroup)
-def _analyze_task_group(an: Analyzer, group: TaskGroup) -> None:
-    for task in group.tasks_by_node().tasks():
-        with an.set_workspace(node=task.node):
-            an(task)
-
-
-@Analyzer.register(Job)
-def _analyze_job(an: Analyzer, job: Job) -> None:
-    an(job.init_group)
-    an(job.epoch_group)
-
-
-@Analyzer.register(Plan)
-def _analyze_plan(an: Analyzer, plan: Plan) -> None:
-    for step in plan.Steps():
-        an(step)
+    def _on_job(self, job: Job) -> None:
+        for group in (job.init_group, job.epoch_group):
+            self(group)
 
 
 def analyze(obj: Any) -> None:
     """Check that no operator of ``obj`` (a Job, TaskGroup, Task, step, plan or net) reads an
     undefined blob, and that no two concurrent steps create one blob."""
-    an = Analyzer()
-    with an.set_workspace(ws=Counter()):
-        an(obj)
+    Analyzer()(obj)
 
 
 # -- printing -------------------------------------------------------------------------------------
 
 
 class Text:
-    """Indented lines; :meth:`context` opens a ``with ...:`` block."""
+    """Indented lines; :meth:`context` opens a ``with ...:`` block (``pass`` when left empty)."""
 
     def __init__(self) -> None:
-        self._indent = 0
-        self._counts = [0]
         self.lines: list[str] = []
+        self._depth = 0
+        self._block_sizes = [0]
 
     @contextmanager
     def context(self, text: str | None) -> Iterator[None]:
@@ -190,21 +198,109 @@ class Text:
             yield
             return
         self.add(f"with {text}:")
-        self._indent += 4
-        self._counts.append(0)
+        self._depth += 1
+        self._block_sizes.append(0)
         try:
             yield
         finally:
-            if not self._counts.pop():
+            if self._block_sizes.pop() == 0:
                 self.add("pass")
-            self._indent -= 4
+            self._depth -= 1
 
     def add(self, text: str) -> None:
-        self._counts[-1] += 1
-        self.lines.append(" " * self._indent + text)
+        self._block_sizes[-1] += 1
+        self.lines.append("    " * self._depth + text)
 
     def __str__(self) -> str:
         return "\n".join(self.lines)
+
+
+def _quoted(s: Any) -> str:
+    text = s.decode("ascii", errors="ignore") if isinstance(s, bytes) else str(s)
+    if len(text) >= 64:
+        return f"'{text[:64]}'...<+len={len(text) - 64}>"
+    return f"'{text}'"
+
+
+def _arg_value(arg: Any) -> str:
+    if arg.HasField("f"):
+        return str(arg.f)
+    if arg.HasField("i"):
+        return str(arg.i)
+    if arg.HasField("s"):
+        return _quoted(arg.s)
+    for repeated in ("floats", "ints"):
+        values = list(getattr(arg, repeated))
+        if values:
+            return str(values)
+    return str([_quoted(s) for s in arg.strings]) if arg.strings else "[]"
+
+
+def _shared_prefix(texts: list[str]) -> str:
+    if not texts:
+        return ""
+    first, last = min(texts), max(texts)
+    n = next((i for i, (a, b) in enumerate(zip(first, last)) if a != b), len(first))
+    return first[:n]
+
+
+def _as_text(value: Any) -> str:
+    if isinstance(value, list):
+        return "[" + ", ".join(f"'{v}'" for v in value) + "]"
+    return str(value)
+
+
+def _listing(values: list[Any], factor: bool) -> str:
+    """``values`` joined by commas; with ``factor``, a common prefix is written once: ``p[a, b]``."""
+    texts = [_as_text(v) for v in values]
+    prefix = _shared_prefix(texts) if factor and len(texts) > 1 else ""
+    body = ", ".join(t[len(prefix) :] for t in texts)
+    return f"{prefix}[{body}]" if prefix else body
+
+
+def _call(fn: str, args: list[Any] | None = None, outputs: list[Any] | None = None, factor: bool = False) -> str:
+    """``outputs = fn(args)``; tuple args are keyword arguments."""
+    args = args or []
+    plain = [a for a in args if not isinstance(a, tuple)]
+    parts = [_listing(plain, factor)] if plain else []
+    parts += [f"{k}={v}" for k, v in (a for a in args if isinstance(a, tuple))]
+    text = f"{fn}({', '.join(p for p in parts if p)})"
+    return f"{_listing(list(outputs), factor)} = {text}" if outputs else text
+
+
+def _device(dev: Any) -> str | None:
+    gpu = getattr(dev, "device_id", 0) or getattr(dev, "cuda_gpu_id", 0)
+    if dev.device_type or gpu or dev.node_name:
+        return _call("DeviceOption", [dev.device_type, gpu, f"'{dev.node_name}'"])
+    return None
+
+
+def _step_block(step: ExecutionStep) -> tuple[str | None, bool]:
+    """The ``with`` line of a step and whether its substeps get a block each."""
+    spec = step.Proto()
+    several = len(step.Substeps()) > 1
+    if spec.should_stop_blob:
+        return _call("loop"), False
+    if spec.num_iter not in (0, 1):
+        return _call("loop", [spec.num_iter]), False
+    if spec.num_concurrent_instances > 1:
+        return _call("parallel", [("num_instances", spec.num_concurrent_instances)]), several
+    if several and spec.concurrent_substeps:
+        return _call("parallel"), True
+    return (_call("run_once"), False) if spec.report_net else (None, False)
+
+
+def _child_block(child: Any, own_block: bool) -> str | None:
+    spec = child.Proto() if isinstance(child, ExecutionStep) else None
+    if spec is not None and spec.run_every_ms:
+        return _call("reporter", [str(child), ("interval_ms", spec.run_every_ms)])
+    if own_block:
+        return _call("workspace" if spec is not None and spec.create_workspace else "step", [str(child)])
+    return None
+
+
+def _output_names(out: TaskOutput) -> str:
+    return f"Output[{', '.join(str(n) for n in out.names)}]"
 
 
 class Printer(Visitor, Text):
@@ -217,189 +313,87 @@ class Printer(Visitor, Text):
         self.c2_syntax = c2_syntax
         self.c2_net_name: str | None = None
 
+    def _on_op(self, op: OperatorDef) -> None:
+        args: list[Any] = [(a.name, _arg_value(a)) for a in op.arg]
+        dev = _device(op.device_option) if op.HasField("device_option") else None
+        if dev:
+            args.append(("device_option", dev))
+        if self.c2_net_name:
+            self.add(_call(f"{self.c2_net_name}.{op.type}", [list(op.input), list(op.output), *args]))
+        else:
+            self.add(_call(op.type, [*op.input, *args], list(op.output), self.factor_prefixes))
+        for sub in (a for a in op.arg if a.HasField("n")):
+            with self.context(f"arg: {sub.name}"):
+                self(sub.n)
 
-def _short(s: Any) -> str:
-    text = s.decode("ascii", errors="ignore") if isinstance(s, bytes) else str(s)
-    return f"'{text}'" if len(text) < 64 else f"'{text[:64]}'...<+len={len(text) - 64}>"
+    def _on_netdef(self, net: NetDef) -> None:
+        if self.c2_syntax:
+            self.add(_call("core.Net", [f"'{net.name}'"], [net.name]))
+            self.c2_net_name = net.name
+        else:
+            self.add(f"# net: {net.name}")
+        for op in net.op:
+            self(op)
+        self.c2_net_name = None
 
+    def _on_net(self, net: Net) -> None:
+        self(net.Proto())
 
-def _arg_text(arg: Any) -> str:
-    for single, show in (("f", str), ("i", str), ("s", _short)):
-        if arg.HasField(single):
-            return show(getattr(arg, single))
-    if arg.floats:
-        return str(list(arg.floats))
-    if arg.ints:
-        return str(list(arg.ints))
-    if arg.strings:
-        return str([_short(s) for s in arg.strings])
-    return "[]"
+    def _on_step(self, step: ExecutionStep) -> None:
+        spec = step.Proto()
+        header, own_blocks = _step_block(step)
+        with self.context(header):
+            if spec.report_net:
+                with self.context(_call("report_net", [spec.report_interval])):
+                    self(step.get_net(spec.report_net))
+            for child in _children(step):
+                with self.context(_child_block(child, own_blocks)):
+                    self(child)
+                    if spec.should_stop_blob:
+                        self.add(_call("yield stop_if", [spec.should_stop_blob]))
 
+    def _on_plan(self, plan: Plan) -> None:
+        with self.context(_call("Plan", [f"'{plan.Proto().name}'"])):
+            for step in plan.Steps():
+                self(step)
 
-def _common_prefix(names: list[str]) -> str:
-    if not names:
-        return ""
-    lo, hi = min(names), max(names)
-    n = 0
-    while n < len(lo) and lo[n] == hi[n]:
-        n += 1
-    return lo[:n]
+    def _on_task(self, task: Task) -> None:
+        outputs = ", ".join(_output_names(o) for o in task.outputs())
+        with self.context(_call("Task", [("node", task.node), ("name", task.name), ("outputs", outputs)])):
+            self(task.get_step())
 
+    def _on_group(self, group: TaskGroup, header: str | None = None) -> None:
+        with self.context(header or _call("TaskGroup")):
+            for task in group.tasks_by_node().tasks():
+                self(task)
 
-def _show(value: Any) -> str:
-    return "[" + ", ".join(f"'{v}'" for v in value) + "]" if isinstance(value, list) else str(value)
-
-
-def _join(values: list[Any], factor: bool) -> str:
-    shown = [_show(v) for v in values]
-    prefix = _common_prefix(shown) if factor and len(shown) > 1 else ""
-    rest = ", ".join(v[len(prefix) :] for v in shown)
-    return f"{prefix}[{rest}]" if prefix else rest
-
-
-def _call(fn: str, args: list[Any] | None = None, outputs: list[Any] | None = None, factor: bool = False) -> str:
-    """``outputs = fn(args)``; tuple args are keyword arguments."""
-    positional = [a for a in args or [] if not isinstance(a, tuple)]
-    keywords = [f"{k}={v}" for k, v in (a for a in args or [] if isinstance(a, tuple))]
-    inner = ", ".join(x for x in [_join(positional, factor) if positional else "", *keywords] if x)
-    text = f"{fn}({inner})"
-    return f"{_join(list(outputs), factor)} = {text}" if outputs else text
-
-
-def _device_text(dev: Any) -> str | None:
-    gpu = getattr(dev, "device_id", 0) or getattr(dev, "cuda_gpu_id", 0)
-    if not dev or not (dev.device_type or gpu or dev.node_name):
-        return None
-    return _call("DeviceOption", [dev.device_type, gpu, f"'{dev.node_name}'"])
-
-
-@Printer.register(OperatorDef)
-def _print_op(p: Printer, op: OperatorDef) -> None:
-    args: list[Any] = [(a.name, _arg_text(a)) for a in op.arg]
-    dev = _device_text(op.device_option) if op.HasField("device_option") else None
-    if dev:
-        args.append(("device_option", dev))
-    if p.c2_net_name:
-        p.add(_call(f"{p.c2_net_name}.{op.type}", [list(op.input), list(op.output), *args]))
-    else:
-        p.add(_call(op.type, [*op.input, *args], list(op.output), p.factor_prefixes))
-    for arg in op.arg:
-        if arg.HasField("n"):
-            with p.context(f"arg: {arg.name}"):
-                p(arg.n)
-
-
-@Printer.register(NetDef)
-def _print_net_def(p: Printer, net: NetDef) -> None:
-    if p.c2_syntax:
-        p.add(_call("core.Net", [f"'{net.name}'"], [net.name]))
-        p.c2_net_name = net.name
-    else:
-        p.add(f"# net: {net.name}")
-    for op in net.op:
-        p(op)
-    p.c2_net_name = None
-
-
-@Printer.register(Net)
-def _print_net(p: Printer, net: Net) -> None:
-    p(net.Proto())
-
-
-def _step_header(step: ExecutionStep) -> tuple[str | None, bool]:
-    """The ``with`` line of a step and whether its substeps get their own blocks."""
-    proto = step.Proto()
-    many = len(step.Substeps()) > 1
-    if proto.should_stop_blob:
-        return _call("loop"), False
-    if proto.num_iter and proto.num_iter != 1:
-        return _call("loop", [proto.num_iter]), False
-    if proto.num_concurrent_instances > 1:
-        return _call("parallel", [("num_instances", proto.num_concurrent_instances)]), many
-    if proto.concurrent_substeps and many:
-        return _call("parallel"), True
-    if proto.report_net:
-        return _call("run_once"), False
-    return None, False
-
-
-def _substep_header(sub: Any, own_block: bool) -> str | None:
-    sub_proto = sub.Proto() if isinstance(sub, ExecutionStep) else None
-    if sub_proto is not None and sub_proto.run_every_ms:
-        return _call("reporter", [str(sub), ("interval_ms", sub_proto.run_every_ms)])
-    if not own_block:
-        return None
-    kind = "workspace" if sub_proto is not None and sub_proto.create_workspace else "step"
-    return _call(kind, [str(sub)])
-
-
-@Printer.register(ExecutionStep)
-def _print_step(p: Printer, step: ExecutionStep) -> None:
-    proto = step.Proto()
-    header, own_blocks = _step_header(step)
-    with p.context(header):
-        if proto.report_net:
-            with p.context(_call("report_net", [proto.report_interval])):
-                p(step.get_net(proto.report_net))
-        for sub in _substeps(step):
-            with p.context(_substep_header(sub, own_blocks)):
-                p(sub)
-                if proto.should_stop_blob:
-                    p.add(_call("yield stop_if", [proto.should_stop_blob]))
-
-
-def _output_text(out: TaskOutput) -> str:
-    return "Output[" + ", ".join(str(n) for n in out.names) + "]"
-
-
-@Printer.register(Task)
-def _print_task(p: Printer, task: Task) -> None:
-    outputs = ", ".join(_output_text(o) for o in task.outputs())
-    with p.context(_call("Task", [("node", task.node), ("name", task.name), ("outputs", outputs)])):
-        p(task.get_step())
-
-
-@Printer.register(TaskGroup)
-def _print_task_group(p: Printer, group: TaskGroup, header: str | None = None) -> None:
-    with p.context(header or _call("TaskGroup")):
-        for task in group.tasks_by_node().tasks():
-            p(task)
-
-
-@Printer.register(Job)
-def _print_job(p: Printer, job: Job) -> None:
-    p(job.init_group, "Job.current().init_group")
-    p(job.epoch_group, "Job.current().epoch_group")
-    with p.context("Job.current().stop_signals"):
-        for out in job.stop_signals:
-            p.add(_output_text(out))
-    p(job.download_group, "Job.current().download_group")
-    p(job.exit_group, "Job.current().exit_group")
-
-
-@Printer.register(Plan)
-def _print_plan(p: Printer, plan: Plan) -> None:
-    with p.context(_call("Plan", [f"'{plan.Proto().name}'"])):
-        for step in plan.Steps():
-            p(step)
+    def _on_job(self, job: Job) -> None:
+        where = "Job.current()"
+        self(job.init_group, f"{where}.init_group")
+        self(job.epoch_group, f"{where}.epoch_group")
+        with self.context(f"{where}.stop_signals"):
+            for signal in job.stop_signals:
+                self.add(_output_names(signal))
+        self(job.download_group, f"{where}.download_group")
+        self(job.exit_group, f"{where}.exit_group")
 
 
 def to_string(obj: Any, **kwargs: Any) -> str:
     """``obj`` (a Net, ExecutionStep, Plan, Task, TaskGroup or Job) as text; ``kwargs`` go to
     :class:`Printer`."""
-    printer = Printer(**kwargs)
-    printer(obj)
-    return str(printer)
+    text = Printer(**kwargs)
+    text(obj)
+    return str(text)
 
 
 def debug_net(net: Net) -> Net:
     """A copy of ``net`` that logs each operator (``LogInfo``) before running it."""
     if not isinstance(net, Net):
         raise AssertionError(f"debug_net takes a core.Net, got {type(net).__name__}")
-    out = Net(str(net))
+    logged = Net(str(net))
     for op in net.Proto().op:
-        text = Printer(c2_syntax=False)
-        text(op)
-        out.LogInfo(str(text))
-        out.Proto().op.extend([op])
-    return out
+        line = Printer(c2_syntax=False)
+        line(op)
+        logged.LogInfo(str(line))
+        logged.Proto().op.extend([op])
+    return logged

@@ -60,103 +60,95 @@ class Output:
 
     def __init__(self, nets: Any = None, record: Any = None, should_stop: Any = None):
         built = NetBuilder.current().get()
-        if nets is not None and built:
+        if built and nets is not None:
             raise AssertionError("Cannot both use `ops` syntax and return a list of nets.")
-        if nets is None:
-            nets = built
-        if isinstance(nets, core.Net):
-            nets = [nets]
-        self.nets = list(nets or [])
-        self.record = None if record is None else as_record(record)
+        chosen = built if nets is None else nets
+        self.nets = [chosen] if isinstance(chosen, core.Net) else list(chosen or [])
+        self.record = as_record(record) if record is not None else None
         self.should_stop = should_stop
+
+
+def _identity(rec: Any) -> Any:
+    return rec
 
 
 def make_processor(processor: Any) -> Any:
     """The processor function (the identity for None)."""
-    if processor is None:
-        return lambda rec: rec
     if isinstance(processor, core.Net):
         raise NotImplementedError("pipe: a core.Net as processor (NetProcessor) is not supported; pass a function")
-    return processor
+    return _identity if processor is None else processor
 
 
 def normalize_processor_output(output: Any) -> Output:
     """An :class:`Output` from what a processor returned: an Output, a record, ``(record,
     stop_blob)``, ``(nets, record[, stop_blob])``, or nets alone."""
-    if isinstance(output, Output):
-        return output
     if isinstance(output, Field):
-        return Output(record=output)
-    if isinstance(output, tuple):
-        if len(output) == 2 and isinstance(output[0], Field) and isinstance(output[1], core.BlobReference):
-            return Output(None, *output)
-        return Output(*output)
-    return Output(output)
+        output = Output(record=output)
+    elif isinstance(output, tuple):
+        record_and_stop = (
+            len(output) == 2 and isinstance(output[0], Field) and isinstance(output[1], core.BlobReference)
+        )
+        output = Output(None, *output) if record_and_stop else Output(*output)
+    elif not isinstance(output, Output):
+        output = Output(output)
+    return output
 
 
 def processor_name(processor: Any) -> str:
     """A name for a processor, reader or writer in task names."""
     if hasattr(processor, "name"):
         return str(processor.name)
-    name = getattr(processor, "__name__", None)
-    if name == "<lambda>":
+    fn_name = getattr(processor, "__name__", None)
+    if fn_name == "<lambda>":
         return getattr(processor, "__module__", "lambda")
-    return name or type(processor).__name__
+    return fn_name or type(processor).__name__
 
 
 def _open_output(output: Any, capacity: int | None, init_net: Any, exit_net: Any) -> tuple[Any, Writer]:
     """The queue to return (if any) and the writer for ``output``."""
+    if output is not None and capacity is not None:
+        raise AssertionError("capacity would not be used.")
     if output is None:
-        queue = queue_util.Queue(capacity=capacity if capacity is not None else DEFAULT_QUEUE_CAPACITY)
-        writer = queue.writer()
+        made = queue_util.Queue(capacity=DEFAULT_QUEUE_CAPACITY if capacity is None else capacity)
+        found: tuple[Any, Writer] = (made, made.writer())
     elif isinstance(output, Writer):
-        if capacity is not None:
-            raise AssertionError("capacity would not be used.")
-        queue, writer = None, output
+        found = (None, output)
     elif hasattr(output, "writer"):
-        if capacity is not None:
-            raise AssertionError("capacity would not be used.")
-        queue, writer = output, output.writer()
+        found = (output, output.writer())
     else:
         raise ValueError("output must be a reader, queue or stream.")
-    writer.setup_ex(init_net, exit_net)
-    return queue, writer
-
-
-def _false_status(net: Any, status: Any) -> None:
-    net.ConstantFill([], [status], shape=[], value=False, dtype=core.DataType.BOOL)
+    found[1].setup_ex(init_net, exit_net)
+    return found
 
 
 def _loop_body(reader: Reader, output: Any, capacity: Any, g_init: Any, g_exit: Any, i_init: Any, i_exit: Any) -> Any:
     """The nets of one thread: ``(queue, body step)``; ``i_init``/``i_exit`` run once per thread."""
     read_nets, status, rec = reader.read_record_ex(i_init, i_exit)
-    _false_status(i_init, status)
+    i_init.ConstantFill([], [status], shape=[], value=False, dtype=core.DataType.BOOL)
     queue, write_nets = None, []
     if rec is not None:
         queue, writer = _open_output(output, capacity, g_init, g_exit)
-        write_nets, _ = writer.write_record_ex(rec, i_init, i_exit, status)
-    body = core.execution_step("body", [*read_nets, *write_nets], should_stop_blob=status)
-    return queue, body
+        write_nets = writer.write_record_ex(rec, i_init, i_exit, status)[0]
+    return queue, core.execution_step("body", [*read_nets, *write_nets], should_stop_blob=status)
 
 
 def _runtime_threads_task(
     name: str, group: Any, final_outputs: Any, reader: Reader, num_threads: int, output: Any, capacity: Any
 ) -> tuple[Any, Task]:
     """One task whose body runs as ``num_threads`` concurrent instances."""
-    with Task(name=name, group=group, outputs=final_outputs, num_instances=num_threads) as task:
+    task = Task(name=name, group=group, outputs=final_outputs, num_instances=num_threads)
+    with task:
         g_init, g_exit = core.Net("pipe:init"), core.Net("pipe:exit")
         reader.setup_ex(g_init, g_exit)
         i_init, i_exit = core.Net("pipe:instance:init"), core.Net("pipe:instance:exit")
         queue, body = _loop_body(reader, output, capacity, g_init, g_exit, i_init, i_exit)
-        with ops.task_init():
-            ops.net(g_init)
-        with ops.task_instance_init():
-            ops.net(i_init)
+        for block, net in ((ops.task_init, g_init), (ops.task_instance_init, i_init)):
+            with block():
+                ops.net(net)
         ops.net(body)
-        with ops.task_instance_exit():
-            ops.net(i_exit)
-        with ops.task_exit():
-            ops.net(g_exit)
+        for block, net in ((ops.task_instance_exit, i_exit), (ops.task_exit, g_exit)):
+            with block():
+                ops.net(net)
     return queue, task
 
 
@@ -164,25 +156,32 @@ def _static_threads_task(
     name: str, group: Any, final_outputs: Any, reader: Reader, num_threads: int, output: Any, capacity: Any
 ) -> tuple[Any, Task]:
     """One task with ``num_threads`` concurrent substeps, each built separately."""
-    with Task(name=name, group=group, outputs=final_outputs) as task:
+    task = Task(name=name, group=group, outputs=final_outputs)
+    with task:
         g_init, g_exit = core.Net("init"), core.Net("exit")
         reader.setup_ex(g_init, g_exit)
-        queue, writer_output, threads = None, output, []
+        queue, target, threads = None, output, []
         for t in range(num_threads):
             with NetBuilder(name=f"t:{t}") as nb:
                 i_init, i_exit = core.Net("init"), core.Net("exit")
-                q, body = _loop_body(reader, writer_output, capacity, g_init, g_exit, i_init, i_exit)
-                if queue is None and q is not None:
-                    queue = q
-                    writer_output, capacity = q, None
-                ops.net(i_init)
-                ops.net(body)
-                ops.net(i_exit)
+                made, body = _loop_body(reader, target, capacity, g_init, g_exit, i_init, i_exit)
+                if queue is None and made is not None:
+                    queue, target, capacity = made, made, None
+                for part in (i_init, body, i_exit):
+                    ops.net(part)
             threads.append(core.to_execution_step(nb))
         ops.net(g_init)
         ops.net(core.execution_step("body", threads, concurrent_substeps=True))
         ops.net(g_exit)
     return queue, task
+
+
+def _default_name(input: Any, output: Any, processor: Any) -> str:
+    if processor is not None:
+        return processor_name(processor)
+    if output is not None:
+        return f"pipe_into:{processor_name(output)}"
+    return f"pipe_from:{processor_name(input)}"
 
 
 def _pipe_step(
@@ -198,28 +197,19 @@ def _pipe_step(
 ) -> tuple[Any, Task | None]:
     if num_threads > 1 and num_runtime_threads > 1:
         raise AssertionError("Only one of num_threads or num_runtime_threads must be set.")
-    if isinstance(input, Reader):
-        reader = input
-    elif hasattr(input, "reader"):
-        reader = input.reader()
-    else:
+    if not (isinstance(input, Reader) or hasattr(input, "reader")):
         raise ValueError("in must be a reader, queue or stream.")
+    source = input if isinstance(input, Reader) else input.reader()
     if processor is not None:
-        reader = ProcessingReader(reader, processor)
-    if num_threads == 0 or num_runtime_threads == 0:
+        source = ProcessingReader(source, processor)
+    if 0 in (num_threads, num_runtime_threads):
         if output is not None:
             raise AssertionError("with no threads, pipe returns a reader and takes no output")
-        return reader, None
-    if name is None:
-        if processor is not None:
-            name = processor_name(processor)
-        elif output is not None:
-            name = f"pipe_into:{processor_name(output)}"
-        else:
-            name = f"pipe_from:{processor_name(input)}"
-    build = _static_threads_task if num_threads > 1 else _runtime_threads_task
-    threads = num_threads if num_threads > 1 else num_runtime_threads
-    return build(name, group, final_outputs, reader, threads, output, capacity)
+        return source, None
+    name = name if name is not None else _default_name(input, output, processor)
+    if num_threads > 1:
+        return _static_threads_task(name, group, final_outputs, source, num_threads, output, capacity)
+    return _runtime_threads_task(name, group, final_outputs, source, num_runtime_threads, output, capacity)
 
 
 def pipe(
@@ -234,8 +224,7 @@ def pipe(
 ) -> Any:
     """Add a task piping ``input`` through ``processor`` into ``output``; returns the output
     queue made when ``output`` is None (with 0 threads: a reader of the processed input)."""
-    result, _ = _pipe_step(input, output, num_threads, processor, name, capacity, group, num_runtime_threads)
-    return result
+    return _pipe_step(input, output, num_threads, processor, name, capacity, group, num_runtime_threads)[0]
 
 
 def pipe_and_output(
@@ -249,18 +238,16 @@ def pipe_and_output(
     num_runtime_threads: int = 1,
     final_outputs: Any = None,
 ) -> tuple[Any, Any]:
-    """:func:`pipe`, also returning the task outputs of ``final_outputs``."""
+    """:func:`pipe`, also returning the task outputs of ``final_outputs`` (one, or a list)."""
     if num_threads <= 0:
         raise AssertionError("pipe_and_output needs at least one thread")
-    result, task = _pipe_step(
+    made, task = _pipe_step(
         input, output, num_threads, processor, name, capacity, group, num_runtime_threads, final_outputs
     )
-    outputs = None
-    if final_outputs is not None:
-        outputs = task.outputs()
-        if type(final_outputs) not in (list, tuple):
-            outputs = outputs[0]
-    return result, outputs
+    if final_outputs is None:
+        return made, None
+    outs = task.outputs()
+    return made, (outs if isinstance(final_outputs, (list, tuple)) else outs[0])
 
 
 class ProcessingReader(Reader):
@@ -275,17 +262,19 @@ class ProcessingReader(Reader):
         self.reader.setup_ex(init_net, finish_net)
 
     def read_ex(self, init_net: Any, exit_net: Any) -> tuple[list[Any], Any, Any]:
-        nets, status, rec = self.reader.read_record_ex(init_net, exit_net)
-        with NetBuilder() as nb:
-            result = normalize_processor_output(self.processor(rec))
-        nets = [*nets, *result.nets]
-        stops = [b for b in (result.should_stop, nb._stop_blob) if b]
-        if stops:
+        """The inner read, then the processor's nets; a stop blob of the processor (returned or
+        set with ``ops.stop_if``) also stops the pipe."""
+        nets, status, record = self.reader.read_record_ex(init_net, exit_net)
+        with NetBuilder() as builder:
+            out = normalize_processor_output(self.processor(record))
+        nets = [*nets, *out.nets]
+        extra_stops = [b for b in (out.should_stop, builder._stop_blob) if b]
+        if extra_stops:
             stop_net = core.Net("stop_net")
-            for blob in stops:
+            for blob in extra_stops:
                 stop_net.Or([status, blob], [status])
             nets.append(stop_net)
         if hasattr(self.processor, "setup"):
             init_net.add_attribute(TaskGroup.LOCAL_SETUP, self.processor)
-        self._set_schema(result.record)
-        return nets, status, (result.record.field_blobs() if result.record else None)
+        self._set_schema(out.record)
+        return nets, status, (None if out.record is None else out.record.field_blobs())

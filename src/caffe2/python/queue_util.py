@@ -23,49 +23,53 @@ from caffe2.python.task import TaskGroup
 
 __all__ = ["Queue", "QueueWrapper", "close_queue", "dequeue", "enqueue"]
 
-logger = logging.getLogger(__name__)
+_log = logging.getLogger(__name__)
+
+
+def _close_on_exit(pipe: QueueWrapper, exit_net: Any) -> None:
+    exit_net.CloseBlobsQueue([pipe.queue()], 0)
 
 
 class _QueueReader(dataio.Reader):
     """Dequeues records (``num_dequeue_records`` joined per read) until the queue is closed and empty."""
 
-    def __init__(self, wrapper: QueueWrapper, num_dequeue_records: int = 1):
-        if wrapper.schema() is None:
+    def __init__(self, pipe: QueueWrapper, num_dequeue_records: int = 1):
+        if pipe.schema() is None:
             raise AssertionError("Queue needs a schema in order to be read from.")
-        super().__init__(wrapper.schema())
-        self._wrapper = wrapper
-        self._num_dequeue_records = num_dequeue_records
+        super().__init__(pipe.schema())
+        self._pipe = pipe
+        self._records_per_read = num_dequeue_records
 
     def setup_ex(self, init_net: Any, exit_net: Any) -> None:
-        exit_net.CloseBlobsQueue([self._wrapper.queue()], 0)
+        _close_on_exit(self._pipe, exit_net)
 
     def read_ex(self, local_init_net: Any, local_finish_net: Any) -> tuple[list[Any], Any, list[Any]]:
-        self._wrapper._new_reader(local_init_net)
+        self._pipe._new_reader(local_init_net)
         net = core.Net("dequeue")
         names = self.schema().field_names()
-        fields, status = dequeue(
-            net, self._wrapper.queue(), len(names), field_names=names, num_records=self._num_dequeue_records
+        blobs, status = dequeue(
+            net, self._pipe.queue(), len(names), field_names=names, num_records=self._records_per_read
         )
-        return [net], status, fields
+        return [net], status, blobs
 
     def read(self, net: Any) -> tuple[Any, list[Any]]:
-        _, status, fields = self.read_ex(net, None)
-        return status, fields
+        _, status, blobs = self.read_ex(net, None)
+        return status, blobs
 
 
 class _QueueWriter(dataio.Writer):
     """Enqueues records; the queue is closed when the writing task ends."""
 
-    def __init__(self, wrapper: QueueWrapper):
-        self._wrapper = wrapper
+    def __init__(self, pipe: QueueWrapper):
+        self._pipe = pipe
 
     def setup_ex(self, init_net: Any, exit_net: Any) -> None:
-        exit_net.CloseBlobsQueue([self._wrapper.queue()], 0)
+        _close_on_exit(self._pipe, exit_net)
 
     def write_ex(self, fields: Any, local_init_net: Any, local_finish_net: Any, status: Any) -> list[Any]:
-        self._wrapper._new_writer(self.schema(), local_init_net)
+        self._pipe._new_writer(self.schema(), local_init_net)
         net = core.Net("enqueue")
-        enqueue(net, self._wrapper.queue(), fields, status)
+        enqueue(net, self._pipe.queue(), fields, status)
         return [net]
 
 
@@ -74,17 +78,17 @@ class QueueWrapper(dataio.Pipe):
 
     def __init__(self, handler: Any, schema: Any = None, num_dequeue_records: int = 1):
         super().__init__(schema, TaskGroup.LOCAL_SETUP)
-        self._queue = handler
-        self._num_dequeue_records = num_dequeue_records
+        self._handle = handler
+        self._records_per_read = num_dequeue_records
 
     def reader(self) -> dataio.Reader:
-        return _QueueReader(self, num_dequeue_records=self._num_dequeue_records)
+        return _QueueReader(self, num_dequeue_records=self._records_per_read)
 
     def writer(self) -> dataio.Writer:
         return _QueueWriter(self)
 
     def queue(self) -> Any:
-        return self._queue
+        return self._handle
 
 
 class Queue(QueueWrapper):
@@ -92,50 +96,48 @@ class Queue(QueueWrapper):
     schema is the first writer's)."""
 
     def __init__(self, capacity: int, schema: Any = None, name: str = "queue", num_dequeue_records: int = 1):
-        net = core.Net(name)
-        handler = net.AddExternalInput(net.NextName("handler"))
-        super().__init__(handler, schema, num_dequeue_records=num_dequeue_records)
+        owner = core.Net(name)
+        super().__init__(owner.AddExternalInput(owner.NextName("handler")), schema, num_dequeue_records)
         self.capacity = capacity
-        self._setup_done = False
+        self.created = False
 
     def setup(self, global_init_net: Any) -> None:
+        """Add to ``global_init_net`` the op creating the queue."""
         if not self._schema:
             raise AssertionError("This queue does not have a schema.")
-        self._setup_done = True
         names = self._schema.field_names()
         global_init_net.CreateBlobsQueue(
-            [], [self._queue], capacity=self.capacity, num_blobs=len(names), field_names=names
+            [], [self.queue()], capacity=self.capacity, num_blobs=len(names), field_names=names
         )
+        self.created = True
 
 
 def enqueue(net: Any, queue: Any, data_blobs: list[Any], status: Any = None) -> Any:
     """Add a ``SafeEnqueueBlobs`` of ``data_blobs`` to ``net``; returns its status blob (a blob
     listed twice is copied first)."""
-    if status is None:
-        status = net.NextName("status")
-    blobs: list[Any] = []
+    record: list[Any] = []
     for blob in data_blobs:
-        if blob in blobs:
-            logger.warning("Need to copy blob %s to enqueue", blob)
+        if blob in record:
+            _log.warning("Need to copy blob %s to enqueue", blob)
             blob = net.Copy(blob)
-        blobs.append(blob)
-    return net.SafeEnqueueBlobs([queue, *blobs], [*blobs, status])[-1]
+        record.append(blob)
+    outputs = [*record, status if status is not None else net.NextName("status")]
+    return net.SafeEnqueueBlobs([queue, *record], outputs)[-1]
 
 
 def dequeue(
     net: Any, queue: Any, num_blobs: int, status: Any = None, field_names: Any = None, num_records: int = 1
 ) -> tuple[list[Any], Any]:
     """Add a ``SafeDequeueBlobs`` to ``net``: ``(blobs, status)``."""
-    if field_names is not None:
-        if len(field_names) != num_blobs:
-            raise AssertionError(f"expected {num_blobs} field names, got {len(field_names)}")
+    if field_names is None:
+        names = [net.NextName("data", i) for i in range(num_blobs)]
+    elif len(field_names) == num_blobs:
         names = [net.NextName(n) for n in field_names]
     else:
-        names = [net.NextName("data", i) for i in range(num_blobs)]
-    if status is None:
-        status = net.NextName("status")
-    out = list(net.SafeDequeueBlobs(queue, [*names, status], num_records=num_records))
-    return out[:-1], out[-1]
+        raise AssertionError(f"expected {num_blobs} field names, got {len(field_names)}")
+    outputs = [*names, status if status is not None else net.NextName("status")]
+    *blobs, done = net.SafeDequeueBlobs(queue, outputs, num_records=num_records)
+    return blobs, done
 
 
 def close_queue(step: Any, *queues: Any) -> Any:

@@ -58,7 +58,7 @@ __all__ = [
 
 restore_numpy_aliases()
 
-logger = logging.getLogger(__name__)
+_log = logging.getLogger(__name__)
 
 FIELD_SEPARATOR = ":"
 
@@ -186,7 +186,7 @@ class Scalar(Field):
 
     def __init__(self, dtype: Any = None, blob: Any = None, metadata: Metadata | None = None):
         super().__init__()
-        self._metadata: Metadata | None = None
+        self._meta: Metadata | None = None
         self.set(dtype, blob, metadata, unsafe=True)
 
     def _named_children(self) -> list[tuple[str, Field]]:
@@ -202,32 +202,31 @@ class Scalar(Field):
         return self.dtype
 
     def has_blobs(self) -> bool:
-        return self._blob is not None
+        return self._value is not None
 
     def clone(self, keep_blobs: bool = True) -> Scalar:
-        return Scalar(self._original_dtype, self._blob if keep_blobs else None, self._metadata)
+        return Scalar(self._declared_type, self._value if keep_blobs else None, self._meta)
 
     def get(self) -> Any:
         """The blob of this column."""
-        if self._blob is None:
+        if self._value is None:
             raise AssertionError("Value is not set for this field.")
-        return self._blob
+        return self._value
 
-    def __call__(self) -> Any:
-        return self.get()
+    __call__ = get
 
     @property
     def metadata(self) -> Metadata | None:
-        return self._metadata
+        return self._meta
 
     def set_metadata(self, value: Metadata) -> None:
         if not isinstance(value, Metadata):
             raise AssertionError(f"metadata must be Metadata, got {type(value)}")
-        self._metadata = value
+        self._meta = value
         self._check_metadata()
 
     def _check_metadata(self) -> None:
-        limit = self._metadata.categorical_limit if self._metadata is not None else None
+        limit = self._meta.categorical_limit if self._meta is not None else None
         if limit is not None and not np.issubdtype(self.dtype.base, np.integer):
             raise AssertionError(f"`categorical_limit` can be specified only in integral fields but got {self.dtype}")
 
@@ -237,32 +236,32 @@ class Scalar(Field):
             if not isinstance(blob, np.ndarray) or blob.dtype.base != self.dtype.base:
                 found = blob.dtype.base if isinstance(blob, np.ndarray) else type(blob).__name__
                 raise AssertionError(f"Expected {self.dtype.base}, got {found}")
-        self.set(dtype=self._original_dtype, blob=blob, unsafe=unsafe)
+        self.set(dtype=self._declared_type, blob=blob, unsafe=unsafe)
 
     def set(self, dtype: Any = None, blob: Any = None, metadata: Metadata | None = None, unsafe: bool = False) -> None:
         """Set the type and/or the blob. A value that is not a ``BlobReference`` becomes a numpy
         array of ``dtype`` (whose inner shape then follows the array's)."""
         if not unsafe:
-            logger.warning("Scalar should be considered immutable; call set() with unsafe=True on new scalars.")
+            _log.warning("Scalar should be considered immutable; call set() with unsafe=True on new scalars.")
         if isinstance(blob, (str, bytes)):
             raise ValueError(
                 "Passing str blob to Scalar.set() is ambiguous: pass np.array(blob) or BlobReference(blob)"
             )
-        self._original_dtype = dtype
+        self._declared_type = dtype
         declared = None if dtype is None else np.dtype(dtype)
-        if blob is not None and not isinstance(blob, BlobReference):
+        if not (blob is None or isinstance(blob, BlobReference)):
             blob, declared = _array_for(blob, declared)
         resolved = np.dtype(np.void) if declared is None else declared
         if resolved.fields:
             raise AssertionError("Cannot create Scalar with a structured dtype. Use from_dtype instead.")
         self.dtype = resolved
-        self._blob = blob
-        if metadata is not None:
+        self._value = blob
+        if metadata:
             self.set_metadata(metadata)
         self._check_metadata()
 
     def set_type(self, dtype: Any) -> None:
-        self._original_dtype = dtype
+        self._declared_type = dtype
         self.dtype = np.dtype(np.void if dtype is None else dtype)
         self._check_metadata()
 
@@ -271,7 +270,7 @@ class Scalar(Field):
         return self._first_column()
 
     def _describe(self, depth: int, out: StringIO) -> None:
-        out.write("  " * depth + f"Scalar({self.dtype!r}, {self._blob!r}, {self._metadata!r})\n")
+        out.write("  " * depth + f"Scalar({self.dtype!r}, {self._value!r}, {self._meta!r})\n")
 
 
 def _array_for(value: Any, declared: np.dtype | None) -> tuple[np.ndarray, np.dtype | None]:
@@ -378,7 +377,7 @@ class Struct(Field):
                 raise ValueError(f"Duplicate field name: {name}")
         self.fields = children
         self._adopt()
-        self._frozen = True
+        self._sealed = True
 
     def _named_children(self) -> list[tuple[str, Field]]:
         return list(self.__dict__["fields"].items())
@@ -403,7 +402,7 @@ class Struct(Field):
         return self._lookup(item) is not None
 
     def __len__(self) -> int:
-        return len(self.fields)
+        return len(self.__dict__["fields"])
 
     def __iter__(self) -> Any:
         return iter(self.fields.values())
@@ -433,7 +432,7 @@ class Struct(Field):
             raise AttributeError(item) from None
 
     def __setattr__(self, key: str, value: Any) -> None:
-        if self.__dict__.get("_frozen") and not key.startswith("_"):
+        if self.__dict__.get("_sealed") and not key.startswith("_"):
             raise TypeError("Struct.__setattr__() is disabled after __init__()")
         object.__setattr__(self, key, value)
 
@@ -502,19 +501,18 @@ def RawTuple(num_fields: int, name_prefix: str = "field") -> Struct:
     """A tuple of ``num_fields`` untyped scalars."""
     if not isinstance(num_fields, int) or num_fields < 0:
         raise AssertionError(f"num_fields must be a non-negative int, got {num_fields!r}")
-    return NamedTuple(name_prefix, *([np.void] * num_fields))
+    untyped = [np.void for _ in range(num_fields)]
+    return NamedTuple(name_prefix, *untyped)
 
 
 def from_dtype(dtype: Any, _outer_shape: tuple[int, ...] = ()) -> Field:
     """The schema of a numpy dtype: a Scalar, or a Struct of a structured dtype's fields."""
-    if isinstance(dtype, np.dtype):
-        shape = tuple(_outer_shape) + dtype.shape
-        if shape != dtype.shape:
-            dtype = np.dtype((dtype.base, shape))
-    else:
-        shape = tuple(_outer_shape)
-        dtype = np.dtype((dtype, shape))
-    if not dtype.fields:
+    outer = tuple(_outer_shape)
+    inner = dtype.shape if isinstance(dtype, np.dtype) else ()
+    base = dtype.base if isinstance(dtype, np.dtype) else dtype
+    shape = outer + inner
+    dtype = np.dtype((base, shape)) if shape or not isinstance(dtype, np.dtype) else dtype
+    if dtype.fields is None:
         return Scalar(dtype)
     parts = []
     for name in dtype.names:
@@ -569,15 +567,14 @@ def from_blob_list(schema: Field, values: Any, throw_on_type_mismatch: bool = Fa
     """A copy of ``schema`` whose columns hold ``values`` (one per column)."""
     if not isinstance(schema, Field):
         raise AssertionError("Argument `schema` must be a Field.")
-    if isinstance(values, BlobReference):
-        values = [values]
-    record = schema.clone_schema()
-    leaves = record.all_scalars()
+    values = [values] if isinstance(values, BlobReference) else values
+    copy = schema.clone_schema()
+    leaves = copy.all_scalars()
     if len(leaves) != len(values):
         raise AssertionError(f"Values must have {len(leaves)} elements, got {len(values)}.")
     for leaf, value in zip(leaves, values):
         leaf.set_value(value, throw_on_type_mismatch, unsafe=True)
-    return record
+    return copy
 
 
 def as_record(value: Any) -> Field:
@@ -590,8 +587,8 @@ def as_record(value: Any) -> Field:
     if isinstance(value, (list, tuple)):
         pairs = all(isinstance(f, tuple) and len(f) == 2 and isinstance(f[0], str) for f in value)
         if pairs and value:
-            return Struct(*[(k, as_record(v)) for k, v in value])
-        return Tuple(*[as_record(f) for f in value])
+            return Struct(*[(name, as_record(item)) for name, item in value])
+        return Tuple(*map(as_record, value))
     return _as_field(value)
 
 
@@ -614,8 +611,7 @@ def FetchRecord(blob_record: Field, ws: Any = None, throw_on_type_mismatch: bool
 def FeedRecord(blob_record: Field, arrays: Any, ws: Any = None) -> None:
     """Feed ``arrays`` (a list, or a record of arrays) into the blobs of ``blob_record``."""
     blobs = _references(blob_record)
-    if isinstance(arrays, Field):
-        arrays = arrays.field_blobs()
+    arrays = arrays.field_blobs() if isinstance(arrays, Field) else arrays
     if len(arrays) != len(blobs):
         raise AssertionError(f"Values must contain exactly {len(blobs)} ndarrays, got {len(arrays)}.")
     for blob, array in zip(blobs, arrays):
@@ -640,8 +636,8 @@ def NewRecord(net: Any, schema: Field) -> Field:
 def ConstRecord(net: Any, array_record: Field) -> Field:
     """A record of blobs that ``net`` fills with the arrays of ``array_record``."""
     record = NewRecord(net, array_record)
-    for blob, array in zip(record.field_blobs(), array_record.field_blobs()):
-        net.Const(array, blob)
+    for target, values in zip(record.field_blobs(), array_record.field_blobs()):
+        net.Const(values, target)
     return record
 
 
@@ -653,10 +649,10 @@ def InitEmptyRecord(net: Any, schema_or_record: Field, enforce_types: bool = Fal
         try:
             code = data_type_for_dtype(dtype)
         except TypeError:
-            if enforce_types:
-                raise
-            net.ConstantFill([], blob, shape=[0])
-            continue
+            if not enforce_types:
+                net.ConstantFill([], blob, shape=[0])
+                continue
+            raise
         if code == core.DataType.STRING:
             net.GivenTensorStringFill([], blob, shape=[0, *dtype.shape], values=[])
         else:
