@@ -16,6 +16,7 @@ MODULES = [
     "caffe2.python.checkpoint",
     "asyncnet.ops.caffe2_dataset",
     "asyncnet.ops.caffe2_timer",
+    "asyncnet.ops.caffe2_checkpoint",
 ]
 
 pytestmark = pytest.mark.timeout(120)

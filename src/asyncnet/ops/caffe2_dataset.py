@@ -34,6 +34,8 @@ import numpy as np
 
 from asyncnet.core.defs import OperatorDef
 from asyncnet.core.registry import Arg, register_no_gradient, register_op
+from asyncnet.ops import _tensorproto as tp
+from asyncnet.ops.dbio import register_blob_type
 
 __all__ = ["RecordLayout", "TensorVector", "TreeCursor"]
 
@@ -121,7 +123,12 @@ class RecordLayout:
 
 
 class TreeCursor:
-    """A position in a record's columns (one offset per domain), safe to share across threads."""
+    """A position in a record's columns (one offset per domain), safe to share across threads.
+
+    Save writes it as Caffe2 does (a ``std::unique_ptr<TreeCursor>`` BlobProto: the offsets as
+    an int64 tensor, the field names in the content) and Load reads it back."""
+
+    BLOB_TYPE = "std::unique_ptr<TreeCursor>"
 
     def __init__(self, fields: Sequence[str]):
         self.layout = RecordLayout(fields)
@@ -131,6 +138,29 @@ class TreeCursor:
     def reset(self) -> None:
         with self.lock:
             self.offsets = None
+
+    def blob_proto(self, name: str) -> bytes:
+        """This cursor as a serialized BlobProto."""
+        out = bytearray()
+        tp._put_bytes(out, 1, name.encode("utf-8"))
+        tp._put_bytes(out, 2, self.BLOB_TYPE.encode())
+        with self.lock:
+            offsets = list(self.offsets or [])
+        if offsets:
+            tp._put_bytes(out, 3, tp.encode_tensor(np.array(offsets, np.int64), name=name))
+        tp._put_bytes(out, 4, "".join(f + " " for f in self.layout.fields).encode("utf-8"))
+        return bytes(out)
+
+    @classmethod
+    def from_blob_fields(cls, blob: dict[str, Any]) -> TreeCursor:
+        """The cursor of a BlobProto's fields (see :func:`asyncnet.ops._tensorproto.decode_blob`)."""
+        cursor = cls((blob["content"] or b"").decode("utf-8").split())
+        if blob["tensor"] is not None:
+            cursor.offsets = [int(v) for v in tp.tensor_from_fields(blob["tensor"]).reshape(-1)]
+        return cursor
+
+
+register_blob_type(TreeCursor.BLOB_TYPE, TreeCursor.from_blob_fields)
 
 
 class TensorVector(list):

@@ -96,8 +96,7 @@ class Reader:
         record it reads into; add nets to the step to use each batch."""
         net = core.Net(reader_net_name or "reader")
         stop, record = self.read_record(net)
-        if external_should_stop is not None:
-            stop = net.Or([external_should_stop, stop])
+        stop = stop if external_should_stop is None else net.Or([external_should_stop, stop])
         return core.execution_step(f"{reader_net_name}_step", net, should_stop_blob=stop), record
 
 
@@ -183,7 +182,7 @@ class Pipe:
         self._setup_key = obj_key
 
     def schema(self) -> Field | None:
-        return self._schema
+        return self.__dict__.get("_schema")
 
     def setup(self, global_init_net: Any) -> None:
         pass
@@ -206,8 +205,7 @@ class Pipe:
             net.add_attribute(self._setup_key, self)
 
     def _new_writer(self, writer_schema: Field | None, writer_init_net: Any) -> None:
-        if self._schema is None:
-            self._schema = writer_schema
+        self._schema = self._schema if self._schema is not None else writer_schema
         self._register("writers", writer_init_net)
 
     def _new_reader(self, reader_init_net: Any) -> None:
@@ -259,7 +257,7 @@ class ReaderWithLimitBase(Reader):
         check = core.Net("limited_reader_condition")
         stop = self.check_limiter_condition(check)
         inner_nets, inner_stop, blobs = self.reader.read_ex(local_init_net, local_finish_net)
-        self._set_schema(self.reader._schema)
+        self._set_schema(self.reader._schema)  # known once the inner read is built
         after = core.Net("limited_reader_post")
         after.Copy(inner_stop, stop)
         after.Or([self._finished, inner_stop], [self._finished])
@@ -280,7 +278,7 @@ class ReaderWithLimit(ReaderWithLimitBase):
 
     def __init__(self, reader: Reader, num_iter: int | None = 1):
         super().__init__(reader)
-        self.num_iter = num_iter
+        self.num_iter: int | None = num_iter
         self._budget = None if num_iter is None else self.net.AddExternalInput(self.net.NextName("counter"))
 
     def setup_limiter(self, global_init_net: Any, global_finish_net: Any) -> None:
@@ -303,7 +301,7 @@ class ReaderWithTimeLimit(ReaderWithLimitBase):
 
     def __init__(self, reader: Reader, duration: float | None = 0):
         super().__init__(reader)
-        self.duration = duration
+        self.duration: float | None = duration
         self._clock: Any = None
         self._deadline: Any = None
 

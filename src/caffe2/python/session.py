@@ -41,7 +41,8 @@ class Session:
 
     def __init__(self) -> None:
         self._open = True
-        self._runnable_cache: dict[Any, CompiledRunnable] = {}
+        # id(runnable) -> (runnable, compiled): the runnable is kept so that its id is not reused
+        self._runnable_cache: dict[int, tuple[Any, CompiledRunnable]] = {}
 
     def is_open(self) -> bool:
         return self._open
@@ -76,10 +77,12 @@ class Session:
             raise AssertionError("Session is closed.")
         if runnable is None:
             raise AssertionError("Got a none runnable.")
-        compiled = self._runnable_cache.get(id(runnable))
-        if compiled is None:
+        cached = self._runnable_cache.get(id(runnable))
+        if cached is not None and cached[0] is runnable:
+            compiled = cached[1]
+        else:
             compiled = self.compile(runnable, workspace_type, setup_net_list)
-            self._runnable_cache[id(runnable)] = compiled
+            self._runnable_cache[id(runnable)] = (runnable, compiled)
         self._run_compiled(compiled.obj)
 
     def close(self) -> None:
