@@ -238,3 +238,16 @@ def test_last_n_window_is_a_ring_buffer():
     nxt = int(workspace.FetchBlob("next"))
     assert sorted(window) == sorted(seen[-4:])
     assert window[nxt - 1] == seen[-1]
+
+
+def test_a_column_with_a_view_elsewhere_is_copied_not_grown():
+    from asyncnet.ops.caffe2_dataset import _append
+
+    column = np.arange(4, dtype=np.int64)
+    view = column[1:3]
+    grown = _append(column, np.array([9], np.int64), "test", {"col": column, "view": view})
+    assert grown is not column and grown.tolist() == [0, 1, 2, 3, 9]
+    assert view.tolist() == [1, 2]
+    alone = np.arange(2, dtype=np.int64)
+    assert _append(alone, np.array([5], np.int64), "test", {"col": alone}) is alone
+    assert alone.tolist() == [0, 1, 5]

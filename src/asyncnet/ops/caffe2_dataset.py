@@ -419,17 +419,20 @@ def _is_blank(a: Any) -> bool:
     return a is None or (isinstance(a, np.ndarray) and a.size == 0 and a.ndim > 0 and a.shape[0] == 0)
 
 
-def _growable(a: np.ndarray) -> bool:
-    return a.flags.owndata and a.base is None and a.flags.c_contiguous and a.flags.writeable
+def _growable(a: np.ndarray, blobs: Any) -> bool:
+    """Whether ``a`` may grow in place: it owns a contiguous buffer and no blob of the
+    workspace is a view of it (readers of a dataset take copies of its columns)."""
+    if not (a.flags.owndata and a.base is None and a.flags.c_contiguous and a.flags.writeable):
+        return False
+    return a.size == 0 or not any(isinstance(v, np.ndarray) and v.base is a for v in blobs.values())
 
 
-def _append(a: Any, b: Any, where: str) -> np.ndarray:
-    """``a`` with ``b``'s rows after its own, grown in place when ``a`` owns its buffer: the blob
-    keeps its array object, so workspaces sharing it (a task's concurrent instances) all see the
-    rows. Readers of the dataset take copies, never views, of its columns."""
+def _append(a: Any, b: Any, where: str, blobs: Any) -> np.ndarray:
+    """``a`` with ``b``'s rows after its own, grown in place when it may be: the blob keeps its
+    array object, so workspaces sharing it (a task's concurrent instances) all see the rows."""
     if _is_blank(a):
         b = np.asarray(b)
-        if isinstance(a, np.ndarray) and _growable(a):
+        if isinstance(a, np.ndarray) and _growable(a, blobs):
             try:
                 if a.dtype != b.dtype:
                     a.dtype = b.dtype
@@ -440,7 +443,7 @@ def _append(a: Any, b: Any, where: str) -> np.ndarray:
             return a
         return np.array(b)
     _appendable(a, b, where)
-    if not _growable(a):
+    if not _growable(a, blobs):
         return np.concatenate([a, b])
     n = len(a)
     a.resize((n + len(b), *a.shape[1:]), refcheck=False)
@@ -458,7 +461,7 @@ def _append(a: Any, b: Any, where: str) -> np.ndarray:
     doc="Caffe2's Append: A's rows then B's (same inner shape and type); an empty A becomes B.",
 )
 def append(ctx: Any, a: Any, b: Any) -> np.ndarray:
-    return _append(a, b, "Append")
+    return _append(a, b, "Append", ctx._blobs)
 
 
 @register_op(
@@ -480,7 +483,7 @@ def atomic_append(ctx: Any, mutex: Any, *values: Any) -> Any:
         for a, b in zip(values[:k], values[k:]):
             if not _is_blank(a):
                 _appendable(a, b, "AtomicAppend")
-        return _out([_append(a, b, "AtomicAppend") for a, b in zip(values[:k], values[k:])])
+        return _out([_append(a, b, "AtomicAppend", ctx._blobs) for a, b in zip(values[:k], values[k:])])
     finally:
         mutex.release()
 
