@@ -17,6 +17,8 @@ MODULES = [
     "asyncnet.ops.caffe2_dataset",
     "asyncnet.ops.caffe2_timer",
     "asyncnet.ops.caffe2_checkpoint",
+    "asyncnet.ops.caffe2_textfile",
+    "caffe2.python.text_file_reader",
 ]
 
 pytestmark = pytest.mark.timeout(120)

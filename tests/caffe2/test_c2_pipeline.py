@@ -129,3 +129,88 @@ def test_to_string_shows_groups_loops_and_operators():
     assert "weight" in text and ".Add(" in text
     plain = net_printer.to_string(_job_with([]), c2_syntax=False)
     assert "= Add(weight" in plain
+
+
+@pytest.mark.timeout(60)
+def test_a_failing_thread_fails_the_run_instead_of_leaving_the_others_waiting():
+    ws = workspace.C.Workspace()
+    session = LocalSession(ws)
+    src = _source(ws, np.arange(40, dtype=np.int64))
+
+    def fail(inputs, outputs):
+        raise RuntimeError("processor failed")
+
+    def failing(rec):
+        ops.Python(fail)([], [])
+        return rec
+
+    with TaskGroup(workspace_type=WorkspaceType.GLOBAL) as tg:
+        queue = pipe(src.reader(), output=Queue(capacity=2), num_runtime_threads=4)
+        pipe(queue, processor=failing, num_runtime_threads=4)
+    with pytest.raises(Exception, match="processor failed"):
+        session.run(tg)
+
+
+def test_record_queue_producers_and_consumers_move_every_record():
+    from caffe2.python.record_queue import RecordQueue
+
+    values = np.arange(1, 26, dtype=np.int64)
+    rec = schema.Struct(("v", np.int64))
+    src = Dataset(rec, name="rq_src")
+    init = core.Net("rq_init")
+    src.init_empty(init)
+    batch = schema.NewRecord(init, schema.Struct(("v", values)))
+    schema.FeedRecord(batch, [values])
+    src.writer(init_net=init).write_record(init, batch)
+    reader = src.reader(init_net=init)
+    dst = Dataset(rec, name="rq_dst")
+    dst.init_empty(init)
+    dst_writer = dst.writer(init_net=init)
+    workspace.RunNetOnce(init)
+
+    def triple(net, record):
+        return schema.from_blob_list(record, [net.Scale(record.v(), net.NextName("tripled"), scale=3.0)])
+
+    queue = RecordQueue(rec, num_threads=3, capacity=4)
+    q_reader, producers, close, _ = queue.build(reader, triple)
+    consumers = []
+    for i in range(2):
+        take = core.Net(f"rq_take_{i}")
+        stop, got = q_reader.read_record(take)
+        put = core.Net(f"rq_put_{i}")
+        dst_writer.write(put, got.field_blobs())
+        consumers.append(core.execution_step(f"rq_consumer_{i}", [take, put], should_stop_blob=stop))
+    work = core.execution_step(
+        "rq_work",
+        [
+            core.execution_step("rq_produce", [producers, close]),
+            core.execution_step("rq_consume", consumers, concurrent_substeps=True),
+        ],
+        concurrent_substeps=True,
+    )
+    plan = core.Plan("rq_plan")
+    plan.AddStep(work)
+    workspace.RunPlan(plan)
+    assert sorted(workspace.FetchBlob(str(dst.get_blobs()[0])).tolist()) == (3 * values).tolist()
+
+
+@pytest.mark.parametrize("batch_size", [1, 3, 10])
+def test_text_file_reader_reads_every_row_of_every_pass(tmp_path, batch_size):
+    from caffe2.python.text_file_reader import TextFileReader
+
+    rows = [("ab", 1.5, 7), ("c", -2.25, 8), ("", 0.0, 9), ("d e", 4.0, 10)]
+    path = tmp_path / "rows.tsv"
+    path.write_text("".join(f"{a}\t{b}\t{c}\n" for a, b, c in rows))
+    rec = schema.Struct(("s", schema.Scalar(str)), ("f", schema.Scalar(np.float64)), ("i", schema.Scalar(np.int64)))
+    init, read = core.Net("tf_init"), core.Net("tf_read")
+    reader = TextFileReader(init, str(path), rec, num_passes=2, batch_size=batch_size)
+    stop, batch = reader.read_record(read)
+    workspace.RunNetOnce(init)
+    got: list[tuple] = []
+    while True:
+        workspace.RunNetOnce(read)
+        cols = schema.FetchRecord(batch).field_blobs()
+        got += list(zip(cols[0].tolist(), cols[1].tolist(), cols[2].tolist()))
+        if workspace.FetchBlob(str(stop)):
+            break
+    assert got == rows * 2
