@@ -39,12 +39,12 @@ class TextFileReader(Reader):
         super().__init__(schema)
         codes = [data_type_for_dtype(t) for t in schema.field_types()]
         self._handle = init_net.CreateTextFileReader([], filename=filename, num_passes=num_passes, field_types=codes)
-        self._batch_size = batch_size
+        self._rows_per_read = batch_size
 
     def read(self, net: Any) -> tuple[Any, list[Any]]:
         """Add the read of the next batch to ``net``; it stops once a read finds no row."""
         count = len(self.schema().field_names())
-        out = net.TextFileReaderRead([self._handle], count, batch_size=self._batch_size)
+        out = net.TextFileReaderRead([self._handle], count, batch_size=self._rows_per_read)
         columns = [out] if isinstance(out, core.BlobReference) else list(out)
         empty = net.IsEmpty([columns[0]], core.ScopedBlobReference(net.NextName("should_stop")))
         return empty, columns
