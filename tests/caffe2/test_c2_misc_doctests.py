@@ -5,7 +5,7 @@ import importlib
 
 import pytest
 
-MODULES = ["caffe2.python._legacy_numpy", "caffe2.python.memonger"]
+MODULES = ["caffe2.python._legacy_numpy", "caffe2.python.memonger", "caffe2.python.muji"]
 
 pytestmark = pytest.mark.timeout(120)
 
