@@ -5,7 +5,7 @@ import importlib
 
 import pytest
 
-MODULES = ["caffe2.python._legacy_numpy", "caffe2.python.memonger", "caffe2.python.muji"]
+MODULES = ["caffe2.python._legacy_numpy", "caffe2.python.memonger", "caffe2.python.muji", "asyncnet.ops.caffe2_tt"]
 
 pytestmark = pytest.mark.timeout(120)
 

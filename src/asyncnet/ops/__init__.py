@@ -42,6 +42,7 @@ from asyncnet.ops import (
     caffe2_spatial,
     caffe2_stats,
     caffe2_topk,
+    caffe2_tt,
     caffe2_unary,
     caffe2_utility,
     caffe2_yellowfin,
@@ -136,4 +137,5 @@ __all__ = [
     "caffe2_rowwise_adam",
     "caffe2_sampling",
     "caffe2_im2col",
+    "caffe2_tt",
 ]
