@@ -5,7 +5,13 @@ import importlib
 
 import pytest
 
-MODULES = ["caffe2.python._legacy_numpy", "caffe2.python.memonger", "caffe2.python.muji", "asyncnet.ops.caffe2_tt"]
+MODULES = [
+    "caffe2.python._legacy_numpy",
+    "caffe2.python.memonger",
+    "caffe2.python.muji",
+    "asyncnet.ops.caffe2_tt",
+    "caffe2.python.convnet_benchmarks",
+]
 
 pytestmark = pytest.mark.timeout(120)
 
