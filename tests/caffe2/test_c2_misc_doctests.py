@@ -11,6 +11,9 @@ MODULES = [
     "caffe2.python.muji",
     "asyncnet.ops.caffe2_tt",
     "caffe2.python.convnet_benchmarks",
+    "caffe2.python.regularizer",
+    "caffe2.python.regularizer_context",
+    "caffe2.python._observers",
 ]
 
 pytestmark = pytest.mark.timeout(120)
