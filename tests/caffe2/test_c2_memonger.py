@@ -116,3 +116,14 @@ def test_frees_follow_the_last_use():
     out = memonger.release_blobs_when_used(net.Proto(), set())
     types = [(op.type, list(op.input)) for op in out.op]
     assert types == [("Relu", ["x"]), ("Relu", ["h"]), ("Alias", ["k"]), ("Add", ["h", "x"]), ("Free", ["h"])]
+
+
+def test_the_net_with_frees_runs_and_frees():
+    net = core.Net("frees")
+    net.Relu("x", "h")
+    net.Relu("h", "k")
+    net.Add(["h", "k"], "y")
+    workspace.FeedBlob("x", np.array([-1.0, 2.0], np.float32))
+    workspace.RunNetOnce(memonger.release_blobs_when_used(net.Proto(), set()))
+    np.testing.assert_array_equal(workspace.FetchBlob("y"), [0.0, 4.0])
+    assert workspace.FetchBlob("h").size == 0 and workspace.FetchBlob("k").size == 0

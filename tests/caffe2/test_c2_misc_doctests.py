@@ -14,6 +14,7 @@ MODULES = [
     "caffe2.python.regularizer",
     "caffe2.python.regularizer_context",
     "caffe2.python._observers",
+    "asyncnet.ops.caffe2_free",
 ]
 
 pytestmark = pytest.mark.timeout(120)

@@ -12,6 +12,7 @@ from asyncnet.ops import (
     caffe2_elementwise,
     caffe2_extra,
     caffe2_features,
+    caffe2_free,
     caffe2_fp16,
     caffe2_ftrl,
     caffe2_im2col,
@@ -138,4 +139,5 @@ __all__ = [
     "caffe2_sampling",
     "caffe2_im2col",
     "caffe2_tt",
+    "caffe2_free",
 ]
