@@ -33,7 +33,9 @@ __all__: list[str] = []  # the op is reached through the registry
 )
 def free(ctx: Any, *blobs: Any) -> Any:
     if len(ctx.op.outputs) != len(blobs):
-        raise ValueError(f"expected one output per input (in place), got {len(blobs)} inputs, {len(ctx.op.outputs)} outputs")
+        raise ValueError(
+            f"expected one output per input (in place), got {len(blobs)} inputs, {len(ctx.op.outputs)} outputs"
+        )
     empty = [np.empty(0, np.float32) for _ in blobs]
     return empty[0] if len(empty) == 1 else tuple(empty)
 
