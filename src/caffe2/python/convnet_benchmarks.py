@@ -203,11 +203,12 @@ def Inception(order: str, cudnn_ws: int | None) -> tuple[Any, int]:
 
 def AddParameterUpdate(model: Any) -> None:
     """Plain SGD on every parameter (a tiny step-decayed rate: a timing run, not training)."""
-    it = brew.iter(model, "iter")
-    rate = model.net.LearningRate(it, "LR", base_lr=-1e-8, policy="step", stepsize=10000, gamma=0.999)
+    rate = model.net.LearningRate(
+        brew.iter(model, "iter"), "LR", base_lr=-1e-8, policy="step", stepsize=10000, gamma=0.999
+    )
     one = model.param_init_net.ConstantFill([], "ONE", shape=[1], value=1.0)
-    for param in model.params:
-        model.net.WeightedSum([param, one, model.param_to_grad[param], rate], param)
+    for param, grad in [(p, model.param_to_grad[p]) for p in model.params]:
+        model.net.WeightedSum([param, one, grad, rate], param)
 
 
 def _input_shape(arg: Any, size: int) -> list[int]:
@@ -245,27 +246,31 @@ def _time_net(name: str, warmup: int, iterations: int, layer_wise: bool) -> dict
     return result
 
 
+def _place(model: Any, arg: Any) -> None:
+    """Both nets on GPU 0 unless ``--cpu``; ``--engine`` set on every op of the main net."""
+    for net in () if arg.cpu else (model.param_init_net, model.net):
+        net.RunAllOnGPU()
+    for op in model.net.Proto().op if arg.engine else ():
+        op.engine = arg.engine
+
+
 def Benchmark(model_gen: Any, arg: Any) -> dict[str, Any]:
     """Build ``model_gen``'s model as ``arg`` (from :func:`GetArgumentParser`) says, feed it
     synthetic data from its init net, and time it; prints and returns the figures."""
     model, size = model_gen(arg.order, arg.cudnn_ws)
-    model.Proto().type = arg.net_type
-    model.Proto().num_workers = arg.num_workers
-    model.param_init_net.GaussianFill([], "data", shape=_input_shape(arg, size), mean=0.0, std=1.0)
-    model.param_init_net.UniformIntFill([], "label", shape=[arg.batch_size], min=0, max=CLASSES - 1)
+    proto = model.net.Proto()
+    proto.type, proto.num_workers = arg.net_type, arg.num_workers
+    init = model.param_init_net
+    init.GaussianFill([], "data", shape=_input_shape(arg, size), mean=0.0, std=1.0)
+    init.UniformIntFill([], "label", shape=[arg.batch_size], min=0, max=CLASSES - 1)
     mode = "forward only" if arg.forward_only else "forward-backward"
     if not arg.forward_only:
         model.AddGradientOperators(["loss"])
         AddParameterUpdate(model)
-    if not arg.cpu:
-        model.param_init_net.RunAllOnGPU()
-        model.net.RunAllOnGPU()
-    if arg.engine:
-        for op in model.net.Proto().op:
-            op.engine = arg.engine
+    _place(model, arg)
     if arg.dump_model:
         _dump(model, arg)
-    workspace.RunNetOnce(model.param_init_net)
+    workspace.RunNetOnce(init)
     workspace.CreateNet(model.net)
     result = _time_net(model.net.Proto().name, arg.warmup_iterations, arg.iterations, arg.layer_wise_benchmark)
     print(f"{arg.model or model.net.Proto().name}: {mode}, {result['ms_per_iter']:.3f} ms per iteration")

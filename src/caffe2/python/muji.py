@@ -33,17 +33,12 @@ __all__ = ["Allreduce", "Allreduce2", "Allreduce4", "Allreduce8", "AllreduceFall
 
 def OnGPU(gpu_id: int) -> caffe2_pb2.DeviceOption:
     """The DeviceOption of CUDA device ``gpu_id``."""
-    option = caffe2_pb2.DeviceOption()
-    option.device_type = caffe2_pb2.CUDA
-    option.device_id = gpu_id
-    return option
+    return caffe2_pb2.DeviceOption(device_type=caffe2_pb2.CUDA, device_id=gpu_id)
 
 
 def OnCPU() -> caffe2_pb2.DeviceOption:
     """The DeviceOption of the host."""
-    option = caffe2_pb2.DeviceOption()
-    option.device_type = caffe2_pb2.CPU
-    return option
+    return caffe2_pb2.DeviceOption(device_type=caffe2_pb2.CPU)
 
 
 def _indices(blobs: Sequence[Any], gpu_indices: Sequence[int] | None, want: int | None, name: str) -> list[int]:

@@ -27,12 +27,13 @@ class RegularizerContext(ModifierContext):
     """The regularizers active in the current ``with UseRegularizer`` blocks, by name."""
 
     def has_regularizer(self, name: str) -> bool:
-        return self._has_modifier(name)
+        return name in self._modifiers
 
     def get_regularizer(self, name: str) -> Any:
-        if not self.has_regularizer(name):
-            raise KeyError(f"{name} regularizer is not provided; active: {sorted(self._modifiers)}")
-        return self._get_modifier(name)
+        try:
+            return self._modifiers[name]
+        except KeyError:
+            raise KeyError(f"{name} regularizer is not provided; active: {sorted(self._modifiers)}") from None
 
 
 class UseRegularizer(UseModifierBase):
