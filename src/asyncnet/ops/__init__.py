@@ -15,6 +15,7 @@ from asyncnet.ops import (
     caffe2_extra,
     caffe2_features,
     caffe2_fp16,
+    caffe2_free,
     caffe2_ftrl,
     caffe2_im2col,
     caffe2_image,
@@ -46,6 +47,7 @@ from asyncnet.ops import (
     caffe2_textfile,
     caffe2_timer,
     caffe2_topk,
+    caffe2_tt,
     caffe2_unary,
     caffe2_utility,
     caffe2_yellowfin,
@@ -146,4 +148,6 @@ __all__ = [
     "caffe2_rowwise_adam",
     "caffe2_sampling",
     "caffe2_im2col",
+    "caffe2_tt",
+    "caffe2_free",
 ]

@@ -241,6 +241,11 @@ def _iter_plain(ctx: Any, counter: np.ndarray) -> np.ndarray:
     return counter
 
 
+def _narrow_counter(x: Any) -> bool:
+    """Whether ``x`` is a numpy integer array of a dtype other than int64 (Iter's widen_to_int64)."""
+    return isinstance(x, np.ndarray) and x.dtype.kind in "iu" and x.dtype != np.int64
+
+
 def _specialize_iter(ctx: Any, *inputs: Any) -> Any:
     ok = len(inputs) == 1 and type(inputs[0]) is np.ndarray and inputs[0].dtype is _INT64 and inputs[0].shape == (1,)
     return _iter_plain if ok else None
@@ -253,11 +258,24 @@ def _specialize_iter(ctx: Any, *inputs: Any) -> Any:
     enforce_inplace={0: 0},
     devices=("cpu", "cuda"),
     specialize=_specialize_iter,
+    args=[
+        Arg(
+            "widen_to_int64",
+            bool,
+            False,
+            "a one-element counter of another integer dtype is replaced by an int64 counter of its "
+            "value, then incremented (Caffe2's Iter re-typed such a blob to int64)",
+        )
+    ],
     doc="Increment an int64 counter in place; created at 0 (shape [1]) if absent, so the first value is 1.",
     inputs_doc=("iter (int64, optional; same blob as the output)",),
     outputs_doc=("iter (int64)",),
 )
 def iter_op(ctx: Any, *inputs: Any) -> np.ndarray:
+    if inputs and ctx.args["widen_to_int64"] and _narrow_counter(inputs[0]):
+        counter = inputs[0].astype(np.int64)
+        increment_iter(counter)
+        return counter
     if inputs and type(inputs[0]) is np.ndarray and inputs[0].dtype is _INT64 and inputs[0].flags.writeable:
         counter = inputs[0]  # a host counter: _iter_tensor's checks in one line
         if counter.shape == (1,):
