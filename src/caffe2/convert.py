@@ -327,9 +327,22 @@ def drop_unknown_args(op: OperatorDef, where: str = "op") -> OperatorDef:
     return OperatorDef(op.type, op.inputs, op.outputs, args, op.name, op.device_option, op.control_inputs)
 
 
+# Arguments that give an asyncnet op Caffe2's behaviour where asyncnet is stricter by default.
+_CAFFE2_BEHAVIOUR = {"Iter": {"widen_to_int64": True}}
+
+
+def _with_caffe2_behaviour(op: OperatorDef) -> OperatorDef:
+    extra = _CAFFE2_BEHAVIOUR.get(op.type)
+    if not extra:
+        return op
+    args = {**extra, **op.args}
+    return OperatorDef(op.type, op.inputs, op.outputs, args, op.name, op.device_option, op.control_inputs)
+
+
 def lenient(nd: NetDef) -> NetDef:
-    """``nd`` with :func:`drop_unknown_args` applied to every op (a new NetDef; ``nd`` is unchanged)."""
-    ops = [drop_unknown_args(op, f"ops[{i}]") for i, op in enumerate(nd.ops)]
+    """``nd`` with :func:`drop_unknown_args` applied to every op (a new NetDef; ``nd`` is unchanged),
+    and Caffe2's behaviour where asyncnet is stricter (Iter widens an int32 counter to int64)."""
+    ops = [_with_caffe2_behaviour(drop_unknown_args(op, f"ops[{i}]")) for i, op in enumerate(nd.ops)]
     return NetDef(
         nd.name,
         ops,

@@ -39,10 +39,8 @@ from asyncnet.atomic._intmath import wrap
 from asyncnet.atomic.local import AtomicBool, AtomicInt, Mutex
 from asyncnet.core.defs import OperatorDef
 from asyncnet.core.registry import Arg, register_op
-from asyncnet.ops import _tensorproto as tp
 from asyncnet.ops.caffe2_stats import DEFAULT as STATS
 from asyncnet.ops.caffe2_stats import atomic_iter_key
-from asyncnet.ops.dbio import register_blob_codec
 from asyncnet.tensor.namespace import is_array, namespace
 
 __all__ = ["increment_iter"]
@@ -243,6 +241,11 @@ def _iter_plain(ctx: Any, counter: np.ndarray) -> np.ndarray:
     return counter
 
 
+def _narrow_counter(x: Any) -> bool:
+    """Whether ``x`` is a numpy integer array of a dtype other than int64 (Iter's widen_to_int64)."""
+    return isinstance(x, np.ndarray) and x.dtype.kind in "iu" and x.dtype != np.int64
+
+
 def _specialize_iter(ctx: Any, *inputs: Any) -> Any:
     ok = len(inputs) == 1 and type(inputs[0]) is np.ndarray and inputs[0].dtype is _INT64 and inputs[0].shape == (1,)
     return _iter_plain if ok else None
@@ -255,11 +258,24 @@ def _specialize_iter(ctx: Any, *inputs: Any) -> Any:
     enforce_inplace={0: 0},
     devices=("cpu", "cuda"),
     specialize=_specialize_iter,
+    args=[
+        Arg(
+            "widen_to_int64",
+            bool,
+            False,
+            "a one-element counter of another integer dtype is replaced by an int64 counter of its "
+            "value, then incremented (Caffe2's Iter re-typed such a blob to int64)",
+        )
+    ],
     doc="Increment an int64 counter in place; created at 0 (shape [1]) if absent, so the first value is 1.",
     inputs_doc=("iter (int64, optional; same blob as the output)",),
     outputs_doc=("iter (int64)",),
 )
 def iter_op(ctx: Any, *inputs: Any) -> np.ndarray:
+    if inputs and ctx.args["widen_to_int64"] and _narrow_counter(inputs[0]):
+        counter = inputs[0].astype(np.int64)
+        increment_iter(counter)
+        return counter
     if inputs and type(inputs[0]) is np.ndarray and inputs[0].dtype is _INT64 and inputs[0].flags.writeable:
         counter = inputs[0]  # a host counter: _iter_tensor's checks in one line
         if counter.shape == (1,):
@@ -325,21 +341,6 @@ def _validate_init_count(op: OperatorDef) -> None:
 )
 def create_counter(ctx: Any) -> AtomicInt:
     return AtomicInt(ctx.args["init_count"], bits=64)
-
-
-def _encode_count(counter: AtomicInt) -> bytes:
-    """A counter in a database: a one-element TensorProto of its count (int64, or int32 for 32 bits)."""
-    return tp.encode_tensor(np.array([counter.load()], np.int64 if counter.bits == 64 else np.int32))
-
-
-def _decode_count(content: bytes) -> AtomicInt:
-    count = tp.decode_tensor(content).reshape(-1)
-    if count.size != 1 or count.dtype.kind != "i":
-        raise ValueError(f"expected a counter record holding one integer, got {count.size} of {count.dtype}")
-    return AtomicInt(int(count[0]), bits=count.dtype.itemsize * 8)
-
-
-register_blob_codec("std::unique_ptr<Counter<int64_t>>", AtomicInt, _encode_count, _decode_count)
 
 
 @register_op(

@@ -25,7 +25,7 @@ import numpy as np
 
 from asyncnet.core.registry import Arg, register_no_gradient, register_op
 from asyncnet.ops import _tensorproto as tp
-from asyncnet.ops.dbio import register_blob_codec
+from asyncnet.ops.dbio import register_blob_type
 
 __all__ = ["Index"]
 
@@ -214,14 +214,24 @@ register_no_gradient(
 )  # fmt: skip
 
 
-def _encode(ix: Index) -> bytes:
-    """An index in a database: a TensorProto of its keys, the kind, limit and state in its name."""
+_INDEX_TYPE = "std::unique_ptr<caffe2::IndexBase>"
+
+
+def _encode(name: str, ix: Index) -> bytes:
+    """An index in a database: a BlobProto whose tensor holds its keys, the kind, limit and state
+    in the tensor's name."""
     state = json.dumps({"kind": ix.kind, "max_elements": ix.max_elements, "frozen": ix.frozen})
-    return tp.encode_tensor(ix.store(), name=state)
+    out = bytearray()
+    tp._put_bytes(out, 1, name.encode("utf-8"))
+    tp._put_bytes(out, 2, _INDEX_TYPE.encode())
+    tp._put_bytes(out, 3, tp.encode_tensor(ix.store(), name=state))
+    return bytes(out)
 
 
-def _decode(content: bytes) -> Index:
-    fields = tp.decode_tensor_fields(content)
+def _decode(blob: dict[str, Any]) -> Index:
+    fields = blob["tensor"]
+    if fields is None:
+        raise ValueError(f"index blob {blob['name']!r} holds no keys")
     state = json.loads(fields["name"])
     ix = Index(state["kind"], int(state["max_elements"]))
     ix.load(tp.tensor_from_fields(fields))
@@ -229,4 +239,4 @@ def _decode(content: bytes) -> Index:
     return ix
 
 
-register_blob_codec("std::unique_ptr<caffe2::IndexBase>", Index, _encode, _decode)
+register_blob_type(_INDEX_TYPE, _decode, python_type=Index, encode=_encode)

@@ -20,7 +20,7 @@ import numpy as np
 
 from asyncnet.core.registry import Arg, register_no_gradient, register_op
 from asyncnet.ops import _tensorproto as tp
-from asyncnet.ops.dbio import register_blob_codec
+from asyncnet.ops.dbio import register_blob_type
 from asyncnet.ops.fill import fill_dtype
 
 __all__ = ["KeyValueMap"]
@@ -108,13 +108,20 @@ def map_to_key_value(ctx: Any, m: Any) -> tuple[np.ndarray, np.ndarray]:
 register_no_gradient("CreateMap", "KeyValueToMap", "MapToKeyValue")
 
 
-def _encode(m: KeyValueMap) -> bytes:
-    """A map in a database: a TensorProtos of its keys, then its values."""
-    return tp.encode_tensor_protos(m.arrays())
+_MAP_TYPE = "std::unique_ptr<std::unordered_map>"
 
 
-def _decode(content: bytes) -> KeyValueMap:
-    parts = tp.decode_tensor_protos(content)
+def _encode(name: str, m: KeyValueMap) -> bytes:
+    """A map in a database: a BlobProto whose content is a TensorProtos of its keys, then its values."""
+    out = bytearray()
+    tp._put_bytes(out, 1, name.encode("utf-8"))
+    tp._put_bytes(out, 2, _MAP_TYPE.encode())
+    tp._put_bytes(out, 4, tp.encode_tensor_protos(m.arrays()))
+    return bytes(out)
+
+
+def _decode(blob: dict[str, Any]) -> KeyValueMap:
+    parts = tp.decode_tensor_protos(blob["content"] or b"")
     if len(parts) != 2 or parts[0].shape != parts[1].shape:
         raise ValueError(f"expected a map record of keys and values of one length, got {[p.shape for p in parts]}")
     out = KeyValueMap(parts[0].dtype, parts[1].dtype)
@@ -122,4 +129,4 @@ def _decode(content: bytes) -> KeyValueMap:
     return out
 
 
-register_blob_codec("std::unique_ptr<std::unordered_map>", KeyValueMap, _encode, _decode)
+register_blob_type(_MAP_TYPE, _decode, python_type=KeyValueMap, encode=_encode)

@@ -205,13 +205,41 @@ def _weighted_xent_grad(op: OperatorDef, gout: list[Any]) -> tuple[list[Operator
 _MASK_ARGS = [
     Arg("mask", list, Arg.REQUIRED, "the ids kept, in output order", item_type=int),
     Arg("return_presence_mask", bool, False, "a second output: whether each (row, id) was given"),
+    Arg(
+        "max_skipped_indices",
+        int,
+        5,
+        "invalid ids (negative, or the largest value of their dtype) are skipped; the op fails when "
+        "the count of skips over the op instance's runs reaches this",
+    ),
 ]
+_SKIPPED = "_skipped_indices"  # key in the op instance's own args dict: invalid ids skipped so far
 
 
-def _mask_slots(ctx: Any, indices: Any, lengths: Any | None, at: int) -> tuple[np.ndarray, np.ndarray, int]:
+def _count_invalid(ctx: Any, ids: np.ndarray, limit: int) -> np.ndarray:
+    """Where ``ids`` are invalid (negative, or the largest value of their integer dtype); adds their
+    number to the op instance's running count and fails once it reaches ``max_skipped_indices``."""
+    invalid = (ids < 0) | (ids >= limit)
+    skipped = ctx.args.get(_SKIPPED, 0) + int(invalid.sum())
+    ctx.args[_SKIPPED] = skipped
+    cap = ctx.args["max_skipped_indices"]
+    if skipped >= cap:
+        raise ValueError(f"too many sparse indices skipped: {skipped} invalid ids so far, expected fewer than {cap}")
+    return invalid
+
+
+def _mask_slots(
+    ctx: Any, indices: Any, lengths: Any | None, at: int, count_invalid: bool = False
+) -> tuple[np.ndarray, np.ndarray, int]:
     """For each index, (its output row, its column in the mask or -1), and the number of rows;
-    of repeated (row, id) pairs only the last keeps its column (its value is the one written)."""
-    ids = array(ctx, _np(indices), 0).reshape(-1).astype(np.int64)
+    of repeated (row, id) pairs only the last keeps its column (its value is the one written).
+    With ``count_invalid``, invalid ids are counted against ``max_skipped_indices``."""
+    raw = array(ctx, _np(indices), 0)
+    if raw.dtype not in (np.int32, np.int64) or raw.ndim != 1:
+        raise TypeError(f"expected 1-D int32 or int64 indices, got {raw.dtype}{raw.shape}")
+    ids = raw.astype(np.int64)
+    limit = int(np.iinfo(raw.dtype).max)
+    invalid = _count_invalid(ctx, ids, limit) if count_invalid else (ids < 0) | (ids >= limit)
     column = {v: k for k, v in enumerate(ctx.args["mask"])}
     if lengths is None:
         rows, n_rows = np.zeros(ids.size, np.int64), 1
@@ -221,6 +249,7 @@ def _mask_slots(ctx: Any, indices: Any, lengths: Any | None, at: int) -> tuple[n
             raise ValueError(f"expected lengths summing to the {ids.size} indices, got {lens.tolist()}")
         rows, n_rows = np.repeat(np.arange(lens.size), lens), lens.size
     cols = np.array([column.get(v, -1) for v in ids.tolist()], np.int64)
+    cols[invalid] = -1
     last: dict[tuple[int, int], int] = {}
     for i, (r, c) in enumerate(zip(rows.tolist(), cols.tolist())):
         if c >= 0:
@@ -239,11 +268,12 @@ def _mask_slots(ctx: Any, indices: Any, lengths: Any | None, at: int) -> tuple[n
     inputs_doc=("indices (N ids)", "values (N x ...)", "default_value (...)", "lengths (B, optional)"),
     outputs_doc=("output (B x len(mask) x ..., or len(mask) x ... without lengths)", "presence_mask"),
     doc="Dense rows over the ids of mask: the value given for each id (the last one if repeated), "
-    "default_value where none was given; ids outside mask are ignored.",
+    "default_value where none was given; ids outside mask are ignored; invalid ids (negative, or the "
+    "largest value of their dtype) are skipped, up to max_skipped_indices over the op's runs.",
 )
 def sparse_to_dense_mask(ctx: Any, indices: Any, values: Any, default: Any, lengths: Any = None) -> Any:
     values, default = array(ctx, _np(values), 1), array(ctx, _np(default), 2)
-    rows, cols, n_rows = _mask_slots(ctx, indices, lengths, 3)
+    rows, cols, n_rows = _mask_slots(ctx, indices, lengths, 3, count_invalid=True)
     if values.shape[:1] != (rows.size,) or values.shape[1:] != default.shape:
         raise ValueError(f"expected values ({rows.size}, {default.shape}) for {rows.size} indices, got {values.shape}")
     width = len(ctx.args["mask"])

@@ -28,7 +28,7 @@ from __future__ import annotations
 import os
 import struct
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -37,7 +37,7 @@ from asyncnet._atomicio import atomic_write
 from asyncnet.core.registry import Arg, register_no_gradient, register_op
 from asyncnet.ops import _tensorproto as tp
 
-__all__ = ["CHUNK_SEPARATOR", "DBReader", "open_db", "read_minidb", "register_blob_codec", "write_db"]
+__all__ = ["CHUNK_SEPARATOR", "DBReader", "open_db", "read_minidb", "register_blob_type", "write_db"]
 
 CHUNK_SEPARATOR = "#%"
 DB_TYPES = ("minidb", "lmdb")
@@ -223,48 +223,45 @@ register_no_gradient("CreateDB", "TensorProtosDBInput")
 # -- Save and Load ----------------------------------------------------------------------------------
 
 
-# BlobProto type name -> (the blob class, value -> content bytes, content bytes -> value)
-_CODECS: dict[str, tuple[type, Callable[[Any], bytes], Callable[[bytes], Any]]] = {}
+#: Blobs that are neither tensors nor strings: Save writes one with the encoder registered for
+#: its Python type (or its own ``blob_proto(name) -> bytes`` method), and Load rebuilds it with
+#: the decoder registered for the BlobProto type its record names (:func:`register_blob_type`).
+_BLOB_TYPES: dict[str, Any] = {}
+_ENCODERS: dict[type, Any] = {}
 
 
-def register_blob_codec(
-    type_name: str, cls: type, encode: Callable[[Any], bytes], decode: Callable[[bytes], Any]
-) -> None:
-    """Let Save write a blob of ``cls`` (an object, not a tensor) as one record of BlobProto type
-    ``type_name`` holding ``encode(value)``, and Load rebuild it with ``decode(content)``.
+def register_blob_type(type_name: str, decode: Any, python_type: type | None = None, encode: Any = None) -> None:
+    """Load rebuilds blobs of BlobProto type ``type_name`` with ``decode(fields)`` (the fields
+    of :func:`asyncnet.ops._tensorproto.decode_blob`); with ``python_type``, Save writes values
+    of that type as ``encode(name, value) -> bytes`` (a serialized BlobProto)."""
+    _BLOB_TYPES[type_name] = decode
+    if python_type is not None:
+        _ENCODERS[python_type] = encode
 
-    Example: ``register_blob_codec("my::Box", Box, lambda b: b.data, Box)``."""
-    _CODECS[type_name] = (cls, encode, decode)
 
-
-def _object_record(name: str, value: Any) -> list[tuple[bytes, bytes]] | None:
-    for type_name, (cls, encode, _) in _CODECS.items():
-        if isinstance(value, cls):
-            out = bytearray()
-            for num, data in ((1, name.encode("utf-8")), (2, type_name.encode("utf-8")), (4, encode(value))):
-                tp._put_bytes(out, num, data)
-            return [(name.encode("utf-8"), bytes(out))]
-    return None
+def _encoder(value: Any) -> Any:
+    encode = _ENCODERS.get(type(value))
+    if encode is None and hasattr(value, "blob_proto"):
+        return lambda name, v: v.blob_proto(name)
+    return encode
 
 
 def _host(name: str, value: Any) -> Any:
-    if isinstance(value, (str, bytes, np.ndarray)):
+    if isinstance(value, (str, bytes, np.ndarray)) or _encoder(value) is not None:
         return value
     if type(value).__module__.startswith("torch"):
         from asyncnet.tensor.namespace import to_numpy
 
         return to_numpy(value)
-    raise TypeError(
-        f"blob {name!r} holds a {type(value).__name__}; Save writes tensors, strings and objects with a registered codec"
-    )
+    raise TypeError(f"blob {name!r} holds a {type(value).__name__}; Save writes tensors and strings")
 
 
 def blob_records(name: str, value: Any, chunk_size: int = DEFAULT_CHUNK_SIZE) -> list[tuple[bytes, bytes]]:
     """The database records of one blob, as Caffe2's serializers cut them."""
-    records = _object_record(name, value)
-    if records is not None:
-        return records
     value = _host(name, value)
+    encode = _encoder(value)
+    if encode is not None:
+        return [(name.encode("utf-8"), encode(name, value))]
     if isinstance(value, (str, bytes)):
         content = value.encode("utf-8") if isinstance(value, str) else value
         out = bytearray()
@@ -347,9 +344,9 @@ class _Assembly:
         self.total = -1
 
     def add(self, blob: dict[str, Any], key: bytes) -> None:
-        codec = _CODECS.get(blob["type"])
-        if codec is not None:
-            self.value, self.total, self.filled = codec[2](blob["content"] or b""), 1, 1
+        decode = _BLOB_TYPES.get(blob["type"])
+        if decode is not None:
+            self.value, self.total, self.filled = decode(blob), 1, 1
             return
         if blob["type"] == "std::string" or blob["tensor"] is None:
             self.value, self.total, self.filled = blob["content"] or b"", 1, 1

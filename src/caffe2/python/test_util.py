@@ -14,7 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from caffe2.python import core, workspace
+from caffe2.python import _legacy_numpy, core, workspace
+
+_legacy_numpy.restore()  # Caffe2's tests use np.float and np.asscalar, gone from NumPy 2
 
 __all__ = ["TestCase", "rand_array", "randBlobFloat32", "randBlobsFloat32", "numOps", "str_compare"]
 

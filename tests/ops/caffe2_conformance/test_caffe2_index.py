@@ -111,7 +111,7 @@ def test_a_counter_survives_save_and_load(tmp_path, count):
 def test_a_blob_without_a_codec_is_still_refused(tmp_path):
     ws = an.Workspace()
     _run(ws, "CreateMutex", [], ["m"])
-    with pytest.raises(OperatorError, match="registered codec"):
+    with pytest.raises(OperatorError, match="holds a Mutex"):
         _run(ws, "Save", ["m"], [], db=str(tmp_path / "m.minidb"), db_type="minidb")
 
 
