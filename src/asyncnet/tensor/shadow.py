@@ -39,13 +39,13 @@ returns None) and the run takes the op-by-op path, with its own checks and error
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, MutableMapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from asyncnet.tensor import route
-from asyncnet.tensor.route import version
 
 __all__ = ["Shadow", "ENABLED"]
 
@@ -73,6 +73,7 @@ class Shadow:
             (k, c) for k, op in enumerate(operators) if (c := route.shadow_cell(getattr(op, "fn", None))) is not None
         ]
         self._armed: dict[tuple[int, ...], tuple[list[Any], ...]] = {}
+        self._plain = [(op, getattr(op, "fn", None), _plain(op)) for op in operators]
 
     def views(self, blobs: MutableMapping[str, Any]) -> tuple[dict[str, Any], tuple[int, ...], dict[int, Any]] | None:
         """(the external inputs as arrays, their libraries, ``id(view) -> tensor`` of the tensor
@@ -92,7 +93,10 @@ class Shadow:
                 if x.requires_grad:
                     return None
                 e = seen.get(name)
-                ver = version(x)
+                try:
+                    ver = x._version
+                except RuntimeError:  # an inference tensor keeps no version: its view is made anew
+                    ver = None
                 if e is None or e[0] is not x or x.data_ptr() != e[2] or ver != e[3] or ver is None:
                     made = route._MADE.get(id(x))  # a tensor routing made from an array keeps the array
                     fits = made is not None and made[0]() is x and ver == made[2] is not None
@@ -125,10 +129,10 @@ class Shadow:
         done = 0
         armed = self.arm(kinds, back)
         try:
-            for op in self.operators:
+            for op, fn, plain in self._plain:
                 if stop is not None:
                     stop()
-                op.run(arrays)
+                (plain if op.fn is fn else op).run(arrays)  # an op whose kernel was replaced since: its own
                 done += 1
         except BaseException:
             self.write_back(blobs, arrays, kinds, back, done)
@@ -211,6 +215,17 @@ class Shadow:
             store = None if entries is None else _compile_store(entries)
         if store is not None:  # None only after a failure at an op that mixes libraries: nothing ran past it
             store(blobs, arrays, back)
+
+
+def _plain(op: Any) -> Any:
+    """``op`` itself, or for a routed op a copy that calls the numpy kernel the routing wraps:
+    on a run's arrays every input is already numpy, where the routed kernel only passes them on."""
+    fn = getattr(op, "fn", None)
+    if fn is None or not route.is_routed(fn):
+        return op
+    plain = copy.copy(op)
+    plain.fn = fn.__wrapped__
+    return plain
 
 
 def _compile_store(entries: Sequence[tuple[str, bool]]) -> Callable[..., None]:
