@@ -54,6 +54,7 @@ ENABLED = True
 
 _ndarray = np.ndarray
 TORCH, NUMPY, OTHER = 1, 2, 3  # a blob's library in a routed run
+_MISSING = object()
 
 
 class Shadow:
@@ -215,6 +216,33 @@ class Shadow:
             store = None if entries is None else _compile_store(entries)
         if store is not None:  # None only after a failure at an op that mixes libraries: nothing ran past it
             store(blobs, arrays, back)
+
+    def write_back_changed(
+        self,
+        blobs: MutableMapping[str, Any],
+        arrays: dict[str, Any],
+        kinds: tuple[int, ...],
+        back: dict[int, Any],
+        before: dict[str, Any],
+    ) -> None:
+        """Store in ``blobs`` what a run cut short wrote into ``arrays`` when its ops did not run
+        in op order (a parallel run): each blob whose array is no longer the one in ``before``
+        (``arrays`` as the run began), a tensor where the routed op gives one. An op that updated
+        its input in place leaves the blob as it was, as the routed op does."""
+        plan = self.plan(kinds)
+        if plan is None:
+            return
+        missing = _MISSING
+        for name, to_torch in self._entries(kinds, len(self.operators)) or ():
+            a = arrays.get(name, missing)
+            if a is missing or a is before.get(name, missing):
+                continue
+            if to_torch:
+                r = back.get(id(a))
+                if r is None:
+                    r = back[id(a)] = route.as_tensor(a)
+                a = r
+            blobs[name] = a
 
 
 def _plain(op: Any) -> Any:
