@@ -7,9 +7,11 @@ plain torch CPU tensors), each op pays for views of its inputs and a ``torch.fro
 results, as much as a small kernel. A :class:`Shadow` moves that cost from the op to the run:
 before a run it maps the net's *external* inputs (the blobs it reads before writing them) to
 numpy arrays (a torch tensor to its view, cached per blob while the same tensor stays there; a
-numpy array as it is), the executor runs the ops on that dict of arrays, and afterwards
+numpy array as it is), the executor runs the ops on that dict of arrays (each routed op's numpy
+kernel called directly: on arrays the routed kernel would only pass them on), and afterwards
 :meth:`Shadow.write_back` stores each written blob in the workspace in the library the routed
-op would have given it:
+op would have given it (after a parallel run cut short, :meth:`Shadow.write_back_changed`
+stores those the ops that ran replaced):
 
 * an op with a torch input (and no numpy input outside its host positions,
   :data:`~asyncnet.tensor.route.HOST_INPUTS`) gives torch tensors over its results' memory,
