@@ -71,3 +71,41 @@ def test_a_kernel_replaced_after_the_net_was_made_runs_in_the_whole_run():
             results[lib] = {n: np.asarray(ws.fetch(n)).copy() for n in ("h", "r", "w")}
     for n in ("h", "r", "w"):
         np.testing.assert_array_equal(results["torch"][n], results["numpy"][n], err_msg=n)
+
+
+def test_fed_tensors_keep_their_arrays_for_the_last_few_feeds_only():
+    route._FED.clear()
+    arrays = [np.full(3, i, np.float32) for i in range(route.FED_KEPT + 5)]
+    tensors = [route.fed_tensor(a) for a in arrays]
+    assert len(route._FED) == route.FED_KEPT
+    assert [route.numpy_view(t) is a for t, a in zip(tensors, arrays)] == [False] * 5 + [True] * route.FED_KEPT
+    assert all(np.shares_memory(route.numpy_view(t), a) for t, a in zip(tensors, arrays))
+    big = np.zeros(route.FED_MAX_BYTES // 4 + 1, np.float32)
+    route.fed_tensor(big)
+    assert len(route._FED) == route.FED_KEPT and all(e[1] is not big for e in route._FED.values())
+
+
+def test_threads_feeding_at_once_leave_the_last_few_feeds_kept():
+    import threading
+
+    route._FED.clear()
+    start = threading.Barrier(4)
+    errors = []
+
+    def feed():
+        start.wait()
+        try:
+            for i in range(2000):
+                route.fed_tensor(np.full(2, i, np.float32))
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=feed) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert errors == [] and 0 < len(route._FED) <= route.FED_KEPT + 3  # two threads may drop one each
+    a = np.ones(2, np.float32)
+    t = route.fed_tensor(a)  # one feed alone brings it back within the bound, and keeps its array
+    assert len(route._FED) <= route.FED_KEPT and route.numpy_view(t) is a

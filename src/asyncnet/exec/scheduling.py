@@ -644,7 +644,7 @@ class AsyncSchedulingNet(NetBase):
         super().__init__(net_def, operators, blobs)
         ops = self.operators
         route_operators(ops)  # each op on the library that runs it faster (torch CPU tensors)
-        self._shadow = shadow_of(ops)  # in-line runs on torch CPU tensors: numpy views once per run
+        self._shadow = shadow_of(ops)  # runs on torch CPU tensors: numpy views once per run
         _check_placements(ops)
         keys = [device_key(op.device) for op in ops]
         graph = build_graph([(op.inputs, op.outputs, op.definition.control_inputs) for op in ops], keys)
