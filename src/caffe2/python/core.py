@@ -28,10 +28,7 @@ from typing import Any
 import numpy as np
 
 import asyncnet as an
-from asyncnet.autodiff import add_gradient_ops
-from asyncnet.errors import NetDefinitionError, near_names
-from asyncnet.ops.sparse import GradientSlice as _AnGradientSlice
-from caffe2.convert import drop_unknown_args, op_from_asyncnet, op_to_asyncnet
+from asyncnet.errors import near_names
 from caffe2.proto import caffe2_pb2
 from caffe2.python import _python_op, scope, utils, workspace
 from caffe2.python._gradients import GradientRegistry
@@ -705,48 +702,31 @@ class Net:
 
     # -- gradients -------------------------------------------------------------------------------
     def AddGradientOperators(self, ys: Any, skip: int = 0) -> dict[str, Any]:
-        """Append the backward ops of the losses ``ys`` (a blob, a list, or a dict whose values
-        must be None: each loss is seeded with ones) computed by asyncnet's autodiff; returns
-        {blob: gradient BlobReference or GradientSlice} for the leaves (params and inputs).
-        Several losses are added up by one ``Sum`` op first (their gradients add, as in Caffe2)."""
-        losses = _loss_names(ys, self)
-        builder = an.Net(self.Name())
-        for i, pb_op in enumerate(self._net.op[skip:]):
-            op = drop_unknown_args(op_to_asyncnet(pb_op, f"ops[{i + skip}]"), f"ops[{i + skip}]")
-            builder.add_op(
-                op.type,
-                op.inputs,
-                op.outputs,
-                name=op.name,
-                device_option=op.device_option,
-                control_inputs=op.control_inputs,
-                **op.args,
-            )
-        start = len(builder.ops)
-        loss = losses[0]
-        if len(losses) > 1:
-            loss = self.NextName(prefix="total_loss")
-            builder.add_op("Sum", losses, [loss])
-        grads = add_gradient_ops(builder, loss)
-        new_ops = [op_from_asyncnet(op) for op in builder.ops[start:]]
-        for op in new_ops[1 if len(losses) > 1 else 0 :]:
-            op.is_gradient_op = True
+        """Append the backward ops of the net's ops (after the first ``skip``) from ``ys``: a
+        blob or list of blobs (each seeded with ones, ``ConstantFill`` into
+        ``<blob>_autogen_grad``) or a dict {blob: its gradient blob, or None for ones}.
+        Returns {blob: gradient BlobReference or GradientSlice} for every blob a gradient
+        reaches. Each op's gradient is its Python maker's (``GradientRegistry.RegisterGradient``)
+        or asyncnet's; a blob read by several ops gets the sum of their gradients.
+
+            >>> net = Net("add_gradient_operators_doc")
+            >>> _ = net.Sigmoid(net.Relu("x", "h"), "y")
+            >>> grads = net.AddGradientOperators(["y"])
+            >>> [op.type for op in net.Proto().op], str(grads["x"])
+            (['Relu', 'Sigmoid', 'ConstantFill', 'SigmoidGradient', 'ReluGradient'], 'x_grad')
+        """
+        if isinstance(ys, (str, BlobReference)):
+            ys = [ys]
+        if not isinstance(ys, dict):
+            ys = list(ys)
+            if not ys:
+                raise ValueError("AddGradientOperators needs at least one blob to differentiate")
+        grad_ops, grads = GradientRegistry.GetBackwardPass(self._net.op[skip:], ys)
         if workspace.IsImmediate():
-            for op in new_ops:
+            for op in grad_ops:
                 workspace.RunOperatorImmediate(op)
-        self._ExtendOps(new_ops)
-        found = {k: _grad_ref(v, self) for k, v in grads.items()}
-        for blob, grad in _inner_gradients(builder.ops[:start], new_ops).items():
-            found.setdefault(blob, _grad_ref(grad, self))
-        return found
-
-
-def _inner_gradients(forward: list[Any], backward: list[Any]) -> dict[str, str]:
-    """{blob: its gradient} for the forward blobs (losses and intermediates) whose gradient
-    ``<blob>_grad`` a backward op writes: Caffe2's map names these too."""
-    written = {o for op in backward for o in op.output}
-    blobs = dict.fromkeys(b for op in forward for b in (*op.inputs, *op.outputs))
-    return {b: f"{b}_grad" for b in blobs if f"{b}_grad" in written}
+        self._ExtendOps(grad_ops)
+        return {k: _grad_ref(v, self) for k, v in grads.items()}
 
 
 def _remap(field: Any, remap: dict[str, str]) -> None:
@@ -755,36 +735,10 @@ def _remap(field: Any, remap: dict[str, str]) -> None:
     field.extend(new)
 
 
-def _is_ones_seed(net: Net, loss: str, grad: str) -> bool:
-    """Whether ``grad`` is written by ``ConstantFill(loss, value=1)`` in ``net`` (data_parallel_model's seed)."""
-    for op in net.Proto().op:
-        if list(op.output) == [grad] and op.type == "ConstantFill" and list(op.input) == [loss]:
-            return any(a.name == "value" and (a.f == 1.0 or a.i == 1) for a in op.arg)
-    return False
-
-
-def _loss_names(ys: Any, net: Net | None = None) -> list[str]:
-    if isinstance(ys, (str, BlobReference)):
-        return [str(ys)]
-    if isinstance(ys, dict):
-        given = {str(k): str(v) for k, v in ys.items() if v is not None}
-        other = sorted(k for k, g in given.items() if net is None or not _is_ones_seed(net, k, g))
-        if other:
-            raise NetDefinitionError(
-                f"AddGradientOperators: given output gradients for {other} are not supported; "
-                "pass the losses (each is seeded with ones), or a ConstantFill(loss, value=1)"
-            )
-        return [str(k) for k in ys]
-    names = [str(y) for y in ys]
-    if not names:
-        raise ValueError("AddGradientOperators needs at least one loss blob")
-    return names
-
-
 def _grad_ref(g: Any, net: Net) -> Any:
-    if isinstance(g, _AnGradientSlice):
-        return GradientSlice(BlobReference(g.indices, net), BlobReference(g.values, net))
-    return BlobReference(g, net)
+    if isinstance(g, tuple):
+        return GradientSlice(BlobReference(str(g[0]), net), BlobReference(str(g[1]), net))
+    return BlobReference(str(g), net)
 
 
 def AddNets(*nets: Net) -> None:
