@@ -29,6 +29,7 @@ import numpy as np
 
 import asyncnet as an
 from asyncnet.errors import near_names
+from caffe2.convert import device_id_of
 from caffe2.proto import caffe2_pb2
 from caffe2.python import _python_op, scope, utils, workspace
 from caffe2.python._gradients import GradientRegistry
@@ -127,9 +128,18 @@ def DeviceOption(
     node_name: str | None = None,
     numa_node_id: int | None = None,
     extra_info: Iterable[str] | None = None,
+    cuda_gpu_id: int | None = None,
 ) -> Any:
-    """A ``caffe2_pb2.DeviceOption`` with ``device_type`` and ``device_id`` set (as Caffe2 writes it)."""
-    option = caffe2_pb2.DeviceOption(device_type=device_type, device_id=device_id)
+    """A ``caffe2_pb2.DeviceOption`` with ``device_type`` and ``device_id`` set (as Caffe2 writes
+    it); Caffe2 2018's keyword ``cuda_gpu_id`` sets ``cuda_gpu_id`` instead (read as the device id).
+
+        >>> DeviceOption(caffe2_pb2.CUDA, cuda_gpu_id=1).cuda_gpu_id
+        1
+    """
+    if cuda_gpu_id is not None:
+        option = caffe2_pb2.DeviceOption(device_type=device_type, cuda_gpu_id=cuda_gpu_id)
+    else:
+        option = caffe2_pb2.DeviceOption(device_type=device_type, device_id=device_id)
     if node_name is not None:
         option.node_name = node_name
     if random_seed is not None:
@@ -153,7 +163,7 @@ def device_option_equal(opt1: Any, opt2: Any, ignore_node_name: bool = True, ign
         return False
     if not opt1.device_type or not opt2.device_type:
         return not opt1.device_type and not opt2.device_type
-    return opt1.device_id == opt2.device_id
+    return device_id_of(opt1) == device_id_of(opt2)
 
 
 def InferBlobDevices(net: Net) -> dict[str, Any]:

@@ -33,7 +33,7 @@ import numpy as np
 import asyncnet as an
 from asyncnet.core.defs import NetDef
 from asyncnet.errors import AsyncNetError, BlobNotFoundError, NetDefinitionError
-from caffe2.convert import lenient, op_to_asyncnet, plan_to_asyncnet, to_asyncnet
+from caffe2.convert import device_id_of, lenient, op_to_asyncnet, plan_to_asyncnet, to_asyncnet
 from caffe2.proto import caffe2_pb2
 from caffe2.python import _plan_instances, scope
 
@@ -420,7 +420,7 @@ def FeedBlob(name: Any, arr: Any, device_option: Any = None) -> bool:
     value = _copy_for_feed(name, arr)
     device = None
     if device_option is not None and device_option.device_type == caffe2_pb2.CUDA:
-        device = f"cuda:{device_option.device_id}"
+        device = f"cuda:{device_id_of(device_option)}"
     _workspaces[_current].feed(name, value, device=device)
     return True
 
