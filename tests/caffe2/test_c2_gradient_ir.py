@@ -274,3 +274,37 @@ def test_maker_gradient_ops_are_marked_as_gradient_ops():
     net.AddGradientOperators(["loss"])
     marked = [(op.type, op.is_gradient_op) for op in net.Proto().op[2:]]
     assert marked == [("ConstantFill", False), ("AveragedLossGradient", True), ("FCGradient", True)]
+
+
+def _if_net(cond_value: bool):
+    from caffe2.python.net_builder import NetBuilder, ops
+
+    with NetBuilder(_use_control_ops=True) as nb:
+        ops.Copy(ops.Const(np.array([cond_value])), "cond")
+        ops.Copy(ops.Const(np.array([1.5, -2.0], np.float32)), "x")
+        ops.Copy(ops.Const(np.array([3.0], np.float32)), "wa")
+        ops.Copy(ops.Const(np.array([0.5], np.float32)), "wb")
+        ops.ConstantFill([], "y", shape=[2], value=0.0)  # a blob the branches write must exist before
+        with ops.IfNet("cond"):
+            ops.Mul(["x", "wa"], "h", broadcast=1)
+            ops.Mul(["h", "h"], "y")
+        with ops.Else():
+            ops.Mul(["x", "wb"], "y", broadcast=1)
+        ops.SumElements("y", "loss")
+    return nb.get()[0]
+
+
+@pytest.mark.parametrize("cond_value", [True, False])
+def test_if_gradient_runs_the_taken_branch_backward_and_zeroes_the_other(cond_value):
+    net = _if_net(cond_value)
+    grads = net.AddGradientOperators(["loss"])
+    grad_ifs = [op for op in net.Proto().op if op.type == "If" and op.is_gradient_op]
+    assert len(grad_ifs) == 1
+    workspace.RunNetOnce(net)
+    x, wa, wb = np.array([1.5, -2.0]), 3.0, 0.5
+    if cond_value:  # loss = sum((x wa)^2)
+        expect = {"x": 2 * wa * wa * x, "wa": [np.sum(2 * wa * x * x)], "wb": [0.0]}
+    else:  # loss = sum(x wb)
+        expect = {"x": np.full(2, wb), "wa": [0.0], "wb": [np.sum(x)]}
+    for blob, value in expect.items():
+        np.testing.assert_allclose(workspace.FetchBlob(str(grads[blob])), value, rtol=1e-6)

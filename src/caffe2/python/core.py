@@ -31,7 +31,7 @@ import asyncnet as an
 from asyncnet.errors import near_names
 from caffe2.convert import device_id_of
 from caffe2.proto import caffe2_pb2
-from caffe2.python import _python_op, scope, utils, workspace
+from caffe2.python import _control_grad, _python_op, scope, utils, workspace
 from caffe2.python._gradients import GradientRegistry
 
 __all__ = [
@@ -737,6 +737,17 @@ class Net:
                 workspace.RunOperatorImmediate(op)
         self._ExtendOps(grad_ops)
         return {k: _grad_ref(v, self) for k, v in grads.items()}
+
+
+def _control_gradient(make: Any) -> Any:
+    def maker(op: Any, g_output: list[Any]) -> tuple[list[Any], list[Any]]:
+        return make(op, g_output, GradientRegistry.GetBackwardPass)
+
+    return maker
+
+
+GradientRegistry.RegisterGradient("Do")(_control_gradient(_control_grad.do_gradient))
+GradientRegistry.RegisterGradient("If")(_control_gradient(_control_grad.if_gradient))
 
 
 def _remap(field: Any, remap: dict[str, str]) -> None:
