@@ -664,6 +664,41 @@ class Net:
         new._attr_dict.update(self._attr_dict)
         return new
 
+    def ClonePartial(self, name: str, inputs: Any, outputs: Any, remap_funcs: Any = None) -> tuple[Net, list[Any]]:
+        """A net named ``name`` with only the ops needed to compute ``outputs`` from ``inputs``
+        (a list of blobs, kept as they are, or a dict / list of pairs renaming them); blobs the
+        clone computes are put under the ``name/`` scope, blobs it reads but does not compute
+        (parameters) keep their names. Returns the net and references to its outputs.
+
+            >>> n = Net("clone_partial_doc")
+            >>> _ = n.Relu(n.Sigmoid("a", "b"), "c")
+            >>> part, (out,) = n.ClonePartial("part", ["b"], ["c"])
+            >>> [op.type for op in part.Proto().op], str(out), list(part.Proto().external_input)
+            (['Relu'], 'part/c', ['b'])
+        """
+        given = _input_renames(inputs)
+        targets = [str(o) for o in outputs]
+        for o in targets:
+            assert self.BlobIsDefined(o), f"ClonePartial: no op of net {self.Name()!r} writes {o!r}"
+        steps, latest = _blob_versions(self._net, dict.fromkeys(given, 0))
+        used = _ops_computing(steps, latest, set(given), targets)
+        before = _ops_computing(steps, latest, set(), list(given))
+        assert not set(used) & set(before), (
+            "Cannot partially clone net: some of the ops required would generate the given input."
+        )
+        read_first = {b for i in used for b, v in steps[i][0] if v == 0} - set(given)
+        prefix = f"{name}/" if name else ""
+        mapping = {b: given.get(b, b if b in read_first else prefix + b) for b in latest}
+        new = self.Clone(name, mapping, used, remap_funcs)
+        new_inputs = [mapping[b] for b in given] + sorted(read_first)
+        new_outputs = [mapping[o] for o in targets]
+        proto = new.Proto()
+        del proto.external_input[:]
+        proto.external_input.extend(new_inputs)
+        del proto.external_output[:]
+        proto.external_output.extend(new_outputs)
+        return new, [new.GetBlobRef(o) for o in new_outputs]
+
     def AddObserver(self, observer_type: str) -> Any:
         """Attach an observer (``"TimeObserver"``) to this net's runs by ``workspace.RunNet``."""
         from caffe2.python import _observers
@@ -748,6 +783,55 @@ def _control_gradient(make: Any) -> Any:
 
 GradientRegistry.RegisterGradient("Do")(_control_gradient(_control_grad.do_gradient))
 GradientRegistry.RegisterGradient("If")(_control_gradient(_control_grad.if_gradient))
+
+
+def _input_renames(inputs: Any) -> dict[str, str]:
+    """{blob: its name in a partial clone} from a list of blobs, a list of pairs or a dict."""
+    if isinstance(inputs, dict):
+        return {str(k): str(v) for k, v in inputs.items()}
+    items = list(inputs)
+    if items and all(isinstance(i, tuple) and len(i) == 2 for i in items):
+        return {str(k): str(v) for k, v in items}
+    return {str(i): str(i) for i in items}
+
+
+Versioned = tuple[str, int]
+
+
+def _blob_versions(
+    proto: Any, start: dict[str, int]
+) -> tuple[list[tuple[list[Versioned], list[Versioned]]], dict[str, int]]:
+    """For each op, its (blob, version) inputs and outputs (each write makes the next version;
+    blobs never written are version 0), and the latest version of every blob."""
+    latest = dict(start)
+    for b in proto.external_input:
+        latest.setdefault(str(b), 0)
+    steps = []
+    for op in proto.op:
+        ins = [(b, latest.setdefault(b, 0)) for b in op.input]
+        outs = []
+        for b in op.output:
+            latest[b] = latest.get(b, 0) + 1
+            outs.append((b, latest[b]))
+        steps.append((ins, outs))
+    return steps, latest
+
+
+def _ops_computing(steps: list[Any], latest: dict[str, int], given: set[str], targets: list[str]) -> list[int]:
+    """The sorted indices of the ops needed to compute the latest versions of ``targets`` when
+    the latest versions of the ``given`` blobs are available."""
+    have = {(b, latest[b]) for b in given}
+    writer = {key: i for i, (_, outs) in enumerate(steps) for key in outs}
+    pending = [(t, latest[t]) for t in targets]
+    used: set[int] = set()
+    while pending:
+        key = pending.pop()
+        i = writer.get(key)
+        if key in have or i is None or i in used:
+            continue
+        used.add(i)
+        pending.extend(steps[i][0])
+    return sorted(used)
 
 
 def _remap(field: Any, remap: dict[str, str]) -> None:
