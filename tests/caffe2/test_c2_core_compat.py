@@ -65,3 +65,63 @@ def test_clone_partial_keeps_only_the_needed_ops_and_scopes_what_it_computes():
     net.Relu(cat, "out2")
     with pytest.raises(AssertionError, match="generate the given input"):
         net.ClonePartial("bad", ["x", "h", "cat_info"], ["out2"])
+
+
+def test_apply_transform_sets_the_nnpack_engine_and_unknown_names_fail():
+    net = core.Net("tf_src")
+    net.Conv(["x", "w", "b"], "y", kernel=3, engine="CUDNN")
+    net.Relu("y", "z")
+    out = workspace.ApplyTransform("ConvToNNPack", net.Proto())
+    assert [op.engine for op in out.op] == ["NNPACK", ""]
+    assert net.Proto().op[0].engine == "CUDNN"  # the given net is not changed
+    with pytest.raises(RuntimeError, match="ConvToNNPack"):
+        workspace.ApplyTransform("NoSuchTransform", net.Proto())
+
+
+def test_apply_transform_if_faster_returns_a_net_that_computes_the_same():
+    init = core.Net("tf_init")
+    init.GaussianFill([], "x", shape=[1, 2, 6, 6], mean=0.0, std=1.0)
+    init.GaussianFill([], "w", shape=[3, 2, 3, 3], mean=0.0, std=1.0)
+    init.ConstantFill([], "b", shape=[3], value=0.5)
+    net = core.Net("tf_main")
+    net.Conv(["x", "w", "b"], "y", kernel=3)
+    chosen = workspace.ApplyTransformIfFaster("ConvToNNPack", net.Proto(), init.Proto(), warmup_runs=1, main_runs=3)
+    assert [op.type for op in chosen.op] == ["Conv"] and chosen.op[0].engine in ("", "NNPACK")
+    workspace.ResetWorkspace()
+    workspace.RunNetOnce(init)
+    workspace.RunNetOnce(net)
+    expected = workspace.FetchBlob("y")
+    workspace.RunNetOnce(chosen)
+    np.testing.assert_array_equal(workspace.FetchBlob("y"), expected)
+
+
+def test_immediate_root_folder_exists_while_immediate_mode_is_on():
+    import os
+
+    workspace.StartImmediate(i_know=True)
+    try:
+        root = workspace._immediate_root_folder
+        assert root and os.path.isdir(root)
+    finally:
+        workspace.StopImmediate()
+    assert workspace._immediate_root_folder == "" and not os.path.exists(root)
+
+
+@pytest.mark.parametrize("order", ["NCHW", "NHWC"])
+def test_operator_cost_of_conv_counts_the_output_pixels_the_op_produces(order):
+    rng = np.random.default_rng(10)
+    n, c, h, w, m, k = 2, 3, 9, 7, 4, 3
+    x = rng.standard_normal((n, c, h, w) if order == "NCHW" else (n, h, w, c)).astype(np.float32)
+    wt = rng.standard_normal((m, c, k, k) if order == "NCHW" else (m, k, k, c)).astype(np.float32)
+    op = core.CreateOperator("Conv", ["cx", "cw"], ["cy"], kernel=k, stride=2, pad=1, order=order)
+    workspace.ResetWorkspace()
+    workspace.FeedBlob("cx", x)
+    workspace.FeedBlob("cw", wt)
+    workspace.RunOperatorOnce(op)
+    y = workspace.FetchBlob("cy")
+    pixels = y.shape[2] * y.shape[3] if order == "NCHW" else y.shape[1] * y.shape[2]
+    flops, written = workspace.GetOperatorCost(op.SerializeToString(), ["cx", "cw"])
+    assert flops == 2 * n * pixels * m * c * k * k
+    assert written == y.size * 4
+    with pytest.raises(RuntimeError, match="Relu"):
+        workspace.GetOperatorCost(core.CreateOperator("Relu", "cx", "r"), ["cx"])
