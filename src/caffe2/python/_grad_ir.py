@@ -33,6 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from caffe2.convert import device_id_of
 from caffe2.proto import caffe2_pb2
 from caffe2.python import scope
 
@@ -55,6 +56,13 @@ def _slot_of(grads: list[Any], name: str) -> int | None:
         elif str(g) == name:
             return k
     return None
+
+
+def _placement(option: Any) -> tuple[int, int]:
+    """(device type, device index) of a device option; every CPU option is the same CPU."""
+    if not option.device_type:
+        return (0, 0)
+    return (option.device_type, device_id_of(option))
 
 
 def _new_op(op_type: str, inputs: list[str], outputs: list[str], **floats: Any) -> Any:
@@ -267,8 +275,8 @@ class _BackwardPass:
     def _needs_sum(name: str, contribs: list[_Contribution]) -> bool:
         if len(contribs) < 2:
             return False
-        devices = [w[0].device_option for c in contribs for w in c.writers.values()]
-        if any(d.SerializeToString() != devices[0].SerializeToString() for d in devices[1:]):
+        devices = [_placement(w[0].device_option) for c in contribs for w in c.writers.values()]
+        if any(d != devices[0] for d in devices[1:]):
             raise RuntimeError(f"the gradient ops of {name!r} have different device options")
         return True
 
