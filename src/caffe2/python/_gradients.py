@@ -168,27 +168,27 @@ def _broadcasts(op: Any) -> bool:
 
 
 def _add_rule(op: Any, g_output: list[Any]) -> tuple[list[Any], list[Any]]:
-    """``A + B``: A's gradient is the output's; so is B's unless B is broadcast, then it is
-    reduced to B's shape (``SumReduceLike``)."""
+    """``A + B`` without ``broadcast``: both gradients are the output's, passed through unchanged
+    (Caffe2's legacy rule: the inputs have the output's shape). With ``broadcast``, asyncnet's
+    maker reduces the gradient to each input's shape."""
     (gy,) = g_output
     if gy is None:
         return [], [None, None]
-    if not _broadcasts(op):
-        return [], [_slice(str(gy)), _slice(str(gy))]
-    gb = f"{op.input[1]}_grad"
-    return [_grad_op(op, "SumReduceLike", [str(gy), op.input[1]], [gb])], [_slice(str(gy)), _slice(gb)]
+    if _broadcasts(op):
+        return _asyncnet_gradient(op, g_output)
+    return [], [_slice(str(gy)), _slice(str(gy))]
 
 
 def _sub_rule(op: Any, g_output: list[Any]) -> tuple[list[Any], list[Any]]:
-    """``A - B``: A's gradient is the output's, B's its negation (reduced to B's shape when B is broadcast)."""
+    """``A - B`` without ``broadcast``: A's gradient is the output's, B's its negation. With
+    ``broadcast``, asyncnet's maker (reduced to each input's shape)."""
     (gy,) = g_output
     if gy is None:
         return [], [None, None]
-    gb = f"{op.input[1]}_grad"
-    ops = [_grad_op(op, "Negative", [str(gy)], [gb])]
     if _broadcasts(op):
-        ops.append(_grad_op(op, "SumReduceLike", [gb, op.input[1]], [gb]))
-    return ops, [_slice(str(gy)), _slice(gb)]
+        return _asyncnet_gradient(op, g_output)
+    gb = f"{op.input[1]}_grad"
+    return [_grad_op(op, "Negative", [str(gy)], [gb])], [_slice(str(gy)), _slice(gb)]
 
 
 def _sum_rule(op: Any, g_output: list[Any]) -> tuple[list[Any], list[Any]]:
