@@ -125,3 +125,22 @@ def test_operator_cost_of_conv_counts_the_output_pixels_the_op_produces(order):
     assert written == y.size * 4
     with pytest.raises(RuntimeError, match="Relu"):
         workspace.GetOperatorCost(core.CreateOperator("Relu", "cx", "r"), ["cx"])
+
+
+def test_ssa_helpers_version_every_write_and_find_the_ops_on_a_path():
+    net = core.Net("ssa_src")
+    net.AddExternalInput("a", "p")
+    net.Relu("a", "b")  # 0
+    net.Scale("b", "b", scale=2.0)  # 1 (b version 2)
+    net.Add(["b", "p"], "c")  # 2
+    net.Sigmoid("a", "unused")  # 3
+    ssa, versions = core.get_ssa(net)
+    assert ssa[1] == ([("b", 1)], [("b", 2)]) and ssa[2] == ([("b", 2), ("p", 0)], [("c", 1)])
+    assert versions == {"a": 0, "p": 0, "b": 2, "c": 1, "unused": 1}
+    assert core.get_undefined_blobs(ssa) == {"a", "p"}
+    assert core.get_output_producers(ssa)[("b", 2)] == 1
+    assert core.get_op_ids_in_path(ssa, versions, ["a"], ["c"]) == [0, 1, 2]
+    assert core.get_op_ids_in_path(ssa, versions, ["b"], ["c"]) == [2]
+    start = {"a": 3}
+    _, updated = core.get_ssa(net.Proto(), start)
+    assert updated is start and start["a"] == 3 and start["b"] == 2

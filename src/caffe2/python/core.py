@@ -834,6 +834,38 @@ def _ops_computing(steps: list[Any], latest: dict[str, int], given: set[str], ta
     return sorted(used)
 
 
+def get_ssa(net: Any, blob_versions: dict[str, int] | None = None) -> tuple[list[Any], dict[str, int]]:
+    """``(ssa, blob_versions)`` of a Net or NetDef: for each op its inputs and outputs as
+    (blob, version) pairs (each write makes the next version; blobs never written are version 0)
+    and the latest version of every blob; ``blob_versions`` gives starting versions (updated).
+
+        >>> n = Net("get_ssa_doc"); _ = n.Relu("x", "x"); _ = n.Sigmoid("x", "y")
+        >>> get_ssa(n)
+        ([([('x', 0)], [('x', 1)]), ([('x', 1)], [('y', 1)])], {'x': 1, 'y': 1})
+    """
+    proto = net.Proto() if isinstance(net, Net) else net
+    versions = {} if blob_versions is None else blob_versions
+    steps, latest = _blob_versions(proto, versions)
+    versions.update(latest)
+    return steps, versions
+
+
+def get_undefined_blobs(ssa: list[Any]) -> set[str]:
+    """The blobs an op of ``ssa`` reads before any op writes them (version 0)."""
+    return {b for ins, _ in ssa for b, v in ins if v == 0}
+
+
+def get_output_producers(ssa: list[Any]) -> dict[tuple[str, int], int]:
+    """{(blob, version): index of the op of ``ssa`` writing that version}."""
+    return {key: i for i, (_, outs) in enumerate(ssa) for key in outs}
+
+
+def get_op_ids_in_path(ssa: list[Any], blob_versions: dict[str, int], inputs: Any, outputs: Any) -> list[int]:
+    """The sorted indices of the ops of ``ssa`` needed to compute the latest ``outputs`` when
+    the latest ``inputs`` are given."""
+    return _ops_computing(ssa, blob_versions, {str(i) for i in inputs}, [str(o) for o in outputs])
+
+
 def _remap(field: Any, remap: dict[str, str]) -> None:
     new = [remap.get(b, b) for b in field]
     del field[:]
