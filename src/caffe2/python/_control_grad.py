@@ -2,8 +2,8 @@
 
 * ``Do``: a gradient ``Do`` op on the same workspace blob with ``reuse_workspace`` set, so the
   blobs the forward net left in the child workspace are there; its net is the backward pass of
-  the forward net, from the output gradients passed in, and it passes the gradients of the
-  forward op's inputs back out as ``<input>_grad``.
+  the forward net, from the output gradients passed in (with the outer blobs it reads), and it
+  passes the gradients of the forward op's inputs back out as ``<input>_grad``.
 * ``If``: a gradient ``If`` op on the same condition, whose ``then_net`` and ``else_net`` are
   the backward passes of the forward branches. Both branches write every input gradient: one a
   branch does not compute is zeros shaped like the input (the gradient through the branch not
@@ -102,6 +102,8 @@ def do_gradient(op: Any, g_output: list[Any], backward: BackwardPass) -> tuple[l
     if not out_links:
         return [], [None] * len(op.input)
     ws = op.input[-1]
+    read = set(_external_reads(inner_ops))
+    links = [(inner, outer_name) for inner, outer_name in links if inner in read]
     inputs = [outer_name for _, outer_name in links] + [ws]
     outputs = [outer_name for _, outer_name in out_links] + [ws]
     grad_do = _make_op(
