@@ -5,8 +5,8 @@
 ``--scaling``: what the second thread gives, all peers interleaved step by step: asyncnet numpy
 ``straight`` with 1 thread against ``async_scheduling`` with 2 workers (with its big products
 split onto an idle worker, see :mod:`asyncnet.tensor.parallel`, and without) and with 1 worker
-(which the helping caller makes two threads running ops), and the reference with 1 and 2
-intra-op threads; prints asyncnet's 2-thread step against its own 1-thread step and against
+(which the helping caller makes two threads running ops), ``straight`` with 2 threads a kernel
+(BLAS and torch), and the reference with 1 and 2 intra-op threads; prints asyncnet's 2-thread step against its own 1-thread step and against
 the reference's 2-thread step.
 
 ``--quick`` (a smoke run, what ``python -m benchmarks all --quick`` uses): the zoo size only, 3
@@ -17,9 +17,10 @@ The peer computes what facebookresearch/dlrm's ``DLRM_Net`` and its training-loo
 interaction without self terms, a sigmoid then ``BCELoss``, ``zero_grad``, ``backward``, SGD
 ``step``), on the same batches. asyncnet runs the zoo :func:`~asyncnet.model.zoo.dlrm.dlrm`
 train net (SGD, sparse table updates) with numpy arrays and with torch tensors, on the
-``straight`` executor with one thread and ``async_scheduling`` with two. Equal threads: the
-peer gets ``torch.set_num_threads(t)``, asyncnet ``t`` executor threads of one intra-op
-thread each. Peers are interleaved step by step; medians; the load average is printed.
+``straight`` executor with one thread and ``async_scheduling`` with ``t`` threads (``t - 1``
+pool workers and the caller, as ``asyncnet train`` maps them), and, with ``t > 1``, on
+``straight`` with ``t`` threads a kernel. Equal threads: the peer gets
+``torch.set_num_threads(t)``, asyncnet ``t`` threads running ops. Peers are interleaved step by step; medians; the load average is printed.
 
 ``ops``: the large size's embedding lookup (8 tables of 100,000 x 64, batch 512, 20 ids per
 bag) and its update (SparseSGDFusedWithSparseLengthsSumGradient, the SGD rows straight from the
@@ -188,24 +189,34 @@ def _to_torch(a: np.ndarray) -> Any:
 def train_steps(size_name: str, threads: int, steps: int, warmup: int = 3) -> dict[str, Any]:
     """Median seconds per step of each peer (interleaved step by step) and samples/s."""
     import torch
-    from threadpoolctl import threadpool_limits
+    from threadpoolctl import ThreadpoolController
+
+    from asyncnet.train.program import executor_workers
 
     size = SIZES[size_name]
     lr = 0.01
     data = batches(size, steps + warmup)
+
     net_type = "straight" if threads == 1 else "async_scheduling"
+    workers = executor_workers(net_type, threads)  # async_scheduling: the caller is one of the threads
     peers: dict[str, Any] = {}
     params = None
     for tensor in ("numpy", "torch"):
-        step, params = asyncnet_peer(size, lr, net_type, threads, tensor)
+        step, params = asyncnet_peer(size, lr, net_type, workers, tensor)
         peers[f"asyncnet {net_type} {tensor}"] = (step, 1)
+    if threads > 1:  # the other way to spend the threads: one executor thread, multithreaded kernels
+        peers[f"asyncnet straight numpy, {threads} threads a kernel"] = (
+            asyncnet_peer(size, lr, "straight", 1, "numpy")[0],
+            threads,
+        )
     peers["pytorch eager (DLRM_Net)"] = (torch_peer(size, params, lr), threads)
     times: dict[str, list[float]] = {name: [] for name in peers}
     cpu: dict[str, list[float]] = {name: [] for name in peers}
-    with threadpool_limits(1):
-        for i, b in enumerate(data):
-            for name, (step, intra) in peers.items():
-                torch.set_num_threads(intra)
+    blas = ThreadpoolController()
+    for i, b in enumerate(data):
+        for name, (step, intra) in peers.items():
+            torch.set_num_threads(intra)
+            with blas.limit(limits=intra):  # numpy's BLAS threads as torch's
                 t0, c0 = time.perf_counter(), time.process_time()
                 step(b)
                 if i >= warmup:
@@ -227,11 +238,12 @@ def train_steps(size_name: str, threads: int, steps: int, warmup: int = 3) -> di
 
 def thread_scaling(size_name: str, steps: int, warmup: int = 3) -> dict[str, Any]:
     """What two threads give, every peer interleaved step by step on the same batches: asyncnet
-    numpy straight with 1 thread, async_scheduling with 2 (its big products split onto an idle
-    worker, and the same net with the split off), the peer with 1 and with 2 intra-op threads.
+    numpy straight with 1 thread, async_scheduling with 2 workers (its big products split onto
+    an idle worker, and the same net with the split off) and with 1 worker + the caller,
+    straight with 2 threads a kernel, the peer with 1 and with 2 intra-op threads.
     Median ms per step, the ratios the targets name, and the split counts."""
     import torch
-    from threadpoolctl import threadpool_limits
+    from threadpoolctl import ThreadpoolController, threadpool_limits
 
     from asyncnet.tensor import parallel
 
@@ -242,6 +254,7 @@ def thread_scaling(size_name: str, steps: int, warmup: int = 3) -> dict[str, Any
     two, _ = asyncnet_peer(size, lr, "async_scheduling", 2, "numpy")
     nosplit, _ = asyncnet_peer(size, lr, "async_scheduling", 2, "numpy")
     caller, _ = asyncnet_peer(size, lr, "async_scheduling", 1, "numpy")  # 1 pool thread + the caller
+    wide, _ = asyncnet_peer(size, lr, "straight", 1, "numpy")  # 1 executor thread, 2 threads a kernel
     ref1, ref2 = torch_peer(size, params, lr), torch_peer(size, params, lr)
     on = parallel.SPLIT_MIN_MACS
     enabled, parallel.ENABLED = parallel.ENABLED, True  # the split is off by default: measured here
@@ -250,17 +263,19 @@ def thread_scaling(size_name: str, steps: int, warmup: int = 3) -> dict[str, Any
         "asyncnet 2t async_scheduling": (two, 1, on),
         "asyncnet 2t async, no split": (nosplit, 1, 1 << 62),
         "asyncnet async 1 worker + caller": (caller, 1, on),
+        "asyncnet straight, 2 threads a kernel": (wide, 2, on),
         "reference 1t": (ref1, 1, on),
         "reference 2t": (ref2, 2, on),
     }
     times: dict[str, list[float]] = {name: [] for name in peers}
     splits = {"split": 0, "whole": 0}
-    with threadpool_limits(1):
-        for i, b in enumerate(data):
-            for name, (step, intra, split_min) in peers.items():
-                torch.set_num_threads(intra)
-                parallel.SPLIT_MIN_MACS = split_min
-                before = parallel.stats()
+    blas = ThreadpoolController()
+    for i, b in enumerate(data):
+        for name, (step, intra, split_min) in peers.items():
+            torch.set_num_threads(intra)
+            parallel.SPLIT_MIN_MACS = split_min
+            before = parallel.stats()
+            with blas.limit(limits=intra):  # numpy's BLAS threads as torch's
                 t0 = time.perf_counter()
                 step(b)
                 if i >= warmup:
@@ -283,6 +298,8 @@ def thread_scaling(size_name: str, steps: int, warmup: int = 3) -> dict[str, Any
         "asyncnet_2t_vs_reference_2t": ms["reference 2t"] / two_ms,
         "split_vs_no_split": ms["asyncnet 2t async, no split"] / two_ms,
         "one_worker_and_caller_vs_1t": ms["asyncnet 1t straight"] / ms["asyncnet async 1 worker + caller"],
+        "one_worker_and_caller_vs_reference_2t": ms["reference 2t"] / ms["asyncnet async 1 worker + caller"],
+        "wide_kernels_vs_reference_2t": ms["reference 2t"] / ms["asyncnet straight, 2 threads a kernel"],
         "reference_2t_vs_1t": ms["reference 1t"] / ms["reference 2t"],
         "profile_2t": threads_2t,
         "profile_1t": threads_1t,
@@ -429,7 +446,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(
                     f"{size:5s} scaling  asyncnet 2t vs its 1t {sc['asyncnet_2t_vs_1t']:.2f}x, vs the reference 2t "
                     f"{sc['asyncnet_2t_vs_reference_2t']:.2f}x, split vs no split {sc['split_vs_no_split']:.2f}x; "
-                    f"1 worker + caller vs 1t {sc['one_worker_and_caller_vs_1t']:.2f}x; "
+                    f"1 worker + caller vs 1t {sc['one_worker_and_caller_vs_1t']:.2f}x, vs the reference 2t "
+                    f"{sc['one_worker_and_caller_vs_reference_2t']:.2f}x; straight with 2 threads a kernel vs "
+                    f"the reference 2t {sc['wide_kernels_vs_reference_2t']:.2f}x; "
                     f"reference 2t vs 1t {sc['reference_2t_vs_1t']:.2f}x; {sc['splits_per_step']:.1f} products "
                     f"split per step ({sc['unsplit_for_lack_of_a_core_per_step']:.1f} not, no core free)"
                 )

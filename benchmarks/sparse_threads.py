@@ -2,8 +2,8 @@
 
     python -m benchmarks sparse_threads [--rounds 5] [--steps 20] [--rows 100000] [--quick]
 
-For each op (the lookup SparseLengthsSum, the updates SparseAdagrad and ScatterWeightedSum, the
-dense FC as a control), two straight nets on two tables of ``rows`` x 64 float32 (a batch of 512
+For each op (the lookup SparseLengthsSum, the updates SparseAdagrad, ScatterWeightedSum and
+SparseSGDFusedWithSparseLengthsSumGradient, the dense FC as a control), two straight nets on two tables of ``rows`` x 64 float32 (a batch of 512
 bags of 20 ids) run ``steps`` times one after the other, then the same on two threads at once,
 in interleaved rounds, single-threaded BLAS. The ratio of the two times is the speedup two
 threads get on that op: about 2x for an op that releases the GIL and has the memory to itself,
@@ -31,6 +31,7 @@ def _feed(ws, t: int, rows: int, rng: np.random.Generator) -> None:
     ws.feed(f"ids{t}", rng.integers(0, rows, size=BATCH * IDS).astype(np.int64))
     ws.feed(f"len{t}", np.full(BATCH, IDS, np.int32))
     ws.feed(f"g{t}", rng.normal(size=(BATCH * IDS, WIDTH)).astype(np.float32))
+    ws.feed(f"dy{t}", rng.normal(size=(BATCH, WIDTH)).astype(np.float32))
     ws.feed(f"x{t}", rng.normal(size=(BATCH, 512)).astype(np.float32))
     ws.feed(f"fw{t}", rng.normal(size=(256, 512)).astype(np.float32))
     ws.feed(f"fb{t}", np.zeros(256, np.float32))
@@ -44,6 +45,8 @@ def _net(an, op: str, t: int):
         net.SparseAdagrad([f"w{t}", f"m{t}", f"ids{t}", f"g{t}", "lr"], [f"w{t}", f"m{t}"], epsilon=1e-8)
     elif op == "ScatterWeightedSum":
         net.ScatterWeightedSum([f"w{t}", "one", f"ids{t}", f"g{t}", "neg_lr"], f"w{t}")
+    elif op == "SparseSGDFused":  # the DLRM train net's table update, straight from the pooled gradient
+        net.SparseSGDFusedWithSparseLengthsSumGradient([f"w{t}", f"ids{t}", f"dy{t}", "neg_lr", f"len{t}"], f"w{t}")
     else:
         net.FC([f"x{t}", f"fw{t}", f"fb{t}"], f"h{t}")
     return net
@@ -99,14 +102,19 @@ def main(argv: list[str] | None = None) -> int:
         ws.feed("neg_lr", np.array([-0.01], np.float32))
         for t in range(2):
             _feed(ws, t, args.rows, rng)
-        for op in ("SparseLengthsSum", "SparseAdagrad", "ScatterWeightedSum", "FC"):
+        for op in ("SparseLengthsSum", "SparseAdagrad", "ScatterWeightedSum", "SparseSGDFused", "FC"):
             nets = [ws.create_net(_net(an, op, t)) for t in range(2)]
             _serial(nets, args.steps)
-            ratios = [
-                _timed(lambda n=nets: _serial(n, args.steps)) / _timed(lambda n=nets: _parallel(n, args.steps))
-                for _ in range(args.rounds)
-            ]
-            print(f"{op:<20} two tables on two threads at once: {statistics.median(ratios):.2f}x one after the other")
+            serial, parallel = [], []
+            for _ in range(args.rounds):  # interleaved
+                serial.append(_timed(lambda n=nets: _serial(n, args.steps)))
+                parallel.append(_timed(lambda n=nets: _parallel(n, args.steps)))
+            ratios = [s / p for s, p in zip(serial, parallel)]
+            per_op = 1e3 * statistics.median(serial) / (2 * args.steps)
+            print(
+                f"{op:<20} {per_op:6.2f} ms an op; two tables on two threads at once: "
+                f"{statistics.median(ratios):.2f}x one after the other"
+            )
     print(f"load average before {load_before}, after {' '.join(open('/proc/loadavg').read().split()[:3])}")
     return 0
 

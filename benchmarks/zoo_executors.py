@@ -45,6 +45,7 @@ def measure(
     """Median samples/s of every (model, tensor, net type) over interleaved rounds, timed by ``clock``."""
     workers = _workers(models, tensors, nets, steps)
     speed: dict[tuple[str, str, str], list[float]] = {k: [] for k in workers}
+    modes: dict[tuple[str, str, str], list[str]] = {k: [] for k in workers}
     try:
         for r in range(rounds + 1):  # round 0 warms up (and lets async_scheduling decide in line or not)
             for key, (w, batches) in workers.items():
@@ -53,6 +54,7 @@ def measure(
                     w.step(xb, yb)
                 if r:
                     speed[key].append(sum(len(y) for _, y in batches) / (clock() - start))
+                    modes[key].append(_policy(w.train_net).get("policy", ""))
     finally:
         for w, _ in workers.values():
             w.close()
@@ -61,15 +63,35 @@ def measure(
         base = statistics.median(speed[(m, t, nets[0])])
         rows.append(
             {
+                **_policy(workers[(m, t, nt)][0].train_net),
                 "model": m,
                 "tensor": t,
                 "net_type": nt,
                 "samples_per_sec": statistics.median(v),
                 "vs_first": statistics.median(v) / base,
                 "runs": [round(x) for x in v],
+                "modes": modes[(m, t, nt)],
             }
         )
     return rows
+
+
+def _policy(net: Any) -> dict[str, Any]:
+    """The in-line policy's state at the end of an async_scheduling net's runs: its mode, the
+    trials it ran and each mode's figure (us) in the last one; empty for other executors."""
+    policy = getattr(net, "policy", None)
+    if policy is None:
+        return {}
+    figures = {("inline" if k else "parallel"): round(v * 1e6, 1) for k, v in policy.figures.items()}
+    return {"policy": policy.mode, "trials": policy.trials, "figures_us": figures}
+
+
+def _print_rounds(rows: list[dict[str, Any]]) -> None:
+    """One line per (model, tensor, net type): its samples/s in each round, with the async
+    policy's mode after the round where there is one (i: inline, p: parallel, t: trial, w: warm-up)."""
+    for r in rows:
+        cells = [f"{x:>9,}{(m[:1] if m else ' ')}" for x, m in zip(r["runs"], r["modes"])]
+        print(f"  {r['model']}/{r['tensor']}/{r['net_type']:<17}" + "".join(cells))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -82,6 +104,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", action="store_true")
     p.add_argument("--clock", choices=("wall", "cpu"), default="wall", help=CLOCK_HELP)
     p.add_argument("--quick", action="store_true", help="a smoke run: fewer rounds and steps")
+    p.add_argument(
+        "--per-round", action="store_true", help="also each round's samples/s, and the async policy's mode after it"
+    )
     argv = list(sys.argv[1:] if argv is None else argv)
     args = p.parse_args(argv)
     from benchmarks._single import rerun_single_threaded
@@ -111,6 +136,14 @@ def main(argv: list[str] | None = None) -> int:
         for t in dict.fromkeys(r["tensor"] for r in rows):
             cells = [next(r for r in rows if r["model"] == m and r["tensor"] == t and r["net_type"] == n) for n in nets]
             print(f"{m:<6}{t:<7}" + "".join(f"{c['samples_per_sec']:>18,.0f} ({c['vs_first']:.2f}x)" for c in cells))
+    if args.per_round:
+        _print_rounds(rows)
+    for r in rows:
+        if "policy" in r:
+            figures = ", ".join(f"{k} {v:,.0f} us" for k, v in r["figures_us"].items()) or "none"
+            print(
+                f"{r['model']}/{r['tensor']} async_scheduling: {r['policy']} ({r['trials']} trial(s); figures {figures})"
+            )
     return 0
 
 

@@ -10,6 +10,6 @@ def test_benchmark_smoke(capfd):
 
     assert main(["--quick"]) == 0
     out = capfd.readouterr().out
-    for op in ("SparseLengthsSum", "SparseAdagrad", "ScatterWeightedSum", "FC"):
+    for op in ("SparseLengthsSum", "SparseAdagrad", "ScatterWeightedSum", "SparseSGDFused", "FC"):
         assert f"{op} " in out
     assert "load average" in out

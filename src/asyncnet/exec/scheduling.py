@@ -457,29 +457,39 @@ def wait_run(run: _Run, timeout: float | None) -> None:
 
 def run_inline(net: AsyncSchedulingNet) -> None:
     """Run every op in op order on this thread, as the simple executor does (see
-    :mod:`asyncnet.exec.inline`); ``net.cancel()`` stops it between ops."""
+    :mod:`asyncnet.exec.inline`); ``net.cancel()`` stops it between ops. The thread counts as
+    a busy core for :mod:`asyncnet.tensor.parallel` only while splitting is on."""
     if net.closed:
         raise ExecutionError(f"net {net.name!r} is closed")
     net._claim()
     net.runs += 1
+    net._inline_cancelled = False
     net._inline_running = True
-    previous = parallel.enter(next((o for o in net.offers if o is not None), None))
+    split = parallel.ENABLED
+    previous = parallel.enter(net._inline_offer) if split else None
     try:
-        blobs, flag = net.blobs, net.cancel_flag
-
-        def stop() -> None:
-            if flag.is_set():
-                raise ExecutionError(f"the run of net {net.name!r} was cancelled")
-
-        if net._shadow is not None and net._shadow.run_ops(blobs, stop):
+        blobs = net.blobs
+        if net._shadow is not None and net._shadow.run_ops(blobs, net._stop_inline):
             return
         for op in net.operators:
-            stop()
+            if net._inline_cancelled:
+                raise ExecutionError(f"the run of net {net.name!r} was cancelled")
             op.run(blobs)
     finally:
-        parallel.leave(previous)
+        if split:
+            parallel.leave(previous)
         net._inline_running = False
         net._release()
+
+
+def run_helped(net: AsyncSchedulingNet) -> None:
+    """One parallel run with the caller's thread taking chains too, until it ended."""
+    with _DeferredStop() as stop:
+        run = stop.run = start_run(net, caller_helps=True)
+        if stop.pending is not None:
+            cancel_run(run)
+        help_run(run)
+        wait_run(run, None)
 
 
 def slack(net: AsyncSchedulingNet) -> float | None:
@@ -629,6 +639,8 @@ class AsyncSchedulingNet(NetBase):
         self.chain_cuda, self.streams = cuda_chains(self.chain_ops)
         self.policy = InlinePolicy(len(self.chain_ops))
         self._inline_running = False
+        self._inline_cancelled = False  # set by cancel() while an in-line run is in flight
+        self._inline_offer = next((o for o in self.offers if o is not None), None)
         self._thread_claim = claim_net_threads(net_def, caller_helps=True)  # run() runs chains on the caller too
         self._finalizer = weakref.finalize(self, _release_all, self._leases, claim=self._thread_claim)
 
@@ -650,31 +662,32 @@ class AsyncSchedulingNet(NetBase):
                 wait_run(run, 1.0)  # it ended or failed just as the time ran out: report that outcome
             return
         policy = self.policy
-        if self.streams is not None or self.recorder is not None:
-            inline = False
-        else:
-            inline = policy.pick(lambda: slack(self))
+        inline = self.streams is None and self.recorder is None and policy.pick(self._slack)
         start = _perf()
-        ok = False
         try:
             if inline:
                 run_inline(self)
             else:
-                with _DeferredStop() as stop:
-                    run = stop.run = start_run(self, caller_helps=True)
-                    if stop.pending is not None:
-                        cancel_run(run)
-                    help_run(run)
-                    wait_run(run, None)
-            ok = True
-        finally:
-            policy.note(inline, _perf() - start if ok else None)
+                run_helped(self)
+        except BaseException:
+            policy.note(inline, None)
+            raise
+        policy.note(inline, _perf() - start)
+
+    def _slack(self) -> float | None:
+        return slack(self)
+
+    def _stop_inline(self) -> None:
+        """Before each op of an in-line run: raise when the run was cancelled."""
+        if self._inline_cancelled:
+            raise ExecutionError(f"the run of net {self.name!r} was cancelled")
 
     def cancel(self) -> bool:
         """Cancel the run in flight, if any (as its handle's ``cancel()``); True if one was stopped."""
         run = self._current
         if run is None and self._inline_running:
-            self.cancel_flag.set()  # the in-line run checks it before each op
+            self._inline_cancelled = True  # the in-line run checks it before each op
+            self.cancel_flag.set()  # and its running op sees ctx.cancelled()
             return True
         return run is not None and cancel_run(run)
 

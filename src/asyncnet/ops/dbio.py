@@ -37,7 +37,7 @@ from asyncnet._atomicio import atomic_write
 from asyncnet.core.registry import Arg, register_no_gradient, register_op
 from asyncnet.ops import _tensorproto as tp
 
-__all__ = ["CHUNK_SEPARATOR", "DBReader", "open_db", "read_minidb", "write_db"]
+__all__ = ["CHUNK_SEPARATOR", "DBReader", "open_db", "read_minidb", "register_blob_type", "write_db"]
 
 CHUNK_SEPARATOR = "#%"
 DB_TYPES = ("minidb", "lmdb")
@@ -223,8 +223,31 @@ register_no_gradient("CreateDB", "TensorProtosDBInput")
 # -- Save and Load ----------------------------------------------------------------------------------
 
 
+#: Blobs that are neither tensors nor strings: Save writes one with the encoder registered for
+#: its Python type (or its own ``blob_proto(name) -> bytes`` method), and Load rebuilds it with
+#: the decoder registered for the BlobProto type its record names (:func:`register_blob_type`).
+_BLOB_TYPES: dict[str, Any] = {}
+_ENCODERS: dict[type, Any] = {}
+
+
+def register_blob_type(type_name: str, decode: Any, python_type: type | None = None, encode: Any = None) -> None:
+    """Load rebuilds blobs of BlobProto type ``type_name`` with ``decode(fields)`` (the fields
+    of :func:`asyncnet.ops._tensorproto.decode_blob`); with ``python_type``, Save writes values
+    of that type as ``encode(name, value) -> bytes`` (a serialized BlobProto)."""
+    _BLOB_TYPES[type_name] = decode
+    if python_type is not None:
+        _ENCODERS[python_type] = encode
+
+
+def _encoder(value: Any) -> Any:
+    encode = _ENCODERS.get(type(value))
+    if encode is None and hasattr(value, "blob_proto"):
+        return lambda name, v: v.blob_proto(name)
+    return encode
+
+
 def _host(name: str, value: Any) -> Any:
-    if isinstance(value, (str, bytes, np.ndarray)):
+    if isinstance(value, (str, bytes, np.ndarray)) or _encoder(value) is not None:
         return value
     if type(value).__module__.startswith("torch"):
         from asyncnet.tensor.namespace import to_numpy
@@ -236,6 +259,9 @@ def _host(name: str, value: Any) -> Any:
 def blob_records(name: str, value: Any, chunk_size: int = DEFAULT_CHUNK_SIZE) -> list[tuple[bytes, bytes]]:
     """The database records of one blob, as Caffe2's serializers cut them."""
     value = _host(name, value)
+    encode = _encoder(value)
+    if encode is not None:
+        return [(name.encode("utf-8"), encode(name, value))]
     if isinstance(value, (str, bytes)):
         content = value.encode("utf-8") if isinstance(value, str) else value
         out = bytearray()
@@ -318,6 +344,10 @@ class _Assembly:
         self.total = -1
 
     def add(self, blob: dict[str, Any], key: bytes) -> None:
+        decode = _BLOB_TYPES.get(blob["type"])
+        if decode is not None:
+            self.value, self.total, self.filled = decode(blob), 1, 1
+            return
         if blob["type"] == "std::string" or blob["tensor"] is None:
             self.value, self.total, self.filled = blob["content"] or b"", 1, 1
             return

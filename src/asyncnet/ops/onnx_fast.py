@@ -353,10 +353,10 @@ def _fused_recurrent(ctx: Any, general: Fast, x: Any, w: Any, r: Any, b: Any = N
             else:
                 y, h = call(view(xt if first else x), zeros, flat, b is not None, 1, 0.0, False, False, first)
                 c = h
-        if first:
-            y = y.transpose(0, 1)
-        outs = [y.unsqueeze(1).numpy(), h.numpy(), c.numpy()]
-        picked = [v for v, p in zip(outs, produce) if p]
+        picked = [v for v, p in zip((y, h, c), produce) if p]
+        if produce[0]:
+            picked[0] = (y.transpose(0, 1) if first else y).unsqueeze(1)
+        picked = [v.numpy() for v in picked]
         return picked[0] if len(picked) == 1 else picked
 
     return recurrent

@@ -17,6 +17,7 @@ says which of the node's outputs (Y, Y_h[, Y_c]) the op writes, in that order.
 
 from __future__ import annotations
 
+import contextlib
 import weakref
 from typing import Any
 
@@ -248,7 +249,9 @@ def _run(ctx: Any, x: Any, w: Any, r: Any, b: Any, h0: Any, c0: Any, cell: Any, 
     torch = _fusable(ctx, x, w, r, b, h0, c0, n_gates)
     if torch is not None:
         if is_torch(x):
-            out = _fused_torch(ctx, x, w, r, b, h0, c0, n_gates)
+            grads = any(is_torch(a) and a.requires_grad for a in (x, w, r, b, h0, c0))
+            with contextlib.nullcontext() if grads else torch.no_grad():  # autograd's dispatch only where it records
+                out = _fused_torch(ctx, x, w, r, b, h0, c0, n_gates)
             if out is not None:
                 return out
         else:

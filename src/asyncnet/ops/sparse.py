@@ -17,8 +17,10 @@ pooled gradient and the bag lengths instead of one gradient row per index, with 
 Repeated indices are applied one after another in order, exactly as Caffe2's loops do, and a
 bag's rows are summed one after another from zero, as Caffe2's SparseLengthsSum loop does: on
 numpy these are the bits of those loops, computed by numpy calls that release the GIL for most
-of their time (padded bag slots, rounds of distinct rows; np.add.at for small inputs), so an
-executor thread can run them beside the dense layers.
+of their time (padded bag slots, rounds of distinct rows; np.add.at for small inputs), or,
+when torch is there, by one torch call on views of the arrays (``embedding_bag`` for a float32
+lookup, ``index_add_`` for the SGD row updates), so an executor thread can run them beside the
+dense layers.
 
 Every op runs on numpy arrays or torch tensors (results keep the inputs' library and device;
 updates stay in the torch tensor's own storage). On torch the lookups use ``index_select`` and
@@ -40,6 +42,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import threading
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -547,10 +550,20 @@ def _torch_for_bags(data: np.ndarray, idx: Any, lengths: Any) -> Any:
         return None
     if not (data.flags.c_contiguous and data.flags.writeable):  # torch views writable arrays only
         return None
+    return host_torch(idx.shape[0] * (data.size // data.shape[0]))
+
+
+def host_torch(elements: int) -> Any:
+    """torch, to run a kernel on views of numpy arrays: when it is imported, or installed and
+    the kernel touches at least :data:`TORCH_BAG_MIN` elements (then imported here); else None.
+
+    >>> host_torch(0) is None or host_torch(0).__name__ == "torch"
+    True
+    """
     torch = loaded_torch()
     if torch is not None:
         return torch
-    if idx.shape[0] * (data.size // data.shape[0]) < TORCH_BAG_MIN:
+    if elements < TORCH_BAG_MIN:
         return None
     if not _HAS_TORCH:
         _HAS_TORCH.append(importlib.util.find_spec("torch") is not None)
@@ -884,6 +897,8 @@ def _add_rows(
     if out.ndim != 2:
         out = _table_rows(out)  # a view: the rows of the table, flattened
     values = values.reshape(-1, out.shape[1])
+    if _torch_add_rows(out, idx, values, scale, vmap):
+        return
     if idx.shape[0] * out.shape[1] < SMALL_SCATTER or rounds == 0:
         rows = values if vmap is None else values.take(vmap, axis=0)
         _flat_add_at(out, idx, rows if scale is None else rows * scale)
@@ -896,6 +911,59 @@ def _add_rows(
     _add_distinct(out, idx[at], values, at if vmap is None else vmap[at], scale)
     later = np.flatnonzero(~first)  # each index's later positions, still in k order
     _add_rows(out, idx[later], values, rounds - 1, scale, later if vmap is None else vmap[later])
+
+
+#: False: numpy row updates never run torch's kernels (the tests' way to reach the numpy rounds)
+TORCH_ROWS = True
+
+
+def _torch_add_rows(out: np.ndarray, idx: np.ndarray, values: np.ndarray, scale: Any, vmap: Any) -> bool:
+    """:func:`_add_rows` on a 2-D C-contiguous float ``out`` as torch calls on views of the
+    arrays, when :func:`host_torch` gives torch for this size (False otherwise, nothing done).
+
+    ``index_add_`` on the CPU adds the rows one after another in index order (the bits of
+    np.add.at, so of Caffe2's loop, repeats included), and each torch call releases the GIL for
+    its whole kernel: one call per update instead of a few hundred short numpy calls that two
+    executor threads would take turns on. The rows are scaled first, once each, as the numpy
+    path does (``index_add_``'s ``alpha`` might fuse the product into the sum)."""
+    if not TORCH_ROWS or out.dtype not in (np.float32, np.float64) or values.dtype != out.dtype:
+        return False
+    if not out.flags.writeable:
+        return False
+    if idx.shape[0] * out.shape[1] < SMALL_SCATTER or out.shape[1] == 0:
+        return False
+    torch = host_torch(idx.shape[0] * out.shape[1])
+    if torch is None:
+        return False
+    t = torch.from_numpy
+    rows = t(_writable(np.ascontiguousarray(values)))
+    if vmap is not None:  # B rows scaled (the same products), then gathered into K rows
+        if scale is not None:
+            rows = torch.mul(rows, float(scale))
+        at = t(_writable(np.ascontiguousarray(vmap, dtype=np.int64)))
+        rows = torch.index_select(rows, 0, at, out=_scratch(torch, at.shape[0], out))
+    elif scale is not None:
+        rows = torch.mul(rows, float(scale), out=_scratch(torch, rows.shape[0], out))
+    t(out).index_add_(0, t(_writable(np.ascontiguousarray(idx, dtype=np.int64))), rows)
+    return True
+
+
+_SCRATCH = threading.local()
+_SCRATCH_KINDS = 8
+
+
+def _scratch(torch: Any, rows: int, like: np.ndarray) -> Any:
+    """A [rows, like.shape[1]] torch buffer of ``like``'s dtype, this thread's own, reused by its
+    next update: a fresh buffer of a few MB each call is mapped and faulted in each time, and
+    two threads doing that at once slow each other down (measured: 0.4x one after the other)."""
+    kinds = _SCRATCH.__dict__.setdefault("bufs", {})
+    key = (like.dtype.str, like.shape[1])
+    buf = kinds.get(key)
+    if buf is None or buf.shape[0] < rows:
+        if len(kinds) >= _SCRATCH_KINDS:
+            kinds.clear()
+        buf = kinds[key] = torch.from_numpy(np.empty((rows, like.shape[1]), like.dtype))
+    return buf[:rows]
 
 
 #: rows per chunk of :func:`_add_distinct`: the chunk's table rows stay in cache between their

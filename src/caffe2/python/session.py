@@ -41,7 +41,8 @@ class Session:
 
     def __init__(self) -> None:
         self._open = True
-        self._runnable_cache: dict[Any, CompiledRunnable] = {}
+        # id(runnable) -> (runnable, compiled): the runnable is kept so that its id is not reused
+        self._runnable_cache: dict[int, tuple[Any, CompiledRunnable]] = {}
 
     def is_open(self) -> bool:
         return self._open
@@ -76,10 +77,12 @@ class Session:
             raise AssertionError("Session is closed.")
         if runnable is None:
             raise AssertionError("Got a none runnable.")
-        compiled = self._runnable_cache.get(id(runnable))
-        if compiled is None:
+        cached = self._runnable_cache.get(id(runnable))
+        if cached is not None and cached[0] is runnable:
+            compiled = cached[1]
+        else:
             compiled = self.compile(runnable, workspace_type, setup_net_list)
-            self._runnable_cache[id(runnable)] = compiled
+            self._runnable_cache[id(runnable)] = (runnable, compiled)
         self._run_compiled(compiled.obj)
 
     def close(self) -> None:
@@ -112,8 +115,17 @@ class Session:
 
 def _local_steps(step: Any) -> None:
     """Drop ``create_workspace`` from a task group's step: the session provides that child
-    workspace (a task's instances keep theirs)."""
+    workspace (a task's instances keep theirs). A ``create_workspace`` set to False anywhere
+    below is dropped too: it is the default, and the plan converter takes no such field."""
     step.ClearField("create_workspace")
+    _drop_false_create_workspace(step)
+
+
+def _drop_false_create_workspace(step: Any) -> None:
+    for sub in step.substep:
+        if sub.HasField("create_workspace") and not sub.create_workspace:
+            sub.ClearField("create_workspace")
+        _drop_false_create_workspace(sub)
 
 
 class LocalSession(Session):
@@ -147,14 +159,14 @@ class LocalSession(Session):
             return
         child = workspace.C.Workspace()
         parent = self._ws._an()
-        shared = parent.blobs()
-        for name in shared:
-            child._an().feed(name, parent.fetch(name))
+        before = {name: parent.fetch(name) for name in parent.blobs()}
+        for name, value in before.items():
+            child._an().feed(name, value)
         try:
             child.run(proto)
         finally:
-            for name in shared:
-                if child._an().has(name):
+            for name, value in before.items():
+                if child._an().has(name) and child._an().fetch(name) is not value:
                     parent.feed(name, child._an().fetch(name))
 
     def _fetch_output(self, output: Any) -> Any:

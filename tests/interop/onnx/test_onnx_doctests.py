@@ -18,6 +18,9 @@ MODULES = [
     "asyncnet.ops.onnx_nn",
     "asyncnet.ops.onnx_rnn",
     "asyncnet.ops.onnx_control",
+    "asyncnet.ops.onnx_attention",
+    "asyncnet.ops.onnx_conv",
+    "asyncnet.interop.onnx._optimize",
 ]
 
 

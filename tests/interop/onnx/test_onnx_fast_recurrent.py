@@ -59,3 +59,29 @@ def test_exported_recurrence_matches_the_reference_evaluator_and_onnxruntime(cel
     for got in runs:
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
         np.testing.assert_array_equal(got, runs[0])
+
+
+@pytest.mark.parametrize("op", ["ONNXLSTM", "ONNXGRU"])
+def test_torch_inputs_keep_autograd_only_where_it_records(op: str) -> None:
+    import asyncnet as an
+
+    g = np.random.default_rng(4)
+    gates = 4 if op == "ONNXLSTM" else 3
+    arrays = [g.standard_normal(s).astype(np.float32) for s in [(5, 2, 3), (1, gates * 4, 3), (1, gates * 4, 4)]]
+    outs = {}
+    for grad in (False, True):
+        ws = an.Workspace()
+        x = torch.from_numpy(arrays[0].copy()).requires_grad_(grad)
+        for n, v in zip(["x", "w", "r"], [x, *map(torch.from_numpy, arrays[1:])]):
+            ws.feed(n, v)
+        net = an.Net("n")
+        args = {"linear_before_reset": 1} if op == "ONNXGRU" else {}
+        getattr(net, op)(["x", "w", "r"], ["y"], hidden_size=4, produce=[1], gate_order="torch", **args)
+        ws.run_net_once(net)
+        y = ws.fetch("y")
+        assert y.requires_grad is grad
+        if grad:
+            y.sum().backward()
+            assert x.grad is not None and x.grad.shape == x.shape
+        outs[grad] = y.detach().numpy()
+    np.testing.assert_allclose(outs[False], outs[True], rtol=1e-6, atol=1e-6)

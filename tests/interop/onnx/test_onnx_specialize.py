@@ -62,6 +62,14 @@ def op_cases(draw):
         return t, [a, b, f(n)], {"activation": draw(st.sampled_from(["", "Relu"]))}
     if t in ("ONNXLSTM", "ONNXGRU"):
         return _recurrent_case(draw, t, f)
+    if t == "ONNXEncoderLayer":
+        heads = draw(st.integers(1, 2))
+        e, ff = heads * draw(st.integers(1, 2)), draw(st.integers(1, 3))
+        b, s = dims(1, 2, 2)
+        shapes = [(b, s, e), (3 * e, e), (3 * e,), (e, e), (e,), (e,), (e,), (ff, e), (ff,), (e, ff), (e,), (e,), (e,)]
+        ins = [f(*sh) for sh in shapes]
+        ins[0].flags.writeable = draw(st.booleans())
+        return t, ins, {"num_heads": heads, "batch_first": draw(st.booleans())}
     if t == "ONNXSoftmax":
         x = f(*shape)
         x.flags.writeable = draw(st.booleans())
@@ -189,6 +197,7 @@ def test_the_cases_cover_every_specialized_onnx_op():
         "ONNXClip",
         "ONNXConcat",
         "ONNXConv",
+        "ONNXEncoderLayer",
         "ONNXFlatten",
         "ONNXGather",
         "ONNXGlobalPool",

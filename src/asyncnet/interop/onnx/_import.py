@@ -166,7 +166,15 @@ def load(
             continue
         predict_ops += tr.node(i, node)
     if optimize:
-        from asyncnet.interop.onnx._optimize import fuse_conv, fuse_layout_chains, fuse_matmul_add, torch_gate_order
+        from asyncnet.interop.onnx._optimize import (
+            fuse_concat_relu,
+            fuse_conv,
+            fuse_encoder_layers,
+            fuse_layout_chains,
+            fuse_matmul_add,
+            last_step_from_state,
+            torch_gate_order,
+        )
 
         params = {
             t.name: (tuple(t.dims), onnx.helper.tensor_dtype_to_np_dtype(t.data_type))
@@ -177,7 +185,10 @@ def load(
         predict_ops = fuse_matmul_add(predict_ops, params, {v.name for v in graph.output})
         predict_ops, init_ops = torch_gate_order(predict_ops, init_ops, {v.name for v in graph.output})
         predict_ops = fuse_layout_chains(predict_ops, {v.name for v in graph.output})
+        predict_ops = last_step_from_state(predict_ops, tr.shape, {v.name for v in graph.output})
         predict_ops = fuse_conv(predict_ops, tr.shape, {v.name for v in graph.output})
+        predict_ops = fuse_concat_relu(predict_ops, {v.name for v in graph.output})
+        predict_ops, init_ops = fuse_encoder_layers(predict_ops, init_ops, tr.shape, {v.name for v in graph.output})
     known = [v.name for v in inputs] + [op.outputs[0] for op in init_ops]
     init_net = NetDef(f"{name}_init", ops=init_ops, external_outputs=[op.outputs[0] for op in init_ops])
     predict_net = NetDef(

@@ -8,6 +8,7 @@ float64, stored in the filter's dtype): what ResNet and MobileNet exports are fu
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from typing import Any
 
@@ -659,3 +660,359 @@ def fuse_layout_chains(ops: list[Any], keep: set[str]) -> list[Any]:
             op = OperatorDef("ONNXLayout", list(first.inputs), list(op.outputs), {"steps": steps}, name=op.name)
         out.append(op)
     return out
+
+
+# -- transformer encoder layers -----------------------------------------------------------------
+
+#: the ops torch.onnx.export spells self-attention's splits, head reshapes and scaling with
+_ATTENTION_GLUE = {"ONNXLayout", "ONNXTranspose", "ONNXReshape", "ONNXSqueeze", "ONNXUnsqueeze", "ONNXGather"}
+
+
+@dataclasses.dataclass
+class _Layer:
+    """One matched encoder layer: the ops it replaces (indices), its input, its weights in the
+    fused op's order as (initializer name, transpose it), and its arguments."""
+
+    ops: list[int]
+    x: str
+    weights: list[tuple[str, bool]]
+    args: dict[str, Any]
+
+
+def fuse_encoder_layers(ops: list[Any], init_ops: list[Any], shape: Any, keep: set[str]) -> tuple[list[Any], list[Any]]:
+    """Each post-norm transformer encoder layer with a ReLU feed-forward, in the form
+    ``torch.onnx.export`` writes ``nn.TransformerEncoderLayer`` (after the other fusions: one
+    in-projection ``ONNXMatMulAdd`` to ``[.., 3E]``, the heads' layout ops, two ``ONNXMatMul`` around
+    one ``ONNXSoftmax``, the out-projection, Add + ``ONNXLayerNorm``, two ``ONNXMatMulAdd`` (the
+    first with its Relu), Add + ``ONNXLayerNorm``), all weights initializers, becomes one
+    ``ONNXEncoderLayer`` (torch's fused inference kernel) with the weights it needs transposed into
+    new initializers. A match is kept only when the fused op gives the matched ops' output on a
+    seeded random input (within 1e-4): a layer whose structure differs (another scale, a mask,
+    another head split) keeps its ops. ``shape(name)``: a value's inferred shape; ``keep``: the
+    graph outputs. Returns the new (ops, init_ops)."""
+    from asyncnet.ops.onnx_ref import onnx_tensor_fill
+
+    if any(op.type in _CONTROL for op in ops):
+        return ops, init_ops
+    fills = {op.outputs[0]: i for i, op in enumerate(init_ops) if op.type == "ONNXTensorFill"}
+    cache: dict[str, np.ndarray] = {}
+
+    def value(name: str) -> np.ndarray | None:
+        if name not in fills:
+            return None
+        if name not in cache:
+            cache[name] = onnx_tensor_fill(_FillContext(init_ops[fills[name]].args))
+        return cache[name]
+
+    graph = _OpGraph(ops, keep)
+    layers = [m for i, op in enumerate(ops) if (m := _match_layer(graph, i, value, shape)) is not None]
+    layers = [m for m in layers if _same_output(ops, m, value, shape)]
+    if not layers:
+        return ops, init_ops
+    return _rewrite(ops, init_ops, layers, value, keep)
+
+
+class _OpGraph:
+    """Who produces and who reads each value of a list of ops."""
+
+    def __init__(self, ops: list[Any], keep: set[str]):
+        self.ops, self.keep = ops, keep
+        self.producer = {o: i for i, op in enumerate(ops) for o in op.outputs}
+        self.readers: dict[str, set[int]] = {}
+        for i, op in enumerate(ops):
+            for n in op.inputs:
+                self.readers.setdefault(n, set()).add(i)
+
+    def made_by(self, name: str, *types: str) -> int | None:
+        """The index of the op that makes ``name`` when its type is one of ``types``."""
+        i = self.producer.get(name)
+        return i if i is not None and self.ops[i].type in types else None
+
+
+def _match_layer(g: _OpGraph, i: int, value: Any, shape: Any) -> _Layer | None:
+    """The encoder layer whose last op (the second layer norm) is ``ops[i]``, else None."""
+    ln2 = g.ops[i]
+    if ln2.type != "ONNXLayerNorm" or len(ln2.inputs) != 3 or ln2.args.get("axis", -1) not in (-1, 2):
+        return None
+    add2 = g.made_by(ln2.inputs[0], "ONNXBinary", "Add")
+    if add2 is None or not _is_add(g.ops[add2]):
+        return None
+    for h1, f2 in (g.ops[add2].inputs, g.ops[add2].inputs[::-1]):
+        ffn = _match_ffn(g, h1, f2)
+        if ffn is None:
+            continue
+        ln1 = g.ops[ffn[0]]
+        add1 = g.made_by(ln1.inputs[0], "ONNXBinary", "Add")
+        if add1 is None or not _is_add(g.ops[add1]) or ln1.args.get("epsilon") != ln2.args.get("epsilon"):
+            continue
+        for x, a in (g.ops[add1].inputs, g.ops[add1].inputs[::-1]):
+            attention = _match_attention(g, x, a, value, shape)
+            if attention is None:
+                continue
+            region, weights, args = attention
+            ops = sorted({*region, add1, *ffn, add2, i})
+            if not _closed(g, ops, i):
+                continue
+            f1, f2op = g.ops[ffn[1]], g.ops[ffn[2]]
+            weights += [
+                (ln1.inputs[1], False),
+                (ln1.inputs[2], False),
+                (f1.inputs[1], True),
+                (f1.inputs[2], False),
+                (f2op.inputs[1], True),
+                (f2op.inputs[2], False),
+                (ln2.inputs[1], False),
+                (ln2.inputs[2], False),
+            ]
+            if any(value(n) is None for n, _ in weights):
+                continue
+            return _Layer(ops, x, weights, {**args, "epsilon": ln2.args.get("epsilon", 1e-5)})
+    return None
+
+
+def _match_ffn(g: _OpGraph, h1: str, f2: str) -> tuple[int, int, int] | None:
+    """(first layer norm, first Linear with its Relu, second Linear) of ``f2 = Linear(relu(Linear(h1)))``."""
+    second = g.made_by(f2, "ONNXMatMulAdd")
+    if second is None or g.ops[second].args.get("activation"):
+        return None
+    first = g.made_by(g.ops[second].inputs[0], "ONNXMatMulAdd")
+    if first is None or g.ops[first].args.get("activation") != "Relu" or g.ops[first].inputs[0] != h1:
+        return None
+    ln1 = g.made_by(h1, "ONNXLayerNorm")
+    if ln1 is None or len(g.ops[ln1].inputs) != 3 or g.ops[ln1].args.get("axis", -1) not in (-1, 2):
+        return None
+    return ln1, first, second
+
+
+def _match_attention(
+    g: _OpGraph, x: str, a: str, value: Any, shape: Any
+) -> tuple[list[int], list[tuple[str, bool]], dict[str, Any]] | None:
+    """The self-attention ops from ``x`` to ``a`` (indices), its four weights and the op's arguments."""
+    region, todo = set(), [a]
+    while todo:
+        name = todo.pop()
+        if name == x or value(name) is not None:
+            continue
+        k = g.producer.get(name)
+        if k is None or len(region) > 64:
+            return None
+        if k in region:
+            continue
+        region.add(k)
+        todo += g.ops[k].inputs
+    kinds = Counter(g.ops[k].type for k in region)
+    if kinds["ONNXSoftmax"] != 1 or kinds["ONNXMatMul"] != 2 or kinds["ONNXMatMulAdd"] + kinds["FC"] != 2:
+        return None
+    s = shape(x)
+    if s is None or len(s) != 3 or not isinstance(s[2], int):
+        return None
+    e = s[2]
+    in_proj = out_proj = None
+    for k in region:
+        op = g.ops[k]
+        if op.type in ("ONNXMatMulAdd", "FC"):
+            w = value(op.inputs[1])
+            if w is None or op.args.get("activation") or len(op.inputs) != 3 or value(op.inputs[2]) is None:
+                return None
+            if op.type == "ONNXMatMulAdd" and w.shape == (e, 3 * e):
+                in_proj = k
+            elif w.shape == (e, e):
+                out_proj = k
+        elif op.type == "ONNXBinary":
+            if op.args.get("fn") not in ("Mul", "Div") or not any(value(n) is not None for n in op.inputs):
+                return None
+        elif op.type not in _ATTENTION_GLUE | {"ONNXSoftmax", "ONNXMatMul"}:
+            return None
+    if in_proj is None or out_proj is None:
+        return None
+    src = g.ops[in_proj].inputs[0]
+    t = g.made_by(src, "ONNXTranspose")
+    batch_first = t is not None and g.ops[t].inputs[0] == x and list(g.ops[t].args.get("perm", [])) == [1, 0, 2]
+    if not batch_first and src != x:
+        return None
+    mm = min((k for k in region if g.ops[k].type == "ONNXMatMul"), key=lambda k: k)
+    q = shape(g.ops[mm].inputs[0])
+    if q is None or not q or not isinstance(q[-1], int) or q[-1] < 1 or e % q[-1]:
+        return None
+    out_op = g.ops[out_proj]
+    weights = [
+        (g.ops[in_proj].inputs[1], True),
+        (g.ops[in_proj].inputs[2], False),
+        (out_op.inputs[1], out_op.type == "ONNXMatMulAdd"),
+        (out_op.inputs[2], False),
+    ]
+    return sorted(region), weights, {"num_heads": e // q[-1], "batch_first": batch_first}
+
+
+def _closed(g: _OpGraph, ops: list[int], last: int) -> bool:
+    """Nothing outside ``ops`` reads a value they make, but the last op's output."""
+    inside = set(ops)
+    for k in ops:
+        for o in g.ops[k].outputs:
+            if k != last and (o in g.keep or not g.readers.get(o, set()) <= inside):
+                return False
+    return True
+
+
+def _layer_weights(m: _Layer, value: Any) -> list[np.ndarray]:
+    return [np.ascontiguousarray(value(n).T) if t else value(n) for n, t in m.weights]
+
+
+def _same_output(ops: list[Any], m: _Layer, value: Any, shape: Any) -> bool:
+    """The fused op gives the matched ops' output on a seeded random input (within 1e-4), run on
+    one intra-op thread (a claim on the thread budget while it runs: the libraries' default teams
+    of spinning threads cost 100x on a busy machine)."""
+    import asyncnet as an
+    from asyncnet.core.defs import NetDef, OperatorDef
+    from asyncnet.tensor.threads import claim_threads
+
+    dims = [d if isinstance(d, int) and d > 0 else k + 2 for k, d in enumerate(shape(m.x))]
+    ws = an.Workspace()
+    claim = claim_threads(threads=1)
+    try:
+        x = np.random.default_rng(0).standard_normal(dims).astype(value(m.weights[0][0]).dtype)
+        ws.feed(m.x, x)
+        for op in (ops[k] for k in m.ops):
+            for n in op.inputs:
+                v = value(n)
+                if v is not None and n not in ws:
+                    ws.feed(n, v)
+        out = ops[m.ops[-1]].outputs[0]
+        ws.run_net_once(NetDef("encoder_check", ops=[ops[k] for k in m.ops]))
+        want = ws.fetch(out)
+        names = [f"__w{k}" for k in range(12)]
+        for n, w in zip(names, _layer_weights(m, value)):
+            ws.feed(n, w)
+        ws.run_operator_once(OperatorDef("ONNXEncoderLayer", [m.x, *names], ["__y"], m.args))
+        got = ws.fetch("__y")
+    except Exception:  # noqa: BLE001 - a layer the fused op cannot run keeps its ops
+        return False
+    finally:
+        claim.release()
+        ws.close()
+    return got.shape == want.shape and bool(np.allclose(got, want, rtol=1e-4, atol=1e-4))
+
+
+def _rewrite(
+    ops: list[Any], init_ops: list[Any], layers: list[_Layer], value: Any, keep: set[str]
+) -> tuple[list[Any], list[Any]]:
+    """``ops`` with each layer's ops replaced by its ``ONNXEncoderLayer`` (at its last op), and the
+    transposed weights added to ``init_ops`` (the initializers nothing reads any more dropped)."""
+    from asyncnet.core.defs import OperatorDef
+    from asyncnet.interop.onnx._model import tensor_fill
+
+    fused: dict[int, Any] = {}
+    gone: set[int] = set()
+    new_inits: dict[str, Any] = {}
+    for m in layers:
+        last = ops[m.ops[-1]]
+        names = []
+        for (n, t), w in zip(m.weights, _layer_weights(m, value)):
+            if t:
+                n = f"{n}__transposed"
+                new_inits.setdefault(n, tensor_fill(n, w))
+            names.append(n)
+        fused[m.ops[-1]] = OperatorDef("ONNXEncoderLayer", [m.x, *names], list(last.outputs), m.args, name=last.name)
+        gone.update(m.ops[:-1])
+    out = [fused.get(i, op) for i, op in enumerate(ops) if i not in gone]
+    read = {n for op in out for n in op.inputs} | keep
+    unread = {n for i in gone for n in ops[i].inputs} - read
+    return out, [op for op in init_ops if op.outputs[0] not in unread] + list(new_inits.values())
+
+
+# -- the last step of a recurrence --------------------------------------------------------------
+
+#: ONNXLayout steps that take the last step of a one-direction ``Y [seq, 1, batch, H]`` as
+#: ``[batch, H]``: torch's ``out[:, -1]`` of a batch-first LSTM, and ``out[-1]`` of a sequence-first one
+_LAST_STEP = (
+    [
+        {"op": "ONNXSqueeze", "axes": [1]},
+        {"op": "ONNXTranspose", "perm": [1, 0, 2]},
+        {"op": "ONNXGather", "axis": 1, "index": -1},
+    ],
+    [{"op": "ONNXSqueeze", "axes": [1]}, {"op": "ONNXGather", "axis": 0, "index": -1}],
+)
+
+
+def last_step_from_state(ops: list[Any], shape: Any, keep: set[str]) -> list[Any]:
+    """A forward ``ONNXLSTM``/``ONNXGRU`` (layout 0) whose ``Y`` only feeds ``ONNXLayout`` ops taking
+    its last step as ``[batch, H]`` (``_LAST_STEP``), with a static sequence length of at least 1
+    (``shape(name)``: the inferred shape), stops producing ``Y`` (and an unread ``Y_c``): those
+    ops read ``Y_h``'s one direction instead, which holds the same values. ``keep``: the graph
+    outputs."""
+    import json
+
+    reads: dict[str, list[int]] = {}
+    for i, op in enumerate(ops):
+        for n in op.inputs:
+            reads.setdefault(n, []).append(i)
+    out = list(ops)
+    for i, op in enumerate(ops):
+        if op.type not in ("ONNXLSTM", "ONNXGRU") or op.args.get("direction", "forward") != "forward":
+            continue
+        produce = list(op.args.get("produce", [1, 1]))
+        if op.args.get("layout", 0) != 0 or not produce[0] or op.outputs[0] in keep:
+            continue
+        seq = (shape(op.inputs[0]) or (None,))[0]
+        users = reads.get(op.outputs[0], [])
+        if not isinstance(seq, int) or seq < 1 or not users:
+            continue
+        if not all(ops[k].type == "ONNXLayout" and _steps(ops[k]) in _LAST_STEP for k in users):
+            continue
+        names = dict(zip([k for k, p in enumerate(produce) if p], op.outputs))
+        if len(produce) < 2:
+            produce.append(0)
+        y_h = names.get(1, f"{op.outputs[0]}__state")
+        produce[0], produce[1] = 0, 1
+        if len(produce) > 2 and produce[2] and names[2] not in keep and not reads.get(names[2]):
+            produce[2] = 0
+        outputs = [{1: y_h}.get(k, names.get(k)) for k, p in enumerate(produce) if p]
+        out[i] = dataclasses.replace(op, outputs=outputs, args={**op.args, "produce": produce})
+        for k in users:
+            step = json.dumps({"op": "ONNXSqueeze", "axes": [0]})
+            out[k] = dataclasses.replace(ops[k], inputs=[y_h], args={**ops[k].args, "steps": [step]})
+    return out
+
+
+def _steps(op: Any) -> list[dict[str, Any]]:
+    import json
+
+    return [json.loads(s) for s in op.args.get("steps", [])]
+
+
+def fuse_concat_relu(ops: list[Any], keep: set[str]) -> list[Any]:
+    """A ``Relu`` that alone reads an ``ONNXConcat`` of ``ONNXConv`` outputs without an activation,
+    each read only by the Concat (an Inception block's end), moves into the convolutions
+    (``activation="Relu"``: relu of a concatenation is the concatenation of the relus), so it runs
+    in place in each branch; the Concat then writes the Relu's output. ``keep``: the graph outputs.
+
+        >>> from asyncnet.core.defs import OperatorDef as D
+        >>> conv = lambda x, y: D("ONNXConv", [x, "w"], [y], {"kernels": [1, 1], "bias": False})
+        >>> ops = [conv("x", "a"), conv("x", "b"), D("ONNXConcat", ["a", "b"], ["c"], {"axis": 1}), D("Relu", ["c"], ["y"])]
+        >>> [(op.type, op.outputs, op.args.get("activation")) for op in fuse_concat_relu(ops, set())]
+        [('ONNXConv', ['a'], 'Relu'), ('ONNXConv', ['b'], 'Relu'), ('ONNXConcat', ['y'], None)]
+    """
+    reads = Counter(n for op in ops for n in op.inputs)
+    producer = {o: i for i, op in enumerate(ops) for o in op.outputs}
+    out, gone = list(ops), set()
+    for i, op in enumerate(ops):
+        if not _is_relu(op) or op.inputs[0] in keep or reads[op.inputs[0]] != 1:
+            continue
+        k = producer.get(op.inputs[0])
+        if k is None or ops[k].type != "ONNXConcat":
+            continue
+        convs = [producer.get(n) for n in ops[k].inputs]
+        if len(set(ops[k].inputs)) != len(convs) or not all(
+            j is not None
+            and out[j].type == "ONNXConv"
+            and not out[j].args.get("activation")
+            and reads[out[j].outputs[0]] == 1
+            and out[j].outputs[0] not in keep
+            for j in convs
+        ):
+            continue
+        for j in convs:
+            out[j] = dataclasses.replace(out[j], args={**out[j].args, "activation": "Relu"})
+        out[k] = dataclasses.replace(ops[k], outputs=list(op.outputs))
+        gone.add(i)
+    return [op for i, op in enumerate(out) if i not in gone]
