@@ -145,7 +145,10 @@ def test_gradients_against_finite_differences():
     loss = net.AveragedLoss(sq, "loss")
     grads = net.AddGradientOperators([loss])
     assert str(grads["w"]) == "w_grad" and isinstance(grads["w"], core.BlobReference)
-    assert all(op.is_gradient_op for op in net.Proto().op[3:]) and not net.Proto().op[2].is_gradient_op
+    ops = net.Proto().op
+    # the makers' gradient ops are marked; the ones-seed and the accumulating Sum are not (as in Caffe2)
+    assert [op.type for op in ops[3:5]] == ["ConstantFill", "AveragedLossGradient"]
+    assert all(op.is_gradient_op for op in ops[4:] if op.type != "Sum") and not any(op.is_gradient_op for op in ops[:4])
     for name, value in (("x", x), ("w", w), ("b", b)):
         workspace.FeedBlob(name, value)
     workspace.RunNetOnce(net)
