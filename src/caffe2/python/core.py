@@ -739,6 +739,21 @@ class Net:
             if idx in tb:
                 op.name = ":".join(map(str, tb[idx]))
 
+    def LogInfo(self, *msg_or_blobs: Any) -> None:
+        """Print each argument when the net runs: a blob as it is, anything else as a string
+        blob made for the purpose (a ``GivenTensorStringFill`` into a fresh ``log`` name).
+
+        >>> net = Net("logging")
+        >>> net.LogInfo("starting")
+        >>> [op.type for op in net.Proto().op]
+        ['GivenTensorStringFill', 'Print']
+        """
+        for item in msg_or_blobs:
+            blob = item
+            if not isinstance(item, BlobReference):
+                blob = self.GivenTensorStringFill([], self.NextName("log"), shape=[], values=[item])
+            self.Print(blob, [])
+
     def add_attribute(self, name: str, obj: Any) -> None:
         self._attr_dict.setdefault(name, []).append(obj)
 
