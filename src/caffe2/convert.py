@@ -197,6 +197,18 @@ def _varint(n: int) -> bytes:
 # -- devices ---------------------------------------------------------------------------------
 
 
+def device_id_of(dev: Any) -> int:
+    """The device index of a ``caffe2_pb2.DeviceOption``: ``device_id``, or Caffe2 2018's
+    ``cuda_gpu_id`` when only that one is set.
+
+        >>> device_id_of(caffe2_pb2.DeviceOption(device_type=1, cuda_gpu_id=3))
+        3
+    """
+    if not dev.HasField("device_id") and dev.HasField("cuda_gpu_id"):
+        return dev.cuda_gpu_id
+    return dev.device_id
+
+
 def device_to_asyncnet(dev: Any, where: str) -> DeviceOption:
     """asyncnet's DeviceOption for a ``caffe2_pb2.DeviceOption`` (CPU and CUDA only)."""
     kind = _DEVICE_NAMES.get(dev.device_type)
@@ -207,7 +219,7 @@ def device_to_asyncnet(dev: Any, where: str) -> DeviceOption:
             f"device type {shown} is not supported; asyncnet runs on CPU (0) and CUDA (1)", f"{where}.device_type"
         )
     seed = dev.random_seed if dev.HasField("random_seed") else None
-    return DeviceOption(kind, dev.device_id, dev.numa_node_id, seed)
+    return DeviceOption(kind, device_id_of(dev), dev.numa_node_id, seed)
 
 
 def device_from_asyncnet(dev: DeviceOption) -> Any:

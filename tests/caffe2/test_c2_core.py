@@ -145,7 +145,10 @@ def test_gradients_against_finite_differences():
     loss = net.AveragedLoss(sq, "loss")
     grads = net.AddGradientOperators([loss])
     assert str(grads["w"]) == "w_grad" and isinstance(grads["w"], core.BlobReference)
-    assert all(op.is_gradient_op for op in net.Proto().op[3:]) and not net.Proto().op[2].is_gradient_op
+    ops = net.Proto().op
+    # the makers' gradient ops are marked; the ones-seed and the accumulating Sum are not (as in Caffe2)
+    assert [op.type for op in ops[3:5]] == ["ConstantFill", "AveragedLossGradient"]
+    assert all(op.is_gradient_op for op in ops[4:] if op.type != "Sum") and not any(op.is_gradient_op for op in ops[:4])
     for name, value in (("x", x), ("w", w), ("b", b)):
         workspace.FeedBlob(name, value)
     workspace.RunNetOnce(net)
@@ -225,3 +228,18 @@ def test_blob_is_defined_follows_appended_ops_and_edits_through_proto():
     assert net.BlobIsDefined("renamed") and not net.BlobIsDefined("y")
     del net.Proto().op[1]
     assert not net.BlobIsDefined("z")
+
+
+def test_log_info_prints_messages_and_blobs(caplog):
+    """Net.LogInfo: a string becomes a string blob that a Print op logs; a blob is printed as it is."""
+    workspace.ResetWorkspace()
+    workspace.FeedBlob("x", np.array([1.5, 2.5], dtype=np.float32))
+    net = core.Net("log_info")
+    net.LogInfo("epoch done", core.BlobReference("x"))
+    assert [op.type for op in net.Proto().op] == ["GivenTensorStringFill", "Print", "Print"]
+    with caplog.at_level("INFO", logger="asyncnet.ops.print"):
+        workspace.RunNetOnce(net)
+    lines = [r.getMessage() for r in caplog.records if r.name == "asyncnet.ops.print"]
+    assert len(lines) == 2
+    assert lines[0].endswith(": epoch done")
+    assert lines[1].startswith("Tensor x of type float32. Dims: (2,): 1.5,2.5")

@@ -140,6 +140,8 @@ class _Run:
         "measure",
         "gpu",
         "wake",
+        "blobs",
+        "shadow",
     )
 
     def __init__(self, net: AsyncSchedulingNet, caller_helps: bool = False):
@@ -160,6 +162,8 @@ class _Run:
         self.measure = net.runs <= 2 or net.runs % MEASURE_EVERY == 0 or net.policy.mode != "parallel"
         self.gpu = RunStreams() if net.streams is not None else None  # CUDA events of this run
         self.wake = threading.Event() if caller_helps else None  # a hand-out or the outcome wakes the helping caller
+        self.blobs = net.blobs  # what the ops read and write: the workspace's blobs, or their shadow's arrays
+        self.shadow: tuple[Any, ...] | None = None  # (arrays, kinds, back, armed cells, arrays as they began)
 
 
 # -- the state machine, one step per function ------------------------------------------------
@@ -174,6 +178,8 @@ def start_run(net: AsyncSchedulingNet, caller_helps: bool) -> _Run:
     if run.left == 0:
         end_run(run)
         return run
+    if net._shadow is not None and run.gpu is None and run.record is None:
+        take_shadow(run)
     for c in net.roots:
         run.ready[net.chain_pool[c]].append(c)
     helper = 1 if caller_helps else 0  # a helping caller runs one root of the first pool itself
@@ -191,6 +197,34 @@ def start_run(net: AsyncSchedulingNet, caller_helps: bool) -> _Run:
             for c in _take_all(q):
                 execute(run, c, p)
     return run
+
+
+def take_shadow(run: _Run) -> None:
+    """Run on numpy views of the net's torch CPU tensors (:mod:`asyncnet.tensor.shadow`): made
+    once here, with the sync ops armed as an in-line run arms them; :func:`end_run` stores the
+    written blobs back. A run whose inputs allow no shadow keeps the workspace's blobs."""
+    shadow = run.net._shadow
+    got = shadow.views(run.net.blobs)
+    if got is None or shadow.plan(got[1]) is None:
+        return
+    arrays, kinds, back = got
+    run.shadow = (arrays, kinds, back, shadow.arm(kinds, back), dict(arrays))
+    run.blobs = arrays
+
+
+def write_back(run: _Run) -> None:
+    """Store what a run on the shadow wrote (all of it, or what the ops that ran wrote), disarm."""
+    arrays, kinds, back, armed, before = run.shadow  # type: ignore[misc]
+    run.shadow = None
+    shadow, blobs = run.net._shadow, run.net.blobs
+    try:
+        if run.stop:
+            shadow.write_back_changed(blobs, arrays, kinds, back, before)
+        else:
+            shadow.write_back(blobs, arrays, kinds, back)
+    finally:
+        for cell in armed:
+            cell[0] = None
 
 
 def drain(token: tuple[_Run, int]) -> None:
@@ -247,7 +281,7 @@ def execute(run: _Run, c: int, p: int) -> None:
     thread stuck in an op can be reported by name when its pool is shut down.
     """
     net = run.net
-    chain_ops, blobs = net.chain_ops, net.blobs
+    chain_ops, blobs = net.chain_ops, run.blobs
     cost, last = net.chain_cost, net.chain_last
     act = activity()
     todo = [c]
@@ -414,6 +448,11 @@ def end_run(run: _Run) -> None:
     net = run.net
     if run.gpu is not None and run.gpu.used:
         sync_streams(run)
+    if run.shadow is not None:
+        try:
+            write_back(run)
+        except BaseException as exc:  # noqa: BLE001 - raised by wait(); the net must still be freed
+            run.errors.append((_perf(), exc))
     if net._current is run:
         net._current = None  # no net <-> run cycle outlives the run
     net._release()
@@ -605,7 +644,7 @@ class AsyncSchedulingNet(NetBase):
         super().__init__(net_def, operators, blobs)
         ops = self.operators
         route_operators(ops)  # each op on the library that runs it faster (torch CPU tensors)
-        self._shadow = shadow_of(ops)  # in-line runs on torch CPU tensors: numpy views once per run
+        self._shadow = shadow_of(ops)  # runs on torch CPU tensors: numpy views once per run
         _check_placements(ops)
         keys = [device_key(op.device) for op in ops]
         graph = build_graph([(op.inputs, op.outputs, op.definition.control_inputs) for op in ops], keys)

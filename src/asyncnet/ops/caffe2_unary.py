@@ -77,8 +77,8 @@ def _maker(grad_type: str, reads: str) -> Callable[..., Any]:
             return [], [None]
         if reads == "X" and op.inputs[0] == op.outputs[0]:
             raise ValueError(
-                f"cannot differentiate an in-place {op.type}: its gradient reads the input "
-                f"{op.inputs[0]!r}, which the output overwrote; write the output to another blob"
+                f"cannot differentiate an in-place {op.type}: its gradient reads its input, which the "
+                "output overwrote; write the output to another blob"
             )
         first = op.outputs[0] if reads == "Y" else op.inputs[0]
         return [OperatorDef(grad_type, [first, gout[0]], ["#dx"])], ["#dx"]

@@ -7,9 +7,11 @@ plain torch CPU tensors), each op pays for views of its inputs and a ``torch.fro
 results, as much as a small kernel. A :class:`Shadow` moves that cost from the op to the run:
 before a run it maps the net's *external* inputs (the blobs it reads before writing them) to
 numpy arrays (a torch tensor to its view, cached per blob while the same tensor stays there; a
-numpy array as it is), the executor runs the ops on that dict of arrays, and afterwards
+numpy array as it is), the executor runs the ops on that dict of arrays (each routed op's numpy
+kernel called directly: on arrays the routed kernel would only pass them on), and afterwards
 :meth:`Shadow.write_back` stores each written blob in the workspace in the library the routed
-op would have given it:
+op would have given it (after a parallel run cut short, :meth:`Shadow.write_back_changed`
+stores those the ops that ran replaced):
 
 * an op with a torch input (and no numpy input outside its host positions,
   :data:`~asyncnet.tensor.route.HOST_INPUTS`) gives torch tensors over its results' memory,
@@ -39,13 +41,13 @@ returns None) and the run takes the op-by-op path, with its own checks and error
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, MutableMapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from asyncnet.tensor import route
-from asyncnet.tensor.route import version
 
 __all__ = ["Shadow", "ENABLED"]
 
@@ -54,6 +56,7 @@ ENABLED = True
 
 _ndarray = np.ndarray
 TORCH, NUMPY, OTHER = 1, 2, 3  # a blob's library in a routed run
+_MISSING = object()
 
 
 class Shadow:
@@ -73,6 +76,7 @@ class Shadow:
             (k, c) for k, op in enumerate(operators) if (c := route.shadow_cell(getattr(op, "fn", None))) is not None
         ]
         self._armed: dict[tuple[int, ...], tuple[list[Any], ...]] = {}
+        self._plain = [(op, getattr(op, "fn", None), _plain(op)) for op in operators]
 
     def views(self, blobs: MutableMapping[str, Any]) -> tuple[dict[str, Any], tuple[int, ...], dict[int, Any]] | None:
         """(the external inputs as arrays, their libraries, ``id(view) -> tensor`` of the tensor
@@ -92,7 +96,10 @@ class Shadow:
                 if x.requires_grad:
                     return None
                 e = seen.get(name)
-                ver = version(x)
+                try:
+                    ver = x._version
+                except RuntimeError:  # an inference tensor keeps no version: its view is made anew
+                    ver = None
                 if e is None or e[0] is not x or x.data_ptr() != e[2] or ver != e[3] or ver is None:
                     made = route._MADE.get(id(x))  # a tensor routing made from an array keeps the array
                     fits = made is not None and made[0]() is x and ver == made[2] is not None
@@ -125,10 +132,10 @@ class Shadow:
         done = 0
         armed = self.arm(kinds, back)
         try:
-            for op in self.operators:
+            for op, fn, plain in self._plain:
                 if stop is not None:
                     stop()
-                op.run(arrays)
+                (plain if op.fn is fn else op).run(arrays)  # an op whose kernel was replaced since: its own
                 done += 1
         except BaseException:
             self.write_back(blobs, arrays, kinds, back, done)
@@ -211,6 +218,44 @@ class Shadow:
             store = None if entries is None else _compile_store(entries)
         if store is not None:  # None only after a failure at an op that mixes libraries: nothing ran past it
             store(blobs, arrays, back)
+
+    def write_back_changed(
+        self,
+        blobs: MutableMapping[str, Any],
+        arrays: dict[str, Any],
+        kinds: tuple[int, ...],
+        back: dict[int, Any],
+        before: dict[str, Any],
+    ) -> None:
+        """Store in ``blobs`` what a run cut short wrote into ``arrays`` when its ops did not run
+        in op order (a parallel run): each blob whose array is no longer the one in ``before``
+        (``arrays`` as the run began), a tensor where the routed op gives one. An op that updated
+        its input in place leaves the blob as it was, as the routed op does."""
+        plan = self.plan(kinds)
+        if plan is None:
+            return
+        missing = _MISSING
+        for name, to_torch in self._entries(kinds, len(self.operators)) or ():
+            a = arrays.get(name, missing)
+            if a is missing or a is before.get(name, missing):
+                continue
+            if to_torch:
+                r = back.get(id(a))
+                if r is None:
+                    r = back[id(a)] = route.as_tensor(a)
+                a = r
+            blobs[name] = a
+
+
+def _plain(op: Any) -> Any:
+    """``op`` itself, or for a routed op a copy that calls the numpy kernel the routing wraps:
+    on a run's arrays every input is already numpy, where the routed kernel only passes them on."""
+    fn = getattr(op, "fn", None)
+    if fn is None or not route.is_routed(fn):
+        return op
+    plain = copy.copy(op)
+    plain.fn = fn.__wrapped__
+    return plain
 
 
 def _compile_store(entries: Sequence[tuple[str, bool]]) -> Callable[..., None]:

@@ -194,6 +194,9 @@ _MESSAGES: list[tuple[str, list[tuple[Any, ...]]]] = [
             ("optional", "string", "node_name", 4, {}),
             ("optional", "int32", "numa_node_id", 5, {}),
             ("repeated", "string", "extra_info", 6, {}),
+            # Caffe2 2018 named field 2 cuda_gpu_id; kept as a field of its own that the converter
+            # reads when device_id is unset (caffe2.convert.device_id_of).
+            ("optional", "int32", "cuda_gpu_id", 1002, {"deprecated": True}),
         ],
     ),
     (

@@ -28,12 +28,10 @@ from typing import Any
 import numpy as np
 
 import asyncnet as an
-from asyncnet.autodiff import add_gradient_ops
-from asyncnet.errors import NetDefinitionError, near_names
-from asyncnet.ops.sparse import GradientSlice as _AnGradientSlice
-from caffe2.convert import drop_unknown_args, op_from_asyncnet, op_to_asyncnet
+from asyncnet.errors import near_names
+from caffe2.convert import device_id_of
 from caffe2.proto import caffe2_pb2
-from caffe2.python import _python_op, scope, utils, workspace
+from caffe2.python import _control_grad, _python_op, scope, utils, workspace
 from caffe2.python._gradients import GradientRegistry
 
 __all__ = [
@@ -130,9 +128,18 @@ def DeviceOption(
     node_name: str | None = None,
     numa_node_id: int | None = None,
     extra_info: Iterable[str] | None = None,
+    cuda_gpu_id: int | None = None,
 ) -> Any:
-    """A ``caffe2_pb2.DeviceOption`` with ``device_type`` and ``device_id`` set (as Caffe2 writes it)."""
-    option = caffe2_pb2.DeviceOption(device_type=device_type, device_id=device_id)
+    """A ``caffe2_pb2.DeviceOption`` with ``device_type`` and ``device_id`` set (as Caffe2 writes
+    it); Caffe2 2018's keyword ``cuda_gpu_id`` sets ``cuda_gpu_id`` instead (read as the device id).
+
+        >>> DeviceOption(caffe2_pb2.CUDA, cuda_gpu_id=1).cuda_gpu_id
+        1
+    """
+    if cuda_gpu_id is not None:
+        option = caffe2_pb2.DeviceOption(device_type=device_type, cuda_gpu_id=cuda_gpu_id)
+    else:
+        option = caffe2_pb2.DeviceOption(device_type=device_type, device_id=device_id)
     if node_name is not None:
         option.node_name = node_name
     if random_seed is not None:
@@ -156,7 +163,7 @@ def device_option_equal(opt1: Any, opt2: Any, ignore_node_name: bool = True, ign
         return False
     if not opt1.device_type or not opt2.device_type:
         return not opt1.device_type and not opt2.device_type
-    return opt1.device_id == opt2.device_id
+    return device_id_of(opt1) == device_id_of(opt2)
 
 
 def InferBlobDevices(net: Net) -> dict[str, Any]:
@@ -657,6 +664,41 @@ class Net:
         new._attr_dict.update(self._attr_dict)
         return new
 
+    def ClonePartial(self, name: str, inputs: Any, outputs: Any, remap_funcs: Any = None) -> tuple[Net, list[Any]]:
+        """A net named ``name`` with only the ops needed to compute ``outputs`` from ``inputs``
+        (a list of blobs, kept as they are, or a dict / list of pairs renaming them); blobs the
+        clone computes are put under the ``name/`` scope, blobs it reads but does not compute
+        (parameters) keep their names. Returns the net and references to its outputs.
+
+            >>> n = Net("clone_partial_doc")
+            >>> _ = n.Relu(n.Sigmoid("a", "b"), "c")
+            >>> part, (out,) = n.ClonePartial("part", ["b"], ["c"])
+            >>> [op.type for op in part.Proto().op], str(out), list(part.Proto().external_input)
+            (['Relu'], 'part/c', ['b'])
+        """
+        given = _input_renames(inputs)
+        targets = [str(o) for o in outputs]
+        for o in targets:
+            assert self.BlobIsDefined(o), f"ClonePartial: no op of net {self.Name()!r} writes {o!r}"
+        steps, latest = _blob_versions(self._net, dict.fromkeys(given, 0))
+        used = _ops_computing(steps, latest, set(given), targets)
+        before = _ops_computing(steps, latest, set(), list(given))
+        assert not set(used) & set(before), (
+            "Cannot partially clone net: some of the ops required would generate the given input."
+        )
+        read_first = {b for i in used for b, v in steps[i][0] if v == 0} - set(given)
+        prefix = f"{name}/" if name else ""
+        mapping = {b: given.get(b, b if b in read_first else prefix + b) for b in latest}
+        new = self.Clone(name, mapping, used, remap_funcs)
+        new_inputs = [mapping[b] for b in given] + sorted(read_first)
+        new_outputs = [mapping[o] for o in targets]
+        proto = new.Proto()
+        del proto.external_input[:]
+        proto.external_input.extend(new_inputs)
+        del proto.external_output[:]
+        proto.external_output.extend(new_outputs)
+        return new, [new.GetBlobRef(o) for o in new_outputs]
+
     def AddObserver(self, observer_type: str) -> Any:
         """Attach an observer (``"TimeObserver"``) to this net's runs by ``workspace.RunNet``."""
         from caffe2.python import _observers
@@ -697,6 +739,21 @@ class Net:
             if idx in tb:
                 op.name = ":".join(map(str, tb[idx]))
 
+    def LogInfo(self, *msg_or_blobs: Any) -> None:
+        """Print each argument when the net runs: a blob as it is, anything else as a string
+        blob made for the purpose (a ``GivenTensorStringFill`` into a fresh ``log`` name).
+
+        >>> net = Net("logging")
+        >>> net.LogInfo("starting")
+        >>> [op.type for op in net.Proto().op]
+        ['GivenTensorStringFill', 'Print']
+        """
+        for item in msg_or_blobs:
+            blob = item
+            if not isinstance(item, BlobReference):
+                blob = self.GivenTensorStringFill([], self.NextName("log"), shape=[], values=[item])
+            self.Print(blob, [])
+
     def add_attribute(self, name: str, obj: Any) -> None:
         self._attr_dict.setdefault(name, []).append(obj)
 
@@ -705,48 +762,123 @@ class Net:
 
     # -- gradients -------------------------------------------------------------------------------
     def AddGradientOperators(self, ys: Any, skip: int = 0) -> dict[str, Any]:
-        """Append the backward ops of the losses ``ys`` (a blob, a list, or a dict whose values
-        must be None: each loss is seeded with ones) computed by asyncnet's autodiff; returns
-        {blob: gradient BlobReference or GradientSlice} for the leaves (params and inputs).
-        Several losses are added up by one ``Sum`` op first (their gradients add, as in Caffe2)."""
-        losses = _loss_names(ys, self)
-        builder = an.Net(self.Name())
-        for i, pb_op in enumerate(self._net.op[skip:]):
-            op = drop_unknown_args(op_to_asyncnet(pb_op, f"ops[{i + skip}]"), f"ops[{i + skip}]")
-            builder.add_op(
-                op.type,
-                op.inputs,
-                op.outputs,
-                name=op.name,
-                device_option=op.device_option,
-                control_inputs=op.control_inputs,
-                **op.args,
-            )
-        start = len(builder.ops)
-        loss = losses[0]
-        if len(losses) > 1:
-            loss = self.NextName(prefix="total_loss")
-            builder.add_op("Sum", losses, [loss])
-        grads = add_gradient_ops(builder, loss)
-        new_ops = [op_from_asyncnet(op) for op in builder.ops[start:]]
-        for op in new_ops[1 if len(losses) > 1 else 0 :]:
-            op.is_gradient_op = True
+        """Append the backward ops of the net's ops (after the first ``skip``) from ``ys``: a
+        blob or list of blobs (each seeded with ones, ``ConstantFill`` into
+        ``<blob>_autogen_grad``) or a dict {blob: its gradient blob, or None for ones}.
+        Returns {blob: gradient BlobReference or GradientSlice} for every blob a gradient
+        reaches. Each op's gradient is its Python maker's (``GradientRegistry.RegisterGradient``)
+        or asyncnet's; a blob read by several ops gets the sum of their gradients.
+
+            >>> net = Net("add_gradient_operators_doc")
+            >>> _ = net.Sigmoid(net.Relu("x", "h"), "y")
+            >>> grads = net.AddGradientOperators(["y"])
+            >>> [op.type for op in net.Proto().op], str(grads["x"])
+            (['Relu', 'Sigmoid', 'ConstantFill', 'SigmoidGradient', 'ReluGradient'], 'x_grad')
+        """
+        if isinstance(ys, (str, BlobReference)):
+            ys = [ys]
+        if not isinstance(ys, dict):
+            ys = list(ys)
+            if not ys:
+                raise ValueError("AddGradientOperators needs at least one blob to differentiate")
+        grad_ops, grads = GradientRegistry.GetBackwardPass(self._net.op[skip:], ys)
         if workspace.IsImmediate():
-            for op in new_ops:
+            for op in grad_ops:
                 workspace.RunOperatorImmediate(op)
-        self._ExtendOps(new_ops)
-        found = {k: _grad_ref(v, self) for k, v in grads.items()}
-        for blob, grad in _inner_gradients(builder.ops[:start], new_ops).items():
-            found.setdefault(blob, _grad_ref(grad, self))
-        return found
+        self._ExtendOps(grad_ops)
+        return {k: _grad_ref(v, self) for k, v in grads.items()}
 
 
-def _inner_gradients(forward: list[Any], backward: list[Any]) -> dict[str, str]:
-    """{blob: its gradient} for the forward blobs (losses and intermediates) whose gradient
-    ``<blob>_grad`` a backward op writes: Caffe2's map names these too."""
-    written = {o for op in backward for o in op.output}
-    blobs = dict.fromkeys(b for op in forward for b in (*op.inputs, *op.outputs))
-    return {b: f"{b}_grad" for b in blobs if f"{b}_grad" in written}
+def _control_gradient(make: Any) -> Any:
+    def maker(op: Any, g_output: list[Any]) -> tuple[list[Any], list[Any]]:
+        return make(op, g_output, GradientRegistry.GetBackwardPass)
+
+    return maker
+
+
+GradientRegistry.RegisterGradient("Do")(_control_gradient(_control_grad.do_gradient))
+GradientRegistry.RegisterGradient("If")(_control_gradient(_control_grad.if_gradient))
+
+
+def _input_renames(inputs: Any) -> dict[str, str]:
+    """{blob: its name in a partial clone} from a list of blobs, a list of pairs or a dict."""
+    if isinstance(inputs, dict):
+        return {str(k): str(v) for k, v in inputs.items()}
+    items = list(inputs)
+    if items and all(isinstance(i, tuple) and len(i) == 2 for i in items):
+        return {str(k): str(v) for k, v in items}
+    return {str(i): str(i) for i in items}
+
+
+Versioned = tuple[str, int]
+
+
+def _blob_versions(
+    proto: Any, start: dict[str, int]
+) -> tuple[list[tuple[list[Versioned], list[Versioned]]], dict[str, int]]:
+    """For each op, its (blob, version) inputs and outputs (each write makes the next version;
+    blobs never written are version 0), and the latest version of every blob."""
+    latest = dict(start)
+    for b in proto.external_input:
+        latest.setdefault(str(b), 0)
+    steps = []
+    for op in proto.op:
+        ins = [(b, latest.setdefault(b, 0)) for b in op.input]
+        outs = []
+        for b in op.output:
+            latest[b] = latest.get(b, 0) + 1
+            outs.append((b, latest[b]))
+        steps.append((ins, outs))
+    return steps, latest
+
+
+def _ops_computing(steps: list[Any], latest: dict[str, int], given: set[str], targets: list[str]) -> list[int]:
+    """The sorted indices of the ops needed to compute the latest versions of ``targets`` when
+    the latest versions of the ``given`` blobs are available."""
+    have = {(b, latest[b]) for b in given}
+    writer = {key: i for i, (_, outs) in enumerate(steps) for key in outs}
+    pending = [(t, latest[t]) for t in targets]
+    used: set[int] = set()
+    while pending:
+        key = pending.pop()
+        i = writer.get(key)
+        if key in have or i is None or i in used:
+            continue
+        used.add(i)
+        pending.extend(steps[i][0])
+    return sorted(used)
+
+
+def get_ssa(net: Any, blob_versions: dict[str, int] | None = None) -> tuple[list[Any], dict[str, int]]:
+    """``(ssa, blob_versions)`` of a Net or NetDef: for each op its inputs and outputs as
+    (blob, version) pairs (each write makes the next version; blobs never written are version 0)
+    and the latest version of every blob; ``blob_versions`` gives starting versions (updated).
+
+        >>> n = Net("get_ssa_doc"); _ = n.Relu("x", "x"); _ = n.Sigmoid("x", "y")
+        >>> get_ssa(n)
+        ([([('x', 0)], [('x', 1)]), ([('x', 1)], [('y', 1)])], {'x': 1, 'y': 1})
+    """
+    proto = net.Proto() if isinstance(net, Net) else net
+    versions = {} if blob_versions is None else blob_versions
+    steps, latest = _blob_versions(proto, versions)
+    versions.update(latest)
+    return steps, versions
+
+
+def get_undefined_blobs(ssa: list[Any]) -> set[str]:
+    """The blobs an op of ``ssa`` reads before any op writes them (version 0)."""
+    return {b for ins, _ in ssa for b, v in ins if v == 0}
+
+
+def get_output_producers(ssa: list[Any]) -> dict[tuple[str, int], int]:
+    """{(blob, version): index of the op of ``ssa`` writing that version}."""
+    return {key: i for i, (_, outs) in enumerate(ssa) for key in outs}
+
+
+def get_op_ids_in_path(ssa: list[Any], blob_versions: dict[str, int], inputs: Any, outputs: Any) -> list[int]:
+    """The sorted indices of the ops of ``ssa`` needed to compute the latest ``outputs`` when
+    the latest ``inputs`` are given."""
+    return _ops_computing(ssa, blob_versions, {str(i) for i in inputs}, [str(o) for o in outputs])
 
 
 def _remap(field: Any, remap: dict[str, str]) -> None:
@@ -755,36 +887,10 @@ def _remap(field: Any, remap: dict[str, str]) -> None:
     field.extend(new)
 
 
-def _is_ones_seed(net: Net, loss: str, grad: str) -> bool:
-    """Whether ``grad`` is written by ``ConstantFill(loss, value=1)`` in ``net`` (data_parallel_model's seed)."""
-    for op in net.Proto().op:
-        if list(op.output) == [grad] and op.type == "ConstantFill" and list(op.input) == [loss]:
-            return any(a.name == "value" and (a.f == 1.0 or a.i == 1) for a in op.arg)
-    return False
-
-
-def _loss_names(ys: Any, net: Net | None = None) -> list[str]:
-    if isinstance(ys, (str, BlobReference)):
-        return [str(ys)]
-    if isinstance(ys, dict):
-        given = {str(k): str(v) for k, v in ys.items() if v is not None}
-        other = sorted(k for k, g in given.items() if net is None or not _is_ones_seed(net, k, g))
-        if other:
-            raise NetDefinitionError(
-                f"AddGradientOperators: given output gradients for {other} are not supported; "
-                "pass the losses (each is seeded with ones), or a ConstantFill(loss, value=1)"
-            )
-        return [str(k) for k in ys]
-    names = [str(y) for y in ys]
-    if not names:
-        raise ValueError("AddGradientOperators needs at least one loss blob")
-    return names
-
-
 def _grad_ref(g: Any, net: Net) -> Any:
-    if isinstance(g, _AnGradientSlice):
-        return GradientSlice(BlobReference(g.indices, net), BlobReference(g.values, net))
-    return BlobReference(g, net)
+    if isinstance(g, tuple):
+        return GradientSlice(BlobReference(str(g[0]), net), BlobReference(str(g[1]), net))
+    return BlobReference(str(g), net)
 
 
 def AddNets(*nets: Net) -> None:

@@ -50,6 +50,7 @@ from collections.abc import Callable
 from typing import Any
 
 from asyncnet.errors import DeviceError
+from caffe2.convert import device_id_of
 from caffe2.proto import caffe2_pb2
 from caffe2.python import core, scope, utils, workspace
 
@@ -807,7 +808,7 @@ def ConvertNetForDevice(net: Any, device: Any = None) -> Any:
     ``model.net.AppendNet`` inside a forward-pass builder."""
     target = device or scope.CurrentDeviceScope() or core.DeviceOption(caffe2_pb2.CPU, 0)
     kind = "gpu" if core.IsGPUDeviceType(target.device_type) else "cpu"
-    scoped = f"{kind}_{target.device_id}/"
+    scoped = f"{kind}_{device_id_of(target)}/"
     converted = net.Clone(f"{net.Name()}_converted")
     proto = converted.Proto()
     if any("RecurrentNetwork" in op.type for op in proto.op):

@@ -33,11 +33,14 @@ import numpy as np
 import asyncnet as an
 from asyncnet.core.defs import NetDef
 from asyncnet.errors import AsyncNetError, BlobNotFoundError, NetDefinitionError
-from caffe2.convert import lenient, op_to_asyncnet, plan_to_asyncnet, to_asyncnet
+from caffe2.convert import device_id_of, lenient, op_to_asyncnet, plan_to_asyncnet, to_asyncnet
 from caffe2.proto import caffe2_pb2
 from caffe2.python import _plan_instances, scope
 
 __all__ = [
+    "ApplyTransform",
+    "ApplyTransformIfFaster",
+    "GetOperatorCost",
     "Blobs",
     "C",
     "CreateBlob",
@@ -222,6 +225,7 @@ def RegisteredOperators() -> list[str]:
 
 _IMMEDIATE_WORKSPACE = "_CAFFE2_IMMEDIATE"
 _immediate: dict[str, Any] = {"on": False, "root": ""}
+_immediate_root_folder = ""  # the temporary root folder of immediate mode ("" when it is off)
 
 
 def _in_immediate(func: Any, *args: Any, **kwargs: Any) -> Any:
@@ -252,6 +256,8 @@ def StartImmediate(i_know: bool = False) -> None:
     root = tempfile.mkdtemp(prefix="caffe2_immediate_")
     _in_immediate(ResetWorkspace, root)
     _immediate.update(on=True, root=root)
+    global _immediate_root_folder
+    _immediate_root_folder = root
     if not i_know:
         logger.warning("Immediate mode: every op added to a net now also runs; use it to debug only")
 
@@ -264,6 +270,8 @@ def StopImmediate() -> None:
     _in_immediate(ResetWorkspace)
     shutil.rmtree(_immediate["root"], ignore_errors=True)
     _immediate.update(on=False, root="")
+    global _immediate_root_folder
+    _immediate_root_folder = ""
 
 
 def ImmediateBlobs() -> list[str]:
@@ -420,7 +428,7 @@ def FeedBlob(name: Any, arr: Any, device_option: Any = None) -> bool:
     value = _copy_for_feed(name, arr)
     device = None
     if device_option is not None and device_option.device_type == caffe2_pb2.CUDA:
-        device = f"cuda:{device_option.device_id}"
+        device = f"cuda:{device_id_of(device_option)}"
     _workspaces[_current].feed(name, value, device=device)
     return True
 
@@ -877,3 +885,109 @@ class _C:
 
 
 C = _C()
+
+
+# -- transforms ------------------------------------------------------------------------------
+
+
+def ApplyTransform(transform_key: str, net: Any) -> Any:
+    """``net`` (a ``caffe2_pb2.NetDef``) rewritten by the transform named ``transform_key``
+    (``"ConvToNNPack"``); RuntimeError for an unknown name.
+
+        >>> from caffe2.python import core
+        >>> net = core.Net("apply_transform_doc"); _ = net.Conv(["x", "w", "b"], "y", kernel=3)
+        >>> ApplyTransform("ConvToNNPack", net.Proto()).op[0].engine
+        'NNPACK'
+    """
+    from caffe2.python import _transforms
+
+    return _transforms.apply_transform(transform_key, net)
+
+
+def ApplyTransformIfFaster(
+    transform_key: str,
+    net: Any,
+    init_net: Any,
+    warmup_runs: int = 5,
+    main_runs: int = 10,
+    improvement_threshold: float = 1.05,
+) -> Any:
+    """The transformed ``net`` if it runs at least ``improvement_threshold`` times faster than
+    ``net`` (median of ``main_runs`` interleaved runs after ``warmup_runs``, both in a scratch
+    workspace initialized by ``init_net``), else ``net`` unchanged."""
+    from caffe2.python import _transforms
+
+    transformed = _transforms.apply_transform(transform_key, net)
+    ws = an.Workspace()
+    nets = []
+    try:
+        ws.run_net_once(_as_asyncnet(init_net))
+        nets = [ws.instantiate(_as_asyncnet(n)) for n in (net, transformed)]
+        t_before, t_after = _transforms.faster(nets[0].run, nets[1].run, warmup_runs, main_runs)
+    finally:
+        for n in nets:
+            n.close()
+        ws.close()
+    return transformed if t_after * improvement_threshold < t_before else net
+
+
+# -- operator cost ---------------------------------------------------------------------------
+
+
+def GetOperatorCost(operator: Any, blobs: Any) -> tuple[int, int]:
+    """``(flops, bytes written)`` of one run of ``operator`` (a ``caffe2_pb2.OperatorDef`` or
+    its serialized bytes) on the current shapes of ``blobs`` (its inputs, in the workspace), by
+    Caffe2's cost formulas: ``Conv`` counts 2 * N * output pixels * out channels * (W's in
+    channels * kernel size; also ``Conv1D``/``Conv2D``/``Conv3D``), ``FC`` 2 * M * N * K.
+    Other ops raise RuntimeError.
+
+        >>> import numpy as np
+        >>> from caffe2.python import core
+        >>> _ = FeedBlob("cost_x", np.zeros((4, 3), np.float32)); _ = FeedBlob("cost_w", np.zeros((5, 3), np.float32))
+        >>> GetOperatorCost(core.CreateOperator("FC", ["cost_x", "cost_w", "cost_b"], "y"), ["cost_x", "cost_w"])
+        (120, 80)
+    """
+    if isinstance(operator, bytes):
+        operator = caffe2_pb2.OperatorDef.FromString(operator)
+    shapes = [tuple(np.shape(FetchBlob(b))) for b in blobs]
+    args = {a.name: a for a in operator.arg}
+    if operator.type in ("Conv", "Conv1D", "Conv2D", "Conv3D") and len(shapes) >= 2:
+        return _conv_cost(shapes[0], shapes[1], args)
+    if operator.type == "FC" and len(shapes) >= 2:
+        axis = args["axis"].i if "axis" in args else 1
+        m, k = int(np.prod(shapes[0][:axis])), int(np.prod(shapes[0][axis:]))
+        n = shapes[1][0]
+        return 2 * m * n * k, m * n * 4
+    raise RuntimeError(f"GetOperatorCost: no cost formula for {operator.type} with inputs of shapes {shapes}")
+
+
+def _conv_cost(x: tuple[int, ...], w: tuple[int, ...], args: dict[str, Any]) -> tuple[int, int]:
+    nhwc = "order" in args and args["order"].s == b"NHWC"
+    spatial_in = x[1:-1] if nhwc else x[2:]
+    kernel = w[1:-1] if nhwc else w[2:]
+    in_channels = w[-1] if nhwc else w[1]
+    nd = len(spatial_in)
+
+    def each(name: str, default: int) -> list[int]:
+        if name in args and args[name].HasField("i"):
+            return [args[name].i] * nd
+        if nd == 2 and f"{name}_h" in args:
+            return [args[f"{name}_h"].i, args[f"{name}_w"].i if f"{name}_w" in args else default]
+        plural = f"{name}s"
+        if plural in args and args[plural].ints:
+            return list(args[plural].ints)
+        return [default] * nd
+
+    strides, dilations = each("stride", 1), each("dilation", 1)
+    pads = [p for p in each("pad", 0)] * 2
+    for k, side in enumerate(("pad_t", "pad_l")[:nd]):
+        pads[k] = args[side].i if side in args else pads[k]
+    for k, side in enumerate(("pad_b", "pad_r")[:nd]):
+        pads[nd + k] = args[side].i if side in args else pads[nd + k]
+    out = [
+        (size + pads[k] + pads[nd + k] - (dilations[k] * (kernel[k] - 1) + 1)) // strides[k] + 1
+        for k, size in enumerate(spatial_in)
+    ]
+    pixels = int(np.prod(out))
+    flops = 2 * x[0] * pixels * w[0] * in_channels * int(np.prod(kernel))
+    return flops, x[0] * w[0] * pixels * 4

@@ -209,7 +209,7 @@ def test_an_in_place_op_whose_gradient_reads_its_input_cannot_be_differentiated(
     op = core.CreateOperator(op_type, ["X"], ["X"])
     with pytest.raises(ValueError, match=f"in-place {op_type}"):
         core.GradientRegistry.GetGradientForOp(op, ["X_grad"])
-    with pytest.raises(ValueError, match="in place"):
+    with pytest.raises(ValueError, match="in.place"):
         core.GradientRegistry.GetBackwardPass([op], {"X": "X_grad"})
     grad_ops, _ = core.GradientRegistry.GetBackwardPass([core.CreateOperator("Exp", ["X"], ["X"])], {"X": "X_grad"})
     assert [o.type for o in grad_ops] == ["ExpGradient"]
