@@ -74,7 +74,7 @@ _HINT_FIELDS = ("is_gradient_op", "debug_info", "op_version")
 _UNSUPPORTED_ARG_FIELDS = ("n", "nets", "t", "tensors", "qtensors")
 _INT64 = (-(2**63), 2**63 - 1)
 # net-valued arguments (RecurrentNetwork's, If's, While's), as NetDef JSON
-NET_ARGS = ("step_net", "backward_step_net", "then_net", "else_net", "loop_net", "cond_net", "net")
+NET_ARGS = ("step_net", "backward_step_net", "then_net", "else_net", "loop_net", "cond_net", "net", "body")
 _TEXT_NET_ARGS = ("step_net", "backward_step_net")  # also read from protobuf text in ``s``
 
 
@@ -126,10 +126,10 @@ def _net_arg(arg: Any, where: str) -> str:
 
 
 def _text(raw: bytes, where: str) -> str:
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise NetDefinitionError(f"expected UTF-8 text, got {len(raw)} bytes of binary data", where) from None
+    """A string argument as text; binary data (a serialized proto) is kept byte for byte, each byte
+    that is not UTF-8 as a lone surrogate (``surrogateescape``): ``.encode("utf-8",
+    "surrogateescape")`` gives the bytes back, and :func:`value_to_arg` does so."""
+    return raw.decode("utf-8", "surrogateescape")
 
 
 def value_to_arg(name: str, value: Any) -> Any:
@@ -142,7 +142,7 @@ def value_to_arg(name: str, value: Any) -> Any:
     elif isinstance(value, float):
         arg.f = value
     elif isinstance(value, str):
-        arg.s = value.encode("utf-8")
+        arg.s = value.encode("utf-8", "surrogateescape")
     elif isinstance(value, bytes):
         arg.s = value
     elif isinstance(value, (list, tuple)):

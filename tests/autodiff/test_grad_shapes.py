@@ -747,6 +747,64 @@ def _pool(draw, dt, nd=2):
 
 
 BUILDERS["MaxPool1D"] = BUILDERS["AveragePool1D"] = lambda draw, dt: _pool(draw, dt, nd=1)
+BUILDERS["Conv3D"] = lambda draw, dt: _conv(draw, dt, nd=3)
+BUILDERS["MaxPool3D"] = BUILDERS["AveragePool3D"] = lambda draw, dt: _pool(draw, dt, nd=3)
+
+
+def _lc(draw, dt, nd):
+    n, c, m = (draw(st.integers(1, 2)) for _ in range(3))
+    size, kernel = _spatial(draw, nd)
+    out = [s - k + 1 for s, k in zip(size, kernel)]
+    inputs = [arr(draw, (n, c, *size), dt), arr(draw, (*out, m, c, *kernel), dt)]
+    if draw(st.booleans()):
+        inputs.append(arr(draw, (*out, m), dt))
+    return inputs, {}, 1, list(range(len(inputs))), [0]
+
+
+BUILDERS["LC1D"] = lambda draw, dt: _lc(draw, dt, 1)
+BUILDERS["LC"] = BUILDERS["LC2D"] = lambda draw, dt: _lc(draw, dt, 2)
+BUILDERS["LC3D"] = lambda draw, dt: _lc(draw, dt, 3)
+
+
+@builder("HSoftmax")
+def _hsoftmax(draw, dt):
+    from caffe2.proto import hsm_pb2
+    from caffe2.python import hsm_util
+
+    tree = hsm_pb2.TreeProto()
+    tree.root_node.CopyFrom(hsm_util.create_node_with_nodes([hsm_util.create_node_with_words([0, 1])]))
+    tree.root_node.word_ids.append(2)
+    hierarchy = hsm_util.create_hierarchy(tree).SerializeToString().decode("utf-8", "surrogateescape")
+    n, d = draw(st.integers(1, 4)), draw(st.integers(1, 3))
+    labels = np.array([draw(st.integers(0, 2)) for _ in range(n)], np.int32)
+    inputs = [arr(draw, (n, d), dt), arr(draw, (4, d), dt), arr(draw, (4,), dt), labels]
+    return inputs, {"hierarchy": hierarchy}, 2, [0, 1, 2], [0]
+
+
+@builder("LambdaRankNdcg")
+def _lambda_rank(draw, dt):
+    n = draw(st.integers(1, 6))
+    relevance = np.floor(arr(draw, (n,), dt, 0.0, 3.0))
+    return [arr(draw, (n,), dt), relevance], {}, 2, [0], [0]
+
+
+@builder("SpaceToBatch")
+def _space_to_batch(draw, dt):
+    block = draw(st.integers(1, 3))
+    pad = draw(st.integers(0, block - 1))
+    n, c = draw(st.integers(1, 2)), draw(st.integers(1, 2))
+    h, w = (block * draw(st.integers(1, 3)) for _ in range(2))  # the padded size: a multiple of the block
+    x = arr(draw, (n, c, h - pad, w - pad), dt)
+    return [x], {"block_size": block, "pad_t": pad, "pad_l": pad, "pad_b": 0, "pad_r": 0}, 1, [0], [0]
+
+
+@builder("BatchToSpace")
+def _batch_to_space(draw, dt):
+    block, pad = draw(st.integers(1, 3)), draw(st.integers(0, 1))
+    n, c = draw(st.integers(1, 2)), draw(st.integers(1, 2))
+    h, w = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    x = arr(draw, (n * block * block, c, h + pad, w + pad), dt)
+    return [x], {"block_size": block, "pad": pad * block // 2}, 1, [0], [0]
 
 
 # -- lookups ----------------------------------------------------------------------------------

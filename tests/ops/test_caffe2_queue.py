@@ -330,3 +330,32 @@ def test_a_failing_op_cancels_a_blocked_enqueue_in_the_same_async_run():
         ws.run_net_once(net)
     assert time.monotonic() - t0 < JOIN
     assert len(ws.fetch("q")) == 1 and not ws.fetch("q").closed
+
+
+# -- CreateBlobsQueueDB ---------------------------------------------------------------------------
+
+
+def test_a_queue_read_as_a_database_feeds_tensor_protos_db_input():
+    from asyncnet.ops import _tensorproto as tp
+
+    ws = an.Workspace()
+    ws.run_operator_once(an.OperatorDef("CreateBlobsQueue", [], ["q"], {"capacity": 8, "num_blobs": 1}))
+    ws.run_operator_once(
+        an.OperatorDef("CreateBlobsQueueDB", ["q"], ["db"], {"value_blob_index": 0, "timeout_secs": 0.05})
+    )
+    for i in range(4):  # as bytes, and as a one-element string array (ASCII records, no trailing NUL)
+        record = tp.encode_tensor_protos([np.array([i, i + 10], np.int32), np.array(i + 1, np.int32)])
+        ws.feed("r", record if i % 2 else np.array([record.decode("ascii")]))
+        ws.run_operator_once(an.OperatorDef("EnqueueBlobs", ["q", "r"], ["r"]))
+    read = an.OperatorDef("TensorProtosDBInput", ["db"], ["x", "label"], {"batch_size": 2})
+    for first in (0, 2):
+        ws.run_operator_once(read)
+        np.testing.assert_array_equal(ws.fetch("x"), [[first, first + 10], [first + 1, first + 11]])
+        np.testing.assert_array_equal(ws.fetch("label"), [first + 1, first + 2])
+    t0 = time.monotonic()
+    with pytest.raises(AsyncNetError, match="gave no record within 0.05 s"):
+        ws.run_operator_once(read)
+    assert time.monotonic() - t0 < 5
+    ws.run_operator_once(an.OperatorDef("CloseBlobsQueue", ["q"], []))
+    with pytest.raises(AsyncNetError, match="closed and empty"):
+        ws.run_operator_once(read)

@@ -57,3 +57,24 @@ def test_lengths_gather_picks_segments():
         _run("LengthsGather", [items, lengths, np.array([4])])
     with pytest.raises(an.OperatorError, match="do not cut"):
         _run("LengthsGather", [items, np.array([1, 1], np.int32), np.array([0])])
+
+
+@pytest.mark.parametrize("in_place", [False, True])
+def test_unsafe_coalesce_packs_aligned_bytes_and_outputs_share_them(in_place):
+    xs = [np.arange(5, dtype=np.float32), np.array(7.5), np.arange(40, dtype=np.uint8).reshape(4, 10)]
+    ws = an.Workspace()
+    for i, x in enumerate(xs):
+        ws.feed(f"x{i}", x.copy())
+    outs = [f"x{i}" if in_place else f"y{i}" for i in range(3)] + ["buf"]
+    ws.run_operator_once(an.OperatorDef("UnsafeCoalesce", ["x0", "x1", "x2"], outs))
+    buf = ws.fetch("buf")
+    assert buf.dtype == np.uint8 and buf.size == 32 + 32 + 64  # 20, 8 and 40 bytes, each up to 32
+    want = b"".join(x.tobytes() + bytes(-x.nbytes % 32) for x in xs)
+    assert buf.tobytes() == want
+    for name, x in zip(outs, xs):
+        got = ws.fetch(name)
+        assert got.dtype == x.dtype and got.shape == x.shape and np.array_equal(got, x)
+    ws.fetch(outs[0])[1] = 100.0  # an output is a view of the buffer
+    assert np.frombuffer(buf[:20].tobytes(), np.float32)[1] == 100.0
+    with pytest.raises(an.NetDefinitionError, match="expected 3 outputs"):
+        an.Net("n").UnsafeCoalesce(["a", "b"], ["a", "b"])

@@ -20,6 +20,7 @@ did not write keeps its value (an error if it has none).
 
 from __future__ import annotations
 
+import collections
 import threading
 import weakref
 from typing import Any
@@ -231,3 +232,98 @@ def do_op(ctx: Any, *inputs: Any) -> Any:
         if inner in child:
             outer[name] = child[inner]
     return _outputs(ctx, "Do")
+
+
+# -- ONNXWhile ---------------------------------------------------------------------------------------
+
+_BODY = "_onnx_while_body"  # the op instance's body net and its child blobs, in its own args dict
+
+
+def _body(ctx: Any) -> tuple[NetBase, dict[str, Any], NetDef]:
+    """The body net, created once against a child blob map that reads through to the op's blobs
+    and keeps what the body writes to itself."""
+    made = ctx.args.get(_BODY)
+    if made is None:
+        nd = _net_def(ctx.args["body"], "body")
+        child: dict[str, Any] = {}
+        blobs = collections.ChainMap(child, ctx._blobs)
+        made = ctx.args[_BODY] = (net_class(nd.type)(nd, build_operators(nd, blobs), blobs), child, nd)
+    return made
+
+
+def _onnx_while_validate(op: OperatorDef) -> None:
+    nd = _net_def(op.args.get("body", ""), "body")
+    heads = int(bool(op.args.get("has_trip_count"))) + int(bool(op.args.get("has_cond")))
+    carried = len(op.inputs) - heads
+    if carried < 0:
+        raise ValueError("expected the max trip count and condition inputs that has_trip_count/has_cond name")
+    if len(nd.external_inputs) != 2 + carried:
+        raise ValueError(
+            f"expected the body's external inputs to be (i, cond, {carried} loop-carried values), got {nd.external_inputs}"
+        )
+    scans = len(op.outputs) - carried
+    if scans < 0 or len(nd.external_outputs) != 1 + carried + scans:
+        raise ValueError(
+            f"expected the body's external outputs to be (cond, {carried} loop-carried values, {max(scans, 0)} scan "
+            f"outputs), got {nd.external_outputs}"
+        )
+
+
+@register_op(
+    "ONNXWhile",
+    inputs=(0, None),
+    outputs=(0, None),
+    allow_inplace=_ANY,
+    args=[
+        Arg(
+            "body",
+            str,
+            Arg.REQUIRED,
+            "the loop body (NetDef JSON): inputs (i, cond, carried...), outputs (cond, carried..., scans...)",
+        ),
+        Arg("has_trip_count", bool, False, "input 0 is the most iterations (int)"),
+        Arg("has_cond", bool, False, "the next input is the first condition (bool)"),
+        Arg("save_scopes", bool, False, "Caffe2's; the body's blobs are kept in one child map here"),
+        Arg("disable_scopes", bool, False, "Caffe2's; accepted"),
+    ],
+    validate=_onnx_while_validate,
+    doc="ONNX's Loop as Caffe2 ran it: the body runs while the trip count and condition allow, its "
+    "loop-carried values fed back; outputs the final carried values, then each scan output's values of every "
+    "iteration concatenated along axis 0. The body's other blobs stay out of the op's workspace.",
+)
+def onnx_while(ctx: Any, *inputs: Any) -> Any:
+    a = ctx.args
+    rest = list(inputs)
+    limit = int(np.asarray(rest.pop(0)).reshape(-1)[0]) if a["has_trip_count"] else None
+    cond = bool(np.asarray(rest.pop(0)).reshape(-1)[0]) if a["has_cond"] else True
+    net, child, nd = _body(ctx)
+    i_name, cond_name, *carried_names = nd.external_inputs
+    new_cond, *results = nd.external_outputs
+    carried = rest
+    scans: list[list[Any]] = [[] for _ in range(len(results) - len(carried))]
+    i = 0
+    while cond and (limit is None or i < limit):
+        if ctx.cancelled():
+            raise RuntimeError("ONNXWhile: the run was cancelled")
+        child[i_name], child[cond_name] = np.array(i, np.int64), np.array(cond)
+        child.update(zip(carried_names, carried))
+        net.run()
+        missing = [n for n in nd.external_outputs if n not in child]
+        if missing:
+            raise ValueError(f"ONNXWhile: the body did not write {missing}")
+        cond = bool(np.asarray(child[new_cond]).reshape(-1)[0])
+        carried = [child[n] for n in results[: len(carried)]]
+        for out, name in zip(scans, results[len(carried) :]):
+            out.append(np.asarray(child[name]))
+        i += 1
+    outs = list(carried) + [_stacked(s) for s in scans]
+    if not outs:
+        return None
+    return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+def _stacked(values: list[Any]) -> np.ndarray:
+    """A scan output: the iterations' values concatenated along axis 0 (none: an empty float32 array)."""
+    if values:
+        return np.concatenate([v.reshape(1) if v.ndim == 0 else v for v in values], axis=0)
+    return np.zeros((0,), np.float32)

@@ -34,8 +34,9 @@ import numpy as np
 
 from asyncnet.core.defs import OperatorDef
 from asyncnet.core.registry import Arg, register_no_gradient, register_op
+from asyncnet.ops.dbio import DBReader
 
-__all__ = ["BlobsQueue"]
+__all__ = ["BlobsQueue", "QueueDBReader"]
 
 _POLL = 0.05  # s between checks of the run's cancel flag while waiting (close wakes a wait at once)
 
@@ -373,3 +374,74 @@ register_no_gradient(
     "WeightedSampleDequeueBlobs",
     "CloseBlobsQueue",
 )
+
+
+# -- CreateBlobsQueueDB: a queue read as a database -------------------------------------------------
+
+
+class QueueDBReader(DBReader):
+    """A :class:`~asyncnet.ops.dbio.DBReader` whose records are taken from a blobs queue: each
+    dequeued record's blob ``value_index`` is a record's value (a serialized TensorProtos, as
+    bytes, a string, or a one-element string array), its key the record's number.
+
+    >>> q = BlobsQueue("q", capacity=2, num_blobs=1); _ = q.write([b"abc"])
+    >>> QueueDBReader(q, 0, timeout=0.1).read()
+    (b'0', b'abc')
+    """
+
+    def __init__(self, queue: BlobsQueue, value_index: int, timeout: float):
+        if not 0 <= value_index < queue.num_blobs:
+            raise ValueError(f"expected value_blob_index in [0, {queue.num_blobs}), got {value_index}")
+        self.queue, self.value_index, self.timeout = queue, value_index, timeout
+        self.path, self.db_type = f"queue {queue.name!r}", "blobs_queue"
+        self._next = 0
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self.queue)
+
+    def __repr__(self) -> str:
+        return f"QueueDBReader({self.queue.name!r}, value_blob_index={self.value_index})"
+
+    def read(self) -> tuple[bytes, bytes]:
+        """The next record taken from the queue (waiting at most ``timeout`` s; 0: no limit)."""
+        record = self.queue.read(self.timeout if self.timeout > 0 else None)
+        if record is None:
+            why = "is closed and empty" if self.queue.closed else f"gave no record within {self.timeout} s"
+            raise RuntimeError(f"queue {self.queue.name!r} {why}")
+        with self._lock:
+            key, self._next = str(self._next).encode(), self._next + 1
+        return key, _as_bytes(record[self.value_index], self.queue.name)
+
+    def read_batch(self, n: int) -> list[tuple[bytes, bytes]]:
+        return [self.read() for _ in range(n)]
+
+
+def _as_bytes(value: Any, queue: str) -> bytes:
+    if isinstance(value, np.ndarray) and value.size == 1 and value.dtype.kind in "OSU":
+        value = value.reshape(-1)[0]
+    if isinstance(value, str):
+        return value.encode("utf-8", "surrogateescape")
+    if isinstance(value, (bytes, np.bytes_)):
+        return bytes(value)
+    raise TypeError(f"expected a string record value from queue {queue!r}, got {type(value).__name__}")
+
+
+@register_op(
+    "CreateBlobsQueueDB",
+    inputs=1,
+    outputs=1,
+    args=[
+        Arg("key_blob_index", int, -1, "Caffe2's; the keys here are the records' numbers"),
+        Arg("value_blob_index", int, 0, "the blob of a queue record holding the value"),
+        Arg("timeout_secs", float, 0.0, "a read waits at most this long for a record (0: no limit)"),
+    ],
+    inputs_doc=("the queue",),
+    outputs_doc=("db_reader (for TensorProtosDBInput)",),
+    doc="A database reader whose records are dequeued from a blobs queue.",
+)
+def create_blobs_queue_db(ctx: Any, q: Any) -> QueueDBReader:
+    return QueueDBReader(_queue(q, 0, ctx), ctx.args["value_blob_index"], ctx.args["timeout_secs"])
+
+
+register_no_gradient("CreateBlobsQueueDB")

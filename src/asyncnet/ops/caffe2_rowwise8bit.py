@@ -102,6 +102,23 @@ def fused_to_float(ctx: Any, data: Any) -> np.ndarray:
     return (codes.astype(np.float32) * scale + bias).astype(np.float32)
 
 
+@register_op(
+    "GatherFused8BitRowwise",
+    inputs=2,
+    inputs_doc=("DATA (uint8, cols + 8, fused rows)", "INDICES (1-D int32 or int64)"),
+    outputs_doc=("OUTPUT (float32, len(INDICES) x cols)",),
+    doc="Gather on fused 8-bit rows: the rows INDICES picks, dequantized (codes * scale + bias).",
+)
+def gather_fused(ctx: Any, data: Any, indices: Any) -> np.ndarray:
+    codes, scale, bias = _fused_parts(ctx, data, 0)
+    idx = _np(indices)
+    if idx.ndim != 1 or idx.dtype.kind not in "iu":
+        raise TypeError(f"expected 1-D integer INDICES in {_name(ctx, 1)}, got {idx.dtype} {idx.shape}")
+    if idx.size and (idx.min() < 0 or idx.max() >= len(codes)):
+        raise IndexError(f"expected INDICES in [0, {len(codes)}), got values in [{idx.min()}, {idx.max()}]")
+    return (codes[idx].astype(np.float32) * scale[idx] + bias[idx]).astype(np.float32)
+
+
 # -- split layout ---------------------------------------------------------------------------------
 
 
@@ -237,6 +254,7 @@ for _suffix, _weighted, _mean in (("Sum", False, False), ("WeightedSum", True, F
 _register_split("SparseLengthsWeightedMean8BitsRowwise", True, True)
 
 register_no_gradient(
+    "GatherFused8BitRowwise",
     "FloatToFused8BitRowwiseQuantized",
     "Fused8BitRowwiseQuantizedToFloat",
     "FloatToRowwiseQuantized8Bits",

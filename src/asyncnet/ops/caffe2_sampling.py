@@ -6,6 +6,8 @@ a zero weight is never drawn). The random stream is the op instance's own, seede
   value at it; empty outputs when B or N is 0.
 - ``WeightedMultiSampling(WEIGHTS [N][, SHAPE])``: ``num_samples`` indices (int32) drawn with
   replacement, or as many as SHAPE has elements (in SHAPE's shape); empty when N is 0.
+- ``UniqueUniformFill([X][, AVOID])``: distinct ints drawn uniformly from [min, max], none of them
+  in AVOID; the shape from ``shape``, or X's shape (X's values with ``input_as_shape=1``).
 
     >>> import numpy as np, asyncnet as an
     >>> ws = an.Workspace(); ws.feed("w", np.array([[0.0, 0.0, 2.0], [1.0, 0.0, 0.0]], np.float32))
@@ -98,4 +100,73 @@ def weighted_multi_sampling(ctx: Any, weights: Any, *shape: Any) -> np.ndarray:
     return _draw(_rng(ctx), w, n).astype(np.int32).reshape(out_shape)
 
 
-register_no_gradient("WeightedSample", "WeightedMultiSampling")
+# -- UniqueUniformFill ------------------------------------------------------------------------------
+
+_DENSE_RANGE = 1 << 20  # at most this many candidates are listed; a wider range is drawn by rejection
+
+
+def unique_draw(rng: np.random.Generator, low: int, high: int, avoid: np.ndarray, n: int) -> np.ndarray:
+    """``n`` distinct ints drawn uniformly from [low, high] outside ``avoid`` (int64).
+
+    >>> sorted(unique_draw(np.random.default_rng(0), 1, 4, np.array([2]), 3).tolist())
+    [1, 3, 4]
+    """
+    avoid = np.unique(avoid[(avoid >= low) & (avoid <= high)])
+    free = high - low + 1 - len(avoid)
+    if n > free:
+        raise ValueError(f"cannot draw {n} distinct values from [{low}, {high}] less {len(avoid)} avoided: {free} left")
+    if high - low + 1 <= _DENSE_RANGE:
+        pool = np.setdiff1d(np.arange(low, high + 1, dtype=np.int64), avoid, assume_unique=True)
+        return rng.choice(pool, size=n, replace=False)
+    taken = set(avoid.tolist())
+    out: list[int] = []
+    while len(out) < n:
+        for v in rng.integers(low, high + 1, size=2 * (n - len(out)) + 8).tolist():
+            if v not in taken and len(out) < n:
+                taken.add(v)
+                out.append(v)
+    return np.array(out, np.int64)
+
+
+def _fill_shape(ctx: Any, shape_source: Any) -> tuple[int, ...]:
+    a = ctx.args
+    if shape_source is None:
+        return tuple(a["shape"])
+    x = np.asarray(shape_source)
+    if not a["input_as_shape"]:
+        return tuple(x.shape)
+    if x.ndim != 1 or x.dtype.kind not in "iu" or (x < 0).any():
+        raise ValueError(f"expected a 1-D array of non-negative ints as the shape in input 0, got {x.dtype} {x}")
+    return tuple(int(d) for d in x)
+
+
+@register_op(
+    "UniqueUniformFill",
+    inputs=(0, 2),
+    outputs=1,
+    args=[
+        Arg("min", int, 0, "the smallest value"),
+        Arg("max", int, 0, "the largest value"),
+        Arg("dtype", (int, str), "int32", "int32 or int64 (or TensorProto.DataType INT32 = 2, INT64 = 10)"),
+        Arg("shape", list, [], "the output shape (without an input)", item_type=int),
+        Arg("input_as_shape", bool, False, "input 0 holds the shape as 1-D ints"),
+    ],
+    inputs_doc=("X (the shape, or its values with input_as_shape=1; optional)", "AVOID (values never drawn)"),
+    outputs_doc=("Y: distinct values",),
+    doc="Distinct ints drawn uniformly from [min, max], none in AVOID.",
+)
+def unique_uniform_fill(ctx: Any, *inputs: Any) -> np.ndarray:
+    from asyncnet.ops.fill import fill_dtype
+
+    dtype = fill_dtype(ctx.args["dtype"])
+    if dtype not in (np.dtype(np.int32), np.dtype(np.int64)):
+        raise ValueError(f"expected dtype int32 or int64, got {dtype}")
+    low, high = ctx.args["min"], ctx.args["max"]
+    if low > high:
+        raise ValueError(f"expected min <= max, got [{low}, {high}]")
+    shape = _fill_shape(ctx, inputs[0] if inputs else None)
+    avoid = np.asarray(inputs[1]).reshape(-1).astype(np.int64) if len(inputs) > 1 else np.zeros(0, np.int64)
+    return unique_draw(_rng(ctx), low, high, avoid, int(np.prod(shape))).astype(dtype).reshape(shape)
+
+
+register_no_gradient("WeightedSample", "WeightedMultiSampling", "UniqueUniformFill")

@@ -75,6 +75,11 @@ def _maker(grad_type: str, reads: str) -> Callable[..., Any]:
     def maker(op: OperatorDef, gout: list[Any]) -> tuple[list[OperatorDef], list[Any]]:
         if gout[0] is None:
             return [], [None]
+        if reads == "X" and op.inputs[0] == op.outputs[0]:
+            raise ValueError(
+                f"cannot differentiate an in-place {op.type}: its gradient reads its input, which the "
+                "output overwrote; write the output to another blob"
+            )
         first = op.outputs[0] if reads == "Y" else op.inputs[0]
         return [OperatorDef(grad_type, [first, gout[0]], ["#dx"])], ["#dx"]
 

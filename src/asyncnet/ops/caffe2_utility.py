@@ -1,5 +1,7 @@
 """Caffe2 utility operators: Alias (Y is X), Range (numpy.arange of 1 to 3 scalar inputs, the
-inputs' dtype), LengthsGather (the segments of ITEMS, cut by LENGTHS, picked by INDICES).
+inputs' dtype), LengthsGather (the segments of ITEMS, cut by LENGTHS, picked by INDICES),
+UnsafeCoalesce (the inputs' bytes in one uint8 buffer, each padded to 32 bytes, the outputs
+views of it).
 
     >>> import numpy as np, asyncnet as an
     >>> ws = an.Workspace(); ws.feed("stop", np.array(4, np.int64))
@@ -68,3 +70,46 @@ def lengths_gather(ctx: Any, items: Any, lengths: Any, indices: Any) -> np.ndarr
 
 
 register_no_gradient("Range")
+
+
+# -- UnsafeCoalesce ---------------------------------------------------------------------------------
+
+COALESCE_ALIGNMENT = 32  # bytes: each input starts at a multiple of this in the buffer
+
+
+def _validate_coalesce(op: Any) -> None:
+    if len(op.outputs) != len(op.inputs) + 1:
+        raise ValueError(
+            f"expected {len(op.inputs) + 1} outputs (one per input, then the buffer), got {len(op.outputs)}"
+        )
+
+
+@register_op(
+    "UnsafeCoalesce",
+    inputs=(1, None),
+    outputs=(2, None),
+    validate=_validate_coalesce,
+    allow_inplace=lambda i, o: i == o,
+    inputs_doc=("X_0 .. X_n-1 (numpy arrays)",),
+    outputs_doc=("Y_0 .. Y_n-1: X_i's values, views of the buffer", "the buffer (uint8)"),
+    doc="Copy the inputs into one uint8 buffer (each padded to 32 bytes); the outputs are views of it, so "
+    "writing one writes the buffer (Caffe2's shared storage).",
+)
+def unsafe_coalesce(ctx: Any, *xs: Any) -> tuple[np.ndarray, ...]:
+    arrays = []
+    for i, x in enumerate(xs):
+        if not isinstance(array(ctx, x, i), np.ndarray):
+            raise TypeError(f"expected numpy arrays, got a {type(x).__name__} in input {i} {ctx.op.inputs[i]!r}")
+        arrays.append(x)
+    sizes = [-(-a.nbytes // COALESCE_ALIGNMENT) * COALESCE_ALIGNMENT for a in arrays]
+    buffer = np.zeros(sum(sizes), np.uint8)
+    views, at = [], 0
+    for a, size in zip(arrays, sizes):
+        view = buffer[at : at + a.nbytes].view(a.dtype).reshape(a.shape)
+        view[...] = a
+        views.append(view)
+        at += size
+    return (*views, buffer)
+
+
+register_no_gradient("UnsafeCoalesce")

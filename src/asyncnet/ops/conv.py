@@ -56,8 +56,10 @@ from numpy.lib.stride_tricks import as_strided
 
 from asyncnet.core.defs import OperatorDef
 from asyncnet.core.registry import Arg, register_gradient, register_op
+from asyncnet.ops import caffe2_volumetric as volume
 from asyncnet.ops._check import check_alloc, float_array, ndim, same_dtype
 from asyncnet.ops._half import to_half
+from asyncnet.ops.caffe2_volumetric import volumetric
 from asyncnet.ops.grad import GradOut, MakerResult, output_grad
 from asyncnet.tensor.namespace import is_torch, loaded_torch, namespace
 
@@ -597,6 +599,7 @@ def _conv_backward_torch(x: Any, w: Any, dy: Any, g: Geometry, grp: int, want_dx
     "the bias is optional.",
 )
 @in_order
+@volumetric(volume.conv_kernel)
 def conv(ctx: Any, x: Any, w: Any, b: Any = None) -> np.ndarray:
     x, w, grp, g = _conv_inputs(ctx, x, w)
     if b is not None:
@@ -652,6 +655,7 @@ def conv_backward(
     doc="Gradient of Conv: dfilter, then dbias unless no_bias=1, then dX when that output is given.",
 )
 @in_order
+@volumetric(volume.conv_gradient_kernel)
 def conv_gradient(ctx: Any, x: Any, w: Any, dy: Any) -> Any:
     x, w, grp, g = _conv_inputs(ctx, x, w)
     dy = float_array(ctx, dy, 2)
@@ -691,8 +695,8 @@ def _conv_grad(op: OperatorDef, gout: GradOut) -> MakerResult:
     return [gop], ["#dx", "#dw", "#db"][: len(op.inputs)]
 
 
-# Caffe2's names for the same ops (conv_op.cc: Conv1D, Conv2D; their gradients); 3-D is not re-created
-for _n in ("Conv1D", "Conv2D"):
+# Caffe2's names for the same ops (Conv1D, Conv2D, Conv3D; their gradients); volumes take the 3-D kernels
+for _n in ("Conv1D", "Conv2D", "Conv3D"):
     register_op(
         _n,
         inputs=(2, 3),

@@ -372,8 +372,8 @@ class _Assembly:
 
 
 def _validate_load(op: Any) -> None:
-    if op.args.get("load_all") and op.outputs:
-        raise ValueError("load_all=1 takes no outputs")
+    if op.args.get("load_all") and op.args.get("source_blob_names"):
+        raise ValueError("load_all=1 takes no source_blob_names")
 
 
 @register_op(
@@ -390,7 +390,7 @@ def _validate_load(op: Any) -> None:
         Arg("strip_prefix", str, "", "removed from each name read"),
         Arg("source_blob_names", list, [], "the names in the database of the outputs", item_type=str),
         Arg("keep_device", (bool, int), 0, "Caffe2's flag; blobs load to the host here"),
-        Arg("load_all", (bool, int), 0, "load every blob of the database (not supported: name the outputs)"),
+        Arg("load_all", (bool, int), 0, "load every blob of the database (into the outputs, which must name them all)"),
         Arg("allow_incomplete", (bool, int), 0, "do not fail when an output is not in the database"),
     ],
     inputs_doc=("db_reader (optional)",),
@@ -399,7 +399,7 @@ def _validate_load(op: Any) -> None:
 )
 def load(ctx: Any, *reader: Any) -> Any:
     a = ctx.args
-    if a["load_all"]:
+    if a["load_all"] and not ctx.op.outputs:
         raise ValueError("load_all=1 is not supported by asyncnet's Load; name the blobs to load as outputs")
     outs = list(ctx.op.outputs)
     wanted = [a["add_prefix"] + s for s in a["source_blob_names"]] if a["source_blob_names"] else outs
@@ -407,10 +407,16 @@ def load(ctx: Any, *reader: Any) -> Any:
         raise ValueError(f"source_blob_names has {len(wanted)} names for {len(outs)} outputs")
     index = {n: i for i, n in enumerate(wanted)}
     found: dict[int, _Assembly] = {}
+    others: set[str] = set()
     for key, value in _load_records(a, reader):
-        i = index.get(_blob_name(key, a["strip_prefix"], a["add_prefix"]))
+        name = _blob_name(key, a["strip_prefix"], a["add_prefix"])
+        i = index.get(name)
         if i is not None:
             found.setdefault(i, _Assembly()).add(tp.decode_blob(value), key)
+        else:
+            others.add(name)
+    if a["load_all"] and others:  # every blob is loaded, into the outputs: they must name them all
+        raise ValueError(f"load_all=1 loads every blob into the outputs; the database also holds {sorted(others)}")
     missing = [wanted[i] for i in range(len(outs)) if i not in found or not found[i].complete()]
     if missing and not a["allow_incomplete"]:
         raise ValueError(f"blob(s) {missing} not found (or incomplete) in {a['db'] or a['dbs'] or 'the DB reader'}")

@@ -30,7 +30,9 @@ import numpy as np
 
 from asyncnet.core.defs import OperatorDef
 from asyncnet.core.registry import Arg, register_gradient, register_op
+from asyncnet.ops import caffe2_volumetric as volume
 from asyncnet.ops._check import float_array, ndim, same_dtype
+from asyncnet.ops.caffe2_volumetric import volumetric
 from asyncnet.ops.conv import (
     KERNEL_ARGS,
     WINDOW_ARGS,
@@ -113,6 +115,7 @@ def _reduce(xp: np.ndarray, g: Geometry, fn: str) -> np.ndarray:
     doc="Caffe2's MaxPool (NCHW or NHWC): the maximum of each kernel window (padding never wins).",
 )
 @in_order
+@volumetric(volume.pool_kernel("max"))
 def max_pool(ctx: Any, x: Any) -> np.ndarray:
     x, g = _input(ctx, x)
     if namespace(ctx, x).name == "torch":
@@ -136,6 +139,7 @@ def max_pool(ctx: Any, x: Any) -> np.ndarray:
     doc="Gradient of MaxPool (Caffe2's rule): each input equal to its window's maximum receives that window's dY.",
 )
 @in_order
+@volumetric(volume.pool_gradient_kernel("max"))
 def max_pool_gradient(ctx: Any, x: Any, y: Any, dy: Any) -> np.ndarray:
     x, g = _input(ctx, x)
     y, dy = float_array(ctx, y, 1), float_array(ctx, dy, 2)
@@ -186,6 +190,7 @@ def _counts(x: np.ndarray, g: Geometry, include_pad: bool) -> np.ndarray:
     "unless count_include_pad=1.",
 )
 @in_order
+@volumetric(volume.pool_kernel("average"))
 def average_pool(ctx: Any, x: Any) -> np.ndarray:
     x, g = _input(ctx, x)
     s = _reduce(pad_input(x, g), g, "add")
@@ -203,6 +208,7 @@ def average_pool(ctx: Any, x: Any) -> np.ndarray:
     doc="Gradient of AveragePool: each window's dY / count spread over its inputs.",
 )
 @in_order
+@volumetric(volume.pool_gradient_kernel("average"))
 def average_pool_gradient(ctx: Any, x: Any, *rest: Any) -> np.ndarray:
     x, g = _input(ctx, x)
     dy = float_array(ctx, rest[-1], len(rest))
@@ -225,8 +231,8 @@ def _average_pool_grad(op: OperatorDef, gout: GradOut) -> MakerResult:
     return [gop], ["#dx"]
 
 
-# Caffe2's names for the same ops (pool_op.cc: MaxPool1D/2D, AveragePool1D/2D and their gradients)
-for _d in ("1D", "2D"):
+# Caffe2's names for the same ops (MaxPool1D/2D/3D, AveragePool1D/2D/3D and their gradients)
+for _d in ("1D", "2D", "3D"):
     register_op(
         "MaxPool" + _d,
         inputs=1,

@@ -61,6 +61,13 @@ def _call_maker(maker: Any, probe: Any, grads: list[str | None]) -> tuple[list[A
         raise first
 
 
+def _probe_output(op: Any, k: int) -> str:
+    """The probe's name of output ``k``: the input's probe name when it writes an input in place
+    (a maker refuses what it cannot differentiate in place), else its own."""
+    name = op.outputs[k]
+    return f"@in{op.inputs.index(name)}" if name in op.inputs else f"@out{k}"
+
+
 def _check_arity(op: Any) -> None:
     schema = get_schema(op.type)
     for what, n, lo, hi in (
@@ -125,7 +132,7 @@ def _asyncnet_gradient(op: Any, g_output: list[Any]) -> tuple[list[Any], list[An
     probe = replace(
         an_op,
         inputs=[f"@in{k}" for k in range(len(an_op.inputs))],
-        outputs=[f"@out{k}" for k in range(len(an_op.outputs))],
+        outputs=[_probe_output(an_op, k) for k in range(len(an_op.outputs))],
         args=dict(an_op.args),
     )
     gops, gin = _call_maker(maker, probe, grads)

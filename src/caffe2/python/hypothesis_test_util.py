@@ -13,11 +13,16 @@ a reference function, with finite differences, or across devices.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import copy
 import functools
+import inspect
 import logging
+import math
 import os
+import sys
+import types
 from collections.abc import Iterator
 from typing import Any
 
@@ -101,6 +106,107 @@ def _restore_numpy_aliases() -> None:
 
 _restore_numpy_aliases()
 
+# Two more spellings Caffe2's tests still use: ``np.set_printoptions(threshold=np.nan)`` (NumPy now
+# wants a number: nan meant "never summarize", which is ``sys.maxsize``) and ``inspect.getargspec``
+# (removed in Python 3.11; its four fields come from ``inspect.getfullargspec``).
+ArgSpec = collections.namedtuple("ArgSpec", ["args", "varargs", "keywords", "defaults"])
+
+
+def _getargspec(func: Any) -> ArgSpec:
+    """Python's removed ``inspect.getargspec``: names, ``*args``, ``**kwargs`` and defaults of ``func``."""
+    spec = inspect.getfullargspec(func)
+    return ArgSpec(spec.args, spec.varargs, spec.varkw, spec.defaults)
+
+
+def _accept_nan_print_threshold() -> None:
+    if getattr(np.set_printoptions, "_caffe2_legacy", False):
+        return
+    original = np.set_printoptions
+
+    @functools.wraps(original)
+    def set_printoptions(*args: Any, **kwargs: Any) -> Any:
+        threshold = kwargs.get("threshold")
+        if isinstance(threshold, float) and math.isnan(threshold):
+            kwargs["threshold"] = sys.maxsize
+        return original(*args, **kwargs)
+
+    set_printoptions._caffe2_legacy = True  # type: ignore[attr-defined]
+    np.set_printoptions = set_printoptions
+
+
+def _accept_positional_elements() -> None:
+    """``hypothesis.extra.numpy.arrays(dtype, shape, elements)``: hypothesis now wants ``elements``
+    (and what follows) by keyword; Caffe2's tests pass it third."""
+    original = hypothesis.extra.numpy.arrays
+    if getattr(original, "_caffe2_legacy", False):
+        return
+
+    @functools.wraps(original)
+    def arrays(dtype: Any, shape: Any, *rest: Any, **kwargs: Any) -> st.SearchStrategy:
+        for name, value in zip(("elements", "fill", "unique"), rest):
+            kwargs[name] = value
+        return original(dtype, shape, **kwargs)
+
+    arrays._caffe2_legacy = True  # type: ignore[attr-defined]
+    hypothesis.extra.numpy.arrays = arrays
+
+
+_accept_positional_elements()
+
+
+def _sum(original: Any) -> Any:
+    """``np.sum(generator)``: NumPy now refuses it; it summed the generator with Python's sum."""
+
+    @functools.wraps(original)
+    def np_sum(a: Any, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(a, types.GeneratorType):
+            return original(list(a), *args, **kwargs)
+        return original(a, *args, **kwargs)
+
+    return np_sum
+
+
+def _fromstring(original: Any) -> Any:
+    """``np.fromstring(bytes, dtype)`` (binary mode, no ``sep``): removed; it was ``np.frombuffer``
+    of a copy."""
+
+    @functools.wraps(original)
+    def fromstring(string: Any, dtype: Any = float, count: int = -1, *, sep: str = "", **kwargs: Any) -> Any:
+        if sep == "" and not kwargs:
+            data = string.encode("latin-1") if isinstance(string, str) else string
+            return np.frombuffer(data, dtype=dtype, count=count).copy()
+        return original(string, dtype=dtype, count=count, sep=sep, **kwargs)
+
+    return fromstring
+
+
+def _delete(original: Any) -> Any:
+    """``np.delete(a, np.array([]), ...)``: an empty float index array (what ``np.array([])``
+    gives) is now an error; it deleted nothing."""
+
+    @functools.wraps(original)
+    def delete(arr: Any, obj: Any, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(obj, np.ndarray) and obj.size == 0 and obj.dtype.kind == "f":
+            obj = obj.astype(np.intp)
+        return original(arr, obj, *args, **kwargs)
+
+    return delete
+
+
+def _accept_legacy_numpy_calls() -> None:
+    for name, wrap in (("sum", _sum), ("fromstring", _fromstring), ("delete", _delete)):
+        current = getattr(np, name)
+        if not getattr(current, "_caffe2_legacy", False):
+            patched = wrap(current)
+            patched._caffe2_legacy = True
+            setattr(np, name, patched)
+
+
+_accept_legacy_numpy_calls()
+if not hasattr(inspect, "getargspec"):
+    inspect.getargspec = _getargspec  # type: ignore[attr-defined]
+_accept_nan_print_threshold()
+
 _COMMON = dict(suppress_health_check=list(hypothesis.HealthCheck), database=None, deadline=None)
 hypothesis.settings.register_profile("sandcastle", hypothesis.settings(derandomize=True, max_examples=100, **_COMMON))
 hypothesis.settings.register_profile("dev", hypothesis.settings(max_examples=10, **_COMMON))
@@ -130,10 +236,20 @@ def elements_of_type(dtype: Any = np.float32, filter_: Any = None) -> st.SearchS
 
 
 def arrays(dims: Any, dtype: Any = np.float32, elements: Any = None) -> st.SearchStrategy:
-    """Arrays of shape ``dims``."""
+    """Arrays of shape ``dims``. Given ``elements`` of a numeric ``dtype`` are converted the way
+    NumPy assigns them (ints wrap around, floats into an int array are truncated), as Caffe2's
+    tests expect: ``elements=st.integers(0, 2**32 - 1)`` for an int32 array draws negatives too."""
     if elements is None:
         elements = elements_of_type(dtype)
+    elif np.dtype(dtype).kind in "iuf":
+        elements = elements.map(functools.partial(_assigned_as, np.dtype(dtype)))
     return hypothesis.extra.numpy.arrays(dtype, dims, elements=elements)
+
+
+def _assigned_as(dtype: np.dtype, value: Any) -> Any:
+    """``value`` as an element of an array of ``dtype`` holds it (C casting: wrap, truncate)."""
+    with np.errstate(all="ignore"):
+        return np.array(value).astype(dtype)[()]
 
 
 def tensor(

@@ -206,8 +206,8 @@ def test_what_asyncnet_does_not_take():
         run("MaxPool", {"x": x}, kernel=2, order="NCDHW")
     with pytest.raises(an.OperatorError, match="4-D"):
         run(
-            "Conv", {"x": np.zeros((1, 1, 4, 4, 4), np.float32), "w": np.zeros((1, 1, 2, 2, 2), np.float32)}
-        )  # 3-D conv
+            "Conv", {"x": np.zeros((1, 1, 4, 4, 4, 4), np.float32), "w": np.zeros((1, 1, 2, 2, 2, 2), np.float32)}
+        )  # 4-D conv (volumes, 3-D, are taken)
 
 
 @pytest.mark.parametrize("op", ["Conv", "MaxPool", "AveragePool", "SpatialBN"])

@@ -7,6 +7,8 @@ import numpy as np
 import pytest
 from _c2run import run_op
 
+import asyncnet as an
+
 pytestmark = pytest.mark.timeout(60)
 
 
@@ -109,3 +111,19 @@ def test_weighted_mean_divides_the_weighted_sum_by_each_length():
     (total,) = run_op("SparseLengthsWeightedSum8BitsRowwise", feeds)
     (mean,) = run_op("SparseLengthsWeightedMean8BitsRowwise", feeds)
     np.testing.assert_allclose(mean, total / np.array([[2], [1], [4]], np.float32), rtol=1e-6)
+
+
+@pytest.mark.parametrize("idx_dtype", [np.int32, np.int64])
+def test_gather_fused_equals_gather_of_the_dequantized_table(idx_dtype):
+    rng = np.random.default_rng(11)
+    data = rng.standard_normal((7, 5)).astype(np.float32)
+    idx = np.array([6, 0, 0, 3], idx_dtype)
+    (q,) = run_op("FloatToFused8BitRowwiseQuantized", {"d": data}, ["q"])
+    (table,) = run_op("Fused8BitRowwiseQuantizedToFloat", {"q": q}, ["t"])
+    (got,) = run_op("GatherFused8BitRowwise", {"q": q, "i": idx}, ["g"])
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got, table[idx])
+    (empty,) = run_op("GatherFused8BitRowwise", {"q": q, "i": np.zeros(0, idx_dtype)}, ["g"])
+    assert empty.shape == (0, 5)
+    with pytest.raises(an.OperatorError, match=r"INDICES in \[0, 7\)"):
+        run_op("GatherFused8BitRowwise", {"q": q, "i": np.array([7], idx_dtype)}, ["g"])

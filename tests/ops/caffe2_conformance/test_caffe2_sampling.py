@@ -6,6 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from _c2run import run_op
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import asyncnet as an
 
@@ -58,3 +60,52 @@ def test_module_docstring_example_runs():
 
     result = doctest.testmod(caffe2_sampling, optionflags=doctest.NORMALIZE_WHITESPACE)
     assert result.attempted > 0 and result.failed == 0
+
+
+# -- UniqueUniformFill -----------------------------------------------------------------------------
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    low=st.integers(-5, 5),
+    span=st.integers(0, 40),
+    avoid=st.lists(st.integers(-10, 50), max_size=10),
+    n=st.integers(0, 20),
+    dtype=st.sampled_from([np.int32, np.int64]),
+)
+def test_unique_uniform_fill_draws_distinct_values_in_range_outside_avoid(low, span, avoid, n, dtype):
+    high = low + span
+    free = len(set(range(low, high + 1)) - set(avoid))
+    ws = an.Workspace()
+    ws.feed("shape", np.array([n], np.int64))
+    ws.feed("avoid", np.array(avoid, np.int64))
+    op = an.OperatorDef(
+        "UniqueUniformFill", ["shape", "avoid"], ["y"],
+        {"min": low, "max": high, "input_as_shape": True, "dtype": "int32" if dtype == np.int32 else 10},
+    )  # fmt: skip
+    if n > free:
+        with pytest.raises(an.OperatorError, match=f"{free} left"):
+            ws.run_operator_once(op)
+        return
+    ws.run_operator_once(op)
+    y = ws.fetch("y")
+    assert y.dtype == dtype and y.shape == (n,) and len(set(y.tolist())) == n
+    assert all(low <= v <= high and v not in avoid for v in y.tolist())
+
+
+@pytest.mark.parametrize("high", [9, 2**40])  # a listed range, and one drawn by rejection
+def test_unique_draw_is_uniform_over_the_values_left(high):
+    from asyncnet.ops.caffe2_sampling import unique_draw
+
+    rng = np.random.default_rng(1234)
+    if high == 9:
+        counts = np.zeros(10)
+        for _ in range(4000):
+            counts[unique_draw(rng, 0, 9, np.array([3, 7]), 2)] += 1
+        assert counts[3] == counts[7] == 0
+        kept = np.delete(counts, [3, 7])
+        assert np.abs(kept / kept.sum() - 1 / 8).max() < 0.02  # 8000 draws: sd about 0.004
+    else:
+        draws = np.concatenate([unique_draw(rng, 0, high, np.array([5]), 50) for _ in range(200)])
+        assert len(np.unique(draws[:50])) == 50 and draws.min() >= 0 and draws.max() <= high
+        assert abs(draws.mean() / high - 0.5) < 0.03  # 10000 uniform draws: sd of the mean about 0.003
