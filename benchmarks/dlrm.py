@@ -204,19 +204,23 @@ def train_steps(size_name: str, threads: int, steps: int, warmup: int = 3) -> di
     for tensor in ("numpy", "torch"):
         step, params = asyncnet_peer(size, lr, net_type, workers, tensor)
         peers[f"asyncnet {net_type} {tensor}"] = (step, 1)
+    peers["pytorch eager (DLRM_Net)"] = (torch_peer(size, params, lr), threads)
     if threads > 1:  # the other way to spend the threads: one executor thread, multithreaded kernels
+        # last in each round: OpenBLAS's threads spin a while after a call, so the peer run just
+        # after this one (an asyncnet peer, never the reference) pays for that spinning
         peers[f"asyncnet straight numpy, {threads} threads a kernel"] = (
             asyncnet_peer(size, lr, "straight", 1, "numpy")[0],
             threads,
         )
-    peers["pytorch eager (DLRM_Net)"] = (torch_peer(size, params, lr), threads)
     times: dict[str, list[float]] = {name: [] for name in peers}
     cpu: dict[str, list[float]] = {name: [] for name in peers}
     blas = ThreadpoolController()
     for i, b in enumerate(data):
         for name, (step, intra) in peers.items():
             torch.set_num_threads(intra)
-            with blas.limit(limits=intra):  # numpy's BLAS threads as torch's
+            # numpy's BLAS threads as torch's, except for the reference, which calls no numpy BLAS
+            # (2 idle OpenBLAS threads spinning beside torch's 2 doubled its step)
+            with blas.limit(limits=1 if name.startswith("pytorch") else intra):
                 t0, c0 = time.perf_counter(), time.process_time()
                 step(b)
                 if i >= warmup:
@@ -263,9 +267,9 @@ def thread_scaling(size_name: str, steps: int, warmup: int = 3) -> dict[str, Any
         "asyncnet 2t async_scheduling": (two, 1, on),
         "asyncnet 2t async, no split": (nosplit, 1, 1 << 62),
         "asyncnet async 1 worker + caller": (caller, 1, on),
-        "asyncnet straight, 2 threads a kernel": (wide, 2, on),
         "reference 1t": (ref1, 1, on),
         "reference 2t": (ref2, 2, on),
+        "asyncnet straight, 2 threads a kernel": (wide, 2, on),  # last: see train_steps
     }
     times: dict[str, list[float]] = {name: [] for name in peers}
     splits = {"split": 0, "whole": 0}
@@ -275,7 +279,7 @@ def thread_scaling(size_name: str, steps: int, warmup: int = 3) -> dict[str, Any
             torch.set_num_threads(intra)
             parallel.SPLIT_MIN_MACS = split_min
             before = parallel.stats()
-            with blas.limit(limits=intra):  # numpy's BLAS threads as torch's
+            with blas.limit(limits=1 if name.startswith("reference") else intra):  # as in train_steps
                 t0 = time.perf_counter()
                 step(b)
                 if i >= warmup:
