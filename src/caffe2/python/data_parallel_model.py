@@ -470,7 +470,7 @@ def Parallelize_BMUF(
                        block_momentum, nesterov)  # fmt: skip
     _sync_params(model, updates, names, devices)
     if add_blobs_to_sync is not None:
-        raise NotImplementedError("Parallelize_BMUF: add_blobs_to_sync is not supported here")
+        AddBlobSync(model, add_blobs_to_sync, net=updates)
     if reset_momentum_sgd:
         for op in [op for op in model.net.Proto().op if op.type == "MomentumSGDUpdate"]:
             with core.DeviceScope(op.device_option):
