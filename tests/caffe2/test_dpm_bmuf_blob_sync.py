@@ -58,3 +58,25 @@ def test_without_add_blobs_to_sync_the_blob_stays_per_device():
 def test_prefixed_names_are_refused():
     with pytest.raises(ValueError, match="unprefixed"):
         _model(add_blobs_to_sync=["cpu_0/sync_num"])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_two_shards_get_shard_zeros_blob_on_every_device(tmp_path):
+    import sys
+    from pathlib import Path
+
+    pytest.importorskip("torch")
+    here = Path(__file__).resolve().parent
+    sys.path.insert(0, str(here.parent / "train"))
+    sys.path.insert(0, str(here))
+    from _dpm_results import results
+    from _torchrun import run_torchrun, torchrun_cmd
+
+    cmd = torchrun_cmd(str(here / "_dpm_bmuf_sync_worker.py"), str(tmp_path / "store"))
+    proc = run_torchrun(cmd, "RESULT", timeout=200, cwd=str(tmp_path))
+    out = sorted(results(proc.stdout), key=lambda r: r["rank"])
+    assert [r["rank"] for r in out] == [0, 1], proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert all(v != 2603.0 for r in out for v in r["before"].values())
+    assert [sorted(r["after"]) for r in out] == [["0", "1"], ["2", "3"]]
+    assert all(v == 2603.0 for r in out for v in r["after"].values())
