@@ -205,15 +205,15 @@ def while_gradient(op: Any, g_output: list[Any], backward: BackwardPass) -> tupl
 
 
 def _own_seeds(op: Any, g_output: list[Any], init_ops: list[Any]) -> dict[str, str]:
-    """``{output: its gradient blob}``, one blob per output: the loop rewrites them, so an output
-    gradient shared with another output, or that is the gradient of an input, gets its own copy."""
+    """``{output: its gradient blob}``, one blob per output: the loop rewrites them in place, so
+    an output gradient not named ``<output>_grad`` (one other gradient ops may still read, such
+    as a gradient shared by several outputs) is copied first."""
     seeds: dict[str, str] = {}
-    taken = {f"{b}_grad" for b in op.input}
     for out, g in zip(op.output, g_output):
         if g is None:
             continue
         g = str(g)
-        if g in seeds.values() or (g in taken and g != f"{out}_grad"):
+        if g != f"{out}_grad" or g in seeds.values():
             copy = f"{out}_while_grad"
             init_ops.append(_make_op("Copy", [g], [copy]))
             g = copy
