@@ -137,3 +137,25 @@ def test_in_place_pow_gradient_recovers_its_input(x0: float, p: float) -> None:
     workspace.FeedBlob("x", np.array([x0], np.float64))
     workspace.RunNetOnce(net)
     np.testing.assert_allclose(workspace.FetchBlob("x_grad"), [p * x0 ** (p - 1)], rtol=1e-10)
+
+
+def test_while_gradient_leaves_a_shared_output_gradient_unchanged() -> None:
+    with NetBuilder(_use_control_ops=True) as nb:
+        ops.Copy(ops.Const(0), "i")
+        ops.Copy(ops.Const(1), "one")
+        ops.Copy(ops.Const(2), "n")
+        ops.Copy(ops.Const(1.5), "a")
+        ops.Copy(ops.Const(0.5), "b")
+        with ops.WhileNet():
+            with ops.Condition():
+                ops.Add(["i", "one"], "i")
+                ops.LE(["i", "n"])
+            ops.Scale("a", "a", scale=3.0)
+            ops.Scale("b", "b", scale=5.0)
+        ops.Add(["a", "b"], "s")
+    net = nb.get()[0]
+    grads = net.AddGradientOperators(["s"])
+    workspace.RunNetOnce(net)
+    assert float(workspace.FetchBlob(str(grads["s"]))) == 1.0  # both outputs' gradient, read again later
+    assert float(workspace.FetchBlob(str(grads["a"]))) == pytest.approx(9.0)
+    assert float(workspace.FetchBlob(str(grads["b"]))) == pytest.approx(25.0)
