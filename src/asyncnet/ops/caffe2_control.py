@@ -162,29 +162,93 @@ def while_op(ctx: Any, *inputs: Any) -> Any:
     return _outputs(ctx, "While")
 
 
-class Scope:
-    """The workspace blob of Caffe2's ``CreateScope``/``Do``: the child blobs a ``Do`` op runs
-    its net against (emptied before each run unless ``reuse_workspace``)."""
+class _Frame:
+    """One child workspace of a scope: its blobs, and the nets created against them."""
 
     def __init__(self) -> None:
         self.blobs: dict[str, Any] = {}
         self.nets: dict[str, NetBase] = {}
 
     def net(self, text: str) -> NetBase:
-        """The net of ``text`` created once against this scope's blobs."""
+        """The net of ``text`` created once against this frame's blobs."""
         net = self.nets.get(text)
         if net is None:
             nd = _net_def(text, "net")
             net = self.nets[text] = net_class(nd.type)(nd, build_operators(nd, self.blobs), self.blobs)
         return net
 
+
+class Scope:
+    """The workspace blob of Caffe2's ``CreateScope``/``Do``: a stack of child workspaces.
+
+    A forward ``Do`` pushes a fresh child workspace (``reuse_workspace``: runs in the last one);
+    a backward ``Do`` pops the last one and runs in it, so a loop's backward pass visits its
+    iterations' workspaces last to first. ``HasScope`` tells whether one is left.
+
+        >>> s = Scope(); f = s.push(); f.blobs["a"] = 1; s.depth, s.pop() is f, s.depth
+        (1, True, 0)
+    """
+
+    def __init__(self) -> None:
+        self._frames: list[_Frame] = []
+        self._top = -1
+
+    @property
+    def depth(self) -> int:
+        """How many forward child workspaces are on the stack."""
+        return self._top + 1
+
+    @property
+    def blobs(self) -> dict[str, Any]:
+        """The blobs of the last child workspace (empty when there is none)."""
+        return self._frames[self._top].blobs if self._top >= 0 else {}
+
+    def push(self) -> _Frame:
+        """A new, empty child workspace on top of the stack (one popped earlier is recycled)."""
+        self._top += 1
+        if self._top == len(self._frames):
+            self._frames.append(_Frame())
+        frame = self._frames[self._top]
+        frame.blobs.clear()
+        return frame
+
+    def last(self) -> _Frame:
+        """The child workspace on top of the stack (a new one when the stack is empty)."""
+        return self._frames[self._top] if self._top >= 0 else self.push()
+
+    def pop(self) -> _Frame:
+        """Take the top child workspace off the stack (it keeps its blobs until recycled)."""
+        if self._top < 0:
+            raise ValueError("Do: expected a forward child workspace to run the backward net in, found none")
+        self._top -= 1
+        return self._frames[self._top + 1]
+
     def __repr__(self) -> str:
-        return f"Scope({len(self.blobs)} blobs)"
+        return f"Scope({self.depth} child workspaces)"
 
 
 @register_op("CreateScope", inputs=0, outputs=1, doc="Caffe2's CreateScope: a new workspace blob for Do ops.")
 def create_scope(ctx: Any) -> Scope:
     return Scope()
+
+
+@register_op(
+    "HasScope",
+    inputs=1,
+    outputs=1,
+    inputs_doc=("scope (a CreateScope blob)",),
+    outputs_doc=("has_scope (bool scalar)",),
+    doc="Caffe2's HasScope: whether the workspace blob still holds a forward child workspace.",
+)
+def has_scope(ctx: Any, scope: Any) -> np.ndarray:
+    return np.array(_scope(ctx, scope, "HasScope").depth > 0)
+
+
+def _scope(ctx: Any, value: Any, op_type: str) -> Scope:
+    if not isinstance(value, Scope):
+        name = ctx.op.inputs[-1]
+        raise TypeError(f"{op_type}: expected a CreateScope blob in input {name!r}, got {type(value).__name__}")
+    return value
 
 
 def _do_validate(op: OperatorDef) -> None:
@@ -196,6 +260,8 @@ def _do_validate(op: OperatorDef) -> None:
     bad = [i for i in idx if not 0 <= i < n]
     if bad:
         raise ValueError(f"outer_blobs_idx {bad} index none of the {n} inputs and outputs before the workspace blob")
+    if op.args.get("backward") and op.args.get("reuse_workspace"):
+        raise ValueError("expected at most one of backward and reuse_workspace")
 
 
 @register_op(
@@ -207,29 +273,38 @@ def _do_validate(op: OperatorDef) -> None:
         Arg("net", str, Arg.REQUIRED, "the net run in the child workspace (NetDef JSON)"),
         Arg("inner_blobs", list, [], "the net's names of the outer blobs", item_type=str),
         Arg("outer_blobs_idx", list, [], "for each inner blob, its index in inputs + outputs", item_type=int),
-        Arg("reuse_workspace", bool, False, "keep the child blobs between runs"),
+        Arg("reuse_workspace", bool, False, "run in the last child workspace instead of a new one"),
+        Arg(
+            "backward",
+            bool,
+            False,
+            "a gradient Do: pop the last child workspace and run in it; the inner blobs it still "
+            "holds keep their forward values, and only the op's outputs are passed back out",
+        ),
         Arg("copy_external_blobs", bool, False, "accepted; the outer blobs are always passed in and out"),
     ],
     validate=_do_validate,
-    doc="Caffe2's Do: runs net in a child workspace (the last input, a CreateScope blob) whose inner_blobs "
+    doc="Caffe2's Do: runs net in a child workspace of the last input (a CreateScope blob) whose inner_blobs "
     "are the op's outer blobs; other blobs the net writes stay in the child workspace.",
 )
 def do_op(ctx: Any, *inputs: Any) -> Any:
     a, op = ctx.args, ctx.op
-    scope = inputs[-1]
-    if not isinstance(scope, Scope):
-        raise TypeError(f"Do: expected a CreateScope blob in input {op.inputs[-1]!r}, got {type(scope).__name__}")
+    scope = _scope(ctx, inputs[-1], "Do")
     names = list(op.inputs[:-1]) + list(op.outputs[:-1])
     pairs = [(inner, names[i]) for inner, i in zip(a["inner_blobs"], a["outer_blobs_idx"])]
-    outer, child = ctx._blobs, scope.blobs
-    if not a["reuse_workspace"]:
-        child.clear()
+    back = a["backward"]
+    if back:
+        frame = scope.pop()
+    else:
+        frame = scope.last() if a["reuse_workspace"] else scope.push()
+    outer, child = ctx._blobs, frame.blobs
     for inner, name in pairs:
-        if name in outer:
+        if name in outer and not (back and inner in child):
             child[inner] = outer[name]
-    scope.net(a["net"]).run()
+    frame.net(a["net"]).run()
+    written = set(op.outputs[:-1]) if back else set(names)
     for inner, name in pairs:
-        if inner in child:
+        if inner in child and name in written:
             outer[name] = child[inner]
     return _outputs(ctx, "Do")
 

@@ -61,11 +61,25 @@ def pow_op(ctx: Any, x: Any, *e: Any) -> np.ndarray:
     return np.asarray(np.power(x, p), dtype=x.dtype)
 
 
+def _dy_in_place(i: int, o: int) -> bool:
+    """dX may overwrite the last inputs (Y, dY): an in-place Pow's input and output gradients share a name."""
+    return o == 0 and i >= 2
+
+
+def _x_from_y(y: np.ndarray, p: float) -> np.ndarray:
+    """X of Y = X^p when Pow ran in place: the real p-th root (X's sign is kept for odd integer p)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        root = np.power(np.abs(y), 1.0 / p)
+        odd = float(p).is_integer() and int(p) % 2 == 1
+        return np.asarray(np.sign(y) * root if odd else root, dtype=y.dtype)
+
+
 @register_op(
     "PowGradient",
     inputs=(3, 4),
     outputs=(1, 2),
-    args=_POW_ARGS,
+    allow_inplace=_dy_in_place,
+    args=[*_POW_ARGS, Arg("x_is_output", bool, False, "Pow ran in place: X holds Y, and X is Y's root")],
     inputs_doc=("X", "exponent (when an input)", "Y", "dY"),
     outputs_doc=("dX", "dExponent (when an input)"),
     doc="dX = dY * e * X^(e - 1); dE = dY * Y * log(X), summed back to the exponent's shape.",
@@ -74,6 +88,10 @@ def pow_gradient(ctx: Any, x: Any, *rest: Any) -> Any:
     e, (y, dy) = rest[:-2], rest[-2:]
     x, p = _pow_operands(ctx, x, e)
     y, dy = float_array(ctx, y, len(rest) - 1), float_array(ctx, dy, len(rest))
+    if ctx.args["x_is_output"]:
+        if e:
+            raise ValueError("PowGradient: x_is_output needs the exponent as an argument, got an exponent input")
+        x = _x_from_y(y, p)
     with np.errstate(divide="ignore", invalid="ignore"):
         dx = np.asarray(dy * p * np.power(x, p - 1), dtype=x.dtype)
         if not e:
@@ -88,7 +106,10 @@ def _pow_grad(op: OperatorDef, gout: list[Any]) -> tuple[list[OperatorDef], list
         return [], [None] * len(op.inputs)
     outs = ["#dx", "#de"][: len(op.inputs)]
     inputs = [*op.inputs, op.outputs[0], gout[0]]
-    return [OperatorDef("PowGradient", inputs, outs, dict(op.args))], outs
+    args = dict(op.args)
+    if len(op.inputs) == 1 and op.inputs[0] == op.outputs[0]:
+        args["x_is_output"] = True
+    return [OperatorDef("PowGradient", inputs, outs, args)], outs
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:

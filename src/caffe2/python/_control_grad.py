@@ -1,7 +1,7 @@
 """Gradients of Caffe2's control ops ``Do`` and ``If`` (nets held as ``NetDef`` arguments).
 
-* ``Do``: a gradient ``Do`` op on the same workspace blob with ``reuse_workspace`` set, so the
-  blobs the forward net left in the child workspace are there; its net is the backward pass of
+* ``Do``: a gradient ``Do`` op on the same workspace blob with ``backward`` set: it pops the
+  child workspace the forward run left, whose blobs keep their forward values; its net is the backward pass of
   the forward net, from the output gradients passed in (with the outer blobs it reads), and it
   passes the gradients of the forward op's inputs back out as ``<input>_grad``.
 * ``If``: a gradient ``If`` op on the same condition, whose ``then_net`` and ``else_net`` are
@@ -9,7 +9,11 @@
   branch does not compute is zeros shaped like the input (the gradient through the branch not
   taken).
 
-``While`` has no gradient here (Caffe2's needs a stack of forward workspaces).
+* ``While`` whose loop body is one ``Do`` op (NetBuilder's ``WhileNet``): every forward
+  iteration left its child workspace on the ``Do``'s workspace blob, so the gradient is a
+  ``While`` that runs the body's gradient ``Do`` while ``HasScope`` finds one left, last
+  iteration first. A blob the loop rewrites carries its gradient from one iteration to the one
+  before; the gradient of a blob it only reads is summed over the iterations.
 """
 
 from __future__ import annotations
@@ -113,7 +117,7 @@ def do_gradient(op: Any, g_output: list[Any], backward: BackwardPass) -> tuple[l
         net=_net(f"{net.name}_grad", inner_ops),
         inner_blobs=[i for i, _ in links] + [i for i, _ in out_links],
         outer_blobs_idx=list(range(len(links))) + [len(links) + k for k in range(len(out_links))],
-        reuse_workspace=1,
+        backward=1,
     )
     grad_do.is_gradient_op = True
     return [grad_do], g_input
@@ -150,6 +154,89 @@ def if_gradient(op: Any, g_output: list[Any], backward: BackwardPass) -> tuple[l
     grad_if = _make_op("If", inputs, list(dict.fromkeys(canonical.values())), **args)
     grad_if.is_gradient_op = True
     return [grad_if], [canonical.get(name) if k else None for k, name in enumerate(op.input)]
+
+
+def while_gradient(op: Any, g_output: list[Any], backward: BackwardPass) -> tuple[list[Any], list[Any]]:
+    """The gradient ops of a forward ``While`` op (see the module docstring)."""
+    body = _loop_do(op)
+    init_ops: list[Any] = []
+    seeds = _own_seeds(op, g_output, init_ops)
+    if not seeds:
+        return [], [None] * len(op.input)
+    carried = [b for b in body.output[:-1] if b in body.input[:-1]]
+    step_ops, step_grads = _body_gradient(body, seeds, backward)
+    unseeded = [b for b in carried if b not in seeds and step_grads.get(b)]
+    for b in unseeded:
+        seeds[b] = f"{b}_while_grad"
+        init_ops.append(_make_op("ConstantFill", [b], [seeds[b]], value=0.0))
+    if unseeded:
+        step_ops, step_grads = _body_gradient(body, seeds, backward)
+    if not step_ops:
+        return [], [None] * len(op.input)
+    loop_ops = list(step_ops)
+    result: dict[str, str] = {}
+    for name, g in step_grads.items():
+        if g is None:
+            continue
+        if name in carried:
+            result[name] = seeds[name]
+            if g != seeds[name]:
+                loop_ops.append(_make_op("Copy", [g], [seeds[name]]))
+        else:
+            total = result[name] = f"{name}_while_grad_sum"
+            init_ops.append(_make_op("ConstantFill", [name], [total], value=0.0))
+            loop_ops.append(_make_op("Add", [total, g], [total]))
+    ws = body.input[-1]
+    cond = f"{ws}/while_grad_has_scope"
+    has_scope = _make_op("HasScope", [ws], [cond])
+    written = [o for o in dict.fromkeys(o for x in loop_ops for o in x.output) if o != ws]
+    reads = [b for b in _external_reads(loop_ops) if b not in (cond, ws)]
+    grad_while = _make_op(
+        "While",
+        [cond, ws] + reads,
+        written + [ws],
+        loop_net=_net(f"{op.name or 'while'}_grad_loop", loop_ops),
+        cond_net=_net(f"{op.name or 'while'}_grad_cond", [has_scope]),
+    )
+    init_ops.append(_make_op("HasScope", [ws], [cond]))
+    for x in init_ops + [grad_while]:
+        x.is_gradient_op = True
+    return init_ops + [grad_while], [result.get(n) for n in op.input]
+
+
+def _own_seeds(op: Any, g_output: list[Any], init_ops: list[Any]) -> dict[str, str]:
+    """``{output: its gradient blob}``, one blob per output: the loop rewrites them in place, so
+    an output gradient not named ``<output>_grad`` (one other gradient ops may still read, such
+    as a gradient shared by several outputs) is copied first."""
+    seeds: dict[str, str] = {}
+    for out, g in zip(op.output, g_output):
+        if g is None:
+            continue
+        g = str(g)
+        if g != f"{out}_grad" or g in seeds.values():
+            copy = f"{out}_while_grad"
+            init_ops.append(_make_op("Copy", [g], [copy]))
+            g = copy
+        seeds[out] = g
+    return seeds
+
+
+def _loop_do(op: Any) -> Any:
+    """The single ``Do`` op of a ``While``'s loop body (its iterations' child workspaces)."""
+    loop = _net_arg(op, "loop_net")
+    if loop is None or len(loop.op) != 1 or loop.op[0].type != "Do":
+        raise ValueError("While: the gradient needs a loop_net of one Do op (NetBuilder's WhileNet)")
+    body = loop.op[0]
+    if any(a.name == "reuse_workspace" and a.i for a in body.arg):
+        raise ValueError("While: the gradient needs the loop body's Do without reuse_workspace")
+    return body
+
+
+def _body_gradient(body: Any, seeds: dict[str, str], backward: BackwardPass) -> tuple[list[Any], dict[str, Any]]:
+    """The loop body's gradient ``Do`` and ``{body input: its gradient blob}``."""
+    g_output = [seeds.get(o) for o in body.output[:-1]] + [None]
+    ops, g_input = do_gradient(body, g_output, backward)
+    return ops, dict(zip(body.input[:-1], g_input[:-1]))
 
 
 def _external_reads(ops: list[Any]) -> list[str]:

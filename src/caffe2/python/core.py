@@ -798,6 +798,7 @@ def _control_gradient(make: Any) -> Any:
 
 GradientRegistry.RegisterGradient("Do")(_control_gradient(_control_grad.do_gradient))
 GradientRegistry.RegisterGradient("If")(_control_gradient(_control_grad.if_gradient))
+GradientRegistry.RegisterGradient("While")(_control_gradient(_control_grad.while_gradient))
 
 
 def _input_renames(inputs: Any) -> dict[str, str]:

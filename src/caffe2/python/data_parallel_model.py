@@ -389,7 +389,8 @@ def Parallelize_BMUF(
     (``v = block_momentum * v + block_learning_rate * (avg - g)``; ``g += v``, with Nesterov
     ``g -= block_momentum * (v - v_prev)``) and gives every device ``g``.
     ``model._global_model_init_net`` makes ``v`` (zeros) and ``g`` (the first device's
-    parameters). Run them with :func:`RunInitNet`, :func:`RunNet` (and :func:`RunWarmup` when
+    parameters). The blobs named in ``add_blobs_to_sync`` (unprefixed) are copied from the first
+    device of shard 0 to every device at the end of the global update. Run them with :func:`RunInitNet`, :func:`RunNet` (and :func:`RunWarmup` when
     ``warmup_iterations`` is set)::
 
         >>> from caffe2.python import brew, model_helper, workspace
@@ -470,7 +471,7 @@ def Parallelize_BMUF(
                        block_momentum, nesterov)  # fmt: skip
     _sync_params(model, updates, names, devices)
     if add_blobs_to_sync is not None:
-        raise NotImplementedError("Parallelize_BMUF: add_blobs_to_sync is not supported here")
+        AddBlobSync(model, add_blobs_to_sync, net=updates)
     if reset_momentum_sgd:
         for op in [op for op in model.net.Proto().op if op.type == "MomentumSGDUpdate"]:
             with core.DeviceScope(op.device_option):

@@ -50,31 +50,36 @@ class GradientChecker:
         self._workspace_name = workspace_name
         self._input_device_options = input_device_options or {}
 
-    def _feed(self, op: Any, inputs: list[Any]) -> None:
-        for name, value in zip(op.input, inputs):
-            workspace.FeedBlob(name, value)
+    def GetLossAndGrad(self, op: Any, grad_ops: list[Any], *args: Any) -> tuple[float, Any]:
+        """Run ``op``; the loss, and the gradient of the checked input through ``grad_ops``.
 
-    def GetLossAndGrad(
-        self,
-        op: Any,
-        grad_ops: list[Any],
-        inputs: list[Any],
-        input_names: list[str],
-        input_to_check: int,
-        grad_name: Any,
-        outputs_with_grads: list[int],
-    ) -> tuple[float, Any]:
-        """Run ``op`` on ``inputs``; the loss, and the gradient of input ``input_to_check``
-        through ``grad_ops`` (None when ``grad_name`` is None; with no gradient ops the gradient
-        is the output gradient blob itself, passed through)."""
-        self._feed(op, inputs)
+        Two call forms are accepted, after ``op, grad_ops``:
+
+        - ``inputs, input_names, input_to_check, grad_name, outputs_with_grads``: every input is
+          fed, the gradient of ``inputs[input_to_check]`` is returned;
+        - ``x, input_name, grad_name, outputs_with_grads``: only ``x`` is fed as ``input_name``
+          (the other inputs already live in the workspace).
+
+        The gradient is None when ``grad_name`` is None; with no gradient ops it is the output
+        gradient blob itself, passed through. Example::
+
+            loss, grad = checker.GetLossAndGrad(op, grad_ops, x, "x", "x_grad", [0])
+        """
+        if len(args) == 5:
+            inputs, input_names, input_to_check, grad_name, outputs_with_grads = args
+            self._feed_named(input_names, inputs)
+            x = inputs[input_to_check]
+        elif len(args) == 4:
+            x, input_name, grad_name, outputs_with_grads = args
+            self._feed_named([input_name], [x])
+        else:
+            raise TypeError(
+                "GetLossAndGrad expected (op, grad_ops, inputs, input_names, input_to_check, "
+                "grad_name, outputs_with_grads) or (op, grad_ops, x, input_name, grad_name, "
+                f"outputs_with_grads), found {2 + len(args)} arguments"
+            )
         workspace.RunOperatorOnce(op)
-        loss = 0.0
-        for idx in outputs_with_grads:
-            name = op.output[idx]
-            arr = np.asarray(workspace.FetchBlob(name))
-            loss += float(np.sum(arr.astype(np.float64) ** 2)) / 2.0
-            workspace.FeedBlob(name + "_grad", arr)
+        loss = self._loss_and_output_grads(op, outputs_with_grads)
         if grad_name is None:
             return loss, None
         if grad_ops:
@@ -82,10 +87,24 @@ class GradientChecker:
         if isinstance(grad_name, core.GradientSlice):
             values = np.asarray(workspace.FetchBlob(str(grad_name.values)))
             indices = np.asarray(workspace.FetchBlob(str(grad_name.indices))).astype(np.int64)
-            dense = np.zeros_like(np.asarray(inputs[input_to_check]), dtype=values.dtype)
+            dense = np.zeros_like(np.asarray(x), dtype=values.dtype)
             np.add.at(dense, indices, values)
             return loss, dense
         return loss, np.asarray(workspace.FetchBlob(str(grad_name)))
+
+    def _feed_named(self, names: list[Any], values: list[Any]) -> None:
+        for name, value in zip(names, values):
+            workspace.FeedBlob(str(name), value)
+
+    @staticmethod
+    def _loss_and_output_grads(op: Any, outputs_with_grads: list[int]) -> float:
+        loss = 0.0
+        for idx in outputs_with_grads:
+            name = op.output[idx]
+            arr = np.asarray(workspace.FetchBlob(name))
+            loss += float(np.sum(arr.astype(np.float64) ** 2)) / 2.0
+            workspace.FeedBlob(name + "_grad", arr)
+        return loss
 
     def _estimate(self, op: Any, inputs: list[Any], input_to_check: int, outputs_with_grads: list[int]) -> np.ndarray:
         x = inputs[input_to_check]

@@ -348,7 +348,9 @@ def InferShapesAndTypes(
     """``({blob: shape}, {blob: TensorProto data type})`` of the blobs the nets make, from input
     shapes ``blob_dimensions`` (and types ``blob_types``, float by default). asyncnet finds them
     by running the ops, one by one, on zero-filled inputs in a scratch workspace (Caffe2 ran
-    each op's shape function); an op that cannot run leaves its outputs out. Example::
+    each op's shape function); an op whose output sizes depend on its input values (such as
+    ``GatherRanges``) takes its shapes from a shape function instead, the largest the inputs
+    allow. An op that cannot run leaves its outputs out. Example::
 
         >>> from caffe2.python import core, workspace
         >>> net = core.Net("shapes")
@@ -367,7 +369,7 @@ def InferShapesAndTypes(
         proto = net if nets_proto else net.Proto()
         for op in proto.op:
             try:
-                ws._run_operator(op.SerializeToString())
+                _infer_operator(ws, op)
             except Exception:  # noqa: BLE001 - an op that cannot run leaves its outputs out of the answer
                 continue
     shapes: dict[str, list[int]] = {}
@@ -379,6 +381,26 @@ def InferShapesAndTypes(
             kind = caffe2_pb2.TensorProto.STRING if value.dtype.kind in "SUO" else None
             types[name] = kind if kind is not None else _NUMPY_TO_TENSOR_TYPE.get(value.dtype.name, 0)
     return shapes, types
+
+
+def _gather_ranges_shapes(data: np.ndarray, ranges: np.ndarray) -> list[tuple[tuple[int, ...], Any]]:
+    """GatherRanges at most gathers all of DATA; one int32 length per example (RANGES' rows)."""
+    return [((int(data.size),), data.dtype), ((int(ranges.shape[0]) if ranges.ndim else 0,), np.dtype(np.int32))]
+
+
+_SHAPE_FUNCTIONS: dict[str, Any] = {"GatherRanges": _gather_ranges_shapes}
+
+
+def _infer_operator(ws: Any, op: Any) -> None:
+    """Write ``op``'s outputs into the scratch workspace ``ws``: zeros shaped by its shape function
+    when it has one, else what the op makes of the zero-filled inputs."""
+    shape_fn = _SHAPE_FUNCTIONS.get(op.type)
+    if shape_fn is None:
+        ws._run_operator(op.SerializeToString())
+        return
+    inputs = [np.asarray(ws.fetch_blob(name)) for name in op.input]
+    for name, (shape, dtype) in zip(op.output, shape_fn(*inputs)):
+        ws.feed_blob(name, np.zeros(shape, dtype=dtype))
 
 
 def _tensor_type_to_numpy(data_type: int) -> Any:
