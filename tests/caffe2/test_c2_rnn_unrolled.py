@@ -1,0 +1,78 @@
+"""rnn_cell.UnrolledCell and LSTM(static_rnn_unroll_size=T) against the RecurrentNetwork path."""
+
+import numpy as np
+import pytest
+
+from caffe2.python import model_helper, rnn_cell, scope, workspace
+
+pytestmark = pytest.mark.timeout(120)
+
+T, N, D_IN = 3, 2, 4
+
+
+def _lstm(unroll, dims, name_scope=""):
+    m = model_helper.ModelHelper(name=f"lstm_{'unrolled' if unroll else 'dynamic'}")
+    with scope.NameScope(name_scope):
+        states = [f"init_{i}" for i in range(2 * len(dims))]
+        out = rnn_cell.LSTM(
+            m,
+            "x",
+            "lengths",
+            states,
+            D_IN,
+            dims,
+            scope="enc",
+            static_rnn_unroll_size=unroll,
+            return_last_layer_only=True,
+        )
+    return m, out
+
+
+def _feed(dims, prefix=""):
+    rng = np.random.default_rng(7)
+    workspace.FeedBlob(prefix + "x", rng.standard_normal((T, N, D_IN)).astype(np.float32))
+    workspace.FeedBlob(prefix + "lengths", np.array([T, T - 1], np.int32))
+    for i, d in enumerate(np.repeat(dims, 2)):
+        workspace.FeedBlob(f"{prefix}init_{i}", rng.standard_normal((1, N, d)).astype(np.float32))
+
+
+@pytest.mark.parametrize("dims", [[3], [3, 2]])
+def test_unrolled_lstm_equals_the_recurrent_network_lstm(dims):
+    workspace.ResetWorkspace()
+    dynamic, d_out = _lstm(None, dims)
+    unrolled, u_out = _lstm(T, dims)
+    assert sorted(map(str, dynamic.GetParams())) == sorted(map(str, unrolled.GetParams()))
+    assert "RecurrentNetwork" not in {op.type for op in unrolled.net.Proto().op}
+    _feed(dims)
+    for m in (dynamic, unrolled):  # both read the same parameter blobs (the second fill's values)
+        workspace.RunNetOnce(m.param_init_net)
+    got = []
+    for m, outs in ((dynamic, d_out), (unrolled, u_out)):
+        workspace.RunNetOnce(m.net)
+        got.append([workspace.FetchBlob(str(b)).copy() for b in outs])
+    for want, have in zip(*got):
+        np.testing.assert_allclose(have.reshape(want.shape), want, rtol=1e-5, atol=1e-6)
+
+
+def test_unrolled_steps_share_one_set_of_parameters_under_the_outer_scope():
+    workspace.ResetWorkspace()
+    m, _ = _lstm(T, [3], name_scope="dev")
+    params = sorted(map(str, m.GetParams()))
+    assert params and all(p.startswith("dev/") and "timestep_" not in p for p in params)
+    step_blobs = {o for op in m.net.Proto().op for o in op.output}
+    assert {f"dev/timestep_{t}/enc/hidden_state" for t in range(T)} <= step_blobs
+
+
+def test_outputs_without_gradient_are_marked_zero_gradient():
+    workspace.ResetWorkspace()
+    m = model_helper.ModelHelper(name="zero_grad_marks")
+    cell = rnn_cell.UnrolledCell(rnn_cell.LSTMCell(D_IN, 3, 0.0, False, name="l"), T=T)
+    _, outputs = cell.apply_over_sequence(m, "x", "lengths", ["h0", "c0"], outputs_with_grads=[0])
+    marked = [op.input[0] for op in m.net.Proto().op if op.type == "ZeroGradient"]
+    assert marked == [str(b) for b in outputs[1:]]
+
+
+def test_unrolled_cell_needs_initial_states():
+    cell = rnn_cell.UnrolledCell(rnn_cell.LSTMCell(D_IN, 3, 0.0, False, name="l"), T=T)
+    with pytest.raises(ValueError, match="needs initial_states"):
+        cell.apply_over_sequence(model_helper.ModelHelper(name="no_init"), "x")
