@@ -76,3 +76,26 @@ def test_unrolled_cell_needs_initial_states():
     cell = rnn_cell.UnrolledCell(rnn_cell.LSTMCell(D_IN, 3, 0.0, False, name="l"), T=T)
     with pytest.raises(ValueError, match="needs initial_states"):
         cell.apply_over_sequence(model_helper.ModelHelper(name="no_init"), "x")
+
+
+def test_unrolled_gradients_equal_the_recurrent_network_gradients():
+    dims = [3, 2]
+    workspace.ResetWorkspace()
+    models = []
+    for unroll in (None, T):
+        m, (h_all, *_) = _lstm(unroll, dims)
+        loss = m.net.SumElements(m.net.Sqr(h_all, f"sq_{m.name}"), f"loss_{m.name}")
+        m.AddGradientOperators([loss])
+        models.append(m)
+    _feed(dims)
+    for m in models:
+        workspace.RunNetOnce(m.param_init_net)
+    names = ["x", "init_0", *sorted(map(str, models[0].GetParams()))]
+    grads = []
+    for m in models:
+        workspace.RunNetOnce(m.net)
+        grads.append({n: workspace.FetchBlob(str(m.param_to_grad[n]) if n in m.param_to_grad else n + "_grad").copy()
+                      for n in names})  # fmt: skip
+    for n in names:
+        assert np.abs(grads[0][n]).max() > 1e-3, n  # a gradient reaches every input compared
+        np.testing.assert_allclose(grads[1][n], grads[0][n], rtol=1e-4, atol=1e-5, err_msg=n)
