@@ -172,3 +172,39 @@ def test_an_initial_state_of_no_rows_starts_an_empty_history():
     workspace.FeedBlob("s0", np.zeros((0, 2, 2), np.float32))
     workspace.RunOperatorOnce(op)
     np.testing.assert_array_equal(workspace.FetchBlob("s"), x)
+
+
+def _sum_mul_rnn(state_output):
+    from caffe2.python import model_helper, recurrent
+
+    m = model_helper.ModelHelper(name=f"whole_state_{state_output}")
+    step = model_helper.ModelHelper(name="whole_state_step", param_model=m)
+    x_t, prev = step.net.AddExternalInput("x_t", "h_prev")
+    h_t = step.net.Tanh(step.net.Sum([x_t, prev], "s_t"), "h_t")
+    step.net.AddExternalOutput(h_t)
+    h_all, _ = recurrent.recurrent_net(m.net, step.net, [(x_t, "x")], [(prev, "h0")], {prev: h_t}, scope="r")
+    op = next(o for o in m.net.Proto().op if o.type == "RecurrentNetwork")
+    target = h_all
+    if state_output:
+        state = [a for a in op.arg if a.name == "recurrent_states"][0].strings[0].decode()
+        outputs = list(op.output)
+        del op.output[:]
+        op.output.extend([*outputs[:-1], state, outputs[-1]])
+        owg = [a for a in op.arg if a.name == "outputs_with_grads"][0]
+        del owg.ints[:]
+        owg.ints.append(2)
+        target = state
+    m.AddGradientOperators([m.net.SumElements(m.net.Sqr(target, "sq"), "loss")])
+    return m
+
+
+def test_the_gradient_through_a_whole_state_output():
+    x, h0 = _feed(6)
+    grads = []
+    for state_output in (False, True):
+        workspace.RunNetOnce(_sum_mul_rnn(state_output).net)
+        grads.append((workspace.FetchBlob("x_grad").copy(), workspace.FetchBlob("h0_grad").copy()))
+    (dx_all, dh0_all), (dx_state, dh0_state) = grads
+    assert np.abs(dx_all).max() > 1e-3
+    np.testing.assert_allclose(dx_state, dx_all, rtol=1e-5, atol=1e-6)  # row 0 of the state is h0 itself
+    np.testing.assert_allclose(dh0_state, dh0_all + 2 * h0, rtol=1e-5, atol=1e-6)

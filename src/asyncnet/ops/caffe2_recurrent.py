@@ -500,12 +500,14 @@ def recurrent_network_gradient(ctx: Any, *xs: Any) -> Any:
     step_grads, last_grads, whole_grads = _output_grads(a, out_names, xs[: len(owg)])
     for s, g in last_grads:
         state_grads[s][-1] += np.asarray(g).reshape(state_grads[s][-1].shape)
-    for s, g in whole_grads:
-        state_grads[s] += np.asarray(g).reshape(state_grads[s].shape)
+    whole_grads = [(s, np.asarray(g).reshape(state_grads[s].shape)) for s, g in whole_grads]
+    step_grads += [(s, g[1:]) for s, g in whole_grads]  # row t + 1 is step t's output
     arrays: dict[str, Any] = {**dict(zip(names, fwd)), **scratch.states, names[0] + "_grad": input_grad}
     arrays.update({s + "_grad": g for s, g in state_grads.items()})
     params = [names[i] for i in a["param"]]
     totals = _run_backward(a, scratch, dict(zip(names, fwd)), arrays, state_grads, step_grads, params)
+    for s, g in whole_grads:  # row 0, the initial state, after the steps wrote theirs
+        state_grads[s][0] += g[0]
     inits = [
         _initial_grad(state_grads[s], fwd[i]) for s, i in zip(a["recurrent_states"], a["initial_recurrent_state_ids"])
     ]
