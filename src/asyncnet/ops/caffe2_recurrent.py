@@ -14,18 +14,23 @@ whose first ``L`` rows are the initial state (op input ``initial_recurrent_state
 **Links.** Before step ``t`` each link (``link_internal[k]``, ``link_external[k]``,
 ``link_offset[k]``, ``link_window[k]``) sets the step net's blob ``internal`` to rows
 ``t + offset .. t + offset + window`` of ``external`` (a recurrent state or an op input); a
-linked blob the step net writes is copied back into those rows after the step. That is what
-Caffe2's shared-memory ``rnn_internal_apply_link`` gives.
+linked blob the step net writes is copied back into those rows after the step; when another
+link of the same step reads those rows (a window over a state the step also extends), the copy
+happens right after the op that writes it. That is what Caffe2's shared-memory
+``rnn_internal_apply_link`` gives.
 
 **Aliases.** Output ``alias_dst[k]`` is ``alias_src[k]`` from row ``alias_offset[k]`` on (a
 negative offset counts from the end): ``recurrent_net`` exposes each state as ``<x>_all``
-(offset 1, ``[T, N, D]``) and ``<x>_last`` (offset -1, ``[1, N, D]``).
+(offset 1, ``[T, N, D]``) and ``<x>_last`` (offset -1, ``[1, N, D]``). The op's outputs
+are found by name, as in Caffe2: each but the last is an ``alias_dst`` or a whole recurrent
+state (``[T + L, N, D]``).
 
 **Gradient.** RecurrentNetworkGradient runs ``backward_step_net`` (the step net's autodiff,
 built by ``caffe2.python.recurrent.recurrent_net``) from ``t = T - 1`` down to 0 with the
 forward links plus the ``backward_link_*`` ones, the forward blobs of step ``t`` it reads
 restored; the gradient of output ``<x>_all`` is added into the state gradient's row ``t + 1``
-before step ``t``, that of ``<x>_last`` into its last row before the first step; the step
+before step ``t``, that of ``<x>_last`` into its last row before the first step (a whole
+state's gradient row by row the same way, its row 0 after the last step); the step
 gradients of the parameters (``param`` indexes the op's inputs; ``param_grads`` names them
 in the backward step net) are summed over time. Its inputs are Caffe2's: the gradients of
 ``outputs_with_grads``, the forward op's inputs, its outputs; its outputs the gradients of
@@ -393,7 +398,10 @@ def _alias(src: np.ndarray, offset: int) -> np.ndarray:
     validate=_validate,
     differentiable=True,
     inputs_doc=("input sequence [T, N, ...]", "initial states, parameters and other step-net inputs (by name)"),
-    outputs_doc=("the aliases (alias_dst), in order", "step_workspaces (kept for the gradient)"),
+    outputs_doc=(
+        "by name: an alias (alias_dst) or a whole recurrent state, in any order",
+        "step_workspaces (kept for the gradient)",
+    ),
     doc="Caffe2's RecurrentNetwork: runs step_net once per timestep on linked rows of the input sequence and "
     "the recurrent states; outputs aliases of the states.",
 )
