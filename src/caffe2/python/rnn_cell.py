@@ -239,8 +239,9 @@ class UnrolledCell(RNNCell):
         outputs = tuple(blob for pair in zip(sequences, states) for blob in pair)
         if outputs_with_grads is None:
             outputs_with_grads = [2 * self.cell.get_output_state_index()]
-        for i in sorted(set(range(len(outputs))) - set(outputs_with_grads)):
-            model.net.ZeroGradient(outputs[i], [])
+        for i, blob in enumerate(outputs):
+            if i not in outputs_with_grads:
+                model.net.ZeroGradient(blob, [])
         return self.cell._prepare_output_sequence(model, outputs), outputs
 
     def _split_steps(self, model: Any, prepared: Any) -> list[Any]:
