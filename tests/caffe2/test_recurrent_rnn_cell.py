@@ -330,8 +330,9 @@ def test_retrieve_step_blobs_copies_each_step():
     _feed({"input": np.ones((3, 2, 2), np.float32), "initial": np.ones((1, 2, 2), np.float32)})
     workspace.RunNetOnce(m.net)
     names = recurrent.retrieve_step_blobs(m.net, "extractTest")
-    assert {f"extractTest_1/{t}/inner" for t in range(3)} <= set(names)
-    np.testing.assert_allclose(workspace.FetchBlob("extractTest_1/0/inner"), np.tanh(np.ones((1, 2, 2))), rtol=1e-6)
+    assert {f"extractTest_{b}{t}".encode() for t in range(3) for b in ("inner", "input_t")} <= set(names)
+    np.testing.assert_allclose(workspace.FetchBlob("extractTest_inner0"), np.tanh(np.ones((1, 2, 2))), rtol=1e-6)
+    np.testing.assert_array_equal(workspace.FetchBlob("extractTest_input_t2"), np.ones((1, 2, 2), np.float32))
 
 
 def test_the_op_carries_caffe2s_arguments_and_round_trips_through_protobuf(tmp_path):

@@ -14,18 +14,23 @@ whose first ``L`` rows are the initial state (op input ``initial_recurrent_state
 **Links.** Before step ``t`` each link (``link_internal[k]``, ``link_external[k]``,
 ``link_offset[k]``, ``link_window[k]``) sets the step net's blob ``internal`` to rows
 ``t + offset .. t + offset + window`` of ``external`` (a recurrent state or an op input); a
-linked blob the step net writes is copied back into those rows after the step. That is what
-Caffe2's shared-memory ``rnn_internal_apply_link`` gives.
+linked blob the step net writes is copied back into those rows after the step; when another
+link of the same step reads those rows (a window over a state the step also extends), the copy
+happens right after the op that writes it. That is what Caffe2's shared-memory
+``rnn_internal_apply_link`` gives.
 
 **Aliases.** Output ``alias_dst[k]`` is ``alias_src[k]`` from row ``alias_offset[k]`` on (a
 negative offset counts from the end): ``recurrent_net`` exposes each state as ``<x>_all``
-(offset 1, ``[T, N, D]``) and ``<x>_last`` (offset -1, ``[1, N, D]``).
+(offset 1, ``[T, N, D]``) and ``<x>_last`` (offset -1, ``[1, N, D]``). The op's outputs
+are found by name, as in Caffe2: each but the last is an ``alias_dst`` or a whole recurrent
+state (``[T + L, N, D]``).
 
 **Gradient.** RecurrentNetworkGradient runs ``backward_step_net`` (the step net's autodiff,
 built by ``caffe2.python.recurrent.recurrent_net``) from ``t = T - 1`` down to 0 with the
 forward links plus the ``backward_link_*`` ones, the forward blobs of step ``t`` it reads
 restored; the gradient of output ``<x>_all`` is added into the state gradient's row ``t + 1``
-before step ``t``, that of ``<x>_last`` into its last row before the first step; the step
+before step ``t``, that of ``<x>_last`` into its last row before the first step (a whole
+state's gradient row by row the same way, its row 0 after the last step); the step
 gradients of the parameters (``param`` indexes the op's inputs; ``param_grads`` names them
 in the backward step net) are summed over time. Its inputs are Caffe2's: the gradients of
 ``outputs_with_grads``, the forward op's inputs, its outputs; its outputs the gradients of
@@ -51,7 +56,9 @@ asyncnet's executor of its net type.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -149,11 +156,8 @@ def _validate(op: OperatorDef) -> None:
 
 def _check_outputs(op: OperatorDef, a: dict[str, Any]) -> None:
     if op.type == "RecurrentNetwork":
-        want = len(a["alias_dst"]) + 1
-        if len(op.outputs) != want:
-            raise ValueError(
-                f"expected {want} outputs (one per alias_dst, then step_workspaces), got {len(op.outputs)}"
-            )
+        for name in op.outputs[:-1]:
+            _output_role(a, name)
         return
     most = 1 + len(a["param"]) + len(a["recurrent_states"])
     if len(op.outputs) > most:
@@ -166,8 +170,18 @@ def _forward_input_count(op: OperatorDef) -> int:
     if op.type == "RecurrentNetwork":
         return len(op.inputs)
     owg = op.args.get("outputs_with_grads", [0])
-    n_out = len(op.args.get("alias_dst", [])) + 1
-    return len(op.inputs) - len(owg) - n_out
+    return len(op.inputs) - len(owg) - len(_gradient_forward_outputs(op))
+
+
+def _gradient_forward_outputs(op: OperatorDef) -> list[str]:
+    """The forward op's outputs among a RecurrentNetworkGradient's inputs: the trailing aliases
+    and states before its last input (step_workspaces), then that last input."""
+    named = set(op.args.get("alias_dst", [])) | set(op.args.get("recurrent_states", []))
+    most = len(named)
+    n = 0
+    while n < most and len(op.inputs) - 2 - n >= 0 and op.inputs[len(op.inputs) - 2 - n] in named:
+        n += 1
+    return op.inputs[len(op.inputs) - 1 - n :]
 
 
 _NETS: dict[str, NetDef] = {}
@@ -203,10 +217,21 @@ class _StepNet:
         self.reads = {i for op in self.net_def.ops for i in op.inputs}
         self.kept: dict[tuple[Any, ...], tuple[str, ...]] = {}  # see _kept_blobs
 
-    def run(self) -> None:
+    def run(self, eager: dict[str, Callable[[], None]] | None = None) -> None:
+        """Run the step once; with ``eager``, op by op, calling ``eager[blob]`` right after the
+        op that writes ``blob`` (a linked blob whose rows another link of this step reads)."""
         if self.instance is None:
             self.instance = self.ws.create_net(self.net_def, overwrite=True)
-        self.instance.run()
+        if not eager:
+            self.instance.run()
+            return
+        blobs = self.blobs
+        for op in self.instance.operators:
+            op.run(blobs)
+            for out in op.outputs:
+                copy = eager.get(out)
+                if copy is not None:
+                    copy()
 
 
 class StepWorkspaces:
@@ -218,6 +243,18 @@ class StepWorkspaces:
         self.backward: _StepNet | None = None
         self.states: dict[str, np.ndarray] = {}
         self.saved: list[dict[str, Any]] = []
+        self.steps = 0
+        self.links: list[tuple[str, str, np.ndarray, int, int]] = []
+
+    def step_blobs(self, t: int) -> dict[str, Any]:
+        """The blobs step ``t`` of the last forward run saw: its linked rows and the blobs kept for
+        the gradient (Caffe2's RecurrentNetworkBlobFetcher reads them from its step workspaces)."""
+        if not 0 <= t < self.steps:
+            raise IndexError(f"expected a step in 0..{self.steps - 1}, got {t}")
+        blobs = dict(self.saved[t]) if t < len(self.saved) else {}
+        for internal, _, ext, offset, window in self.links:
+            blobs[internal] = ext[t + offset : t + offset + window]
+        return blobs
 
     def step_net(self, which: str, text: str) -> _StepNet:
         net = getattr(self, which)
@@ -244,7 +281,7 @@ def _initial_state(init: np.ndarray, name: str, seq_len: int, batch: int, dtype:
         raise ValueError(f"expected the initial state {name!r} for a batch of {batch}, got shape {init.shape}")
     rows = init.shape[0] if init.ndim == 3 else 1
     state = np.empty((seq_len + rows, batch, init.shape[-1]), dtype)
-    state[:rows] = init.reshape(rows, -1, init.shape[-1])
+    state[:rows] = init.reshape(rows, -1 if init.size else batch, init.shape[-1])
     return state
 
 
@@ -293,19 +330,44 @@ class _BoundLinks:
     def write_back(self, blobs: dict[str, Any], views: list[np.ndarray], t: int) -> None:
         """Copy each linked blob the step rewrote into its rows (the view set by :meth:`apply`)."""
         for (internal, external, _, _, _), view in zip(self.items, views):
-            value = blobs.get(internal)
-            if value is view:
+            _copy_into(blobs, internal, external, view, t)
+
+    def shared_rows(self, written: set[str]) -> list[int]:
+        """The links (by index) the step writes whose rows another link of the same array reads
+        in that step: Caffe2 shared the memory, so the reader sees the write at once."""
+        shared = []
+        for k, (internal, external, _, offset, window) in enumerate(self.items):
+            if internal not in written:
                 continue
-            if type(value) is np.ndarray and value.shape == view.shape:
-                view[...] = value
-                continue
-            value = np.asarray(value)
-            if value.size != view.size:
-                raise ValueError(
-                    f"step {t}: linked blob {internal!r} has shape {value.shape}, its rows of "
-                    f"{external!r} have shape {view.shape}"
-                )
-            view[...] = value.reshape(view.shape)
+            for other, ext2, _, off2, win2 in self.items:
+                if other != internal and ext2 == external and offset < off2 + win2 and off2 < offset + window:
+                    shared.append(k)
+                    break
+        return shared
+
+    def eager_copies(self, blobs: dict[str, Any], views: list[np.ndarray], shared: list[int], t: int) -> dict:
+        """For each shared link, a call copying its blob into its rows (see :meth:`shared_rows`)."""
+        copies = {}
+        for k in shared:
+            internal, external = self.items[k][0], self.items[k][1]
+            copies[internal] = functools.partial(_copy_into, blobs, internal, external, views[k], t)
+        return copies
+
+
+def _copy_into(blobs: dict[str, Any], internal: str, external: str, view: np.ndarray, t: int) -> None:
+    value = blobs.get(internal)
+    if value is view:
+        return
+    if type(value) is np.ndarray and value.shape == view.shape:
+        view[...] = value
+        return
+    value = np.asarray(value)
+    if value.size != view.size:
+        raise ValueError(
+            f"step {t}: linked blob {internal!r} has shape {value.shape}, its rows of "
+            f"{external!r} have shape {view.shape}"
+        )
+    view[...] = value.reshape(view.shape)
 
 
 def _first_bad_step(link: _Link, rows: int, steps: int) -> int | None:
@@ -336,7 +398,10 @@ def _alias(src: np.ndarray, offset: int) -> np.ndarray:
     validate=_validate,
     differentiable=True,
     inputs_doc=("input sequence [T, N, ...]", "initial states, parameters and other step-net inputs (by name)"),
-    outputs_doc=("the aliases (alias_dst), in order", "step_workspaces (kept for the gradient)"),
+    outputs_doc=(
+        "by name: an alias (alias_dst) or a whole recurrent state, in any order",
+        "step_workspaces (kept for the gradient)",
+    ),
     doc="Caffe2's RecurrentNetwork: runs step_net once per timestep on linked rows of the input sequence and "
     "the recurrent states; outputs aliases of the states.",
 )
@@ -363,16 +428,36 @@ def recurrent_network(ctx: Any, *xs: Any) -> tuple[Any, ...]:
     keep = _kept_blobs(a, step, links) if backward else ()
     saved = []
     timestep = a["timestep"]
+    shared = bound.shared_rows(step.written)
     for t in range(seq_len):
         blobs[timestep] = _timestep(t)
         views = bound.apply(blobs, t)
-        step.run()
+        step.run(bound.eager_copies(blobs, views, shared, t) if shared else None)
         bound.write_back(blobs, views, t)
         if backward:
             saved.append({k: blobs[k] for k in keep if k in blobs})
-    scratch.states, scratch.saved = states, saved
-    outs = [_alias(states[s], off) for s, off in zip(a["alias_src"], a["alias_offset"])]
+    scratch.states, scratch.saved, scratch.steps, scratch.links = states, saved, seq_len, bound.items
+    outs = [_forward_output(a, states, name) for name in op.outputs[:-1]]
     return (*outs, scratch)
+
+
+def _output_role(a: dict[str, Any], name: str) -> tuple[str, int]:
+    """What forward output ``name`` holds: ("alias", k) for ``alias_dst[k]``, ("state", k) for
+    the whole array of ``recurrent_states[k]`` (Caffe2 finds the op's outputs by name)."""
+    if name in a["alias_dst"]:
+        return "alias", a["alias_dst"].index(name)
+    if name in a["recurrent_states"]:
+        return "state", a["recurrent_states"].index(name)
+    raise ValueError(
+        f"output {name!r} is neither an alias_dst {a['alias_dst']} nor a recurrent state {a['recurrent_states']}"
+    )
+
+
+def _forward_output(a: dict[str, Any], states: dict[str, np.ndarray], name: str) -> np.ndarray:
+    role, k = _output_role(a, name)
+    if role == "state":
+        return states[a["recurrent_states"][k]]
+    return _alias(states[a["alias_src"][k]], a["alias_offset"][k])
 
 
 def _kept_blobs(a: dict[str, Any], step: _StepNet, links: list[_Link]) -> tuple[str, ...]:
@@ -419,13 +504,18 @@ def recurrent_network_gradient(ctx: Any, *xs: Any) -> Any:
         raise ValueError(f"the forward pass kept {len(scratch.saved)} steps for a sequence of {seq.shape[0]}")
     state_grads = {s: np.zeros_like(v) for s, v in scratch.states.items()}
     input_grad = np.zeros_like(seq)
-    step_grads, last_grads = _output_grads(a, xs[: len(owg)])
+    out_names = _gradient_forward_outputs(op)[:-1]
+    step_grads, last_grads, whole_grads = _output_grads(a, out_names, xs[: len(owg)])
     for s, g in last_grads:
         state_grads[s][-1] += np.asarray(g).reshape(state_grads[s][-1].shape)
+    whole_grads = [(s, np.asarray(g).reshape(state_grads[s].shape)) for s, g in whole_grads]
+    step_grads += [(s, g[1:]) for s, g in whole_grads]  # row t + 1 is step t's output
     arrays: dict[str, Any] = {**dict(zip(names, fwd)), **scratch.states, names[0] + "_grad": input_grad}
     arrays.update({s + "_grad": g for s, g in state_grads.items()})
     params = [names[i] for i in a["param"]]
     totals = _run_backward(a, scratch, dict(zip(names, fwd)), arrays, state_grads, step_grads, params)
+    for s, g in whole_grads:  # row 0, the initial state, after the steps wrote theirs
+        state_grads[s][0] += g[0]
     inits = [
         _initial_grad(state_grads[s], fwd[i]) for s, i in zip(a["recurrent_states"], a["initial_recurrent_state_ids"])
     ]
@@ -466,20 +556,27 @@ def _run_backward(
     return totals
 
 
-def _output_grads(a: dict[str, Any], grads_out: tuple[Any, ...]) -> tuple[list[Any], list[Any]]:
-    """(state, gradient of its ``_all`` output) and (state, gradient of its ``_last`` output) pairs."""
-    per_step, last = [], []
+def _output_grads(
+    a: dict[str, Any], out_names: list[str], grads_out: tuple[Any, ...]
+) -> tuple[list[Any], list[Any], list[Any]]:
+    """(state, gradient) pairs of the ``_all`` aliases, of the ``_last`` aliases and of the
+    outputs that are whole states, for the forward outputs ``outputs_with_grads`` names."""
+    per_step, last, whole = [], [], []
     for g, j in zip(grads_out, a["outputs_with_grads"]):
-        if not 0 <= j < len(a["alias_src"]):
-            raise ValueError(f"outputs_with_grads {j} is not an alias output (there are {len(a['alias_src'])})")
-        src, off = a["alias_src"][j], a["alias_offset"][j]
+        if not 0 <= j < len(out_names):
+            raise ValueError(f"outputs_with_grads {j} names no forward output (there are {len(out_names)})")
+        role, k = _output_role(a, out_names[j])
+        if role == "state":
+            whole.append((a["recurrent_states"][k], g))
+            continue
+        src, off = a["alias_src"][k], a["alias_offset"][k]
         if off == 1:
             per_step.append((src, np.asarray(g)))
         elif off == -1:
             last.append((src, g))
         else:
             raise ValueError(f"a gradient for an alias at offset {off}: Caffe2 takes them at offsets 1 and -1 only")
-    return per_step, last
+    return per_step, last, whole
 
 
 def _initial_grad(state_grad: np.ndarray, init: np.ndarray) -> np.ndarray:

@@ -62,7 +62,8 @@ def recurrent_net(
         return f"{prefix}/{name}"
 
     cell = cell_net.Proto()
-    input_t, input_blob = str(inputs[0][0]), str(inputs[0][1])
+    input_t, input_blob = str(inputs[0][0]), _outer_name(inputs[0][1])
+    initial_cell_inputs = [(c, _outer_name(b)) for c, b in initial_cell_inputs]
     known = {input_t, input_blob, *(str(x[1]) for x in initial_cell_inputs), *(str(x[0]) for x in initial_cell_inputs)}
     if timestep is not None:
         known.add(str(timestep))
@@ -113,7 +114,7 @@ def recurrent_net(
     cell.type = "simple"
     results = net.RecurrentNetwork(
         [core.BlobReference(b) for b in all_inputs],  # names as they are: a string would take the name scope again
-        [*outputs, s("step_workspaces")],
+        [*map(core.BlobReference, outputs), s("step_workspaces")],  # the aliases' names as they are
         alias_src=[a[0] for a in aliases],
         alias_dst=[a[1] for a in aliases],
         alias_offset=[a[2] for a in aliases],
@@ -126,6 +127,12 @@ def recurrent_net(
         **args,
     )
     return tuple(results[:-1])
+
+
+def _outer_name(blob: Any) -> str:
+    """An outer-net blob as the op takes it: a string under the current name scope (as every
+    string input of a Caffe2 op), a BlobReference as it is."""
+    return str(core.ScopedBlobReference(blob)) if isinstance(blob, str) else str(blob)
 
 
 def _triple(prefix: str, links: list[tuple[str, str, int]]) -> dict[str, list[Any]]:
@@ -202,22 +209,23 @@ def set_rnn_executor_config(rnn_op: Any, num_threads: int | None = None, max_cud
             rnn_op.arg.add(name="rnn_executor." + key, i=value)
 
 
-def retrieve_step_blobs(net: Any, prefix: str = "rnn") -> list[str]:
-    """Copy the blobs of each step of every RecurrentNetwork op of ``net`` into the current
-    workspace as ``<prefix>_<op k>/<step t>/<blob>``; returns their names (Caffe2 read them
-    through RecurrentNetworkBlobFetcher)."""
+def retrieve_step_blobs(net: Any, prefix: str = "rnn") -> list[bytes]:
+    """Copy each step's blobs of every RecurrentNetwork op of ``net`` into the current workspace
+    as ``<prefix>_<blob><step>`` and return their names as bytes, as Caffe2's
+    RecurrentNetworkBlobFetcher does.
+
+    Example: after a 2-step run, ``retrieve_step_blobs(net, "x")`` holds ``b"x_input_t0"``.
+    """
     import numpy as np
 
-    names = []
-    count = 1
+    names: list[bytes] = []
     for op in net.Proto().op:
         if op.type != "RecurrentNetwork":
             continue
         scratch = workspace.FetchBlob(op.output[-1])
-        for t, blobs in enumerate(scratch.saved):
-            for blob, value in blobs.items():
-                name = f"{prefix}_{count}/{t}/{blob}"
+        for t in range(scratch.steps):
+            for blob, value in scratch.step_blobs(t).items():
+                name = f"{prefix}_{blob}{t}"
                 workspace.FeedBlob(name, np.asarray(value))
-                names.append(name)
-        count += 1
+                names.append(name.encode())
     return names

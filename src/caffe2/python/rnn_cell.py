@@ -55,6 +55,7 @@ __all__ = [
     "LSTMWithAttention",
     "LSTMWithAttentionCell",
     "LayerNormLSTM",
+    "UnrolledCell",
     "LayerNormLSTMCell",
     "LayerNormMILSTM",
     "LayerNormMILSTMCell",
@@ -200,6 +201,94 @@ class RNNCell:
 
     def _prepare_output_sequence(self, model: Any, state_outputs: Any) -> Any:
         return state_outputs[2 * self.get_output_state_index()]
+
+
+class UnrolledCell(RNNCell):
+    """``cell`` over a sequence of a fixed length ``T`` as ``T`` copies of its step in the outer
+    net (no RecurrentNetwork op): step t's blobs live under the name scope ``timestep_<t>``, its
+    parameters outside it, so every step shares them; returns what
+    :meth:`RNNCell.apply_over_sequence` returns.
+
+    Example: ``rnn_cell.UnrolledCell(rnn_cell.LSTMCell(4, 8, name="l"), T=5)``.
+    """
+
+    def __init__(self, cell: RNNCell, T: int):
+        super().__init__(name=cell.name, forward_only=cell.forward_only)
+        self.cell = cell
+        self.T = T
+
+    def apply_over_sequence(
+        self,
+        model: Any,
+        inputs: Any,
+        seq_lengths: Any = None,
+        initial_states: Any = None,
+        outputs_with_grads: Any = None,
+    ) -> tuple[Any, Any]:
+        if initial_states is None:
+            raise ValueError("UnrolledCell needs initial_states")
+        prepared = self.cell.prepare_input(model, inputs)
+        step_inputs = self._split_steps(model, prepared)
+        states = [_outer_blob(b) for b in initial_states]
+        seq_lengths = _outer_blob(seq_lengths)
+        history = []
+        for t, input_t in enumerate(step_inputs):
+            states = self._unrolled_step(model, t, input_t, seq_lengths, states)
+            history.append(states)
+        sequences = [self._join_steps(model, per_step) for per_step in zip(*history)]
+        outputs = tuple(blob for pair in zip(sequences, states) for blob in pair)
+        if outputs_with_grads is None:
+            outputs_with_grads = [2 * self.cell.get_output_state_index()]
+        for i, blob in enumerate(outputs):
+            if i not in outputs_with_grads:
+                model.net.ZeroGradient(blob, [])
+        return self.cell._prepare_output_sequence(model, outputs), outputs
+
+    def _split_steps(self, model: Any, prepared: Any) -> list[Any]:
+        names = [core.BlobReference(f"{prepared}_timestep_{t}") for t in range(self.T)]
+        pieces = model.net.Split(prepared, names, axis=0)
+        return [pieces] if self.T == 1 else list(pieces)
+
+    def _unrolled_step(self, model: Any, t: int, input_t: Any, seq_lengths: Any, states: list[Any]) -> list[Any]:
+        with scope.NameScope(f"timestep_{t}"), _params_outside(model, scope.CurrentNameScope()):
+            timestep = model.param_init_net.ConstantFill([], "timestep", value=t, shape=[1], dtype=core.DataType.INT32)
+            return list(self.cell._apply(model, input_t, seq_lengths, states, timestep))
+
+    @staticmethod
+    def _join_steps(model: Any, per_step: tuple[Any, ...]) -> Any:
+        base = str(per_step[0]).replace("timestep_0/", "", 1)
+        outputs = [core.BlobReference(base + "_concat"), core.BlobReference(base + "_concat_info")]
+        return model.net.Concat(list(per_step), outputs, axis=0)[0]
+
+
+def _outer_blob(blob: Any) -> Any:
+    """A string names a blob under the current name scope (as an op input would); others as they are."""
+    return core.ScopedBlobReference(blob) if isinstance(blob, str) else blob
+
+
+class _params_outside:
+    """Within it, ``model.create_param`` names a parameter as if the last component of the name
+    scope ``inner`` (a timestep's) were absent, so every timestep creates the same parameters
+    (what Caffe2's ParameterSharing({"timestep_<t>": ""}) does)."""
+
+    def __init__(self, model: Any, inner: str):
+        self.model, self.inner = model, inner
+        self.outer = inner[: inner.rstrip("/").rfind("/") + 1]
+
+    def __enter__(self) -> None:
+        create = type(self.model).create_param
+        inner, outer = self.inner, self.outer
+
+        def create_shared(param_name: Any, *args: Any, **kwargs: Any) -> Any:
+            current = scope.CurrentNameScope()
+            if not isinstance(param_name, core.BlobReference) and current.startswith(inner):
+                param_name = core.BlobReference(outer + current[len(inner) :] + str(param_name))
+            return create(self.model, param_name, *args, **kwargs)
+
+        self.model.create_param = create_shared
+
+    def __exit__(self, *exc: Any) -> None:
+        del self.model.create_param
 
 
 class LSTMInitializer:
@@ -838,8 +927,6 @@ def _LSTM(
 
     Returns (hidden_all, hidden_last, cell_all, cell_last) of the last layer (of every layer
     with ``return_last_layer_only=False``), plus the parameter names with ``return_params``."""
-    if static_rnn_unroll_size is not None:
-        raise NotImplementedError("static_rnn_unroll_size: only the RecurrentNetwork path is supported")
     dims = list(dim_out) if isinstance(dim_out, (list, tuple)) else [dim_out]
     cells = [
         cell_class(
@@ -855,6 +942,8 @@ def _LSTM(
         for i, d in enumerate(dims)
     ]
     cell = MultiRNNCell(cells, name=scope, forward_only=forward_only) if len(dims) > 1 else cells[0]
+    if static_rnn_unroll_size is not None:
+        cell = UnrolledCell(cell, T=static_rnn_unroll_size)
     per_layer = 2 * len(cells[-1].get_state_names())
     offset = per_layer * (len(dims) - 1)
     _, result = cell.apply_over_sequence(
