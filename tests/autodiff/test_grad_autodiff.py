@@ -154,6 +154,35 @@ def test_overwritten_input_needed_by_a_gradient_is_an_error():
         add_gradient_ops(net, "loss", wrt=["b"])
 
 
+@pytest.mark.parametrize(
+    "op, inputs, out, wrt",
+    [("Mul", ["a", "b"], "a", "b"), ("Mul", ["a", "b"], "b", "a"), ("Div", ["a", "b"], "b", "a")],
+)
+def test_in_place_op_whose_gradient_reads_the_overwritten_input_is_refused(op, inputs, out, wrt):
+    """Mul's gradient reads both inputs, Div's its divisor: written over by the op's own output,
+    the backward pass would read the product in the input's place (Caffe2's makers refuse it)."""
+    net = an.Net("n")
+    getattr(net, op)(inputs, out)
+    net.AveragedLoss(out, "loss")
+    with pytest.raises(an.NetDefinitionError, match="in place"):
+        add_gradient_ops(net, "loss", wrt=[wrt])
+
+
+def test_div_in_place_on_the_dividend_keeps_the_right_gradient():
+    x = {"a": np.array([2.0, -3.0]), "b": np.array([0.5, 4.0])}
+    ws = an.Workspace()
+    for k, v in x.items():
+        ws.feed(k, v.copy())
+    net = an.Net("n")
+    net.Div(["a", "b"], "a")
+    net.AveragedLoss("a", "loss")
+    grads = add_gradient_ops(net, "loss", wrt=["b"])
+    ws.run_net_once(net)
+    ta, tb = (torch.tensor(x[k], requires_grad=True) for k in "ab")
+    (ta / tb).mean().backward()
+    np.testing.assert_allclose(ws.fetch(grads["b"]), tb.grad.numpy(), rtol=1e-12)
+
+
 def test_bad_loss_and_unreachable_wrt():
     net = an.Net("n")
     net.Relu("x", "y")

@@ -309,3 +309,33 @@ def test_if_gradient_runs_the_taken_branch_backward_and_zeroes_the_other(cond_va
         expect = {"x": np.full(2, wb), "wa": [0.0], "wb": [np.sum(x)]}
     for blob, value in expect.items():
         np.testing.assert_allclose(workspace.FetchBlob(str(grads[blob])), value, rtol=1e-6)
+
+
+@pytest.mark.parametrize("inputs, out", [(["acc", "w"], "acc"), (["w", "acc"], "acc"), (["acc", "w"], "w")])
+def test_in_place_mul_is_refused(inputs, out):
+    """Mul's gradient reads both inputs; one written over by the product would be read in its
+    place (the gradient of w came out 0.375 where 1.5 is right), so the gradient is refused, as
+    Caffe2's Mul gradient maker refuses it."""
+    net = core.Net("in_place_mul")
+    net.Mul(inputs, out)
+    net.Mul([out, out], "s")
+    with pytest.raises(Exception, match="in place"):
+        net.AddGradientOperators(["s"])
+
+
+def test_div_in_place_on_the_dividend_differentiates_and_on_the_divisor_is_refused():
+    workspace.ResetWorkspace()
+    a, b = np.array([2.0, -3.0], np.float32), np.array([0.5, 4.0], np.float32)
+    workspace.FeedBlob("a", a.copy())
+    workspace.FeedBlob("b", b.copy())
+    net = core.Net("div_dividend")
+    net.Div(["a", "b"], "a")
+    net.SumElements("a", "s")
+    grads = net.AddGradientOperators(["s"])
+    workspace.RunNetOnce(net)
+    np.testing.assert_allclose(workspace.FetchBlob(grads["b"]), -a / b**2, rtol=1e-6)  # d sum(a/b) / db
+    refused = core.Net("div_divisor")
+    refused.Div(["a", "b"], "b")
+    refused.SumElements("b", "s")
+    with pytest.raises(Exception, match="in place"):
+        refused.AddGradientOperators(["s"])

@@ -20,6 +20,7 @@ or torch tensors alike (:mod:`asyncnet.tensor.namespace`).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -140,9 +141,20 @@ def _sub_grad(op: OperatorDef, gout: GradOut) -> MakerResult:
 
 
 # -- Mul: C = A * B;  dA = reduce(dC * B), dB = reduce(dC * A) -------------------------------
+def _refuse_overwritten(op: OperatorDef, needed: Sequence[str]) -> None:
+    """Raise when the op wrote its output over an input its gradient reads (Caffe2's makers refuse
+    it too): the backward pass would read the output in the input's place."""
+    if op.outputs[0] in needed:
+        raise ValueError(
+            f"cannot differentiate {op.type}{list(op.inputs)}->{list(op.outputs)} in place: its gradient "
+            f"reads the input {op.outputs[0]!r}, which the output overwrote; write the output to another blob"
+        )
+
+
 @register_gradient("Mul")
 def _mul_grad(op: OperatorDef, gout: GradOut) -> MakerResult:
     a, b = op.inputs
+    _refuse_overwritten(op, (a, b))
     dc = output_grad(op, gout)
     with_b, to_b = _legacy(op)
     ops = [
@@ -159,6 +171,7 @@ def _mul_grad(op: OperatorDef, gout: GradOut) -> MakerResult:
 def _div_grad(op: OperatorDef, gout: GradOut) -> MakerResult:
     a, b = op.inputs
     c = op.outputs[0]
+    _refuse_overwritten(op, (b,))  # A in place is fine: dB reads C and B
     dc = output_grad(op, gout)
     with_b, to_b = _legacy(op)
     ops = [
