@@ -330,6 +330,24 @@ def _file() -> descriptor_pb2.FileDescriptorProto:
 _POOL = descriptor_pool.DescriptorPool()
 DESCRIPTOR = _POOL.Add(_file())
 
+
+def add_proto_file(
+    path: str, messages: list[tuple[str, list[tuple[Any, ...]]]], dependency: tuple[str, ...] = ()
+) -> tuple[Any, dict[str, Any]]:
+    """Add another ``.proto`` of package ``caffe2`` (top-level messages only, fields as in
+    :data:`_MESSAGES`) to this pool: (its file descriptor, {message name: class})."""
+    fdp = descriptor_pb2.FileDescriptorProto(name=path, package="caffe2", syntax="proto2", dependency=list(dependency))
+    for name, fields in messages:
+        msg = fdp.message_type.add(name=name)
+        for spec in fields:
+            _field(msg, spec)
+    descriptor = _POOL.Add(fdp)
+    classes = {
+        name: message_factory.GetMessageClass(_POOL.FindMessageTypeByName("caffe2." + name)) for name, _ in messages
+    }
+    return descriptor, classes
+
+
 ExternalDataProto: Any
 TensorProto: Any
 QTensorProto: Any

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from google.protobuf import descriptor_pb2, message_factory
-
 from caffe2.proto import caffe2_pb2
 
 _MESSAGES = [
@@ -46,18 +44,9 @@ _MESSAGES = [
 ]
 
 
-def _file() -> descriptor_pb2.FileDescriptorProto:
-    fdp = descriptor_pb2.FileDescriptorProto(
-        name="caffe2/proto/metanet.proto", package="caffe2", syntax="proto2", dependency=["caffe2/proto/caffe2.proto"]
-    )
-    for name, fields in _MESSAGES:
-        msg = fdp.message_type.add(name=name)
-        for spec in fields:
-            caffe2_pb2._field(msg, spec)
-    return fdp
-
-
-DESCRIPTOR = caffe2_pb2._POOL.Add(_file())
+DESCRIPTOR, _CLASSES = caffe2_pb2.add_proto_file(
+    "caffe2/proto/metanet.proto", _MESSAGES, ("caffe2/proto/caffe2.proto",)
+)
 
 ModelInfo: Any
 BlobsMap: Any
@@ -66,7 +55,6 @@ PlansMap: Any
 StringMap: Any
 MetaNetDef: Any
 
-for _name, _ in _MESSAGES:
-    globals()[_name] = message_factory.GetMessageClass(caffe2_pb2._POOL.FindMessageTypeByName("caffe2." + _name))
+globals().update(_CLASSES)
 
 __all__ = [name for name, _ in _MESSAGES] + ["DESCRIPTOR"]
